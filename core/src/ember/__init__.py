@@ -1,0 +1,261 @@
+"""Ember: a deep-learning framework where the model is written once and the device is chosen
+at run time. This module is an index of the public API; definitions live in submodules.
+
+>>> import ember as em
+>>> dev = em.Device.cpu().autodiff()
+>>> w = em.tensor([[1.0, 2.0]], device=dev, requires_grad=True)
+>>> (w * w).sum().backward()
+>>> w.grad.tolist()
+[[2.0, 4.0]]
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+from . import dtypes, errors
+from .autodiff import backward, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, value_and_grad
+from .backend import Backend, Capabilities
+from .creation import (
+    arange,
+    asarray,
+    empty,
+    empty_like,
+    eye,
+    from_dlpack,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from .device import Device
+from .dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    can_cast,
+    finfo,
+    float16,
+    float32,
+    float64,
+    iinfo,
+    int8,
+    int16,
+    int32,
+    int64,
+    result_type,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from .errors import (
+    AutodiffError,
+    DeviceMismatchError,
+    DeviceUnavailableError,
+    DTypeError,
+    EmberError,
+    NotImplementedOpError,
+    PluginError,
+    ShapeError,
+)
+from .extension import backend_extension
+from .ops.elementwise import (
+    abs,
+    acos,
+    acosh,
+    add,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    bitwise_and,
+    bitwise_invert,
+    bitwise_left_shift,
+    bitwise_or,
+    bitwise_right_shift,
+    bitwise_xor,
+    ceil,
+    clip,
+    cos,
+    cosh,
+    divide,
+    equal,
+    erf,
+    exp,
+    exp2,
+    expm1,
+    floor,
+    floor_divide,
+    greater,
+    greater_equal,
+    hypot,
+    isfinite,
+    isinf,
+    isnan,
+    less,
+    less_equal,
+    log,
+    log1p,
+    log2,
+    log10,
+    logaddexp,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    positive,
+    pow,
+    reciprocal,
+    remainder,
+    round,
+    rsqrt,
+    sign,
+    sin,
+    sinh,
+    sqrt,
+    square,
+    subtract,
+    tan,
+    tanh,
+    trunc,
+    where,
+)
+from .ops.indexing import argwhere, index_put, nonzero, one_hot, scatter_add, take, take_along_axis
+from .ops.linalg import (
+    argsort,
+    diagonal,
+    einsum,
+    matmul,
+    matrix_transpose,
+    outer,
+    sort,
+    tensordot,
+    topk,
+    trace,
+    vecdot,
+    vector_norm,
+)
+from .ops.movement import (
+    broadcast_arrays,
+    broadcast_to,
+    chunk,
+    concat,
+    expand_dims,
+    flatten,
+    flip,
+    meshgrid,
+    moveaxis,
+    pad,
+    permute_dims,
+    repeat,
+    reshape,
+    roll,
+    split,
+    squeeze,
+    stack,
+    swapaxes,
+    tile,
+    tril,
+    triu,
+    unstack,
+)
+from .ops.nn import (
+    batch_norm,
+    cross_entropy,
+    dropout,
+    elu,
+    embedding,
+    gelu,
+    hardtanh,
+    layer_norm,
+    leaky_relu,
+    log_softmax,
+    mish,
+    relu,
+    rms_norm,
+    scaled_dot_product_attention,
+    sigmoid,
+    silu,
+    softmax,
+    softplus,
+)
+from .ops.reduction import (
+    all,
+    any,
+    argmax,
+    argmin,
+    count_nonzero,
+    cumulative_prod,
+    cumulative_sum,
+    logsumexp,
+    max,
+    mean,
+    min,
+    prod,
+    std,
+    sum,
+    var,
+)
+from .plugins import hookimpl
+from .random import bernoulli, normal, permutation, rand, randint, randn, seed, uniform
+from .tensor import Tensor  # first: the op modules import it
+from .transfer import astype, clone, to
+
+concatenate = concat
+cumsum = cumulative_sum
+permute = permute_dims
+transpose = swapaxes
+
+#: submodules loaded on first attribute access (kept out of ``import ember``)
+_LAZY_SUBMODULES = {
+    "nn",
+    "optim",
+    "data",
+    "train",
+    "onnx",
+    "quant",
+    "lazy",
+    "memory",
+    "random",
+    "cli",
+    "plugins",
+    "config",
+    "dispatch",
+    "autodiff",
+    "shapes",
+}
+#: namespaces provided by separately installed extension plugins
+_EXTENSION_NAMESPACES = {"linalg": ("ember_linalg", "linalg"), "signal": ("ember_signal", "signal")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in _EXTENSION_NAMESPACES:
+        module, extra = _EXTENSION_NAMESPACES[name]
+        try:
+            return importlib.import_module(module)
+        except ImportError:
+            raise AttributeError(
+                f"ember.{name} comes from the {module.replace('_', '-')} plugin, which is not installed: "
+                f'pip install "ember[{extra}]"'
+            ) from None
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "importlib", "Any")]

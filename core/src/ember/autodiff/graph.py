@@ -1,0 +1,135 @@
+"""The recorded graph and reverse-mode accumulation.
+
+A tensor produced by a recorded op holds a :class:`Node`: the op, its input tensors (and
+their handles at record time, to catch in-place changes) and its parameters. Backward walks
+the nodes in reverse topological order and calls each op's vjp rule
+``vjp(g, out, *inputs, **params) -> one gradient (or None) per input``. Gradients that
+broadcasting widened are summed back to the input's shape here, once, for every op.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AutodiffError
+from .mode import set_grad_enabled
+
+if TYPE_CHECKING:
+    from ..dispatch import Op
+    from ..tensor import Tensor
+
+__all__ = ["Node", "run_backward"]
+
+
+class Node:
+    """One recorded op application."""
+
+    __slots__ = ("op", "inputs", "datas", "params")
+
+    def __init__(self, op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any]) -> None:
+        self.op = op
+        self.inputs: tuple[Tensor, ...] | None = inputs
+        self.datas = tuple(t._data for t in inputs)
+        self.params = params
+
+    def __repr__(self) -> str:
+        return f"<Node {self.op.name}>"
+
+
+def _topological(roots: list[Tensor]) -> list[Tensor]:
+    """Tensors with a node reachable from ``roots``, each after all its inputs."""
+    order: list[Tensor] = []
+    seen: set[int] = set()
+    for root in roots:
+        if root._node is None or id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack: list[tuple[Tensor, int]] = [(root, 0)]
+        while stack:
+            t, i = stack.pop()
+            inputs = t._node.inputs
+            if inputs is None:
+                raise AutodiffError(
+                    f"backward through {t._node.op.name!r} a second time: the graph was freed "
+                    f"by the first backward. Pass retain_graph=True to the first call."
+                )
+            if i < len(inputs):
+                stack.append((t, i + 1))
+                child = inputs[i]
+                if child._node is not None and id(child) not in seen:
+                    seen.add(id(child))
+                    stack.append((child, 0))
+            else:
+                order.append(t)
+    return order
+
+
+def _sum_to(g: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
+    if g._shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and g._shape[lead + i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g.reshape(shape)
+
+
+def run_backward(
+    roots: list[Tensor],
+    seeds: list[Tensor],
+    *,
+    wrt: list[Tensor] | None = None,
+    create_graph: bool = False,
+    retain_graph: bool | None = None,
+) -> dict[int, tuple[Tensor, Tensor]]:
+    """Propagate ``seeds`` from ``roots``; return id(t) -> (t, gradient) for leaves (or ``wrt``)."""
+    if retain_graph is None:
+        retain_graph = create_graph
+    targets = {id(t) for t in wrt} if wrt is not None else None
+    grads: dict[int, Tensor] = {}
+    for root, seed in zip(roots, seeds):
+        prev = grads.get(id(root))
+        grads[id(root)] = seed if prev is None else prev + seed
+    results: dict[int, tuple[Tensor, Tensor]] = {}
+    with set_grad_enabled(create_graph):
+        if targets is not None:
+            for root in roots:
+                if id(root) in targets:
+                    results[id(root)] = (root, grads[id(root)])
+        order = _topological(roots)
+        for t in reversed(order):
+            g = grads.pop(id(t), None)
+            if g is None:
+                continue
+            node = t._node
+            inputs = node.inputs
+            for inp, data in zip(inputs, node.datas):
+                if inp._data is not data:
+                    raise AutodiffError(
+                        f"a tensor used by {node.op.name!r} was modified in place after the "
+                        f"graph was recorded; its gradient would be wrong. Assign to a copy "
+                        f"(x = x.clone()) before modifying it."
+                    )
+            vjp = node.op.vjp
+            if vjp is None:
+                raise AutodiffError(f"op {node.op.name!r} has no vjp rule and no composite to differentiate")
+            in_grads = vjp(g, t, *inputs, **node.params)
+            if not retain_graph:
+                node.inputs = None
+            for inp, gi in zip(inputs, in_grads):
+                if gi is None or not inp._rg:
+                    continue
+                if gi._shape != inp._shape:
+                    gi = _sum_to(gi, inp._shape)
+                if gi._dtype is not inp._dtype:
+                    gi = gi.astype(inp._dtype)
+                key = id(inp)
+                if (targets is None and inp._node is None) or (targets is not None and key in targets):
+                    prev = results.get(key)
+                    results[key] = (inp, gi if prev is None else prev[1] + gi)
+                if inp._node is None:
+                    continue
+                prev = grads.get(key)
+                grads[key] = gi if prev is None else prev + gi
+    return results

@@ -1,0 +1,175 @@
+"""The Backend protocol: what a device plugin implements, and its Capabilities.
+
+A backend is a class. ``BackendSpec.loader`` returns it; ember makes one instance per device
+index the first time a tensor is placed there. Ops are methods named after the op
+(``add``, ``sum``, ``matmul``...). They take backend handles (the backend's own buffers)
+positionally and parameters by keyword, and return a new handle; they never mutate inputs.
+The shape and dtype of every result are worked out by ember's core before the call, so a
+backend only computes.
+
+A backend that implements :data:`REQUIRED_PRIMITIVES` is complete: every other op has a
+composite definition in ember's core. Implementing a composite op natively (``softmax``,
+``conv``...) makes it fast; the core's gradient rule still applies to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .dtypes import ALL_DTYPES, DType
+
+if TYPE_CHECKING:
+    from .device import Device
+
+__all__ = ["Backend", "Capabilities", "REQUIRED_PRIMITIVES", "PRIMITIVE_SIGNATURES"]
+
+#: every primitive with the signature a backend method must have (``a``/``b``: handles).
+PRIMITIVE_SIGNATURES: dict[str, str] = {
+    # transfer and creation
+    "from_numpy": "from_numpy(array) -> handle  # array: C-contiguous numpy array of a supported dtype",
+    "to_numpy": "to_numpy(a) -> numpy.ndarray",
+    "full": "full(*, shape, value, dtype) -> handle",
+    "arange": "arange(*, start, step, size, dtype) -> handle  # start + step * i for i < size",
+    "random_bits": "random_bits(*, key, counter, size) -> uint32 handle  # Philox 4x32-10 words",
+    # elementwise unary (same dtype out, except isnan/isinf -> bool)
+    **{
+        name: f"{name}(a) -> handle"
+        for name in (
+            "neg abs sign exp log sqrt rsqrt sin cos tanh erf floor ceil round trunc "
+            "reciprocal isnan isinf logical_not bitwise_not"
+        ).split()
+    },
+    # elementwise binary: a and b share a dtype and broadcast; b may be a Python scalar
+    **{
+        name: f"{name}(a, b) -> handle"
+        for name in (
+            "add sub mul div floordiv remainder pow maximum minimum atan2 eq ne lt le gt ge "
+            "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor"
+        ).split()
+    },
+    "where": "where(cond, a, b) -> handle  # cond bool; a, b share a dtype; all broadcast",
+    "cast": "cast(a, *, dtype) -> handle",
+    # reductions
+    **{name: f"{name}(a, *, axes, keepdims) -> handle" for name in ("sum", "prod", "max", "min", "any", "all")},
+    "argmax": "argmax(a, *, axis, keepdims) -> int64 handle",
+    "argmin": "argmin(a, *, axis, keepdims) -> int64 handle",
+    "cumsum": "cumsum(a, *, axis) -> handle",
+    # movement
+    "reshape": "reshape(a, *, shape) -> handle",
+    "permute": "permute(a, *, axes) -> handle",
+    "expand": "expand(a, *, shape) -> handle  # numpy broadcast_to",
+    "slice": "slice(a, *, starts, stops, steps) -> handle  # steps >= 1",
+    "pad": "pad(a, *, pads, value) -> handle  # pads: ((lo, hi), ...) per axis, >= 0",
+    "flip": "flip(a, *, axes) -> handle",
+    "concat": "concat(*arrays, axis) -> handle",
+    # indexing
+    "gather": "gather(a, index, *, axis) -> handle  # numpy take_along_axis",
+    "scatter_add": "scatter_add(a, index, values, *, axis) -> handle  # inverse of gather, summed",
+    "index_put": "index_put(a, values, *indices, accumulate) -> handle  # out[indices] = values",
+    # linear algebra and sorting
+    "matmul": "matmul(a, b) -> handle  # batched, broadcasting",
+    "sort": "sort(a, *, axis, descending) -> handle  # stable",
+    "argsort": "argsort(a, *, axis, descending) -> int64 handle  # stable",
+}
+
+REQUIRED_PRIMITIVES: frozenset[str] = frozenset(PRIMITIVE_SIGNATURES)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What one device can do; the conformance suite skips what is not here, with the reason."""
+
+    dtypes: frozenset[DType]
+    native_ops: frozenset[str]
+    unsupported_dtypes: dict[str, str] = field(default_factory=dict)
+    fusion: bool = False
+    graph_replay: bool = False
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def supports(self, dtype: DType) -> bool:
+        return dtype in self.dtypes
+
+    def why_not(self, dtype: DType) -> str:
+        """The backend's reason for not supporting ``dtype``."""
+        return self.unsupported_dtypes.get(dtype.name, f"the backend does not support {dtype}")
+
+
+class Backend:
+    """Base class of device backends. Subclass, set ``name``, implement the primitives."""
+
+    #: short name shown by ``ember plugins`` / ``ember devices``
+    name: ClassVar[str] = "backend"
+    #: dtypes this backend computes with; tensors of other dtypes are refused with the reason
+    supported_dtypes: ClassVar[frozenset[DType]] = frozenset(ALL_DTYPES)
+    #: reason per unsupported dtype name, e.g. ``{"float64": "WGSL has no 64-bit floats"}``
+    unsupported_dtype_reasons: ClassVar[dict[str, str]] = {}
+    fusion: ClassVar[bool] = False
+    graph_replay: ClassVar[bool] = False
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self._capabilities: Capabilities | None = None
+
+    # -- discovery -----------------------------------------------------------------------
+    @classmethod
+    def device_count(cls) -> int:
+        """How many devices of this kind exist on this machine."""
+        return 1
+
+    @classmethod
+    def describe(cls, index: int) -> dict[str, Any]:
+        """Human-readable facts about device ``index`` (name, vendor, memory, features)."""
+        return {"name": cls.name}
+
+    # -- dispatch ------------------------------------------------------------------------
+    def implementation(self, op: str) -> Any:
+        """The callable computing ``op`` natively, or None to use ember's composite."""
+        if op.startswith("_"):
+            return None
+        impl = getattr(self, op, None)
+        return impl if callable(impl) else None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        if self._capabilities is None:
+            from .dispatch import OPS
+
+            native = frozenset(name for name in OPS if self.implementation(name) is not None)
+            self._capabilities = Capabilities(
+                dtypes=frozenset(self.supported_dtypes),
+                native_ops=native,
+                unsupported_dtypes=dict(self.unsupported_dtype_reasons),
+                fusion=self.fusion,
+                graph_replay=self.graph_replay,
+            )
+        return self._capabilities
+
+    def missing_primitives(self) -> list[str]:
+        """Required primitives this backend does not implement (empty when complete)."""
+        return sorted(op for op in REQUIRED_PRIMITIVES if self.implementation(op) is None)
+
+    # -- housekeeping --------------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Block until queued work is done (no-op for synchronous backends)."""
+
+    def memory_stats(self) -> dict[str, Any]:
+        """Bytes reserved / in use and their peaks; empty if the backend cannot tell."""
+        return {}
+
+    def handle_meta(self, a: Any) -> tuple[tuple[int, ...], str]:
+        """(shape, dtype name) of a handle; needed only by extension kernels' results."""
+        raise NotImplementedError(f"{self.name} backend does not implement handle_meta")
+
+    def dlpack(self, a: Any) -> Any:
+        """An object with ``__dlpack__`` sharing ``a``'s memory; default: a numpy copy."""
+        return self.to_numpy(a)  # type: ignore[attr-defined]
+
+    def from_dlpack(self, obj: Any) -> Any:
+        """A handle from a DLPack-capable object; default: through numpy on the host."""
+        import numpy as np
+
+        return self.from_numpy(np.ascontiguousarray(np.from_dlpack(obj)))  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.device}>"

@@ -1,0 +1,192 @@
+"""The ``ember`` command: ``plugins``, ``devices``, ``doctor``, ``train``, ``--version``."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """List every plugin: name, distribution, version, status, device kinds."""
+    from .plugins import get_registry
+
+    reg = get_registry()
+    reg.discover()
+    if not reg.plugins:
+        print('no ember plugins are installed; install a backend, e.g. pip install "ember[cpu]"')
+        return 1
+    rows = []
+    for info in reg.plugins.values():
+        kinds = ", ".join(info.backends) or "-"
+        status = info.status if info.status == "ok" else f"{info.status}: {info.error}"
+        rows.append([info.name, info.group.split(".")[-1], info.distribution, info.version, kinds, status])
+    print(_table(rows, ["plugin", "kind", "distribution", "version", "devices", "status"]))
+    failed = [p for p in reg.plugins.values() if p.status == "failed"]
+    if failed and args.verbose:
+        for p in failed:
+            print(f"\n--- {p.name} ---\n{p.detail}")
+    elif failed:
+        print("\n(run `ember plugins -v` for the tracebacks of failed plugins)")
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    """List every device that a working backend finds."""
+    from .plugins import get_registry
+
+    reg = get_registry()
+    rows = []
+    problems = []
+    for kind in reg.kinds():
+        try:
+            cls = reg.backend_class(kind)
+            count = cls.device_count()
+        except Exception as exc:
+            problems.append(f"{kind}: {exc}")
+            continue
+        for i in range(count):
+            try:
+                info = cls.describe(i)
+            except Exception as exc:  # describing must never hide the device
+                info = {"name": f"<describe failed: {exc}>"}
+            mem = info.get("memory_bytes")
+            mem_s = f"{mem / 2**30:.1f} GiB" if isinstance(mem, (int, float)) and mem else "-"
+            extra = ", ".join(f"{k}={v}" for k, v in info.items() if k not in ("name", "vendor", "memory_bytes"))
+            rows.append([f"{kind}:{i}", str(info.get("name", "?")), str(info.get("vendor", "-")), mem_s, extra])
+    if rows:
+        print(_table(rows, ["device", "name", "vendor", "memory", "details"]))
+    else:
+        print("no devices found")
+    for p in problems:
+        print(f"unavailable: {p}")
+    return 0 if rows else 1
+
+
+_DOCTOR_HINTS = {
+    "opencl": "OpenCL needs a platform driver: on a machine without a GPU install PoCL "
+    "(apt-get install pocl-opencl-icd ocl-icd-libopencl1).",
+    "wgpu": "WGPU needs a Vulkan/Metal/D3D12 driver: on a machine without a GPU install Mesa's "
+    "lavapipe (apt-get install mesa-vulkan-drivers libvulkan1).",
+    "cuda": "CUDA needs an NVIDIA GPU, its driver, and cupy for your CUDA version "
+    '(pip install "ember[cuda12]" or "ember[cuda13]").',
+}
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Explain what works, what is missing, and how to fix it."""
+    from . import __version__, config
+    from .plugins import get_registry
+
+    print(f"ember {__version__} on Python {platform.python_version()} ({platform.platform()})")
+    try:
+        import numpy
+
+        print(f"numpy {numpy.__version__}")
+    except ImportError:  # pragma: no cover
+        print("numpy: MISSING (pip install numpy)")
+    print(
+        f"EMBER_DEVICE={config.default_device()}  cache dir={config.cache_dir()}  "
+        f"fusion={'on' if config.fusion_enabled() else 'off'}"
+    )
+    allow = config.plugin_allow_list()
+    if allow is not None:
+        print(f"EMBER_PLUGINS limits plugins to: {', '.join(sorted(allow))}")
+    reg = get_registry()
+    reg.discover()
+    ok = True
+    for info in reg.plugins.values():
+        if info.status == "failed":
+            ok = False
+            print(f"[fail] plugin {info.name} ({info.distribution} {info.version}) failed to load: {info.error}")
+            print("       reinstall it, or set EMBER_PLUGINS to leave it out")
+        elif info.status == "disabled":
+            print(f"[skip] plugin {info.name}: {info.error}")
+    for kind in reg.kinds():
+        try:
+            cls = reg.backend_class(kind)
+            n = cls.device_count()
+        except Exception as exc:
+            ok = False
+            print(f"[fail] {kind}: {exc}")
+            if kind in _DOCTOR_HINTS:
+                print(f"       {_DOCTOR_HINTS[kind]}")
+            continue
+        if n == 0:
+            print(f"[none] {kind}: the backend loaded but found no device. {_DOCTOR_HINTS.get(kind, '')}")
+            continue
+        print(f"[ ok ] {kind}: {n} device(s)")
+        missing = cls(_device(kind)).missing_primitives() if n else []
+        if missing:
+            ok = False
+            print(f"       incomplete backend, missing primitives: {', '.join(missing)}")
+    for kind, hint in _DOCTOR_HINTS.items():
+        if kind not in reg.kinds():
+            print(f"[ -- ] {kind}: no plugin installed ({hint.split(':')[0]})")
+    try:
+        from .device import Device
+
+        _ = Device.default().backend
+        print(f"default device {Device.default()} is usable")
+    except Exception as exc:
+        ok = False
+        print(f"[fail] the default device does not work: {exc}")
+    return 0 if ok else 1
+
+
+def _device(kind: str) -> Any:
+    from .device import Device
+
+    return Device(kind, 0)
+
+
+def cmd_train(args: argparse.Namespace, rest: Sequence[str]) -> int:
+    """Train one of the bundled example models (see ``ember train --help``)."""
+    try:
+        from .train.cli import main as train_main
+    except ImportError as exc:
+        print(f"ember train is not available: {exc}", file=sys.stderr)
+        return 2
+    return train_main(list(rest))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from . import __version__
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="ember", description="Ember: one model, any device.")
+    parser.add_argument("--version", action="version", version=f"ember {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    p = sub.add_parser("plugins", help="list installed plugins and their status")
+    p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks of failed plugins")
+    sub.add_parser("devices", help="list the devices found")
+    sub.add_parser("doctor", help="explain what is missing and how to fix it")
+    sub.add_parser("train", help="train an example model (ember train --help)", add_help=False)
+    if argv and argv[0] == "train":
+        return cmd_train(argparse.Namespace(), argv[1:])
+    args = parser.parse_args(argv)
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "plugins": cmd_plugins,
+        "devices": cmd_devices,
+        "doctor": cmd_doctor,
+    }
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return commands[args.command](args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Every setting ember reads from the environment, in one place.
+
+| variable             | meaning                                                  | default            |
+|----------------------|----------------------------------------------------------|--------------------|
+| EMBER_DEVICE         | the device ``Device.default()`` returns                  | ``cpu``            |
+| EMBER_PLUGINS        | comma-separated allow-list of plugin entry-point names   | all installed      |
+| EMBER_CACHE_DIR      | where compiled kernels are cached                        | user cache dir     |
+| EMBER_FUSION         | ``0`` turns kernel fusion off on backends that offer it  | ``1``              |
+| EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
+| EMBER_WGPU_ADAPTER   | default WGPU adapter index                               | ``0``              |
+
+Values are read when asked for, so tests can change the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = [
+    "default_device",
+    "plugin_allow_list",
+    "cache_dir",
+    "fusion_enabled",
+    "opencl_device",
+    "wgpu_adapter",
+]
+
+
+def default_device() -> str:
+    """The device spec named by ``EMBER_DEVICE`` (``cpu`` when unset)."""
+    return os.environ.get("EMBER_DEVICE", "").strip() or "cpu"
+
+
+def plugin_allow_list() -> frozenset[str] | None:
+    """Plugin names allowed by ``EMBER_PLUGINS``; ``None`` allows every installed plugin."""
+    raw = os.environ.get("EMBER_PLUGINS", "").strip()
+    if not raw:
+        return None
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
+
+
+def cache_dir() -> Path:
+    """Directory for on-disk kernel caches (``EMBER_CACHE_DIR``, else the user cache dir)."""
+    raw = os.environ.get("EMBER_CACHE_DIR", "").strip()
+    if raw:
+        return Path(raw).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base) if base else Path.home() / ".cache") / "ember"
+
+
+def fusion_enabled() -> bool:
+    """Whether backends that can fuse kernels should (``EMBER_FUSION=0`` turns it off)."""
+    return os.environ.get("EMBER_FUSION", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer device index") from None
+
+
+def opencl_device() -> int:
+    """Default OpenCL device index (``EMBER_OPENCL_DEVICE``)."""
+    return _int_env("EMBER_OPENCL_DEVICE", 0)
+
+
+def wgpu_adapter() -> int:
+    """Default WGPU adapter index (``EMBER_WGPU_ADAPTER``)."""
+    return _int_env("EMBER_WGPU_ADAPTER", 0)

@@ -1,0 +1,247 @@
+"""Tensor creation: from Python data, numpy, DLPack, and filled or ranged tensors."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .device import Device, check_dtype, device_arg
+from .dtypes import DType, as_dtype, bool_, default_float, default_int
+from .errors import DTypeError, ShapeError
+from .shapes import as_shape
+from .tensor import Tensor, make_tensor
+
+__all__ = [
+    "tensor", "asarray", "from_numpy", "from_dlpack", "zeros", "ones", "full", "empty",
+    "arange", "linspace", "eye", "zeros_like", "ones_like", "full_like", "empty_like",
+    "device_arg", "check_dtype",
+]  # fmt: skip
+
+
+def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    if requires_grad:
+        t.requires_grad_()
+    elif t._device.autodiff_enabled and t._dtype.kind == "f":
+        pass  # made on an autodiff device: may still be marked later with requires_grad_()
+    return t
+
+
+def _from_host(arr: np.ndarray, dtype: DType, device: Device, op: str) -> Tensor:
+    check_dtype(device, dtype, op)
+    arr = np.array(arr, dtype=dtype.numpy, copy=True, order="C")
+    return make_tensor(device.backend.from_numpy(arr), arr.shape, dtype, device)
+
+
+def _infer(data: Any) -> tuple[np.ndarray, DType]:
+    """numpy array and ember dtype for Python/numpy data (Python floats -> float32)."""
+    python_data = not isinstance(data, (np.ndarray, np.generic))
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"tensor: cannot convert {type(data).__name__} to a tensor: {exc}") from None
+    if arr.dtype == object or arr.dtype.kind in "USV":
+        raise DTypeError(
+            f"tensor: data of type {type(data).__name__} gives a numpy array of dtype "
+            f"{arr.dtype}; expected numbers or booleans (ragged nested lists are not tensors)"
+        )
+    if arr.dtype.kind == "c":
+        raise DTypeError("tensor: complex numbers are not supported by ember")
+    if python_data and arr.dtype == np.float64:
+        return arr, default_float()
+    if python_data and arr.dtype.kind == "i":
+        return arr, default_int()
+    return arr, as_dtype(arr.dtype, "data")
+
+
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new tensor holding a copy of ``data`` (nested lists, scalars, numpy arrays, tensors).
+
+    Python floats become float32 and ints int64 unless ``dtype`` says otherwise.
+
+    >>> import ember as em
+    >>> em.tensor([[1, 2], [3, 4]]).dtype
+    ember.int64
+    >>> em.tensor([0.5, 1.5], dtype=em.float64).tolist()
+    [0.5, 1.5]
+    """
+    if isinstance(data, Tensor):
+        dev = data._device if device is None else device_arg(device)
+        out = data.detach().to(dev.without_autodiff() if not dev.autodiff_enabled else dev)
+        out = out if dtype is None else out.astype(dtype)
+        out = make_tensor(out._data, out._shape, out._dtype, dev)
+        return _finish(out, requires_grad)
+    dev = device_arg(device)
+    arr, dt = _infer(data)
+    if dtype is not None:
+        dt = as_dtype(dtype)
+    return _finish(_from_host(arr, dt, dev, "tensor"), requires_grad)
+
+
+def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: bool | None = None) -> Tensor:
+    """Like :func:`tensor`, but returns ``obj`` itself when it already fits (Array API)."""
+    if isinstance(obj, Tensor):
+        out = obj
+        if device is not None:
+            out = out.to(device_arg(device))
+        if dtype is not None:
+            out = out.astype(dtype)
+        if copy and out is obj:
+            out = out.clone()
+        return out
+    return tensor(obj, dtype=dtype, device=device)
+
+
+def from_numpy(array: np.ndarray, device: Any = None) -> Tensor:
+    """A tensor with a copy of a numpy array's values, keeping its dtype."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
+    return tensor(array, device=device)
+
+
+def from_dlpack(obj: Any, device: Any = None) -> Tensor:
+    """A tensor from any object with ``__dlpack__`` (numpy, CuPy, PyTorch, another ember tensor)."""
+    if isinstance(obj, Tensor):
+        return obj if device is None else obj.to(device_arg(device))
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ method")
+    dev = device_arg(device)
+    handle = dev.backend.from_dlpack(obj)
+    arr_like = dev.backend.to_numpy(handle) if not hasattr(obj, "shape") else None
+    shape = tuple(int(s) for s in (obj.shape if arr_like is None else arr_like.shape))
+    dt = as_dtype(getattr(obj, "dtype", None) if arr_like is None else arr_like.dtype, "dtype")
+    return make_tensor(handle, shape, dt, dev)
+
+
+def _fill_dtype(value: Any) -> DType:
+    if isinstance(value, bool):
+        return bool_
+    if isinstance(value, int):
+        return default_int()
+    if isinstance(value, float):
+        return default_float()
+    raise TypeError(f"full: fill_value must be a bool, int or float, got {type(value).__name__}")
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A tensor of ``shape`` filled with ``fill_value``."""
+    shp = as_shape(shape, "shape", "full")
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    if isinstance(fill_value, np.generic):
+        fill_value = fill_value.item()
+    dt = _fill_dtype(fill_value) if dtype is None else as_dtype(dtype)
+    dev = device_arg(device)
+    check_dtype(dev, dt, "full")
+    if dt.kind == "f":
+        value: Any = float(fill_value)
+    elif dt.kind == "b":
+        value = bool(fill_value)
+    else:
+        if isinstance(fill_value, float) and not float(fill_value).is_integer():
+            raise DTypeError(f"full: fill_value {fill_value!r} is not an integer but dtype is {dt}")
+        value = int(fill_value)
+    out = make_tensor(dev.backend.full(shape=shp, value=value, dtype=dt), shp, dt, dev)
+    return _finish(out, requires_grad)
+
+
+def zeros(shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A tensor of zeros (float32 unless ``dtype`` says otherwise)."""
+    return full(shape, 0, dtype=default_float() if dtype is None else dtype, device=device, requires_grad=requires_grad)
+
+
+def ones(shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A tensor of ones (float32 unless ``dtype`` says otherwise)."""
+    return full(shape, 1, dtype=default_float() if dtype is None else dtype, device=device, requires_grad=requires_grad)
+
+
+def empty(shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A tensor whose values are unspecified (ember fills it with zeros)."""
+    return zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def _like(x: Tensor, dtype: Any, device: Any) -> tuple[DType, Device]:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"expected a Tensor, got {type(x).__name__}")
+    return (x._dtype if dtype is None else as_dtype(dtype)), (x._device if device is None else device_arg(device))
+
+
+def full_like(x: Tensor, fill_value: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    dt, dev = _like(x, dtype, device)
+    return full(x._shape, fill_value, dtype=dt, device=dev)
+
+
+def zeros_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
+    dt, dev = _like(x, dtype, device)
+    return full(x._shape, 0, dtype=dt, device=dev)
+
+
+def ones_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
+    dt, dev = _like(x, dtype, device)
+    return full(x._shape, 1, dtype=dt, device=dev)
+
+
+def empty_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
+    return zeros_like(x, dtype=dtype, device=device)
+
+
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None) -> Tensor:
+    """Values ``start, start + step, ...`` below ``stop`` (Array API semantics)."""
+    if stop is None:
+        start, stop = 0, start
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise TypeError(f"arange: {name} must be an int or float, got {v!r}")
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    size = max(0, math.ceil((stop - start) / step))
+    if dtype is None:
+        dt = default_float() if any(isinstance(v, float) for v in (start, stop, step)) else default_int()
+    else:
+        dt = as_dtype(dtype)
+    dev = device_arg(device)
+    check_dtype(dev, dt, "arange")
+    if dt.kind in "iu":
+        start, step = int(start), int(step)
+    else:
+        start, step = float(start), float(step)
+    return make_tensor(dev.backend.arange(start=start, step=step, size=size, dtype=dt), (size,), dt, dev)
+
+
+def linspace(
+    start: float, stop: float, num: int, dtype: Any = None, device: Any = None, endpoint: bool = True
+) -> Tensor:
+    """``num`` evenly spaced values from ``start`` to ``stop``."""
+    if not isinstance(num, int) or num < 0:
+        raise ValueError(f"linspace: num must be a non-negative int, got {num!r}")
+    dt = default_float() if dtype is None else as_dtype(dtype)
+    if dt.kind != "f":
+        raise DTypeError(f"linspace: dtype must be floating-point, got {dt}")
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else 0.0
+    idx = arange(num, dtype=dt, device=device)
+    out = idx * float(step) + float(start)
+    if endpoint and num > 1:
+        out = _set_last(out, float(stop))
+    return out
+
+
+def _set_last(x: Tensor, value: float) -> Tensor:
+    from .ops.elementwise import where
+
+    n = x._shape[0]
+    idx = arange(n, device=x._device)
+    return where(idx == n - 1, value, x)
+
+
+def eye(n_rows: int, n_cols: int | None = None, k: int = 0, dtype: Any = None, device: Any = None) -> Tensor:
+    """A 2-D tensor with ones on diagonal ``k`` and zeros elsewhere."""
+    if n_cols is None:
+        n_cols = n_rows
+    if n_rows < 0 or n_cols < 0:
+        raise ShapeError(f"eye: sizes must be >= 0, got {n_rows}x{n_cols}")
+    dt = default_float() if dtype is None else as_dtype(dtype)
+    rows = arange(n_rows, device=device).reshape((n_rows, 1))
+    cols = arange(n_cols, device=device).reshape((1, n_cols))
+    return (rows + k == cols).astype(dt)

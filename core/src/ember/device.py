@@ -1,0 +1,290 @@
+"""Devices: where a tensor lives and which backend plugin computes it.
+
+A :class:`Device` is a (kind, index) pair plus an autodiff flag. Devices are interned, so
+``Device("cpu") is Device.cpu()``. The autodiff flag is part of the device, as in Burn:
+tensors made on ``dev.autodiff()`` can record a graph, and both variants share one backend.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from . import config
+from .errors import DeviceMismatchError, DeviceUnavailableError, DTypeError
+
+if TYPE_CHECKING:
+    from .backend import Backend, Capabilities
+    from .dtypes import DType
+
+__all__ = ["Device", "common_device", "device_arg", "check_dtype"]
+
+
+class _ImplTable(dict):
+    """op name -> native implementation (or None), filled on first use of each op."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: _DeviceState) -> None:
+        super().__init__()
+        self.state = state
+
+    def __missing__(self, name: str) -> Any:
+        from .dispatch import KERNELS
+
+        backend = self.state.backend
+        kernel = KERNELS.get((name, self.state.kind))
+        impl = functools.partial(kernel, backend) if kernel is not None else backend.implementation(name)
+        self[name] = impl
+        return impl
+
+
+class _DeviceState:
+    """What the plain and the autodiff variant of one device share: the backend instance."""
+
+    __slots__ = ("kind", "index", "_backend", "impls")
+
+    def __init__(self, kind: str, index: int) -> None:
+        self.kind = kind
+        self.index = index
+        self._backend: Backend | None = None
+        self.impls = _ImplTable(self)
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            from .plugins import get_registry
+
+            backend_cls = get_registry().backend_class(self.kind)
+            count = backend_cls.device_count()
+            if not 0 <= self.index < count:
+                raise DeviceUnavailableError(
+                    f"{self.kind}:{self.index} does not exist: the {self.kind} backend found "
+                    f"{count} device(s) (indices 0..{count - 1}). Run `ember devices` to list them."
+                )
+            self._backend = backend_cls(Device(self.kind, self.index))
+        return self._backend
+
+
+_INTERNED: dict[tuple[str, int, bool], Device] = {}
+_STATES: dict[tuple[str, int], _DeviceState] = {}
+_REMOTE_ADDRESSES: list[str] = []
+
+
+def _parse(spec: str) -> tuple[str, int | None]:
+    text = spec.strip().lower()
+    if not text:
+        raise ValueError("Device(''): expected a device spec such as 'cpu', 'cuda:0' or 'opencl:1'")
+    kind, sep, idx = text.partition(":")
+    if not kind.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"Device({spec!r}): the kind must be a name such as 'cpu' or 'opencl'")
+    if not sep:
+        return kind, None
+    try:
+        index = int(idx)
+    except ValueError:
+        raise ValueError(f"Device({spec!r}): the part after ':' must be a device index, e.g. '{kind}:0'") from None
+    if index < 0:
+        raise ValueError(f"Device({spec!r}): the device index must be >= 0")
+    return kind, index
+
+
+def _default_index(kind: str) -> int:
+    if kind == "opencl":
+        return config.opencl_device()
+    if kind == "wgpu":
+        return config.wgpu_adapter()
+    return 0
+
+
+class Device:
+    """A compute device, e.g. ``Device("cpu")``, ``Device("opencl:1")``, ``Device.cuda(0)``.
+
+    >>> import ember as em
+    >>> em.Device("cpu:0") is em.Device.cpu()
+    True
+    >>> em.Device.cpu().autodiff()
+    Device('cpu:0', autodiff=True)
+    """
+
+    __slots__ = ("kind", "index", "autodiff_enabled", "_state", "_impls", "__weakref__")
+
+    kind: str
+    index: int
+    autodiff_enabled: bool
+
+    def __new__(cls, spec: str | Device = "cpu", index: int | None = None, *, autodiff: bool = False) -> Device:
+        if isinstance(spec, Device):
+            if index is None and not autodiff:
+                return spec
+            kind, parsed = spec.kind, spec.index
+            autodiff = autodiff or spec.autodiff_enabled
+        elif isinstance(spec, str):
+            kind, parsed = _parse(spec)
+        else:
+            raise TypeError(f"Device(spec={spec!r}): expected a string such as 'cpu' or 'opencl:0', or a Device")
+        if index is not None and parsed is not None and index != parsed:
+            raise ValueError(f"Device({spec!r}, index={index}): two different indices given")
+        idx = index if index is not None else parsed
+        if idx is None:
+            idx = _default_index(kind)
+        key = (kind, int(idx), bool(autodiff))
+        found = _INTERNED.get(key)
+        if found is not None:
+            return found
+        self = object.__new__(cls)
+        self.kind, self.index, self.autodiff_enabled = key
+        state = _STATES.get(key[:2])
+        if state is None:
+            state = _STATES[key[:2]] = _DeviceState(kind, key[1])
+        self._state = state
+        self._impls = state.impls
+        _INTERNED[key] = self
+        return self
+
+    # -- constructors --------------------------------------------------------------------
+    @staticmethod
+    def cpu() -> Device:
+        """The host CPU (the ``ember-cpu`` numpy backend)."""
+        return Device("cpu", 0)
+
+    @staticmethod
+    def cuda(index: int = 0) -> Device:
+        """CUDA GPU ``index`` (the ``ember-cuda`` plugin)."""
+        return Device("cuda", index)
+
+    @staticmethod
+    def opencl(index: int | None = None) -> Device:
+        """OpenCL device ``index`` (default ``EMBER_OPENCL_DEVICE`` or 0)."""
+        return Device("opencl", index)
+
+    @staticmethod
+    def wgpu(index: int | None = None) -> Device:
+        """WebGPU adapter ``index`` (default ``EMBER_WGPU_ADAPTER`` or 0)."""
+        return Device("wgpu", index)
+
+    @staticmethod
+    def remote(address: str) -> Device:
+        """A device served by an ember remote server at ``address`` (the ``ember-remote`` plugin)."""
+        if address not in _REMOTE_ADDRESSES:
+            _REMOTE_ADDRESSES.append(address)
+        return Device("remote", _REMOTE_ADDRESSES.index(address))
+
+    @staticmethod
+    def default() -> Device:
+        """The device named by ``EMBER_DEVICE``, else ``cpu``."""
+        return Device(config.default_device())
+
+    @staticmethod
+    def available() -> list[Device]:
+        """Every device of every backend that loads on this machine."""
+        from .plugins import get_registry
+
+        return get_registry().available_devices()
+
+    # -- variants ------------------------------------------------------------------------
+    def autodiff(self) -> Device:
+        """The same device with autodiff on: tensors made here can record gradients."""
+        return Device(self.kind, self.index, autodiff=True)
+
+    def without_autodiff(self) -> Device:
+        """The same device with autodiff off (for inference)."""
+        return Device(self.kind, self.index, autodiff=False)
+
+    # -- backend access ------------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        """The backend instance that computes on this device (loaded on first use)."""
+        return self._state.backend
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend supports: dtypes, native ops, fusion, graph replay."""
+        return self.backend.capabilities
+
+    def synchronize(self) -> None:
+        """Wait until all work queued on this device has finished."""
+        self.backend.synchronize()
+
+    def memory_stats(self) -> dict[str, Any]:
+        """Memory reserved and in use, with peaks, as reported by the backend."""
+        return self.backend.memory_stats()
+
+    def describe(self) -> dict[str, Any]:
+        """Name, vendor, memory and feature flags of this device."""
+        return type(self.backend).describe(self.index)
+
+    @property
+    def address(self) -> str | None:
+        """For a remote device, the server address; otherwise None."""
+        if self.kind == "remote" and self.index < len(_REMOTE_ADDRESSES):
+            return _REMOTE_ADDRESSES[self.index]
+        return None
+
+    # -- identity ------------------------------------------------------------------------
+    def same_hardware(self, other: Device) -> bool:
+        """True if both name the same physical device (the autodiff flag aside)."""
+        return self._state is other._state
+
+    def __repr__(self) -> str:
+        extra = ", autodiff=True" if self.autodiff_enabled else ""
+        return f"Device('{self.kind}:{self.index}'{extra})"
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.index}" + ("+autodiff" if self.autodiff_enabled else "")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Device, (self.kind, self.index), {"autodiff": self.autodiff_enabled})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # pragma: no cover - interned
+        pass
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = Device(other)
+            except (ValueError, TypeError):
+                return False
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.index, self.autodiff_enabled))
+
+
+def common_device(op: str, devices: list[Device]) -> Device:
+    """The one physical device all inputs live on (autodiff if any is); else a clear error."""
+    first = devices[0]
+    result = first
+    for dev in devices[1:]:
+        if dev is result:
+            continue
+        if dev._state is not first._state:
+            raise DeviceMismatchError(
+                f"{op}: tensors on different devices ({first.kind}:{first.index} and "
+                f"{dev.kind}:{dev.index}) cannot be combined. Move one with "
+                f"`.to({str(Device(dev.kind, dev.index))!r})` or "
+                f"`.to({str(Device(first.kind, first.index))!r})`."
+            )
+        if dev.autodiff_enabled:
+            result = dev
+    return result
+
+
+def device_arg(device: Any) -> Device:
+    """``None`` -> the default device; a string or Device -> that Device."""
+    if device is None:
+        return Device.default()
+    if type(device) is Device:
+        return device
+    return Device(device)
+
+
+def check_dtype(device: Device, dtype: DType, op: str) -> None:
+    """Raise a DTypeError naming the device and its reason if it cannot hold ``dtype``."""
+    backend = device.backend
+    if dtype not in backend.supported_dtypes:
+        reason = backend.unsupported_dtype_reasons.get(dtype.name, f"the {backend.name} backend does not support it")
+        raise DTypeError(
+            f"{op}: {device.kind}:{device.index} cannot hold {dtype} tensors ({reason}). "
+            f"Use a supported dtype, e.g. float32."
+        )

@@ -1,0 +1,288 @@
+"""Data types and type promotion (Python Array API rules, Python scalars weakly typed).
+
+Promotion between two tensors follows the Array API table. Mixed kinds (bool with numbers,
+integers with floats) and ``uint64`` with a signed integer are left undefined by the
+standard; ember raises :class:`~ember.errors.DTypeError` for them and says how to cast.
+``bfloat16`` is not in the standard; it promotes like PyTorch (with ``float16`` to
+``float32``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import DTypeError
+
+__all__ = [
+    "DType",
+    "bool_",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "ALL_DTYPES",
+    "as_dtype",
+    "result_type",
+    "promote_types",
+    "scalar_dtype",
+    "finfo",
+    "iinfo",
+    "is_floating",
+    "is_integer",
+    "can_cast",
+    "default_float",
+    "default_int",
+]
+
+
+class DType:
+    """One element type. Compare with ``is`` or ``==``; ``str(dt)`` is its name."""
+
+    __slots__ = ("name", "kind", "bits", "_np")
+
+    def __init__(self, name: str, kind: str, bits: int) -> None:
+        self.name = name
+        self.kind = kind  # "b" bool, "i" signed int, "u" unsigned int, "f" float
+        self.bits = bits
+        self._np: Any = None
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return max(1, self.bits // 8)
+
+    @property
+    def is_floating(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in "iu"
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind in "if"
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The numpy dtype that holds this type (bfloat16 through ``ml_dtypes``)."""
+        if self._np is None:
+            if self.name == "bfloat16":
+                try:
+                    import ml_dtypes
+                except ImportError:
+                    raise DTypeError("bfloat16 on numpy needs the ml_dtypes package: pip install ml_dtypes") from None
+                self._np = np.dtype(ml_dtypes.bfloat16)
+            else:
+                self._np = np.dtype("bool" if self.name == "bool" else self.name)
+        return self._np
+
+    def __repr__(self) -> str:
+        return f"ember.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __reduce__(self) -> str:
+        return self.name if self.name != "bool" else "bool_"
+
+
+bool_ = DType("bool", "b", 8)
+int8 = DType("int8", "i", 8)
+int16 = DType("int16", "i", 16)
+int32 = DType("int32", "i", 32)
+int64 = DType("int64", "i", 64)
+uint8 = DType("uint8", "u", 8)
+uint16 = DType("uint16", "u", 16)
+uint32 = DType("uint32", "u", 32)
+uint64 = DType("uint64", "u", 64)
+float16 = DType("float16", "f", 16)
+bfloat16 = DType("bfloat16", "f", 16)
+float32 = DType("float32", "f", 32)
+float64 = DType("float64", "f", 64)
+
+ALL_DTYPES: tuple[DType, ...] = (
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+    float16, bfloat16, float32, float64,
+)  # fmt: skip
+
+_BY_NAME = {dt.name: dt for dt in ALL_DTYPES}
+_BY_NAME["bool_"] = bool_
+_SIGNED = {8: int8, 16: int16, 32: int32, 64: int64}
+_UNSIGNED = {8: uint8, 16: uint16, 32: uint32, 64: uint64}
+
+
+def default_float() -> DType:
+    """The dtype of float tensors made without an explicit dtype."""
+    return float32
+
+
+def default_int() -> DType:
+    """The dtype of integer tensors made without an explicit dtype."""
+    return int64
+
+
+def as_dtype(value: Any, argument: str = "dtype") -> DType:
+    """Turn a DType, a name (``"float32"``), a numpy dtype or a Python type into a DType."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        found = _BY_NAME.get(value)
+        if found is not None:
+            return found
+    elif value is bool:
+        return bool_
+    elif value is int:
+        return default_int()
+    elif value is float:
+        return default_float()
+    else:
+        try:
+            npdt = np.dtype(value)
+        except TypeError:
+            npdt = None
+        if npdt is not None:
+            name = "bool" if npdt == np.bool_ else npdt.name
+            found = _BY_NAME.get(name)
+            if found is not None:
+                return found
+    names = ", ".join(dt.name for dt in ALL_DTYPES)
+    raise DTypeError(f"{argument}={value!r} is not an ember dtype; expected one of: {names}")
+
+
+def _promote(a: DType, b: DType) -> DType | None:
+    if a is b:
+        return a
+    ka, kb = a.kind, b.kind
+    if ka == "b" or kb == "b":
+        return None
+    if ka == "f" and kb == "f":
+        if a.bits == b.bits:  # float16 with bfloat16
+            return float32
+        return a if a.bits > b.bits else b
+    if ka == "f" or kb == "f":
+        return None
+    if ka == kb:
+        return a if a.bits >= b.bits else b
+    u, s = (a, b) if ka == "u" else (b, a)
+    if s.bits > u.bits:
+        return s
+    if u.bits == 64:
+        return None
+    return _SIGNED[u.bits * 2]
+
+
+_PROMOTE: dict[tuple[DType, DType], DType | None] = {(a, b): _promote(a, b) for a in ALL_DTYPES for b in ALL_DTYPES}
+
+
+def _why_undefined(a: DType, b: DType) -> str:
+    if a.kind == "b" or b.kind == "b":
+        return "booleans combine only with booleans"
+    if "f" in (a.kind, b.kind):
+        return "integer and floating-point tensors do not mix"
+    return "uint64 has no signed type wide enough to hold both"
+
+
+def promote_types(a: DType, b: DType, op: str = "op") -> DType:
+    """The Array API result dtype of two tensor dtypes; raise for undefined pairs."""
+    found = _PROMOTE[a, b]
+    if found is None:
+        target = b if a.kind in "bi" and b.kind == "f" else a if b.kind in "bi" else b
+        raise DTypeError(
+            f"{op}: cannot combine {a} and {b} tensors: {_why_undefined(a, b)} under the "
+            f"Array API promotion rules. Cast one explicitly, e.g. x.astype(ember.{target})."
+        )
+    return found
+
+
+def scalar_dtype(tensor_dtype: DType, value: Any, op: str = "op") -> DType:
+    """Dtype that results from ``tensor op scalar`` with a weakly typed Python scalar."""
+    kind = tensor_dtype.kind
+    if isinstance(value, bool):
+        if kind == "b" or kind in "iuf":
+            return tensor_dtype
+    elif isinstance(value, int):
+        if kind in "iuf":
+            return tensor_dtype
+    elif isinstance(value, float):
+        if kind == "f":
+            return tensor_dtype
+    else:
+        raise DTypeError(f"{op}: expected a Tensor or a Python scalar, got {type(value).__name__}")
+    hint = "x.astype(ember.float32)" if isinstance(value, float) else "x.astype(ember.int64)"
+    raise DTypeError(
+        f"{op}: cannot combine a {tensor_dtype} tensor with the Python "
+        f"{type(value).__name__} {value!r}; the Array API leaves this mix undefined. "
+        f"Cast explicitly, e.g. {hint}."
+    )
+
+
+def result_type(*args: Any) -> DType:
+    """Array API ``result_type`` over dtypes and tensors (anything with ``.dtype``)."""
+    dts = [a if isinstance(a, DType) else as_dtype(getattr(a, "dtype", a)) for a in args]
+    if not dts:
+        raise DTypeError("result_type: at least one dtype or tensor is required")
+    out = dts[0]
+    for dt in dts[1:]:
+        out = promote_types(out, dt, "result_type")
+    return out
+
+
+def is_floating(dtype: DType) -> bool:
+    return dtype.kind == "f"
+
+
+def is_integer(dtype: DType) -> bool:
+    return dtype.kind in "iu"
+
+
+def can_cast(from_: DType, to: DType) -> bool:
+    """Whether promotion alone would turn ``from_`` into ``to`` (Array API ``can_cast``)."""
+    return _PROMOTE.get((from_, to)) is to
+
+
+class finfo:
+    """Machine limits of a floating-point dtype (``bits, eps, max, min, smallest_normal``)."""
+
+    def __init__(self, dtype: Any) -> None:
+        dt = as_dtype(getattr(dtype, "dtype", dtype))
+        if dt.kind != "f":
+            raise DTypeError(f"finfo: expected a floating-point dtype, got {dt}")
+        info = np.finfo(dt.numpy)
+        self.dtype = dt
+        self.bits = dt.bits
+        self.eps = float(info.eps)
+        self.max = float(info.max)
+        self.min = float(info.min)
+        self.smallest_normal = float(info.smallest_normal)
+        self.tiny = self.smallest_normal
+
+    def __repr__(self) -> str:
+        return f"finfo(dtype={self.dtype}, eps={self.eps}, max={self.max})"
+
+
+class iinfo:
+    """Machine limits of an integer dtype (``bits, max, min``)."""
+
+    def __init__(self, dtype: Any) -> None:
+        dt = as_dtype(getattr(dtype, "dtype", dtype))
+        if dt.kind not in "iu":
+            raise DTypeError(f"iinfo: expected an integer dtype, got {dt}")
+        info = np.iinfo(dt.numpy)
+        self.dtype = dt
+        self.bits = dt.bits
+        self.max = int(info.max)
+        self.min = int(info.min)
+
+    def __repr__(self) -> str:
+        return f"iinfo(dtype={self.dtype}, min={self.min}, max={self.max})"

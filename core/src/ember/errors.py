@@ -1,0 +1,56 @@
+"""Ember's one error hierarchy.
+
+Every error ember raises derives from :class:`EmberError` and from the built-in it
+resembles, so ``except ValueError`` keeps working for callers who do not know ember.
+Messages name the op, the argument, the dtype or device, and what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EmberError",
+    "DeviceMismatchError",
+    "DeviceUnavailableError",
+    "DTypeError",
+    "ShapeError",
+    "PluginError",
+    "NotImplementedOpError",
+    "AutodiffError",
+    "CheckpointError",
+]
+
+
+class EmberError(Exception):
+    """Base class of every error raised by ember."""
+
+
+class DeviceMismatchError(EmberError, ValueError):
+    """Tensors on different devices met in one op."""
+
+
+class DeviceUnavailableError(EmberError, RuntimeError):
+    """A device was requested that no installed, working plugin provides."""
+
+
+class DTypeError(EmberError, TypeError):
+    """A dtype is not accepted by an op, or two dtypes have no defined promotion."""
+
+
+class ShapeError(EmberError, ValueError):
+    """Shapes do not fit the op (broadcasting, matmul, reshape, axes)."""
+
+
+class PluginError(EmberError, RuntimeError):
+    """A plugin failed to import or registered something malformed."""
+
+
+class NotImplementedOpError(EmberError, NotImplementedError):
+    """A backend lacks an op that has no composite definition."""
+
+
+class AutodiffError(EmberError, RuntimeError):
+    """A gradient was asked for where none can be computed."""
+
+
+class CheckpointError(EmberError, ValueError):
+    """A checkpoint or model file is malformed, truncated or of an unknown version."""

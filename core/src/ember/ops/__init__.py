@@ -1,0 +1,1 @@
+"""Op definitions by family; each module registers its ops with :mod:`ember.dispatch`."""

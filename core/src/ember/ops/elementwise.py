@@ -1,0 +1,740 @@
+"""Elementwise ops: each op's dtype rule, definition and gradient rule side by side.
+
+Public functions carry the Array API names (``negative``, ``subtract``...); the dispatch
+names are the short primitive names of DESIGN.md (``neg``, ``sub``...). Python scalars are
+weakly typed; tensor dtypes promote by the Array API table.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..autodiff.graph import Node
+from ..autodiff.mode import _STATE as _GRAD
+from ..device import common_device
+from ..dispatch import OPS, Op, apply, define
+from ..dtypes import (
+    ALL_DTYPES,
+    DType,
+    bool_,
+    iinfo,
+    promote_types,
+    scalar_dtype,
+)
+from ..errors import DTypeError
+from ..shapes import broadcast_shapes
+from ..tensor import Tensor, make_tensor
+
+__all__ = [
+    "add", "subtract", "multiply", "divide", "floor_divide", "remainder", "pow",
+    "maximum", "minimum", "atan2", "hypot", "logaddexp",
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+    "logical_and", "logical_or", "logical_xor", "logical_not",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_invert",
+    "bitwise_left_shift", "bitwise_right_shift",
+    "negative", "positive", "abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log10",
+    "log1p", "sqrt", "rsqrt", "square", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round",
+    "trunc", "reciprocal", "isnan", "isinf", "isfinite", "clip", "where", "astype_op",
+]  # fmt: skip
+
+# dtype categories, as in the Array API
+BOOL = frozenset([bool_])
+INT = frozenset(d for d in ALL_DTYPES if d.kind in "iu")
+FLOAT = frozenset(d for d in ALL_DTYPES if d.kind == "f")
+NUMERIC = INT | FLOAT
+INT_OR_BOOL = INT | BOOL
+ANY = frozenset(ALL_DTYPES)
+_CATEGORY = {BOOL: "boolean", INT: "integer", FLOAT: "floating-point", NUMERIC: "numeric",
+             INT_OR_BOOL: "integer or boolean", ANY: "any"}  # fmt: skip
+
+#: op name -> (accepted dtypes, result is bool)
+RULES: dict[str, tuple[frozenset[DType], bool]] = {}
+
+
+def _needs(t: Any) -> bool:
+    """Whether ``t`` is a tensor whose gradient is wanted."""
+    return type(t) is Tensor and t._rg
+
+
+def _reject(op: str, accepts: frozenset[DType], dtype: DType) -> DTypeError:
+    hint = ""
+    if accepts is FLOAT and dtype.kind in "iub":
+        hint = " Cast first, e.g. x.astype(ember.float32)."
+    return DTypeError(f"{op}: expected a {_CATEGORY[accepts]} tensor, got {dtype}.{hint}")
+
+
+def _tensor_arg(x: Any, op: str, like: Tensor | None = None) -> Tensor:
+    if type(x) is Tensor or isinstance(x, Tensor):
+        return x
+    from ..creation import asarray
+
+    if like is not None:
+        return asarray(x, device=like._device)
+    return asarray(x)
+
+
+def _scalar_value(value: Any, dtype: DType, op: str) -> Any:
+    """Check a Python scalar fits ``dtype`` and convert it to the Python type backends expect."""
+    kind = dtype.kind
+    if kind == "f":
+        return float(value)
+    if kind == "b":
+        return bool(value)
+    v = int(value)
+    info = iinfo(dtype)
+    if not info.min <= v <= info.max:
+        raise DTypeError(
+            f"{op}: the Python int {v} does not fit in {dtype} (range {info.min}..{info.max}); "
+            f"cast the tensor to a wider dtype first"
+        )
+    return v
+
+
+# -- unary -------------------------------------------------------------------------------
+
+
+def unary_op(
+    name: str,
+    accepts: frozenset[DType],
+    *,
+    vjp: Any = None,
+    composite: Any = None,
+    bool_out: bool = False,
+    differentiable: bool = True,
+) -> Op:
+    """Define an elementwise unary op with its dtype rule."""
+    op = define(
+        name, primitive=composite is None, composite=composite, vjp=vjp, differentiable=differentiable and not bool_out
+    )
+    RULES[name] = (accepts, bool_out)
+    return op
+
+
+def _unary(op: Op, x: Any) -> Tensor:
+    if type(x) is not Tensor:
+        x = _tensor_arg(x, op.name)
+    accepts, bool_out = RULES[op.name]
+    dt = x._dtype
+    if dt not in accepts:
+        raise _reject(op.name, accepts, dt)
+    return apply(op, (x,), {}, x._shape, bool_ if bool_out else dt)
+
+
+def _zero_grad(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
+    return (None,)
+
+
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+NEG = unary_op("neg", NUMERIC, vjp=lambda g, y, x: (-g,))
+ABS = unary_op("abs", NUMERIC, vjp=lambda g, y, x: (g * sign(x),))
+SIGN = unary_op("sign", NUMERIC, vjp=_zero_grad)
+EXP = unary_op("exp", FLOAT, vjp=lambda g, y, x: (g * y,))
+LOG = unary_op("log", FLOAT, vjp=lambda g, y, x: (g / x,))
+SQRT = unary_op("sqrt", FLOAT, vjp=lambda g, y, x: (g * 0.5 / y,))
+RSQRT = unary_op("rsqrt", FLOAT, vjp=lambda g, y, x: (g * -0.5 * y * y * y,))
+SIN = unary_op("sin", FLOAT, vjp=lambda g, y, x: (g * cos(x),))
+COS = unary_op("cos", FLOAT, vjp=lambda g, y, x: (-g * sin(x),))
+TANH = unary_op("tanh", FLOAT, vjp=lambda g, y, x: (g * (1 - y * y),))
+ERF = unary_op("erf", FLOAT, vjp=lambda g, y, x: (g * _TWO_OVER_SQRT_PI * exp(-(x * x)),))
+FLOOR = unary_op("floor", NUMERIC, vjp=_zero_grad)
+CEIL = unary_op("ceil", NUMERIC, vjp=_zero_grad)
+ROUND = unary_op("round", NUMERIC, vjp=_zero_grad)
+TRUNC = unary_op("trunc", NUMERIC, vjp=_zero_grad)
+RECIPROCAL = unary_op("reciprocal", FLOAT, vjp=lambda g, y, x: (-g * y * y,))
+ISNAN = unary_op("isnan", NUMERIC, bool_out=True)
+ISINF = unary_op("isinf", NUMERIC, bool_out=True)
+LOGICAL_NOT = unary_op("logical_not", BOOL, bool_out=True)
+BITWISE_NOT = unary_op("bitwise_not", INT_OR_BOOL, differentiable=False)
+
+
+def negative(x: Any) -> Tensor:
+    """Elementwise ``-x``."""
+    return _unary(NEG, x)
+
+
+def positive(x: Any) -> Tensor:
+    """Elementwise ``+x`` (returns ``x``)."""
+    x = _tensor_arg(x, "positive")
+    if x._dtype not in NUMERIC:
+        raise _reject("positive", NUMERIC, x._dtype)
+    return x
+
+
+def abs(x: Any) -> Tensor:
+    """Elementwise absolute value."""
+    return _unary(ABS, x)
+
+
+def sign(x: Any) -> Tensor:
+    """Elementwise -1, 0 or 1 (NaN stays NaN)."""
+    return _unary(SIGN, x)
+
+
+def exp(x: Any) -> Tensor:
+    """Elementwise e ** x."""
+    return _unary(EXP, x)
+
+
+def log(x: Any) -> Tensor:
+    """Elementwise natural logarithm."""
+    return _unary(LOG, x)
+
+
+def sqrt(x: Any) -> Tensor:
+    """Elementwise square root."""
+    return _unary(SQRT, x)
+
+
+def rsqrt(x: Any) -> Tensor:
+    """Elementwise 1 / sqrt(x)."""
+    return _unary(RSQRT, x)
+
+
+def sin(x: Any) -> Tensor:
+    return _unary(SIN, x)
+
+
+def cos(x: Any) -> Tensor:
+    return _unary(COS, x)
+
+
+def tanh(x: Any) -> Tensor:
+    return _unary(TANH, x)
+
+
+def erf(x: Any) -> Tensor:
+    """Elementwise Gauss error function."""
+    return _unary(ERF, x)
+
+
+def floor(x: Any) -> Tensor:
+    return _unary(FLOOR, x)
+
+
+def ceil(x: Any) -> Tensor:
+    return _unary(CEIL, x)
+
+
+def round(x: Any) -> Tensor:
+    """Round half to even, elementwise."""
+    return _unary(ROUND, x)
+
+
+def trunc(x: Any) -> Tensor:
+    return _unary(TRUNC, x)
+
+
+def reciprocal(x: Any) -> Tensor:
+    return _unary(RECIPROCAL, x)
+
+
+def isnan(x: Any) -> Tensor:
+    return _unary(ISNAN, x)
+
+
+def isinf(x: Any) -> Tensor:
+    return _unary(ISINF, x)
+
+
+def logical_not(x: Any) -> Tensor:
+    return _unary(LOGICAL_NOT, x)
+
+
+def bitwise_invert(x: Any) -> Tensor:
+    """Elementwise ``~x`` (logical not for booleans)."""
+    return _unary(BITWISE_NOT, x)
+
+
+# composite unary ops: defined in terms of the primitives, each with its own gradient rule
+def _expm1(x: Tensor) -> Tensor:
+    u = exp(x)
+    um1 = u - 1
+    # Kahan's trick keeps relative accuracy where exp(x) rounds to 1
+    return where(u == 1, x, where(um1 == -1, -1.0, um1 * x / log(u)))
+
+
+def _log1p(x: Tensor) -> Tensor:
+    u = 1 + x
+    return where(u == 1, x, log(u) * x / (u - 1))
+
+
+def _asinh(x: Tensor) -> Tensor:
+    a = abs(x)
+    return sign(x) * log1p(a + a * a / (1 + sqrt(1 + a * a)))
+
+
+EXP2 = unary_op("exp2", FLOAT, composite=lambda x: exp(x * _LN2), vjp=lambda g, y, x: (g * y * _LN2,))
+EXPM1 = unary_op("expm1", FLOAT, composite=_expm1, vjp=lambda g, y, x: (g * (y + 1),))
+LOG2 = unary_op("log2", FLOAT, composite=lambda x: log(x) / _LN2, vjp=lambda g, y, x: (g / (x * _LN2),))
+LOG10 = unary_op("log10", FLOAT, composite=lambda x: log(x) / _LN10, vjp=lambda g, y, x: (g / (x * _LN10),))
+LOG1P = unary_op("log1p", FLOAT, composite=_log1p, vjp=lambda g, y, x: (g / (1 + x),))
+SQUARE = unary_op("square", NUMERIC, composite=lambda x: x * x, vjp=lambda g, y, x: (g * 2 * x,))
+TAN = unary_op("tan", FLOAT, composite=lambda x: sin(x) / cos(x), vjp=lambda g, y, x: (g * (1 + y * y),))
+ASIN = unary_op(
+    "asin",
+    FLOAT,
+    composite=lambda x: atan2(x, sqrt((1 - x) * (1 + x))),
+    vjp=lambda g, y, x: (g * rsqrt((1 - x) * (1 + x)),),
+)
+ACOS = unary_op(
+    "acos",
+    FLOAT,
+    composite=lambda x: atan2(sqrt((1 - x) * (1 + x)), x),
+    vjp=lambda g, y, x: (-g * rsqrt((1 - x) * (1 + x)),),
+)
+ATAN = unary_op(
+    "atan", FLOAT, composite=lambda x: atan2(x, ones_like_scalar(x, 1.0)), vjp=lambda g, y, x: (g / (1 + x * x),)
+)
+SINH = unary_op("sinh", FLOAT, composite=lambda x: (expm1(x) - expm1(-x)) * 0.5, vjp=lambda g, y, x: (g * cosh(x),))
+COSH = unary_op("cosh", FLOAT, composite=lambda x: (exp(x) + exp(-x)) * 0.5, vjp=lambda g, y, x: (g * sinh(x),))
+ASINH = unary_op("asinh", FLOAT, composite=_asinh, vjp=lambda g, y, x: (g * rsqrt(x * x + 1),))
+ACOSH = unary_op(
+    "acosh",
+    FLOAT,
+    composite=lambda x: log(x + sqrt((x - 1) * (x + 1))),
+    vjp=lambda g, y, x: (g * rsqrt((x - 1) * (x + 1)),),
+)
+ATANH = unary_op(
+    "atanh", FLOAT, composite=lambda x: 0.5 * log1p(2 * x / (1 - x)), vjp=lambda g, y, x: (g / ((1 - x) * (1 + x)),)
+)
+ISFINITE = unary_op("isfinite", NUMERIC, composite=lambda x: logical_not(isnan(x) | isinf(x)), bool_out=True)
+
+
+def ones_like_scalar(x: Tensor, value: float) -> Tensor:
+    """A tensor of ``x``'s shape, dtype and device filled with ``value``."""
+    from ..creation import full_like
+
+    return full_like(x, value)
+
+
+def exp2(x: Any) -> Tensor:
+    return _unary(EXP2, x)
+
+
+def expm1(x: Any) -> Tensor:
+    """exp(x) - 1, accurate for small x."""
+    return _unary(EXPM1, x)
+
+
+def log2(x: Any) -> Tensor:
+    return _unary(LOG2, x)
+
+
+def log10(x: Any) -> Tensor:
+    return _unary(LOG10, x)
+
+
+def log1p(x: Any) -> Tensor:
+    """log(1 + x), accurate for small x."""
+    return _unary(LOG1P, x)
+
+
+def square(x: Any) -> Tensor:
+    return _unary(SQUARE, x)
+
+
+def tan(x: Any) -> Tensor:
+    return _unary(TAN, x)
+
+
+def asin(x: Any) -> Tensor:
+    return _unary(ASIN, x)
+
+
+def acos(x: Any) -> Tensor:
+    return _unary(ACOS, x)
+
+
+def atan(x: Any) -> Tensor:
+    return _unary(ATAN, x)
+
+
+def sinh(x: Any) -> Tensor:
+    return _unary(SINH, x)
+
+
+def cosh(x: Any) -> Tensor:
+    return _unary(COSH, x)
+
+
+def asinh(x: Any) -> Tensor:
+    return _unary(ASINH, x)
+
+
+def acosh(x: Any) -> Tensor:
+    return _unary(ACOSH, x)
+
+
+def atanh(x: Any) -> Tensor:
+    return _unary(ATANH, x)
+
+
+def isfinite(x: Any) -> Tensor:
+    return _unary(ISFINITE, x)
+
+
+# -- binary ------------------------------------------------------------------------------
+
+#: ops whose operands may be swapped, and the op to use when they are
+_SWAPPED = {
+    "add": "add", "mul": "mul", "maximum": "maximum", "minimum": "minimum", "eq": "eq",
+    "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "logical_and": "logical_and",
+    "logical_or": "logical_or", "logical_xor": "logical_xor", "bitwise_and": "bitwise_and",
+    "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+}  # fmt: skip
+
+
+def binary_op(
+    name: str, accepts: frozenset[DType], *, vjp: Any = None, composite: Any = None, bool_out: bool = False
+) -> Op:
+    """Define an elementwise binary op with its dtype rule."""
+    op = define(
+        name,
+        primitive=composite is None,
+        composite=composite,
+        vjp=vjp,
+        differentiable=vjp is not None or (composite is not None and not bool_out),
+    )
+    RULES[name] = (accepts, bool_out)
+    return op
+
+
+def _binary(op: Op, a: Any, b: Any) -> Tensor:
+    """The hot path: promote, broadcast, dispatch, record; ``b`` may stay a Python scalar."""
+    if type(a) is Tensor:
+        if type(b) is Tensor:
+            dt = a._dtype
+            if b._dtype is not dt:
+                dt = promote_types(dt, b._dtype, op.name)
+                if a._dtype is not dt:
+                    a = a.astype(dt)
+                if b._dtype is not dt:
+                    b = b.astype(dt)
+            sa = a._shape
+            shape = sa if sa == b._shape else broadcast_shapes(sa, b._shape, op=op.name)
+            dev = a._device
+            if b._device is not dev:
+                dev = common_device(op.name, [dev, b._device])
+            bdata = b._data
+            inputs: tuple[Tensor, ...] = (a, b)
+            params: dict[str, Any] = {}
+            wants = a._rg or b._rg
+        elif isinstance(b, (int, float)):
+            dt = scalar_dtype(a._dtype, b, op.name)
+            bdata = _scalar_value(b, dt, op.name)
+            shape = a._shape
+            dev = a._device
+            inputs = (a,)
+            params = {"b": bdata}
+            wants = a._rg
+        else:
+            return _binary(op, a, _tensor_arg(b, op.name, a))
+    elif type(b) is Tensor:
+        if isinstance(a, (int, float)):
+            swapped = _SWAPPED.get(op.name)
+            if swapped is not None:
+                return _binary(OPS[swapped], b, a)
+            from ..creation import full
+
+            dt = scalar_dtype(b._dtype, a, op.name)
+            a = full((), _scalar_value(a, dt, op.name), dtype=dt, device=b._device)
+        else:
+            a = _tensor_arg(a, op.name, b)
+        return _binary(op, a, b)
+    else:
+        a = _tensor_arg(a, op.name)
+        return _binary(op, a, b)
+    accepts, bool_out = RULES[op.name]
+    if dt not in accepts:
+        raise _reject(op.name, accepts, dt)
+    impl = dev._impls[op.name]
+    record = wants and op.differentiable and _GRAD.enabled and not bool_out
+    if impl is None or (record and op.vjp is None):
+        if op.composite is None:
+            return apply(op, inputs, params, shape, dt)  # raises the missing-primitive error
+        if params:
+            b = make_tensor(dev.backend.full(shape=(), value=bdata, dtype=dt), (), dt, dev)
+            inputs = (a, b)
+            params = {}
+        return apply(op, inputs, params, shape, bool_ if bool_out else dt)
+    out = make_tensor(impl(a._data, bdata), shape, bool_ if bool_out else dt, dev)
+    if record:
+        out._node = Node(op, inputs, params)
+        out._rg = True
+    return out
+
+
+def _add_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    return g, g
+
+
+def _sub_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    return g, (-g if _needs(b) else None)
+
+
+def _mul_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    return (g * b if _needs(a) else None), (g * a if _needs(b) else None)
+
+
+def _div_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    ga = g / b if _needs(a) else None
+    gb = -g * a / (b * b) if _needs(b) else None
+    return ga, gb
+
+
+def _pow_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    ga = gb = None
+    if _needs(a):
+        if type(b) is Tensor:
+            ga = g * b * pow(a, b - 1)
+        elif b == 0:
+            ga = g * 0
+        else:
+            ga = g * b * pow(a, b - 1)
+    if _needs(b):
+        # d/db a**b = a**b log a; define it as 0 where a == 0 (the limit for b > 0)
+        safe = where(a == 0, 1, a) if type(a) is Tensor else a
+        gb = g * out * log(safe)
+    return ga, gb
+
+
+def _max_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    # ties share the gradient equally, as in PyTorch
+    share = where(a == b, 0.5, where(a > b, 1.0, 0.0)).astype(g._dtype)
+    return (g * share if _needs(a) else None), (g * (1 - share) if _needs(b) else None)
+
+
+def _min_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    share = where(a == b, 0.5, where(a < b, 1.0, 0.0)).astype(g._dtype)
+    return (g * share if _needs(a) else None), (g * (1 - share) if _needs(b) else None)
+
+
+def _atan2_vjp(g: Tensor, out: Tensor, y: Any, x: Any) -> tuple[Any, Any]:
+    denom = x * x + y * y
+    return (g * x / denom if _needs(y) else None), (-g * y / denom if _needs(x) else None)
+
+
+def _remainder_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    return (g if _needs(a) else None), (-g * floor_divide(a, b) if _needs(b) else None)
+
+
+ADD = binary_op("add", NUMERIC, vjp=_add_vjp)
+SUB = binary_op("sub", NUMERIC, vjp=_sub_vjp)
+MUL = binary_op("mul", NUMERIC, vjp=_mul_vjp)
+DIV = binary_op("div", FLOAT, vjp=_div_vjp)
+FLOORDIV = binary_op("floordiv", NUMERIC, vjp=lambda g, out, a, b: (None, None))
+REMAINDER = binary_op("remainder", NUMERIC, vjp=_remainder_vjp)
+POW = binary_op("pow", NUMERIC, vjp=_pow_vjp)
+MAXIMUM = binary_op("maximum", NUMERIC, vjp=_max_vjp)
+MINIMUM = binary_op("minimum", NUMERIC, vjp=_min_vjp)
+ATAN2 = binary_op("atan2", FLOAT, vjp=_atan2_vjp)
+EQ = binary_op("eq", ANY, bool_out=True)
+NE = binary_op("ne", ANY, bool_out=True)
+LT = binary_op("lt", NUMERIC, bool_out=True)
+LE = binary_op("le", NUMERIC, bool_out=True)
+GT = binary_op("gt", NUMERIC, bool_out=True)
+GE = binary_op("ge", NUMERIC, bool_out=True)
+LOGICAL_AND = binary_op("logical_and", BOOL, bool_out=True)
+LOGICAL_OR = binary_op("logical_or", BOOL, bool_out=True)
+LOGICAL_XOR = binary_op("logical_xor", BOOL, bool_out=True)
+BITWISE_AND = binary_op("bitwise_and", INT_OR_BOOL)
+BITWISE_OR = binary_op("bitwise_or", INT_OR_BOOL)
+BITWISE_XOR = binary_op("bitwise_xor", INT_OR_BOOL)
+HYPOT = binary_op("hypot", FLOAT, composite=lambda a, b: sqrt(a * a + b * b))
+LOGADDEXP = binary_op(
+    "logaddexp", FLOAT,
+    composite=lambda a, b: maximum(a, b) + log1p(exp(-abs(a - b))),
+)  # fmt: skip
+LSHIFT = binary_op("bitwise_left_shift", INT, composite=lambda a, b: a * pow(full_like_int(a, 2), b))
+RSHIFT = binary_op("bitwise_right_shift", INT, composite=lambda a, b: floor_divide(a, pow(full_like_int(a, 2), b)))
+
+
+def full_like_int(x: Tensor, value: int) -> Tensor:
+    from ..creation import full_like
+
+    return full_like(x, value)
+
+
+def add(a: Any, b: Any) -> Tensor:
+    """Elementwise ``a + b`` with broadcasting."""
+    return _binary(ADD, a, b)
+
+
+def subtract(a: Any, b: Any) -> Tensor:
+    return _binary(SUB, a, b)
+
+
+def multiply(a: Any, b: Any) -> Tensor:
+    return _binary(MUL, a, b)
+
+
+def divide(a: Any, b: Any) -> Tensor:
+    """True division (floating-point tensors; use ``//`` for integers)."""
+    return _binary(DIV, a, b)
+
+
+def floor_divide(a: Any, b: Any) -> Tensor:
+    return _binary(FLOORDIV, a, b)
+
+
+def remainder(a: Any, b: Any) -> Tensor:
+    """Remainder with the sign of the divisor (Python's ``%``)."""
+    return _binary(REMAINDER, a, b)
+
+
+def pow(a: Any, b: Any) -> Tensor:
+    return _binary(POW, a, b)
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    return _binary(MAXIMUM, a, b)
+
+
+def minimum(a: Any, b: Any) -> Tensor:
+    return _binary(MINIMUM, a, b)
+
+
+def atan2(a: Any, b: Any) -> Tensor:
+    return _binary(ATAN2, a, b)
+
+
+def hypot(a: Any, b: Any) -> Tensor:
+    return _binary(HYPOT, a, b)
+
+
+def logaddexp(a: Any, b: Any) -> Tensor:
+    return _binary(LOGADDEXP, a, b)
+
+
+def equal(a: Any, b: Any) -> Tensor:
+    return _binary(EQ, a, b)
+
+
+def not_equal(a: Any, b: Any) -> Tensor:
+    return _binary(NE, a, b)
+
+
+def less(a: Any, b: Any) -> Tensor:
+    return _binary(LT, a, b)
+
+
+def less_equal(a: Any, b: Any) -> Tensor:
+    return _binary(LE, a, b)
+
+
+def greater(a: Any, b: Any) -> Tensor:
+    return _binary(GT, a, b)
+
+
+def greater_equal(a: Any, b: Any) -> Tensor:
+    return _binary(GE, a, b)
+
+
+def logical_and(a: Any, b: Any) -> Tensor:
+    return _binary(LOGICAL_AND, a, b)
+
+
+def logical_or(a: Any, b: Any) -> Tensor:
+    return _binary(LOGICAL_OR, a, b)
+
+
+def logical_xor(a: Any, b: Any) -> Tensor:
+    return _binary(LOGICAL_XOR, a, b)
+
+
+def bitwise_and(a: Any, b: Any) -> Tensor:
+    return _binary(BITWISE_AND, a, b)
+
+
+def bitwise_or(a: Any, b: Any) -> Tensor:
+    return _binary(BITWISE_OR, a, b)
+
+
+def bitwise_xor(a: Any, b: Any) -> Tensor:
+    return _binary(BITWISE_XOR, a, b)
+
+
+def bitwise_left_shift(a: Any, b: Any) -> Tensor:
+    """``a << b`` for non-negative shifts smaller than the bit width."""
+    return _binary(LSHIFT, a, b)
+
+
+def bitwise_right_shift(a: Any, b: Any) -> Tensor:
+    """``a >> b`` (arithmetic for signed integers)."""
+    return _binary(RSHIFT, a, b)
+
+
+# -- where, clip, cast -------------------------------------------------------------------
+
+
+def _where_vjp(g: Tensor, out: Tensor, cond: Tensor, a: Tensor, b: Tensor) -> tuple[Any, ...]:
+    zero = ones_like_scalar(g, 0.0)
+    return None, (where(cond, g, zero) if a._rg else None), (where(cond, zero, g) if b._rg else None)
+
+
+WHERE = define("where", primitive=True, vjp=_where_vjp)
+
+
+def where(condition: Any, a: Any, b: Any) -> Tensor:
+    """Elementwise ``a`` where ``condition`` else ``b`` (all three broadcast)."""
+    like = next((t for t in (condition, a, b) if isinstance(t, Tensor)), None)
+    cond = _tensor_arg(condition, "where", like)
+    if cond._dtype is not bool_:
+        raise DTypeError(f"where: condition must be a bool tensor, got {cond._dtype}; compare first, e.g. x > 0")
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        dt = promote_types(a._dtype, b._dtype, "where")
+    elif isinstance(a, Tensor):
+        dt = scalar_dtype(a._dtype, b, "where")
+    elif isinstance(b, Tensor):
+        dt = scalar_dtype(b._dtype, a, "where")
+    else:
+        a = _tensor_arg(a, "where", cond)
+        dt = a._dtype
+        if not isinstance(b, Tensor):
+            dt = scalar_dtype(dt, b, "where")
+    a = _as_dtype_on(a, dt, cond)
+    b = _as_dtype_on(b, dt, cond)
+    shape = broadcast_shapes(cond._shape, a._shape, b._shape, op="where")
+    return apply(WHERE, (cond, a, b), {}, shape, dt)
+
+
+def _as_dtype_on(x: Any, dt: DType, like: Tensor) -> Tensor:
+    if isinstance(x, Tensor):
+        return x if x._dtype is dt else x.astype(dt)
+    from ..creation import full
+
+    return full((), _scalar_value(x, dt, "where"), dtype=dt, device=like._device)
+
+
+def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
+    """Clamp values into ``[min, max]`` (either bound may be None, a scalar or a tensor)."""
+    x = _tensor_arg(x, "clip")
+    if x._dtype not in NUMERIC:
+        raise _reject("clip", NUMERIC, x._dtype)
+    out = x
+    if min is not None:
+        out = maximum(out, min)
+    if max is not None:
+        out = minimum(out, max)
+    if out._dtype is not x._dtype:
+        raise DTypeError(f"clip: bounds would change the dtype from {x._dtype} to {out._dtype}")
+    return out
+
+
+CAST = define(
+    "cast",
+    primitive=True,
+    vjp=lambda g, out, x, dtype: (g.astype(x._dtype) if x._dtype.kind == "f" else None,),
+)
+
+
+def astype_op(x: Tensor, dtype: DType) -> Tensor:
+    """Dispatch the cast primitive (callers check device support)."""
+    if x._dtype is dtype:
+        return x
+    return apply(CAST, (x,), {"dtype": dtype}, x._shape, dtype)

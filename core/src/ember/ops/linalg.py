@@ -1,0 +1,229 @@
+"""Linear algebra and sorting in the core namespace: matmul (primitive), sort/argsort
+(primitives), and composites (tensordot, vecdot, outer, diagonal, trace, norms, topk)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dispatch import apply, define
+from ..dtypes import bool_, int64, promote_types
+from ..errors import DTypeError, ShapeError
+from ..shapes import broadcast_shapes, normalize_axes, normalize_axis
+from ..tensor import Tensor
+from .elementwise import NUMERIC, _needs, _reject, _tensor_arg, abs, sqrt, where
+from .indexing import scatter_add, take_along_axis
+from .movement import permute_dims, reshape, slice_tensor, swapaxes
+
+__all__ = [
+    "matmul", "matrix_transpose", "tensordot", "vecdot", "outer", "diagonal", "trace",
+    "vector_norm", "sort", "argsort", "topk", "einsum",
+]  # fmt: skip
+
+
+def _matmul_vjp(g: Tensor, out: Tensor, a: Tensor, b: Tensor) -> tuple[Any, Any]:
+    ga = matmul(g, matrix_transpose(b)) if _needs(a) else None
+    gb = matmul(matrix_transpose(a), g) if _needs(b) else None
+    return ga, gb
+
+
+MATMUL = define("matmul", primitive=True, vjp=_matmul_vjp)
+
+
+def matmul(a: Any, b: Any) -> Tensor:
+    """Matrix product with numpy semantics (1-D operands, broadcast batch axes)."""
+    a = _tensor_arg(a, "matmul", b if isinstance(b, Tensor) else None)
+    b = _tensor_arg(b, "matmul", a)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError("matmul: operands must have at least 1 dimension; use * for scalars")
+    dt = promote_types(a._dtype, b._dtype, "matmul") if a._dtype is not b._dtype else a._dtype
+    if dt not in NUMERIC:
+        raise _reject("matmul", NUMERIC, dt)
+    if a._dtype is not dt:
+        a = a.astype(dt)
+    if b._dtype is not dt:
+        b = b.astype(dt)
+    squeeze_a = a.ndim == 1
+    squeeze_b = b.ndim == 1
+    if squeeze_a:
+        a = reshape(a, (1, a._shape[0]))
+    if squeeze_b:
+        b = reshape(b, (b._shape[0], 1))
+    n, k = a._shape[-2:]
+    k2, m = b._shape[-2:]
+    if k != k2:
+        raise ShapeError(
+            f"matmul: inner dimensions differ: {a._shape} @ {b._shape} ({k} != {k2}). The last axis "
+            f"of the first operand must equal the second-to-last axis of the second."
+        )
+    batch = broadcast_shapes(a._shape[:-2], b._shape[:-2], op="matmul")
+    out = apply(MATMUL, (a, b), {}, batch + (n, m), dt)
+    if squeeze_a or squeeze_b:
+        shape = batch + ((n,) if not squeeze_a else ()) + ((m,) if not squeeze_b else ())
+        out = reshape(out, shape)
+    return out
+
+
+def matrix_transpose(x: Any) -> Tensor:
+    """Swap the last two axes."""
+    x = _tensor_arg(x, "matrix_transpose")
+    if x.ndim < 2:
+        raise ShapeError(f"matrix_transpose: needs at least 2 dimensions, got shape {x._shape}")
+    return swapaxes(x, -1, -2)
+
+
+def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
+    """Sum products over the last ``axes`` of ``a`` and the first of ``b`` (or given axis lists)."""
+    a = _tensor_arg(a, "tensordot")
+    b = _tensor_arg(b, "tensordot", a)
+    if isinstance(axes, int):
+        ax_a = list(range(a.ndim - axes, a.ndim))
+        ax_b = list(range(axes))
+    else:
+        ax_a = [normalize_axis(i, a.ndim, "tensordot") for i in axes[0]]
+        ax_b = [normalize_axis(i, b.ndim, "tensordot") for i in axes[1]]
+    if len(ax_a) != len(ax_b) or any(a._shape[i] != b._shape[j] for i, j in zip(ax_a, ax_b)):
+        raise ShapeError(f"tensordot: contracted axes of {a._shape} and {b._shape} do not match")
+    free_a = [i for i in range(a.ndim) if i not in ax_a]
+    free_b = [i for i in range(b.ndim) if i not in ax_b]
+    k = 1
+    for i in ax_a:
+        k *= a._shape[i]
+    am = reshape(permute_dims(a, free_a + ax_a), (-1, k))
+    bm = reshape(permute_dims(b, ax_b + free_b), (k, -1))
+    return reshape(matmul(am, bm), tuple(a._shape[i] for i in free_a) + tuple(b._shape[i] for i in free_b))
+
+
+def vecdot(a: Any, b: Any, axis: int = -1) -> Tensor:
+    """Dot product along ``axis`` with broadcasting."""
+    a = _tensor_arg(a, "vecdot")
+    b = _tensor_arg(b, "vecdot", a)
+    return (a * b).sum(axis=axis)
+
+
+def outer(a: Any, b: Any) -> Tensor:
+    """Outer product of two 1-D tensors."""
+    a = _tensor_arg(a, "outer")
+    b = _tensor_arg(b, "outer", a)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ShapeError(f"outer: expects 1-D tensors, got {a._shape} and {b._shape}")
+    return reshape(a, (-1, 1)) * reshape(b, (1, -1))
+
+
+def diagonal(x: Any, offset: int = 0) -> Tensor:
+    """Diagonal ``offset`` of the last two axes."""
+    x = _tensor_arg(x, "diagonal")
+    if x.ndim < 2:
+        raise ShapeError(f"diagonal: needs at least 2 dimensions, got shape {x._shape}")
+    n, m = x._shape[-2:]
+    length = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
+    start = offset if offset >= 0 else -offset * m
+    flat = reshape(x, x._shape[:-2] + (n * m,))
+    if length == 0:
+        return slice_tensor(flat, (0,) * flat.ndim, flat._shape[:-1] + (0,), (1,) * flat.ndim)
+    stop = start + (length - 1) * (m + 1) + 1
+    lead = flat.ndim - 1
+    return slice_tensor(flat, (0,) * lead + (start,), flat._shape[:-1] + (stop,), (1,) * lead + (m + 1,))
+
+
+def trace(x: Any, offset: int = 0) -> Tensor:
+    """Sum of diagonal ``offset`` of the last two axes."""
+    return diagonal(x, offset).sum(axis=-1)
+
+
+def _l2_composite(x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+    return sqrt((x * x).sum(axis=axes, keepdims=keepdims))
+
+
+def _l2_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[Any]:
+    if not keepdims:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x._shape))
+        g, out = reshape(g, shape), reshape(out, shape)
+    safe = where(out == 0, 1.0, out)
+    return (where(out == 0, 0.0, g * x / safe),)
+
+
+L2NORM = define("l2_norm", composite=_l2_composite, vjp=_l2_vjp)
+
+
+def vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Tensor:
+    """p-norm over ``axis``: ord 2 (default), 1, inf, -inf, 0, or any positive p."""
+    x = _tensor_arg(x, "vector_norm")
+    if x._dtype.kind != "f":
+        raise DTypeError(f"vector_norm: expected a floating-point tensor, got {x._dtype}")
+    axes = normalize_axes(axis, x.ndim, "vector_norm")
+    if ord == 2:
+        shape = (
+            tuple(1 if i in axes else d for i, d in enumerate(x._shape))
+            if keepdims
+            else tuple(d for i, d in enumerate(x._shape) if i not in axes)
+        )
+        return apply(L2NORM, (x,), {"axes": axes, "keepdims": bool(keepdims)}, shape, x._dtype)
+    a = abs(x)
+    if ord == 1:
+        return a.sum(axis=axes, keepdims=keepdims)
+    if ord == float("inf"):
+        return a.max(axis=axes, keepdims=keepdims)
+    if ord == float("-inf"):
+        return a.min(axis=axes, keepdims=keepdims)
+    if ord == 0:
+        return (x != 0).astype(x._dtype).sum(axis=axes, keepdims=keepdims)
+    p = float(ord)
+    if p <= 0:
+        raise ValueError(f"vector_norm: ord must be positive, 0 or +-inf, got {ord!r}")
+    return (a**p).sum(axis=axes, keepdims=keepdims) ** (1.0 / p)
+
+
+def _sort_vjp(g: Tensor, out: Tensor, x: Tensor, axis: int, descending: bool) -> tuple[Any]:
+    from ..creation import zeros
+
+    idx = argsort(x, axis=axis, descending=descending)
+    return (scatter_add(zeros(x._shape, dtype=g._dtype, device=g._device), idx, g, axis),)
+
+
+SORT = define("sort", primitive=True, vjp=_sort_vjp)
+ARGSORT = define("argsort", primitive=True, differentiable=False)
+
+
+def _sortable(x: Any, op: str, axis: int) -> tuple[Tensor, int]:
+    x = _tensor_arg(x, op)
+    if x._dtype is bool_:
+        x = x.astype("uint8")
+    if x._dtype not in NUMERIC:
+        raise _reject(op, NUMERIC, x._dtype)
+    if x.ndim == 0:
+        raise ShapeError(f"{op}: 0-d tensors cannot be sorted")
+    return x, normalize_axis(axis, x.ndim, op)
+
+
+def sort(x: Any, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """Sorted values along ``axis`` (stable; NaN last when ascending)."""
+    src = _tensor_arg(x, "sort")
+    y, ax = _sortable(src, "sort", axis)
+    out = apply(SORT, (y,), {"axis": ax, "descending": bool(descending)}, y._shape, y._dtype)
+    return out.astype(bool_) if src._dtype is bool_ else out
+
+
+def argsort(x: Any, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """Indices that sort ``x`` along ``axis`` (stable: ties keep their order)."""
+    y, ax = _sortable(x, "argsort", axis)
+    return apply(ARGSORT, (y,), {"axis": ax, "descending": bool(descending)}, y._shape, int64)
+
+
+def topk(x: Any, k: int, axis: int = -1, largest: bool = True) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest (or smallest) values along ``axis`` and their indices, sorted."""
+    y, ax = _sortable(x, "topk", axis)
+    n = y._shape[ax]
+    if not 0 <= k <= n:
+        raise ShapeError(f"topk: k={k} must be between 0 and the axis length {n}")
+    idx = argsort(y, axis=ax, descending=largest)
+    starts = (0,) * y.ndim
+    stops = tuple(k if i == ax else d for i, d in enumerate(y._shape))
+    idx = slice_tensor(idx, starts, stops, (1,) * y.ndim)
+    return take_along_axis(_tensor_arg(x, "topk"), idx, ax), idx
+
+
+def einsum(subscripts: str, *operands: Any) -> Tensor:
+    """Einstein summation over tensors (``'bij,bjk->bik'``), lowered to permute/reshape/matmul."""
+    from .einsum import einsum as _einsum
+
+    return _einsum(subscripts, *operands)

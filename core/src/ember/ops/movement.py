@@ -1,0 +1,401 @@
+"""Movement ops: reshape, permute, expand, slice, pad, flip, concat (primitives) and the
+composites built from them (squeeze, stack, split, tile, repeat, roll, tril/triu...)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..dispatch import apply, define
+from ..errors import ShapeError
+from ..shapes import as_shape, broadcast_shapes, infer_reshape, normalize_axes, normalize_axis
+from ..tensor import Tensor
+from .elementwise import _tensor_arg, where
+
+__all__ = [
+    "reshape", "permute_dims", "broadcast_to", "slice_tensor", "pad", "flip", "concat",
+    "squeeze", "expand_dims", "swapaxes", "moveaxis", "flatten", "stack", "split", "chunk",
+    "unstack", "tile", "repeat", "roll", "tril", "triu", "meshgrid", "broadcast_arrays",
+]  # fmt: skip
+
+
+def _reshape_vjp(g: Tensor, out: Tensor, x: Tensor, shape: Any) -> tuple[Any]:
+    return (g.reshape(x._shape),)
+
+
+def _permute_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...]) -> tuple[Any]:
+    inverse = [0] * len(axes)
+    for i, a in enumerate(axes):
+        inverse[a] = i
+    return (permute_dims(g, tuple(inverse)),)
+
+
+def _expand_vjp(g: Tensor, out: Tensor, x: Tensor, shape: Any) -> tuple[Any]:
+    return (g,)  # the engine sums broadcast axes back to x's shape
+
+
+def _slice_vjp(g: Tensor, out: Tensor, x: Tensor, starts: Any, stops: Any, steps: Any) -> tuple[Any]:
+    if all(s == 1 for s in steps):
+        pads = tuple((st, dim - sp) for st, sp, dim in zip(starts, stops, x._shape))
+        return (pad(g, pads),)
+    # strided: scatter the gradient back through an index grid
+    from ..creation import arange, zeros
+
+    grad = zeros(x._shape, dtype=g._dtype, device=g._device)
+    index = tuple(
+        arange(st, sp, sd, device=g._device).reshape(tuple(-1 if i == k else 1 for i in range(x.ndim)))
+        for k, (st, sp, sd) in enumerate(zip(starts, stops, steps))
+    )
+    from .indexing import index_put
+
+    return (index_put(grad, index, g),)
+
+
+def _pad_vjp(g: Tensor, out: Tensor, x: Tensor, pads: Any, value: Any) -> tuple[Any]:
+    starts = tuple(lo for lo, _ in pads)
+    stops = tuple(lo + d for (lo, _), d in zip(pads, x._shape))
+    return (slice_tensor(g, starts, stops, (1,) * x.ndim),)
+
+
+def _concat_vjp(g: Tensor, out: Tensor, *inputs: Tensor, axis: int) -> tuple[Any, ...]:
+    grads = []
+    offset = 0
+    for t in inputs:
+        n = t._shape[axis]
+        starts = tuple(offset if i == axis else 0 for i in range(g.ndim))
+        stops = tuple(offset + n if i == axis else d for i, d in enumerate(g._shape))
+        grads.append(slice_tensor(g, starts, stops, (1,) * g.ndim) if t._rg else None)
+        offset += n
+    return tuple(grads)
+
+
+RESHAPE = define("reshape", primitive=True, vjp=_reshape_vjp)
+PERMUTE = define("permute", primitive=True, vjp=_permute_vjp)
+EXPAND = define("expand", primitive=True, vjp=_expand_vjp)
+SLICE = define("slice", primitive=True, vjp=_slice_vjp)
+PAD = define("pad", primitive=True, vjp=_pad_vjp)
+FLIP = define("flip", primitive=True, vjp=lambda g, out, x, axes: (flip(g, axes),))
+CONCAT = define("concat", primitive=True, vjp=_concat_vjp)
+
+
+def reshape(x: Any, shape: Any, /, *, copy: bool | None = None) -> Tensor:
+    """The same elements in a new shape (one entry may be -1)."""
+    x = _tensor_arg(x, "reshape")
+    new = infer_reshape(x._shape, shape)
+    if new == x._shape:
+        return x
+    return apply(RESHAPE, (x,), {"shape": new}, new, x._dtype)
+
+
+def permute_dims(x: Any, axes: Sequence[int]) -> Tensor:
+    """Reorder axes: output axis i is input axis ``axes[i]``."""
+    x = _tensor_arg(x, "permute_dims")
+    norm = tuple(normalize_axis(int(a), x.ndim, "permute_dims", "axes") for a in axes)
+    if sorted(norm) != list(range(x.ndim)):
+        raise ShapeError(f"permute_dims: axes={tuple(axes)} must be a permutation of 0..{x.ndim - 1}")
+    if norm == tuple(range(x.ndim)):
+        return x
+    shape = tuple(x._shape[a] for a in norm)
+    return apply(PERMUTE, (x,), {"axes": norm}, shape, x._dtype)
+
+
+def broadcast_to(x: Any, shape: Any) -> Tensor:
+    """``x`` broadcast to ``shape`` (no copy where the backend can avoid one)."""
+    x = _tensor_arg(x, "broadcast_to")
+    shp = as_shape(shape, "shape", "broadcast_to")
+    if shp == x._shape:
+        return x
+    if broadcast_shapes(x._shape, shp, op="broadcast_to") != shp:
+        raise ShapeError(f"broadcast_to: cannot broadcast shape {x._shape} to {shp}")
+    return apply(EXPAND, (x,), {"shape": shp}, shp, x._dtype)
+
+
+def slice_tensor(x: Tensor, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]) -> Tensor:
+    """Basic slicing with normalised, in-range bounds and positive steps (one per axis)."""
+    shape = tuple(max(0, -(-(sp - st) // sd)) for st, sp, sd in zip(starts, stops, steps))
+    if shape == x._shape:
+        return x
+    return apply(SLICE, (x,), {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)}, shape, x._dtype)
+
+
+def pad(x: Any, pad_width: Any, value: float = 0) -> Tensor:
+    """Constant padding; ``pad_width`` is ((before, after), ...) per axis, or one pair for all."""
+    x = _tensor_arg(x, "pad")
+    if isinstance(pad_width, int):
+        pad_width = ((pad_width, pad_width),) * x.ndim
+    pads = tuple((int(lo), int(hi)) for lo, hi in pad_width)
+    if len(pads) == 1 and x.ndim > 1:
+        pads = pads * x.ndim
+    if len(pads) != x.ndim:
+        raise ShapeError(f"pad: pad_width has {len(pads)} pairs but the tensor has {x.ndim} axes")
+    if any(lo < 0 or hi < 0 for lo, hi in pads):
+        raise ShapeError(f"pad: pad widths must be >= 0, got {pads}")
+    if all(lo == 0 and hi == 0 for lo, hi in pads):
+        return x
+    shape = tuple(d + lo + hi for d, (lo, hi) in zip(x._shape, pads))
+    return apply(PAD, (x,), {"pads": pads, "value": value}, shape, x._dtype)
+
+
+def flip(x: Any, axis: Any = None) -> Tensor:
+    """Reverse the order of elements along ``axis`` (all axes when None)."""
+    x = _tensor_arg(x, "flip")
+    axes = normalize_axes(axis, x.ndim, "flip")
+    if not axes:
+        return x
+    return apply(FLIP, (x,), {"axes": axes}, x._shape, x._dtype)
+
+
+def concat(arrays: Sequence[Any], axis: int | None = 0) -> Tensor:
+    """Join tensors along an existing axis (flattened first when ``axis`` is None)."""
+    tensors = [_tensor_arg(a, "concat") for a in arrays]
+    if not tensors:
+        raise ValueError("concat: needs at least one tensor")
+    if axis is None:
+        tensors = [t.reshape((-1,)) for t in tensors]
+        axis = 0
+    first = tensors[0]
+    if first.ndim == 0:
+        raise ShapeError("concat: 0-d tensors cannot be concatenated; use stack")
+    ax = normalize_axis(axis, first.ndim, "concat")
+    from ..dtypes import result_type
+
+    dt = result_type(*tensors) if len(tensors) > 1 else first._dtype
+    tensors = [t if t._dtype is dt else t.astype(dt) for t in tensors]
+    for i, t in enumerate(tensors):
+        if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t._shape, first._shape)) if k != ax):
+            raise ShapeError(
+                f"concat: tensor {i} has shape {t._shape}, which differs from {first._shape} outside axis {ax}"
+            )
+    if len(tensors) == 1:
+        return first
+    shape = tuple(sum(t._shape[ax] for t in tensors) if k == ax else d for k, d in enumerate(first._shape))
+    return apply(CONCAT, tuple(tensors), {"axis": ax}, shape, dt)
+
+
+def stack(arrays: Sequence[Any], axis: int = 0) -> Tensor:
+    """Join tensors of one shape along a new axis."""
+    tensors = [_tensor_arg(a, "stack") for a in arrays]
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
+    shape = tensors[0]._shape
+    for i, t in enumerate(tensors):
+        if t._shape != shape:
+            raise ShapeError(f"stack: tensor {i} has shape {t._shape}, expected {shape}")
+    ax = normalize_axis(axis, len(shape) + 1, "stack")
+    return concat([expand_dims(t, ax) for t in tensors], axis=ax)
+
+
+def squeeze(x: Any, axis: Any = None) -> Tensor:
+    """Remove axes of length 1 (the given ones, or all when None)."""
+    x = _tensor_arg(x, "squeeze")
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(x._shape) if d == 1)
+    else:
+        axes = normalize_axes(axis, x.ndim, "squeeze")
+        for a in axes:
+            if x._shape[a] != 1:
+                raise ShapeError(f"squeeze: axis {a} has length {x._shape[a]}, not 1 (shape {x._shape})")
+    return reshape(x, tuple(d for i, d in enumerate(x._shape) if i not in axes))
+
+
+def expand_dims(x: Any, axis: int = 0) -> Tensor:
+    """Insert an axis of length 1 at ``axis``."""
+    x = _tensor_arg(x, "expand_dims")
+    ax = normalize_axis(axis, x.ndim + 1, "expand_dims")
+    shape = list(x._shape)
+    shape.insert(ax, 1)
+    return reshape(x, tuple(shape))
+
+
+def swapaxes(x: Any, axis0: int, axis1: int) -> Tensor:
+    x = _tensor_arg(x, "swapaxes")
+    a = normalize_axis(axis0, x.ndim, "swapaxes", "axis0")
+    b = normalize_axis(axis1, x.ndim, "swapaxes", "axis1")
+    axes = list(range(x.ndim))
+    axes[a], axes[b] = axes[b], axes[a]
+    return permute_dims(x, axes)
+
+
+def moveaxis(x: Any, source: Any, destination: Any) -> Tensor:
+    x = _tensor_arg(x, "moveaxis")
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(src) != len(dst):
+        raise ShapeError("moveaxis: source and destination must have the same number of axes")
+    src = [normalize_axis(a, x.ndim, "moveaxis", "source") for a in src]
+    dst = [normalize_axis(a, x.ndim, "moveaxis", "destination") for a in dst]
+    order = [a for a in range(x.ndim) if a not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return permute_dims(x, order)
+
+
+def flatten(x: Any, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+    """Merge axes ``start_axis..end_axis`` into one."""
+    x = _tensor_arg(x, "flatten")
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    s = normalize_axis(start_axis, x.ndim, "flatten", "start_axis")
+    e = normalize_axis(end_axis, x.ndim, "flatten", "end_axis")
+    if e < s:
+        raise ShapeError(f"flatten: end_axis ({end_axis}) comes before start_axis ({start_axis})")
+    n = 1
+    for d in x._shape[s : e + 1]:
+        n *= d
+    return reshape(x, x._shape[:s] + (n,) + x._shape[e + 1 :])
+
+
+def _take_slice(x: Tensor, axis: int, start: int, stop: int) -> Tensor:
+    starts = tuple(start if i == axis else 0 for i in range(x.ndim))
+    stops = tuple(stop if i == axis else d for i, d in enumerate(x._shape))
+    return slice_tensor(x, starts, stops, (1,) * x.ndim)
+
+
+def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
+    """Split along ``axis`` into equal sections (an int) or at the given indices."""
+    x = _tensor_arg(x, "split")
+    ax = normalize_axis(axis, x.ndim, "split")
+    n = x._shape[ax]
+    if isinstance(indices_or_sections, int):
+        k = indices_or_sections
+        if k <= 0 or n % k:
+            raise ShapeError(f"split: axis {ax} of length {n} does not divide into {k} equal sections")
+        bounds = [i * (n // k) for i in range(k + 1)]
+    else:
+        bounds = [0] + [max(0, min(n, int(i))) for i in indices_or_sections] + [n]
+    return [_take_slice(x, ax, bounds[i], max(bounds[i], bounds[i + 1])) for i in range(len(bounds) - 1)]
+
+
+def chunk(x: Any, chunks: int, axis: int = 0) -> list[Tensor]:
+    """Split into ``chunks`` pieces of ceil(n / chunks) (the last may be smaller)."""
+    x = _tensor_arg(x, "chunk")
+    ax = normalize_axis(axis, x.ndim, "chunk")
+    n = x._shape[ax]
+    if chunks <= 0:
+        raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+    size = -(-n // chunks) if n else 0
+    if size == 0:
+        return [x]
+    return [_take_slice(x, ax, i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def unstack(x: Any, axis: int = 0) -> tuple[Tensor, ...]:
+    """The slices of ``x`` along ``axis``, each without that axis."""
+    x = _tensor_arg(x, "unstack")
+    ax = normalize_axis(axis, x.ndim, "unstack")
+    return tuple(squeeze(_take_slice(x, ax, i, i + 1), ax) for i in range(x._shape[ax]))
+
+
+def tile(x: Any, reps: Sequence[int]) -> Tensor:
+    """Repeat the whole tensor ``reps[i]`` times along axis i."""
+    x = _tensor_arg(x, "tile")
+    reps = tuple(int(r) for r in (reps if not isinstance(reps, int) else (reps,)))
+    nd = max(x.ndim, len(reps))
+    reps = (1,) * (nd - len(reps)) + reps
+    x = reshape(x, (1,) * (nd - x.ndim) + x._shape)
+    # insert a repeat axis before each axis, broadcast, merge
+    inter = []
+    for d in x._shape:
+        inter += [1, d]
+    expanded = broadcast_to(reshape(x, tuple(inter)), tuple(v for r, d in zip(reps, x._shape) for v in (r, d)))
+    return reshape(expanded, tuple(r * d for r, d in zip(reps, x._shape)))
+
+
+def repeat(x: Any, repeats: Any, axis: int | None = None) -> Tensor:
+    """Repeat each element ``repeats`` times along ``axis`` (flattened when None)."""
+    x = _tensor_arg(x, "repeat")
+    if axis is None:
+        x = reshape(x, (-1,))
+        axis = 0
+    ax = normalize_axis(axis, x.ndim, "repeat")
+    if isinstance(repeats, int):
+        shape = x._shape
+        y = expand_dims(x, ax + 1)
+        y = broadcast_to(y, shape[: ax + 1] + (repeats,) + shape[ax + 1 :])
+        return reshape(y, shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1 :])
+    counts = [int(r) for r in (repeats.tolist() if isinstance(repeats, Tensor) else repeats)]
+    if len(counts) != x._shape[ax]:
+        raise ShapeError(f"repeat: {len(counts)} repeat counts for axis {ax} of length {x._shape[ax]}")
+    from ..creation import tensor
+
+    index = tensor([i for i, c in enumerate(counts) for _ in range(c)], device=x._device)
+    from .indexing import take
+
+    return take(x, index, axis=ax)
+
+
+def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
+    """Rotate elements by ``shift`` along ``axis`` (the flattened tensor when None)."""
+    x = _tensor_arg(x, "roll")
+    if axis is None:
+        return reshape(roll(reshape(x, (-1,)), shift, 0), x._shape)
+    shifts = [shift] if isinstance(shift, int) else list(shift)
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    if len(shifts) != len(axes):
+        raise ShapeError("roll: shift and axis must have the same length")
+    out = x
+    for s, a in zip(shifts, axes):
+        a = normalize_axis(a, x.ndim, "roll")
+        n = x._shape[a]
+        if n == 0:
+            continue
+        s %= n
+        if s:
+            out = concat([_take_slice(out, a, n - s, n), _take_slice(out, a, 0, n - s)], axis=a)
+    return out
+
+
+def _tri_mask(x: Tensor, k: int, lower: bool) -> Tensor:
+    from ..creation import arange
+
+    if x.ndim < 2:
+        raise ShapeError(f"{'tril' if lower else 'triu'}: needs at least 2 dimensions, got shape {x._shape}")
+    n, m = x._shape[-2], x._shape[-1]
+    rows = arange(n, device=x._device).reshape((n, 1))
+    cols = arange(m, device=x._device).reshape((1, m))
+    return (cols - rows <= k) if lower else (cols - rows >= k)
+
+
+def tril(x: Any, k: int = 0) -> Tensor:
+    """Zero the elements above diagonal ``k`` of the last two axes."""
+    x = _tensor_arg(x, "tril")
+    return where(_tri_mask(x, k, True), x, _zero_like(x))
+
+
+def triu(x: Any, k: int = 0) -> Tensor:
+    """Zero the elements below diagonal ``k`` of the last two axes."""
+    x = _tensor_arg(x, "triu")
+    return where(_tri_mask(x, k, False), x, _zero_like(x))
+
+
+def _zero_like(x: Tensor) -> Any:
+    return False if x._dtype.kind == "b" else 0
+
+
+def meshgrid(*arrays: Any, indexing: str = "xy") -> list[Tensor]:
+    """Coordinate grids from 1-D tensors (``indexing`` 'xy' or 'ij')."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    tensors = [_tensor_arg(a, "meshgrid") for a in arrays]
+    for t in tensors:
+        if t.ndim != 1:
+            raise ShapeError(f"meshgrid: expects 1-D tensors, got shape {t._shape}")
+    n = len(tensors)
+    sizes = [t._shape[0] for t in tensors]
+    if indexing == "xy" and n >= 2:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    out = []
+    for i, t in enumerate(tensors):
+        pos = i
+        if indexing == "xy" and n >= 2 and i < 2:
+            pos = 1 - i
+        shape = [1] * n
+        shape[pos] = t._shape[0]
+        out.append(broadcast_to(reshape(t, tuple(shape)), tuple(sizes)))
+    return out
+
+
+def broadcast_arrays(*arrays: Any) -> list[Tensor]:
+    tensors = [_tensor_arg(a, "broadcast_arrays") for a in arrays]
+    shape = broadcast_shapes(*(t._shape for t in tensors), op="broadcast_arrays")
+    return [broadcast_to(t, shape) for t in tensors]

@@ -1,0 +1,526 @@
+"""Neural-network composites with gradient rules: activations, softmax, normalisation,
+dropout, cross-entropy, embedding and attention. Backends may implement any natively."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..dispatch import apply, define
+from ..dtypes import int64
+from ..errors import DTypeError, ShapeError
+from ..shapes import normalize_axis
+from ..tensor import Tensor
+from .elementwise import (
+    FLOAT,
+    _reject,
+    _tensor_arg,
+    erf,
+    exp,
+    log1p,
+    maximum,
+    rsqrt,
+    tanh,
+    where,
+)
+from .indexing import take, take_along_axis
+from .linalg import matmul, matrix_transpose
+from .movement import expand_dims
+from .reduction import logsumexp, max, mean, sum
+
+__all__ = [
+    "relu", "gelu", "silu", "sigmoid", "softplus", "leaky_relu", "elu", "mish", "hardtanh",
+    "softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "dropout", "cross_entropy",
+    "embedding", "scaled_dot_product_attention",
+]  # fmt: skip
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _float_arg(x: Any, op: str) -> Tensor:
+    x = _tensor_arg(x, op)
+    if x._dtype not in FLOAT:
+        raise _reject(op, FLOAT, x._dtype)
+    return x
+
+
+def _act(op: Any, x: Any, **params: Any) -> Tensor:
+    x = _float_arg(x, op.name)
+    return apply(op, (x,), params, x._shape, x._dtype)
+
+
+# -- activations -------------------------------------------------------------------------
+def _sigmoid(x: Tensor) -> Tensor:
+    e = exp(-(x.abs()))
+    return where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _gelu(x: Tensor) -> Tensor:
+    return 0.5 * x * (1.0 + erf(x * _SQRT_HALF))
+
+
+def _gelu_vjp(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
+    cdf = 0.5 * (1.0 + erf(x * _SQRT_HALF))
+    pdf = exp(-0.5 * x * x) * _INV_SQRT_2PI
+    return (g * (cdf + x * pdf),)
+
+
+def _gelu_tanh(x: Tensor) -> Tensor:
+    c = math.sqrt(2.0 / math.pi)
+    return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)))
+
+
+def _softplus(x: Tensor) -> Tensor:
+    return maximum(x, 0.0) + log1p(exp(-(x.abs())))
+
+
+RELU = define(
+    "relu",
+    composite=lambda x: where(x > 0, x, 0.0 if x._dtype.kind == "f" else 0),
+    vjp=lambda g, y, x: (where(x > 0, g, 0.0),),
+)
+SIGMOID = define("sigmoid", composite=_sigmoid, vjp=lambda g, y, x: (g * y * (1.0 - y),))
+GELU = define("gelu", composite=_gelu, vjp=_gelu_vjp)
+GELU_TANH = define("gelu_tanh", composite=_gelu_tanh)
+SILU = define(
+    "silu", composite=lambda x: x * sigmoid(x), vjp=lambda g, y, x: (g * (sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x)))),)
+)
+SOFTPLUS = define("softplus", composite=_softplus, vjp=lambda g, y, x: (g * sigmoid(x),))
+
+
+def relu(x: Any) -> Tensor:
+    """max(x, 0)."""
+    x = _tensor_arg(x, "relu")
+    return apply(RELU, (x,), {}, x._shape, x._dtype)
+
+
+def sigmoid(x: Any) -> Tensor:
+    """1 / (1 + exp(-x)), computed without overflow."""
+    return _act(SIGMOID, x)
+
+
+def gelu(x: Any, approximate: str = "none") -> Tensor:
+    """Gaussian error linear unit: exact (erf) or ``approximate='tanh'``."""
+    if approximate == "none":
+        return _act(GELU, x)
+    if approximate == "tanh":
+        return _act(GELU_TANH, x)
+    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def silu(x: Any) -> Tensor:
+    """x * sigmoid(x) (swish)."""
+    return _act(SILU, x)
+
+
+def softplus(x: Any, beta: float = 1.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, computed without overflow."""
+    if beta == 1.0:
+        return _act(SOFTPLUS, x)
+    return _act(SOFTPLUS, _float_arg(x, "softplus") * beta) / beta
+
+
+def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
+    x = _float_arg(x, "leaky_relu")
+    return where(x > 0, x, x * negative_slope)
+
+
+def elu(x: Any, alpha: float = 1.0) -> Tensor:
+    x = _float_arg(x, "elu")
+    return where(x > 0, x, alpha * x.expm1())
+
+
+def mish(x: Any) -> Tensor:
+    """x * tanh(softplus(x))."""
+    x = _float_arg(x, "mish")
+    return x * tanh(softplus(x))
+
+
+def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    return _float_arg(x, "hardtanh").clip(min_val, max_val)
+
+
+# -- softmax -----------------------------------------------------------------------------
+def _softmax(x: Tensor, axis: int) -> Tensor:
+    m = max(x, axis=axis, keepdims=True).detach()
+    m = where(m.isinf(), 0.0, m)
+    e = exp(x - m)
+    return e / sum(e, axis=axis, keepdims=True)
+
+
+def _softmax_vjp(g: Tensor, y: Tensor, x: Tensor, axis: int) -> tuple[Any]:
+    return (y * (g - sum(g * y, axis=axis, keepdims=True)),)
+
+
+def _log_softmax_vjp(g: Tensor, y: Tensor, x: Tensor, axis: int) -> tuple[Any]:
+    return (g - exp(y) * sum(g, axis=axis, keepdims=True),)
+
+
+SOFTMAX = define("softmax", composite=_softmax, vjp=_softmax_vjp)
+LOG_SOFTMAX = define(
+    "log_softmax", composite=lambda x, axis: x - logsumexp(x, axis=axis, keepdims=True), vjp=_log_softmax_vjp
+)
+
+
+def softmax(x: Any, axis: int = -1) -> Tensor:
+    """exp(x) / sum(exp(x)) along ``axis``, stable for large inputs."""
+    x = _float_arg(x, "softmax")
+    ax = normalize_axis(axis, x.ndim, "softmax") if x.ndim else 0
+    if x.ndim == 0:
+        return x * 0.0 + 1.0
+    return apply(SOFTMAX, (x,), {"axis": ax}, x._shape, x._dtype)
+
+
+def log_softmax(x: Any, axis: int = -1) -> Tensor:
+    """x - logsumexp(x) along ``axis``."""
+    x = _float_arg(x, "log_softmax")
+    if x.ndim == 0:
+        return x * 0.0
+    ax = normalize_axis(axis, x.ndim, "log_softmax")
+    return apply(LOG_SOFTMAX, (x,), {"axis": ax}, x._shape, x._dtype)
+
+
+# -- normalisation -----------------------------------------------------------------------
+def _normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor]:
+    """(x - mean) * rstd over ``axes``, and rstd (keepdims)."""
+    mu = mean(x, axis=axes, keepdims=True)
+    d = x - mu
+    var = mean(d * d, axis=axes, keepdims=True)
+    rstd = rsqrt(var + eps)
+    return d * rstd, rstd
+
+
+def _normalize_vjp(
+    g: Tensor, x: Tensor, w: Tensor, b: Tensor, axes: tuple[int, ...], eps: float
+) -> tuple[Any, Any, Any]:
+    xhat, rstd = _normalize(x, axes, eps)
+    gw = g * xhat if w._rg else None
+    gb = g if b._rg else None
+    gx = None
+    if x._rg:
+        gh = g * w
+        gx = rstd * (gh - mean(gh, axis=axes, keepdims=True) - xhat * mean(gh * xhat, axis=axes, keepdims=True))
+    return gx, gw, gb
+
+
+def _layer_axes(x: Tensor, n: int) -> tuple[int, ...]:
+    return tuple(range(x.ndim - n, x.ndim))
+
+
+LAYER_NORM = define(
+    "layer_norm",
+    composite=lambda x, w, b, eps: _normalize(x, _layer_axes(x, w.ndim), eps)[0] * w + b,
+    vjp=lambda g, y, x, w, b, eps: _normalize_vjp(g, x, w, b, _layer_axes(x, w.ndim), eps),
+)
+
+
+def _affine_params(shape: tuple[int, ...], weight: Any, bias: Any, like: Tensor, op: str) -> tuple[Tensor, Tensor]:
+    from ..creation import ones, zeros
+
+    w = ones(shape, dtype=like._dtype, device=like._device) if weight is None else _tensor_arg(weight, op, like)
+    b = zeros(shape, dtype=like._dtype, device=like._device) if bias is None else _tensor_arg(bias, op, like)
+    for name, t in (("weight", w), ("bias", b)):
+        if t._shape != shape:
+            raise ShapeError(f"{op}: {name} has shape {t._shape}, expected {shape}")
+    return w, b
+
+
+def layer_norm(x: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Tensor:
+    """Normalise over the trailing ``normalized_shape`` axes, then scale and shift."""
+    x = _float_arg(x, "layer_norm")
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if x._shape[x.ndim - len(shape) :] != shape:
+        raise ShapeError(f"layer_norm: normalized_shape {shape} does not match the trailing axes of {x._shape}")
+    w, b = _affine_params(shape, weight, bias, x, "layer_norm")
+    return apply(LAYER_NORM, (x, w, b), {"eps": float(eps)}, x._shape, x._dtype)
+
+
+def _rms(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
+    return rsqrt(mean(x * x, axis=axes, keepdims=True) + eps)
+
+
+def _rms_vjp(g: Tensor, y: Tensor, x: Tensor, w: Tensor, eps: float) -> tuple[Any, Any]:
+    axes = _layer_axes(x, w.ndim)
+    r = _rms(x, axes, eps)
+    xn = x * r
+    gw = g * xn if w._rg else None
+    gx = None
+    if x._rg:
+        gh = g * w
+        gx = r * (gh - xn * mean(gh * xn, axis=axes, keepdims=True))
+    return gx, gw
+
+
+RMS_NORM = define("rms_norm", composite=lambda x, w, eps: x * _rms(x, _layer_axes(x, w.ndim), eps) * w, vjp=_rms_vjp)
+
+
+def rms_norm(x: Any, normalized_shape: Any, weight: Any = None, eps: float = 1e-6) -> Tensor:
+    """x / sqrt(mean(x**2) + eps) over the trailing axes, times ``weight``."""
+    x = _float_arg(x, "rms_norm")
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if x._shape[x.ndim - len(shape) :] != shape:
+        raise ShapeError(f"rms_norm: normalized_shape {shape} does not match the trailing axes of {x._shape}")
+    w, _ = _affine_params(shape, weight, None, x, "rms_norm")
+    return apply(RMS_NORM, (x, w), {"eps": float(eps)}, x._shape, x._dtype)
+
+
+def _bn_axes(x: Tensor) -> tuple[int, ...]:
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def _bn_shape(x: Tensor) -> tuple[int, ...]:
+    return (1, x._shape[1]) + (1,) * (x.ndim - 2)
+
+
+BATCH_NORM = define(
+    "batch_norm",
+    composite=lambda x, w, b, eps: (
+        _normalize(x, _bn_axes(x), eps)[0] * w.reshape(_bn_shape(x)) + b.reshape(_bn_shape(x))
+    ),
+    vjp=lambda g, y, x, w, b, eps: _bn_vjp(g, x, w, b, eps),
+)
+
+
+def _bn_vjp(g: Tensor, x: Tensor, w: Tensor, b: Tensor, eps: float) -> tuple[Any, Any, Any]:
+    shape = _bn_shape(x)
+    gx, gw, gb = _normalize_vjp(g, x, w.reshape(shape), b.reshape(shape), _bn_axes(x), eps)
+    axes = _bn_axes(x)
+    return gx, (gw.sum(axis=axes) if gw is not None else None), (gb.sum(axis=axes) if gb is not None else None)
+
+
+def batch_norm(
+    x: Any,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Any = None,
+    bias: Any = None,
+    training: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch normalisation over all axes but 1 (channels). In training the batch statistics
+    are used and ``running_mean``/``running_var`` are updated in place (unbiased variance)."""
+    x = _float_arg(x, "batch_norm")
+    if x.ndim < 2:
+        raise ShapeError(f"batch_norm: expects (N, C, ...) input, got shape {x._shape}")
+    c = x._shape[1]
+    w, b = _affine_params((c,), weight, bias, x, "batch_norm")
+    if training or running_mean is None or running_var is None:
+        axes = _bn_axes(x)
+        n = x.size // c if c else 0
+        if training and n <= 1:
+            raise ShapeError(f"batch_norm: need more than one value per channel in training, got shape {x._shape}")
+        if training and running_mean is not None and running_var is not None:
+            from ..autodiff.mode import no_grad
+
+            with no_grad():
+                xd = x.detach()
+                mu = mean(xd, axis=axes)
+                var = mean((xd - mu.reshape(_bn_shape(x))) ** 2, axis=axes) * (n / (n - 1))
+                running_mean.copy_(running_mean * (1 - momentum) + mu * momentum)
+                running_var.copy_(running_var * (1 - momentum) + var * momentum)
+        return apply(BATCH_NORM, (x, w, b), {"eps": float(eps)}, x._shape, x._dtype)
+    shape = _bn_shape(x)
+    scale = rsqrt(running_var.reshape(shape) + eps) * w.reshape(shape)
+    return (x - running_mean.reshape(shape)) * scale + b.reshape(shape)
+
+
+# -- dropout, embedding, cross-entropy ---------------------------------------------------
+def dropout(x: Any, p: float = 0.5, training: bool = True, key: Any = None) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p)."""
+    x = _float_arg(x, "dropout")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    from ..random import rand
+
+    keep = rand(x._shape, dtype=x._dtype, device=x._device.without_autodiff(), key=key) >= p
+    return where(keep, x * (1.0 / (1.0 - p)), 0.0)
+
+
+def embedding(indices: Any, weight: Any) -> Tensor:
+    """Rows of ``weight`` picked by integer ``indices`` (any shape)."""
+    w = _tensor_arg(weight, "embedding")
+    idx = _tensor_arg(indices, "embedding", w)
+    if idx._dtype.kind not in "iu":
+        raise DTypeError(f"embedding: indices must be integers, got {idx._dtype}")
+    if w.ndim != 2:
+        raise ShapeError(f"embedding: weight must be 2-D (num_embeddings, dim), got shape {w._shape}")
+    return take(w, idx, axis=0)
+
+
+def _ce_composite(logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
+    logp = log_softmax(logits, axis=1)
+    valid = target != ignore_index
+    safe = where(valid, target, 0)
+    picked = take_along_axis(logp, expand_dims(safe, 1), 1).reshape(target._shape)
+    loss = -picked
+    if label_smoothing:
+        c = logits._shape[1]
+        loss = (1.0 - label_smoothing) * loss - (label_smoothing / c) * sum(logp, axis=1)
+    return where(valid, loss, 0.0)
+
+
+def _ce_vjp(
+    g: Tensor, out: Tensor, logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int
+) -> tuple[Any, Any]:
+    from .indexing import one_hot
+
+    c = logits._shape[1]
+    p = softmax(logits, axis=1)
+    valid = target != ignore_index
+    safe = where(valid, target, 0)
+    hot = one_hot(safe, c, dtype=logits._dtype)  # (..., C) with class last
+    hot = hot.moveaxis(-1, 1)
+    if label_smoothing:
+        hot = hot * (1.0 - label_smoothing) + label_smoothing / c
+    scale = expand_dims(where(valid, g, 0.0), 1)
+    return (scale * (p - hot), None)
+
+
+CROSS_ENTROPY = define("cross_entropy", composite=_ce_composite, vjp=_ce_vjp)
+
+
+def cross_entropy(
+    logits: Any,
+    target: Any,
+    weight: Any = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Softmax cross-entropy. ``logits`` (N, C, ...) and integer ``target`` (N, ...), or
+    ``target`` of class probabilities with the logits' shape.
+
+    ``reduction='mean'`` averages over non-ignored targets (weighted by ``weight`` when given).
+    """
+    logits = _float_arg(logits, "cross_entropy")
+    target = _tensor_arg(target, "cross_entropy", logits)
+    if logits.ndim < 1:
+        raise ShapeError("cross_entropy: logits need a class axis")
+    if logits.ndim == 1:
+        logits = expand_dims(logits, 0)
+        target = expand_dims(target, 0)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    c = logits._shape[1]
+    if target._dtype.kind == "f":
+        if target._shape != logits._shape:
+            raise ShapeError(
+                f"cross_entropy: probability targets must have the logits' shape {logits._shape}, got {target._shape}"
+            )
+        t = target if not label_smoothing else target * (1.0 - label_smoothing) + label_smoothing / c
+        logp = log_softmax(logits, axis=1)
+        if weight is not None:
+            w = _tensor_arg(weight, "cross_entropy", logits)
+            logp = logp * w.reshape((1, c) + (1,) * (logits.ndim - 2))
+        loss = -sum(t * logp, axis=1)
+        if reduction == "none":
+            return loss
+        return loss.sum() if reduction == "sum" else loss.mean()
+    if target._dtype.kind not in "iu":
+        raise DTypeError(
+            f"cross_entropy: target must hold class indices (integers) or probabilities, got {target._dtype}"
+        )
+    expected = (logits._shape[0],) + logits._shape[2:]
+    if target._shape != expected:
+        raise ShapeError(f"cross_entropy: logits {logits._shape} need target of shape {expected}, got {target._shape}")
+    target = target.astype(int64) if target._dtype is not int64 else target
+    loss = apply(
+        CROSS_ENTROPY,
+        (logits, target),
+        {"label_smoothing": float(label_smoothing), "ignore_index": int(ignore_index)},
+        target._shape,
+        logits._dtype,
+    )
+    valid = (target != ignore_index).astype(logits._dtype)
+    if weight is not None:
+        w = _tensor_arg(weight, "cross_entropy", logits)
+        if w._shape != (c,):
+            raise ShapeError(f"cross_entropy: weight must have shape ({c},), got {w._shape}")
+        wt = take(w, where(target != ignore_index, target, 0).reshape((-1,)), axis=0).reshape(target._shape)
+        valid = valid * wt
+        loss = loss * wt
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / valid.sum()
+
+
+# -- attention ---------------------------------------------------------------------------
+def _scores(q: Tensor, k: Tensor, mask: Sequence[Tensor], is_causal: bool, scale: float) -> Tensor:
+    s = matmul(q, matrix_transpose(k)) * scale
+    if is_causal:
+        from ..creation import arange
+
+        n, m = q._shape[-2], k._shape[-2]
+        causal = arange(m, device=q._device).reshape((1, m)) <= arange(n, device=q._device).reshape((n, 1)) + (m - n)
+        s = where(causal, s, float("-inf"))
+    if mask:
+        mk = mask[0]
+        s = where(mk, s, float("-inf")) if mk._dtype.kind == "b" else s + mk
+    return s
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, *mask: Tensor, is_causal: bool, scale: float) -> Tensor:
+    return matmul(softmax(_scores(q, k, mask, is_causal, scale), axis=-1), v)
+
+
+def _attention_vjp(
+    g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *mask: Tensor, is_causal: bool, scale: float
+) -> tuple[Any, ...]:
+    p = softmax(_scores(q, k, mask, is_causal, scale), axis=-1)
+    p = where(p.isnan(), 0.0, p)
+    gv = matmul(matrix_transpose(p), g) if v._rg else None
+    gp = matmul(g, matrix_transpose(v))
+    gs = p * (gp - sum(gp * p, axis=-1, keepdims=True))
+    gq = matmul(gs, k) * scale if q._rg else None
+    gk = matmul(matrix_transpose(gs), q) * scale if k._rg else None
+    gm = (gs,) if mask and mask[0]._rg else tuple(None for _ in mask)
+    return (gq, gk, gv) + gm
+
+
+ATTENTION = define("scaled_dot_product_attention", composite=_attention, vjp=_attention_vjp)
+
+
+def scaled_dot_product_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    attn_mask: Any = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """softmax(q k^T * scale + mask) v over (..., L, E) queries and (..., S, E) keys.
+
+    ``attn_mask`` is boolean (True = attend) or additive float; ``is_causal`` masks the future.
+    """
+    q = _float_arg(q, "scaled_dot_product_attention")
+    k = _tensor_arg(k, "scaled_dot_product_attention", q)
+    v = _tensor_arg(v, "scaled_dot_product_attention", q)
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+        raise ShapeError("scaled_dot_product_attention: q, k, v need at least 2 dimensions (..., L, E)")
+    if q._shape[-1] != k._shape[-1] or k._shape[-2] != v._shape[-2]:
+        raise ShapeError(
+            f"scaled_dot_product_attention: q {q._shape}, k {k._shape}, v {v._shape} do not fit: q and k "
+            f"need the same embedding size, k and v the same length"
+        )
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(q._shape[-1])
+    inputs: tuple[Tensor, ...] = (q, k, v)
+    if attn_mask is not None:
+        inputs += (_tensor_arg(attn_mask, "scaled_dot_product_attention", q),)
+    if dropout_p:
+        s = _scores(q, k, inputs[3:], is_causal, sc)
+        return matmul(dropout(softmax(s, axis=-1), dropout_p), v)
+    shape = q._shape[:-1] + (v._shape[-1],)
+    from ..shapes import broadcast_shapes
+
+    shape = broadcast_shapes(q._shape[:-2], k._shape[:-2], op="attention") + shape[-2:]
+    return apply(ATTENTION, inputs, {"is_causal": bool(is_causal), "scale": sc}, shape, q._dtype)

@@ -1,0 +1,308 @@
+"""Reductions over axes: primitives (sum, prod, max, min, argmax, argmin, any, all, cumsum)
+and composites (mean, var, std, logsumexp, count_nonzero, cumulative_prod)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dispatch import apply, define
+from ..dtypes import DType, as_dtype, bool_, int64, uint64
+from ..errors import DTypeError, ShapeError
+from ..shapes import normalize_axes, normalize_axis, reduced_shape
+from ..tensor import Tensor
+from .elementwise import ANY, FLOAT, NUMERIC, _reject, _tensor_arg, exp, log, sqrt, where
+
+__all__ = [
+    "sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "cumulative_sum",
+    "cumulative_prod", "mean", "var", "std", "logsumexp", "count_nonzero",
+]  # fmt: skip
+
+
+def _keep(g: Tensor, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+    """Reshape a reduced gradient so it broadcasts against ``x``."""
+    if keepdims or not axes:
+        return g
+    return g.reshape(reduced_shape(x._shape, axes, True))
+
+
+def _sum_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[Any]:
+    return (_keep(g, x, axes, keepdims).broadcast_to(x._shape),)
+
+
+def _prod_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[Any]:
+    # exact with zeros: the gradient at a lone zero is the product of the others
+    g = _keep(g, x, axes, keepdims)
+    y = _keep(out, x, axes, keepdims)
+    is_zero = x == 0
+    zeros = is_zero.astype(x._dtype).sum(axis=axes, keepdims=True)
+    others = where(is_zero, 1.0, x).prod(axis=axes, keepdims=True)
+    safe_x = where(is_zero, 1.0, x)
+    grad = where(is_zero, where(zeros == 1, others, 0.0), y / safe_x)
+    return (g * grad,)
+
+
+def _extreme_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[Any]:
+    # ties share the gradient equally
+    y = _keep(out, x, axes, keepdims)
+    mask = (x == y).astype(g._dtype)
+    count = mask.sum(axis=axes, keepdims=True)
+    return (_keep(g, x, axes, keepdims) * mask / count,)
+
+
+def _cumsum_vjp(g: Tensor, out: Tensor, x: Tensor, axis: int) -> tuple[Any]:
+    return (cumulative_sum(g.flip(axis), axis=axis).flip(axis),)
+
+
+SUM = define("sum", primitive=True, vjp=_sum_vjp)
+PROD = define("prod", primitive=True, vjp=_prod_vjp)
+MAX = define("max", primitive=True, vjp=_extreme_vjp)
+MIN = define("min", primitive=True, vjp=_extreme_vjp)
+ARGMAX = define("argmax", primitive=True, differentiable=False)
+ARGMIN = define("argmin", primitive=True, differentiable=False)
+ANY_ = define("any", primitive=True, differentiable=False)
+ALL_ = define("all", primitive=True, differentiable=False)
+CUMSUM = define("cumsum", primitive=True, vjp=_cumsum_vjp)
+
+
+def _accumulator(dt: DType, op: str, dtype: Any) -> DType:
+    if dtype is not None:
+        out = as_dtype(dtype)
+        if out.kind == "b":
+            raise DTypeError(f"{op}: dtype must be numeric, got {out}")
+        return out
+    if dt.kind == "b" or dt.kind == "i":
+        return int64
+    if dt.kind == "u":
+        return uint64
+    return dt
+
+
+def _reduce(
+    op: Any,
+    x: Any,
+    axis: Any,
+    keepdims: bool,
+    accepts: frozenset[DType],
+    out_dtype: DType | None,
+    identity: bool = True,
+) -> Tensor:
+    x = _tensor_arg(x, op.name)
+    if x._dtype not in accepts:
+        raise _reject(op.name, accepts, x._dtype)
+    axes = normalize_axes(axis, x.ndim, op.name)
+    if not identity:
+        for a in axes:
+            if x._shape[a] == 0:
+                raise ShapeError(
+                    f"{op.name}: cannot reduce over axis {a} of size 0 (shape {x._shape}); "
+                    f"{op.name} has no identity element"
+                )
+    shape = reduced_shape(x._shape, axes, keepdims)
+    dt = x._dtype if out_dtype is None else out_dtype
+    return apply(op, (x,), {"axes": axes, "keepdims": bool(keepdims)}, shape, dt)
+
+
+def sum(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
+    """Sum over ``axis`` (all axes when None). Integers and booleans sum in int64/uint64."""
+    x = _tensor_arg(x, "sum")
+    acc = _accumulator(x._dtype, "sum", dtype)
+    if x._dtype is not acc:
+        x = x.astype(acc)
+    return _reduce(SUM, x, axis, keepdims, NUMERIC, None)
+
+
+def prod(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
+    """Product over ``axis``."""
+    x = _tensor_arg(x, "prod")
+    acc = _accumulator(x._dtype, "prod", dtype)
+    if x._dtype is not acc:
+        x = x.astype(acc)
+    return _reduce(PROD, x, axis, keepdims, NUMERIC, None)
+
+
+def max(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Largest value over ``axis`` (NaN propagates)."""
+    return _reduce(MAX, x, axis, keepdims, NUMERIC, None, identity=False)
+
+
+def min(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Smallest value over ``axis`` (NaN propagates)."""
+    return _reduce(MIN, x, axis, keepdims, NUMERIC, None, identity=False)
+
+
+def any(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Whether any element over ``axis`` is nonzero."""
+    x = _tensor_arg(x, "any")
+    if x._dtype is not bool_:
+        x = x != 0
+    return _reduce(ANY_, x, axis, keepdims, ANY, bool_)
+
+
+def all(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Whether every element over ``axis`` is nonzero."""
+    x = _tensor_arg(x, "all")
+    if x._dtype is not bool_:
+        x = x != 0
+    return _reduce(ALL_, x, axis, keepdims, ANY, bool_)
+
+
+def _arg(op: Any, x: Any, axis: int | None, keepdims: bool) -> Tensor:
+    x = _tensor_arg(x, op.name)
+    if x._dtype not in NUMERIC:
+        raise _reject(op.name, NUMERIC, x._dtype)
+    if axis is None:
+        flat = x.reshape((-1,))
+        out = _arg(op, flat, 0, False)
+        return out.reshape((1,) * x.ndim) if keepdims else out
+    ax = normalize_axis(axis, x.ndim, op.name)
+    if x.ndim == 0:
+        return _arg(op, x.reshape((1,)), 0, False).reshape(())
+    if x._shape[ax] == 0:
+        raise ShapeError(f"{op.name}: axis {ax} has size 0 (shape {x._shape}); there is no extreme element")
+    shape = reduced_shape(x._shape, (ax,), keepdims)
+    return apply(op, (x,), {"axis": ax, "keepdims": bool(keepdims)}, shape, int64)
+
+
+def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the first largest value along ``axis`` (flattened when None)."""
+    return _arg(ARGMAX, x, axis, keepdims)
+
+
+def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the first smallest value along ``axis`` (flattened when None)."""
+    return _arg(ARGMIN, x, axis, keepdims)
+
+
+def cumulative_sum(x: Any, axis: int | None = None, dtype: Any = None) -> Tensor:
+    """Running sum along ``axis`` (the flattened tensor when None and ndim > 1)."""
+    x = _tensor_arg(x, "cumulative_sum")
+    if axis is None:
+        if x.ndim > 1:
+            x = x.reshape((-1,))
+        axis = 0
+    acc = _accumulator(x._dtype, "cumulative_sum", dtype)
+    if x._dtype is not acc:
+        x = x.astype(acc)
+    if x._dtype not in NUMERIC:
+        raise _reject("cumsum", NUMERIC, x._dtype)
+    if x.ndim == 0:
+        return x
+    ax = normalize_axis(axis, x.ndim, "cumulative_sum")
+    return apply(CUMSUM, (x,), {"axis": ax}, x._shape, x._dtype)
+
+
+def _cumprod(x: Tensor, axis: int) -> Tensor:
+    # exp(cumsum(log|x|)) with the sign and zeros tracked separately
+    neg = (x < 0).astype(int64)
+    flips = cumulative_sum(neg, axis=axis)
+    sgn = 1 - 2 * (flips % 2).astype(x._dtype)
+    zero_seen = cumulative_sum((x == 0).astype(int64), axis=axis) > 0
+    mag = exp(cumulative_sum(log(where(x == 0, 1.0, x).abs()), axis=axis))
+    return where(zero_seen, 0.0, sgn * mag)
+
+
+CUMPROD = define("cumulative_prod", composite=_cumprod)
+
+
+def cumulative_prod(x: Any, axis: int | None = None) -> Tensor:
+    """Running product along ``axis`` (floating-point tensors)."""
+    x = _tensor_arg(x, "cumulative_prod")
+    if x._dtype not in FLOAT:
+        raise _reject("cumulative_prod", FLOAT, x._dtype)
+    if axis is None:
+        x = x.reshape((-1,))
+        axis = 0
+    ax = normalize_axis(axis, x.ndim, "cumulative_prod")
+    return apply(CUMPROD, (x,), {"axis": ax}, x._shape, x._dtype)
+
+
+def _count(x: Tensor, axes: tuple[int, ...]) -> int:
+    n = 1
+    for a in axes:
+        n *= x._shape[a]
+    return n
+
+
+def _mean(x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+    n = _count(x, axes)
+    return sum(x, axis=axes, keepdims=keepdims) / float(n) if n else sum(x, axis=axes, keepdims=keepdims) * float("nan")
+
+
+MEAN = define("mean", composite=_mean)
+
+
+def _floating(x: Any, op: str) -> Tensor:
+    x = _tensor_arg(x, op)
+    if x._dtype not in FLOAT:
+        raise _reject(op, FLOAT, x._dtype)
+    return x
+
+
+def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Arithmetic mean over ``axis`` (floating-point tensors)."""
+    x = _floating(x, "mean")
+    axes = normalize_axes(axis, x.ndim, "mean")
+    return apply(
+        MEAN, (x,), {"axes": axes, "keepdims": bool(keepdims)}, reduced_shape(x._shape, axes, keepdims), x._dtype
+    )
+
+
+def _var(x: Tensor, axes: tuple[int, ...], keepdims: bool, correction: float) -> Tensor:
+    mu = mean(x, axis=axes, keepdims=True)
+    d = x - mu
+    n = _count(x, axes) - correction
+    total = sum(d * d, axis=axes, keepdims=keepdims)
+    return total / float(n) if n > 0 else total * float("nan")
+
+
+VAR = define("var", composite=_var)
+
+
+def var(x: Any, axis: Any = None, keepdims: bool = False, correction: float = 0.0) -> Tensor:
+    """Variance over ``axis``; ``correction=1`` gives the unbiased estimate."""
+    x = _floating(x, "var")
+    axes = normalize_axes(axis, x.ndim, "var")
+    return apply(
+        VAR,
+        (x,),
+        {"axes": axes, "keepdims": bool(keepdims), "correction": float(correction)},
+        reduced_shape(x._shape, axes, keepdims),
+        x._dtype,
+    )
+
+
+def std(x: Any, axis: Any = None, keepdims: bool = False, correction: float = 0.0) -> Tensor:
+    """Standard deviation over ``axis``."""
+    return sqrt(var(x, axis=axis, keepdims=keepdims, correction=correction))
+
+
+def _logsumexp(x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+    m = max(x, axis=axes, keepdims=True).detach()
+    m = where(m.isinf(), 0.0, m)
+    out = log(sum(exp(x - m), axis=axes, keepdims=True)) + m
+    return out if keepdims else out.reshape(reduced_shape(x._shape, axes, False))
+
+
+def _logsumexp_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[Any]:
+    y = _keep(out, x, axes, keepdims)
+    return (_keep(g, x, axes, keepdims) * exp(x - y),)
+
+
+LOGSUMEXP = define("logsumexp", composite=_logsumexp, vjp=_logsumexp_vjp)
+
+
+def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """log(sum(exp(x))) over ``axis``, computed without overflow."""
+    x = _floating(x, "logsumexp")
+    axes = normalize_axes(axis, x.ndim, "logsumexp")
+    if not axes and x.ndim:
+        return x
+    return apply(
+        LOGSUMEXP, (x,), {"axes": axes, "keepdims": bool(keepdims)}, reduced_shape(x._shape, axes, keepdims), x._dtype
+    )
+
+
+def count_nonzero(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Number of nonzero elements over ``axis`` (int64)."""
+    x = _tensor_arg(x, "count_nonzero")
+    return sum((x != 0).astype(int64), axis=axis, keepdims=keepdims)

@@ -1,0 +1,283 @@
+"""Plugin discovery: pluggy hookspecs, entry points, and the registry of backends.
+
+Plugins are modules named by the entry-point groups ``ember.backends`` and
+``ember.extensions``. Each implements some of the hooks below with ``@ember.hookimpl``.
+Discovery is lazy (nothing happens at ``import ember``) and isolated: a plugin that fails
+to import or to register is recorded with its error and never breaks the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from . import config
+from .errors import DeviceUnavailableError, PluginError
+
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .device import Device
+
+__all__ = [
+    "hookspec",
+    "hookimpl",
+    "BackendSpec",
+    "PluginInfo",
+    "PluginRegistry",
+    "get_registry",
+    "set_registry",
+    "ENTRY_POINT_GROUPS",
+]
+
+hookspec = pluggy.HookspecMarker("ember")
+hookimpl = pluggy.HookimplMarker("ember")
+
+ENTRY_POINT_GROUPS = ("ember.backends", "ember.extensions")
+
+#: what to install for backends ember knows by name, used in error messages
+_INSTALL_HINTS = {
+    "cpu": 'pip install "ember[cpu]"',
+    "cuda": 'pip install "ember[cuda12]"  (or ember[cuda13], matching your CUDA driver)',
+    "opencl": 'pip install "ember[opencl]"',
+    "wgpu": 'pip install "ember[wgpu]"',
+    "remote": 'pip install "ember[remote]"',
+}
+
+
+class HookSpecs:
+    """The whole plugin contract: three hooks."""
+
+    @hookspec
+    def ember_register_backends(self, registry: PluginRegistry) -> None:
+        """Add backends with ``registry.add_backend(BackendSpec(...))``."""
+
+    @hookspec
+    def ember_register_extensions(self, registry: PluginRegistry) -> None:
+        """Add extension ops (``@backend_extension`` functions, kernels) to ember."""
+
+    @hookspec
+    def ember_conformance_modules(self) -> list[str]:
+        """Return importable module names of extra conformance tests."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend a plugin offers: its name, the device kinds it serves, how to load it.
+
+    ``loader()`` imports the heavy library (cupy, pyopencl, wgpu) and returns the Backend
+    class. It runs the first time a device of one of ``kinds`` is used. When two specs
+    serve a kind, the higher ``priority`` wins.
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+    loader: Callable[[], type[Backend]]
+    priority: int = 0
+
+
+@dataclass
+class PluginInfo:
+    """What ``ember plugins`` shows for one plugin."""
+
+    name: str
+    group: str
+    distribution: str = "?"
+    version: str = "?"
+    status: str = "ok"  # ok | failed | disabled
+    error: str = ""
+    detail: str = ""
+    backends: list[str] = field(default_factory=list)
+
+
+class PluginRegistry:
+    """Holds discovered plugins and the backends they registered. Loading is idempotent."""
+
+    def __init__(self) -> None:
+        self.manager = pluggy.PluginManager("ember")
+        self.manager.add_hookspecs(HookSpecs)
+        self.plugins: dict[str, PluginInfo] = {}
+        self.specs: dict[str, list[BackendSpec]] = {}
+        self._backend_classes: dict[str, type[Backend]] = {}
+        self._load_errors: dict[str, str] = {}
+        self._current: PluginInfo | None = None
+        self._discovered = False
+        self._lock = threading.RLock()
+
+    # -- called by plugins -------------------------------------------------------------
+    def add_backend(self, spec: BackendSpec) -> None:
+        """Register a backend. Called from a plugin's ``ember_register_backends`` hook."""
+        who = self._current.name if self._current else "<direct>"
+        if not isinstance(spec, BackendSpec):
+            raise PluginError(f"plugin {who!r}: add_backend expects a BackendSpec, got {spec!r}")
+        if not spec.kinds or not all(isinstance(k, str) and k for k in spec.kinds):
+            raise PluginError(f"plugin {who!r}: BackendSpec.kinds must be non-empty names")
+        if not callable(spec.loader):
+            raise PluginError(f"plugin {who!r}: BackendSpec.loader must be callable")
+        for kind in spec.kinds:
+            specs = self.specs.setdefault(kind.lower(), [])
+            specs.append(spec)
+            specs.sort(key=lambda s: -s.priority)
+        if self._current is not None:
+            self._current.backends.extend(spec.kinds)
+
+    # -- discovery -----------------------------------------------------------------------
+    def discover(self) -> None:
+        """Load every entry-point plugin once (respecting ``EMBER_PLUGINS``)."""
+        with self._lock:
+            if self._discovered:
+                return
+            self._discovered = True
+            from importlib import metadata  # lazily: scanning entry points is not free
+
+            allow = config.plugin_allow_list()
+            for group in ENTRY_POINT_GROUPS:
+                for ep in sorted(metadata.entry_points(group=group), key=lambda e: e.name):
+                    info = PluginInfo(name=ep.name, group=group)
+                    dist = getattr(ep, "dist", None)
+                    if dist is not None:
+                        info.distribution = dist.metadata["Name"] or "?"
+                        info.version = dist.version or "?"
+                    if ep.name in self.plugins:
+                        continue
+                    self.plugins[ep.name] = info
+                    if allow is not None and ep.name not in allow:
+                        info.status = "disabled"
+                        info.error = "not in EMBER_PLUGINS"
+                        continue
+                    try:
+                        module = ep.load()
+                    except Exception as exc:  # a broken plugin must not break ember
+                        self._fail(info, exc)
+                        continue
+                    self._register_module(module, info)
+
+    def register(self, plugin: ModuleType | object, name: str | None = None) -> PluginInfo:
+        """Register a plugin object directly (tests, notebooks, in-process backends)."""
+        with self._lock:
+            pname = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+            info = PluginInfo(name=pname, group="direct", distribution="-", version="-")
+            self.plugins[pname] = info
+            self._register_module(plugin, info)
+            return info
+
+    def _register_module(self, module: Any, info: PluginInfo) -> None:
+        try:
+            self.manager.register(module, name=info.name)
+        except Exception as exc:
+            self._fail(info, exc)
+            return
+        for hook_name in ("ember_register_backends", "ember_register_extensions"):
+            hook = getattr(self.manager.hook, hook_name)
+            for impl in hook.get_hookimpls():
+                if impl.plugin_name != info.name:
+                    continue
+                self._current = info
+                try:
+                    impl.function(registry=self)
+                except Exception as exc:
+                    self._fail(info, exc)
+                finally:
+                    self._current = None
+
+    @staticmethod
+    def _fail(info: PluginInfo, exc: BaseException) -> None:
+        info.status = "failed"
+        info.error = f"{type(exc).__name__}: {exc}"
+        info.detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+    def conformance_modules(self) -> list[str]:
+        """Module names that extensions add to the conformance suite."""
+        self.discover()
+        found: list[str] = []
+        for names in self.manager.hook.ember_conformance_modules():
+            found.extend(names or [])
+        return found
+
+    # -- backends ------------------------------------------------------------------------
+    def kinds(self) -> list[str]:
+        """Every device kind some working plugin serves."""
+        self.discover()
+        return sorted(self.specs)
+
+    def backend_class(self, kind: str) -> type[Backend]:
+        """The Backend class serving ``kind``, loading it on first use."""
+        self.discover()
+        with self._lock:
+            found = self._backend_classes.get(kind)
+            if found is not None:
+                return found
+            specs = self.specs.get(kind)
+            if not specs:
+                raise DeviceUnavailableError(self._no_backend_message(kind))
+            errors = []
+            for spec in specs:
+                try:
+                    cls = spec.loader()
+                except Exception as exc:
+                    errors.append(f"backend {spec.name!r} failed to load: {type(exc).__name__}: {exc}")
+                    continue
+                self._backend_classes[kind] = cls
+                return cls
+            self._load_errors[kind] = "; ".join(errors)
+            hint = _INSTALL_HINTS.get(kind, "")
+            raise DeviceUnavailableError(
+                f"no {kind!r} device: "
+                + "; ".join(errors)
+                + (f". To install what it needs: {hint}" if hint else "")
+                + ". `ember doctor` explains more."
+            )
+
+    def _no_backend_message(self, kind: str) -> str:
+        failed = [p for p in self.plugins.values() if p.status == "failed"]
+        msg = f"no installed plugin provides {kind!r} devices"
+        related = [p for p in failed if kind in p.name]
+        if related:
+            p = related[0]
+            msg += f": plugin {p.name!r} ({p.distribution}) failed to import ({p.error})"
+        known = self.kinds()
+        msg += f". Known kinds: {', '.join(known) if known else 'none'}."
+        hint = _INSTALL_HINTS.get(kind)
+        if hint:
+            msg += f" To add it: {hint}"
+        return msg
+
+    def load_error(self, kind: str) -> str | None:
+        return self._load_errors.get(kind)
+
+    def available_devices(self) -> list[Device]:
+        """Every device of every kind whose backend loads."""
+        from .device import Device
+
+        found = []
+        for kind in self.kinds():
+            try:
+                cls = self.backend_class(kind)
+                count = cls.device_count()
+            except Exception:
+                continue
+            found.extend(Device(kind, i) for i in range(count))
+        return found
+
+
+_REGISTRY: PluginRegistry | None = None
+
+
+def get_registry() -> PluginRegistry:
+    """The process-wide registry (discovers entry points on first use)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = PluginRegistry()
+    return _REGISTRY
+
+
+def set_registry(registry: PluginRegistry | None) -> PluginRegistry | None:
+    """Swap the process-wide registry (tests); returns the previous one."""
+    global _REGISTRY
+    previous, _REGISTRY = _REGISTRY, registry
+    return previous

@@ -1,0 +1,127 @@
+"""Shape arithmetic shared by ops: broadcasting, axis normalisation, reshape inference."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .errors import ShapeError
+
+__all__ = [
+    "Shape",
+    "broadcast_shapes",
+    "normalize_axis",
+    "normalize_axes",
+    "reduced_shape",
+    "infer_reshape",
+    "numel",
+    "as_shape",
+]
+
+Shape = tuple[int, ...]
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def as_shape(shape: Any, argument: str = "shape", op: str = "op") -> Shape:
+    """Normalise an int or a sequence of ints to a shape tuple, checking each entry."""
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        out = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"{op}: {argument} must be an int or a sequence of ints, got {shape!r}") from None
+    for s in out:
+        if s < 0:
+            raise ShapeError(f"{op}: {argument}={out} has a negative dimension")
+    return out
+
+
+def broadcast_shapes(*shapes: Shape, op: str = "broadcast") -> Shape:
+    """numpy broadcasting of several shapes; raises ShapeError naming both shapes."""
+    if len(shapes) == 2:
+        a, b = shapes
+        if a == b:
+            return a
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    for shape in shapes:
+        offset = ndim - len(shape)
+        for i, d in enumerate(shape):
+            j = i + offset
+            cur = out[j]
+            if cur == d or d == 1:
+                continue
+            if cur == 1:
+                out[j] = d
+            else:
+                listed = " and ".join(str(tuple(s)) for s in shapes)
+                raise ShapeError(
+                    f"{op}: shapes {listed} do not broadcast (axis {j - ndim}: {cur} vs {d}). "
+                    f"Each axis must match or be 1."
+                )
+    return tuple(out)
+
+
+def normalize_axis(axis: int, ndim: int, op: str = "op", argument: str = "axis") -> int:
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise TypeError(f"{op}: {argument} must be an int, got {axis!r}")
+    if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
+        raise ShapeError(
+            f"{op}: {argument}={axis} is out of range for a tensor with {ndim} dimension(s) "
+            f"(valid: {-ndim}..{ndim - 1})"
+        )
+    return axis % ndim if ndim else 0
+
+
+def normalize_axes(
+    axis: int | Iterable[int] | None, ndim: int, op: str = "op", argument: str = "axis"
+) -> tuple[int, ...]:
+    """Axis or axes -> sorted tuple of non-negative axes; ``None`` means all axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, int) and not isinstance(axis, bool):
+        if ndim == 0:
+            normalize_axis(axis, ndim, op, argument)
+            return ()
+        return (normalize_axis(axis, ndim, op, argument),)
+    axes = tuple(normalize_axis(a, ndim, op, argument) for a in axis)
+    if ndim == 0:
+        return ()
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"{op}: {argument}={tuple(axis)} names an axis twice")
+    return tuple(sorted(axes))
+
+
+def reduced_shape(shape: Shape, axes: tuple[int, ...], keepdims: bool) -> Shape:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def infer_reshape(old: Shape, new: Any, op: str = "reshape") -> Shape:
+    """Resolve one ``-1`` in ``new`` and check the element count matches."""
+    if isinstance(new, int) and not isinstance(new, bool):
+        new = (new,)
+    new = tuple(int(s) for s in new)
+    total = numel(old)
+    unknown = [i for i, s in enumerate(new) if s == -1]
+    if len(unknown) > 1:
+        raise ShapeError(f"{op}: at most one dimension may be -1, got shape {new}")
+    if any(s < -1 for s in new):
+        raise ShapeError(f"{op}: invalid shape {new}")
+    if unknown:
+        known = numel(s for s in new if s != -1)
+        if known == 0 or total % known:
+            raise ShapeError(f"{op}: cannot reshape a tensor of shape {old} ({total} elements) into {new}")
+        new = tuple(total // known if s == -1 else s for s in new)
+    if numel(new) != total:
+        raise ShapeError(
+            f"{op}: cannot reshape a tensor of shape {old} ({total} elements) into {new} ({numel(new)} elements)"
+        )
+    return new
