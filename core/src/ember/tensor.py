@@ -54,6 +54,12 @@ class Tensor:
     _rg: bool
     _grad: Tensor | None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        raise TypeError(
+            "ember.Tensor cannot be subclassed: dispatch relies on its exact type. Wrap a tensor "
+            "in your own class instead (nn.Parameter marks parameters that way)."
+        )
+
     def __init__(self, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> None:
         from .creation import tensor
 
