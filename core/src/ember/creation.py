@@ -31,7 +31,7 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
 def _from_host(arr: np.ndarray, dtype: DType, device: Device, op: str) -> Tensor:
     check_dtype(device, dtype, op)
     arr = np.array(arr, dtype=dtype.numpy, copy=True, order="C")
-    return make_tensor(device.backend.from_numpy(arr), arr.shape, dtype, device)
+    return make_tensor(device.primitive("from_numpy")(arr), arr.shape, dtype, device)
 
 
 def _infer(data: Any) -> tuple[np.ndarray, DType]:
@@ -40,6 +40,11 @@ def _infer(data: Any) -> tuple[np.ndarray, DType]:
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError) as exc:
+        if "inhomogeneous" in str(exc):
+            raise ShapeError(
+                "tensor: nested lists of different lengths (ragged data) do not form a tensor; "
+                "pad the rows to one length"
+            ) from None
         raise ValueError(f"tensor: cannot convert {type(data).__name__} to a tensor: {exc}") from None
     if arr.dtype == object or arr.dtype.kind in "USV":
         raise DTypeError(
@@ -108,7 +113,7 @@ def from_dlpack(obj: Any, device: Any = None) -> Tensor:
         raise TypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ method")
     dev = device_arg(device)
     handle = dev.backend.from_dlpack(obj)
-    arr_like = dev.backend.to_numpy(handle) if not hasattr(obj, "shape") else None
+    arr_like = dev.primitive("to_numpy")(handle) if not hasattr(obj, "shape") else None
     shape = tuple(int(s) for s in (obj.shape if arr_like is None else arr_like.shape))
     dt = as_dtype(getattr(obj, "dtype", None) if arr_like is None else arr_like.dtype, "dtype")
     return make_tensor(handle, shape, dt, dev)
@@ -142,7 +147,7 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, req
         if isinstance(fill_value, float) and not float(fill_value).is_integer():
             raise DTypeError(f"full: fill_value {fill_value!r} is not an integer but dtype is {dt}")
         value = int(fill_value)
-    out = make_tensor(dev.backend.full(shape=shp, value=value, dtype=dt), shp, dt, dev)
+    out = make_tensor(dev.primitive("full")(shape=shp, value=value, dtype=dt), shp, dt, dev)
     return _finish(out, requires_grad)
 
 
@@ -206,7 +211,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, devic
         start, step = int(start), int(step)
     else:
         start, step = float(start), float(step)
-    return make_tensor(dev.backend.arange(start=start, step=step, size=size, dtype=dt), (size,), dt, dev)
+    return make_tensor(dev.primitive("arange")(start=start, step=step, size=size, dtype=dt), (size,), dt, dev)
 
 
 def linspace(

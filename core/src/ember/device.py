@@ -221,6 +221,18 @@ class Device:
             return _REMOTE_ADDRESSES[self.index]
         return None
 
+    def primitive(self, name: str) -> Any:
+        """The backend's implementation of primitive ``name`` (a clear error if it has none)."""
+        impl = self._impls[name]
+        if impl is None:
+            from .errors import NotImplementedOpError
+
+            raise NotImplementedOpError(
+                f"{self.backend.name} backend ({self.kind}:{self.index}) does not implement the required "
+                f"primitive {name!r}; a complete backend implements every name in ember.backend.REQUIRED_PRIMITIVES"
+            )
+        return impl
+
     # -- identity ------------------------------------------------------------------------
     def same_hardware(self, other: Device) -> bool:
         """True if both name the same physical device (the autodiff flag aside)."""

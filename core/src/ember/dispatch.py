@@ -82,15 +82,6 @@ def lookup(name: str) -> Op:
         raise NotImplementedOpError(f"no op named {name!r} is registered with ember") from None
 
 
-def _missing(op: Op, device: Any) -> NotImplementedOpError:
-    backend = device.backend
-    return NotImplementedOpError(
-        f"{backend.name} backend ({device.kind}:{device.index}) does not implement the "
-        f"required primitive {op.name!r}; a complete backend implements every name in "
-        f"ember.backend.REQUIRED_PRIMITIVES"
-    )
-
-
 def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any, dtype: Any) -> Tensor:
     """Run ``op`` on tensor ``inputs``; ``shape``/``dtype`` describe the result."""
     first = inputs[0]
@@ -109,7 +100,7 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
     if impl is None or (record and op.vjp is None):
         composite = op.composite
         if composite is None:
-            raise _missing(op, dev)
+            dev.primitive(op.name)  # raises the missing-primitive error
         if not (record and op.vjp is not None):
             return composite(*inputs, **params)
         _GRAD.enabled = False

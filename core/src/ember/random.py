@@ -138,7 +138,7 @@ def _bits(n: int, device: Any, key_: Key | None) -> Tensor:
     with _LOCK:
         counter = k._take(n)
     dev = device_arg(device)
-    data = dev.backend.random_bits(key=(k.k0, k.k1), counter=counter, size=n)
+    data = dev.primitive("random_bits")(key=(k.k0, k.k1), counter=counter, size=n)
     return make_tensor(data, (n,), uint32, dev)
 
 

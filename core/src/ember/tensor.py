@@ -175,7 +175,7 @@ class Tensor:
     # -- conversion ----------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """Values as a numpy array (read-only when it shares memory with the tensor)."""
-        return self._device.backend.to_numpy(self._data)
+        return self._device.primitive("to_numpy")(self._data)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         arr = self.numpy()

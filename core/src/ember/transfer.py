@@ -76,8 +76,8 @@ def to(x: Tensor, target: Any = None, dtype: Any = None) -> Tensor:
         if not dev.autodiff_enabled and x._rg:
             dev = dev.autodiff()
         check_dtype(dev, x._dtype, "to")
-        host = np.ascontiguousarray(src.backend.to_numpy(x._data))
-        out = make_tensor(dev.backend.from_numpy(np.array(host, copy=True)), x._shape, x._dtype, dev)
+        host = np.ascontiguousarray(src.primitive("to_numpy")(x._data))
+        out = make_tensor(dev.primitive("from_numpy")(np.array(host, copy=True)), x._shape, x._dtype, dev)
         if x._rg and _GRAD.enabled:
             out._node = Node(TO_DEVICE, (x,), {"source": src})
             out._rg = True

@@ -458,7 +458,7 @@ def _binary(op: Op, a: Any, b: Any) -> Tensor:
         if op.composite is None:
             return apply(op, inputs, params, shape, dt)  # raises the missing-primitive error
         if params:
-            b = make_tensor(dev.backend.full(shape=(), value=bdata, dtype=dt), (), dt, dev)
+            b = make_tensor(dev.primitive("full")(shape=(), value=bdata, dtype=dt), (), dt, dev)
             inputs = (a, b)
             params = {}
         return apply(op, inputs, params, shape, bool_ if bool_out else dt)

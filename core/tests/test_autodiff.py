@@ -1,0 +1,148 @@
+"""Autodiff: backward, accumulation, graph lifetime, higher order, the functional API."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember as em
+
+AD = em.Device.cpu().autodiff()
+
+
+def leaf(values, dtype=em.float64):
+    return em.tensor(values, dtype=dtype, device=AD, requires_grad=True)
+
+
+def test_backward_accumulates_into_leaves():
+    x = leaf([1.0, 2.0])
+    (x * x).sum().backward()
+    (x * 3.0).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0 + 3.0, 4.0 + 3.0])
+
+
+def test_graph_is_freed_unless_retained():
+    x = leaf([1.0])
+    y = (x.exp() * 2).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [4 * np.e])
+    with pytest.raises(em.AutodiffError, match="retain_graph"):
+        y.backward()
+
+
+def test_non_scalar_backward_needs_a_seed():
+    x = leaf([1.0, 2.0])
+    y = x * 2
+    with pytest.raises(em.AutodiffError, match="single-element"):
+        y.backward()
+    y.backward(em.ones_like(y))
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+
+
+def test_no_grad_and_detach_stop_recording():
+    x = leaf([1.0])
+    with em.no_grad():
+        y = x * 2
+    assert not y.requires_grad
+    z = x.detach() * 2
+    assert not z.requires_grad and z.is_leaf
+
+
+def test_plain_device_has_no_graph_and_says_so():
+    w = em.ones((2, 2))
+    with pytest.raises(em.AutodiffError, match="autodiff"):
+        (w @ w).sum().backward()
+
+
+def test_requires_grad_moves_to_the_autodiff_variant():
+    x = em.ones(2)
+    x.requires_grad_()
+    assert x.device.autodiff_enabled
+    with pytest.raises(em.AutodiffError, match="floating-point"):
+        em.tensor([1, 2]).requires_grad_()
+
+
+def test_in_place_change_after_recording_is_detected():
+    x = leaf([1.0, 2.0])
+    c = em.tensor([3.0, 4.0], dtype=em.float64)
+    y = (x * c).sum()
+    c[0] = 10.0
+    with pytest.raises(em.AutodiffError, match="modified in place"):
+        y.backward()
+
+
+def test_setitem_on_tracked_tensor_is_refused():
+    x = leaf([1.0, 2.0])
+    with pytest.raises(em.AutodiffError):
+        x[0] = 5.0
+    with em.no_grad():
+        x[0] = 5.0
+    assert x.tolist() == [5.0, 2.0]
+
+
+def test_second_derivative_of_tanh():
+    xs = np.linspace(-2, 2, 9)
+    x = em.tensor(xs, dtype=em.float64)
+    d2 = em.grad(lambda u: em.grad(lambda t: t.tanh().sum())(u).sum())(x)
+    t = np.tanh(xs)
+    np.testing.assert_allclose(d2.numpy(), -2 * t * (1 - t**2), rtol=1e-12)
+
+
+def test_create_graph_gives_hessian_vector_products_of_an_mlp_loss(rng):
+    x = rng.standard_normal((5, 3))
+    w0 = rng.standard_normal((3, 4))
+    v = rng.standard_normal((3, 4))
+
+    def loss_np(w):
+        return np.sum(np.tanh(x @ w) ** 2)
+
+    w = leaf(w0)
+    loss = (em.tensor(x, dtype=em.float64) @ w).tanh().square().sum()
+    loss.backward(create_graph=True)
+    g = w.grad
+    w.grad = None
+    (g * em.tensor(v, dtype=em.float64)).sum().backward()
+    hv = w.grad.numpy()
+
+    # reference: finite differences of the analytic numpy gradient along v
+    def grad_np(w):
+        t = np.tanh(x @ w)
+        return x.T @ (2 * t * (1 - t**2))
+
+    eps = 1e-6
+    ref = (grad_np(w0 + eps * v) - grad_np(w0 - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(hv, ref, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(g.detach().numpy(), grad_np(w0), rtol=1e-12)
+    assert loss_np(w0) == pytest.approx(loss.item())
+
+
+def test_value_and_grad_with_argnums_and_aux():
+    f = lambda a, b: ((a * b).sum(), a + b)  # noqa: E731
+    (value, aux), (ga, gb) = em.value_and_grad(f, argnums=(0, 1), has_aux=True)(
+        em.tensor([1.0, 2.0]), em.tensor([3.0, 4.0])
+    )
+    assert value.item() == 11.0
+    assert aux.tolist() == [4.0, 6.0]
+    assert ga.tolist() == [3.0, 4.0] and gb.tolist() == [1.0, 2.0]
+    assert not value.requires_grad
+
+
+def test_grad_of_unused_input_is_zero():
+    g = em.grad(lambda a, b: (a * 2).sum(), argnums=1)(em.tensor([1.0]), em.tensor([5.0]))
+    assert g.tolist() == [0.0]
+
+
+def test_broadcast_gradients_sum_back():
+    a = leaf(np.ones((3, 1)))
+    b = leaf(np.ones((1, 4)))
+    (a * b).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), np.full((3, 1), 4.0))
+    np.testing.assert_allclose(b.grad.numpy(), np.full((1, 4), 3.0))
+
+
+def test_gradients_flow_through_integer_indexing_and_casts():
+    x = leaf([1.0, 2.0, 3.0])
+    y = x[em.tensor([0, 0, 2])].astype(em.float32).sum()
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 0.0, 1.0])
