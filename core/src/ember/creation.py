@@ -46,7 +46,7 @@ def _infer(data: Any) -> tuple[np.ndarray, DType]:
                 "pad the rows to one length"
             ) from None
         raise ValueError(f"tensor: cannot convert {type(data).__name__} to a tensor: {exc}") from None
-    if arr.dtype == object or arr.dtype.kind in "USV":
+    if arr.dtype == object or arr.dtype.kind in "US" or (arr.dtype.kind == "V" and arr.dtype.name != "bfloat16"):
         raise DTypeError(
             f"tensor: data of type {type(data).__name__} gives a numpy array of dtype "
             f"{arr.dtype}; expected numbers or booleans (ragged nested lists are not tensors)"

@@ -1,0 +1,1 @@
+"""Training: checkpoints, the Learner and its builder, metrics, and the ``ember train`` command."""
