@@ -17,6 +17,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 from . import dtypes, errors
+from .amp import GradScaler, autocast
 from .autodiff import backward, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, value_and_grad
 from .backend import Backend, Capabilities
 from .creation import (
@@ -68,6 +69,17 @@ from .errors import (
     ShapeError,
 )
 from .extension import backend_extension
+from .ops.conv import (
+    adaptive_avg_pool,
+    adaptive_max_pool,
+    avg_pool,
+    conv,
+    conv_transpose,
+    fold,
+    interpolate,
+    max_pool,
+    unfold,
+)
 from .ops.elementwise import (
     abs,
     acos,

@@ -163,13 +163,17 @@ class Backend:
 
     def dlpack(self, a: Any) -> Any:
         """An object with ``__dlpack__`` sharing ``a``'s memory; default: a numpy copy."""
-        return self.to_numpy(a)  # type: ignore[attr-defined]
+        import numpy as np
+
+        # a copy: to_numpy may return a read-only view, which older DLPack consumers refuse
+        return np.array(self.implementation("to_numpy")(a), copy=True)
 
     def from_dlpack(self, obj: Any) -> Any:
         """A handle from a DLPack-capable object; default: through numpy on the host."""
         import numpy as np
 
-        return self.from_numpy(np.ascontiguousarray(np.from_dlpack(obj)))  # type: ignore[attr-defined]
+        # a private copy, as from_numpy expects: the producer may change its buffer later
+        return self.implementation("from_numpy")(np.array(np.from_dlpack(obj), copy=True, order="C"))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.device}>"

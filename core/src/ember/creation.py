@@ -90,7 +90,7 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: bool | None =
         out = obj
         if device is not None:
             out = out.to(device_arg(device))
-        if dtype is not None:
+        if dtype is not None and as_dtype(dtype) is not out._dtype:
             out = out.astype(dtype)
         if copy and out is obj:
             out = out.clone()

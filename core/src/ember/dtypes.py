@@ -258,7 +258,12 @@ class finfo:
         dt = as_dtype(getattr(dtype, "dtype", dtype))
         if dt.kind != "f":
             raise DTypeError(f"finfo: expected a floating-point dtype, got {dt}")
-        info = np.finfo(dt.numpy)
+        if dt.name == "bfloat16":  # numpy's finfo does not know ml_dtypes' bfloat16
+            import ml_dtypes
+
+            info = ml_dtypes.finfo(dt.numpy)
+        else:
+            info = np.finfo(dt.numpy)
         self.dtype = dt
         self.bits = dt.bits
         self.eps = float(info.eps)

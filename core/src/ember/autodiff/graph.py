@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..amp import autocast
 from ..errors import AutodiffError
 from .mode import set_grad_enabled
 
@@ -92,7 +93,8 @@ def run_backward(
         prev = grads.get(id(root))
         grads[id(root)] = seed if prev is None else prev + seed
     results: dict[int, tuple[Tensor, Tensor]] = {}
-    with set_grad_enabled(create_graph):
+    # gradients are computed in the dtypes the forward ops used: outside autocast
+    with set_grad_enabled(create_graph), autocast(enabled=False):
         if targets is not None:
             for root in roots:
                 if id(root) in targets:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..dtypes import result_type
 from ..errors import ShapeError
 from ..tensor import Tensor
 from .elementwise import _tensor_arg
@@ -101,4 +102,8 @@ def einsum(subscripts: str, *operands: Any) -> Tensor:
         sacc = "".join(c for c in sacc if c not in extra)
     if sorted(sacc) != sorted(out):
         raise ShapeError(f"einsum: output {out!r} names axes not in the inputs")
+    # sums accumulate integers in (u)int64; the result keeps the operands' dtype, as matmul does
+    dtype = result_type(*tensors)
+    if acc._dtype is not dtype:
+        acc = acc.astype(dtype)
     return permute_dims(acc, [sacc.index(c) for c in out]) if sacc != out else acc

@@ -254,18 +254,19 @@ def bitwise_invert(x: Any) -> Tensor:
 def _expm1(x: Tensor) -> Tensor:
     u = exp(x)
     um1 = u - 1
-    # Kahan's trick keeps relative accuracy where exp(x) rounds to 1
-    return where(u == 1, x, where(um1 == -1, -1.0, um1 * x / log(u)))
+    # Kahan's trick keeps relative accuracy where exp(x) rounds to 1; u = inf stays inf
+    return where(u == 1, x, where(um1 == -1, -1.0, where(isinf(u), u, um1 * x / log(u))))
 
 
 def _log1p(x: Tensor) -> Tensor:
     u = 1 + x
-    return where(u == 1, x, log(u) * x / (u - 1))
+    return where(u == 1, x, where(u == math.inf, u, log(u) * x / (u - 1)))
 
 
 def _asinh(x: Tensor) -> Tensor:
     a = abs(x)
-    return sign(x) * log1p(a + a * a / (1 + sqrt(1 + a * a)))
+    # a + a**2 / (1 + sqrt(1 + a**2)), divided through by a so that a**2 cannot overflow
+    return sign(x) * log1p(a + a / (1 / a + sqrt(1 + 1 / (a * a))))
 
 
 EXP2 = unary_op("exp2", FLOAT, composite=lambda x: exp(x * _LN2), vjp=lambda g, y, x: (g * y * _LN2,))
@@ -545,13 +546,24 @@ LOGICAL_XOR = binary_op("logical_xor", BOOL, bool_out=True)
 BITWISE_AND = binary_op("bitwise_and", INT_OR_BOOL)
 BITWISE_OR = binary_op("bitwise_or", INT_OR_BOOL)
 BITWISE_XOR = binary_op("bitwise_xor", INT_OR_BOOL)
-HYPOT = binary_op("hypot", FLOAT, composite=lambda a, b: sqrt(a * a + b * b))
+HYPOT = binary_op(
+    "hypot", FLOAT, composite=lambda a, b: where(isinf(a) | isinf(b), math.inf, sqrt(a * a + b * b))
+)  # IEEE: hypot(inf, nan) is inf
 LOGADDEXP = binary_op(
     "logaddexp", FLOAT,
-    composite=lambda a, b: maximum(a, b) + log1p(exp(-abs(a - b))),
+    # equal arguments (equal infinities included, where a - b is NaN) add log(2)
+    composite=lambda a, b: maximum(a, b) + log1p(exp(where(a == b, 0.0, -abs(a - b)))),
 )  # fmt: skip
 LSHIFT = binary_op("bitwise_left_shift", INT, composite=lambda a, b: a * pow(full_like_int(a, 2), b))
-RSHIFT = binary_op("bitwise_right_shift", INT, composite=lambda a, b: floor_divide(a, pow(full_like_int(a, 2), b)))
+# a >> b as two floor divisions by 2**(b // 2) and 2**(b - b // 2): 2**b itself overflows a
+# signed dtype when b = bits - 1
+RSHIFT = binary_op(
+    "bitwise_right_shift",
+    INT,
+    composite=lambda a, b: floor_divide(
+        floor_divide(a, pow(full_like_int(a, 2), b // 2)), pow(full_like_int(a, 2), b - b // 2)
+    ),
+)
 
 
 def full_like_int(x: Tensor, value: int) -> Tensor:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..amp import _STATE as _AMP
+from ..amp import autocast_inputs
 from ..dispatch import apply, define
 from ..dtypes import bool_, int64, promote_types
 from ..errors import DTypeError, ShapeError
@@ -33,6 +35,8 @@ def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product with numpy semantics (1-D operands, broadcast batch axes)."""
     a = _tensor_arg(a, "matmul", b if isinstance(b, Tensor) else None)
     b = _tensor_arg(b, "matmul", a)
+    if _AMP.dtype is not None:
+        a, b = autocast_inputs("matmul", a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul: operands must have at least 1 dimension; use * for scalars")
     dt = promote_types(a._dtype, b._dtype, "matmul") if a._dtype is not b._dtype else a._dtype

@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..amp import _STATE as _AMP
+from ..amp import autocast_float32, autocast_inputs
 from ..dispatch import apply, define
 from ..dtypes import int64
 from ..errors import DTypeError, ShapeError
@@ -14,6 +16,7 @@ from ..shapes import normalize_axis
 from ..tensor import Tensor
 from .elementwise import (
     FLOAT,
+    NUMERIC,
     _reject,
     _tensor_arg,
     erf,
@@ -78,7 +81,7 @@ def _softplus(x: Tensor) -> Tensor:
 
 RELU = define(
     "relu",
-    composite=lambda x: where(x > 0, x, 0.0 if x._dtype.kind == "f" else 0),
+    composite=lambda x: where(x <= 0, 0.0 if x._dtype.kind == "f" else 0, x),  # NaN stays NaN
     vjp=lambda g, y, x: (where(x > 0, g, 0.0),),
 )
 SIGMOID = define("sigmoid", composite=_sigmoid, vjp=lambda g, y, x: (g * y * (1.0 - y),))
@@ -93,6 +96,8 @@ SOFTPLUS = define("softplus", composite=_softplus, vjp=lambda g, y, x: (g * sigm
 def relu(x: Any) -> Tensor:
     """max(x, 0)."""
     x = _tensor_arg(x, "relu")
+    if x._dtype not in NUMERIC:
+        raise _reject("relu", NUMERIC, x._dtype)
     return apply(RELU, (x,), {}, x._shape, x._dtype)
 
 
@@ -159,14 +164,23 @@ def _log_softmax_vjp(g: Tensor, y: Tensor, x: Tensor, axis: int) -> tuple[Any]:
 
 
 SOFTMAX = define("softmax", composite=_softmax, vjp=_softmax_vjp)
-LOG_SOFTMAX = define(
-    "log_softmax", composite=lambda x, axis: x - logsumexp(x, axis=axis, keepdims=True), vjp=_log_softmax_vjp
-)
+
+
+def _log_softmax(x: Tensor, axis: int) -> Tensor:
+    # shift by the maximum first: x - max is exact near it, so large inputs keep their precision
+    m = max(x, axis=axis, keepdims=True).detach()
+    shifted = x - where(m.isinf(), 0.0, m)
+    return shifted - logsumexp(shifted, axis=axis, keepdims=True)
+
+
+LOG_SOFTMAX = define("log_softmax", composite=_log_softmax, vjp=_log_softmax_vjp)
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along ``axis``, stable for large inputs."""
     x = _float_arg(x, "softmax")
+    if _AMP.dtype is not None:
+        (x,) = autocast_float32("softmax", x)
     ax = normalize_axis(axis, x.ndim, "softmax") if x.ndim else 0
     if x.ndim == 0:
         return x * 0.0 + 1.0
@@ -176,6 +190,8 @@ def softmax(x: Any, axis: int = -1) -> Tensor:
 def log_softmax(x: Any, axis: int = -1) -> Tensor:
     """x - logsumexp(x) along ``axis``."""
     x = _float_arg(x, "log_softmax")
+    if _AMP.dtype is not None:
+        (x,) = autocast_float32("log_softmax", x)
     if x.ndim == 0:
         return x * 0.0
     ax = normalize_axis(axis, x.ndim, "log_softmax")
@@ -230,6 +246,8 @@ def _affine_params(shape: tuple[int, ...], weight: Any, bias: Any, like: Tensor,
 def layer_norm(x: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing ``normalized_shape`` axes, then scale and shift."""
     x = _float_arg(x, "layer_norm")
+    if _AMP.dtype is not None:
+        x, weight, bias = autocast_float32("layer_norm", x, weight, bias)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if x._shape[x.ndim - len(shape) :] != shape:
         raise ShapeError(f"layer_norm: normalized_shape {shape} does not match the trailing axes of {x._shape}")
@@ -285,9 +303,14 @@ BATCH_NORM = define(
 
 def _bn_vjp(g: Tensor, x: Tensor, w: Tensor, b: Tensor, eps: float) -> tuple[Any, Any, Any]:
     shape = _bn_shape(x)
-    gx, gw, gb = _normalize_vjp(g, x, w.reshape(shape), b.reshape(shape), _bn_axes(x), eps)
     axes = _bn_axes(x)
-    return gx, (gw.sum(axis=axes) if gw is not None else None), (gb.sum(axis=axes) if gb is not None else None)
+    # the reshaped w/b made here do not carry w._rg/b._rg (backward runs without recording),
+    # so ask for their gradients through the originals' flags
+    gx, _, _ = _normalize_vjp(g, x, w.reshape(shape), b.reshape(shape), axes, eps)
+    xhat = _normalize(x, axes, eps)[0] if w._rg else None
+    gw = (g * xhat).sum(axis=axes) if w._rg else None
+    gb = g.sum(axis=axes) if b._rg else None
+    return gx, gw, gb
 
 
 def batch_norm(
@@ -401,6 +424,8 @@ def cross_entropy(
     """
     logits = _float_arg(logits, "cross_entropy")
     target = _tensor_arg(target, "cross_entropy", logits)
+    if _AMP.dtype is not None:
+        logits, target, weight = autocast_float32("cross_entropy", logits, target, weight)
     if logits.ndim < 1:
         raise ShapeError("cross_entropy: logits need a class axis")
     if logits.ndim == 1:
@@ -431,10 +456,13 @@ def cross_entropy(
     if target._shape != expected:
         raise ShapeError(f"cross_entropy: logits {logits._shape} need target of shape {expected}, got {target._shape}")
     target = target.astype(int64) if target._dtype is not int64 else target
+    # with class weights, PyTorch weights the smoothing term per class (sum_c w_c log p_c), not by
+    # w[target]: the weighted case computes the two terms apart
+    smoothing = float(label_smoothing) if weight is None else 0.0
     loss = apply(
         CROSS_ENTROPY,
         (logits, target),
-        {"label_smoothing": float(label_smoothing), "ignore_index": int(ignore_index)},
+        {"label_smoothing": smoothing, "ignore_index": int(ignore_index)},
         target._shape,
         logits._dtype,
     )
@@ -446,6 +474,10 @@ def cross_entropy(
         wt = take(w, where(target != ignore_index, target, 0).reshape((-1,)), axis=0).reshape(target._shape)
         valid = valid * wt
         loss = loss * wt
+        if label_smoothing:
+            w_c = w.reshape((1, c) + (1,) * (logits.ndim - 2))
+            smooth = -sum(log_softmax(logits, axis=1) * w_c, axis=1) * (target != ignore_index).astype(logits._dtype)
+            loss = (1.0 - label_smoothing) * loss + (label_smoothing / c) * smooth
     if reduction == "none":
         return loss
     if reduction == "sum":
@@ -505,6 +537,8 @@ def scaled_dot_product_attention(
     q = _float_arg(q, "scaled_dot_product_attention")
     k = _tensor_arg(k, "scaled_dot_product_attention", q)
     v = _tensor_arg(v, "scaled_dot_product_attention", q)
+    if _AMP.dtype is not None:
+        q, k, v, attn_mask = autocast_inputs("scaled_dot_product_attention", q, k, v, attn_mask)
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
         raise ShapeError("scaled_dot_product_attention: q, k, v need at least 2 dimensions (..., L, E)")
     if q._shape[-1] != k._shape[-1] or k._shape[-2] != v._shape[-2]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..amp import _STATE as _AMP
+from ..amp import autocast_float32
 from ..dispatch import apply, define
 from ..dtypes import DType, as_dtype, bool_, int64, uint64
 from ..errors import DTypeError, ShapeError
@@ -105,6 +107,8 @@ def _reduce(
 def sum(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
     """Sum over ``axis`` (all axes when None). Integers and booleans sum in int64/uint64."""
     x = _tensor_arg(x, "sum")
+    if _AMP.dtype is not None and dtype is None:
+        (x,) = autocast_float32("sum", x)
     acc = _accumulator(x._dtype, "sum", dtype)
     if x._dtype is not acc:
         x = x.astype(acc)
@@ -198,7 +202,9 @@ def _cumprod(x: Tensor, axis: int) -> Tensor:
     sgn = 1 - 2 * (flips % 2).astype(x._dtype)
     zero_seen = cumulative_sum((x == 0).astype(int64), axis=axis) > 0
     mag = exp(cumulative_sum(log(where(x == 0, 1.0, x).abs()), axis=axis))
-    return where(zero_seen, 0.0, sgn * mag)
+    # after a zero the product is 0, or NaN once a NaN or an infinity has been multiplied in
+    bad_seen = cumulative_sum((x.isnan() | x.isinf()).astype(int64), axis=axis) > 0
+    return where(zero_seen, where(bad_seen, float("nan"), 0.0).astype(x._dtype), sgn * mag)
 
 
 CUMPROD = define("cumulative_prod", composite=_cumprod)
@@ -241,6 +247,8 @@ def _floating(x: Any, op: str) -> Tensor:
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Arithmetic mean over ``axis`` (floating-point tensors)."""
     x = _floating(x, "mean")
+    if _AMP.dtype is not None:
+        (x,) = autocast_float32("mean", x)
     axes = normalize_axes(axis, x.ndim, "mean")
     return apply(
         MEAN, (x,), {"axes": axes, "keepdims": bool(keepdims)}, reduced_shape(x._shape, axes, keepdims), x._dtype
@@ -305,4 +313,5 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
 def count_nonzero(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Number of nonzero elements over ``axis`` (int64)."""
     x = _tensor_arg(x, "count_nonzero")
-    return sum((x != 0).astype(int64), axis=axis, keepdims=keepdims)
+    nonzero = x if x._dtype is bool_ else x != 0
+    return sum(nonzero.astype(int64), axis=axis, keepdims=keepdims)

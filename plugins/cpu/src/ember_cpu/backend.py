@@ -14,11 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from ember.backend import Backend
 from ember.dtypes import ALL_DTYPES, DType
 from ember.random import philox_words
 
-from . import nn_kernels
+from . import conv_kernels, nn_kernels
 
 # numpy reports overflow / division by zero / invalid values as warnings; ember's semantics
 # are IEEE results without warnings (as in PyTorch), so silence them for this module only.
@@ -46,6 +47,19 @@ def _via_f32(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     wrapped.__name__ = getattr(fn, "__name__", "op")
     return wrapped
+
+
+def _keep_dtype(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A binary ufunc whose result keeps ``a``'s dtype when ``b`` is a Python float (numpy
+    promotes bfloat16 with a Python float to float32)."""
+
+    def op(a: np.ndarray, b: Any) -> np.ndarray:
+        if type(b) is float and a.dtype.kind == "V":
+            b = np.asarray(b, dtype=a.dtype)
+        return _arr(fn(a, b))
+
+    op.__name__ = fn.__name__
+    return op
 
 
 def _erf(a: np.ndarray) -> np.ndarray:
@@ -170,15 +184,15 @@ class CpuBackend(Backend):
     isfinite = staticmethod(lambda a: _arr(np.isfinite(a)))
 
     # -- elementwise binary ----------------------------------------------------------------
-    add = staticmethod(lambda a, b: _arr(np.add(a, b)))
-    sub = staticmethod(lambda a, b: _arr(np.subtract(a, b)))
-    mul = staticmethod(lambda a, b: _arr(np.multiply(a, b)))
-    div = staticmethod(lambda a, b: _arr(np.true_divide(a, b)))
-    floordiv = staticmethod(lambda a, b: _arr(np.floor_divide(a, b)))
-    remainder = staticmethod(lambda a, b: _arr(np.remainder(a, b)))
+    add = staticmethod(_keep_dtype(np.add))
+    sub = staticmethod(_keep_dtype(np.subtract))
+    mul = staticmethod(_keep_dtype(np.multiply))
+    div = staticmethod(_keep_dtype(np.true_divide))
+    floordiv = staticmethod(_keep_dtype(np.floor_divide))
+    remainder = staticmethod(_keep_dtype(np.remainder))
     pow = staticmethod(_via_f32(np.power))
-    maximum = staticmethod(lambda a, b: _arr(np.maximum(a, b)))
-    minimum = staticmethod(lambda a, b: _arr(np.minimum(a, b)))
+    maximum = staticmethod(_keep_dtype(np.maximum))
+    minimum = staticmethod(_keep_dtype(np.minimum))
     atan2 = staticmethod(_via_f32(np.arctan2))
     hypot = staticmethod(_via_f32(np.hypot))
     logaddexp = staticmethod(_via_f32(np.logaddexp))
@@ -324,11 +338,15 @@ class CpuBackend(Backend):
 
     @staticmethod
     def sort(a: np.ndarray, *, axis: int, descending: bool) -> np.ndarray:
+        if a.dtype.kind == "V":  # ml_dtypes' bfloat16 sort misplaces NaN; float32 holds it exactly
+            return CpuBackend.sort(a.astype(_F32), axis=axis, descending=descending).astype(a.dtype)
         out = np.sort(a, axis=axis, kind="stable")
         return np.flip(out, axis=axis) if descending else out
 
     @staticmethod
     def argsort(a: np.ndarray, *, axis: int, descending: bool) -> np.ndarray:
+        if a.dtype.kind == "V":
+            a = a.astype(_F32)
         if not descending:
             return np.argsort(a, axis=axis, kind="stable").astype(np.int64, copy=False)
         n = a.shape[axis]
@@ -348,3 +366,13 @@ class CpuBackend(Backend):
     rms_norm = staticmethod(nn_kernels.rms_norm)
     cross_entropy = staticmethod(nn_kernels.cross_entropy)
     scaled_dot_product_attention = staticmethod(nn_kernels.attention)
+    conv = staticmethod(conv_kernels.conv)
+    conv_transpose = staticmethod(conv_kernels.conv_transpose)
+    unfold = staticmethod(conv_kernels.unfold)
+    fold = staticmethod(conv_kernels.fold)
+    max_pool = staticmethod(conv_kernels.max_pool)
+    max_pool_backward = staticmethod(conv_kernels.max_pool_backward)
+    avg_pool = staticmethod(conv_kernels.avg_pool)
+    adaptive_avg_pool = staticmethod(conv_kernels.adaptive_avg_pool)
+    adaptive_max_pool = staticmethod(conv_kernels.adaptive_max_pool)
+    interpolate = staticmethod(conv_kernels.interpolate)

@@ -1,0 +1,140 @@
+"""Adam (Kingma & Ba, 2015), its AMSGrad variant (Reddi et al., 2018) and AdamW (Loshchilov &
+Hutter, 2019: weight decay decoupled from the gradient)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..ops.elementwise import maximum
+from .optimizer import Optimizer, ParamsT, _grad, _nonnegative, _unit
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(Optimizer):
+    """Adam as in PyTorch::
+
+        g = grad (+ weight_decay * p unless decoupled)      (negated first when maximize)
+        p = p * (1 - lr * weight_decay)                     (decoupled: AdamW)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        vmax = max(vmax, v); v = vmax                       (amsgrad)
+        p = p - lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)
+
+    The last line is evaluated as ``p - m / (sqrt(v) * c1 + c2)`` with the Python scalars
+    ``c1 = 1 / (sqrt(1 - beta2**t) * step_size)`` and ``c2 = eps / step_size``: the same
+    quantity with one dispatched op fewer per parameter.
+
+    >>> import ember as em
+    >>> w = em.tensor([1.0, -1.0], device=em.Device.cpu().autodiff(), requires_grad=True)
+    >>> opt = em.optim.Adam([w], lr=0.1)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> [round(x, 6) for x in w.tolist()]
+    [0.9, -0.9]
+    """
+
+    state_keys = frozenset({"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"})
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        decoupled_weight_decay: bool = False,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "betas": tuple(betas),
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "amsgrad": amsgrad,
+            "maximize": maximize,
+            "decoupled_weight_decay": decoupled_weight_decay,
+        }
+        super().__init__(params, defaults)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        for key in ("lr", "eps", "weight_decay"):
+            _nonnegative(self, group, key)
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"{type(self).__name__}: betas must be a pair (beta1, beta2), got {betas!r}")
+        _unit(self, betas[0], "beta1 (betas[0])")
+        _unit(self, betas[1], "beta2 (betas[1])")
+
+    def _step_group(self, group: dict[str, Any]) -> None:
+        lr = float(group["lr"])
+        beta1, beta2 = (float(b) for b in group["betas"])
+        eps = float(group["eps"])
+        wd = float(group["weight_decay"])
+        amsgrad = bool(group["amsgrad"])
+        maximize = bool(group["maximize"])
+        decoupled = bool(group["decoupled_weight_decay"])
+        keep1, keep2 = 1.0 - beta1, 1.0 - beta2
+        for p in group["params"]:
+            g = _grad(p)
+            if g is None:
+                continue
+            if maximize:
+                g = -g
+            state = self._state(p)
+            t = state.get("step", 0) + 1
+            state["step"] = t
+            base = p
+            if wd:
+                if decoupled:
+                    base = p * (1.0 - lr * wd)
+                else:
+                    g = g + p * wd
+            m = state.get("exp_avg")
+            m = g * keep1 if m is None else m * beta1 + g * keep1
+            state["exp_avg"] = m
+            gg = g.square()
+            v = state.get("exp_avg_sq")
+            v = gg * keep2 if v is None else v * beta2 + gg * keep2
+            state["exp_avg_sq"] = v
+            if amsgrad:
+                vmax = state.get("max_exp_avg_sq")
+                v = v if vmax is None else maximum(vmax, v)
+                state["max_exp_avg_sq"] = v
+            step_size = lr / (1.0 - beta1**t)
+            if step_size == 0.0:
+                if base is not p:
+                    p.copy_(base)
+                continue
+            c1 = 1.0 / (math.sqrt(1.0 - beta2**t) * step_size)
+            p.copy_(base - m / (v.sqrt() * c1 + eps / step_size))
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay: ``p = p * (1 - lr * weight_decay)`` before the Adam
+    update, instead of adding ``weight_decay * p`` to the gradient.
+
+    >>> import ember as em
+    >>> w = em.tensor([1.0], device=em.Device.cpu().autodiff(), requires_grad=True)
+    >>> opt = em.optim.AdamW([w], lr=0.1, weight_decay=0.5)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> round(w.item(), 6)
+    0.85
+    """
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, decoupled_weight_decay=True)

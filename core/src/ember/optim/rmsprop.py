@@ -1,0 +1,96 @@
+"""RMSprop (Hinton's lecture 6e; centered variant of Graves, 2013)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .optimizer import Optimizer, ParamsT, _grad, _nonnegative
+
+__all__ = ["RMSprop"]
+
+
+class RMSprop(Optimizer):
+    """RMSprop as in PyTorch::
+
+        g = grad (+ weight_decay * p)                     (negated first when maximize)
+        s = alpha * s + (1 - alpha) * g * g
+        a = alpha * a + (1 - alpha) * g;  d = sqrt(s - a * a) + eps     (centered)
+        d = sqrt(s) + eps                                               (otherwise)
+        buf = momentum * buf + g / d;  p = p - lr * buf                 (momentum > 0)
+        p = p - lr * g / d                                              (otherwise)
+
+    >>> import ember as em
+    >>> w = em.tensor([1.0], device=em.Device.cpu().autodiff(), requires_grad=True)
+    >>> opt = em.optim.RMSprop([w], lr=0.01, alpha=0.99, eps=0.0)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> round(w.item(), 6)
+    0.9
+    """
+
+    state_keys = frozenset({"step", "square_avg", "grad_avg", "momentum_buffer"})
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "alpha": alpha,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "momentum": momentum,
+            "centered": centered,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        for key in ("lr", "alpha", "eps", "weight_decay", "momentum"):
+            _nonnegative(self, group, key)
+
+    def _step_group(self, group: dict[str, Any]) -> None:
+        lr = float(group["lr"])
+        alpha = float(group["alpha"])
+        keep = 1.0 - alpha
+        eps = float(group["eps"])
+        wd = float(group["weight_decay"])
+        momentum = float(group["momentum"])
+        centered = bool(group["centered"])
+        maximize = bool(group["maximize"])
+        for p in group["params"]:
+            g = _grad(p)
+            if g is None:
+                continue
+            if maximize:
+                g = -g
+            if wd:
+                g = g + p * wd
+            state = self._state(p)
+            state["step"] = state.get("step", 0) + 1
+            s = state.get("square_avg")
+            gg = g.square()
+            s = gg * keep if s is None else s * alpha + gg * keep
+            state["square_avg"] = s
+            if centered:
+                a = state.get("grad_avg")
+                a = g * keep if a is None else a * alpha + g * keep
+                state["grad_avg"] = a
+                s = s - a.square()
+            d = s.sqrt() + eps
+            if momentum > 0:
+                buf = state.get("momentum_buffer")
+                q = g / d
+                buf = q if buf is None else buf * momentum + q
+                state["momentum_buffer"] = buf
+                p.copy_(p - buf * lr)
+            else:
+                p.copy_(p - g / d * lr)

@@ -1,0 +1,461 @@
+"""The Learner: a training loop built once with :class:`LearnerBuilder`, then ``fit``.
+
+>>> # learner = (LearnerBuilder(model).optimizer(opt).metrics(Accuracy())
+>>> #            .checkpoint("runs/x", every=1, keep=3).epochs(10).build())
+>>> # history = learner.fit(train_loader, valid_loader)
+
+Checkpoints hold the model, optimizer, scheduler, random stream, data-loader position,
+early-stopping state and partial-epoch metrics, so ``fit(..., resume=True)`` after a crash
+continues exactly where the last checkpoint was taken.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import random as _random
+from ..autodiff.mode import no_grad
+from ..errors import CheckpointError
+from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .logs import MetricsLog
+from .metrics import Loss, Metric
+from .progress import Progress
+
+__all__ = ["Learner", "LearnerBuilder", "EarlyStopping"]
+
+
+def _default_loss(output: Any, target: Any) -> Any:
+    from ..ops.nn import cross_entropy
+
+    return cross_entropy(output, target)
+
+
+class EarlyStopping:
+    """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs."""
+
+    def __init__(self, monitor: str = "valid_loss", patience: int = 5, mode: str | None = None, min_delta: float = 0.0):
+        if mode not in (None, "min", "max"):
+            raise ValueError(f"early_stopping: mode must be 'min' or 'max', got {mode!r}")
+        self.monitor = monitor
+        self.patience = patience
+        self.mode = mode or ("min" if monitor.endswith(("loss", "mae", "rmse", "perplexity")) else "max")
+        self.min_delta = min_delta
+        self.best: float | None = None
+        self.bad_epochs = 0
+
+    def step(self, metrics: dict[str, float]) -> bool:
+        """Record an epoch; True when training should stop."""
+        if self.monitor not in metrics:
+            raise KeyError(f"early_stopping: no metric {self.monitor!r}; available: {sorted(metrics)}")
+        value = metrics[self.monitor]
+        better = self.best is None or (
+            value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
+        )
+        if better:
+            self.best = value
+            self.bad_epochs = 0
+        else:
+            self.bad_epochs += 1
+        return self.bad_epochs >= self.patience
+
+    def state(self) -> dict[str, Any]:
+        return {"best": self.best, "bad_epochs": self.bad_epochs}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.best = state.get("best")
+        self.bad_epochs = int(state.get("bad_epochs", 0))
+
+
+def _split_batch(batch: Any) -> tuple[tuple[Any, ...], Any]:
+    if isinstance(batch, dict):
+        if "target" not in batch:
+            raise KeyError("Learner: a dict batch needs a 'target' entry; the other entries go to the model by name")
+        return (), batch
+    if isinstance(batch, (tuple, list)):
+        if len(batch) < 2:
+            raise ValueError("Learner: a batch must be (inputs..., target)")
+        return tuple(batch[:-1]), batch[-1]
+    raise TypeError(f"Learner: expected a (inputs..., target) tuple or a dict batch, got {type(batch).__name__}")
+
+
+class Learner:
+    """Runs training, evaluation and prediction for one model (build it with LearnerBuilder)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.model = cfg["model"]
+        self.optimizer = cfg["optimizer"]
+        self.scheduler = cfg.get("scheduler")
+        self.scheduler_interval = cfg.get("scheduler_interval", "epoch")
+        self.loss_fn: Callable[[Any, Any], Any] = cfg.get("loss") or _default_loss
+        self.metric_factories: list[Callable[[], Metric]] = cfg.get("metrics", [])
+        self.checkpoint_dir: Path | None = cfg.get("checkpoint_dir")
+        self.checkpoint_every: int | None = cfg.get("checkpoint_every", 1)
+        self.checkpoint_every_steps: int | None = cfg.get("checkpoint_every_steps")
+        self.keep: int | None = cfg.get("keep", 3)
+        self.early: EarlyStopping | None = cfg.get("early_stopping")
+        self.num_epochs: int = cfg.get("epochs", 1)
+        self.accumulate: int = cfg.get("accumulate", 1)
+        self.clip_norm: float | None = cfg.get("clip_norm")
+        self.amp_dtype: Any = cfg.get("amp_dtype")
+        self.show_progress: bool = cfg.get("progress", True)
+        self.model_config: dict[str, Any] | None = cfg.get("model_config")
+        self.callbacks: list[Callable[[Learner], None]] = cfg.get("callbacks", [])
+        self.log_dir: Path | None = cfg.get("log_dir") or self.checkpoint_dir
+        self.log = MetricsLog(self.log_dir) if self.log_dir is not None else None
+        self.epoch = 0
+        self.step = 0
+        self.history: list[dict[str, Any]] = []
+        self.should_stop = False
+        self._scaler = None
+        if self.amp_dtype is not None and getattr(self.amp_dtype, "name", "") == "float16":
+            from ..amp import GradScaler
+
+            self._scaler = GradScaler()
+
+    # -- helpers ---------------------------------------------------------------------------
+    @property
+    def device(self) -> Any:
+        for p in self.model.parameters():
+            return p.device
+        from ..device import Device
+
+        return Device.default()
+
+    def _to_device(self, x: Any) -> Any:
+        from ..tensor import Tensor
+
+        if isinstance(x, Tensor):
+            dev = self.device
+            return x if x.device.same_hardware(dev) else x.to(dev.without_autodiff())
+        if isinstance(x, (tuple, list)):
+            return type(x)(self._to_device(v) for v in x)
+        if isinstance(x, dict):
+            return {k: self._to_device(v) for k, v in x.items()}
+        return x
+
+    def _forward(self, batch: Any) -> tuple[Any, Any, Any]:
+        inputs, target = _split_batch(self._to_device(batch))
+        if isinstance(target, dict):
+            named = {k: v for k, v in target.items() if k != "target"}
+            output = self.model(**named)
+            target = target["target"]
+        else:
+            output = self.model(*inputs)
+        loss = self.loss_fn(output, target)
+        return output, target, loss
+
+    def _autocast(self) -> Any:
+        if self.amp_dtype is None:
+            import contextlib
+
+            return contextlib.nullcontext()
+        from ..amp import autocast
+
+        return autocast(dtype=self.amp_dtype)
+
+    def _new_metrics(self) -> list[Metric]:
+        return [Loss()] + [f() for f in self.metric_factories]
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def state(self, loader: Any = None, metrics: list[Metric] | None = None) -> dict[str, Any]:
+        """Everything needed to continue training exactly from here."""
+        state: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": _random.get_state(),
+            "epoch": self.epoch,
+            "step": self.step,
+            "history": self.history,
+        }
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        if self._scaler is not None:
+            state["scaler"] = self._scaler.state_dict()
+        if self.early is not None:
+            state["early_stopping"] = self.early.state()
+        if loader is not None and hasattr(loader, "state_dict"):
+            state["loader"] = loader.state_dict()
+        if metrics is not None:
+            state["partial_metrics"] = [m.state() for m in metrics]
+        if self.model_config is not None:
+            state["model_config"] = self.model_config
+        return state
+
+    def save(self, loader: Any = None, metrics: list[Metric] | None = None) -> Path | None:
+        if self.checkpoint_dir is None:
+            return None
+        return save_checkpoint(self.checkpoint_dir, self.state(loader, metrics), step=self.step, keep=self.keep)
+
+    def restore(self, path: str | Path | None = None, loader: Any = None) -> dict[str, Any] | None:
+        """Load a checkpoint (the latest under the checkpoint dir by default) into this learner."""
+        where = Path(path) if path is not None else self.checkpoint_dir
+        if where is None:
+            raise CheckpointError("restore: no checkpoint directory; pass a path or configure .checkpoint(dir)")
+        if path is None and latest_checkpoint(where) is None:
+            return None
+        ckpt = load_checkpoint(where)
+        state = ckpt.state(device=self.device)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and "scheduler" in state:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self._scaler is not None and "scaler" in state:
+            self._scaler.load_state_dict(state["scaler"])
+        if self.early is not None and "early_stopping" in state:
+            self.early.load_state(state["early_stopping"])
+        _random.set_state(state["rng"])
+        self.epoch = int(state["epoch"])
+        self.step = int(state["step"])
+        self.history = list(state.get("history", []))
+        if loader is not None and "loader" in state and hasattr(loader, "load_state_dict"):
+            loader.load_state_dict(state["loader"])
+        if self.log is not None:
+            self.log.truncate(self.step)
+        return state
+
+    # -- training --------------------------------------------------------------------------
+    def fit(
+        self, train_loader: Any, valid_loader: Any = None, resume: bool | str | Path = False
+    ) -> list[dict[str, Any]]:
+        """Train for the configured epochs; returns one metrics dict per epoch."""
+        partial = None
+        if resume:
+            state = self.restore(None if resume is True else resume, loader=train_loader)
+            if state is not None:
+                partial = state.get("partial_metrics")
+        while self.epoch < self.num_epochs and not self.should_stop:
+            if hasattr(train_loader, "set_epoch") and partial is None:
+                train_loader.set_epoch(self.epoch)
+            record = self._train_epoch(train_loader, partial)
+            partial = None
+            if valid_loader is not None:
+                record.update({f"valid_{k}": v for k, v in self.evaluate(valid_loader).items()})
+            self.epoch += 1
+            record = {"kind": "epoch", "epoch": self.epoch, "step": self.step, **record}
+            if self.optimizer.param_groups:
+                record["lr"] = float(self.optimizer.param_groups[0]["lr"])
+            self.history.append(record)
+            if self.scheduler is not None and self.scheduler_interval == "epoch":
+                self.scheduler.step()
+            if self.early is not None and self.early.step(record):
+                self.should_stop = True
+            if self.log is not None:
+                self.log.append(record)
+                self.log.write_csv()
+                self.log.plot()
+            if (
+                self.checkpoint_dir is not None
+                and self.checkpoint_every
+                and (self.epoch % self.checkpoint_every == 0 or self.epoch == self.num_epochs or self.should_stop)
+            ):
+                self.save(train_loader)
+        return self.history
+
+    def _train_epoch(self, loader: Any, partial: list[dict[str, Any]] | None) -> dict[str, float]:
+        self.model.train()
+        metrics = self._new_metrics()
+        if partial is not None:
+            for m, s in zip(metrics, partial):
+                m.load_state(s)
+        done = loader.state_dict()["batches_done"] if hasattr(loader, "state_dict") else 0
+        total = len(loader) if hasattr(loader, "__len__") else 0
+        bar = Progress(total, f"epoch {self.epoch + 1}/{self.num_epochs}", self.show_progress, initial=done)
+        pending = 0
+        start = time.perf_counter()
+        for batch in loader:
+            with self._autocast():
+                output, target, loss = self._forward(batch)
+            scaled = loss / self.accumulate if self.accumulate > 1 else loss
+            if self._scaler is not None:
+                scaled = self._scaler.scale(scaled)
+            scaled.backward()
+            pending += 1
+            loss_value = float(loss.item())
+            for m in metrics:
+                m.update(output.detach(), target, loss_value)
+            if pending == self.accumulate:
+                self._optimizer_step()
+                pending = 0
+                for cb in self.callbacks:
+                    cb(self)
+                if self.checkpoint_every_steps and self.step % self.checkpoint_every_steps == 0:
+                    self.save(loader, metrics)
+            bar.update(1, loss=loss_value)
+        if pending:
+            self._optimizer_step()
+        bar.close(**{m.name: m.compute() for m in metrics})
+        out = {f"train_{m.name}": m.compute() for m in metrics}
+        out["train_seconds"] = time.perf_counter() - start
+        return out
+
+    def _optimizer_step(self) -> None:
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        if self._scaler is not None:
+            self._scaler.unscale_(self.optimizer)
+        if self.clip_norm is not None:
+            from ..optim import clip_grad_norm_
+
+            clip_grad_norm_(params, self.clip_norm)
+        if self._scaler is not None:
+            self._scaler.step(self.optimizer)
+            self._scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad()
+        self.step += 1
+        if self.scheduler is not None and self.scheduler_interval == "step":
+            self.scheduler.step()
+
+    # -- evaluation ------------------------------------------------------------------------
+    def evaluate(self, loader: Any, metrics: Sequence[Metric] | None = None) -> dict[str, float]:
+        """Loss and metrics over ``loader`` with the model in eval mode and no graph."""
+        was_training = getattr(self.model, "training", True)
+        self.model.eval()
+        ms = list(metrics) if metrics is not None else self._new_metrics()
+        for m in ms:
+            m.reset()
+        try:
+            with no_grad(), self._autocast():
+                for batch in loader:
+                    output, target, loss = self._forward(batch)
+                    value = float(loss.item())
+                    for m in ms:
+                        m.update(output, target, value)
+        finally:
+            self.model.train(was_training)
+        return {m.name: m.compute() for m in ms}
+
+    def predict(self, loader: Any) -> Any:
+        """Model outputs for every batch of ``loader`` (inputs only, or (inputs..., target))."""
+        from ..ops.movement import concat
+        from ..tensor import Tensor
+
+        was_training = getattr(self.model, "training", True)
+        self.model.eval()
+        outs = []
+        try:
+            with no_grad():
+                for batch in loader:
+                    batch = self._to_device(batch)
+                    if isinstance(batch, Tensor):
+                        outs.append(self.model(batch))
+                    else:
+                        inputs = batch[:-1] if isinstance(batch, (tuple, list)) and len(batch) > 1 else batch
+                        outs.append(self.model(*inputs))
+        finally:
+            self.model.train(was_training)
+        return concat(outs, axis=0) if outs else None
+
+
+class LearnerBuilder:
+    """Configure a :class:`Learner` step by step (Burn's LearnerBuilder, in Python)."""
+
+    def __init__(self, model: Any) -> None:
+        if not hasattr(model, "parameters"):
+            raise TypeError(f"LearnerBuilder: model must be an ember.nn.Module, got {type(model).__name__}")
+        self._cfg: dict[str, Any] = {"model": model, "metrics": [], "callbacks": []}
+
+    def optimizer(self, optimizer: Any) -> LearnerBuilder:
+        """An optimizer instance, or a factory ``params -> optimizer``."""
+        if callable(optimizer) and not hasattr(optimizer, "step"):
+            optimizer = optimizer(self._cfg["model"].parameters())
+        self._cfg["optimizer"] = optimizer
+        return self
+
+    def scheduler(self, scheduler: Any, interval: str = "epoch") -> LearnerBuilder:
+        """An LR scheduler (or factory ``optimizer -> scheduler``), stepped per 'epoch' or 'step'."""
+        if interval not in ("epoch", "step"):
+            raise ValueError(f"scheduler: interval must be 'epoch' or 'step', got {interval!r}")
+        self._cfg["scheduler"] = scheduler
+        self._cfg["scheduler_interval"] = interval
+        return self
+
+    def loss(self, fn: Callable[[Any, Any], Any]) -> LearnerBuilder:
+        """``fn(output, target) -> scalar loss`` (default: cross-entropy)."""
+        self._cfg["loss"] = fn
+        return self
+
+    def metrics(self, *metrics: Metric | type[Metric] | Callable[[], Metric]) -> LearnerBuilder:
+        """Metrics to track; pass instances or classes (a fresh copy is made each epoch)."""
+        import copy
+
+        for m in metrics:
+            if isinstance(m, Metric):
+                self._cfg["metrics"].append(lambda m=m: copy.deepcopy(m))
+            elif isinstance(m, type) and issubclass(m, Metric):
+                self._cfg["metrics"].append(m)
+            elif callable(m):
+                self._cfg["metrics"].append(m)
+            else:
+                raise TypeError(f"metrics: expected Metric instances or classes, got {m!r}")
+        return self
+
+    def checkpoint(
+        self, directory: str | Path, every: int | None = 1, every_steps: int | None = None, keep: int | None = 3
+    ) -> LearnerBuilder:
+        """Save checkpoints under ``directory`` every ``every`` epochs and/or ``every_steps`` steps."""
+        self._cfg["checkpoint_dir"] = Path(directory)
+        self._cfg["checkpoint_every"] = every
+        self._cfg["checkpoint_every_steps"] = every_steps
+        self._cfg["keep"] = keep
+        return self
+
+    def log_dir(self, directory: str | Path) -> LearnerBuilder:
+        """Where metrics.jsonl/csv/png go (default: the checkpoint directory)."""
+        self._cfg["log_dir"] = Path(directory)
+        return self
+
+    def early_stopping(
+        self, monitor: str = "valid_loss", patience: int = 5, mode: str | None = None, min_delta: float = 0.0
+    ) -> LearnerBuilder:
+        self._cfg["early_stopping"] = EarlyStopping(monitor, patience, mode, min_delta)
+        return self
+
+    def epochs(self, n: int) -> LearnerBuilder:
+        if n < 1:
+            raise ValueError(f"epochs: must be >= 1, got {n}")
+        self._cfg["epochs"] = n
+        return self
+
+    def grad_accumulation(self, steps: int) -> LearnerBuilder:
+        """Sum gradients over ``steps`` batches before each optimizer step."""
+        if steps < 1:
+            raise ValueError(f"grad_accumulation: steps must be >= 1, got {steps}")
+        self._cfg["accumulate"] = steps
+        return self
+
+    def clip_grad_norm(self, max_norm: float) -> LearnerBuilder:
+        self._cfg["clip_norm"] = float(max_norm)
+        return self
+
+    def mixed_precision(self, dtype: Any) -> LearnerBuilder:
+        """Run forward passes under ``ember.autocast(dtype)`` (float16 adds loss scaling)."""
+        from ..dtypes import as_dtype
+
+        self._cfg["amp_dtype"] = as_dtype(dtype)
+        return self
+
+    def progress(self, enabled: bool = True) -> LearnerBuilder:
+        self._cfg["progress"] = enabled
+        return self
+
+    def model_config(self, config: dict[str, Any]) -> LearnerBuilder:
+        """A JSON-able description of the model, stored in every checkpoint."""
+        self._cfg["model_config"] = config
+        return self
+
+    def callback(self, fn: Callable[[Learner], None]) -> LearnerBuilder:
+        """Call ``fn(learner)`` after every optimizer step."""
+        self._cfg["callbacks"].append(fn)
+        return self
+
+    def build(self) -> Learner:
+        if "optimizer" not in self._cfg:
+            raise ValueError("LearnerBuilder: set an optimizer with .optimizer(...) before build()")
+        sched = self._cfg.get("scheduler")
+        if sched is not None and callable(sched) and not hasattr(sched, "step"):
+            self._cfg["scheduler"] = sched(self._cfg["optimizer"])
+        return Learner(self._cfg)

@@ -1,0 +1,101 @@
+"""Training logs: a JSONL and a CSV of epoch metrics, and a PNG plot of the curves."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MetricsLog"]
+
+
+class MetricsLog:
+    """Appends one JSON line per record to ``metrics.jsonl``; rewrites ``metrics.csv`` and
+    ``metrics.png`` from the epoch records. Survives restarts: ``truncate(step)`` drops
+    records written after a checkpoint that training is resuming from."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = self.dir / "metrics.jsonl"
+        self.csv = self.dir / "metrics.csv"
+        self.png = self.dir / "metrics.png"
+
+    def records(self, kind: str | None = None) -> list[dict[str, Any]]:
+        if not self.jsonl.is_file():
+            return []
+        out = []
+        for line in self.jsonl.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash
+            if kind is None or rec.get("kind") == kind:
+                out.append(rec)
+        return out
+
+    def append(self, record: dict[str, Any]) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        with open(self.jsonl, "a", encoding="utf-8") as f:
+            f.write(json.dumps(clean) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def truncate(self, step: int) -> None:
+        """Keep only records up to ``step`` (resuming from a checkpoint taken there)."""
+        keep = [r for r in self.records() if int(r.get("step", 0)) <= step]
+        tmp = self.jsonl.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        os.replace(tmp, self.jsonl)
+
+    def write_csv(self) -> None:
+        rows = self.records("epoch")
+        if not rows:
+            return
+        fields = sorted({k for r in rows for k in r if k != "kind"}, key=lambda k: (k not in ("epoch", "step"), k))
+        tmp = self.csv.with_suffix(".csv.tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.csv)
+
+    def plot(self) -> Path | None:
+        """Draw one panel per metric (train and valid curves over epochs); None without matplotlib."""
+        rows = self.records("epoch")
+        if not rows:
+            return None
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return None
+        names = sorted({k.split("_", 1)[1] for r in rows for k in r if k.startswith(("train_", "valid_"))})
+        if not names:
+            return None
+        cols = min(3, len(names))
+        nrows = -(-len(names) // cols)
+        fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+        for ax, name in zip(axes.flat, names):
+            for split in ("train", "valid"):
+                pts = [(r["epoch"], r[f"{split}_{name}"]) for r in rows if r.get(f"{split}_{name}") is not None]
+                if pts:
+                    xs, ys = zip(*pts)
+                    ax.plot(xs, ys, marker="o", markersize=3, label=split)
+            ax.set_title(name)
+            ax.set_xlabel("epoch")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        for ax in list(axes.flat)[len(names) :]:
+            ax.axis("off")
+        fig.tight_layout()
+        tmp = self.png.with_suffix(".tmp.png")
+        fig.savefig(tmp, dpi=110)
+        plt.close(fig)
+        os.replace(tmp, self.png)
+        return self.png
