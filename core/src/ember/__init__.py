@@ -69,17 +69,7 @@ from .errors import (
     ShapeError,
 )
 from .extension import backend_extension
-from .ops.conv import (
-    adaptive_avg_pool,
-    adaptive_max_pool,
-    avg_pool,
-    conv,
-    conv_transpose,
-    fold,
-    interpolate,
-    max_pool,
-    unfold,
-)
+from .ops.conv import conv, conv_transpose, fold, unfold
 from .ops.elementwise import (
     abs,
     acos,
@@ -206,6 +196,7 @@ from .ops.nn import (
     softmax,
     softplus,
 )
+from .ops.pooling import adaptive_avg_pool, adaptive_max_pool, avg_pool, interpolate, max_pool
 from .ops.reduction import (
     all,
     any,

@@ -109,6 +109,7 @@ class Learner:
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.should_stop = False
+        self._last_plot = 0.0
         self._scaler = None
         if self.amp_dtype is not None and getattr(self.amp_dtype, "name", "") == "float16":
             from ..amp import GradScaler
@@ -245,7 +246,10 @@ class Learner:
             if self.log is not None:
                 self.log.append(record)
                 self.log.write_csv()
-                self.log.plot()
+                last = self.epoch >= self.num_epochs or self.should_stop
+                if last or time.perf_counter() - self._last_plot > 30.0:
+                    self.log.plot()  # matplotlib costs ~1 s a plot: at most every 30 s, and at the end
+                    self._last_plot = time.perf_counter()
             if (
                 self.checkpoint_dir is not None
                 and self.checkpoint_every

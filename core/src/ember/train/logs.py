@@ -75,7 +75,9 @@ class MetricsLog:
             import matplotlib.pyplot as plt
         except ImportError:
             return None
-        names = sorted({k.split("_", 1)[1] for r in rows for k in r if k.startswith(("train_", "valid_"))})
+        names = sorted(
+            {k.split("_", 1)[1] for r in rows for k in r if k.startswith(("train_", "valid_"))} - {"seconds"}
+        )
         if not names:
             return None
         cols = min(3, len(names))

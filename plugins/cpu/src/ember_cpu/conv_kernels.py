@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ember.ops.conv import adaptive_windows, interpolation_weights
+from ember.ops.pooling import adaptive_windows, interpolation_weights
 
 _F32 = np.dtype(np.float32)
 Pads = tuple[tuple[int, int], ...]
