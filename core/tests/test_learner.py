@@ -55,7 +55,9 @@ def test_evaluate_matches_a_numpy_reference():
     dev = em.Device.cpu().autodiff()
     x, y = blobs(64)
     model = nn.Linear(2, 2, device=dev)
-    learner = LearnerBuilder(model).optimizer(lambda p: optim.SGD(p, lr=0.1)).metrics(Accuracy()).progress(False).build()
+    learner = (
+        LearnerBuilder(model).optimizer(lambda p: optim.SGD(p, lr=0.1)).metrics(Accuracy()).progress(False).build()
+    )
     got = learner.evaluate(DataLoader(InMemoryDataset(x, y), batch_size=10))
     w, b = model.weight.numpy().astype(np.float64), model.bias.numpy().astype(np.float64)
     logits = x @ w.T + b
@@ -170,7 +172,9 @@ def test_killed_mid_epoch_then_resumed_gives_identical_weights(tmp_path):
     script.write_text(SCRIPT)
 
     def run(out, kill_at, mode):
-        return subprocess.run([sys.executable, str(script), str(out), str(kill_at), mode], capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, str(script), str(out), str(kill_at), mode], capture_output=True, text=True
+        )
 
     clean = run(tmp_path / "clean", -1, "fresh")
     assert clean.returncode == 0, clean.stderr

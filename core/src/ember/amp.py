@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .dtypes import DType, as_dtype, bfloat16, float16, float32, float64
-from .errors import DTypeError, EmberError
+from .errors import DTypeError, EmberError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from .device import Device
@@ -203,13 +203,15 @@ class GradScaler:
         enabled: bool = True,
     ) -> None:
         if not init_scale > 0:
-            raise ValueError(f"GradScaler: init_scale must be > 0, got {init_scale!r}")
+            raise InvalidArgumentError(f"GradScaler: init_scale must be > 0, got {init_scale!r}")
         if not growth_factor > 1.0:
-            raise ValueError(f"GradScaler: growth_factor must be > 1, got {growth_factor!r}")
+            raise InvalidArgumentError(f"GradScaler: growth_factor must be > 1, got {growth_factor!r}")
         if not 0.0 < backoff_factor < 1.0:
-            raise ValueError(f"GradScaler: backoff_factor must be in (0, 1), got {backoff_factor!r}")
+            raise InvalidArgumentError(f"GradScaler: backoff_factor must be in (0, 1), got {backoff_factor!r}")
         if not isinstance(growth_interval, int) or growth_interval <= 0:
-            raise ValueError(f"GradScaler: growth_interval must be a positive integer, got {growth_interval!r}")
+            raise InvalidArgumentError(
+                f"GradScaler: growth_interval must be a positive integer, got {growth_interval!r}"
+            )
         self._enabled = bool(enabled)
         self._scale = float(init_scale)
         self._growth_factor = float(growth_factor)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .errors import InvalidArgumentError
+
 __all__ = [
     "default_device",
     "plugin_allow_list",
@@ -61,7 +63,7 @@ def _int_env(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not an integer device index") from None
+        raise InvalidArgumentError(f"{name}={raw!r} is not an integer device index") from None
 
 
 def opencl_device() -> int:

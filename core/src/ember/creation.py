@@ -9,7 +9,7 @@ import numpy as np
 
 from .device import Device, check_dtype, device_arg
 from .dtypes import DType, as_dtype, bool_, default_float, default_int
-from .errors import DTypeError, ShapeError
+from .errors import DTypeError, InvalidArgumentError, ShapeError
 from .shapes import as_shape
 from .tensor import Tensor, make_tensor
 
@@ -45,7 +45,7 @@ def _infer(data: Any) -> tuple[np.ndarray, DType]:
                 "tensor: nested lists of different lengths (ragged data) do not form a tensor; "
                 "pad the rows to one length"
             ) from None
-        raise ValueError(f"tensor: cannot convert {type(data).__name__} to a tensor: {exc}") from None
+        raise InvalidArgumentError(f"tensor: cannot convert {type(data).__name__} to a tensor: {exc}") from None
     if arr.dtype == object or arr.dtype.kind in "US" or (arr.dtype.kind == "V" and arr.dtype.name != "bfloat16"):
         raise DTypeError(
             f"tensor: data of type {type(data).__name__} gives a numpy array of dtype "
@@ -199,7 +199,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, devic
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise TypeError(f"arange: {name} must be an int or float, got {v!r}")
     if step == 0:
-        raise ValueError("arange: step must not be zero")
+        raise InvalidArgumentError("arange: step must not be zero")
     size = max(0, math.ceil((stop - start) / step))
     if dtype is None:
         dt = default_float() if any(isinstance(v, float) for v in (start, stop, step)) else default_int()
@@ -219,7 +219,7 @@ def linspace(
 ) -> Tensor:
     """``num`` evenly spaced values from ``start`` to ``stop``."""
     if not isinstance(num, int) or num < 0:
-        raise ValueError(f"linspace: num must be a non-negative int, got {num!r}")
+        raise InvalidArgumentError(f"linspace: num must be a non-negative int, got {num!r}")
     dt = default_float() if dtype is None else as_dtype(dtype)
     if dt.kind != "f":
         raise DTypeError(f"linspace: dtype must be floating-point, got {dt}")

@@ -11,7 +11,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from . import config
-from .errors import DeviceMismatchError, DeviceUnavailableError, DTypeError
+from .errors import DeviceMismatchError, DeviceUnavailableError, DTypeError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from .backend import Backend, Capabilities
@@ -74,18 +74,20 @@ _REMOTE_ADDRESSES: list[str] = []
 def _parse(spec: str) -> tuple[str, int | None]:
     text = spec.strip().lower()
     if not text:
-        raise ValueError("Device(''): expected a device spec such as 'cpu', 'cuda:0' or 'opencl:1'")
+        raise InvalidArgumentError("Device(''): expected a device spec such as 'cpu', 'cuda:0' or 'opencl:1'")
     kind, sep, idx = text.partition(":")
     if not kind.replace("_", "").replace("-", "").isalnum():
-        raise ValueError(f"Device({spec!r}): the kind must be a name such as 'cpu' or 'opencl'")
+        raise InvalidArgumentError(f"Device({spec!r}): the kind must be a name such as 'cpu' or 'opencl'")
     if not sep:
         return kind, None
     try:
         index = int(idx)
     except ValueError:
-        raise ValueError(f"Device({spec!r}): the part after ':' must be a device index, e.g. '{kind}:0'") from None
+        raise InvalidArgumentError(
+            f"Device({spec!r}): the part after ':' must be a device index, e.g. '{kind}:0'"
+        ) from None
     if index < 0:
-        raise ValueError(f"Device({spec!r}): the device index must be >= 0")
+        raise InvalidArgumentError(f"Device({spec!r}): the device index must be >= 0")
     return kind, index
 
 
@@ -124,7 +126,7 @@ class Device:
         else:
             raise TypeError(f"Device(spec={spec!r}): expected a string such as 'cpu' or 'opencl:0', or a Device")
         if index is not None and parsed is not None and index != parsed:
-            raise ValueError(f"Device({spec!r}, index={index}): two different indices given")
+            raise InvalidArgumentError(f"Device({spec!r}, index={index}): two different indices given")
         idx = index if index is not None else parsed
         if idx is None:
             idx = _default_index(kind)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .autodiff.graph import Node
 from .autodiff.mode import _STATE as _GRAD
 from .device import common_device
-from .errors import NotImplementedOpError
+from .errors import InvalidArgumentError, NotImplementedOpError
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -67,9 +67,9 @@ def define(
 ) -> Op:
     """Register an op. A non-primitive op needs a composite so every backend can run it."""
     if name in OPS:
-        raise ValueError(f"op {name!r} is defined twice")
+        raise InvalidArgumentError(f"op {name!r} is defined twice")
     if not primitive and composite is None:
-        raise ValueError(f"op {name!r}: a non-primitive op needs a composite definition")
+        raise InvalidArgumentError(f"op {name!r}: a non-primitive op needs a composite definition")
     op = Op(name, primitive=primitive, composite=composite, vjp=vjp, differentiable=differentiable)
     OPS[name] = op
     return op

@@ -17,6 +17,8 @@ __all__ = [
     "NotImplementedOpError",
     "AutodiffError",
     "CheckpointError",
+    "InvalidArgumentError",
+    "EmberIndexError",
 ]
 
 
@@ -54,3 +56,11 @@ class AutodiffError(EmberError, RuntimeError):
 
 class CheckpointError(EmberError, ValueError):
     """A checkpoint or model file is malformed, truncated or of an unknown version."""
+
+
+class InvalidArgumentError(EmberError, ValueError):
+    """An argument has a value the function does not accept (the message says which)."""
+
+
+class EmberIndexError(EmberError, IndexError):
+    """An index is out of range or malformed."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dispatch import KERNELS, OPS, apply, define
-from .errors import NotImplementedOpError
+from .errors import InvalidArgumentError, NotImplementedOpError
 
 __all__ = ["backend_extension", "Extension", "VjpContext", "EXTENSIONS"]
 
@@ -125,7 +125,7 @@ def _apply_kernel(ext: Extension, inputs: tuple[Any, ...], params: dict[str, Any
 def backend_extension(name: str, *, elementwise: bool = False) -> Callable[[Callable[..., Any]], Extension]:
     """Decorator: turn a reference function of tensors into a dispatched ember op."""
     if name in OPS:
-        raise ValueError(f"backend_extension: an op named {name!r} already exists")
+        raise InvalidArgumentError(f"backend_extension: an op named {name!r} already exists")
 
     def wrap(reference: Callable[..., Any]) -> Extension:
         ext = Extension(name, reference, elementwise)

@@ -20,13 +20,14 @@ import numpy as np
 
 from .device import device_arg
 from .dtypes import DType, as_dtype, default_float, default_int, float32, float64, uint32
-from .errors import DTypeError
+from .errors import DTypeError, InvalidArgumentError
 from .shapes import as_shape, numel
 from .tensor import Tensor, make_tensor
 
 __all__ = [
-    "Key", "key", "seed", "get_state", "set_state", "philox4x32", "random_bits", "rand", "uniform",
-    "randn", "normal", "randint", "bernoulli", "permutation", "PHILOX_M", "PHILOX_W",
+    "Key", "key", "seed", "get_state", "set_state", "philox4x32", "philox4x32_rounds", "philox_words",
+    "random_bits", "rand", "uniform", "randn", "normal", "randint", "bernoulli", "permutation",
+    "PHILOX_M", "PHILOX_W",
 ]  # fmt: skip
 
 PHILOX_M = (0xD2511F53, 0xCD9E8D57)
@@ -44,10 +45,11 @@ def philox4x32(counter_lo: np.ndarray, counter_hi: np.ndarray, k0: int, k1: int)
     c1 = counter_hi.astype(np.uint64)
     c2 = np.zeros_like(c0)
     c3 = np.zeros_like(c0)
-    return _philox_rounds(c0, c1, c2, c3, k0, k1)
+    return philox4x32_rounds(c0, c1, c2, c3, k0, k1)
 
 
-def _philox_rounds(c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, k0: int, k1: int) -> np.ndarray:
+def philox4x32_rounds(c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, k0: int, k1: int) -> np.ndarray:
+    """Philox 4x32-10 of full 4-word counters (uint64 arrays holding 32-bit values), shape (n, 4)."""
     m0, m1 = np.uint64(PHILOX_M[0]), np.uint64(PHILOX_M[1])
     mask = np.uint64(_MASK)
     shift = np.uint64(32)
@@ -218,9 +220,9 @@ def randint(
         low, high = 0, low
     span = int(high) - int(low)
     if span <= 0:
-        raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+        raise InvalidArgumentError(f"randint: high ({high}) must be greater than low ({low})")
     if span > 2**32:
-        raise ValueError(f"randint: the range {span} exceeds 2**32; split the draw")
+        raise InvalidArgumentError(f"randint: the range {span} exceeds 2**32; split the draw")
     shp = as_shape(shape, "shape", "randint")
     dt = default_int() if dtype is None else as_dtype(dtype)
     if dt.kind not in "iu":

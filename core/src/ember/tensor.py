@@ -14,7 +14,7 @@ import numpy as np
 
 from .device import Device
 from .dtypes import DType
-from .errors import AutodiffError
+from .errors import AutodiffError, InvalidArgumentError
 
 __all__ = ["Tensor", "make_tensor"]
 
@@ -103,7 +103,7 @@ class Tensor:
     def T(self) -> Tensor:
         """Transpose of a tensor with at most 2 dimensions."""
         if self.ndim > 2:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"T: defined for at most 2 dimensions (Array API); this tensor has "
                 f"{self.ndim}. Use x.mT to transpose the last two axes or x.permute(...)."
             )
@@ -196,14 +196,14 @@ class Tensor:
     def item(self) -> Any:
         """The single element as a Python scalar."""
         if self.size != 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"item: the tensor has {self.size} elements (shape {self._shape}); item() needs exactly one"
             )
         return self.numpy().reshape(()).item()
 
     def __bool__(self) -> bool:
         if self.size != 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the truth value of a tensor with {self.size} elements is ambiguous; use .any() or .all()"
             )
         return bool(self.item())

@@ -11,7 +11,7 @@ import numpy as np
 from ..autodiff.mode import _STATE as _GRAD
 from ..dispatch import apply, define
 from ..dtypes import bool_, int64
-from ..errors import AutodiffError, DTypeError, ShapeError
+from ..errors import AutodiffError, DTypeError, EmberIndexError, ShapeError
 from ..shapes import broadcast_shapes, normalize_axis
 from ..tensor import Tensor
 from .elementwise import INT, _tensor_arg, where
@@ -111,7 +111,7 @@ def _wrap_negative(index: Tensor, n: int) -> Tensor:
     hi = int(index.max().item())
     if lo < -n or hi >= n:
         bad = hi if hi >= n else lo
-        raise IndexError(f"index {bad} is out of bounds for an axis of size {n}")
+        raise EmberIndexError(f"index {bad} is out of bounds for an axis of size {n}")
     if lo < 0:
         index = where(index < 0, index + n, index)
     return index
@@ -122,7 +122,7 @@ def index_put(x: Any, indices: tuple[Any, ...], values: Any, accumulate: bool = 
     x = _tensor_arg(x, "index_put")
     idx = [_tensor_arg(i, "index_put", x) for i in indices]
     if len(idx) > x.ndim:
-        raise IndexError(f"index_put: {len(idx)} index tensors for a tensor with {x.ndim} dims")
+        raise EmberIndexError(f"index_put: {len(idx)} index tensors for a tensor with {x.ndim} dims")
     for i in idx:
         _check_index(i, "index_put")
     idx = [(i if i._dtype is int64 else i.astype(int64)) for i in idx]
@@ -238,16 +238,16 @@ def _expand_key(x: Tensor, key: Any) -> list[tuple[str, Any]]:
             elif t._dtype in INT:
                 entries.append(("adv", t))
             else:
-                raise IndexError(
+                raise EmberIndexError(
                     f"index: only ints, slices, None, ..., bool masks and integer tensors are valid "
                     f"indices; got a tensor of dtype {t._dtype}"
                 )
     consumed = sum(1 if kind in ("slice", "int", "adv") else (v.ndim if kind == "mask" else 0) for kind, v in entries)
     ellipses = [i for i, (kind, _) in enumerate(entries) if kind == "ellipsis"]
     if len(ellipses) > 1:
-        raise IndexError("index: an index can only have a single ellipsis (...)")
+        raise EmberIndexError("index: an index can only have a single ellipsis (...)")
     if consumed > x.ndim:
-        raise IndexError(f"index: too many indices for a tensor with {x.ndim} dims ({consumed} given)")
+        raise EmberIndexError(f"index: too many indices for a tensor with {x.ndim} dims ({consumed} given)")
     fill = [("slice", slice(None))] * (x.ndim - consumed)
     if ellipses:
         i = ellipses[0]
@@ -261,7 +261,7 @@ def _expand_key(x: Tensor, key: Any) -> list[tuple[str, Any]]:
         if kind == "mask":
             dims = x._shape[axis : axis + v.ndim]
             if v.ndim and v._shape != dims:
-                raise IndexError(f"index: boolean mask of shape {v._shape} does not match the indexed dims {dims}")
+                raise EmberIndexError(f"index: boolean mask of shape {v._shape} does not match the indexed dims {dims}")
             if v.ndim == 0:
                 from ..creation import tensor as _t
 
@@ -299,7 +299,7 @@ def _basic(x: Tensor, entries: list[tuple[str, Any]]) -> tuple[Tensor, list[tupl
         elif kind == "int":
             i = v + n if v < 0 else v
             if not 0 <= i < n:
-                raise IndexError(f"index {v} is out of bounds for axis {axis} with size {n}")
+                raise EmberIndexError(f"index {v} is out of bounds for axis {axis} with size {n}")
             starts.append(i)
             stops.append(i + 1)
             steps.append(1)

@@ -9,7 +9,7 @@ from ..amp import _STATE as _AMP
 from ..amp import autocast_inputs
 from ..dispatch import apply, define
 from ..dtypes import bool_, int64, promote_types
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..shapes import broadcast_shapes, normalize_axes, normalize_axis
 from ..tensor import Tensor
 from .elementwise import NUMERIC, _needs, _reject, _tensor_arg, abs, sqrt, where
@@ -173,7 +173,7 @@ def vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) 
         return (x != 0).astype(x._dtype).sum(axis=axes, keepdims=keepdims)
     p = float(ord)
     if p <= 0:
-        raise ValueError(f"vector_norm: ord must be positive, 0 or +-inf, got {ord!r}")
+        raise InvalidArgumentError(f"vector_norm: ord must be positive, 0 or +-inf, got {ord!r}")
     return (a**p).sum(axis=axes, keepdims=keepdims) ** (1.0 / p)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..dispatch import apply, define
-from ..errors import ShapeError
+from ..errors import InvalidArgumentError, ShapeError
 from ..shapes import as_shape, broadcast_shapes, infer_reshape, normalize_axes, normalize_axis
 from ..tensor import Tensor
 from .elementwise import _tensor_arg, where
@@ -149,7 +149,7 @@ def concat(arrays: Sequence[Any], axis: int | None = 0) -> Tensor:
     """Join tensors along an existing axis (flattened first when ``axis`` is None)."""
     tensors = [_tensor_arg(a, "concat") for a in arrays]
     if not tensors:
-        raise ValueError("concat: needs at least one tensor")
+        raise InvalidArgumentError("concat: needs at least one tensor")
     if axis is None:
         tensors = [t.reshape((-1,)) for t in tensors]
         axis = 0
@@ -176,7 +176,7 @@ def stack(arrays: Sequence[Any], axis: int = 0) -> Tensor:
     """Join tensors of one shape along a new axis."""
     tensors = [_tensor_arg(a, "stack") for a in arrays]
     if not tensors:
-        raise ValueError("stack: needs at least one tensor")
+        raise InvalidArgumentError("stack: needs at least one tensor")
     shape = tensors[0]._shape
     for i, t in enumerate(tensors):
         if t._shape != shape:
@@ -272,7 +272,7 @@ def chunk(x: Any, chunks: int, axis: int = 0) -> list[Tensor]:
     ax = normalize_axis(axis, x.ndim, "chunk")
     n = x._shape[ax]
     if chunks <= 0:
-        raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+        raise InvalidArgumentError(f"chunk: chunks must be positive, got {chunks}")
     size = -(-n // chunks) if n else 0
     if size == 0:
         return [x]
@@ -375,7 +375,7 @@ def _zero_like(x: Tensor) -> Any:
 def meshgrid(*arrays: Any, indexing: str = "xy") -> list[Tensor]:
     """Coordinate grids from 1-D tensors (``indexing`` 'xy' or 'ij')."""
     if indexing not in ("xy", "ij"):
-        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+        raise InvalidArgumentError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
     tensors = [_tensor_arg(a, "meshgrid") for a in arrays]
     for t in tensors:
         if t.ndim != 1:

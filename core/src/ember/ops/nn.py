@@ -11,7 +11,7 @@ from ..amp import _STATE as _AMP
 from ..amp import autocast_float32, autocast_inputs
 from ..dispatch import apply, define
 from ..dtypes import int64
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..shapes import normalize_axis
 from ..tensor import Tensor
 from .elementwise import (
@@ -112,7 +112,7 @@ def gelu(x: Any, approximate: str = "none") -> Tensor:
         return _act(GELU, x)
     if approximate == "tanh":
         return _act(GELU_TANH, x)
-    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    raise InvalidArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
 def silu(x: Any) -> Tensor:
@@ -355,7 +355,7 @@ def dropout(x: Any, p: float = 0.5, training: bool = True, key: Any = None) -> T
     """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p)."""
     x = _float_arg(x, "dropout")
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+        raise InvalidArgumentError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
     if p == 1.0:
@@ -432,7 +432,7 @@ def cross_entropy(
         logits = expand_dims(logits, 0)
         target = expand_dims(target, 0)
     if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        raise InvalidArgumentError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     c = logits._shape[1]
     if target._dtype.kind == "f":
         if target._shape != logits._shape:

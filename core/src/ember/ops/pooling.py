@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dispatch import apply, define
 from ..dtypes import int64
-from ..errors import ShapeError
+from ..errors import InvalidArgumentError, ShapeError
 from ..tensor import Tensor
 from .conv import (
     Ints,
@@ -457,7 +457,7 @@ def interpolate(
     op = "interpolate"
     x = _float_input(x, op)
     if mode not in _MODES:
-        raise ValueError(f"{op}: mode must be one of {sorted(_MODES)}, got {mode!r}")
+        raise InvalidArgumentError(f"{op}: mode must be one of {sorted(_MODES)}, got {mode!r}")
     nd = x.ndim - 2
     if not 1 <= nd <= 3:
         raise ShapeError(f"{op}: expected input (N, C, *spatial) with 1 to 3 spatial dims, got {x._shape}")
@@ -465,9 +465,9 @@ def interpolate(
     if want is not None and want != nd:
         raise ShapeError(f"{op}: mode {mode!r} needs {want} spatial dim(s), got input of shape {x._shape}")
     if mode == "nearest" and align_corners is not None:
-        raise ValueError(f"{op}: align_corners applies to the linear modes only, not {mode!r}")
+        raise InvalidArgumentError(f"{op}: align_corners applies to the linear modes only, not {mode!r}")
     if (size is None) == (scale_factor is None):
-        raise ValueError(f"{op}: give exactly one of size and scale_factor")
+        raise InvalidArgumentError(f"{op}: give exactly one of size and scale_factor")
     scales: tuple[float | None, ...]
     if size is not None:
         out = _ints(size, nd, "size", op, 1)
