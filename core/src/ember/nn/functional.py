@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import ops  # noqa: F401  (the op modules register their ops)
+from ..amp import _STATE as _AMP
+from ..amp import autocast_inputs
 from ..dtypes import finfo
 from ..errors import ShapeError
 from ..ops import nn as _nn
@@ -63,6 +65,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, name: str =
         raise ShapeError(
             f"{name}: expected input of shape (..., {weight.shape[1]}) (last axis = in_features), got {x.shape}"
         )
+    if _AMP.dtype is not None:
+        x, weight, bias = autocast_inputs(name, x, weight, bias)
     out = matmul(x, weight.mT)
     return out if bias is None else out + bias
 
