@@ -57,6 +57,11 @@ def require_dtype(device: em.Device, *dtypes: DType) -> None:
             pytest.skip(f"{device.kind}:{device.index} has no {dt}: {caps.why_not(dt)}")
 
 
+def widest_float(device: em.Device) -> DType:
+    """float64 where the device has it, else float32 (tests that need "a precise float")."""
+    return em.float64 if device.capabilities.supports(em.float64) else em.float32
+
+
 def grad_dtypes() -> tuple[DType, ...]:
     """The dtypes gradients are checked in: float64, and float32 (the fallback for devices without float64)."""
     return (em.float64, em.float32)

@@ -8,7 +8,7 @@ import pytest
 
 import ember as em
 
-from .checks import assert_close, require_dtype
+from .checks import assert_close, require_dtype, widest_float
 from .specs.base import FLOAT
 
 
@@ -28,10 +28,11 @@ def test_grad_dtype(dtype, ad_device):
 
 
 def test_grad_accumulates(ad_device):
-    x = _leaf([1.0, 2.0], "float64", ad_device)
+    F = widest_float(ad_device)
+    x = _leaf([1.0, 2.0], F, ad_device)
     (x * x).sum().backward()
     (x * 3.0).sum().backward()
-    assert_close(x.grad, np.array([5.0, 7.0]), em.float64)
+    assert_close(x.grad, np.array([5.0, 7.0]), F)
 
 
 def test_no_grad_detach(ad_device):
@@ -51,41 +52,46 @@ def test_no_grad_detach(ad_device):
 
 
 def test_retain_graph(ad_device):
-    x = _leaf([3.0], "float64", ad_device)
+    F = widest_float(ad_device)
+    x = _leaf([3.0], F, ad_device)
     y = (x * x).sum()
     y.backward(retain_graph=True)
     y.backward()
-    assert_close(x.grad, np.array([12.0]), em.float64)
+    assert_close(x.grad, np.array([12.0]), F)
 
 
 def test_backward_with_grad(ad_device):
-    x = _leaf([1.0, 2.0, 3.0], "float64", ad_device)
+    F = widest_float(ad_device)
+    x = _leaf([1.0, 2.0, 3.0], F, ad_device)
     y = x * x
-    y.backward(em.tensor([1.0, 0.5, -1.0], dtype="float64", device=ad_device))
-    assert_close(x.grad, np.array([2.0, 2.0, -6.0]), em.float64)
+    y.backward(em.tensor([1.0, 0.5, -1.0], dtype=F, device=ad_device))
+    assert_close(x.grad, np.array([2.0, 2.0, -6.0]), F)
 
 
 def test_value_and_grad(ad_device):
+    F = widest_float(ad_device)
+
     def f(a, b):
         return (a * b + a.exp()).sum()
 
-    a = em.tensor([0.5, -1.0], dtype="float64", device=ad_device)
-    b = em.tensor([2.0, 3.0], dtype="float64", device=ad_device)
+    a = em.tensor([0.5, -1.0], dtype=F, device=ad_device)
+    b = em.tensor([2.0, 3.0], dtype=F, device=ad_device)
     value, (ga, gb) = em.value_and_grad(f, argnums=(0, 1))(a, b)
-    assert_close(value, np.sum(np.array([0.5, -1.0]) * [2.0, 3.0] + np.exp([0.5, -1.0])), em.float64)
-    assert_close(ga, np.array([2.0, 3.0]) + np.exp([0.5, -1.0]), em.float64)
-    assert_close(gb, np.array([0.5, -1.0]), em.float64)
+    assert_close(value, np.sum(np.array([0.5, -1.0]) * [2.0, 3.0] + np.exp([0.5, -1.0])), F)
+    assert_close(ga, np.array([2.0, 3.0]) + np.exp([0.5, -1.0]), F)
+    assert_close(gb, np.array([0.5, -1.0]), F)
     assert not ga.requires_grad
 
 
 def test_grad_through_cast(ad_device):
     """astype between float dtypes passes the gradient through, in the input's dtype."""
+    F = widest_float(ad_device)
     require_dtype(ad_device, em.float16)
-    x = _leaf([0.5, -2.0], "float64", ad_device)
+    x = _leaf([0.5, -2.0], F, ad_device)
     y = x.astype("float32") * 3.0
-    (y.astype("float16").astype("float64") * x).sum().backward()
-    assert x.grad.dtype is em.float64
-    assert_close(x.grad, np.array([3.0, -12.0]), em.float64)
+    (y.astype("float16").astype(F) * x).sum().backward()
+    assert x.grad.dtype is F
+    assert_close(x.grad, np.array([3.0, -12.0]), F)
 
 
 def test_requires_grad_moves_to_autodiff(device):

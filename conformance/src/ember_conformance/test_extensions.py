@@ -9,7 +9,7 @@ import numpy as np
 import ember as em
 from ember.extension import EXTENSIONS
 
-from .checks import assert_close
+from .checks import assert_close, widest_float
 
 NAME = "conformance_axpy"
 
@@ -34,6 +34,6 @@ def test_extension_kernel(device, ad_device):
     x = em.tensor(host_x, dtype="float32", device=device)
     y = em.tensor(host_y, dtype="float32", device=device)
     assert_close(ext(x, y, a=3.0), host_x * 3.0 + host_y, em.float32, what="kernel")
-    xg = em.tensor(host_x, dtype="float64", device=ad_device, requires_grad=True)
-    ext(xg, em.tensor(host_y, dtype="float64", device=ad_device), a=3.0).sum().backward()
-    assert_close(xg.grad, np.full((2, 3), 3.0), em.float64, what="gradient through the reference")
+    xg = em.tensor(host_x, dtype=widest_float(ad_device), device=ad_device, requires_grad=True)
+    ext(xg, em.tensor(host_y, dtype=widest_float(ad_device), device=ad_device), a=3.0).sum().backward()
+    assert_close(xg.grad, np.full((2, 3), 3.0), widest_float(ad_device), what="gradient through the reference")

@@ -1,0 +1,383 @@
+"""The WGPU backend: every ember primitive as generated WGSL compute shaders.
+
+Handles are :class:`~ember_wgpu.handle.WgpuArray` views over pooled buffers. Movement ops
+(reshape of contiguous data, permute, expand, slice, flip) only make new views; elementwise
+ops of every dtype come from one generator (:mod:`ember_wgpu.codegen.elementwise`), the rest
+from templated kernels (:mod:`ember_wgpu.kernels`). Work is recorded into batched command
+buffers and submitted at sync points (see :mod:`ember_wgpu.runtime`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ember.backend import Backend
+from ember.dtypes import ALL_DTYPES, DType, as_dtype
+
+from . import adapters
+from .codegen.program import Program
+from .handle import WgpuArray
+from .kernels import conv, indexing, matmul, nn, pool, random, reduce, scan, sort
+from .kernels import elementwise as ew
+from .runtime import Runtime
+from .typemap import UNSUPPORTED
+
+__all__ = ["WgpuBackend"]
+
+
+class _Elementwise:
+    """A backend method computing one elementwise op with the generator: ``backend.add(a, b)``.
+
+    ``a``/``b`` are handles or Python scalars (broadcast, numpy semantics).
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.op = name
+
+    def __get__(self, backend: Any, owner: type | None = None) -> Any:
+        if backend is None:
+            return self
+        return functools.partial(ew.apply_op_args, backend.rt, self.op)
+
+
+class WgpuBackend(Backend):
+    """WebGPU through wgpu-py: Vulkan, Metal or D3D12 adapters."""
+
+    name = "wgpu"
+    supported_dtypes = frozenset(dt for dt in ALL_DTYPES if dt.name not in UNSUPPORTED)
+    unsupported_dtype_reasons = dict(UNSUPPORTED)
+
+    def __init__(self, device: Any) -> None:
+        super().__init__(device)
+        self.rt = Runtime(device.index)
+
+    # -- discovery -------------------------------------------------------------------------
+    @classmethod
+    def device_count(cls) -> int:
+        return len(adapters.adapters())
+
+    @classmethod
+    def describe(cls, index: int) -> dict[str, Any]:
+        return adapters.describe(index)
+
+    # -- housekeeping ------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        self.rt.synchronize()
+
+    def memory_stats(self) -> dict[str, Any]:
+        return {"device": self.rt.name, **self.rt.stats()}
+
+    @staticmethod
+    def handle_meta(a: WgpuArray) -> tuple[tuple[int, ...], str]:
+        return a.shape, a.dtype.name
+
+    def run_program(self, program: Program, *inputs: WgpuArray) -> list[WgpuArray]:
+        """Run an elementwise :class:`~ember_wgpu.codegen.program.Program` (a fused chain) in one
+        kernel; returns its outputs (contiguous, with the program's shape). This is where the
+        lazy-fusion step (DESIGN.md section 7) hands whole chains to the generator."""
+        outs = [self.rt.empty(program.shape, o.dtype) for o in program.outputs]
+        ew.run_program(self.rt, program, inputs, outs)
+        return outs
+
+    # -- transfer and creation -----------------------------------------------------------------
+    def from_numpy(self, array: np.ndarray) -> WgpuArray:
+        return self.rt.upload(array, as_dtype(array.dtype))
+
+    def to_numpy(self, a: WgpuArray) -> np.ndarray:
+        return self.rt.read([a])[0]
+
+    def to_numpy_many(self, handles: list[WgpuArray]) -> list[np.ndarray]:
+        """Several tensors read back with one submit and one map (cheaper than one by one)."""
+        return self.rt.read(handles)
+
+    def full(self, *, shape: tuple[int, ...], value: Any, dtype: DType) -> WgpuArray:
+        return ew.fill(self.rt, tuple(shape), value, dtype)
+
+    def arange(self, *, start: Any, step: Any, size: int, dtype: DType) -> WgpuArray:
+        # computed on the host as the CPU backend does (float64 / int64, then cast): exact match
+        if dtype.kind == "f":
+            host = (np.arange(size, dtype=np.float64) * step + start).astype(dtype.numpy)
+        else:
+            host = (np.arange(size, dtype=np.int64) * step + start).astype(dtype.numpy)
+        return self.rt.upload(host, dtype)
+
+    def random_bits(self, *, key: tuple[int, int], counter: int, size: int) -> WgpuArray:
+        return random.random_bits(self.rt, key, counter, size)
+
+    # -- elementwise: one generated kernel per (op, dtypes, layout) ----------------------------
+    neg = _Elementwise()
+    abs = _Elementwise()
+    sign = _Elementwise()
+    exp = _Elementwise()
+    exp2 = _Elementwise()
+    expm1 = _Elementwise()
+    log = _Elementwise()
+    log2 = _Elementwise()
+    log10 = _Elementwise()
+    log1p = _Elementwise()
+    sqrt = _Elementwise()
+    rsqrt = _Elementwise()
+    sin = _Elementwise()
+    cos = _Elementwise()
+    tan = _Elementwise()
+    asin = _Elementwise()
+    acos = _Elementwise()
+    atan = _Elementwise()
+    sinh = _Elementwise()
+    cosh = _Elementwise()
+    tanh = _Elementwise()
+    asinh = _Elementwise()
+    acosh = _Elementwise()
+    atanh = _Elementwise()
+    erf = _Elementwise()
+    floor = _Elementwise()
+    ceil = _Elementwise()
+    round = _Elementwise()
+    trunc = _Elementwise()
+    reciprocal = _Elementwise()
+    square = _Elementwise()
+    isnan = _Elementwise()
+    isinf = _Elementwise()
+    isfinite = _Elementwise()
+    logical_not = _Elementwise()
+    bitwise_not = _Elementwise()
+    relu = _Elementwise()
+    sigmoid = _Elementwise()
+    silu = _Elementwise()
+    softplus = _Elementwise()
+    gelu = _Elementwise()
+    gelu_tanh = _Elementwise()
+    add = _Elementwise()
+    sub = _Elementwise()
+    mul = _Elementwise()
+    div = _Elementwise()
+    floordiv = _Elementwise()
+    remainder = _Elementwise()
+    pow = _Elementwise()
+    maximum = _Elementwise()
+    minimum = _Elementwise()
+    atan2 = _Elementwise()
+    hypot = _Elementwise()
+    logaddexp = _Elementwise()
+    eq = _Elementwise()
+    ne = _Elementwise()
+    lt = _Elementwise()
+    le = _Elementwise()
+    gt = _Elementwise()
+    ge = _Elementwise()
+    logical_and = _Elementwise()
+    logical_or = _Elementwise()
+    logical_xor = _Elementwise()
+    bitwise_and = _Elementwise()
+    bitwise_or = _Elementwise()
+    bitwise_xor = _Elementwise()
+
+    def where(self, cond: WgpuArray, a: WgpuArray, b: WgpuArray) -> WgpuArray:
+        return ew.apply_op(self.rt, "where", (cond, a, b))
+
+    def cast(self, a: WgpuArray, *, dtype: DType) -> WgpuArray:
+        return ew.apply_op(self.rt, "cast", (a,), dtype=dtype)
+
+    # -- reductions --------------------------------------------------------------------------
+    def sum(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
+        return reduce.reduce(self.rt, a, "sum", axes, keepdims)
+
+    def prod(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
+        return reduce.reduce(self.rt, a, "prod", axes, keepdims)
+
+    def max(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
+        return reduce.reduce(self.rt, a, "max", axes, keepdims)
+
+    def min(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
+        return reduce.reduce(self.rt, a, "min", axes, keepdims)
+
+    def any(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
+        return reduce.reduce(self.rt, a, "any", axes, keepdims)
+
+    def all(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
+        return reduce.reduce(self.rt, a, "all", axes, keepdims)
+
+    def mean(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
+        return reduce.reduce(self.rt, a, "mean", axes, keepdims)
+
+    def argmax(self, a: WgpuArray, *, axis: int, keepdims: bool) -> WgpuArray:
+        return reduce.reduce(self.rt, a, "argmax", (axis,), keepdims)
+
+    def argmin(self, a: WgpuArray, *, axis: int, keepdims: bool) -> WgpuArray:
+        return reduce.reduce(self.rt, a, "argmin", (axis,), keepdims)
+
+    def cumsum(self, a: WgpuArray, *, axis: int) -> WgpuArray:
+        return scan.cumsum(self.rt, a, axis)
+
+    # -- movement (views where possible) -----------------------------------------------------
+    def reshape(self, a: WgpuArray, *, shape: tuple[int, ...]) -> WgpuArray:
+        shape = tuple(shape)
+        if not a.is_contiguous():
+            a = ew.contiguous(self.rt, a)
+        return WgpuArray(a.storage, shape, a.dtype, None, a.offset)
+
+    def permute(self, a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
+        return a.view(tuple(a.shape[i] for i in axes), tuple(a.strides[i] for i in axes), a.offset)
+
+    def expand(self, a: WgpuArray, *, shape: tuple[int, ...]) -> WgpuArray:
+        shape = tuple(shape)
+        return a.view(shape, ew.operand(a, shape).strides, a.offset)
+
+    def slice(
+        self, a: WgpuArray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]
+    ) -> WgpuArray:
+        shape = tuple(max(0, -(-(e - s) // k)) for s, e, k in zip(starts, stops, steps))
+        offset = a.offset + sum(s * st for s, st, d in zip(starts, a.strides, shape) if d)
+        strides = tuple(st * k for st, k in zip(a.strides, steps))
+        return a.view(shape, strides, offset if all(shape) else 0)
+
+    def flip(self, a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
+        strides = list(a.strides)
+        offset = a.offset
+        for ax in axes:
+            if a.shape[ax] > 1:
+                offset += (a.shape[ax] - 1) * strides[ax]
+                strides[ax] = -strides[ax]
+        return a.view(a.shape, tuple(strides), offset)
+
+    def pad(self, a: WgpuArray, *, pads: tuple[tuple[int, int], ...], value: Any) -> WgpuArray:
+        shape = tuple(d + lo + hi for d, (lo, hi) in zip(a.shape, pads))
+        out = ew.fill(self.rt, shape, value, a.dtype)
+        inner = self.slice(
+            out,
+            starts=tuple(lo for lo, _ in pads),
+            stops=tuple(lo + d for (lo, _), d in zip(pads, a.shape)),
+            steps=(1,) * len(shape),
+        )
+        ew.copy_into(self.rt, a, inner)
+        return out
+
+    def concat(self, *arrays: WgpuArray, axis: int) -> WgpuArray:
+        first = arrays[0]
+        total = sum(x.shape[axis] for x in arrays)
+        shape = tuple(total if i == axis else d for i, d in enumerate(first.shape))
+        out = self.rt.empty(shape, first.dtype)
+        at = 0
+        for x in arrays:
+            n = x.shape[axis]
+            if n and x.size:
+                part = self.slice(
+                    out,
+                    starts=tuple(at if i == axis else 0 for i in range(len(shape))),
+                    stops=tuple(at + n if i == axis else d for i, d in enumerate(shape)),
+                    steps=(1,) * len(shape),
+                )
+                ew.copy_into(self.rt, x, part)
+            at += n
+        return out
+
+    # -- indexing ------------------------------------------------------------------------------
+    def gather(self, a: WgpuArray, index: WgpuArray, *, axis: int) -> WgpuArray:
+        return indexing.gather(self.rt, a, index, axis)
+
+    def take(self, a: WgpuArray, indices: WgpuArray, *, axis: int) -> WgpuArray:
+        return indexing.take(self.rt, a, indices, axis)
+
+    def scatter_add(self, a: WgpuArray, index: WgpuArray, values: WgpuArray, *, axis: int) -> WgpuArray:
+        return indexing.scatter_add(self.rt, a, index, values, axis)
+
+    def index_put(self, a: WgpuArray, values: WgpuArray, *indices: WgpuArray, accumulate: bool) -> WgpuArray:
+        return indexing.index_put(self.rt, a, values, indices, accumulate)
+
+    # -- linear algebra and sorting -------------------------------------------------------------
+    def matmul(self, a: WgpuArray, b: WgpuArray) -> WgpuArray:
+        return matmul.matmul(self.rt, a, b)
+
+    def sort(self, a: WgpuArray, *, axis: int, descending: bool) -> WgpuArray:
+        return sort.sort(self.rt, a, axis, descending, values=True)
+
+    def argsort(self, a: WgpuArray, *, axis: int, descending: bool) -> WgpuArray:
+        return sort.sort(self.rt, a, axis, descending, values=False)
+
+    # -- neural-network fast paths ---------------------------------------------------------------
+    def softmax(self, a: WgpuArray, *, axis: int) -> WgpuArray:
+        return nn.softmax(self.rt, a, axis, log=False)
+
+    def log_softmax(self, a: WgpuArray, *, axis: int) -> WgpuArray:
+        return nn.softmax(self.rt, a, axis, log=True)
+
+    def logsumexp(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
+        return nn.logsumexp(self.rt, a, tuple(axes), keepdims)
+
+    def layer_norm(self, x: WgpuArray, w: WgpuArray, b: WgpuArray, *, eps: float) -> WgpuArray:
+        return nn.layer_norm(self.rt, x, w, b, eps)
+
+    def rms_norm(self, x: WgpuArray, w: WgpuArray, *, eps: float) -> WgpuArray:
+        return nn.rms_norm(self.rt, x, w, eps)
+
+    def cross_entropy(
+        self, logits: WgpuArray, target: WgpuArray, *, label_smoothing: float, ignore_index: int
+    ) -> WgpuArray:
+        return nn.cross_entropy(self.rt, logits, target, label_smoothing, ignore_index)
+
+    def scaled_dot_product_attention(
+        self, q: WgpuArray, k: WgpuArray, v: WgpuArray, *mask: WgpuArray, is_causal: bool, scale: float
+    ) -> WgpuArray:
+        return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
+
+    def unfold(
+        self,
+        x: WgpuArray,
+        *,
+        kernel: tuple[int, ...],
+        stride: tuple[int, ...],
+        padding: tuple[tuple[int, int], ...],
+        dilation: tuple[int, ...],
+        value: float = 0.0,
+    ) -> WgpuArray:
+        return conv.unfold(self.rt, x, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation), value)
+
+    def fold(
+        self,
+        cols: WgpuArray,
+        *,
+        size: tuple[int, ...],
+        kernel: tuple[int, ...],
+        stride: tuple[int, ...],
+        padding: tuple[tuple[int, int], ...],
+        dilation: tuple[int, ...],
+    ) -> WgpuArray:
+        return conv.fold(self.rt, cols, tuple(size), tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
+
+    def max_pool(
+        self,
+        x: WgpuArray,
+        *,
+        kernel: tuple[int, ...],
+        stride: tuple[int, ...],
+        padding: tuple[tuple[int, int], ...],
+        dilation: tuple[int, ...],
+    ) -> WgpuArray:
+        return pool.max_pool(self.rt, x, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
+
+    def max_pool_backward(
+        self,
+        g: WgpuArray,
+        x: WgpuArray,
+        out: WgpuArray,
+        *,
+        kernel: tuple[int, ...],
+        stride: tuple[int, ...],
+        padding: tuple[tuple[int, int], ...],
+        dilation: tuple[int, ...],
+    ) -> WgpuArray:
+        return pool.max_pool_backward(self.rt, g, x, out, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
+
+    def avg_pool(
+        self,
+        x: WgpuArray,
+        *,
+        kernel: tuple[int, ...],
+        stride: tuple[int, ...],
+        padding: tuple[tuple[int, int], ...],
+        divisor: tuple[tuple[int, ...], ...],
+    ) -> WgpuArray:
+        return pool.avg_pool(self.rt, x, tuple(kernel), tuple(stride), tuple(padding), divisor)

@@ -1,0 +1,326 @@
+"""Row kernels for the neural-network composites: softmax, log_softmax, logsumexp, layer_norm,
+rms_norm, cross_entropy, and attention built from them and the matmul kernel.
+
+A row kernel gives each row (the reduced axes, made trailing and contiguous) one workgroup of
+256 threads: passes over the row reduce into shared memory (max, then sums), a final pass
+writes. Same signatures and semantics as the core composites (ember.ops.nn), including a
+row whose max is infinite (shifted by 0) and fully masked attention rows (NaN).
+"""
+
+from __future__ import annotations
+
+from ember.dtypes import DType
+
+from ..codegen.program import Const, Instr, Out, Program
+from ..handle import WgpuArray
+from ..runtime import Runtime
+from ..typemap import WType
+from . import elementwise as ew
+from .common import GROUP_ID, ParamBlock, compile_kernel, grid, header, launch, prod
+from .matmul import matmul
+
+__all__ = ["softmax", "logsumexp", "layer_norm", "rms_norm", "cross_entropy", "attention", "rows_last"]
+
+WG = 256
+
+_PARAMS = ParamBlock(
+    [("rows", "u32"), ("len", "u32"), ("eps", "f32"), ("causal", "u32"), ("lq", "u32"), ("off", "i32")]
+    + [("ign_lo", "u32"), ("ign_hi", "u32"), ("smoothing", "f32")]
+)
+
+_REDUCE = """fn wg_max(t: u32, v: f32) -> f32 {
+  sred[t] = v;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s = s >> 1u) {
+    if (t < s) { sred[t] = f_max(sred[t], sred[t + s]); }
+    workgroupBarrier();
+  }
+  let r = sred[0];
+  workgroupBarrier();
+  return r;
+}
+fn wg_sum(t: u32, v: f32) -> f32 {
+  sred[t] = v;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s = s >> 1u) {
+    if (t < s) { sred[t] = sred[t] + sred[t + s]; }
+    workgroupBarrier();
+  }
+  let r = sred[0];
+  workgroupBarrier();
+  return r;
+}"""
+
+
+def _head(t: WType, f16: bool, extra: str = "") -> str:
+    return f"""{header(f16)}
+@group(0) @binding(1) var<storage, read> X: array<{t.storage}>;
+{extra}
+var<workgroup> sred: array<f32, {WG}>;
+{_REDUCE}"""
+
+
+def _row_start() -> str:
+    return f"""{GROUP_ID}
+  let row = gid_lin;
+  if (row >= P.rows) {{ return; }}
+  let base = row * P.len;"""
+
+
+# -- softmax family ------------------------------------------------------------------------
+def _softmax_build(t: WType, kind: str, f16: bool):  # type: ignore[no-untyped-def]
+    x = t.load("X[base + j]")
+    valid = "(P.causal == 0u || i32(j) <= i32(row % P.lq) + P.off)"
+    if kind == "logsumexp":
+        out_decl = f"@group(0) @binding(2) var<storage, read_write> Y: array<{t.storage}>;"
+        final = f"if (t == 0u) {{ Y[row] = {t.store('m_log(s) + m')}; }}"
+    else:
+        out_decl = f"@group(0) @binding(2) var<storage, read_write> Y: array<{t.storage}>;"
+        expr = "m_exp(x - m) / s" if kind == "softmax" else "(x - m) - ls"
+        final = f"""let ls = m_log(s);
+  for (var j = t; j < P.len; j = j + {WG}u) {{
+    var x = {x};
+    if (!{valid}) {{ x = bitcast<f32>(0xff800000u); }}
+    Y[base + j] = {t.store(expr)};
+  }}"""
+    body = f"""{_head(t, f16, out_decl)}
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+  {_row_start()}
+  var m = bitcast<f32>(0xff800000u);
+  for (var j = t; j < P.len; j = j + {WG}u) {{
+    if ({valid}) {{ m = f_max(m, {x}); }}
+  }}
+  m = wg_max(t, m);
+  if (is_inf(m)) {{ m = 0.0; }}
+  var acc = 0.0;
+  for (var j = t; j < P.len; j = j + {WG}u) {{
+    if ({valid}) {{ acc = acc + m_exp({x} - m); }}
+  }}
+  let s = wg_sum(t, acc);
+  {final}
+}}"""
+    return body, _PARAMS, ("r", "w")
+
+
+def rows_last(rt: Runtime, x: WgpuArray, axes: tuple[int, ...]) -> tuple[WgpuArray, list[int]]:
+    """``x`` with ``axes`` moved last and made contiguous, and the permutation used."""
+    nd = len(x.shape)
+    order = [i for i in range(nd) if i not in axes] + list(axes)
+    view = x.view(tuple(x.shape[i] for i in order), tuple(x.strides[i] for i in order), x.offset)
+    return ew.contiguous(rt, view), order
+
+
+def _unpermute(a: WgpuArray, order: list[int]) -> WgpuArray:
+    inverse = [0] * len(order)
+    for i, o in enumerate(order):
+        inverse[o] = i
+    return a.view(tuple(a.shape[i] for i in inverse), tuple(a.strides[i] for i in inverse), a.offset)
+
+
+def _softmax_rows(
+    rt: Runtime, c: WgpuArray, rows: int, length: int, kind: str, causal: tuple[int, int] | None = None
+) -> WgpuArray:
+    t = rt.types[c.dtype]
+    f16 = rt.types.uses_f16(c.dtype)
+    out = rt.empty((rows,) if kind == "logsumexp" else c.shape, c.dtype)
+    kernel = compile_kernel(rt, ("rowsoftmax", kind, t.name), lambda: _softmax_build(t, kind, f16), kind)
+    values = {"rows": rows, "len": length}
+    if causal is not None:
+        values.update({"causal": 1, "lq": causal[0], "off": causal[1]})
+    launch(rt, kernel, values, [c.buffer, out.buffer], grid(rows), kind)
+    return out
+
+
+def softmax(rt: Runtime, x: WgpuArray, axis: int, log: bool) -> WgpuArray:
+    """softmax or log_softmax of ``x`` along ``axis``."""
+    if x.size == 0:
+        return rt.empty(x.shape, x.dtype)
+    c, order = rows_last(rt, x, (axis,))
+    length = x.shape[axis]
+    out = _softmax_rows(rt, c, c.size // length, length, "log_softmax" if log else "softmax")
+    return _unpermute(out, order)
+
+
+def logsumexp(rt: Runtime, x: WgpuArray, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
+    """log(sum(exp(x))) over ``axes``."""
+    out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes)
+    if prod(out_shape) == 0:
+        return rt.empty(out_shape, x.dtype)
+    length = prod([x.shape[i] for i in axes])
+    if length == 0:
+        return ew.fill(rt, out_shape, float("-inf"), x.dtype)
+    c, _ = rows_last(rt, x, tuple(sorted(axes)))
+    out = _softmax_rows(rt, c, c.size // length, length, "logsumexp")
+    return out.view(out_shape, _contig(out_shape), 0)
+
+
+def _contig(shape: tuple[int, ...]) -> tuple[int, ...]:
+    from ..codegen.program import contiguous_strides
+
+    return contiguous_strides(shape)
+
+
+# -- normalisation -----------------------------------------------------------------------------
+def _norm_build(t: WType, kind: str, f16: bool):  # type: ignore[no-untyped-def]
+    extra = [
+        f"@group(0) @binding(2) var<storage, read> W: array<{t.storage}>;",
+        f"@group(0) @binding(3) var<storage, read> B: array<{t.storage}>;",
+        f"@group(0) @binding(4) var<storage, read_write> Y: array<{t.storage}>;",
+    ]
+    x = t.load("X[base + j]")
+    w = t.load("W[j]")
+    b = t.load("B[j]")
+    if kind == "layer_norm":
+        stats = f"""var acc = 0.0;
+  for (var j = t; j < P.len; j = j + {WG}u) {{ acc = acc + {x}; }}
+  let mu = wg_sum(t, acc) / f32(P.len);
+  var acc2 = 0.0;
+  for (var j = t; j < P.len; j = j + {WG}u) {{ let d = {x} - mu; acc2 = acc2 + d * d; }}
+  let r = 1.0 / sqrt(wg_sum(t, acc2) / f32(P.len) + P.eps);"""
+        expr = f"({x} - mu) * r * {w} + {b}"
+        bindings = ("r", "r", "r", "w")
+    else:
+        stats = f"""var acc = 0.0;
+  for (var j = t; j < P.len; j = j + {WG}u) {{ let v = {x}; acc = acc + v * v; }}
+  let r = 1.0 / sqrt(wg_sum(t, acc) / f32(P.len) + P.eps);"""
+        expr = f"{x} * r * {w}"
+        extra[1] = "@group(0) @binding(3) var<storage, read> B: array<u32>;"
+        bindings = ("r", "r", "r", "w")
+    body = f"""{_head(t, f16, chr(10).join(extra))}
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+  {_row_start()}
+  {stats}
+  for (var j = t; j < P.len; j = j + {WG}u) {{
+    Y[base + j] = {t.store(expr)};
+  }}
+}}"""
+    return body, _PARAMS, bindings
+
+
+def _norm(rt: Runtime, kind: str, x: WgpuArray, w: WgpuArray, b: WgpuArray | None, eps: float) -> WgpuArray:
+    out = rt.empty(x.shape, x.dtype)
+    if out.size == 0:
+        return out
+    length = w.size
+    c = ew.contiguous(rt, x)
+    wc = ew.contiguous(rt, w)
+    bc = ew.contiguous(rt, b) if b is not None else wc
+    t = rt.types[x.dtype]
+    f16 = rt.types.uses_f16(x.dtype)
+    kernel = compile_kernel(rt, ("norm", kind, t.name), lambda: _norm_build(t, kind, f16), kind)
+    rows = x.size // length
+    launch(rt, kernel, {"rows": rows, "len": length, "eps": eps}, [c.buffer, wc.buffer, bc.buffer, out.buffer],
+           grid(rows), kind)  # fmt: skip
+    return out
+
+
+def layer_norm(rt: Runtime, x: WgpuArray, w: WgpuArray, b: WgpuArray, eps: float) -> WgpuArray:
+    return _norm(rt, "layer_norm", x, w, b, eps)
+
+
+def rms_norm(rt: Runtime, x: WgpuArray, w: WgpuArray, eps: float) -> WgpuArray:
+    return _norm(rt, "rms_norm", x, w, None, eps)
+
+
+# -- cross-entropy -----------------------------------------------------------------------------
+def _ce_build(t: WType, ti: WType, f16: bool):  # type: ignore[no-untyped-def]
+    extra = f"""@group(0) @binding(2) var<storage, read> T: array<{ti.storage}>;
+@group(0) @binding(3) var<storage, read_write> Y: array<{t.storage}>;"""
+    x = t.load("X[base + j]")
+    if ti.cls in "lL":
+        target = "let tw = T[row];\n  let ignored = tw.x == P.ign_lo && tw.y == P.ign_hi;\n  let cls = tw.x;"
+    else:
+        target = "let tw = bitcast<u32>(T[row]);\n  let ignored = tw == P.ign_lo;\n  let cls = tw;"
+    body = f"""{_head(t, f16, extra)}
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+  {_row_start()}
+  var m = bitcast<f32>(0xff800000u);
+  for (var j = t; j < P.len; j = j + {WG}u) {{ m = f_max(m, {x}); }}
+  m = wg_max(t, m);
+  if (is_inf(m)) {{ m = 0.0; }}
+  var acc = 0.0;
+  var tot = 0.0;
+  for (var j = t; j < P.len; j = j + {WG}u) {{ let v = {x}; acc = acc + m_exp(v - m); tot = tot + v; }}
+  let lse = m + m_log(wg_sum(t, acc));
+  let total = wg_sum(t, tot);
+  if (t == 0u) {{
+    {target}
+    var loss = 0.0;
+    if (!ignored && cls < P.len) {{
+      loss = lse - {t.load("X[base + cls]")};
+      if (P.smoothing != 0.0) {{
+        loss = (1.0 - P.smoothing) * loss - (P.smoothing / f32(P.len)) * (total - f32(P.len) * lse);
+      }}
+    }}
+    Y[row] = {t.store("loss")};
+  }}
+}}"""
+    return body, _PARAMS, ("r", "r", "w")
+
+
+def cross_entropy(
+    rt: Runtime, logits: WgpuArray, target: WgpuArray, label_smoothing: float, ignore_index: int
+) -> WgpuArray:
+    """Per-element softmax cross-entropy: logits (N, C, ...), integer target (N, ...)."""
+    out = rt.empty(target.shape, logits.dtype)
+    if out.size == 0:
+        return out
+    c, _ = rows_last(rt, logits, (1,))
+    tc = ew.contiguous(rt, target)
+    t, ti = rt.types[logits.dtype], rt.types[target.dtype]
+    f16 = rt.types.uses_f16(logits.dtype)
+    kernel = compile_kernel(rt, ("ce", t.name, ti.name), lambda: _ce_build(t, ti, f16), "cross_entropy")
+    ign = int(ignore_index) & 0xFFFFFFFFFFFFFFFF
+    values = {
+        "rows": out.size, "len": logits.shape[1], "ign_lo": ign & 0xFFFFFFFF, "ign_hi": ign >> 32,
+        "smoothing": float(label_smoothing),
+    }  # fmt: skip
+    launch(rt, kernel, values, [c.buffer, tc.buffer, out.buffer], grid(out.size), "cross_entropy")
+    return out
+
+
+# -- attention -----------------------------------------------------------------------------
+def attention(
+    rt: Runtime, q: WgpuArray, k: WgpuArray, v: WgpuArray, mask: WgpuArray | None, is_causal: bool, scale: float
+) -> WgpuArray:
+    """softmax(q k^T * scale + mask) v, with a causal mask applied inside the softmax rows."""
+    kt = k.view(k.shape[:-2] + (k.shape[-1], k.shape[-2]), k.strides[:-2] + (k.strides[-1], k.strides[-2]), k.offset)
+    s = matmul(rt, q, kt)
+    if s.size == 0:
+        return matmul(rt, s, v)
+    dt: DType = s.dtype
+    shape = s.shape
+    if mask is not None and len(mask.shape) > len(shape):
+        shape = ew.broadcast_shape(shape, mask.shape)
+    inputs = [s]
+    ops = [ew.operand(s, shape)]
+    instrs = [Instr("mul", dt, (("in", 0), ("const", 0)))]
+    consts = [Const(dt, float(scale))]
+    if mask is not None:
+        inputs.append(mask)
+        ops.append(ew.operand(mask, shape))
+        if mask.dtype.kind == "b":
+            consts.append(Const(dt, float("-inf")))
+            instrs.append(Instr("where", dt, (("in", 1), ("v", 0), ("const", 1))))
+        else:
+            if mask.dtype is not dt:
+                instrs.append(Instr("cast", dt, (("in", 1),)))
+                instrs.append(Instr("add", dt, (("v", 0), ("v", 1))))
+            else:
+                instrs.append(Instr("add", dt, (("v", 0), ("in", 1))))
+    scaled = rt.empty(shape, dt)
+    program = Program(
+        shape=shape,
+        inputs=tuple(ops),
+        consts=tuple(consts),
+        instrs=tuple(instrs),
+        outputs=(Out(dt, ("v", len(instrs) - 1)),),
+        name="attention_scores",
+    )
+    ew.run_program(rt, program, inputs, [scaled])
+    lq, ls = shape[-2], shape[-1]
+    p = _softmax_rows(rt, scaled, scaled.size // ls, ls, "softmax", (lq, ls - lq) if is_causal else None)
+    return matmul(rt, p, v)

@@ -1,0 +1,409 @@
+"""The per-device runtime: pipelines, buffers, batched command recording, readbacks, errors.
+
+Costs that shape this module (GPU-NOTES.md): a submit costs ~65 us, a dispatch recorded into
+an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
+
+* **pipelines** are compiled once per WGSL source (the source encodes kernel, dtypes and
+  workgroup size) and kept for the life of the device;
+* **dispatches** are recorded into one open compute pass and submitted at sync points only:
+  a readback, ``synchronize()``, a full parameter arena, or every ``MAX_BATCH`` dispatches;
+* **parameters** (shapes, strides, offsets, scalars) of every dispatch are appended to one
+  host-side arena, written with a single ``queue.write_buffer`` before the submit, and bound
+  through a dynamic uniform offset, so a kernel's bind group does not change with them;
+* **bind groups** are cached by (layout, buffers), which a training loop hits every step
+  because the pool hands the same buffers back;
+* **readbacks** of several tensors share one staging buffer, one submit and one map.
+
+wgpu raises its validation errors from the call that caused them (shader and pipeline
+creation, ``encoder.finish``); they become :mod:`ember_wgpu.errors` exceptions naming the
+kernel. A lost device is only logged by wgpu-native, so a logging handler records it and the
+next sync point raises :class:`~ember_wgpu.errors.WgpuDeviceLostError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ember import config
+from ember.dtypes import DType
+
+from . import adapters
+from .errors import (
+    WgpuDeviceLostError,
+    WgpuKernelError,
+    WgpuLimitError,
+    WgpuOutOfMemoryError,
+    WgpuValidationError,
+)
+from .handle import Storage, WgpuArray
+from .pool import BufferPool
+from .typemap import TypeMap
+
+__all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
+
+MAX_BATCH = 2048
+ARENA_BYTES = 1 << 22
+_BG_CACHE_LIMIT = 16384
+
+
+class Pipeline:
+    """A compiled compute pipeline and the binding layout it was built for."""
+
+    __slots__ = ("pipeline", "layout_key", "bind_group_layout", "name")
+
+    def __init__(self, pipeline: Any, layout_key: tuple[str, ...], bind_group_layout: Any, name: str) -> None:
+        self.pipeline = pipeline
+        self.layout_key = layout_key
+        self.bind_group_layout = bind_group_layout
+        self.name = name
+
+
+class _LostWatcher(logging.Handler):
+    """Records device-lost and other errors that wgpu-native only logs."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.lost: str | None = None
+        self.last_error: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if "device was lost" in msg.lower():
+            self.lost = msg
+        self.last_error = msg
+
+
+class Runtime:
+    """Everything one WGPU device needs: device, queue, caches, pool and the open batch."""
+
+    def __init__(self, index: int) -> None:
+        wgpu = adapters._wgpu()
+        self.wgpu = wgpu
+        self.index = index
+        self.adapter, self.device = adapters.open_device(index)
+        self.queue = self.device.queue
+        self.name = self.adapter.info.get("device", "?")
+        self.limits = dict(self.device.limits)
+        self.features = set(self.device.features)
+        self.types = TypeMap(f16_native="shader-f16" in self.features)
+        self.max_binding = int(self.limits.get("max-storage-buffer-binding-size", 128 << 20))
+        self.max_buffer = int(self.limits.get("max-buffer-size", 256 << 20))
+        self.max_groups = int(self.limits.get("max-compute-workgroups-per-dimension", 65535))
+        self.max_storage_buffers = int(self.limits.get("max-storage-buffers-per-shader-stage", 8))
+        self.shared_bytes = int(self.limits.get("max-compute-workgroup-storage-size", 16384))
+        self.align = max(16, int(self.limits.get("min-uniform-buffer-offset-alignment", 256)))
+        usage = wgpu.BufferUsage
+        self._storage_usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
+        self.pool = BufferPool(self._create_buffer, self.max_binding)
+        self._pipelines: dict[str, Pipeline] = {}
+        self._layouts: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        self.kernels: dict[Any, Any] = {}  # generated-kernel cache for the kernel modules
+        self._bg_cache: dict[tuple, Any] = {}
+        self._bg_by_uid: dict[int, list[tuple]] = {}
+        self._arena = self.device.create_buffer(size=ARENA_BYTES, usage=usage.UNIFORM | usage.COPY_DST)
+        self._arena_host = bytearray(ARENA_BYTES)
+        self._arena_used = 0
+        self._encoder: Any = None
+        self._pass: Any = None
+        self._last_pipe: Pipeline | None = None
+        self._count = 0
+        self.batch_refs: set[int] = set()
+        self._names: list[str] = []
+        self.submits = 0
+        self.dispatches = 0
+        self._watcher = _LostWatcher()
+        logging.getLogger("wgpu").addHandler(self._watcher)
+        self._sync_buf = self._create_buffer(16)
+
+    # -- buffers ---------------------------------------------------------------------------
+    def _create_buffer(self, size: int) -> Any:
+        if size > self.max_buffer:
+            raise WgpuLimitError(
+                f"wgpu:{self.index} ({self.name}): a buffer of {size} bytes exceeds this adapter's "
+                f"max-buffer-size of {self.max_buffer} bytes; split the tensor into smaller ones"
+            )
+        try:
+            return self.device.create_buffer(size=size, usage=self._storage_usage)
+        except self.wgpu.GPUError as exc:
+            self.flush()
+            self._destroy(self.pool.trim(everything=True))
+            try:
+                return self.device.create_buffer(size=size, usage=self._storage_usage)
+            except self.wgpu.GPUError:
+                stats = self.pool.stats()
+                raise WgpuOutOfMemoryError(
+                    f"wgpu:{self.index} ({self.name}): could not allocate {size} bytes "
+                    f"({stats['in_use_bytes']} bytes in use by live tensors): {exc}. Free tensors you no "
+                    f"longer need, or use smaller batches."
+                ) from None
+
+    def _destroy(self, buffers: list[Any]) -> None:
+        for buf in buffers:
+            for key in self._bg_by_uid.pop(buf.uid, ()):
+                self._bg_cache.pop(key, None)
+            buf.destroy()
+
+    def alloc(self, nbytes: int, upload: bool = False) -> Storage:
+        """A pooled buffer of at least ``nbytes`` (for an upload: one no pending command uses)."""
+        if nbytes > self.max_binding:
+            raise WgpuLimitError(
+                f"wgpu:{self.index} ({self.name}): a tensor of {nbytes} bytes exceeds this adapter's "
+                f"max-storage-buffer-binding-size of {self.max_binding} bytes, the most one kernel can "
+                f"bind; split it (e.g. process the batch in chunks) or use a device with a larger limit"
+            )
+        buf = self.pool.acquire(nbytes, self.batch_refs if upload else ())
+        return Storage(buf, self)
+
+    def release(self, buffer: Any) -> None:
+        self.pool.release(buffer)
+
+    def empty(self, shape: tuple[int, ...], dtype: DType) -> WgpuArray:
+        """A new contiguous tensor whose contents a kernel is about to write."""
+        n = 1
+        for d in shape:
+            n *= d
+        if n == 0:
+            return WgpuArray(None, shape, dtype)
+        return WgpuArray(self.alloc(n * self.types[dtype].itemsize), shape, dtype)
+
+    def upload(self, array: np.ndarray, dtype: DType) -> WgpuArray:
+        """A tensor holding ``array`` (any numpy array with ``dtype``'s values)."""
+        shape = tuple(array.shape)
+        if array.size == 0:
+            return WgpuArray(None, shape, dtype)
+        data = self.types.to_device_bytes(array, dtype)
+        raw = memoryview(data).cast("B")
+        storage = self.alloc(raw.nbytes, upload=True)
+        if raw.nbytes % 4:
+            raw = memoryview(bytes(raw) + bytes(4 - raw.nbytes % 4))
+        self.queue.write_buffer(storage.buffer, 0, raw)
+        return WgpuArray(storage, shape, dtype)
+
+    # -- kernels ---------------------------------------------------------------------------
+    def _layout(self, bindings: tuple[str, ...]) -> tuple[Any, Any]:
+        found = self._layouts.get(bindings)
+        if found is None:
+            wgpu = self.wgpu
+            entries = [
+                {
+                    "binding": 0,
+                    "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": "uniform", "has_dynamic_offset": True},
+                }
+            ]
+            for i, kind in enumerate(bindings):
+                entries.append(
+                    {
+                        "binding": i + 1,
+                        "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": "read-only-storage" if kind == "r" else "storage"},
+                    }
+                )
+            if len(bindings) > self.max_storage_buffers:
+                raise WgpuLimitError(
+                    f"wgpu:{self.index} ({self.name}): a kernel binding {len(bindings)} storage buffers exceeds "
+                    f"max-storage-buffers-per-shader-stage={self.max_storage_buffers}; split the fused program"
+                )
+            bgl = self.device.create_bind_group_layout(entries=entries)
+            found = (bgl, self.device.create_pipeline_layout(bind_group_layouts=[bgl]))
+            self._layouts[bindings] = found
+        return found
+
+    def pipeline(self, name: str, source: str, bindings: tuple[str, ...]) -> Pipeline:
+        """The compiled pipeline of ``source`` (``bindings``: 'r' read-only, 'w' read-write storage)."""
+        found = self._pipelines.get(source)
+        if found is not None:
+            return found
+        bgl, layout = self._layout(bindings)
+        try:
+            module = self.device.create_shader_module(label=name, code=source)
+            pipe = self.device.create_compute_pipeline(
+                label=name, layout=layout, compute={"module": module, "entry_point": "main"}
+            )
+        except self.wgpu.GPUError as exc:
+            saved = self._save_source(name, source)
+            raise WgpuKernelError(
+                f"wgpu:{self.index} ({self.name}) rejected the generated kernel {name!r}: {exc}\n"
+                f"The WGSL source is saved at {saved}. This is a bug in ember-wgpu's code generation; "
+                f"please report it with that file. Meanwhile the op runs on another device "
+                f"(e.g. x.to('cpu'))."
+            ) from None
+        found = Pipeline(pipe, bindings, bgl, name)
+        self._pipelines[source] = found
+        return found
+
+    @staticmethod
+    def _save_source(name: str, source: str) -> str:
+        digest = hashlib.sha1(source.encode()).hexdigest()[:12]
+        try:
+            folder = config.cache_dir() / "wgpu" / "failed"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{name}-{digest}.wgsl"
+            path.write_text(source, encoding="utf-8")
+            return str(path)
+        except OSError:
+            return "(could not be written)"
+
+    # -- recording -------------------------------------------------------------------------
+    def dispatch(
+        self, pipe: Pipeline, params: bytes, buffers: Sequence[Any], groups: tuple[int, int, int], name: str = ""
+    ) -> None:
+        """Record one dispatch of ``pipe`` over ``groups`` workgroups (submitted at the next sync)."""
+        for g in groups:
+            if g > self.max_groups:
+                raise WgpuLimitError(
+                    f"kernel {name or pipe.name!r}: {groups} workgroups exceed max-compute-workgroups-per-dimension"
+                    f"={self.max_groups} of wgpu:{self.index} ({self.name})"
+                )
+        if groups[0] == 0 or groups[1] == 0 or groups[2] == 0:
+            return
+        n = len(params)
+        if self._arena_used + n > ARENA_BYTES:
+            self.flush()
+        if self._pass is None:
+            self._encoder = self.device.create_command_encoder()
+            self._pass = self._encoder.begin_compute_pass()
+            self._last_pipe = None
+        off = self._arena_used
+        self._arena_host[off : off + n] = params
+        self._arena_used = off + -(-n // self.align) * self.align
+        uids = tuple(b.uid for b in buffers)
+        key = (pipe.layout_key, n, uids)
+        bg = self._bg_cache.get(key)
+        if bg is None:
+            bg = self._bind_group(pipe, n, buffers, key, uids)
+        if pipe is not self._last_pipe:
+            self._pass.set_pipeline(pipe.pipeline)
+            self._last_pipe = pipe
+        self._pass.set_bind_group(0, bg, [off])
+        self._pass.dispatch_workgroups(*groups)
+        self.batch_refs.update(uids)
+        self._names.append(name or pipe.name)
+        self._count += 1
+        self.dispatches += 1
+        if self._count >= MAX_BATCH:
+            self.flush()
+
+    def _bind_group(self, pipe: Pipeline, n: int, buffers: Sequence[Any], key: tuple, uids: tuple[int, ...]) -> Any:
+        if len(self._bg_cache) >= _BG_CACHE_LIMIT:
+            self._bg_cache.clear()
+            self._bg_by_uid.clear()
+        entries = [{"binding": 0, "resource": {"buffer": self._arena, "offset": 0, "size": n}}]
+        for i, b in enumerate(buffers):
+            entries.append({"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}})
+        bg = self.device.create_bind_group(layout=pipe.bind_group_layout, entries=entries)
+        self._bg_cache[key] = bg
+        for uid in set(uids):
+            self._bg_by_uid.setdefault(uid, []).append(key)
+        return bg
+
+    def flush(self) -> None:
+        """Submit everything recorded so far (no wait)."""
+        self._check_lost()
+        if self._pass is None:
+            self._destroy(self.pool.trim())
+            return
+        self._pass.end()
+        names = self._names
+        if self._arena_used:
+            self.queue.write_buffer(self._arena, 0, self._arena_host, 0, self._arena_used)
+        encoder = self._encoder
+        self._encoder = self._pass = self._last_pipe = None
+        self._arena_used = 0
+        self._count = 0
+        self._names = []
+        try:
+            command_buffer = encoder.finish()
+        except self.wgpu.GPUError as exc:
+            self.batch_refs.clear()
+            shown = ", ".join(dict.fromkeys(names[-12:]))
+            raise WgpuValidationError(
+                f"wgpu:{self.index} ({self.name}) rejected a batch of {len(names)} kernel dispatches "
+                f"(the last ones: {shown}): {exc}\nThe results of those ops are lost. This is a bug in "
+                f"ember-wgpu; please report it with the message above."
+            ) from None
+        self.queue.submit([command_buffer])
+        self.submits += 1
+        self.batch_refs.clear()
+        self._destroy(self.pool.trim())
+
+    def _check_lost(self) -> None:
+        if self._watcher.lost:
+            raise WgpuDeviceLostError(
+                f"wgpu:{self.index} ({self.name}) was lost: {self._watcher.lost}\nEvery tensor on it is gone. "
+                f"This follows a driver reset, a crash or a kernel that ran too long (try smaller sizes); "
+                f"restart the process to get a fresh device."
+            )
+
+    # -- sync points -----------------------------------------------------------------------
+    def read(self, arrays: Sequence[WgpuArray]) -> list[np.ndarray]:
+        """Host copies of ``arrays`` (one submit and one map for all of them)."""
+        self.flush()
+        plan: list[tuple[int, int, int, int] | None] = []
+        total = 0
+        for a in arrays:
+            if a.size == 0 or a.storage is None:
+                plan.append(None)
+                continue
+            item = self.types[a.dtype].itemsize
+            lo, hi = a.span()
+            blo = lo * item // 4 * 4
+            bhi = -(-(hi * item) // 4) * 4
+            plan.append((blo, bhi - blo, total, lo * item - blo))
+            total += bhi - blo
+        results: list[np.ndarray] = []
+        raw: Any = b""
+        if total:
+            wgpu = self.wgpu
+            staging = self.device.create_buffer(size=total, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+            encoder = self.device.create_command_encoder()
+            for a, p in zip(arrays, plan):
+                if p is not None:
+                    encoder.copy_buffer_to_buffer(a.buffer, p[0], staging, p[2], p[1])
+            self.queue.submit([encoder.finish()])
+            self.submits += 1
+            staging.map_sync(wgpu.MapMode.READ)
+            raw = staging.read_mapped()
+            staging.unmap()
+            staging.destroy()
+            self._check_lost()
+        for a, p in zip(arrays, plan):
+            host = self.types[a.dtype].host
+            if p is None:
+                results.append(np.empty(a.shape, dtype=a.dtype.numpy))
+                continue
+            blo, size, at, first = p
+            base = np.frombuffer(raw, dtype=np.uint8, count=size, offset=at)
+            lo, _ = a.span()
+            start = first + (a.offset - lo) * host.itemsize
+            view = np.lib.stride_tricks.as_strided(
+                base[start:].view(host) if start < size else base.view(host),
+                shape=a.shape,
+                strides=tuple(s * host.itemsize for s in a.strides),
+            )
+            results.append(self.types.from_device_bytes(np.array(view, copy=True), a.dtype))
+        return results
+
+    def synchronize(self) -> None:
+        """Submit and wait until the device has finished all work recorded so far."""
+        self.flush()
+        self.queue.read_buffer(self._sync_buf, 0, 4)
+        self._check_lost()
+
+    def stats(self) -> dict[str, Any]:
+        out = self.pool.stats()
+        out.update(
+            {
+                "pipelines": len(self._pipelines),
+                "bind_groups_cached": len(self._bg_cache),
+                "submits": self.submits,
+                "dispatches": self.dispatches,
+                "pending_dispatches": self._count,
+            }
+        )
+        return out

@@ -1,0 +1,25 @@
+"""Fixtures: one wgpu device for the session (skips everything when no adapter is found)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def dev() -> Any:
+    import ember as em
+
+    try:
+        device = em.Device("wgpu:0")
+        assert device.backend is not None  # loads wgpu and opens the adapter
+    except Exception as exc:  # no Vulkan/Metal/D3D12 adapter on this machine
+        pytest.skip(f"no WGPU adapter: {exc}")
+    return device
+
+
+@pytest.fixture(scope="session")
+def rt(dev: Any) -> Any:
+    """The device's runtime (pipelines, pool, batching)."""
+    return dev.backend.rt

@@ -1,0 +1,115 @@
+"""Adapters and limits, the buffer pool, batching, and error translation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import dtypes as D
+from ember_wgpu import adapters
+from ember_wgpu.errors import WgpuDeviceLostError, WgpuKernelError, WgpuLimitError, WgpuValidationError
+from ember_wgpu.kernels import elementwise as ew
+from ember_wgpu.pool import size_class
+
+
+def test_describe_shows_backend_features_and_limits(dev):
+    info = dev.describe()
+    assert info["backend"] in ("Vulkan", "Metal", "D3D12", "OpenGL")
+    for key in ("max-buffer-size", "max-storage-buffer-binding-size", "max-compute-workgroup-size-x",
+                "max-storage-buffers-per-shader-stage"):  # fmt: skip
+        assert key in info["limits"]
+    assert isinstance(info["features"], list)
+
+
+def test_adapter_order_is_stable():
+    first = [a.info["device"] for a in adapters.adapters()]
+    adapters.adapters.cache_clear()
+    assert [a.info["device"] for a in adapters.adapters()] == first
+
+
+def test_device_gets_the_adapters_maximum_limits(rt):
+    for key in ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage"):
+        assert rt.device.limits[key] == rt.adapter.limits[key]
+
+
+def test_tensor_over_the_binding_limit_names_the_limit(rt):
+    too_big = rt.max_binding + 16
+    with pytest.raises(WgpuLimitError, match="max-storage-buffer-binding-size") as info:
+        rt.alloc(too_big)
+    assert str(too_big) in str(info.value)
+
+
+def test_size_classes():
+    assert size_class(1) == 16 and size_class(300) == 512 and size_class(65536) == 65536
+    big = size_class(1_000_001)
+    assert big >= 1_000_001 and big <= 1_000_001 * 1.26
+
+
+def test_pool_reuses_buffers(rt):
+    x = rt.upload(np.ones(1000, np.float32), D.float32)
+    ew.apply_op(rt, "add", [x, 1.0])  # result freed at once
+    rt.flush()
+    hits = rt.pool.hits
+    for _ in range(5):
+        ew.apply_op(rt, "add", [x, 1.0])
+    assert rt.pool.hits >= hits + 5
+
+
+def test_dispatches_are_batched(rt):
+    x = rt.upload(np.ones(64, np.float32), D.float32)
+    rt.flush()
+    submits = rt.submits
+    y = x
+    for _ in range(100):
+        y = ew.apply_op(rt, "add", [y, x])
+    assert rt.submits == submits  # nothing submitted until a sync point
+    assert rt.read([y])[0][0] == 101.0
+    assert rt.submits <= submits + 2  # the batch, then the readback copy
+
+
+def test_memory_stats(dev):
+    stats = dev.memory_stats()
+    for key in ("reserved_bytes", "in_use_bytes", "peak_reserved_bytes", "peak_in_use_bytes"):
+        assert stats[key] >= 0
+
+
+def test_bad_kernel_names_the_kernel_and_saves_source(rt, tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    with pytest.raises(WgpuKernelError, match="broken_kernel") as info:
+        rt.pipeline("broken_kernel", "fn main( {", ("w",))
+    assert "saved at" in str(info.value)
+    assert list(tmp_path.rglob("broken_kernel-*.wgsl"))
+
+
+def test_invalid_batch_becomes_validation_error(rt):
+    # a dispatch whose workgroup count the runtime did not check: wgpu rejects it at finish()
+    out = rt.empty((4,), D.float32)
+    pipe = rt.pipeline(
+        "tiny", "@group(0) @binding(1) var<storage, read_write> y: array<f32>;\n"
+        "@compute @workgroup_size(1) fn main() { y[0] = 1.0; }", ("w",)
+    )  # fmt: skip
+    rt.max_groups, saved = 10**9, rt.max_groups
+    try:
+        rt.dispatch(pipe, bytes(16), [out.buffer], (saved + 1, 1, 1), "tiny")
+        with pytest.raises(WgpuValidationError, match="tiny"):
+            rt.flush()
+    finally:
+        rt.max_groups = saved
+    assert rt.read([ew.fill(rt, (2,), 3.0, D.float32)])[0].tolist() == [3.0, 3.0]  # the device still works
+
+
+def test_too_many_workgroups_is_a_limit_error(rt):
+    out = rt.empty((4,), D.float32)
+    pipe = rt.pipeline("tiny2", "@group(0) @binding(1) var<storage, read_write> y: array<f32>;\n"
+                       "@compute @workgroup_size(1) fn main() { y[0] = 2.0; }", ("w",))  # fmt: skip
+    with pytest.raises(WgpuLimitError, match="max-compute-workgroups-per-dimension"):
+        rt.dispatch(pipe, bytes(16), [out.buffer], (rt.max_groups + 1, 1, 1), "tiny2")
+
+
+def test_lost_device_is_reported_at_the_next_sync(rt):
+    rt._watcher.lost = "The WGPU device was lost (Unknown): simulated"
+    try:
+        with pytest.raises(WgpuDeviceLostError, match="simulated"):
+            rt.synchronize()
+    finally:
+        rt._watcher.lost = None
