@@ -24,7 +24,7 @@ class ErrorRow:
     make: Callable[[em.Device], Any]
     error: type[BaseException]
     words: tuple[str, ...]
-    #: also an ember.EmberError (the one hierarchy); False for plain built-ins ember raises
+    #: also an ember.EmberError (the one hierarchy)
     ember_error: bool = True
 
 
@@ -123,21 +123,17 @@ ROWS = (
     ErrorRow(
         "unknown_dtype", lambda d: em.zeros(2, dtype="float128", device=d), em.DTypeError, ("float128", "float32")
     ),
-    ErrorRow("ragged", lambda d: em.tensor([[1, 2], [3]], device=d), ValueError, ("tensor",), ember_error=False),
+    ErrorRow("ragged", lambda d: em.tensor([[1, 2], [3]], device=d), ValueError, ("tensor",)),
     ErrorRow("complex", lambda d: em.tensor([1 + 2j], device=d), em.DTypeError, ("complex",)),
     ErrorRow("rand_int_dtype", lambda d: em.rand((2,), dtype="int32", device=d), em.DTypeError, ("rand", "int32")),
     # indexing
-    ErrorRow("index_range", lambda d: _t(d, (3, 4))[5], IndexError, ("5", "size 3"), ember_error=False),
-    ErrorRow("index_range_negative", lambda d: _t(d, (3, 4))[:, -5], IndexError, ("-5",), ember_error=False),
-    ErrorRow("too_many_indices", lambda d: _t(d, (3,))[0, 0], IndexError, ("too many",), ember_error=False),
-    ErrorRow("two_ellipses", lambda d: _t(d, (3, 3))[..., ...], IndexError, ("ellipsis",), ember_error=False),
-    ErrorRow("float_index", lambda d: _t(d, (3,))[_t(d, (1,))], IndexError, ("float32",), ember_error=False),
-    ErrorRow(
-        "mask_shape", lambda d: _t(d, (3, 4))[_t(d, (4,), "bool")], IndexError, ("mask", "(4,)"), ember_error=False
-    ),
-    ErrorRow(
-        "take_range", lambda d: em.take(_t(d, (3,)), em.tensor([7], device=d)), IndexError, ("7",), ember_error=False
-    ),
+    ErrorRow("index_range", lambda d: _t(d, (3, 4))[5], IndexError, ("5", "size 3")),
+    ErrorRow("index_range_negative", lambda d: _t(d, (3, 4))[:, -5], IndexError, ("-5",)),
+    ErrorRow("too_many_indices", lambda d: _t(d, (3,))[0, 0], IndexError, ("too many",)),
+    ErrorRow("two_ellipses", lambda d: _t(d, (3, 3))[..., ...], IndexError, ("ellipsis",)),
+    ErrorRow("float_index", lambda d: _t(d, (3,))[_t(d, (1,))], IndexError, ("float32",)),
+    ErrorRow("mask_shape", lambda d: _t(d, (3, 4))[_t(d, (4,), "bool")], IndexError, ("mask", "(4,)")),
+    ErrorRow("take_range", lambda d: em.take(_t(d, (3,)), em.tensor([7], device=d)), IndexError, ("7",)),
     # autodiff
     ErrorRow(
         "backward_without_autodiff", lambda d: (_t(d, (2,)) * 2).sum().backward(), em.AutodiffError, ("autodiff()",)
@@ -153,8 +149,8 @@ ROWS = (
     ErrorRow("setitem_requires_grad", _setitem_grad, em.AutodiffError, ("no_grad",)),
     ErrorRow("grad_of_int", lambda d: em.grad(lambda t: t.sum())(_t(d, (2,), "int64")), em.AutodiffError, ("int64",)),
     # conversions and devices
-    ErrorRow("item_many", lambda d: _t(d, (2,)).item(), ValueError, ("item", "2 elements"), ember_error=False),
-    ErrorRow("bool_ambiguous", lambda d: bool(_t(d, (2,))), ValueError, ("ambiguous",), ember_error=False),
+    ErrorRow("item_many", lambda d: _t(d, (2,)).item(), ValueError, ("item", "2 elements")),
+    ErrorRow("bool_ambiguous", lambda d: bool(_t(d, (2,))), ValueError, ("ambiguous",)),
     ErrorRow(
         "unknown_device_kind", lambda d: em.zeros(2, device="nosuchkind:0"), em.DeviceUnavailableError, ("nosuchkind",)
     ),
@@ -164,12 +160,17 @@ ROWS = (
         em.DeviceUnavailableError,
         ("4096", "ember devices"),
     ),
-    ErrorRow("device_spec", lambda d: em.Device("cpu:x"), ValueError, ("index",), ember_error=False),
+    ErrorRow("device_spec", lambda d: em.Device("cpu:x"), ValueError, ("index",)),
 )
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
 def test_error(row: ErrorRow, device):
+    if row.name == "take_range" and not device.backend.cheap_readback:
+        pytest.skip(
+            f"{device.kind} queues work (cheap_readback=False): tensor index ranges are not read back to the "
+            f"host for a check, its kernels clamp instead"
+        )
     with pytest.raises(row.error) as info:
         row.make(device)
     message = str(info.value)

@@ -106,6 +106,10 @@ class Backend:
     unsupported_dtype_reasons: ClassVar[dict[str, str]] = {}
     fusion: ClassVar[bool] = False
     graph_replay: ClassVar[bool] = False
+    #: True when results are ready as ops return (reading a value back costs no stall). Backends
+    #: that queue work set False: the core then skips host-side index range checks, and their
+    #: gather/scatter kernels must clamp out-of-range indices instead of faulting.
+    cheap_readback: ClassVar[bool] = True
 
     def __init__(self, device: Device) -> None:
         self.device = device

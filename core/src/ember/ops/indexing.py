@@ -104,9 +104,16 @@ def scatter_add(x: Any, indices: Any, values: Any, axis: int) -> Tensor:
 
 
 def _wrap_negative(index: Tensor, n: int) -> Tensor:
-    """Map negative indices to ``n + i`` and check the range (one host sync)."""
+    """Map negative indices to ``n + i``; on synchronous backends also check the range.
+
+    The check reads the index range back to the host. Backends that queue work
+    (``Backend.cheap_readback = False``: GPUs) skip it rather than stall every gather; their
+    kernels clamp out-of-range indices instead of faulting.
+    """
     if index.size == 0:
         return index
+    if not index._device.backend.cheap_readback:
+        return where(index < 0, index + n, index)
     lo = int(index.min().item())
     hi = int(index.max().item())
     if lo < -n or hi >= n:

@@ -49,6 +49,7 @@ class WgpuBackend(Backend):
     name = "wgpu"
     supported_dtypes = frozenset(dt for dt in ALL_DTYPES if dt.name not in UNSUPPORTED)
     unsupported_dtype_reasons = dict(UNSUPPORTED)
+    cheap_readback = False  # work is queued; index kernels read within bounds of the buffer
 
     def __init__(self, device: Any) -> None:
         super().__init__(device)

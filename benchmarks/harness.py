@@ -1,0 +1,105 @@
+"""The contract every workload builder returns (:class:`Case`), the timing protocol of
+shared/WORKLOADS.md and the ember-vs-peer cross-check.
+
+Timing protocol: fixed seed, float32, inputs never zero; warm up 3 iterations, then time N
+iterations one by one, synchronizing the device before each clock read; report the median.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SEED", "Case", "Unavailable", "rng", "randn", "labels", "time_case", "compare", "no_sync"]
+
+#: every workload draws its inputs from this seed, so all implementations see the same numbers
+SEED = 0
+
+
+@dataclass
+class Case:
+    """One workload built for one implementation.
+
+    ``step`` runs one iteration and returns what it computed (kept alive until ``sync``
+    returns, so a lazy or asynchronous device cannot drop the work); ``sync`` waits for the
+    device; ``result`` returns the outputs of the last step as float numpy arrays, by name,
+    for the cross-check (e.g. the loss and every gradient of a training step).
+    """
+
+    step: Callable[[], Any]
+    sync: Callable[[], None]
+    result: Callable[[], dict[str, np.ndarray]]
+
+
+class Unavailable(Exception):
+    """A builder cannot run here (an op ember lacks, no CUDA device); the message says why."""
+
+
+def no_sync() -> None:
+    """The sync of a host implementation whose ops finish before they return (numpy)."""
+
+
+def rng() -> np.random.Generator:
+    """A fresh generator on the fixed seed: each workload's inputs come from one of these."""
+    return np.random.default_rng(SEED)
+
+
+def randn(gen: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
+    """Standard-normal float32 values times ``scale`` (never all zeros)."""
+    return (gen.standard_normal(shape) * scale).astype(np.float32)
+
+
+def labels(gen: np.random.Generator, n: int, classes: int) -> np.ndarray:
+    """``n`` int64 class labels in ``[0, classes)``."""
+    return gen.integers(0, classes, size=n, dtype=np.int64)
+
+
+def time_case(case: Case, warmup: int, iters: int) -> list[float]:
+    """Seconds per iteration: ``warmup`` untimed steps, then ``iters`` timed ones, each timed
+    from before ``step`` to after ``sync``."""
+    for _ in range(warmup):
+        out = case.step()
+        case.sync()
+        del out
+    gc.collect()
+    times = []
+    clock = time.perf_counter
+    for _ in range(iters):
+        start = clock()
+        out = case.step()
+        case.sync()
+        times.append(clock() - start)
+        del out
+    return times
+
+
+def compare(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], tolerance: float) -> dict[str, Any]:
+    """Cross-check two results key by key: the error of each is ``max|a - b| / max|b|``.
+
+    Returns ``{"status": "ok" | "mismatch", "max_rel_err", "worst", "tolerance"}``.
+    """
+    if ours.keys() != theirs.keys():
+        raise ValueError(f"the two results name different outputs: {sorted(ours)} vs {sorted(theirs)}")
+    worst, worst_err = "", 0.0
+    for key in ours:
+        a = np.asarray(ours[key], dtype=np.float64)
+        b = np.asarray(theirs[key], dtype=np.float64)
+        if a.shape != b.shape:
+            return {
+                "status": "mismatch",
+                "max_rel_err": float("inf"),
+                "worst": f"{key}: shape {a.shape} vs {b.shape}",
+                "tolerance": tolerance,
+            }
+        scale = float(np.max(np.abs(b))) if b.size else 0.0
+        diff = float(np.max(np.abs(a - b))) if a.size else 0.0
+        err = diff / scale if scale > 0 else diff
+        if not np.isfinite(err) or err >= worst_err:
+            worst, worst_err = key, err if np.isfinite(err) else float("inf")
+    status = "ok" if worst_err <= tolerance else "mismatch"
+    return {"status": status, "max_rel_err": worst_err, "worst": worst, "tolerance": tolerance}

@@ -1,0 +1,99 @@
+"""The runner itself, in CI: ``--quick`` W1/W5/W6 on cpu against numpy, checking the structure
+of the report (never the times)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from benchmarks import Case, Settings, Unavailable, compare
+from benchmarks import runner as runner_mod
+from benchmarks.peers import Impl
+
+REPO = Path(__file__).resolve().parents[2]
+UNITS = {"W1": "µs/op", "W5": "FLOP/s", "W6": "B/s"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("bench")
+    js, md = out / "report.json", out / "report.md"
+    cmd = [sys.executable, "-m", "benchmarks", "W1", "w5", "W6", "--quick", "--device", "cpu", "--peers", "numpy"]
+    proc = subprocess.run(
+        [*cmd, "--json", str(js), "--markdown", str(md)], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, json.loads(js.read_text()), md.read_text()
+
+
+def test_report_records_machine_versions_and_settings(quick_run: tuple[str, dict[str, Any], str]) -> None:
+    _, report, _ = quick_run
+    meta = report["meta"]
+    for key in ("date", "machine", "os", "python", "versions", "ember_device", "ember_describe", "git"):
+        assert key in meta
+    assert meta["machine"]["cpu"] and meta["machine"]["cores"] >= 1
+    assert meta["versions"]["numpy"] == np.__version__
+    assert "ember" in meta["versions"]
+    assert meta["ember_device"] == "cpu:0"
+    assert "error" not in meta["ember_describe"]
+    assert report["settings"]["sizes"] == "quick"
+    assert report["exit_status"] == 0
+
+
+def test_each_workload_has_ember_and_numpy_rows(quick_run: tuple[str, dict[str, Any], str]) -> None:
+    _, report, _ = quick_run
+    assert [w["id"] for w in report["workloads"]] == ["W1", "W5", "W6"]
+    for w in report["workloads"]:
+        ember, numpy_row = w["impls"]
+        assert (ember["impl"], numpy_row["impl"]) == ("ember", "numpy")
+        for row in (ember, numpy_row):
+            assert row["status"] == "ok", row
+            assert len(row["times_ms"]) == w["iters"]
+            assert row["median_ms"] > 0 and row["min_ms"] <= row["median_ms"]
+            assert row["derived"]["unit"] == UNITS[w["id"]] and row["derived"]["value"] > 0
+        assert numpy_row["ember_ratio"] > 0
+        assert numpy_row["check"]["status"] == "ok", numpy_row["check"]
+
+
+def test_text_and_markdown_tables(quick_run: tuple[str, dict[str, Any], str]) -> None:
+    text, _, markdown = quick_run
+    assert "median ms" in text and "ember/impl" in text
+    for wid in UNITS:
+        assert wid in text and wid in markdown
+    assert markdown.lstrip().startswith("### cpu:0 — ")
+    assert "| workload | size | impl | N | median ms |" in markdown
+
+
+def test_missing_peer_is_reported_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = runner_mod.import_peer
+
+    def fake(name: str) -> Any:
+        if name == "cupy":
+            raise ImportError("not installed")
+        return real(name)
+
+    monkeypatch.setattr(runner_mod, "import_peer", fake)
+    gate = runner_mod._peer_gate("cupy", Settings(explicit_peers=True), gpu_run=True)
+    assert gate is not None and gate["status"] == "not installed"
+
+
+def test_unavailable_builder_becomes_a_status() -> None:
+    def build(module: Any, size: dict[str, int]) -> Case:
+        raise Unavailable("no em.conv yet")
+
+    row = runner_mod._measure(Impl("ember", "ember cpu:0", build), runner_mod.WORKLOADS["W3"], {}, 0, 1)
+    assert row == {"status": "unavailable", "reason": "no em.conv yet"}
+
+
+def test_compare_flags_mismatch_and_nan() -> None:
+    a = np.linspace(1.0, 2.0, 10, dtype=np.float32)
+    assert compare({"y": a}, {"y": a.copy()}, 1e-6)["status"] == "ok"
+    bad = compare({"y": a, "z": a}, {"y": a, "z": a * 1.01}, 1e-4)
+    assert bad["status"] == "mismatch" and bad["worst"] == "z"
+    assert compare({"y": a * np.nan}, {"y": a}, 1e-4)["status"] == "mismatch"
