@@ -24,7 +24,12 @@ __all__ = [
 
 def _matmul_vjp(g: Tensor, out: Tensor, a: Tensor, b: Tensor) -> tuple[Any, Any]:
     ga = matmul(g, matrix_transpose(b)) if _needs(a) else None
-    gb = matmul(matrix_transpose(a), g) if _needs(b) else None
+    gb = None
+    if _needs(b):
+        if b.ndim == 2 and g.ndim > 2:  # a weight used by (..., n, k) inputs: one (k, N) @ (N, m) GEMM
+            gb = matmul(matrix_transpose(reshape(a, (-1, a._shape[-1]))), reshape(g, (-1, g._shape[-1])))
+        else:
+            gb = matmul(matrix_transpose(a), g)
     return ga, gb
 
 
