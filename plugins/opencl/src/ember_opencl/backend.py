@@ -1,0 +1,328 @@
+"""The OpenCL backend: handles are :class:`~ember_opencl.array.CLArray` views of device buffers.
+
+Elementwise ops (and native elementwise composites such as ``relu`` or ``gelu``) are
+one-instruction programs for the generator in :mod:`ember_opencl.codegen`; reductions,
+scans, matmul, sorting, indexing and the neural-network fast paths have kernels of their
+own (:mod:`.reduce`, :mod:`.matmul`, :mod:`.sort`, :mod:`.indexing`, :mod:`.nn`). Movement
+ops are views. Everything is queued on one in-order queue; ``to_numpy`` waits for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+
+from ember.backend import Backend, Capabilities
+from ember.dtypes import ALL_DTYPES, DType, as_dtype
+
+from . import conv, indexing, matmul, nn, philox, reduce, sort
+from .array import (
+    CLArray,
+    expand_view,
+    flip_view,
+    permute_view,
+    reshape_view,
+    slice_view,
+)
+from .codegen import ElementwiseProgram
+from .elementwise import (
+    binary_program,
+    cast_program,
+    contiguous,
+    copy_into,
+    run_program,
+    unary_program,
+    where_program,
+)
+from .ops_table import BINARY_OPS, BOOL_RESULT, UNARY_OPS
+from .runtime import Runtime, describe, device_list
+
+__all__ = ["OpenCLBackend"]
+
+#: numpy computes ``x ** scalar`` for these exponents with the named op, not ``pow``
+_FAST_POW = {2.0: "square", 0.5: "sqrt", -1.0: "reciprocal"}
+
+
+class OpenCLBackend(Backend):
+    """Any OpenCL 1.2+ device through PyOpenCL, with kernels generated per dtype and layout."""
+
+    name = "opencl"
+
+    def __init__(self, device: Any) -> None:
+        super().__init__(device)
+        self.rt = Runtime(device.index)
+        dtypes = set(ALL_DTYPES)
+        reasons: dict[str, str] = {}
+        if not self.rt.fp64:
+            dtypes.discard(as_dtype("float64"))
+            reasons["float64"] = f"{self.rt.label} lacks cl_khr_fp64 (no 64-bit floats)"
+        try:
+            import ml_dtypes  # noqa: F401  (bfloat16 tensors cross to the host as ml_dtypes arrays)
+        except ImportError:
+            dtypes.discard(as_dtype("bfloat16"))
+            reasons["bfloat16"] = "bfloat16 needs the ml_dtypes package on the host: pip install ml_dtypes"
+        # instance attributes: what a device supports depends on the device
+        self.supported_dtypes = frozenset(dtypes)  # type: ignore[misc]
+        self.unsupported_dtype_reasons = reasons  # type: ignore[misc]
+        self._ew: dict[str, Any] = {}
+
+    # -- discovery -------------------------------------------------------------------------
+    @classmethod
+    def device_count(cls) -> int:
+        return len(device_list())
+
+    @classmethod
+    def describe(cls, index: int) -> dict[str, Any]:
+        return describe(index)
+
+    def implementation(self, op: str) -> Any:
+        if op in UNARY_OPS or op in BINARY_OPS:
+            impl = self._ew.get(op)
+            if impl is None:
+                fn = self._unary if op in UNARY_OPS else self._binary
+                impl = self._ew[op] = functools.partial(fn, op)
+            return impl
+        return super().implementation(op)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        if self._capabilities is None:
+            base = super().capabilities
+            notes = {
+                "float16/bfloat16": "stored in 16 bits (half via vload_half, bfloat16 as ushort), computed in float",
+                "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
+                "fusion": "backend.execute(ElementwiseProgram, ...) compiles whole elementwise chains",
+                "conv": "core's unfold + matmul composite over native unfold/fold kernels",
+            }
+            self._capabilities = dataclasses.replace(base, notes=notes)
+        return self._capabilities
+
+    def __getattr__(self, name: str) -> Any:
+        """Elementwise ops as methods too (``backend.add(a, b)``), as the Backend contract says."""
+        if name in UNARY_OPS or name in BINARY_OPS:
+            return self.implementation(name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    # -- housekeeping ----------------------------------------------------------------------
+    def synchronize(self) -> None:
+        self.rt.finish()
+
+    def memory_stats(self) -> dict[str, Any]:
+        stats = self.rt.pool.stats()
+        stats["program_cache"] = self.rt.programs.info()
+        return stats
+
+    def empty_cache(self) -> None:
+        """Return the pool's unused buffers to the driver."""
+        self.rt.pool.empty()
+
+    @staticmethod
+    def handle_meta(a: CLArray) -> tuple[tuple[int, ...], str]:
+        return a.shape, a.dtype.name
+
+    # -- transfer and creation ---------------------------------------------------------------
+    def from_numpy(self, array: np.ndarray) -> CLArray:
+        dt = as_dtype("bool" if array.dtype == np.bool_ else array.dtype)
+        return self.rt.upload(array, dt)
+
+    def to_numpy(self, a: CLArray) -> np.ndarray:
+        return self.rt.download(contiguous(self.rt, a))
+
+    def full(self, *, shape: tuple[int, ...], value: Any, dtype: DType) -> CLArray:
+        one = self.rt.upload(np.asarray(value).astype(dtype.numpy).reshape(1), dtype)
+        return expand_view(reshape_view(one, ()), tuple(shape))  # type: ignore[arg-type]
+
+    def arange(self, *, start: Any, step: Any, size: int, dtype: DType) -> CLArray:
+        if dtype.kind == "f":
+            work = "float64" if self.rt.fp64 else "float32"
+        else:
+            work = "int64"
+        prog = _arange_program(work, dtype.name)
+        return run_program(self.rt, prog, [start, step], (size,))[0]
+
+    def random_bits(self, *, key: tuple[int, int], counter: int, size: int) -> CLArray:
+        return philox.random_bits(self.rt, key, counter, size)
+
+    # -- elementwise ---------------------------------------------------------------------------
+    def _unary(self, op: str, a: CLArray) -> CLArray:
+        dt = a.dtype.name
+        out = "bool" if op in BOOL_RESULT else dt
+        return run_program(self.rt, unary_program(op, dt, out), [a], a.shape)[0]
+
+    def _binary(self, op: str, a: CLArray, b: Any) -> CLArray:
+        dt = a.dtype.name
+        out = "bool" if op in BOOL_RESULT else dt
+        if isinstance(b, CLArray):
+            shape = a.shape if a.shape == b.shape else tuple(np.broadcast_shapes(a.shape, b.shape))
+            return run_program(self.rt, binary_program(op, dt, out, False), [a, b], shape)[0]
+        if op == "pow" and a.dtype.kind == "f" and b in _FAST_POW:
+            return self._unary(_FAST_POW[b], a)  # numpy's fast paths for scalar exponents
+        return run_program(self.rt, binary_program(op, dt, out, True), [a, b], a.shape)[0]
+
+    def where(self, cond: CLArray, a: CLArray, b: CLArray) -> CLArray:
+        shape = tuple(np.broadcast_shapes(cond.shape, a.shape, b.shape))
+        return run_program(self.rt, where_program(a.dtype.name), [cond, a, b], shape)[0]
+
+    def cast(self, a: CLArray, *, dtype: DType) -> CLArray:
+        if a.dtype is dtype:
+            return a
+        return run_program(self.rt, cast_program(a.dtype.name, dtype.name), [a], a.shape)[0]
+
+    def execute(self, program: ElementwiseProgram, *operands: Any, shape: tuple[int, ...]) -> list[CLArray]:
+        """Run an elementwise program (a fused chain) over ``shape``; returns its outputs."""
+        program.check()
+        return run_program(self.rt, program, operands, shape)
+
+    # -- reductions ------------------------------------------------------------------------------
+    def sum(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
+        return reduce.reduce(self.rt, "sum", a, axes, keepdims)
+
+    def prod(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
+        return reduce.reduce(self.rt, "prod", a, axes, keepdims)
+
+    def max(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
+        return reduce.reduce(self.rt, "max", a, axes, keepdims)
+
+    def min(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
+        return reduce.reduce(self.rt, "min", a, axes, keepdims)
+
+    def any(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
+        return reduce.reduce(self.rt, "any", a, axes, keepdims)
+
+    def all(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
+        return reduce.reduce(self.rt, "all", a, axes, keepdims)
+
+    def argmax(self, a: CLArray, *, axis: int, keepdims: bool) -> CLArray:
+        return reduce.reduce(self.rt, "argmax", a, (axis,), keepdims)
+
+    def argmin(self, a: CLArray, *, axis: int, keepdims: bool) -> CLArray:
+        return reduce.reduce(self.rt, "argmin", a, (axis,), keepdims)
+
+    def cumsum(self, a: CLArray, *, axis: int) -> CLArray:
+        return reduce.cumsum(self.rt, a, axis)
+
+    # -- movement: views where possible ------------------------------------------------------------
+    def reshape(self, a: CLArray, *, shape: tuple[int, ...]) -> CLArray:
+        view = reshape_view(a, tuple(shape))
+        if view is None:
+            view = reshape_view(contiguous(self.rt, a), tuple(shape))
+        return view  # type: ignore[return-value]
+
+    @staticmethod
+    def permute(a: CLArray, *, axes: tuple[int, ...]) -> CLArray:
+        return permute_view(a, axes)
+
+    @staticmethod
+    def expand(a: CLArray, *, shape: tuple[int, ...]) -> CLArray:
+        return expand_view(a, tuple(shape))
+
+    @staticmethod
+    def slice(a: CLArray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]) -> CLArray:
+        return slice_view(a, starts, stops, steps)
+
+    @staticmethod
+    def flip(a: CLArray, *, axes: tuple[int, ...]) -> CLArray:
+        return flip_view(a, axes)
+
+    def pad(self, a: CLArray, *, pads: tuple[tuple[int, int], ...], value: Any) -> CLArray:
+        shape = tuple(d + lo + hi for d, (lo, hi) in zip(a.shape, pads))
+        out = self.full(shape=shape, value=value, dtype=a.dtype)
+        out = contiguous(self.rt, out)
+        inner = slice_view(out, [lo for lo, _ in pads], [lo + d for (lo, _), d in zip(pads, a.shape)], [1] * a.ndim)
+        copy_into(self.rt, inner, a)
+        return out
+
+    def concat(self, *arrays: CLArray, axis: int) -> CLArray:
+        first = arrays[0]
+        total = sum(x.shape[axis] for x in arrays)
+        shape = first.shape[:axis] + (total,) + first.shape[axis + 1 :]
+        out = self.rt.empty(shape, first.dtype)
+        start = 0
+        for x in arrays:
+            n = x.shape[axis]
+            if n:
+                starts = [start if i == axis else 0 for i in range(len(shape))]
+                stops = [start + n if i == axis else d for i, d in enumerate(shape)]
+                copy_into(self.rt, slice_view(out, starts, stops, [1] * len(shape)), x)
+            start += n
+        return out
+
+    # -- indexing -----------------------------------------------------------------------------------
+    def gather(self, a: CLArray, index: CLArray, *, axis: int) -> CLArray:
+        return indexing.gather(self.rt, a, index, axis)
+
+    def scatter_add(self, a: CLArray, index: CLArray, values: CLArray, *, axis: int) -> CLArray:
+        return indexing.scatter_add(self.rt, a, index, values, axis)
+
+    def index_put(self, a: CLArray, values: CLArray, *indices: CLArray, accumulate: bool) -> CLArray:
+        return indexing.index_put(self.rt, a, values, indices, accumulate)
+
+    # -- linear algebra and sorting -------------------------------------------------------------------
+    def matmul(self, a: CLArray, b: CLArray) -> CLArray:
+        return matmul.matmul(self.rt, a, b)
+
+    def sort(self, a: CLArray, *, axis: int, descending: bool) -> CLArray:
+        return sort.sort(self.rt, a, axis, descending, want="values")
+
+    def argsort(self, a: CLArray, *, axis: int, descending: bool) -> CLArray:
+        return sort.sort(self.rt, a, axis, descending, want="indices")
+
+    # -- neural-network fast paths --------------------------------------------------------------------
+    def softmax(self, a: CLArray, *, axis: int) -> CLArray:
+        return nn.softmax(self.rt, a, axis, log=False)
+
+    def log_softmax(self, a: CLArray, *, axis: int) -> CLArray:
+        return nn.softmax(self.rt, a, axis, log=True)
+
+    def logsumexp(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
+        return nn.logsumexp(self.rt, a, axes, keepdims)
+
+    def layer_norm(self, x: CLArray, w: CLArray, b: CLArray, *, eps: float) -> CLArray:
+        return nn.layer_norm(self.rt, x, w, b, eps)
+
+    def rms_norm(self, x: CLArray, w: CLArray, *, eps: float) -> CLArray:
+        return nn.layer_norm(self.rt, x, w, None, eps)
+
+    def cross_entropy(self, logits: CLArray, target: CLArray, *, label_smoothing: float, ignore_index: int) -> CLArray:
+        return nn.cross_entropy(self.rt, logits, target, label_smoothing, ignore_index)
+
+    def scaled_dot_product_attention(
+        self, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
+    ) -> CLArray:
+        return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
+
+    # -- convolution and pooling (conv itself: core's unfold + matmul composite) ------------------------
+    def unfold(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any, value: float) -> CLArray:
+        return conv.unfold(self.rt, x, kernel, stride, padding, dilation, value)
+
+    def fold(self, cols: CLArray, *, size: Any, kernel: Any, stride: Any, padding: Any, dilation: Any) -> CLArray:
+        return conv.fold(self.rt, cols, size, kernel, stride, padding, dilation)
+
+    def max_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any) -> CLArray:
+        return conv.max_pool(self.rt, x, kernel, stride, padding, dilation)
+
+    def max_pool_backward(
+        self, g: CLArray, x: CLArray, out: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
+    ) -> CLArray:
+        return conv.max_pool_backward(self.rt, g, x, out, kernel, stride, padding, dilation)
+
+    def avg_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, divisor: Any) -> CLArray:
+        return conv.avg_pool(self.rt, x, kernel, stride, padding, divisor)
+
+
+@functools.cache
+def _arange_program(work: str, out: str) -> ElementwiseProgram:
+    """out = cast(start + step * i) computed in ``work`` (float64 where the device has it)."""
+    return ElementwiseProgram(
+        ((work, "scalar"), (work, "scalar")),
+        (
+            ("iota", work, ()),
+            ("mul", work, (2, 1)),
+            ("add", work, (3, 0)),
+            ("cast", out, (4,)),
+        ),
+        (5,),
+    )

@@ -1,0 +1,225 @@
+"""The one elementwise kernel generator: a small SSA program in, OpenCL C out.
+
+An :class:`ElementwiseProgram` lists typed inputs (tensors read through strides, or scalar
+kernel arguments), instructions ``(op, dtype, args)`` whose args are SSA value numbers or
+:class:`Const` literals, and the values to write out. Inputs are values ``0..n-1``;
+instruction ``j`` defines value ``n + j``. A single op is a one-instruction program; a fused
+chain (DESIGN.md section 7) is a longer one, compiled to the same kind of kernel.
+
+Shapes and strides are kernel arguments, so one compiled kernel serves every shape of the
+same rank and layout: each tensor operand is read as ``c`` (contiguous: ``off + i``),
+``z`` (one broadcast element: ``off``) or ``s`` (strided: ``off + sum(coord * stride)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .cltypes import PREAMBLE_BF16, CType, ctype, literal
+from .ops_table import expression
+
+__all__ = [
+    "Const",
+    "ElementwiseProgram",
+    "Layout",
+    "elementwise_source",
+    "elementwise_sources",
+    "preamble",
+    "unravel",
+    "offset_expr",
+]
+
+
+@dataclass(frozen=True)
+class Const:
+    """A literal argument of an instruction, of dtype ``dtype``."""
+
+    value: bool | int | float
+    dtype: str
+
+
+Arg = int | Const
+
+
+@dataclass(frozen=True)
+class ElementwiseProgram:
+    """Inputs ``(dtype, "tensor" | "scalar")``, instructions ``(op, dtype, args)``, outputs."""
+
+    inputs: tuple[tuple[str, str], ...]
+    instructions: tuple[tuple[str, str, tuple[Arg, ...]], ...]
+    outputs: tuple[int, ...]
+
+    def value_dtypes(self) -> list[str]:
+        """The dtype name of every SSA value (inputs first)."""
+        return [dt for dt, _ in self.inputs] + [dt for _, dt, _ in self.instructions]
+
+    @property
+    def tensor_inputs(self) -> list[int]:
+        return [i for i, (_, kind) in enumerate(self.inputs) if kind == "tensor"]
+
+    def check(self) -> None:
+        """Raise ValueError if a reference points forward or out of range."""
+        n = len(self.inputs)
+        for j, (op, _, args) in enumerate(self.instructions):
+            for a in args:
+                if isinstance(a, int) and not 0 <= a < n + j:
+                    raise ValueError(f"instruction {j} ({op}) refers to value {a}, which is not defined before it")
+        total = n + len(self.instructions)
+        for o in self.outputs:
+            if not 0 <= o < total:
+                raise ValueError(f"output refers to undefined value {o}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one launch reads and writes: rank, a mode per tensor input and output, index type."""
+
+    rank: int
+    in_modes: tuple[str, ...]
+    out_modes: tuple[str, ...]
+    index: str = "int"  # "int" or "long"
+    grid_stride: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+def preamble(dtypes: set[str] | list[str], helpers: dict[str, str] | None = None, atomics64: bool = False) -> str:
+    """Pragmas and helper functions a kernel over ``dtypes`` needs."""
+    lines = ["#pragma OPENCL FP_CONTRACT OFF"]
+    if "float64" in dtypes:
+        lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    if atomics64:
+        lines.append("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable")
+    if "bfloat16" in dtypes:
+        lines.append(PREAMBLE_BF16)
+    if helpers:
+        lines.extend(helpers.values())
+    return "\n".join(lines) + "\n"
+
+
+def unravel(index: str, rank: int, shape: str, idx: str, prefix: str = "c") -> list[str]:
+    """Statements splitting linear ``index`` into coordinates ``{prefix}0..`` over ``{shape}k``."""
+    if rank == 1:
+        return [f"{idx} {prefix}0 = {index};"]
+    out = [f"{idx} {prefix}_r = {index};"]
+    for d in range(rank - 1, 0, -1):
+        out.append(f"{idx} {prefix}{d} = {prefix}_r % {shape}{d}; {prefix}_r /= {shape}{d};")
+    out.append(f"{idx} {prefix}0 = {prefix}_r;")
+    return out
+
+
+def offset_expr(name: str, rank: int, prefix: str = "c") -> str:
+    """``{name}_off + c0 * {name}_s0 + ...``."""
+    terms = [f"{name}_off"] + [f"{prefix}{d} * {name}_s{d}" for d in range(rank)]
+    return " + ".join(terms)
+
+
+def elementwise_source(prog: ElementwiseProgram, layout: Layout) -> tuple[str, list[Any]]:
+    """OpenCL C for ``prog`` under ``layout`` (kernel ``ember_ew``), and its scalar-argument dtypes."""
+    source, _, argtypes = elementwise_sources([prog], layout, ["ember_ew"])
+    return source, argtypes[0]
+
+
+def elementwise_sources(
+    progs: list[ElementwiseProgram], layout: Layout, names: list[str]
+) -> tuple[str, list[str], list[list[Any]]]:
+    """One program holding a kernel per element of ``progs`` (named ``names``) under ``layout``.
+
+    Programs whose ops do not apply to their dtypes are left out; returns (source, the names
+    kept, their scalar-argument dtypes). Compiling related kernels together costs one build.
+    """
+    helpers: dict[str, str] = {}
+    dtypes: set[str] = set()
+    kernels: list[str] = []
+    kept: list[str] = []
+    argtypes: list[list[Any]] = []
+    for prog, name in zip(progs, names):
+        local = dict(helpers)
+        try:
+            text, types = _kernel(prog, layout, name, local)
+        except ValueError:
+            if len(progs) == 1:
+                raise
+            continue
+        helpers = local
+        dtypes.update(prog.value_dtypes())
+        kernels.append(text)
+        kept.append(name)
+        argtypes.append(types)
+    return preamble(dtypes, helpers) + "\n".join(kernels), kept, argtypes
+
+
+def _kernel(prog: ElementwiseProgram, layout: Layout, name: str, helpers: dict[str, str]) -> tuple[str, list[Any]]:
+    dts = prog.value_dtypes()
+    types = [ctype(d) for d in dts]
+    idx = layout.index
+    np_idx = np.dtype(np.int32 if idx == "int" else np.int64)
+    rank = layout.rank
+    strided = "s" in layout.in_modes or "s" in layout.out_modes
+    params: list[str] = [f"const {idx} n"]
+    argtypes: list[Any] = [np_idx]
+    if strided:
+        for d in range(rank):
+            params.append(f"const {idx} sh{d}")
+            argtypes.append(np_idx)
+
+    def tensor_params(name: str, c: CType, mode: str, const: bool) -> None:
+        q = "const " if const else ""
+        params.append(f"__global {q}{c.storage}* restrict {name}")
+        argtypes.append(None)
+        params.append(f"const {idx} {name}_off")
+        argtypes.append(np_idx)
+        if mode == "s":
+            for d in range(rank):
+                params.append(f"const {idx} {name}_s{d}")
+                argtypes.append(np_idx)
+
+    out_types = [types[o] for o in prog.outputs]
+    for k, (c, mode) in enumerate(zip(out_types, layout.out_modes)):
+        tensor_params(f"out{k}", c, mode, const=False)
+    tensor_modes = iter(layout.in_modes)
+    body: list[str] = []
+    for j, (_, kind) in enumerate(prog.inputs):
+        c = types[j]
+        if kind == "scalar":
+            params.append(f"const {c.compute} in{j}")
+            argtypes.append(c.np_compute)
+            body.append(f"const {c.compute} v{j} = in{j};")
+            continue
+        mode = next(tensor_modes)
+        tensor_params(f"in{j}", c, mode, const=True)
+        where = {"c": f"in{j}_off + i", "z": f"in{j}_off", "s": offset_expr(f"in{j}", rank)}[mode]
+        body.append(f"const {c.compute} v{j} = {c.load(f'in{j}', where)};")
+    n_in = len(prog.inputs)
+    for j, (op, _, args) in enumerate(prog.instructions):
+        c = types[n_in + j]
+        if op == "iota":
+            expr = f"(({c.compute})i)"
+        else:
+            typed = []
+            for a in args:
+                if isinstance(a, Const):
+                    ac = ctype(a.dtype)
+                    typed.append((literal(a.value, ac), ac))
+                else:
+                    typed.append((f"v{a}", types[a]))
+            expr = expression(op, typed, c, helpers)
+        body.append(f"const {c.compute} v{n_in + j} = {expr};")
+    for k, (o, mode) in enumerate(zip(prog.outputs, layout.out_modes)):
+        c = types[o]
+        where = {"c": f"out{k}_off + i", "z": f"out{k}_off", "s": offset_expr(f"out{k}", rank)}[mode]
+        body.append(c.store(f"out{k}", where, f"v{o}"))
+    lines = [f"__kernel void {name}(" + ", ".join(params) + ") {"]
+    if layout.grid_stride:
+        lines.append(f"  for ({idx} i = ({idx})get_global_id(0); i < n; i += ({idx})get_global_size(0)) {{")
+    else:
+        lines.append(f"  const {idx} i = ({idx})get_global_id(0);")
+        lines.append("  if (i < n) {")
+    if strided:
+        lines.extend("    " + s for s in unravel("i", rank, "sh", idx))
+    lines.extend("    " + s for s in body)
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n", argtypes

@@ -1,0 +1,201 @@
+"""Running elementwise programs: broadcasting, layout collapsing, kernel choice and launch."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from .array import CLArray, collapse, contiguous_strides, expand_view, numel
+from .cltypes import ctype, np_scalar
+from .codegen import Const, ElementwiseProgram, Layout, elementwise_source
+from .runtime import Runtime
+
+__all__ = [
+    "run_program",
+    "unary_program",
+    "binary_program",
+    "cast_program",
+    "where_program",
+    "contiguous",
+    "copy_into",
+    "Const",
+]
+
+_INT_LIMIT = 2**31 - 2**25
+
+
+def _extent(shape: Sequence[int], strides: Sequence[int], offset: int) -> int:
+    """The largest |element index| an operand touches."""
+    hi = offset
+    lo = offset
+    for d, s in zip(shape, strides):
+        if d > 1:
+            if s > 0:
+                hi += (d - 1) * s
+            else:
+                lo += (d - 1) * s
+    return max(hi, -lo)
+
+
+def _mode(strides: Sequence[int], shape: Sequence[int]) -> str:
+    if all(s == 0 for s in strides):
+        return "z"
+    if tuple(strides) == contiguous_strides(shape):
+        return "c"
+    return "s"
+
+
+class _Plan:
+    """Everything about a launch that depends on shapes and strides only (cached per geometry)."""
+
+    __slots__ = ("knl", "gsize", "lsize", "out_dtypes", "head", "out_strides", "in_specs")
+
+    def __init__(self, knl: Any, gsize: Any, lsize: Any, out_dtypes: list[Any], head: list[int],
+                 out_strides: list[tuple[int, ...]], in_specs: list[Any]) -> None:  # fmt: skip
+        self.knl = knl
+        self.gsize = gsize
+        self.lsize = lsize
+        self.out_dtypes = out_dtypes
+        self.head = head
+        self.out_strides = out_strides
+        self.in_specs = in_specs  # per input: ("scalar", CType) or ("tensor", strides to pass)
+
+
+_PLANS: dict[Any, _Plan] = {}
+_MAX_PLANS = 8192
+
+
+def _plan(rt: Runtime, prog: ElementwiseProgram, shape: tuple[int, ...], geoms: tuple[Any, ...]) -> _Plan:
+    """geoms: (shape, strides, offset) of each output, then of each tensor input (unbroadcast)."""
+    n = numel(shape)
+    n_out = len(prog.outputs)
+    strides = []
+    offsets = []
+    for k, (sh, st, off) in enumerate(geoms):
+        if k >= n_out and sh != shape:
+            st = expand_view(_Geometry(sh, st), shape).strides
+        strides.append(st)
+        offsets.append(off)
+    cshape, cstrides = collapse(shape, strides)
+    modes = [_mode(st, cshape) for st in cstrides]
+    out_modes = tuple(modes[:n_out])
+    in_modes = tuple(modes[n_out:])
+    rank = len(cshape) if "s" in modes else 1
+    big = n >= _INT_LIMIT or any(_extent(cshape, st, off) >= _INT_LIMIT for st, off in zip(cstrides, offsets))
+    layout = Layout(rank, in_modes, out_modes, "long" if big else "int", grid_stride=not rt.is_cpu)
+    knl, wg = rt.kernel(("ew", prog, layout), functools.partial(_make, prog, layout))
+    gsize, lsize = rt.grid(n, wg)
+    head = [n, *cshape] if "s" in modes else [n]
+    passed = [st if m == "s" else () for st, m in zip(cstrides, modes)]
+    dts = prog.value_dtypes()
+    t_iter = iter(passed[n_out:])
+    in_specs = [("scalar", ctype(dt)) if kind == "scalar" else ("tensor", next(t_iter)) for dt, kind in prog.inputs]
+    out_dtypes = [ctype(dts[o]).dtype for o in prog.outputs]
+    return _Plan(knl, gsize, lsize, out_dtypes, head, passed[:n_out], in_specs)
+
+
+class _Geometry:
+    """Shape and strides only: what ``expand_view`` reads."""
+
+    __slots__ = ("shape", "strides", "offset", "ndim")
+
+    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
+        self.shape = shape
+        self.strides = strides
+        self.offset = 0
+        self.ndim = len(shape)
+
+    def view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> _Geometry:
+        return _Geometry(shape, strides)
+
+
+def run_program(
+    rt: Runtime,
+    prog: ElementwiseProgram,
+    operands: Sequence[Any],
+    shape: tuple[int, ...],
+    outs: Sequence[CLArray] | None = None,
+) -> list[CLArray]:
+    """Run ``prog`` over ``shape``: tensor operands broadcast, scalars passed by value.
+
+    ``outs`` are destination views (default: new contiguous handles of ``shape``).
+    """
+    tensors = [x for (_, kind), x in zip(prog.inputs, operands) if kind == "tensor"]
+    if outs is None:
+        out_geo: tuple[Any, ...] = (None,)
+    else:
+        out_geo = tuple((o.shape, o.strides, o.offset) for o in outs)
+    key = (rt, prog, shape, out_geo, tuple((x.shape, x.strides, x.offset) for x in tensors))
+    plan = _PLANS.get(key)
+    if plan is None:
+        if outs is None:
+            contiguous_geo = (shape, contiguous_strides(shape), 0)
+            geoms = (contiguous_geo,) * len(prog.outputs)
+        else:
+            geoms = out_geo
+        geoms += tuple((x.shape, x.strides, x.offset) for x in tensors)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(rt, prog, shape, geoms) if numel(shape) else None  # type: ignore[assignment]
+    if outs is None:
+        dtypes = plan.out_dtypes if plan is not None else [ctype(prog.value_dtypes()[o]).dtype for o in prog.outputs]
+        outs = [rt.empty(shape, dt) for dt in dtypes]
+    if plan is None:
+        return list(outs)
+    args: list[Any] = list(plan.head)
+    for o, st in zip(outs, plan.out_strides):
+        args.append(o.buf)
+        args.append(o.offset)
+        args.extend(st)
+    for x, (kind, spec) in zip(operands, plan.in_specs):
+        if kind == "scalar":
+            args.append(np_scalar(x, spec))
+        else:
+            args.append(x.buf)
+            args.append(x.offset)
+            args.extend(spec)
+    rt.launch(plan.knl, plan.gsize, plan.lsize, args)
+    return list(outs)
+
+
+def _make(prog: ElementwiseProgram, layout: Layout) -> tuple[str, str, list[Any]]:
+    # one kernel per program: PoCL and NVIDIA compile every kernel of a program at build time,
+    # so batching related ops into one build makes cold starts slower, not faster
+    source, argtypes = elementwise_source(prog, layout)
+    return source, "ember_ew", argtypes
+
+
+@functools.cache
+def unary_program(op: str, dtype: str, out: str) -> ElementwiseProgram:
+    return ElementwiseProgram(((dtype, "tensor"),), ((op, out, (0,)),), (1,))
+
+
+@functools.cache
+def binary_program(op: str, dtype: str, out: str, scalar_b: bool) -> ElementwiseProgram:
+    kind = "scalar" if scalar_b else "tensor"
+    return ElementwiseProgram(((dtype, "tensor"), (dtype, kind)), ((op, out, (0, 1)),), (2,))
+
+
+@functools.cache
+def cast_program(src: str, dst: str) -> ElementwiseProgram:
+    return ElementwiseProgram(((src, "tensor"),), (("cast", dst, (0,)),), (1,))
+
+
+@functools.cache
+def where_program(dtype: str, scalar_a: bool = False, scalar_b: bool = False) -> ElementwiseProgram:
+    ka = "scalar" if scalar_a else "tensor"
+    kb = "scalar" if scalar_b else "tensor"
+    return ElementwiseProgram((("bool", "tensor"), (dtype, ka), (dtype, kb)), (("where", dtype, (0, 1, 2)),), (3,))
+
+
+def contiguous(rt: Runtime, a: CLArray) -> CLArray:
+    """``a`` itself if contiguous, else a contiguous copy."""
+    if a.is_contiguous():
+        return a
+    return run_program(rt, unary_program("copy", a.dtype.name, a.dtype.name), [a], a.shape)[0]
+
+
+def copy_into(rt: Runtime, dst: CLArray, src: CLArray) -> None:
+    """Write ``src`` (broadcast to ``dst``'s shape) into the view ``dst``."""
+    run_program(rt, unary_program("copy", src.dtype.name, dst.dtype.name), [src], dst.shape, outs=[dst])

@@ -1,0 +1,359 @@
+"""Native kernels for softmax, log_softmax, logsumexp, layer/RMS norm, cross-entropy and
+attention (same signatures and numerics as the composites in ``ember.ops.nn``).
+
+All are row kernels: the reduced axis is moved last as a view and each row is handled by
+one work-group (a local-memory tree per pass) or, for many short rows, by one work item.
+Attention is matmul -> masked, scaled softmax -> matmul on the generated kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .array import CLArray, collapse, expand_view, numel, permute_view, reshape_view
+from .cltypes import ctype
+from .codegen import preamble, unravel
+from .elementwise import contiguous
+from .matmul import matmul
+from .runtime import Runtime
+
+__all__ = ["softmax", "logsumexp", "layer_norm", "cross_entropy", "attention"]
+
+L = np.dtype(np.int64)
+
+
+def _row_group(rt: Runtime, M: int, C: int, unit_stride: bool = True) -> int:
+    """Work-group size per row, or 0 for one work item per row (CPUs with rows for every core;
+    GPUs only for short rows or rows strided along the reduced axis, which then coalesce)."""
+    if C <= 32:
+        return 0
+    if rt.is_cpu and M >= 2 * rt.compute_units:
+        return 0
+    if not rt.is_cpu and M >= 16384 and not unit_stride:
+        return 0
+    g = 32
+    while g < C and g < min(256, rt.max_wg):
+        g *= 2
+    return g
+
+
+def _loop(group: int, var: str, n: str) -> str:
+    return (
+        f"for (long {var} = lid; {var} < {n}; {var} += {group})"
+        if group
+        else f"for (long {var} = 0; {var} < {n}; {var}++)"
+    )
+
+
+def _tree(group: int, A: str, var: str, op: str) -> list[str]:
+    """Combine ``var`` over the work-group (``op``: "sum" or "max"); all items get the result."""
+    if not group:
+        return []
+    comb = (
+        "s[lid] + s[lid + h]" if op == "sum" else "((s[lid + h] > s[lid] || isnan(s[lid + h])) ? s[lid + h] : s[lid])"
+    )
+    return [
+        f"s[lid] = {var};",
+        "barrier(CLK_LOCAL_MEM_FENCE);",
+        f"for (int h = {group // 2}; h > 0; h >>= 1) {{",
+        f"  if (lid < h) s[lid] = {comb};",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        "}",
+        f"{var} = s[0];",
+        "barrier(CLK_LOCAL_MEM_FENCE);",
+    ]
+
+
+def _header(name: str, params: list[str], group: int, A: str, ro: int, bases: list[str]) -> list[str]:
+    lines = ["__kernel void " + name + "(" + ", ".join(params) + ") {"]
+    if group:
+        lines += [
+            f"  __local {A} s[{group}];",
+            "  const long row = get_group_id(0);",
+            "  const int lid = get_local_id(0);",
+        ]
+    else:
+        lines += ["  const long row = get_global_id(0);", "  if (row >= M) return;"]
+    lines += ["  " + s for s in unravel("row", ro, "osh", "long", "o")]
+    for b in bases:
+        lines.append(f"  const long {b}b = {b}_off + " + " + ".join(f"o{d} * {b}_os{d}" for d in range(ro)) + ";")
+    return lines
+
+
+def _launch_rows(rt: Runtime, knl: Any, wg: int, M: int, group: int, args: list[Any]) -> None:
+    if group:
+        rt.launch(knl, (M * group,), (group,), args)
+    else:
+        local = min(wg, 64 if rt.is_cpu else 128)
+        rt.launch(knl, (-(-M // local) * local,), (local,), args)
+
+
+# -- softmax family -------------------------------------------------------------------------
+def _softmax_source(dt: str, mode: str, ro: int, group: int, mask: str, causal: bool) -> tuple[str, list[Any]]:
+    """mode: "softmax", "log_softmax" or "lse"; mask: "" / "bool" / "add"."""
+    c = ctype(dt)
+    A = c.compute
+    params = ["const long M", "const long C", f"__global {c.storage}* restrict out"]
+    params += [f"__global const {c.storage}* restrict x", "const long x_off", "const long x_is"]
+    params += [f"const long osh{d}" for d in range(ro)] + [f"const long x_os{d}" for d in range(ro)]
+    params += [f"const {A} scale", "const long Lq"]
+    types: list[Any] = [L, L, None, None, L, L] + [L] * (2 * ro) + [c.np_compute, L]
+    bases = ["x"]
+    if mask:
+        mc = ctype("bool" if mask == "bool" else dt)
+        params += [f"__global const {mc.storage}* restrict m", "const long m_off", "const long m_is"]
+        params += [f"const long m_os{d}" for d in range(ro)]
+        types += [None, L, L] + [L] * ro
+        bases.append("m")
+    score = [f"{A} v = {c.load('x', 'xb + k * x_is')} * scale;"]
+    if causal:
+        score.append("if (k > (row % Lq) + (C - Lq)) v = -INFINITY;")
+    if mask == "bool":
+        score.append("if (!m[mb + k * m_is]) v = -INFINITY;")
+    elif mask == "add":
+        score.append(f"v = v + {ctype(dt).load('m', 'mb + k * m_is')};")
+    lines = [preamble({dt}), *_header("ember_softmax", params, group, A, ro, bases)]
+    lines += [f"  {A} mx = -INFINITY;", "  " + _loop(group, "k", "C") + " {"]
+    lines += ["    " + s for s in score]
+    lines += ["    if (v > mx || isnan(v)) mx = v;", "  }"]
+    lines += ["  " + s for s in _tree(group, A, "mx", "max")]
+    lines += [f"  if (isinf(mx)) mx = ({A})0;", f"  {A} tot = 0;", "  " + _loop(group, "k", "C") + " {"]
+    lines += ["    " + s for s in score]
+    lines += ["    tot += exp(v - mx);", "  }"]
+    lines += ["  " + s for s in _tree(group, A, "tot", "sum")]
+    if mode == "lse":
+        lines += ["  if (" + ("lid == 0" if group else "1") + ") { " + c.store("out", "row", "log(tot) + mx") + " }"]
+    else:
+        lines += ["  " + _loop(group, "k", "C") + " {"]
+        lines += ["    " + s for s in score]
+        value = "(v - mx) - log(tot)" if mode == "log_softmax" else "exp(v - mx) / tot"
+        lines += ["    " + c.store("out", "row * C + k", value), "  }"]
+    lines.append("}")
+    return "\n".join(lines) + "\n", types
+
+
+def _run_softmax(
+    rt: Runtime,
+    x: CLArray,
+    mode: str,
+    scale: float = 1.0,
+    mask: CLArray | None = None,
+    causal_rows: int = 0,
+) -> CLArray:
+    """Softmax-family over the last axis of ``x``; returns a contiguous (rows..., C) handle
+    (``lse``: one value per row)."""
+    C = x.shape[-1]
+    lead = x.shape[:-1]
+    out = rt.empty(lead if mode == "lse" else x.shape, x.dtype)
+    if out.size == 0 or C == 0:
+        return out
+    strides = [x.strides[:-1]]
+    mview = None
+    if mask is not None:
+        mview = expand_view(mask, x.shape)
+        strides.append(mview.strides[:-1])
+    osh, ost = collapse(lead, strides) if lead else ((1,), [(0,)] * len(strides))
+    M = numel(lead)
+    group = _row_group(rt, M, C, abs(x.strides[-1]) == 1)
+    dt = x.dtype.name
+    mkind = "" if mask is None else ("bool" if mask.dtype.name == "bool" else "add")
+    spec = (dt, mode, len(osh), group, mkind, bool(causal_rows))
+
+    def make() -> tuple[str, str, list[Any]]:
+        s, t = _softmax_source(*spec)
+        return s, "ember_softmax", t
+
+    knl, wg = rt.kernel(("softmax", *spec), make)
+    c = ctype(dt)
+    args = [M, C, out.buf, x.buf, x.offset, x.strides[-1], *osh, *ost[0], c.np_compute.type(scale), causal_rows or 1]
+    if mview is not None:
+        args += [mview.buf, mview.offset, mview.strides[-1], *ost[1]]
+    _launch_rows(rt, knl, wg, M, group, args)
+    return out
+
+
+def _moved(a: CLArray, axes: list[int]) -> tuple[CLArray, list[int]]:
+    order = [i for i in range(a.ndim) if i not in axes] + list(axes)
+    return permute_view(a, order), order
+
+
+def softmax(rt: Runtime, a: CLArray, axis: int, log: bool) -> CLArray:
+    moved, order = _moved(a, [axis])
+    out = _run_softmax(rt, moved, "log_softmax" if log else "softmax")
+    inverse = [0] * a.ndim
+    for i, p in enumerate(order):
+        inverse[p] = i
+    return permute_view(out, inverse)
+
+
+def logsumexp(rt: Runtime, a: CLArray, axes: tuple[int, ...], keepdims: bool) -> CLArray:
+    moved, _ = _moved(a, sorted(axes))
+    k = len(axes)
+    K = numel(moved.shape[moved.ndim - k :])
+    rows = moved.shape[: moved.ndim - k]
+    flat = reshape_view(moved, rows + (K,))
+    if flat is None:
+        flat = reshape_view(contiguous(rt, moved), rows + (K,))
+    out = _run_softmax(rt, flat, "lse")  # type: ignore[arg-type]
+    shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape)) if keepdims else rows
+    return reshape_view(out, shape)  # type: ignore[return-value]
+
+
+# -- layer norm / RMS norm -----------------------------------------------------------------
+def _norm_source(dt: str, group: int, rms: bool) -> tuple[str, list[Any]]:
+    c = ctype(dt)
+    A = c.compute
+    params = ["const long M", "const long N", f"__global {c.storage}* restrict out"]
+    params += [f"__global const {c.storage}* restrict x", "const long x_off"]
+    params += [f"__global const {c.storage}* restrict w", "const long w_off", "const long w_s"]
+    types: list[Any] = [L, L, None, None, L, None, L, L]
+    if not rms:
+        params += [f"__global const {c.storage}* restrict b", "const long b_off", "const long b_s"]
+        types += [None, L, L]
+    params.append(f"const {A} eps")
+    types.append(c.np_compute)
+    x = c.load("x", "xb + k")
+    wk = c.load("w", "w_off + k * w_s")
+    lines = [preamble({dt})]
+    lines += ["__kernel void ember_norm(" + ", ".join(params) + ") {"]
+    if group:
+        lines += [
+            f"  __local {A} s[{group}];",
+            "  const long row = get_group_id(0);",
+            "  const int lid = get_local_id(0);",
+        ]
+    else:
+        lines += ["  const long row = get_global_id(0);", "  if (row >= M) return;"]
+    lines += ["  const long xb = x_off + row * N;", f"  {A} t = 0;", "  " + _loop(group, "k", "N") + " {"]
+    if rms:
+        lines += [f"    const {A} v = {x};", "    t += v * v;", "  }"]
+        lines += ["  " + s for s in _tree(group, A, "t", "sum")]
+        lines += [f"  const {A} r = ({A})1 / sqrt(t / ({A})N + eps);"]
+        lines += [
+            "  " + _loop(group, "k", "N") + " {",
+            "    " + c.store("out", "xb - x_off + k", f"{x} * r * {wk}"),
+            "  }",
+        ]
+    else:
+        lines += [f"    t += {x};", "  }"]
+        lines += ["  " + s for s in _tree(group, A, "t", "sum")]
+        lines += [f"  const {A} mu = t / ({A})N;", f"  {A} q = 0;", "  " + _loop(group, "k", "N") + " {"]
+        lines += [f"    const {A} d = {x} - mu;", "    q += d * d;", "  }"]
+        lines += ["  " + s for s in _tree(group, A, "q", "sum")]
+        lines += [f"  const {A} r = ({A})1 / sqrt(q / ({A})N + eps);"]
+        bk = c.load("b", "b_off + k * b_s")
+        lines += ["  " + _loop(group, "k", "N") + " {"]
+        lines += ["    " + c.store("out", "xb - x_off + k", f"({x} - mu) * r * {wk} + {bk}"), "  }"]
+    lines.append("}")
+    return "\n".join(lines) + "\n", types
+
+
+def _flat_param(rt: Runtime, p: CLArray) -> tuple[CLArray, int]:
+    """``p`` as (handle, stride) walking its elements in order (one stride, or a copy)."""
+    sh, (st,) = collapse(p.shape, [p.strides])
+    if len(sh) == 1:
+        return p, st[0]
+    return contiguous(rt, p), 1
+
+
+def layer_norm(rt: Runtime, x: CLArray, w: CLArray, b: CLArray | None, eps: float) -> CLArray:
+    """layer_norm (``b`` given) or rms_norm (``b`` None) over ``w``'s trailing axes."""
+    xc = contiguous(rt, x)
+    N = numel(w.shape)
+    M = numel(x.shape) // N if N else 0
+    out = rt.empty(x.shape, x.dtype)
+    if out.size == 0:
+        return out
+    rms = b is None
+    group = _row_group(rt, M, N)
+    dt = x.dtype.name
+
+    def make() -> tuple[str, str, list[Any]]:
+        s, t = _norm_source(dt, group, rms)
+        return s, "ember_norm", t
+
+    knl, wg = rt.kernel(("norm", dt, group, rms), make)
+    wv, ws = _flat_param(rt, w)
+    args = [M, N, out.buf, xc.buf, xc.offset, wv.buf, wv.offset, ws]
+    if b is not None:
+        bv, bs = _flat_param(rt, b)
+        args += [bv.buf, bv.offset, bs]
+    args.append(ctype(dt).np_compute.type(eps))
+    _launch_rows(rt, knl, wg, M, group, args)
+    return out
+
+
+# -- cross-entropy ------------------------------------------------------------------------
+def _ce_source(dt: str, ro: int, group: int, smoothing: bool) -> tuple[str, list[Any]]:
+    c = ctype(dt)
+    A = c.compute
+    params = ["const long M", "const long C", f"__global {c.storage}* restrict out"]
+    params += [f"__global const {c.storage}* restrict x", "const long x_off", "const long x_is"]
+    params += [f"const long osh{d}" for d in range(ro)] + [f"const long x_os{d}" for d in range(ro)]
+    params += ["__global const long* restrict t", "const long t_off"] + [f"const long t_os{d}" for d in range(ro)]
+    params += [f"const {A} ls", "const long ignore"]
+    types: list[Any] = [L, L, None, None, L, L] + [L] * (2 * ro) + [None, L] + [L] * ro + [c.np_compute, L]
+    x = c.load("x", "xb + k * x_is")
+    lines = [preamble({dt}), *_header("ember_ce", params, group, A, ro, ["x", "t"])]
+    lines += [f"  {A} mx = -INFINITY;", "  " + _loop(group, "k", "C") + " {", f"    const {A} v = {x};"]
+    lines += ["    if (v > mx || isnan(v)) mx = v;", "  }"]
+    lines += ["  " + s for s in _tree(group, A, "mx", "max")]
+    lines += [f"  if (isinf(mx)) mx = ({A})0;", f"  {A} tot = 0;", f"  {A} sx = 0;"]
+    lines += ["  " + _loop(group, "k", "C") + " {", f"    const {A} v = {x} - mx;", "    tot += exp(v);"]
+    lines += ["    sx += v;" if smoothing else "", "  }"]
+    lines += ["  " + s for s in _tree(group, A, "tot", "sum")]
+    if smoothing:
+        lines += ["  " + s for s in _tree(group, A, "sx", "sum")]
+    lines += [
+        "  if (" + ("lid == 0" if group else "1") + ") {",
+        "    const long tg = t[tb];",
+        "    const int valid = tg != ignore;",
+        "    long k = valid ? tg : 0;",
+        "    k = k < 0 ? 0 : (k >= C ? C - 1 : k);",
+        f"    const {A} lt = log(tot);",
+        f"    {A} loss = -(({x} - mx) - lt);",
+    ]
+    if smoothing:
+        lines += [f"    loss = (({A})1 - ls) * loss - (ls / ({A})C) * (sx - ({A})C * lt);"]
+    lines += ["    " + c.store("out", "row", f"valid ? loss : ({A})0"), "  }", "}"]
+    return "\n".join(line for line in lines if line) + "\n", types
+
+
+def cross_entropy(rt: Runtime, logits: CLArray, target: CLArray, label_smoothing: float, ignore_index: int) -> CLArray:
+    """Per-sample loss (N, ...) for logits (N, C, ...) and int64 class indices (N, ...)."""
+    moved, _ = _moved(logits, [1])
+    C = moved.shape[-1]
+    lead = moved.shape[:-1]
+    out = rt.empty(target.shape, logits.dtype)
+    if out.size == 0:
+        return out
+    osh, (xst, tst) = collapse(lead, [moved.strides[:-1], target.strides])
+    M = numel(lead)
+    group = _row_group(rt, M, C, abs(moved.strides[-1]) == 1)
+    dt = logits.dtype.name
+    spec = (dt, len(osh), group, bool(label_smoothing))
+
+    def make() -> tuple[str, str, list[Any]]:
+        s, t = _ce_source(*spec)
+        return s, "ember_ce", t
+
+    knl, wg = rt.kernel(("ce", *spec), make)
+    c = ctype(dt)
+    args = [M, C, out.buf, moved.buf, moved.offset, moved.strides[-1], *osh, *xst]
+    args += [target.buf, target.offset, *tst, c.np_compute.type(label_smoothing), int(ignore_index)]
+    _launch_rows(rt, knl, wg, M, group, args)
+    return out
+
+
+# -- attention ---------------------------------------------------------------------------
+def attention(
+    rt: Runtime, q: CLArray, k: CLArray, v: CLArray, mask: CLArray | None, is_causal: bool, scale: float
+) -> CLArray:
+    """softmax(q k^T * scale + mask) v with the causal and boolean/additive masks fused into
+    the softmax kernel."""
+    axes = list(range(k.ndim - 2)) + [k.ndim - 1, k.ndim - 2]
+    s = matmul(rt, q, permute_view(k, axes))
+    p = _run_softmax(rt, s, "softmax", scale=scale, mask=mask, causal_rows=q.shape[-2] if is_causal else 0)
+    return matmul(rt, p, v)

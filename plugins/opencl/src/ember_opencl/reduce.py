@@ -1,0 +1,363 @@
+"""Reductions (sum prod max min any all argmax argmin) and cumsum.
+
+The reduced axes are moved last as a view; the kept axes and the reduced axes are each
+collapsed, giving ``M`` output rows of ``K`` elements read through strides. Two launch
+shapes share one kernel template: one work item per row (many rows, or short rows: also the
+coalesced way to reduce a leading axis), or a work-group per row (or per chunk of a row,
+with a second pass over the chunks) that combines in a local-memory tree. argmax/argmin
+keep (value, index) pairs and break ties toward the smaller index, so the FIRST extreme
+wins; NaN counts as the extreme, as in numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.dtypes import DType, as_dtype
+
+from .array import CLArray, collapse, numel, permute_view, reshape_view
+from .cltypes import ctype, literal, type_max, type_min
+from .codegen import preamble, unravel
+from .runtime import Runtime
+
+__all__ = ["reduce", "cumsum", "reduce_layout"]
+
+_ARG = ("argmax", "argmin")
+
+
+def _acc_dtype(op: str, dt: DType) -> str:
+    if op in ("any", "all"):
+        return "bool"
+    if dt.name in ("float16", "bfloat16"):
+        return "float32"
+    return dt.name
+
+
+def _identity(op: str, acc: str) -> str:
+    c = ctype(acc)
+    if op == "sum":
+        return literal(0, c)
+    if op == "prod":
+        return literal(1, c)
+    if op in ("max", "argmax"):
+        return type_min(c)
+    if op in ("min", "argmin"):
+        return type_max(c)
+    if op == "any":
+        return "0"
+    return "1"  # all
+
+
+def _combine(op: str, acc: str, v: str, is_float: bool, ai: str = "", vi: str = "") -> str:
+    """Statement folding value ``v`` (index ``vi``) into accumulator ``acc`` (index ``ai``)."""
+    if op == "sum":
+        return f"{acc} += {v};"
+    if op == "prod":
+        return f"{acc} *= {v};"
+    if op == "any":
+        return f"{acc} = (uchar)({acc} || ({v} != 0));"
+    if op == "all":
+        return f"{acc} = (uchar)({acc} && ({v} != 0));"
+    nan_v = f"isnan({v})" if is_float else "0"
+    nan_a = f"isnan({acc})" if is_float else "0"
+    cmp = ">" if op in ("max", "argmax") else "<"
+    if op in ("max", "min"):
+        return f"if ({v} {cmp} {acc} || {nan_v}) {acc} = {v};"
+    take = f"({nan_v} && !{nan_a}) || {v} {cmp} {acc} || (({v} == {acc} || ({nan_v} && {nan_a})) && {vi} < {ai})"
+    return f"if ({take}) {{ {acc} = {v}; {ai} = {vi}; }}"
+
+
+def _source(
+    op: str, src: str, dst: str, ro: int, ri: int, idx: str, group: int, idx_in: bool, write_idx: bool
+) -> tuple[str, list[Any]]:
+    """Kernel ``ember_reduce``: ``group`` = work-group size (0: one work item per row)."""
+    cin = ctype(src)
+    acc_name = _acc_dtype(op, cin.dtype) if op not in _ARG else src
+    cacc = ctype(acc_name)
+    cout = ctype(dst)
+    A = cacc.compute
+    arg = op in _ARG
+    fl = cacc.kind == "f"
+    npi = np.dtype(np.int32 if idx == "int" else np.int64)
+    params = [f"const {idx} M", f"const {idx} K", f"const {idx} chunk", f"const {idx} G"]
+    types: list[Any] = [npi, npi, npi, npi]
+    params.append(f"__global {cout.storage}* restrict out")
+    types.append(None)
+    if write_idx:
+        params.append("__global long* restrict out_idx")
+        types.append(None)
+    params += [f"__global const {cin.storage}* restrict in", f"const {idx} in_off"]
+    types += [None, npi]
+    for d in range(ro):
+        params.append(f"const {idx} osh{d}")
+    for d in range(ro):
+        params.append(f"const {idx} ost{d}")
+    for d in range(ri):
+        params.append(f"const {idx} ish{d}")
+    for d in range(ri):
+        params.append(f"const {idx} ist{d}")
+    types += [npi] * (2 * ro + 2 * ri)
+    if idx_in:
+        params.append("__global const long* restrict in_idx")
+        types.append(None)
+    outer = unravel("row", ro, "osh", idx, "o")
+    outer.append(f"const {idx} base = in_off + " + " + ".join(f"o{d} * ost{d}" for d in range(ro)) + ";")
+    inner = unravel("k", ri, "ish", idx, "q")
+    inner.append(f"const {idx} off = base + " + " + ".join(f"q{d} * ist{d}" for d in range(ri)) + ";")
+    load = f"const {A} v = ({A}){cin.load('in', 'off')};"
+    vi = "in_idx[off]" if idx_in else "(long)k"
+    step = _combine(op, "acc", "v", fl, "ai", "vi")
+    ident = _identity(op, acc_name)
+    lines = [preamble({src, dst, acc_name}), "__kernel void ember_reduce(" + ", ".join(params) + ") {"]
+    if group:
+        lines += [
+            f"  __local {A} s_acc[{group}];",
+            f"  __local long s_idx[{group}];" if arg else "",
+            f"  const {idx} g = get_group_id(0);",
+            "  const int lid = get_local_id(0);",
+            f"  const {idx} row = g / G, part = g % G;",
+            *("  " + s for s in outer),
+            f"  const {idx} k0 = part * chunk;",
+            f"  const {idx} k1 = min(K, k0 + chunk);",
+            f"  {A} acc = {ident};",
+            "  long ai = LONG_MAX;",
+            f"  for ({idx} k = k0 + lid; k < k1; k += {group}) {{",
+            *("    " + s for s in inner),
+            f"    {load}",
+            f"    const long vi = {vi};",
+            f"    {step}",
+            "  }",
+            "  s_acc[lid] = acc;",
+            "  s_idx[lid] = ai;" if arg else "",
+            "  barrier(CLK_LOCAL_MEM_FENCE);",
+            f"  for (int s = {group // 2}; s > 0; s >>= 1) {{",
+            "    if (lid < s) {",
+            f"      {A} v = s_acc[lid + s];",
+            "      long vi = s_idx[lid + s];" if arg else "",
+            "      acc = s_acc[lid];",
+            "      ai = s_idx[lid];" if arg else "",
+            f"      {step}",
+            "      s_acc[lid] = acc;",
+            "      s_idx[lid] = ai;" if arg else "",
+            "    }",
+            "    barrier(CLK_LOCAL_MEM_FENCE);",
+            "  }",
+            "  if (lid == 0) {",
+        ]
+        res, res_idx, at = "s_acc[0]", "s_idx[0]", "g"
+    else:
+        lines += [
+            f"  const {idx} row = get_global_id(0);",
+            "  if (row >= M) return;",
+            *("  " + s for s in outer),
+            f"  {A} acc = {ident};",
+            "  long ai = LONG_MAX;",
+            f"  for ({idx} k = 0; k < K; k++) {{",
+            *("    " + s for s in inner),
+            f"    {load}",
+            f"    const long vi = {vi};",
+            f"    {step}",
+            "  }",
+            "  {",
+        ]
+        res, res_idx, at = "acc", "ai", "row"
+    if arg and not write_idx:
+        lines.append(f"    out[{at}] = {res_idx};")
+    else:
+        lines.append("    " + cout.store("out", at, res))
+        if write_idx:
+            lines.append(f"    out_idx[{at}] = {res_idx};")
+    lines += ["  }", "}"]
+    return "\n".join(line for line in lines if line) + "\n", types
+
+
+def _make(*spec: Any) -> tuple[str, str, list[Any]]:
+    source, types = _source(*spec)
+    return source, "ember_reduce", types
+
+
+def reduce_layout(
+    a: CLArray, axes: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(outer shape, outer strides, inner shape, inner strides) of ``a`` reduced over ``axes``."""
+    kept = [i for i in range(a.ndim) if i not in axes]
+    red = sorted(axes)
+    osh, (ost,) = collapse(tuple(a.shape[i] for i in kept), [tuple(a.strides[i] for i in kept)])
+    ish, (ist,) = collapse(tuple(a.shape[i] for i in red), [tuple(a.strides[i] for i in red)])
+    return osh, ost, ish, ist
+
+
+def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _launch(
+    rt: Runtime,
+    op: str,
+    a: CLArray,
+    layout: tuple[Any, ...],
+    out: CLArray,
+    *,
+    groups_per_row: int = 1,
+    group: int = 0,
+    out_idx: CLArray | None = None,
+    in_idx: CLArray | None = None,
+) -> None:
+    osh, ost, ish, ist = layout
+    M, K = numel(osh), numel(ish)
+    span = a.offset + sum(abs(s) * (d - 1) for d, s in zip(osh + ish, ost + ist))
+    idx = "int" if max(span, M * max(groups_per_row, 1), K) < 2**31 - 2**20 else "long"
+    src, dst = a.dtype.name, out.dtype.name
+    key = ("reduce", op, src, dst, len(osh), len(ish), idx, group, in_idx is not None, out_idx is not None)
+    flags = (in_idx is not None, out_idx is not None)
+    knl, wg = rt.kernel(key, lambda: _make(op, src, dst, len(osh), len(ish), idx, group, *flags))
+    chunk = -(-K // groups_per_row) if group else K
+    args: list[Any] = [M, K, chunk, groups_per_row, out.buf]
+    if out_idx is not None:
+        args.append(out_idx.buf)
+    args += [a.buf, a.offset, *osh, *ost, *ish, *ist]
+    if in_idx is not None:
+        args.append(in_idx.buf)
+    if group:
+        rt.launch(knl, (M * groups_per_row * group,), (group,), args)
+    else:
+        local = min(wg, 64 if rt.is_cpu else 128)
+        rt.launch(knl, (-(-M // local) * local,), (local,), args)
+
+
+def _group_size(rt: Runtime) -> int:
+    return min(64 if rt.is_cpu else 256, rt.max_wg)
+
+
+def reduce(rt: Runtime, op: str, a: CLArray, axes: tuple[int, ...], keepdims: bool) -> CLArray:
+    """``op`` over ``axes`` of ``a`` (core has checked that max/min/arg* axes are non-empty)."""
+    out_shape = _reduced_shape(a.shape, axes, keepdims)
+    arg = op in _ARG
+    out_dt = as_dtype("int64") if arg else as_dtype("bool") if op in ("any", "all") else a.dtype
+    M = numel(out_shape)
+    K = numel([a.shape[i] for i in axes])
+    if M == 0:
+        return rt.empty(out_shape, out_dt)
+    if K == 0:
+        value = {"sum": 0, "prod": 1, "any": False, "all": True}[op]
+        from .elementwise import run_program, unary_program  # noqa: PLC0415
+
+        one = rt.upload(np.asarray(value).astype(out_dt.numpy).reshape(1), out_dt)
+        ones = one.view(out_shape, (0,) * len(out_shape), 0)
+        return run_program(rt, unary_program("copy", out_dt.name, out_dt.name), [ones], out_shape)[0]
+    layout = reduce_layout(a, axes)
+    out = rt.empty((M,), out_dt)
+    # one work item per row: on CPUs whenever there are rows enough for every core; on GPUs
+    # when rows are short, or many and strided along the reduced axis (a leading-axis sum:
+    # neighbouring items then read neighbouring addresses). Contiguous rows get a work-group.
+    ist = layout[3]
+    if rt.is_cpu:
+        per_item = M >= 2 * rt.compute_units
+    else:
+        per_item = M >= 8192 and not (len(ist) == 1 and abs(ist[0]) == 1 and K > 64)
+    if per_item or K <= 32:
+        _launch(rt, op, a, layout, out)
+    else:
+        group = _group_size(rt)
+        target = rt.compute_units * (4 if rt.is_cpu else 16)
+        g = max(1, min(-(-target // M), K // (group * 4)))
+        if g == 1:
+            _launch(rt, op, a, layout, out, group=group)
+        else:
+            acc = as_dtype(_acc_dtype(op, a.dtype)) if not arg else a.dtype
+            if arg and a.dtype.name in ("float16", "bfloat16"):
+                acc = a.dtype
+            part = rt.empty((M * g,), acc)
+            part_idx = rt.empty((M * g,), as_dtype("int64")) if arg else None
+            _launch(rt, op, a, layout, part, groups_per_row=g, group=group, out_idx=part_idx)
+            second = {"sum": "sum", "prod": "prod", "max": "max", "min": "min", "any": "any", "all": "all"}.get(op, op)
+            lay2 = ((M,), (g,), (g,), (1,))
+            _launch(rt, second, part, lay2, out, group=group if M < 64 else 0, in_idx=part_idx)
+    return reshape_view(out, out_shape)  # type: ignore[return-value]
+
+
+# -- cumsum -------------------------------------------------------------------------------
+def _scan_source(src: str, ro: int, idx: str, group: int) -> tuple[str, list[Any]]:
+    cin = ctype(src)
+    acc = _acc_dtype("sum", cin.dtype)
+    A = ctype(acc).compute
+    npi = np.dtype(np.int32 if idx == "int" else np.int64)
+    params = [f"const {idx} M", f"const {idx} K", f"__global {cin.storage}* restrict out"]
+    params += [f"__global const {cin.storage}* restrict in", f"const {idx} in_off", f"const {idx} ist"]
+    params += [f"const {idx} osh{d}" for d in range(ro)] + [f"const {idx} ost{d}" for d in range(ro)]
+    types: list[Any] = [npi, npi, None, None, npi, npi] + [npi] * (2 * ro)
+    outer = unravel("row", ro, "osh", idx, "o")
+    outer.append(f"const {idx} base = in_off + " + " + ".join(f"o{d} * ost{d}" for d in range(ro)) + ";")
+    lines = [preamble({src, acc}), "__kernel void ember_scan(" + ", ".join(params) + ") {"]
+    if not group:
+        lines += [
+            f"  const {idx} row = get_global_id(0);",
+            "  if (row >= M) return;",
+            *("  " + s for s in outer),
+            f"  {A} acc = 0;",
+            f"  for ({idx} k = 0; k < K; k++) {{",
+            f"    acc += ({A}){cin.load('in', 'base + k * ist')};",
+            "    " + cin.store("out", "row * K + k", "acc"),
+            "  }",
+            "}",
+        ]
+    else:
+        lines += [
+            f"  __local {A} s[{group}];",
+            f"  const {idx} row = get_group_id(0);",
+            "  const int lid = get_local_id(0);",
+            *("  " + s for s in outer),
+            f"  {A} carry = 0;",
+            f"  for ({idx} k0 = 0; k0 < K; k0 += {group}) {{",
+            f"    const {idx} k = k0 + lid;",
+            f"    {A} v = k < K ? ({A}){cin.load('in', 'base + k * ist')} : ({A})0;",
+            "    s[lid] = v;",
+            "    barrier(CLK_LOCAL_MEM_FENCE);",
+            f"    for (int d = 1; d < {group}; d <<= 1) {{",
+            f"      {A} t = lid >= d ? s[lid - d] : ({A})0;",
+            "      barrier(CLK_LOCAL_MEM_FENCE);",
+            "      s[lid] += t;",
+            "      barrier(CLK_LOCAL_MEM_FENCE);",
+            "    }",
+            "    if (k < K) { " + cin.store("out", "row * K + k", "carry + s[lid]") + " }",
+            f"    carry += s[{group - 1}];",
+            "    barrier(CLK_LOCAL_MEM_FENCE);",
+            "  }",
+            "}",
+        ]
+    return "\n".join(lines) + "\n", types
+
+
+def _make_scan(*spec: Any) -> tuple[str, str, list[Any]]:
+    source, types = _scan_source(*spec)
+    return source, "ember_scan", types
+
+
+def cumsum(rt: Runtime, a: CLArray, axis: int) -> CLArray:
+    """Running sum along ``axis``; the result is a contiguous buffer viewed back in place."""
+    order = [i for i in range(a.ndim) if i != axis] + [axis]
+    moved = permute_view(a, order)
+    out = rt.empty(moved.shape, a.dtype)
+    if out.size:
+        K = moved.shape[-1]
+        osh, (ost,) = collapse(moved.shape[:-1], [moved.strides[:-1]])
+        M = numel(osh)
+        span = a.offset + sum(abs(s) * (d - 1) for d, s in zip(a.shape, a.strides))
+        idx = "int" if max(span, M * K) < 2**31 - 2**20 else "long"
+        group = 0 if (M >= (rt.compute_units if rt.is_cpu else 4096) or K <= 64) else _group_size(rt)
+        src = a.dtype.name
+        knl, wg = rt.kernel(("scan", src, len(osh), idx, group), lambda: _make_scan(src, len(osh), idx, group))
+        args = [M, K, out.buf, moved.buf, moved.offset, moved.strides[-1], *osh, *ost]
+        if group:
+            rt.launch(knl, (M * group,), (group,), args)
+        else:
+            local = min(wg, 64 if rt.is_cpu else 128)
+            rt.launch(knl, (-(-M // local) * local,), (local,), args)
+    inverse = [0] * a.ndim
+    for i, p in enumerate(order):
+        inverse[p] = i
+    return permute_view(out, inverse)

@@ -1,0 +1,178 @@
+"""Platforms and devices, and the per-device runtime: context, queue, pool, program cache.
+
+Devices are numbered over (platform, device) pairs: platforms sorted by name, vendor and
+version (the ICD loader's own order depends on the directory listing), devices in the order
+their platform reports them. ``Device("opencl:i")`` is pair ``i``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from ember.errors import DeviceUnavailableError
+
+from .array import CLArray, contiguous_strides, numel
+from .cache import ProgramCache
+from .cltypes import ctype
+from .errors import driver_errors, no_platform_error, translate
+from .memory import BufferPool
+
+__all__ = ["device_list", "describe", "Runtime"]
+
+
+@functools.lru_cache(maxsize=1)
+def device_list() -> tuple[tuple[Any, Any], ...]:
+    """Every (platform, device) pair in ember's stable order; raises if there is no platform."""
+    try:
+        platforms = cl.get_platforms()
+    except Exception as exc:  # PLATFORM_NOT_FOUND_KHR from the ICD loader
+        raise no_platform_error(str(exc).strip()) from exc
+    if not platforms:
+        raise no_platform_error()
+    pairs = []
+    for p in sorted(platforms, key=lambda p: (p.name, p.vendor, p.version)):
+        try:
+            devices = p.get_devices()
+        except Exception:  # a platform with no devices raises DEVICE_NOT_FOUND
+            continue
+        pairs.extend((p, d) for d in devices)
+    return tuple(pairs)
+
+
+def _pair(index: int) -> tuple[Any, Any]:
+    pairs = device_list()
+    if not 0 <= index < len(pairs):
+        raise DeviceUnavailableError(
+            f"opencl:{index} does not exist: {len(pairs)} OpenCL device(s) found "
+            f"(indices 0..{len(pairs) - 1}). Run `ember devices` to list them."
+        )
+    return pairs[index]
+
+
+def _has(device: Any, ext: str) -> bool:
+    return ext in device.extensions.split()
+
+
+def describe(index: int) -> dict[str, Any]:
+    """Name, vendor, platform, memory, compute units, fp16/fp64 and driver of device ``index``."""
+    platform, d = _pair(index)
+    return {
+        "name": d.name.strip(),
+        "vendor": d.vendor.strip(),
+        "platform": platform.name.strip(),
+        "type": cl.device_type.to_string(d.type),
+        "memory_bytes": int(d.global_mem_size),
+        "compute_units": int(d.max_compute_units),
+        "max_work_group_size": int(d.max_work_group_size),
+        "local_memory_bytes": int(d.local_mem_size),
+        "fp16": _has(d, "cl_khr_fp16"),
+        "fp64": _has(d, "cl_khr_fp64"),
+        "opencl": d.version.strip(),
+        "driver_version": d.driver_version.strip(),
+    }
+
+
+class Runtime:
+    """One OpenCL device in use: its queue, buffer pool, program cache and compiled kernels."""
+
+    def __init__(self, index: int) -> None:
+        platform, device = _pair(index)
+        self.index = index
+        self.label = f"opencl:{index} ({device.name.strip()})"
+        self.platform = platform
+        self.device = device
+        with driver_errors("creating the context and queue", self.label):
+            self.context = cl.Context([device])
+            self.queue = cl.CommandQueue(self.context, device)
+        self.fp64 = _has(device, "cl_khr_fp64")
+        self.fp16 = _has(device, "cl_khr_fp16")
+        self.atomics64 = _has(device, "cl_khr_int64_base_atomics")
+        self.is_cpu = bool(device.type & cl.device_type.CPU)
+        self.compute_units = int(device.max_compute_units)
+        self.max_wg = int(device.max_work_group_size)
+        self.local_mem = int(device.local_mem_size)
+        self.pool = BufferPool(self.context, self.label, int(device.max_mem_alloc_size))
+        self.programs = ProgramCache(self.context, device, self.label)
+        self.options = self._build_options(device)
+        self._kernels: dict[Any, tuple[Any, int]] = {}
+
+    @staticmethod
+    def _build_options(device: Any) -> str:
+        opts = []
+        try:
+            if device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
+                opts.append("-cl-fp32-correctly-rounded-divide-sqrt")
+        except Exception:
+            pass
+        return " ".join(opts)
+
+    # -- kernels ------------------------------------------------------------------------
+    def kernel(self, key: Any, make: Any) -> tuple[Any, int]:
+        """The compiled kernel for ``key``; ``make()`` returns (source, name, argtypes) on a miss.
+
+        Returns (kernel, preferred work-group size multiple).
+        """
+        found = self._kernels.get(key)
+        if found is not None:
+            return found
+        source, name, argtypes = make()
+        prg = self.programs.program(source, self.options)
+        with driver_errors(f"creating kernel {name}", self.label):
+            knl = cl.Kernel(prg, name)
+            knl.set_scalar_arg_dtypes(argtypes)
+            wg = int(knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
+        found = (knl, wg)
+        self._kernels[key] = found
+        return found
+
+    def launch(self, knl: Any, gsize: Sequence[int], lsize: Sequence[int] | None, args: Sequence[Any]) -> None:
+        try:  # (a plain try: this is the hot path of every op)
+            knl(self.queue, gsize, lsize, *args)
+        except Exception as exc:
+            if type(exc).__module__.split(".")[0] != "pyopencl":
+                raise
+            raise translate(exc, f"running kernel {knl.function_name}", self.label, self.pool.stats()) from exc
+
+    def grid(self, n: int, wg: int) -> tuple[tuple[int], tuple[int]]:
+        """(global size, local size) for ``n`` work items: one per item on CPUs, a capped
+        grid-stride launch on GPUs (kernels generated with ``grid_stride = not is_cpu``)."""
+        local = min(wg, 64 if self.is_cpu else 256)
+        groups = -(-n // local)
+        if not self.is_cpu:
+            groups = min(groups, self.compute_units * 32)
+        return (groups * local,), (local,)
+
+    # -- memory -------------------------------------------------------------------------
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> CLArray:
+        """A new contiguous handle (uninitialised)."""
+        n = numel(shape)
+        block = self.pool.alloc(n * ctype(dtype).itemsize) if n else None
+        return CLArray(block, tuple(shape), contiguous_strides(shape), 0, dtype)
+
+    def upload(self, array: np.ndarray, dtype: Any) -> CLArray:
+        out = self.empty(tuple(array.shape), dtype)
+        if out.size:
+            raw = np.ascontiguousarray(array).view(ctype(dtype).np_storage)
+            with driver_errors("copying to the device", self.label, self.pool.stats):
+                cl.enqueue_copy(self.queue, out.buf, raw, is_blocking=False)
+        return out
+
+    def download(self, a: CLArray) -> np.ndarray:
+        """The host copy of a contiguous handle, as its ember dtype's numpy type."""
+        c = ctype(a.dtype)
+        host = np.empty(a.shape, dtype=c.np_storage)
+        if a.size:
+            with driver_errors("copying to the host", self.label, self.pool.stats):
+                cl.enqueue_copy(self.queue, host, a.buf, src_offset=a.offset * c.itemsize, is_blocking=True)
+        if a.dtype.name == "bool":
+            return host.view(np.bool_)
+        return host.view(a.dtype.numpy)
+
+    def finish(self) -> None:
+        with driver_errors("waiting for queued work", self.label, self.pool.stats):
+            self.queue.finish()

@@ -1,0 +1,29 @@
+"""Fixtures: the OpenCL device under test (skipped with the reason when there is none)."""
+
+from __future__ import annotations
+
+import pytest
+
+import ember as em
+
+
+@pytest.fixture(scope="session")
+def dev() -> em.Device:
+    """``opencl:<EMBER_OPENCL_DEVICE or 0>``; skips when no OpenCL platform is installed."""
+    try:
+        d = em.Device.opencl()
+        _ = d.backend
+    except em.errors.DeviceUnavailableError as exc:
+        pytest.skip(f"no OpenCL device: {exc}")
+    return d
+
+
+@pytest.fixture(scope="session")
+def cpu() -> em.Device:
+    return em.Device.cpu()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # numpy's IEEE warnings from the CPU references, and PoCL's compiler remarks, are expected
+    config.addinivalue_line("filterwarnings", "ignore:.*encountered in:RuntimeWarning")
+    config.addinivalue_line("filterwarnings", "ignore:Non-empty compiler output")

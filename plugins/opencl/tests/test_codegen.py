@@ -1,0 +1,146 @@
+"""The elementwise generator, layout math and buffer pool, as units (no device needed for most)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.dtypes import as_dtype
+from ember_opencl.array import CLArray, collapse, contiguous_strides, reshape_view
+from ember_opencl.codegen import Const, ElementwiseProgram, Layout, elementwise_source
+from ember_opencl.memory import size_class
+
+F32 = em.float32
+
+
+def prog_w6() -> ElementwiseProgram:
+    """y = gelu(x * a + b) * sigmoid(x) as one program."""
+    return ElementwiseProgram(
+        inputs=(("float32", "tensor"), ("float32", "tensor"), ("float32", "tensor")),
+        instructions=(
+            ("mul", "float32", (0, 1)),
+            ("add", "float32", (3, 2)),
+            ("gelu", "float32", (4,)),
+            ("sigmoid", "float32", (0,)),
+            ("mul", "float32", (5, 6)),
+        ),
+        outputs=(7,),
+    )
+
+
+def test_single_op_is_a_one_instruction_program():
+    prog = ElementwiseProgram((("float32", "tensor"), ("float32", "scalar")), (("add", "float32", (0, 1)),), (2,))
+    src, argtypes = elementwise_source(prog, Layout(1, ("c",), ("c",)))
+    assert "__kernel void ember_ew(" in src
+    assert "(v0 + v1)" in src
+    assert "in0[in0_off + i]" in src
+    assert "const float in1" in src  # the scalar is a kernel argument, not baked into the source
+    assert argtypes[0] == np.int32 and None in argtypes
+
+
+def test_layout_modes_and_index_type():
+    prog = ElementwiseProgram((("float16", "tensor"), ("bfloat16", "tensor")), (("cast", "float32", (0,)),), (2,))
+    src, argtypes = elementwise_source(prog, Layout(2, ("s", "z"), ("c",), index="long", grid_stride=True))
+    assert "vload_half(in0_off + c0 * in0_s0 + c1 * in0_s1, in0)" in src
+    assert "as_float(((uint)in1[in1_off]) << 16)" in src
+    assert "ember_f2bf" in src  # bfloat16 helpers come with bfloat16 operands
+    assert "get_global_size(0)" in src
+    assert "const long n" in src and all(t is None or t in (np.int64,) for t in argtypes)
+
+
+def test_constants_and_helpers():
+    prog = ElementwiseProgram(
+        (("int32", "tensor"),),
+        (("floordiv", "int32", (0, Const(3, "int32"))), ("remainder", "int32", (1, Const(-2, "int32")))),
+        (2,),
+    )
+    src, _ = elementwise_source(prog, Layout(1, ("c",), ("c",)))
+    assert "inline int ember_floordiv_int" in src and "inline int ember_remainder_int" in src
+    assert "((int)3)" in src
+
+
+def test_program_check_rejects_forward_references():
+    bad = ElementwiseProgram((("float32", "tensor"),), (("add", "float32", (0, 2)),), (1,))
+    with pytest.raises(ValueError, match="not defined before"):
+        bad.check()
+
+
+def test_float64_pragma_only_when_used():
+    f32 = ElementwiseProgram((("float32", "tensor"),), (("exp", "float32", (0,)),), (1,))
+    f64 = ElementwiseProgram((("float64", "tensor"),), (("exp", "float64", (0,)),), (1,))
+    assert "cl_khr_fp64" not in elementwise_source(f32, Layout(1, ("c",), ("c",)))[0]
+    assert "cl_khr_fp64" in elementwise_source(f64, Layout(1, ("c",), ("c",)))[0]
+
+
+def test_collapse_merges_contiguous_axes():
+    shape = (2, 3, 4)
+    c = contiguous_strides(shape)
+    assert collapse(shape, [c, c]) == ((24,), [(1,), (1,)])
+    # a broadcast operand (stride 0 on axis 1) keeps two axes
+    assert collapse(shape, [c, (4, 0, 1)]) == ((2, 3, 4), [c, (4, 0, 1)])
+    assert collapse((1, 1), [(0, 0)]) == ((1,), [(0,)])
+
+
+def test_reshape_view_follows_numpy():
+    base = np.arange(24).reshape(2, 3, 4)
+    a = CLArray(None, (4, 3, 2), (1, 4, 12), 0, F32)  # the transpose of base
+    assert reshape_view(a, (4, 6)) is None  # numpy must copy here too
+    b = CLArray(None, (2, 3, 4), (12, 4, 1), 0, F32)
+    sliced = CLArray(None, (2, 3, 2), (12, 4, 2), 1, F32)  # base[:, :, 1::2]
+    v = reshape_view(sliced, (6, 2))
+    assert v is not None and v.strides == (4, 2) and v.offset == 1
+    assert reshape_view(b, (6, 4)).strides == (4, 1)
+    assert np.shares_memory(base, base.reshape(6, 4))
+
+
+def test_size_classes_bound_the_slack():
+    for n in (1, 255, 256, 257, 1000, 4097, 10**6, 3 * 2**20 + 1):
+        c = size_class(n)
+        assert n <= c <= max(256, int(n * 1.25) + 256)
+    assert size_class(1000) == size_class(1024)
+
+
+def test_fused_program_matches_unfused_ops(dev):
+    rng = np.random.default_rng(1)
+    x, a, b = (em.tensor(rng.standard_normal(1000).astype(np.float32), device=dev) for _ in range(3))
+    (fused,) = dev.backend.execute(prog_w6(), x._data, a._data, b._data, shape=(1000,))
+    got = dev.backend.to_numpy(fused)
+    want = (em.gelu(x * a + b) * em.sigmoid(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_kernels_are_reused_across_shapes(dev):
+    x = em.ones((7,), device=dev)
+    _ = (x * 2.0).numpy()
+    built = dev.memory_stats()["program_cache"]["builds"] + dev.memory_stats()["program_cache"]["disk_loads"]
+    for n in (3, 100, 4097):
+        _ = (em.ones((n,), device=dev) * 3.0).numpy()
+    after = dev.memory_stats()["program_cache"]
+    assert after["builds"] + after["disk_loads"] == built
+
+
+@pytest.mark.parametrize("dtype", [dt.name for dt in em.dtypes.ALL_DTYPES])
+def test_every_op_compiles_for_every_dtype(dev, dtype):
+    """All unary and binary ops valid for a dtype build, in one program per operand layout."""
+    from ember_opencl.codegen import elementwise_sources
+    from ember_opencl.elementwise import binary_program, unary_program
+    from ember_opencl.ops_table import BINARY_OPS, BOOL_RESULT, UNARY_OPS
+
+    if as_dtype(dtype) not in dev.backend.supported_dtypes:
+        pytest.skip(dev.backend.unsupported_dtype_reasons[dtype])
+    rt = dev.backend.rt
+
+    def out(op: str) -> str:
+        return "bool" if op in BOOL_RESULT else dtype
+
+    families = [
+        ([unary_program(o, dtype, out(o)) for o in sorted(UNARY_OPS)], Layout(2, ("s",), ("c",))),
+        ([binary_program(o, dtype, out(o), False) for o in sorted(BINARY_OPS)], Layout(2, ("s", "z"), ("c",))),
+        ([binary_program(o, dtype, out(o), True) for o in sorted(BINARY_OPS)], Layout(1, ("c",), ("c",))),
+    ]
+    for progs, layout in families:
+        names = [f"k{i}" for i in range(len(progs))]
+        source, kept, _ = elementwise_sources(progs, layout, names)
+        rt.programs.program(source, rt.options)
+        assert len(kept) >= 4
