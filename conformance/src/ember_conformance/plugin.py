@@ -37,6 +37,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "the required primitives (what a backend implementing only those would compute)",
     )
     group.addoption(
+        "--ember-dtypes",
+        action="store",
+        default=None,
+        metavar="LIST",
+        help="comma-separated dtypes to check (e.g. float32,int64,bool); cases of other dtypes skip with that "
+        "reason. For time-boxed runs on backends that compile a kernel per dtype; the full suite is the default",
+    )
+    group.addoption(
         "--ember-report",
         action="store",
         default=None,
@@ -136,6 +144,15 @@ def _classify(item: pytest.Item) -> dict[str, str]:
     }
 
 
+def _selected_dtypes(config: pytest.Config) -> set[str] | None:
+    raw = config.getoption("ember_dtypes", None)
+    if not raw:
+        return None
+    from ember.dtypes import as_dtype
+
+    return {as_dtype(name.strip(), "--ember-dtypes").name for name in raw.split(",") if name.strip()}
+
+
 def _extension_items(session: pytest.Session, seen: set[Path]) -> list[pytest.Item]:
     """Items from the test modules extensions add through ``ember_conformance_modules``."""
     from ember.plugins import get_registry
@@ -162,8 +179,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     extra = _extension_items(session, seen)
     items.extend(extra)
+    selected = _selected_dtypes(config)
     for item in ours + extra:
-        for key, value in _classify(item).items():
+        tags = _classify(item)
+        for key, value in tags.items():
             item.user_properties.append((key, value))
+        if selected is not None and tags["ember_dtype"] != "-" and tags["ember_dtype"] not in selected:
+            item.add_marker(pytest.mark.skip(reason=f"dtype {tags['ember_dtype']} not selected by --ember-dtypes"))
         # NaN/inf and empty inputs are the point of some cases: numpy-based backends warn about them
         item.add_marker(pytest.mark.filterwarnings(_IEEE_WARNINGS))

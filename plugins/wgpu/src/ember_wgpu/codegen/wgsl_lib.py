@@ -342,17 +342,18 @@ HELPERS: dict[str, str] = {
   return m * sqrt(1.0 + r * r);
 }""",
     # -- 32-bit integers -------------------------------------------------------------------
+    # floor division from the remainder a - q * b, not from `%`: correct whether the driver's
+    # `/` truncates (the WGSL rule) or floors (seen on NVIDIA's Vulkan driver for negatives)
     "i_floordiv": """fn i_floordiv(a: i32, b: i32) -> i32 {
   if (b == 0) { return 0; }
   var q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) { q = q - 1; }
+  let r = a - q * b;
+  if (r != 0 && ((r ^ b) < 0)) { q = q - 1; }
   return q;
 }""",
     "i_rem": """fn i_rem(a: i32, b: i32) -> i32 {
   if (b == 0) { return 0; }
-  var r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) { r = r + b; }
-  return r;
+  return a - i_floordiv(a, b) * b;
 }""",
     "u_div": "fn u_div(a: u32, b: u32) -> u32 { if (b == 0u) { return 0u; } return a / b; }",
     "u_rem": "fn u_rem(a: u32, b: u32) -> u32 { if (b == 0u) { return 0u; } return a % b; }",
