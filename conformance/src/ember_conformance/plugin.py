@@ -42,7 +42,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="LIST",
         help="comma-separated dtypes to check (e.g. float32,int64,bool); cases of other dtypes skip with that "
-        "reason. For time-boxed runs on backends that compile a kernel per dtype; the full suite is the default",
+        "reason ('all', the default, checks every dtype). For time-boxed runs on backends that compile a kernel "
+        "per dtype",
     )
     group.addoption(
         "--ember-report",
@@ -146,7 +147,7 @@ def _classify(item: pytest.Item) -> dict[str, str]:
 
 def _selected_dtypes(config: pytest.Config) -> set[str] | None:
     raw = config.getoption("ember_dtypes", None)
-    if not raw:
+    if not raw or raw.strip().lower() == "all":
         return None
     from ember.dtypes import as_dtype
 
