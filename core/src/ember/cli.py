@@ -128,7 +128,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"[none] {kind}: the backend loaded but found no device. {_DOCTOR_HINTS.get(kind, '')}")
             continue
         print(f"[ ok ] {kind}: {n} device(s)")
-        missing = cls(_device(kind)).missing_primitives() if n else []
+        missing = _device(kind).backend.missing_primitives()
         if missing:
             ok = False
             print(f"       incomplete backend, missing primitives: {', '.join(missing)}")

@@ -21,11 +21,7 @@ __all__ = [
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
-    if requires_grad:
-        t.requires_grad_()
-    elif t._device.autodiff_enabled and t._dtype.kind == "f":
-        pass  # made on an autodiff device: may still be marked later with requires_grad_()
-    return t
+    return t.requires_grad_() if requires_grad else t
 
 
 def _from_host(arr: np.ndarray, dtype: DType, device: Device, op: str) -> Tensor:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dispatch import KERNELS, OPS, apply, define
-from .errors import InvalidArgumentError, NotImplementedOpError
+from .errors import InvalidArgumentError
 
 __all__ = ["backend_extension", "Extension", "VjpContext", "EXTENSIONS"]
 
@@ -107,14 +107,8 @@ def _apply_kernel(ext: Extension, inputs: tuple[Any, ...], params: dict[str, Any
     record = GRAD.enabled and any(t._rg for t in inputs)
     if record and ext.op.vjp is None:
         return ext.reference(*inputs, **params)  # differentiate through the reference
-    meta = getattr(dev.backend, "handle_meta", None)
-    if meta is None:
-        raise NotImplementedOpError(
-            f"{ext.name}: the {dev.backend.name} backend has a kernel for this extension but no "
-            f"handle_meta() to report the result's shape and dtype"
-        )
     handle = dev._impls[ext.name](*[t._data for t in inputs], **params)
-    shape, dtype = meta(handle)
+    shape, dtype = dev.backend.handle_meta(handle)  # the result's metadata comes from the kernel's output
     out = make_tensor(handle, tuple(shape), as_dtype(dtype), dev)
     if record and out.dtype.is_floating:
         out._node = Node(ext.op, inputs, params)
