@@ -1,9 +1,11 @@
 """The Backend protocol: what a device plugin implements, and its Capabilities.
 
 A backend is a class. ``BackendSpec.loader`` returns it; ember makes one instance per device
-index the first time a tensor is placed there. Ops are methods named after the op
-(``add``, ``sum``, ``matmul``...). They take backend handles (the backend's own buffers)
-positionally and parameters by keyword, and return a new handle; they never mutate inputs.
+index the first time a tensor is placed there. Native ops are methods marked ``@native``
+(named after the op: ``add``, ``sum``, ``matmul``...) or entries of ``native_kernels()``.
+They take backend handles (the backend's own buffers) positionally and parameters by
+keyword, and return a new handle; they never mutate inputs. ``ember.dispatch.OPS[name]``
+holds each op's kind and the exact native signature (``ember ops`` prints the table).
 The shape and dtype of every result are worked out by ember's core before the call, so a
 backend only computes.
 
@@ -14,6 +16,7 @@ composite definition in ember's core. Implementing a composite op natively (``so
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,7 +25,14 @@ from .dtypes import ALL_DTYPES, DType
 if TYPE_CHECKING:
     from .device import Device
 
-__all__ = ["Backend", "Capabilities", "REQUIRED_PRIMITIVES", "PRIMITIVE_SIGNATURES"]
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "native",
+    "EXTENSION_KERNELS",
+    "REQUIRED_PRIMITIVES",
+    "PRIMITIVE_SIGNATURES",
+]
 
 #: every primitive with the signature a backend method must have (``a``/``b``: handles).
 PRIMITIVE_SIGNATURES: dict[str, str] = {
@@ -76,6 +86,29 @@ PRIMITIVE_SIGNATURES: dict[str, str] = {
 REQUIRED_PRIMITIVES: frozenset[str] = frozenset(PRIMITIVE_SIGNATURES)
 
 
+#: (op name, device kind) -> native kernel ``fn(backend, *handles, **params)`` that an extension
+#: added (``@op.kernel("cpu")``); it takes precedence over the backend's own table.
+EXTENSION_KERNELS: dict[tuple[str, str], Callable[..., Any]] = {}
+
+_NATIVE_MARK = "__ember_native_op__"
+
+
+def native(fn: Callable[..., Any] | None = None, *, op: str | None = None) -> Any:
+    """Declare a backend method as the native implementation of an op.
+
+    ``@native`` names the op after the attribute (``exp = native(staticmethod(np.exp))`` is
+    ``exp``); ``@native(op="slice")`` names it explicitly.
+    Only declared methods count: a helper method that happens to share an op's name is not
+    called by dispatch.
+    """
+
+    def mark(f: Any) -> Any:
+        setattr(f, _NATIVE_MARK, op or True)  # True: the op is named like the attribute
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What one device can do; the conformance suite skips what is not here, with the reason."""
@@ -96,7 +129,7 @@ class Capabilities:
 
 
 class Backend:
-    """Base class of device backends. Subclass, set ``name``, implement the primitives."""
+    """Base class of device backends. Subclass, set ``name``, declare native ops with ``@native``."""
 
     #: short name shown by ``ember plugins`` / ``ember devices``
     name: ClassVar[str] = "backend"
@@ -110,10 +143,26 @@ class Backend:
     #: that queue work set False: the core then skips host-side index range checks, and their
     #: gather/scatter kernels must clamp out-of-range indices instead of faulting.
     cheap_readback: ClassVar[bool] = True
+    #: op name -> method name of every ``@native`` method, this class and its bases
+    native_methods: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                op = getattr(value, _NATIVE_MARK, None)
+                if op is None and isinstance(value, (staticmethod, classmethod)):
+                    op = getattr(value.__func__, _NATIVE_MARK, None)
+                if op is True:
+                    table[attr] = attr
+                elif isinstance(op, str):
+                    table[op] = attr
+        cls.native_methods = table
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self._capabilities: Capabilities | None = None
+        self._kernels: dict[str, Callable[..., Any]] | None = None
 
     # -- discovery -----------------------------------------------------------------------
     @classmethod
@@ -126,28 +175,42 @@ class Backend:
         """Human-readable facts about device ``index`` (name, vendor, memory, features)."""
         return {"name": cls.name}
 
-    # -- dispatch ------------------------------------------------------------------------
-    def implementation(self, op: str) -> Any:
+    # -- native ops ----------------------------------------------------------------------
+    def native_kernels(self) -> dict[str, Callable[..., Any]]:
+        """op name -> callable for every op this backend computes natively.
+
+        The default is the ``@native`` methods. A backend that generates kernels (one
+        elementwise generator for many ops) extends it: ``{**super().native_kernels(), ...}``.
+        """
+        return {op: getattr(self, attr) for op, attr in self.native_methods.items()}
+
+    def implementation(self, op: str) -> Callable[..., Any] | None:
         """The callable computing ``op`` natively, or None to use ember's composite."""
-        if op.startswith("_"):
-            return None
-        impl = getattr(self, op, None)
-        return impl if callable(impl) else None
+        kernels = self._kernels
+        if kernels is None:
+            kernels = self._kernels = self.native_kernels()
+        return kernels.get(op)
+
+    def capability_notes(self) -> dict[str, str]:
+        """Free-text notes shown by ``ember doctor`` (how dtypes are stored, caveats)."""
+        return {}
 
     @property
     def capabilities(self) -> Capabilities:
-        if self._capabilities is None:
-            from .dispatch import OPS
-
-            native = frozenset(name for name in OPS if self.implementation(name) is not None)
-            self._capabilities = Capabilities(
-                dtypes=frozenset(self.supported_dtypes),
-                native_ops=native,
-                unsupported_dtypes=dict(self.unsupported_dtype_reasons),
-                fusion=self.fusion,
-                graph_replay=self.graph_replay,
-            )
-        return self._capabilities
+        """Computed on each access from the native table, so extension kernels added later count."""
+        if self._kernels is None:
+            self._kernels = self.native_kernels()
+        kind = self.device.kind
+        native_ops = {op for op in self._kernels if self.implementation(op) is not None}
+        native_ops.update(op for (op, k) in EXTENSION_KERNELS if k == kind)
+        return Capabilities(
+            dtypes=frozenset(self.supported_dtypes),
+            native_ops=frozenset(native_ops),
+            unsupported_dtypes=dict(self.unsupported_dtype_reasons),
+            fusion=self.fusion,
+            graph_replay=self.graph_replay,
+            notes=self.capability_notes(),
+        )
 
     def missing_primitives(self) -> list[str]:
         """Required primitives this backend does not implement (empty when complete)."""

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ember import Backend
+from ember.backend import native
 from ember.dtypes import ALL_DTYPES, DType, bfloat16
 
 from .handles import (
@@ -178,6 +179,7 @@ class CheckedBackend(Backend):
         return CheckedArray(arr, self)
 
     # -- transfer and creation -------------------------------------------------------------
+    @native
     def from_numpy(self, array: Any) -> CheckedArray:
         if type(array) is not np.ndarray:
             raise ContractError("from_numpy", f"expected a numpy array, got {type(array).__name__}")
@@ -187,18 +189,21 @@ class CheckedBackend(Backend):
             raise ContractError("from_numpy", f"dtype {array.dtype} is not supported")
         return CheckedArray(np.array(array, copy=True), self)
 
+    @native
     def to_numpy(self, a: CheckedArray) -> np.ndarray:
         return self._arg("to_numpy", "a", a)  # read-only: a caller that writes into it fails loudly
 
     def dlpack(self, a: CheckedArray) -> np.ndarray:
         return np.array(self._arg("dlpack", "a", a), copy=True)  # DLPack consumers may want a writable buffer
 
+    @native
     def full(self, *, shape: Any, value: Any, dtype: Any) -> CheckedArray:
         dt = self._dtype("full", dtype)
         check_shape("full", shape)
         check_scalar("full", "value", value, dt)
         return self._out("full", np.full(shape, value, dtype=dt), dt)
 
+    @native
     def arange(self, *, start: Any, step: Any, size: Any, dtype: Any) -> CheckedArray:
         dt = self._dtype("arange", dtype)
         check_scalar("arange", "start", start, dt)
@@ -207,6 +212,7 @@ class CheckedBackend(Backend):
         wide = _F64 if dt.kind == "f" else _INT64
         return self._out("arange", np.arange(size, dtype=wide) * step + start, dt)
 
+    @native
     def random_bits(self, *, key: Any, counter: Any, size: Any) -> CheckedArray:
         if type(key) is not tuple or len(key) != 2:
             raise ContractError("random_bits", f"key must be a tuple of two ints, got {key!r}")
@@ -219,57 +225,59 @@ class CheckedBackend(Backend):
         return self._out("random_bits", stream(key, counter, size), np.dtype(np.uint32))
 
     # -- elementwise unary -----------------------------------------------------------------
-    neg = _unary("neg", NUMERIC, np.negative)
-    abs = _unary("abs", NUMERIC, np.abs)
-    sign = _unary("sign", NUMERIC, np.sign)
-    exp = _unary("exp", FLOAT, _wide(np.exp))
-    log = _unary("log", FLOAT, _wide(np.log))
-    sqrt = _unary("sqrt", FLOAT, _wide(np.sqrt))
-    rsqrt = _unary("rsqrt", FLOAT, _wide(lambda x: 1.0 / np.sqrt(x)))
-    sin = _unary("sin", FLOAT, _wide(np.sin))
-    cos = _unary("cos", FLOAT, _wide(np.cos))
-    tanh = _unary("tanh", FLOAT, _wide(np.tanh))
-    erf = _unary("erf", FLOAT, lambda x: _erf(x.astype(_F64)))
-    floor = _unary("floor", NUMERIC, _integral_identity(np.floor))
-    ceil = _unary("ceil", NUMERIC, _integral_identity(np.ceil))
-    round = _unary("round", NUMERIC, _integral_identity(np.round))  # half to even
-    trunc = _unary("trunc", NUMERIC, _integral_identity(np.trunc))
-    reciprocal = _unary("reciprocal", FLOAT, _wide(lambda x: 1.0 / x))
-    isnan = _unary("isnan", NUMERIC, np.isnan, to_bool=True)
-    isinf = _unary("isinf", NUMERIC, np.isinf, to_bool=True)
-    logical_not = _unary("logical_not", BOOL, np.logical_not, to_bool=True)
-    bitwise_not = _unary("bitwise_not", INT_OR_BOOL, np.invert)
+    neg = native(_unary("neg", NUMERIC, np.negative))
+    abs = native(_unary("abs", NUMERIC, np.abs))
+    sign = native(_unary("sign", NUMERIC, np.sign))
+    exp = native(_unary("exp", FLOAT, _wide(np.exp)))
+    log = native(_unary("log", FLOAT, _wide(np.log)))
+    sqrt = native(_unary("sqrt", FLOAT, _wide(np.sqrt)))
+    rsqrt = native(_unary("rsqrt", FLOAT, _wide(lambda x: 1.0 / np.sqrt(x))))
+    sin = native(_unary("sin", FLOAT, _wide(np.sin)))
+    cos = native(_unary("cos", FLOAT, _wide(np.cos)))
+    tanh = native(_unary("tanh", FLOAT, _wide(np.tanh)))
+    erf = native(_unary("erf", FLOAT, lambda x: _erf(x.astype(_F64))))
+    floor = native(_unary("floor", NUMERIC, _integral_identity(np.floor)))
+    ceil = native(_unary("ceil", NUMERIC, _integral_identity(np.ceil)))
+    round = native(_unary("round", NUMERIC, _integral_identity(np.round)))  # half to even
+    trunc = native(_unary("trunc", NUMERIC, _integral_identity(np.trunc)))
+    reciprocal = native(_unary("reciprocal", FLOAT, _wide(lambda x: 1.0 / x)))
+    isnan = native(_unary("isnan", NUMERIC, np.isnan, to_bool=True))
+    isinf = native(_unary("isinf", NUMERIC, np.isinf, to_bool=True))
+    logical_not = native(_unary("logical_not", BOOL, np.logical_not, to_bool=True))
+    bitwise_not = native(_unary("bitwise_not", INT_OR_BOOL, np.invert))
 
     # -- elementwise binary ----------------------------------------------------------------
-    add = _binary("add", NUMERIC, np.add)
-    sub = _binary("sub", NUMERIC, np.subtract)
-    mul = _binary("mul", NUMERIC, np.multiply)
-    div = _binary("div", FLOAT, np.true_divide)
-    floordiv = _binary("floordiv", NUMERIC, np.floor_divide)
-    remainder = _binary("remainder", NUMERIC, np.remainder)
-    pow = _binary("pow", NUMERIC, _wide(np.power))
-    maximum = _binary("maximum", NUMERIC, np.maximum)
-    minimum = _binary("minimum", NUMERIC, np.minimum)
-    atan2 = _binary("atan2", FLOAT, _wide(np.arctan2))
-    eq = _binary("eq", ANY, np.equal, to_bool=True)
-    ne = _binary("ne", ANY, np.not_equal, to_bool=True)
-    lt = _binary("lt", NUMERIC, np.less, to_bool=True)
-    le = _binary("le", NUMERIC, np.less_equal, to_bool=True)
-    gt = _binary("gt", NUMERIC, np.greater, to_bool=True)
-    ge = _binary("ge", NUMERIC, np.greater_equal, to_bool=True)
-    logical_and = _binary("logical_and", BOOL, np.logical_and, to_bool=True)
-    logical_or = _binary("logical_or", BOOL, np.logical_or, to_bool=True)
-    logical_xor = _binary("logical_xor", BOOL, np.logical_xor, to_bool=True)
-    bitwise_and = _binary("bitwise_and", INT_OR_BOOL, np.bitwise_and)
-    bitwise_or = _binary("bitwise_or", INT_OR_BOOL, np.bitwise_or)
-    bitwise_xor = _binary("bitwise_xor", INT_OR_BOOL, np.bitwise_xor)
+    add = native(_binary("add", NUMERIC, np.add))
+    sub = native(_binary("sub", NUMERIC, np.subtract))
+    mul = native(_binary("mul", NUMERIC, np.multiply))
+    div = native(_binary("div", FLOAT, np.true_divide))
+    floordiv = native(_binary("floordiv", NUMERIC, np.floor_divide))
+    remainder = native(_binary("remainder", NUMERIC, np.remainder))
+    pow = native(_binary("pow", NUMERIC, _wide(np.power)))
+    maximum = native(_binary("maximum", NUMERIC, np.maximum))
+    minimum = native(_binary("minimum", NUMERIC, np.minimum))
+    atan2 = native(_binary("atan2", FLOAT, _wide(np.arctan2)))
+    eq = native(_binary("eq", ANY, np.equal, to_bool=True))
+    ne = native(_binary("ne", ANY, np.not_equal, to_bool=True))
+    lt = native(_binary("lt", NUMERIC, np.less, to_bool=True))
+    le = native(_binary("le", NUMERIC, np.less_equal, to_bool=True))
+    gt = native(_binary("gt", NUMERIC, np.greater, to_bool=True))
+    ge = native(_binary("ge", NUMERIC, np.greater_equal, to_bool=True))
+    logical_and = native(_binary("logical_and", BOOL, np.logical_and, to_bool=True))
+    logical_or = native(_binary("logical_or", BOOL, np.logical_or, to_bool=True))
+    logical_xor = native(_binary("logical_xor", BOOL, np.logical_xor, to_bool=True))
+    bitwise_and = native(_binary("bitwise_and", INT_OR_BOOL, np.bitwise_and))
+    bitwise_or = native(_binary("bitwise_or", INT_OR_BOOL, np.bitwise_or))
+    bitwise_xor = native(_binary("bitwise_xor", INT_OR_BOOL, np.bitwise_xor))
 
+    @native
     def where(self, cond: CheckedArray, a: CheckedArray, b: CheckedArray) -> CheckedArray:
         c = self._arg("where", "cond", cond, BOOL)
         x = self._arg("where", "a", a)
         y = self._arg("where", "b", b, like=x)
         return self._out("where", np.where(c, x, y), x.dtype)
 
+    @native
     def cast(self, a: CheckedArray, *, dtype: Any) -> CheckedArray:
         x = self._arg("cast", "a", a)
         dt = self._dtype("cast", dtype)
@@ -279,16 +287,18 @@ class CheckedBackend(Backend):
             return self._out("cast", x.astype(dt), dt)
 
     # -- reductions ------------------------------------------------------------------------
-    sum = _reduction("sum", NUMERIC, _wide(np.sum))
-    prod = _reduction("prod", NUMERIC, _wide(np.prod))
-    max = _reduction("max", NUMERIC, np.max)
-    min = _reduction("min", NUMERIC, np.min)
-    any = _reduction("any", BOOL, np.any, to_bool=True)
-    all = _reduction("all", BOOL, np.all, to_bool=True)
+    sum = native(_reduction("sum", NUMERIC, _wide(np.sum)))
+    prod = native(_reduction("prod", NUMERIC, _wide(np.prod)))
+    max = native(_reduction("max", NUMERIC, np.max))
+    min = native(_reduction("min", NUMERIC, np.min))
+    any = native(_reduction("any", BOOL, np.any, to_bool=True))
+    all = native(_reduction("all", BOOL, np.all, to_bool=True))
 
+    @native
     def argmax(self, a: CheckedArray, *, axis: Any, keepdims: Any) -> CheckedArray:
         return self._arg_extreme("argmax", np.argmax, a, axis, keepdims)
 
+    @native
     def argmin(self, a: CheckedArray, *, axis: Any, keepdims: Any) -> CheckedArray:
         return self._arg_extreme("argmin", np.argmin, a, axis, keepdims)
 
@@ -300,6 +310,7 @@ class CheckedBackend(Backend):
             raise ContractError(op, f"axis {axis} is empty; ember should have refused it earlier")
         return self._out(op, fn(x, axis=axis, keepdims=keepdims), _INT64)
 
+    @native
     def cumsum(self, a: CheckedArray, *, axis: Any) -> CheckedArray:
         x = self._arg("cumsum", "a", a, NUMERIC)
         check_axis("cumsum", axis, x.ndim)
@@ -307,6 +318,7 @@ class CheckedBackend(Backend):
             return self._out("cumsum", _wide(np.cumsum)(x, axis=axis), x.dtype)
 
     # -- movement --------------------------------------------------------------------------
+    @native
     def reshape(self, a: CheckedArray, *, shape: Any) -> CheckedArray:
         x = self._arg("reshape", "a", a)
         check_shape("reshape", shape)
@@ -314,17 +326,20 @@ class CheckedBackend(Backend):
             raise ContractError("reshape", f"cannot reshape {x.shape} ({x.size} elements) to {shape}")
         return self._out("reshape", x.reshape(shape), x.dtype)
 
+    @native
     def permute(self, a: CheckedArray, *, axes: Any) -> CheckedArray:
         x = self._arg("permute", "a", a)
         if type(axes) is not tuple or sorted(axes) != list(range(x.ndim)) or not all(type(i) is int for i in axes):
             raise ContractError("permute", f"axes must be a tuple permuting 0..{x.ndim - 1}, got {axes!r}")
         return self._out("permute", x.transpose(axes), x.dtype)
 
+    @native
     def expand(self, a: CheckedArray, *, shape: Any) -> CheckedArray:
         x = self._arg("expand", "a", a)
         check_shape("expand", shape)
         return self._out("expand", np.broadcast_to(x, shape), x.dtype)
 
+    @native
     def slice(self, a: CheckedArray, *, starts: Any, stops: Any, steps: Any) -> CheckedArray:
         x = self._arg("slice", "a", a)
         for name, values in (("starts", starts), ("stops", stops), ("steps", steps)):
@@ -336,6 +351,7 @@ class CheckedBackend(Backend):
         index = tuple(slice(start, stop, step) for start, stop, step in zip(starts, stops, steps))
         return self._out("slice", x[index], x.dtype)
 
+    @native
     def pad(self, a: CheckedArray, *, pads: Any, value: Any) -> CheckedArray:
         x = self._arg("pad", "a", a)
         ok = type(pads) is tuple and len(pads) == x.ndim
@@ -346,11 +362,13 @@ class CheckedBackend(Backend):
         fill = np.asarray(value).astype(x.dtype)
         return self._out("pad", np.pad(x, pads, mode="constant", constant_values=fill), x.dtype)
 
+    @native
     def flip(self, a: CheckedArray, *, axes: Any) -> CheckedArray:
         x = self._arg("flip", "a", a)
         check_axes("flip", axes, x.ndim)
         return self._out("flip", np.flip(x, axis=axes), x.dtype)
 
+    @native
     def concat(self, *arrays: CheckedArray, axis: Any) -> CheckedArray:
         if not arrays:
             raise ContractError("concat", "needs at least one array")
@@ -360,6 +378,7 @@ class CheckedBackend(Backend):
         return self._out("concat", np.concatenate(xs, axis=axis), first.dtype)
 
     # -- indexing --------------------------------------------------------------------------
+    @native
     def gather(self, a: CheckedArray, index: CheckedArray, *, axis: Any) -> CheckedArray:
         x = self._arg("gather", "a", a)
         check_axis("gather", axis, x.ndim)
@@ -368,6 +387,7 @@ class CheckedBackend(Backend):
             raise ContractError("gather", f"index has {idx.ndim} dims, a has {x.ndim}")
         return self._out("gather", np.take_along_axis(x, idx, axis=axis), x.dtype)
 
+    @native
     def scatter_add(self, a: CheckedArray, index: CheckedArray, values: CheckedArray, *, axis: Any) -> CheckedArray:
         x = self._arg("scatter_add", "a", a, NUMERIC)
         check_axis("scatter_add", axis, x.ndim)
@@ -381,6 +401,7 @@ class CheckedBackend(Backend):
         np.add.at(acc, tuple(grid), vals.astype(acc.dtype))
         return self._out("scatter_add", acc, x.dtype)
 
+    @native
     def index_put(self, a: CheckedArray, values: CheckedArray, *indices: CheckedArray, accumulate: Any) -> CheckedArray:
         x = self._arg("index_put", "a", a)
         vals = self._arg("index_put", "values", values, like=x)
@@ -401,6 +422,7 @@ class CheckedBackend(Backend):
         return self._out("index_put", out, x.dtype)
 
     # -- linear algebra and sorting ----------------------------------------------------------
+    @native
     def matmul(self, a: CheckedArray, b: CheckedArray) -> CheckedArray:
         x = self._arg("matmul", "a", a, NUMERIC)
         y = self._arg("matmul", "b", b, NUMERIC, like=x)
@@ -409,6 +431,7 @@ class CheckedBackend(Backend):
         with np.errstate(all="ignore"):
             return self._out("matmul", _wide(np.matmul)(x, y), x.dtype)
 
+    @native
     def sort(self, a: CheckedArray, *, axis: Any, descending: Any) -> CheckedArray:
         x = self._arg("sort", "a", a, NUMERIC)
         check_axis("sort", axis, x.ndim)
@@ -416,6 +439,7 @@ class CheckedBackend(Backend):
         out = np.sort(x, axis=axis, kind="stable")  # NaN last
         return self._out("sort", np.flip(out, axis=axis) if descending else out, x.dtype)
 
+    @native
     def argsort(self, a: CheckedArray, *, axis: Any, descending: Any) -> CheckedArray:
         x = self._arg("argsort", "a", a, NUMERIC)
         check_axis("argsort", axis, x.ndim)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend import Backend
+from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType
 from ember.random import philox_words
 
@@ -124,95 +124,102 @@ class CpuBackend(Backend):
         return np.array(np.from_dlpack(obj), copy=True)
 
     # -- transfer and creation -------------------------------------------------------------
+    @native
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
         return array
 
+    @native
     def to_numpy(self, a: np.ndarray) -> np.ndarray:
         view = a.view()
         view.flags.writeable = False
         return view
 
+    @native
     def full(self, *, shape: tuple[int, ...], value: Any, dtype: DType) -> np.ndarray:
         return np.full(shape, value, dtype=dtype.numpy)
 
+    @native
     def arange(self, *, start: Any, step: Any, size: int, dtype: DType) -> np.ndarray:
         if dtype.kind == "f":
             return (np.arange(size, dtype=np.float64) * step + start).astype(dtype.numpy)
         return (np.arange(size, dtype=np.int64) * step + start).astype(dtype.numpy)
 
+    @native
     def random_bits(self, *, key: tuple[int, int], counter: int, size: int) -> np.ndarray:
         return philox_words(key[0], key[1], counter, size)
 
     # -- elementwise unary -----------------------------------------------------------------
-    neg = staticmethod(lambda a: _arr(np.negative(a)))
-    abs = staticmethod(lambda a: _arr(np.abs(a)))
-    sign = staticmethod(lambda a: _arr(np.sign(a)))
-    exp = staticmethod(_via_f32(np.exp))
-    log = staticmethod(_via_f32(np.log))
-    sqrt = staticmethod(_via_f32(np.sqrt))
-    rsqrt = staticmethod(_via_f32(lambda a: 1.0 / np.sqrt(a)))
-    sin = staticmethod(_via_f32(np.sin))
-    cos = staticmethod(_via_f32(np.cos))
-    tanh = staticmethod(_via_f32(np.tanh))
-    erf = staticmethod(_via_f32(_erf))
-    floor = staticmethod(lambda a: _arr(np.floor(a)) if a.dtype.kind in "fV" else a)
-    ceil = staticmethod(lambda a: _arr(np.ceil(a)) if a.dtype.kind in "fV" else a)
-    round = staticmethod(lambda a: _arr(np.round(a)) if a.dtype.kind in "fV" else a)
-    trunc = staticmethod(lambda a: _arr(np.trunc(a)) if a.dtype.kind in "fV" else a)
-    reciprocal = staticmethod(_via_f32(lambda a: 1.0 / a))
-    isnan = staticmethod(lambda a: _arr(np.isnan(a)))
-    isinf = staticmethod(lambda a: _arr(np.isinf(a)))
-    logical_not = staticmethod(lambda a: _arr(np.logical_not(a)))
-    bitwise_not = staticmethod(lambda a: _arr(np.invert(a)))
+    neg = native(staticmethod(lambda a: _arr(np.negative(a))))
+    abs = native(staticmethod(lambda a: _arr(np.abs(a))))
+    sign = native(staticmethod(lambda a: _arr(np.sign(a))))
+    exp = native(staticmethod(_via_f32(np.exp)))
+    log = native(staticmethod(_via_f32(np.log)))
+    sqrt = native(staticmethod(_via_f32(np.sqrt)))
+    rsqrt = native(staticmethod(_via_f32(lambda a: 1.0 / np.sqrt(a))))
+    sin = native(staticmethod(_via_f32(np.sin)))
+    cos = native(staticmethod(_via_f32(np.cos)))
+    tanh = native(staticmethod(_via_f32(np.tanh)))
+    erf = native(staticmethod(_via_f32(_erf)))
+    floor = native(staticmethod(lambda a: _arr(np.floor(a)) if a.dtype.kind in "fV" else a))
+    ceil = native(staticmethod(lambda a: _arr(np.ceil(a)) if a.dtype.kind in "fV" else a))
+    round = native(staticmethod(lambda a: _arr(np.round(a)) if a.dtype.kind in "fV" else a))
+    trunc = native(staticmethod(lambda a: _arr(np.trunc(a)) if a.dtype.kind in "fV" else a))
+    reciprocal = native(staticmethod(_via_f32(lambda a: 1.0 / a)))
+    isnan = native(staticmethod(lambda a: _arr(np.isnan(a))))
+    isinf = native(staticmethod(lambda a: _arr(np.isinf(a))))
+    logical_not = native(staticmethod(lambda a: _arr(np.logical_not(a))))
+    bitwise_not = native(staticmethod(lambda a: _arr(np.invert(a))))
 
     # native versions of composite unary ops
-    exp2 = staticmethod(_via_f32(np.exp2))
-    expm1 = staticmethod(_via_f32(np.expm1))
-    log2 = staticmethod(_via_f32(np.log2))
-    log10 = staticmethod(_via_f32(np.log10))
-    log1p = staticmethod(_via_f32(np.log1p))
-    tan = staticmethod(_via_f32(np.tan))
-    asin = staticmethod(_via_f32(np.arcsin))
-    acos = staticmethod(_via_f32(np.arccos))
-    atan = staticmethod(_via_f32(np.arctan))
-    sinh = staticmethod(_via_f32(np.sinh))
-    cosh = staticmethod(_via_f32(np.cosh))
-    asinh = staticmethod(_via_f32(np.arcsinh))
-    acosh = staticmethod(_via_f32(np.arccosh))
-    atanh = staticmethod(_via_f32(np.arctanh))
-    square = staticmethod(lambda a: _arr(np.multiply(a, a)))
-    isfinite = staticmethod(lambda a: _arr(np.isfinite(a)))
+    exp2 = native(staticmethod(_via_f32(np.exp2)))
+    expm1 = native(staticmethod(_via_f32(np.expm1)))
+    log2 = native(staticmethod(_via_f32(np.log2)))
+    log10 = native(staticmethod(_via_f32(np.log10)))
+    log1p = native(staticmethod(_via_f32(np.log1p)))
+    tan = native(staticmethod(_via_f32(np.tan)))
+    asin = native(staticmethod(_via_f32(np.arcsin)))
+    acos = native(staticmethod(_via_f32(np.arccos)))
+    atan = native(staticmethod(_via_f32(np.arctan)))
+    sinh = native(staticmethod(_via_f32(np.sinh)))
+    cosh = native(staticmethod(_via_f32(np.cosh)))
+    asinh = native(staticmethod(_via_f32(np.arcsinh)))
+    acosh = native(staticmethod(_via_f32(np.arccosh)))
+    atanh = native(staticmethod(_via_f32(np.arctanh)))
+    square = native(staticmethod(lambda a: _arr(np.multiply(a, a))))
+    isfinite = native(staticmethod(lambda a: _arr(np.isfinite(a))))
 
     # -- elementwise binary ----------------------------------------------------------------
-    add = staticmethod(_keep_dtype(np.add))
-    sub = staticmethod(_keep_dtype(np.subtract))
-    mul = staticmethod(_keep_dtype(np.multiply))
-    div = staticmethod(_keep_dtype(np.true_divide))
-    floordiv = staticmethod(_keep_dtype(np.floor_divide))
-    remainder = staticmethod(_keep_dtype(np.remainder))
-    pow = staticmethod(_via_f32(np.power))
-    maximum = staticmethod(_keep_dtype(np.maximum))
-    minimum = staticmethod(_keep_dtype(np.minimum))
-    atan2 = staticmethod(_via_f32(np.arctan2))
-    hypot = staticmethod(_via_f32(np.hypot))
-    logaddexp = staticmethod(_via_f32(np.logaddexp))
-    eq = staticmethod(lambda a, b: _arr(np.equal(a, b)))
-    ne = staticmethod(lambda a, b: _arr(np.not_equal(a, b)))
-    lt = staticmethod(lambda a, b: _arr(np.less(a, b)))
-    le = staticmethod(lambda a, b: _arr(np.less_equal(a, b)))
-    gt = staticmethod(lambda a, b: _arr(np.greater(a, b)))
-    ge = staticmethod(lambda a, b: _arr(np.greater_equal(a, b)))
-    logical_and = staticmethod(lambda a, b: _arr(np.logical_and(a, b)))
-    logical_or = staticmethod(lambda a, b: _arr(np.logical_or(a, b)))
-    logical_xor = staticmethod(lambda a, b: _arr(np.logical_xor(a, b)))
-    bitwise_and = staticmethod(lambda a, b: _arr(np.bitwise_and(a, b)))
-    bitwise_or = staticmethod(lambda a, b: _arr(np.bitwise_or(a, b)))
-    bitwise_xor = staticmethod(lambda a, b: _arr(np.bitwise_xor(a, b)))
+    add = native(staticmethod(_keep_dtype(np.add)))
+    sub = native(staticmethod(_keep_dtype(np.subtract)))
+    mul = native(staticmethod(_keep_dtype(np.multiply)))
+    div = native(staticmethod(_keep_dtype(np.true_divide)))
+    floordiv = native(staticmethod(_keep_dtype(np.floor_divide)))
+    remainder = native(staticmethod(_keep_dtype(np.remainder)))
+    pow = native(staticmethod(_via_f32(np.power)))
+    maximum = native(staticmethod(_keep_dtype(np.maximum)))
+    minimum = native(staticmethod(_keep_dtype(np.minimum)))
+    atan2 = native(staticmethod(_via_f32(np.arctan2)))
+    hypot = native(staticmethod(_via_f32(np.hypot)))
+    logaddexp = native(staticmethod(_via_f32(np.logaddexp)))
+    eq = native(staticmethod(lambda a, b: _arr(np.equal(a, b))))
+    ne = native(staticmethod(lambda a, b: _arr(np.not_equal(a, b))))
+    lt = native(staticmethod(lambda a, b: _arr(np.less(a, b))))
+    le = native(staticmethod(lambda a, b: _arr(np.less_equal(a, b))))
+    gt = native(staticmethod(lambda a, b: _arr(np.greater(a, b))))
+    ge = native(staticmethod(lambda a, b: _arr(np.greater_equal(a, b))))
+    logical_and = native(staticmethod(lambda a, b: _arr(np.logical_and(a, b))))
+    logical_or = native(staticmethod(lambda a, b: _arr(np.logical_or(a, b))))
+    logical_xor = native(staticmethod(lambda a, b: _arr(np.logical_xor(a, b))))
+    bitwise_and = native(staticmethod(lambda a, b: _arr(np.bitwise_and(a, b))))
+    bitwise_or = native(staticmethod(lambda a, b: _arr(np.bitwise_or(a, b))))
+    bitwise_xor = native(staticmethod(lambda a, b: _arr(np.bitwise_xor(a, b))))
 
+    @native
     @staticmethod
     def where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return _arr(np.where(cond, a, b))
 
+    @native
     @staticmethod
     def cast(a: np.ndarray, *, dtype: DType) -> np.ndarray:
         target = dtype.numpy
@@ -222,48 +229,58 @@ class CpuBackend(Backend):
         return a.astype(target)
 
     # -- reductions ------------------------------------------------------------------------
+    @native
     @staticmethod
     def sum(a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         if a.dtype.itemsize == 2 and a.dtype.kind not in "iu":
             return _arr(np.sum(a, axis=axes, keepdims=keepdims, dtype=_F32)).astype(a.dtype)
         return _arr(np.sum(a, axis=axes, keepdims=keepdims))
 
+    @native
     @staticmethod
     def prod(a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         if a.dtype.itemsize == 2 and a.dtype.kind not in "iu":
             return _arr(np.prod(a, axis=axes, keepdims=keepdims, dtype=_F32)).astype(a.dtype)
         return _arr(np.prod(a, axis=axes, keepdims=keepdims))
 
+    @native
     @staticmethod
     def max(a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         return _arr(np.max(a, axis=axes, keepdims=keepdims))
 
+    @native
     @staticmethod
     def min(a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         return _arr(np.min(a, axis=axes, keepdims=keepdims))
 
+    @native
     @staticmethod
     def any(a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         return _arr(np.any(a, axis=axes, keepdims=keepdims))
 
+    @native
     @staticmethod
     def all(a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         return _arr(np.all(a, axis=axes, keepdims=keepdims))
 
+    @native
     @staticmethod
     def argmax(a: np.ndarray, *, axis: int, keepdims: bool) -> np.ndarray:
         return _arr(np.argmax(a, axis=axis, keepdims=keepdims)).astype(np.int64, copy=False)
 
+    @native
     @staticmethod
     def argmin(a: np.ndarray, *, axis: int, keepdims: bool) -> np.ndarray:
         return _arr(np.argmin(a, axis=axis, keepdims=keepdims)).astype(np.int64, copy=False)
 
+    @native
     @staticmethod
     def cumsum(a: np.ndarray, *, axis: int) -> np.ndarray:
         if a.dtype.itemsize == 2 and a.dtype.kind not in "iu":
             return np.cumsum(a, axis=axis, dtype=_F32).astype(a.dtype)
         return np.cumsum(a, axis=axis)
 
+    @native
     @staticmethod
     def mean(a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         if a.dtype.itemsize == 2:
@@ -271,43 +288,53 @@ class CpuBackend(Backend):
         return _arr(np.mean(a, axis=axes, keepdims=keepdims))
 
     # -- movement --------------------------------------------------------------------------
+    @native
     @staticmethod
     def reshape(a: np.ndarray, *, shape: tuple[int, ...]) -> np.ndarray:
         return a.reshape(shape)
 
+    @native
     @staticmethod
     def permute(a: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
         return a.transpose(axes)
 
+    @native
     @staticmethod
     def expand(a: np.ndarray, *, shape: tuple[int, ...]) -> np.ndarray:
         return np.broadcast_to(a, shape)
 
+    @native
     @staticmethod
     def slice(a: np.ndarray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]) -> np.ndarray:
         return a[tuple(slice(s, e, k) for s, e, k in zip(starts, stops, steps))]
 
+    @native
     @staticmethod
     def pad(a: np.ndarray, *, pads: tuple[tuple[int, int], ...], value: Any) -> np.ndarray:
         return np.pad(a, pads, mode="constant", constant_values=np.asarray(value).astype(a.dtype))
 
+    @native
     @staticmethod
     def flip(a: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
         return np.flip(a, axis=axes)
 
+    @native
     @staticmethod
     def concat(*arrays: np.ndarray, axis: int) -> np.ndarray:
         return np.concatenate(arrays, axis=axis)
 
     # -- indexing --------------------------------------------------------------------------
+    @native
     @staticmethod
     def gather(a: np.ndarray, index: np.ndarray, *, axis: int) -> np.ndarray:
         return np.take_along_axis(a, index, axis=axis)
 
+    @native
     @staticmethod
     def take(a: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
         return np.take(a, indices, axis=axis)
 
+    @native
     @staticmethod
     def scatter_add(a: np.ndarray, index: np.ndarray, values: np.ndarray, *, axis: int) -> np.ndarray:
         out = np.array(a, copy=True)
@@ -320,6 +347,7 @@ class CpuBackend(Backend):
         np.add.at(out, tuple(grid), values)
         return out
 
+    @native
     @staticmethod
     def index_put(a: np.ndarray, values: np.ndarray, *indices: np.ndarray, accumulate: bool) -> np.ndarray:
         out = np.array(a, copy=True)
@@ -330,12 +358,14 @@ class CpuBackend(Backend):
         return out
 
     # -- linear algebra and sorting ----------------------------------------------------------
+    @native
     @staticmethod
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if a.dtype.itemsize == 2 and a.dtype.kind not in "iu":
             return np.matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
         return _arr(np.matmul(a, b))
 
+    @native
     @staticmethod
     def sort(a: np.ndarray, *, axis: int, descending: bool) -> np.ndarray:
         if a.dtype.kind == "V":  # ml_dtypes' bfloat16 sort misplaces NaN; float32 holds it exactly
@@ -343,6 +373,7 @@ class CpuBackend(Backend):
         out = np.sort(a, axis=axis, kind="stable")
         return np.flip(out, axis=axis) if descending else out
 
+    @native
     @staticmethod
     def argsort(a: np.ndarray, *, axis: int, descending: bool) -> np.ndarray:
         if a.dtype.kind == "V":
@@ -354,25 +385,25 @@ class CpuBackend(Backend):
         return np.flip(n - 1 - idx, axis=axis).astype(np.int64, copy=False)
 
     # -- neural-network fast paths (kernels in nn_kernels) -----------------------------------
-    relu = staticmethod(nn_kernels.relu)
-    sigmoid = staticmethod(nn_kernels.sigmoid)
-    gelu = staticmethod(nn_kernels.gelu)
-    silu = staticmethod(nn_kernels.silu)
-    softplus = staticmethod(nn_kernels.softplus)
-    softmax = staticmethod(nn_kernels.softmax)
-    log_softmax = staticmethod(nn_kernels.log_softmax)
-    logsumexp = staticmethod(nn_kernels.logsumexp)
-    layer_norm = staticmethod(nn_kernels.layer_norm)
-    rms_norm = staticmethod(nn_kernels.rms_norm)
-    cross_entropy = staticmethod(nn_kernels.cross_entropy)
-    scaled_dot_product_attention = staticmethod(nn_kernels.attention)
-    conv = staticmethod(conv_kernels.conv)
-    conv_transpose = staticmethod(conv_kernels.conv_transpose)
-    unfold = staticmethod(conv_kernels.unfold)
-    fold = staticmethod(conv_kernels.fold)
-    max_pool = staticmethod(conv_kernels.max_pool)
-    max_pool_backward = staticmethod(conv_kernels.max_pool_backward)
-    avg_pool = staticmethod(conv_kernels.avg_pool)
-    adaptive_avg_pool = staticmethod(conv_kernels.adaptive_avg_pool)
-    adaptive_max_pool = staticmethod(conv_kernels.adaptive_max_pool)
-    interpolate = staticmethod(conv_kernels.interpolate)
+    relu = native(staticmethod(nn_kernels.relu))
+    sigmoid = native(staticmethod(nn_kernels.sigmoid))
+    gelu = native(staticmethod(nn_kernels.gelu))
+    silu = native(staticmethod(nn_kernels.silu))
+    softplus = native(staticmethod(nn_kernels.softplus))
+    softmax = native(staticmethod(nn_kernels.softmax))
+    log_softmax = native(staticmethod(nn_kernels.log_softmax))
+    logsumexp = native(staticmethod(nn_kernels.logsumexp))
+    layer_norm = native(staticmethod(nn_kernels.layer_norm))
+    rms_norm = native(staticmethod(nn_kernels.rms_norm))
+    cross_entropy = native(staticmethod(nn_kernels.cross_entropy))
+    scaled_dot_product_attention = native(staticmethod(nn_kernels.attention))
+    conv = native(staticmethod(conv_kernels.conv))
+    conv_transpose = native(staticmethod(conv_kernels.conv_transpose))
+    unfold = native(staticmethod(conv_kernels.unfold))
+    fold = native(staticmethod(conv_kernels.fold))
+    max_pool = native(staticmethod(conv_kernels.max_pool))
+    max_pool_backward = native(staticmethod(conv_kernels.max_pool_backward))
+    avg_pool = native(staticmethod(conv_kernels.avg_pool))
+    adaptive_avg_pool = native(staticmethod(conv_kernels.adaptive_avg_pool))
+    adaptive_max_pool = native(staticmethod(conv_kernels.adaptive_max_pool))
+    interpolate = native(staticmethod(conv_kernels.interpolate))
