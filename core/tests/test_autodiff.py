@@ -55,12 +55,18 @@ def test_plain_device_has_no_graph_and_says_so():
         (w @ w).sum().backward()
 
 
-def test_requires_grad_moves_to_the_autodiff_variant():
+def test_requires_grad_needs_an_autodiff_device():
+    """Autodiff is a property of the device (DESIGN section 3): a plain device refuses, naming the fix."""
     x = em.ones(2)
-    x.requires_grad_()
-    assert x.device.autodiff_enabled
+    with pytest.raises(em.AutodiffError, match=r"autodiff off.*Device\('cpu:0'\)\.autodiff\(\)"):
+        x.requires_grad_()
+    assert not x.requires_grad and not x.device.autodiff_enabled
+    y = em.ones(2, device=em.Device.cpu().autodiff()).requires_grad_()
+    assert y.requires_grad
+    z = x.to(x.device.autodiff()).requires_grad_()
+    assert z.requires_grad and z.device.autodiff_enabled
     with pytest.raises(em.AutodiffError, match="floating-point"):
-        em.tensor([1, 2]).requires_grad_()
+        em.tensor([1, 2], device=em.Device.cpu().autodiff()).requires_grad_()
 
 
 def test_in_place_change_after_recording_is_detected():

@@ -49,7 +49,7 @@ def test_cross_device_op_names_both_devices(twin):
 
 
 def test_transfer_between_devices_keeps_values_and_gradients(twin):
-    x = em.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x = em.tensor([1.0, 2.0, 3.0], device=em.Device.cpu().autodiff(), requires_grad=True)
     y = x.to(twin)
     assert y.device.same_hardware(twin) and y.device.autodiff_enabled
     (y * y).sum().backward()

@@ -42,7 +42,7 @@ def test_reference_runs_and_differentiates_through_itself():
 
 def test_native_kernel_and_vjp_are_used():
     CALLS.clear()
-    x = em.tensor([1.0, 2.0], requires_grad=True)
+    x = em.tensor([1.0, 2.0], device=em.Device.cpu().autodiff(), requires_grad=True)
     y = twice(x)
     assert y.tolist() == [2.0, 4.0]
     y.sum().backward()

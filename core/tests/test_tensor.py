@@ -93,7 +93,7 @@ def test_shape_errors_name_the_shapes():
 
 
 def test_repr_shows_dtype_device_and_grad():
-    r = repr(em.tensor([1.0], requires_grad=True) * 2)
+    r = repr(em.tensor([1.0], device=em.Device.cpu().autodiff(), requires_grad=True) * 2)
     assert "float32" in r and "cpu:0" in r and "grad_fn=mul" in r
 
 

@@ -94,10 +94,14 @@ def test_grad_through_cast(ad_device):
     assert_close(x.grad, np.array([3.0, -12.0]), F)
 
 
-def test_requires_grad_moves_to_autodiff(device):
+def test_requires_grad_needs_an_autodiff_device(device):
+    """Autodiff is a property of the device (DESIGN section 3): a plain device refuses and names
+    the fix; the same tensor moved to the autodiff variant records and differentiates."""
     x = em.ones((2,), device=device)
     assert not x.device.autodiff_enabled
-    x.requires_grad_()
+    with pytest.raises(em.AutodiffError, match=r"autodiff off.*\.autodiff\(\)"):
+        x.requires_grad_()
+    x = x.to(device.autodiff()).requires_grad_()
     assert x.device.autodiff_enabled and x.device.same_hardware(device)
     (x * 2).sum().backward()
     assert_close(x.grad, np.array([2.0, 2.0]), em.float32)

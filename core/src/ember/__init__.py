@@ -16,9 +16,15 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# The Tensor class first: importing ember.tensor binds the submodule as `ember.tensor`, and the
+# creation function of that name, imported below, must win.
+from .tensor import Tensor
+
+# isort: split
 from . import dtypes, errors
 from .amp import GradScaler, autocast
-from .autodiff import backward, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, value_and_grad
+from .autodiff.api import backward, grad, value_and_grad
+from .autodiff.mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .backend import Backend, Capabilities
 from .creation import (
     arange,
@@ -216,7 +222,6 @@ from .ops.reduction import (
 )
 from .plugins import hookimpl
 from .random import bernoulli, normal, permutation, rand, randint, randn, seed, uniform
-from .tensor import Tensor  # first: the op modules import it
 from .transfer import astype, clone, to
 
 concatenate = concat
@@ -230,9 +235,6 @@ _LAZY_SUBMODULES = {
     "optim",
     "data",
     "train",
-    "onnx",
-    "quant",
-    "lazy",
     "memory",
     "random",
     "cli",

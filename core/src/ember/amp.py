@@ -9,9 +9,9 @@ inputs are never cast. The casts are ordinary recorded ops, so gradients reach f
 parameters in float32. The backward pass runs outside autocast: each op's gradient is
 computed in the dtype its forward used.
 
-The state is thread-local. Ops consult it through :func:`autocast_inputs` (low precision) and
-:func:`autocast_float32` (float32); both return their inputs unchanged outside autocast, and
-the ops call them only after one attribute check (``_STATE.dtype is not None``).
+The state is thread-local. Each op carries its policy (``LOW``, ``FLOAT32``, ``PROMOTE`` or
+none) in the op table, and :mod:`ember.dispatch` applies it, after one attribute check
+(``_STATE.dtype is not None``), so no op decides autocast for itself.
 
 >>> import ember as em
 >>> a = em.ones((2, 3))
@@ -41,8 +41,10 @@ __all__ = [
     "autocast",
     "is_autocast_enabled",
     "get_autocast_dtype",
-    "autocast_inputs",
-    "autocast_float32",
+    "cast_targets",
+    "LOW",
+    "FLOAT32",
+    "PROMOTE",
     "GradScaler",
     "GradScalerError",
 ]
@@ -73,7 +75,7 @@ def get_autocast_dtype() -> DType | None:
     return _STATE.dtype
 
 
-def _check_supported(device: Device, dtype: DType, op: str) -> None:
+def check_supported(device: Device, dtype: DType, op: str) -> None:
     key = (device._state, dtype)
     if key in _SUPPORTED:
         return
@@ -105,7 +107,7 @@ class autocast:
         if device is not None and self.enabled:
             from .device import device_arg
 
-            _check_supported(device_arg(device), dt, "autocast")
+            check_supported(device_arg(device), dt, "autocast")
 
     def __enter__(self) -> autocast:
         self._prev.append(_STATE.dtype)
@@ -129,39 +131,33 @@ class autocast:
         return f"autocast(dtype={self.dtype!r}, enabled={self.enabled})"
 
 
-def autocast_inputs(op: str, *tensors: Any) -> tuple[Any, ...]:
-    """Hook of the low-precision ops (matmul, conv, conv_transpose, attention, linear).
+#: autocast policies, set per op in ``ember.dispatch.define(..., autocast=...)`` and applied by
+#: dispatch: ``LOW`` casts floating inputs (not float64) to the autocast dtype, ``FLOAT32``
+#: casts float16/bfloat16 inputs up to float32, ``PROMOTE`` casts floating inputs to the widest
+#: floating dtype among them. An op without a policy runs in its inputs' dtypes.
+LOW = "low"
+FLOAT32 = "float32"
+PROMOTE = "promote"
+POLICIES = frozenset((LOW, FLOAT32, PROMOTE))
 
-    Inside autocast, floating tensors other than float64 are cast to the autocast dtype;
-    anything else (None, integer or bool tensors, numbers) passes through. Outside autocast
-    the inputs come back unchanged. Call it as ``if amp._STATE.dtype is not None: x, w =
-    amp.autocast_inputs("conv", x, w)`` to keep the hot path to one attribute check.
+
+def cast_targets(policy: str, dtypes: list[DType | None], autocast_dtype: DType) -> list[DType | None]:
+    """The dtype each input should have under ``policy`` (None: leave it as it is).
+
+    ``dtypes`` lists the inputs' dtypes (None for a non-tensor). An op with a float64 input is
+    left alone: autocast never narrows float64.
     """
-    dt = _STATE.dtype
-    if dt is None:
-        return tensors
-    out = []
-    for t in tensors:
-        d = getattr(t, "_dtype", None)
-        if d is not None and d is not dt and d.kind == "f" and d is not float64:
-            _check_supported(t._device, dt, op)
-            t = t.astype(dt)
-        out.append(t)
-    return tuple(out)
-
-
-def autocast_float32(op: str, *tensors: Any) -> tuple[Any, ...]:
-    """Hook of the ops that need float32 (softmax, log_softmax, layer_norm, cross_entropy,
-    sum, mean): inside autocast, float16/bfloat16 tensors are cast up to float32."""
-    if _STATE.dtype is None:
-        return tensors
-    out = []
-    for t in tensors:
-        d = getattr(t, "_dtype", None)
-        if d is float16 or d is bfloat16:
-            t = t.astype(float32)
-        out.append(t)
-    return tuple(out)
+    floats = [d for d in dtypes if d is not None and d.kind == "f"]
+    if not floats or float64 in floats:
+        return [None] * len(dtypes)
+    if policy == LOW:
+        target = autocast_dtype
+    elif policy == FLOAT32:
+        target = float32
+        return [target if d is float16 or d is bfloat16 else None for d in dtypes]
+    else:
+        target = max(floats, key=lambda d: d.itemsize)
+    return [target if d is not None and d.kind == "f" and d is not target else None for d in dtypes]
 
 
 # -- loss scaling --------------------------------------------------------------------------

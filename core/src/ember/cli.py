@@ -97,10 +97,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"numpy {numpy.__version__}")
     except ImportError:  # pragma: no cover
         print("numpy: MISSING (pip install numpy)")
-    print(
-        f"EMBER_DEVICE={config.default_device()}  cache dir={config.cache_dir()}  "
-        f"fusion={'on' if config.fusion_enabled() else 'off'}"
-    )
+    print(f"EMBER_DEVICE={config.default_device()}  cache dir={config.cache_dir()}")
     allow = config.plugin_allow_list()
     if allow is not None:
         print(f"EMBER_PLUGINS limits plugins to: {', '.join(sorted(allow))}")

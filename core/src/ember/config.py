@@ -5,7 +5,6 @@
 | EMBER_DEVICE         | the device ``Device.default()`` returns                  | ``cpu``            |
 | EMBER_PLUGINS        | comma-separated allow-list of plugin entry-point names   | all installed      |
 | EMBER_CACHE_DIR      | where compiled kernels are cached                        | user cache dir     |
-| EMBER_FUSION         | ``0`` turns kernel fusion off on backends that offer it  | ``1``              |
 | EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
 | EMBER_WGPU_ADAPTER   | default WGPU adapter index                               | ``0``              |
 
@@ -23,7 +22,6 @@ __all__ = [
     "default_device",
     "plugin_allow_list",
     "cache_dir",
-    "fusion_enabled",
     "opencl_device",
     "wgpu_adapter",
 ]
@@ -49,11 +47,6 @@ def cache_dir() -> Path:
         return Path(raw).expanduser()
     base = os.environ.get("XDG_CACHE_HOME", "").strip()
     return (Path(base) if base else Path.home() / ".cache") / "ember"
-
-
-def fusion_enabled() -> bool:
-    """Whether backends that can fuse kernels should (``EMBER_FUSION=0`` turns it off)."""
-    return os.environ.get("EMBER_FUSION", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def _int_env(name: str, default: int) -> int:

@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import dispatch
 from .device import Device, check_dtype, device_arg
+from .dispatch import OPS, apply, create, define, is_tensor, make_tensor
 from .dtypes import DType, as_dtype, bool_, default_float, default_int
 from .errors import DTypeError, InvalidArgumentError, ShapeError
 from .shapes import as_shape
-from .tensor import Tensor, make_tensor
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 __all__ = [
     "tensor", "asarray", "from_numpy", "from_dlpack", "zeros", "ones", "full", "empty",
     "arange", "linspace", "eye", "zeros_like", "ones_like", "full_like", "empty_like",
     "device_arg", "check_dtype",
 ]  # fmt: skip
+
+
+FROM_NUMPY = define("from_numpy", kind="creation", primitive=True, differentiable=False)
+TO_NUMPY = define("to_numpy", kind="transfer", primitive=True, differentiable=False)
+FULL = define("full", kind="creation", primitive=True, differentiable=False)
+ARANGE = define("arange", kind="creation", primitive=True, differentiable=False)
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
@@ -27,7 +37,7 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
 def _from_host(arr: np.ndarray, dtype: DType, device: Device, op: str) -> Tensor:
     check_dtype(device, dtype, op)
     arr = np.array(arr, dtype=dtype.numpy, copy=True, order="C")
-    return make_tensor(device.primitive("from_numpy")(arr), arr.shape, dtype, device)
+    return create(FROM_NUMPY, device, (arr,), {}, arr.shape, dtype)
 
 
 def _infer(data: Any) -> tuple[np.ndarray, DType]:
@@ -67,7 +77,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     >>> em.tensor([0.5, 1.5], dtype=em.float64).tolist()
     [0.5, 1.5]
     """
-    if isinstance(data, Tensor):
+    if is_tensor(data):
         dev = data._device if device is None else device_arg(device)
         out = data.detach().to(dev.without_autodiff() if not dev.autodiff_enabled else dev)
         out = out if dtype is None else out.astype(dtype)
@@ -82,7 +92,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
 
 def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: bool | None = None) -> Tensor:
     """Like :func:`tensor`, but returns ``obj`` itself when it already fits (Array API)."""
-    if isinstance(obj, Tensor):
+    if is_tensor(obj):
         out = obj
         if device is not None:
             out = out.to(device_arg(device))
@@ -103,16 +113,11 @@ def from_numpy(array: np.ndarray, device: Any = None) -> Tensor:
 
 def from_dlpack(obj: Any, device: Any = None) -> Tensor:
     """A tensor from any object with ``__dlpack__`` (numpy, CuPy, PyTorch, another ember tensor)."""
-    if isinstance(obj, Tensor):
+    if is_tensor(obj):
         return obj if device is None else obj.to(device_arg(device))
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ method")
-    dev = device_arg(device)
-    handle = dev.backend.from_dlpack(obj)
-    arr_like = dev.primitive("to_numpy")(handle) if not hasattr(obj, "shape") else None
-    shape = tuple(int(s) for s in (obj.shape if arr_like is None else arr_like.shape))
-    dt = as_dtype(getattr(obj, "dtype", None) if arr_like is None else arr_like.dtype, "dtype")
-    return make_tensor(handle, shape, dt, dev)
+    return dispatch.from_dlpack(device_arg(device), obj)
 
 
 def _fill_dtype(value: Any) -> DType:
@@ -128,7 +133,7 @@ def _fill_dtype(value: Any) -> DType:
 def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor of ``shape`` filled with ``fill_value``."""
     shp = as_shape(shape, "shape", "full")
-    if isinstance(fill_value, Tensor):
+    if is_tensor(fill_value):
         fill_value = fill_value.item()
     if isinstance(fill_value, np.generic):
         fill_value = fill_value.item()
@@ -143,7 +148,7 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, req
         if isinstance(fill_value, float) and not float(fill_value).is_integer():
             raise DTypeError(f"full: fill_value {fill_value!r} is not an integer but dtype is {dt}")
         value = int(fill_value)
-    out = make_tensor(dev.primitive("full")(shape=shp, value=value, dtype=dt), shp, dt, dev)
+    out = create(FULL, dev, (), {"shape": shp, "value": value, "dtype": dt}, shp, dt)
     return _finish(out, requires_grad)
 
 
@@ -163,7 +168,7 @@ def empty(shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool
 
 
 def _like(x: Tensor, dtype: Any, device: Any) -> tuple[DType, Device]:
-    if not isinstance(x, Tensor):
+    if not is_tensor(x):
         raise TypeError(f"expected a Tensor, got {type(x).__name__}")
     return (x._dtype if dtype is None else as_dtype(dtype)), (x._device if device is None else device_arg(device))
 
@@ -207,7 +212,8 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, devic
         start, step = int(start), int(step)
     else:
         start, step = float(start), float(step)
-    return make_tensor(dev.primitive("arange")(start=start, step=step, size=size, dtype=dt), (size,), dt, dev)
+    params = {"start": start, "step": step, "size": size, "dtype": dt}
+    return create(ARANGE, dev, (), params, (size,), dt)
 
 
 def linspace(
@@ -229,11 +235,10 @@ def linspace(
 
 
 def _set_last(x: Tensor, value: float) -> Tensor:
-    from .ops.elementwise import where
-
     n = x._shape[0]
-    idx = arange(n, device=x._device)
-    return where(idx == n - 1, value, x)
+    last = arange(n, device=x._device) == n - 1
+    fill = full((), value, dtype=x._dtype, device=x._device)
+    return apply(OPS["where"], (last, fill, x), {}, x._shape, x._dtype)
 
 
 def eye(n_rows: int, n_cols: int | None = None, k: int = 0, dtype: Any = None, device: Any = None) -> Tensor:
@@ -246,3 +251,11 @@ def eye(n_rows: int, n_cols: int | None = None, k: int = 0, dtype: Any = None, d
     rows = arange(n_rows, device=device).reshape((n_rows, 1))
     cols = arange(n_cols, device=device).reshape((1, n_cols))
     return (rows + k == cols).astype(dt)
+
+
+def _convert(obj: Any, like: Tensor | None) -> Tensor:
+    """Data that meets a tensor in an op becomes a tensor on that tensor's device."""
+    return asarray(obj, device=None if like is None else like._device)
+
+
+dispatch.set_converter(_convert)

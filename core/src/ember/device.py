@@ -11,17 +11,21 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from . import config
+from .backend import EXTENSION_KERNELS
 from .errors import DeviceMismatchError, DeviceUnavailableError, DTypeError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from .backend import Backend, Capabilities
     from .dtypes import DType
 
-__all__ = ["Device", "common_device", "device_arg", "check_dtype"]
+__all__ = ["Device", "common_device", "device_arg", "check_dtype", "invalidate", "set_defer"]
 
 
 class _ImplTable(dict):
-    """op name -> native implementation (or None), filled on first use of each op."""
+    """op name -> native implementation (or None), filled on first use of each op.
+
+    An extension kernel registered for this device kind wins over the backend's own table.
+    """
 
     __slots__ = ("state",)
 
@@ -30,10 +34,8 @@ class _ImplTable(dict):
         self.state = state
 
     def __missing__(self, name: str) -> Any:
-        from .dispatch import KERNELS
-
         backend = self.state.backend
-        kernel = KERNELS.get((name, self.state.kind))
+        kernel = EXTENSION_KERNELS.get((name, self.state.kind))
         impl = functools.partial(kernel, backend) if kernel is not None else backend.implementation(name)
         self[name] = impl
         return impl
@@ -42,17 +44,20 @@ class _ImplTable(dict):
 class _DeviceState:
     """What the plain and the autodiff variant of one device share: the backend instance."""
 
-    __slots__ = ("kind", "index", "_backend", "impls")
+    __slots__ = ("kind", "index", "_backend", "impls", "defer")
 
     def __init__(self, kind: str, index: int) -> None:
         self.kind = kind
         self.index = index
         self._backend: Backend | None = None
         self.impls = _ImplTable(self)
+        #: the lazy layer's hook, ``defer(op, handles, params, shape, dtype) -> handle``; None: eager
+        self.defer: Any = None
 
     @property
     def backend(self) -> Backend:
         if self._backend is None:
+            # imported here, not at the top, so that `import ember` reads no entry points
             from .plugins import get_registry
 
             backend_cls = get_registry().backend_class(self.kind)
@@ -109,7 +114,7 @@ class Device:
     Device('cpu:0', autodiff=True)
     """
 
-    __slots__ = ("kind", "index", "autodiff_enabled", "_state", "_impls", "__weakref__")
+    __slots__ = ("kind", "index", "autodiff_enabled", "_state", "_impls", "_defer", "__weakref__")
 
     kind: str
     index: int
@@ -141,6 +146,7 @@ class Device:
             state = _STATES[key[:2]] = _DeviceState(kind, key[1])
         self._state = state
         self._impls = state.impls
+        self._defer = state.defer
         _INTERNED[key] = self
         return self
 
@@ -182,7 +188,7 @@ class Device:
         """Every device of every backend that loads on this machine."""
         from .plugins import get_registry
 
-        return get_registry().available_devices()
+        return [Device(kind, i) for kind, count in get_registry().device_counts().items() for i in range(count)]
 
     # -- variants ------------------------------------------------------------------------
     def autodiff(self) -> Device:
@@ -223,18 +229,6 @@ class Device:
             return _REMOTE_ADDRESSES[self.index]
         return None
 
-    def primitive(self, name: str) -> Any:
-        """The backend's implementation of primitive ``name`` (a clear error if it has none)."""
-        impl = self._impls[name]
-        if impl is None:
-            from .errors import NotImplementedOpError
-
-            raise NotImplementedOpError(
-                f"{self.backend.name} backend ({self.kind}:{self.index}) does not implement the required "
-                f"primitive {name!r}; a complete backend implements every name in ember.backend.REQUIRED_PRIMITIVES"
-            )
-        return impl
-
     # -- identity ------------------------------------------------------------------------
     def same_hardware(self, other: Device) -> bool:
         """True if both name the same physical device (the autodiff flag aside)."""
@@ -248,10 +242,8 @@ class Device:
         return f"{self.kind}:{self.index}" + ("+autodiff" if self.autodiff_enabled else "")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Device, (self.kind, self.index), {"autodiff": self.autodiff_enabled})
-
-    def __setstate__(self, state: dict[str, Any]) -> None:  # pragma: no cover - interned
-        pass
+        # every field: kind, index, the autodiff flag and, for a remote device, its address
+        return (_unpickle, (self.kind, self.index, self.autodiff_enabled, self.address))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, str):
@@ -263,6 +255,29 @@ class Device:
 
     def __hash__(self) -> int:
         return hash((self.kind, self.index, self.autodiff_enabled))
+
+
+def _unpickle(kind: str, index: int, autodiff: bool, address: str | None) -> Device:
+    """The interned Device a pickled one stands for (a remote one re-registers its address)."""
+    if address is not None:
+        return Device(Device.remote(address), autodiff=autodiff)
+    return Device(kind, index, autodiff=autodiff)
+
+
+def invalidate(kind: str, op: str) -> None:
+    """Forget the resolved implementation of ``op`` on every device of ``kind`` (a kernel was added)."""
+    for (k, _), state in _STATES.items():
+        if k == kind:
+            state.impls.pop(op, None)
+
+
+def set_defer(device: Device, defer: Any) -> None:
+    """Install (or with None remove) the lazy layer's hook for ``device``'s hardware, both variants."""
+    state = device._state
+    state.defer = defer
+    for dev in _INTERNED.values():
+        if dev._state is state:
+            dev._defer = defer
 
 
 def common_device(op: str, devices: list[Device]) -> Device:

@@ -1,12 +1,25 @@
-"""Dispatch: op name -> implementation, native first, composite second; records autodiff.
+"""Dispatch: the one road from an op to a backend.
 
-Every op is an :class:`Op` in :data:`OPS`. Calling one goes through :func:`apply`:
+Every op is an :class:`Op` in :data:`OPS`: its kind, the native signature a backend may
+implement, its composite definition, vjp rule and autocast policy. Ops reach a backend only
+through the functions of this module, and only this module records autodiff nodes and
+applies autocast:
 
-1. find the one device of all inputs (a clear error if they differ);
-2. if the device's backend implements the op natively, call it on the input handles;
-   otherwise call the op's composite, written in ember Tensor ops;
-3. when an input requires grad and grad mode is on, attach a graph node holding the op's
-   vjp rule. An op with no vjp rule is differentiated through its composite definition.
+- :func:`apply` runs an op on tensors: one device for all inputs (else a clear error), the
+  autocast policy, then the backend's native implementation if it declares one, otherwise the
+  op's composite (written in ember ops); a graph node when an input requires grad.
+- :func:`binary` is the same road for elementwise binary ops, written out for speed (W1):
+  dtype promotion, broadcasting and Python scalars kept as scalars.
+- :func:`create` runs ops without tensor inputs (``full``, ``arange``, ``from_numpy``,
+  ``random_bits``); :func:`to_host` reads values back; :func:`transfer` moves across devices.
+
+The lazy layer attaches here too: a device whose backend defers work has ``Device._defer``
+set, and :func:`apply`, :func:`binary` and :func:`create` hand the op to it instead of the
+backend's kernel; autodiff and autocast stay here, above it.
+
+The Tensor class lives above this layer (``ember.tensor``) and registers itself with
+:func:`set_tensor_class`; :func:`make_tensor` and :func:`is_tensor` are how the layers below
+it build and recognise tensors.
 """
 
 from __future__ import annotations
@@ -14,84 +27,273 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .autodiff.graph import Node
+import numpy as np
+
+from . import amp
+from .amp import _STATE as _AMP
 from .autodiff.mode import _STATE as _GRAD
+from .autodiff.node import Node
+from .backend import PRIMITIVE_SIGNATURES
 from .device import common_device
-from .errors import InvalidArgumentError, NotImplementedOpError
+from .dtypes import DType, as_dtype, bool_, category_error, iinfo, promote_types, scalar_dtype
+from .errors import DTypeError, InvalidArgumentError, NotImplementedOpError
+from .shapes import broadcast_shapes
 
 if TYPE_CHECKING:
+    from .device import Device
     from .tensor import Tensor
 
-__all__ = ["Op", "OPS", "KERNELS", "define", "apply", "lookup"]
+__all__ = [
+    "Op",
+    "OPS",
+    "KINDS",
+    "define",
+    "lookup",
+    "apply",
+    "binary",
+    "create",
+    "to_host",
+    "transfer",
+    "to_dlpack",
+    "from_dlpack",
+    "make_tensor",
+    "is_tensor",
+    "set_tensor_class",
+    "set_converter",
+    "scalar_value",
+    "effective_dtype",
+    "swaps",
+]
+
+#: the kinds an op can have; fusion reads them (elementwise chains, a trailing reduction)
+KINDS = frozenset(
+    (
+        "elementwise_unary",
+        "elementwise_binary",
+        "elementwise_ternary",
+        "reduction",
+        "scan",
+        "movement",
+        "indexing",
+        "contraction",
+        "creation",
+        "random",
+        "transfer",
+        "other",
+    )
+)
 
 
 class Op:
-    """An operation: its name, composite definition, vjp rule and whether it is a primitive."""
+    """An operation: name, kind, native signature, composite, vjp rule, autocast policy.
 
-    __slots__ = ("name", "primitive", "composite", "vjp", "differentiable")
+    Elementwise ops also carry their dtype rule: ``accepts`` (the dtypes allowed) and
+    ``bool_out`` (the result is boolean).
+    """
+
+    __slots__ = (
+        "name",
+        "kind",
+        "signature",
+        "primitive",
+        "composite",
+        "vjp",
+        "differentiable",
+        "autocast",
+        "accepts",
+        "bool_out",
+    )
 
     def __init__(
         self,
         name: str,
+        kind: str,
+        signature: str,
         *,
-        primitive: bool = False,
-        composite: Callable[..., Tensor] | None = None,
-        vjp: Callable[..., tuple[Any, ...]] | None = None,
-        differentiable: bool = True,
+        primitive: bool,
+        composite: Callable[..., Tensor] | None,
+        vjp: Callable[..., tuple[Any, ...]] | None,
+        differentiable: bool,
+        autocast: str | None,
+        accepts: frozenset[DType] | None,
+        bool_out: bool,
     ) -> None:
         self.name = name
+        self.kind = kind
+        self.signature = signature
         self.primitive = primitive
         self.composite = composite
         self.vjp = vjp
         self.differentiable = differentiable
+        self.autocast = autocast
+        self.accepts = accepts
+        self.bool_out = bool_out
 
     def __repr__(self) -> str:
-        kind = "primitive" if self.primitive else "composite"
-        return f"<Op {self.name} ({kind})>"
+        role = "primitive" if self.primitive else "composite"
+        return f"<Op {self.name} ({self.kind}, {role})>"
 
 
 OPS: dict[str, Op] = {}
-
-#: (op name, device kind) -> native kernel ``fn(backend, *handles, **params)`` added by
-#: extensions (``@op.kernel("cpu")``); consulted before the backend's own methods
-KERNELS: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
 def define(
     name: str,
     *,
+    kind: str,
+    native: str | None = None,
     primitive: bool = False,
     composite: Callable[..., Tensor] | None = None,
     vjp: Callable[..., tuple[Any, ...]] | None = None,
     differentiable: bool = True,
+    autocast: str | None = None,
+    accepts: frozenset[DType] | None = None,
+    bool_out: bool = False,
 ) -> Op:
-    """Register an op. A non-primitive op needs a composite so every backend can run it."""
+    """Register an op.
+
+    ``native`` is the exact signature a backend implements to compute the op natively, e.g.
+    ``"softmax(a, *, axis) -> handle"``; a primitive's comes from
+    :data:`ember.backend.PRIMITIVE_SIGNATURES`. A non-primitive op needs a composite so that
+    every backend can run it.
+    """
     if name in OPS:
         raise InvalidArgumentError(f"op {name!r} is defined twice")
-    if not primitive and composite is None:
-        raise InvalidArgumentError(f"op {name!r}: a non-primitive op needs a composite definition")
-    op = Op(name, primitive=primitive, composite=composite, vjp=vjp, differentiable=differentiable)
+    if kind not in KINDS:
+        raise InvalidArgumentError(f"op {name!r}: kind must be one of {sorted(KINDS)}, got {kind!r}")
+    if autocast is not None and autocast not in amp.POLICIES:
+        raise InvalidArgumentError(f"op {name!r}: autocast must be one of {sorted(amp.POLICIES)} or None")
+    if primitive:
+        signature = PRIMITIVE_SIGNATURES.get(name)
+        if signature is None:
+            raise InvalidArgumentError(f"op {name!r} is marked primitive but ember.backend lists no signature for it")
+    else:
+        if composite is None:
+            raise InvalidArgumentError(f"op {name!r}: a non-primitive op needs a composite definition")
+        if native is None:
+            raise InvalidArgumentError(f"op {name!r}: give the native signature a backend would implement (native=)")
+        signature = native
+    op = Op(
+        name,
+        kind,
+        signature,
+        primitive=primitive,
+        composite=composite,
+        vjp=vjp,
+        differentiable=differentiable,
+        autocast=autocast,
+        accepts=accepts,
+        bool_out=bool_out,
+    )
     OPS[name] = op
     return op
 
 
 def lookup(name: str) -> Op:
+    """The op named ``name`` (a clear error if no such op is registered)."""
     try:
         return OPS[name]
     except KeyError:
         raise NotImplementedOpError(f"no op named {name!r} is registered with ember") from None
 
 
+# -- the bridge to the Tensor class above ----------------------------------------------------
+_new = object.__new__
+_TENSOR: type = type(None)  # replaced by ember.tensor on import
+_CONVERT: Callable[[Any, Any], Any] | None = None
+
+
+def set_tensor_class(cls: type) -> None:
+    """Called once by :mod:`ember.tensor`: the class :func:`make_tensor` builds."""
+    global _TENSOR
+    _TENSOR = cls
+
+
+def set_converter(fn: Callable[[Any, Any], Any]) -> None:
+    """Called once by :mod:`ember.creation`: ``fn(obj, like)`` turns data into a tensor."""
+    global _CONVERT
+    _CONVERT = fn
+
+
+def make_tensor(data: Any, shape: tuple[int, ...], dtype: DType, device: Device) -> Tensor:
+    """Wrap a backend handle whose shape and dtype the core has already worked out."""
+    t = _new(_TENSOR)
+    t._data = data
+    t._shape = shape
+    t._dtype = dtype
+    t._device = device
+    t._node = None
+    t._rg = False
+    t._grad = None
+    return t
+
+
+def is_tensor(x: Any) -> bool:
+    """Whether ``x`` is an ember Tensor."""
+    return type(x) is _TENSOR
+
+
+def _missing(dev: Device, name: str) -> NotImplementedOpError:
+    backend = dev.backend
+    hint = "a complete backend implements every name in ember.backend.REQUIRED_PRIMITIVES"
+    if callable(getattr(backend, name, None)):
+        hint = (
+            f"{type(backend).__name__} has a method {name!r} but does not declare it: mark it "
+            f"@native (from ember.backend import native) or list it in native_kernels()"
+        )
+    return NotImplementedOpError(
+        f"{backend.name} backend ({dev.kind}:{dev.index}) does not implement the required primitive {name!r}; {hint}"
+    )
+
+
+# -- autocast --------------------------------------------------------------------------------
+def _autocast(op: Op, inputs: tuple[Tensor, ...], dtype: DType | None) -> tuple[tuple[Tensor, ...], DType | None]:
+    """``inputs`` cast by ``op``'s policy, and the result dtype that follows."""
+    low = _AMP.dtype
+    targets = amp.cast_targets(op.autocast, [t._dtype for t in inputs], low)
+    if not any(targets):
+        return inputs, dtype
+    cast = OPS["cast"]
+    out = []
+    for t, target in zip(inputs, targets):
+        if target is not None:
+            if target is low:
+                amp.check_supported(t._device, target, op.name)
+            t = apply(cast, (t,), {"dtype": target}, t._shape, target)
+        out.append(t)
+    if dtype is not None and dtype.kind == "f":
+        changed = {t._dtype for t, target in zip(out, targets) if target is not None}
+        if len(changed) == 1:
+            dtype = changed.pop()
+    return tuple(out), dtype
+
+
+def effective_dtype(op: Op | None, dtype: DType) -> DType:
+    """The dtype an input of ``dtype`` will have when ``op`` runs, after its autocast policy.
+
+    For an op's own argument checks (a conv's weight must match its input *after* autocast).
+    """
+    if _AMP.dtype is None or op is None or op.autocast is None:
+        return dtype
+    return amp.cast_targets(op.autocast, [dtype], _AMP.dtype)[0] or dtype
+
+
+# -- the road ----------------------------------------------------------------------------------
 def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any, dtype: Any) -> Tensor:
-    """Run ``op`` on tensor ``inputs``; ``shape``/``dtype`` describe the result."""
+    """Run ``op`` on tensor ``inputs``; ``shape``/``dtype`` describe the result.
+
+    ``shape=None`` means the result's metadata comes from the kernel (extension ops).
+    """
     first = inputs[0]
     dev = first._device
-    record = False
     for t in inputs:
         if t._device is not dev:
             dev = common_device(op.name, [x._device for x in inputs])
             break
-    if op.differentiable and _GRAD.enabled and dtype.kind == "f":
+    if _AMP.dtype is not None and op.autocast is not None:
+        inputs, dtype = _autocast(op, inputs, dtype)
+    record = False
+    if op.differentiable and _GRAD.enabled and (dtype is None or dtype.kind == "f"):
         for t in inputs:
             if t._rg:
                 record = True
@@ -100,7 +302,7 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
     if impl is None or (record and op.vjp is None):
         composite = op.composite
         if composite is None:
-            dev.primitive(op.name)  # raises the missing-primitive error
+            raise _missing(dev, op.name)
         if not (record and op.vjp is not None):
             return composite(*inputs, **params)
         _GRAD.enabled = False
@@ -110,11 +312,170 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
             _GRAD.enabled = True
         out = make_tensor(out._data, out._shape, out._dtype, dev)
     else:
-        out = make_tensor(impl(*[t._data for t in inputs], **params), shape, dtype, dev)
+        defer = dev._defer
+        datas = [t._data for t in inputs]
+        if defer is not None:
+            handle = defer(op, datas, params, shape, dtype)
+        else:
+            handle = impl(*datas, **params)
+        if shape is None:  # an extension kernel: its result says what it is
+            shape, name = dev.backend.handle_meta(handle)
+            dtype = as_dtype(name)
+            record = record and dtype.kind == "f"
+            shape = tuple(shape)
+        out = make_tensor(handle, shape, dtype, dev)
     if record:
         out._node = Node(op, inputs, params)
         out._rg = True
     return out
 
 
-from .tensor import make_tensor  # noqa: E402  (tensor imports dispatch lazily)
+def scalar_value(value: Any, dtype: DType, op: str) -> Any:
+    """Check a Python scalar fits ``dtype`` and convert it to the Python type backends expect."""
+    kind = dtype.kind
+    if kind == "f":
+        return float(value)
+    if kind == "b":
+        return bool(value)
+    v = int(value)
+    info = iinfo(dtype)
+    if not info.min <= v <= info.max:
+        raise DTypeError(
+            f"{op}: the Python int {v} does not fit in {dtype} (range {info.min}..{info.max}); "
+            f"cast the tensor to a wider dtype first"
+        )
+    return v
+
+
+#: op name -> the op that computes it with operands swapped (``2 + x`` is ``x + 2``)
+_SWAPPED: dict[str, str] = {}
+
+
+def binary(op: Op, a: Any, b: Any) -> Tensor:
+    """The elementwise binary road: promote, broadcast, dispatch, record; ``b`` may stay a
+    Python scalar, which backends take as is."""
+    T = _TENSOR
+    if type(a) is T:
+        if type(b) is T:
+            dt = a._dtype
+            if b._dtype is not dt:
+                dt = promote_types(dt, b._dtype, op.name)
+                cast = OPS["cast"]
+                if a._dtype is not dt:
+                    a = apply(cast, (a,), {"dtype": dt}, a._shape, dt)
+                if b._dtype is not dt:
+                    b = apply(cast, (b,), {"dtype": dt}, b._shape, dt)
+            sa = a._shape
+            shape = sa if sa == b._shape else broadcast_shapes(sa, b._shape, op=op.name)
+            dev = a._device
+            if b._device is not dev:
+                dev = common_device(op.name, [dev, b._device])
+            bdata = b._data
+            inputs: tuple[Tensor, ...] = (a, b)
+            params: dict[str, Any] = {}
+            wants = a._rg or b._rg
+        elif isinstance(b, (int, float)):
+            dt = scalar_dtype(a._dtype, b, op.name)
+            bdata = scalar_value(b, dt, op.name)
+            shape = a._shape
+            dev = a._device
+            inputs = (a,)
+            params = {"b": bdata}
+            wants = a._rg
+        else:
+            return binary(op, a, _convert(b, a))
+    elif type(b) is T:
+        if isinstance(a, (int, float)):
+            swapped = _SWAPPED.get(op.name)
+            if swapped is not None:
+                return binary(OPS[swapped], b, a)
+            dt = scalar_dtype(b._dtype, a, op.name)
+            value = scalar_value(a, dt, op.name)
+            a = create(OPS["full"], b._device, (), {"shape": (), "value": value, "dtype": dt}, (), dt)
+        else:
+            a = _convert(a, b)
+        return binary(op, a, b)
+    else:
+        return binary(op, _convert(a, None), b)
+    if dt not in op.accepts:
+        raise category_error(op.name, op.accepts, dt)
+    out_dt = bool_ if op.bool_out else dt
+    impl = dev._impls[op.name]
+    record = wants and op.differentiable and _GRAD.enabled and not op.bool_out
+    if impl is None or (record and op.vjp is None):
+        if params:  # the composite and the vjp rule see two tensors
+            b = create(OPS["full"], dev, (), {"shape": (), "value": bdata, "dtype": dt}, (), dt)
+            inputs = (a, b)
+            params = {}
+        return apply(op, inputs, params, shape, out_dt)
+    defer = dev._defer
+    if defer is not None:
+        handle = defer(op, [a._data, bdata], {}, shape, out_dt)
+    else:
+        handle = impl(a._data, bdata)
+    out = make_tensor(handle, shape, out_dt, dev)
+    if record:
+        out._node = Node(op, inputs, params)
+        out._rg = True
+    return out
+
+
+def swaps(name: str, swapped: str) -> None:
+    """Declare that ``scalar <name> x`` equals ``x <swapped> scalar`` (``2 + x`` is ``x + 2``)."""
+    _SWAPPED[name] = swapped
+
+
+def _convert(x: Any, like: Tensor | None) -> Tensor:
+    if _CONVERT is None:  # pragma: no cover - ember.creation registers it on import
+        raise InvalidArgumentError(f"cannot convert {type(x).__name__} to a tensor before ember.creation is imported")
+    return _CONVERT(x, like)
+
+
+def create(
+    op: Op, device: Device, args: tuple[Any, ...], params: dict[str, Any], shape: tuple[int, ...], dtype: DType
+) -> Tensor:
+    """Run a creation or random primitive (no tensor inputs) on ``device``: ``args`` are
+    positional host values (``from_numpy``'s array), ``shape``/``dtype`` describe the result."""
+    impl = device._impls[op.name]
+    if impl is None:
+        raise _missing(device, op.name)
+    defer = device._defer
+    if defer is not None:
+        handle = defer(op, list(args), params, shape, dtype)
+    else:
+        handle = impl(*args, **params)
+    return make_tensor(handle, shape, dtype, device)
+
+
+def to_host(x: Tensor) -> np.ndarray:
+    """``x``'s values as a numpy array (the ``to_numpy`` primitive; may be a read-only view)."""
+    dev = x._device
+    impl = dev._impls["to_numpy"]
+    if impl is None:
+        raise _missing(dev, "to_numpy")
+    return impl(x._data)
+
+
+def to_dlpack(x: Tensor) -> Any:
+    """An object with ``__dlpack__`` sharing (or copying) ``x``'s memory, from its backend."""
+    return x._device.backend.dlpack(x._data)
+
+
+def from_dlpack(device: Device, obj: Any) -> Tensor:
+    """A tensor on ``device`` from a DLPack-capable object (its shape and dtype when it has them)."""
+    handle = device.backend.from_dlpack(obj)
+    shape, dtype = getattr(obj, "shape", None), getattr(obj, "dtype", None)
+    if shape is None or dtype is None:
+        arr = device._impls["to_numpy"](handle)
+        shape, dtype = arr.shape, arr.dtype
+    return make_tensor(handle, tuple(int(s) for s in shape), as_dtype(dtype, "dtype"), device)
+
+
+def transfer(op: Op, x: Tensor, device: Device) -> Tensor:
+    """``x`` copied to another physical device through the host; ``op`` records the move."""
+    host = np.array(to_host(x), copy=True, order="C")
+    out = create(OPS["from_numpy"], device, (host,), {}, x._shape, x._dtype)
+    if x._rg and _GRAD.enabled:
+        out._node = Node(op, (x,), {"source": x._device})
+        out._rg = True
+    return out

@@ -17,6 +17,13 @@ from .errors import DTypeError
 
 __all__ = [
     "DType",
+    "BOOL",
+    "INT",
+    "FLOAT",
+    "NUMERIC",
+    "INT_OR_BOOL",
+    "ANY",
+    "category_error",
     "bool_",
     "int8",
     "int16",
@@ -236,6 +243,26 @@ def result_type(*args: Any) -> DType:
     for dt in dts[1:]:
         out = promote_types(out, dt, "result_type")
     return out
+
+
+# -- dtype categories, as in the Array API --------------------------------------------------
+BOOL = frozenset([bool_])
+INT = frozenset(d for d in ALL_DTYPES if d.kind in "iu")
+FLOAT = frozenset(d for d in ALL_DTYPES if d.kind == "f")
+NUMERIC = INT | FLOAT
+INT_OR_BOOL = INT | BOOL
+ANY = frozenset(ALL_DTYPES)
+_CATEGORY_NAMES = {BOOL: "boolean", INT: "integer", FLOAT: "floating-point", NUMERIC: "numeric",
+                   INT_OR_BOOL: "integer or boolean", ANY: "any"}  # fmt: skip
+
+
+def category_error(op: str, accepts: frozenset[DType], dtype: DType) -> DTypeError:
+    """The error for ``op`` given a ``dtype`` outside the category ``accepts``, with the fix."""
+    hint = ""
+    if accepts is FLOAT and dtype.kind in "iub":
+        hint = " Cast first, e.g. x.astype(ember.float32)."
+    name = _CATEGORY_NAMES.get(accepts, "supported")
+    return DTypeError(f"{op}: expected a {name} tensor, got {dtype}.{hint}")
 
 
 def is_floating(dtype: DType) -> bool:

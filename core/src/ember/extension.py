@@ -20,7 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .dispatch import KERNELS, OPS, apply, define
+from .backend import EXTENSION_KERNELS
+from .creation import asarray
+from .device import invalidate
+from .dispatch import OPS, apply, define, is_tensor
 from .errors import InvalidArgumentError
 
 __all__ = ["backend_extension", "Extension", "VjpContext", "EXTENSIONS"]
@@ -46,7 +49,12 @@ class Extension:
         self.reference = reference
         self.elementwise = elementwise
         self._vjp: Callable[..., Any] | None = None
-        self.op = define(name, composite=self._composite)
+        self.op = define(
+            name,
+            kind="elementwise_unary" if elementwise else "other",
+            native=f"{name}(*handles, **params) -> handle  # @{name}.kernel(kind): fn(backend, *handles, **params)",
+            composite=self._composite,
+        )
         functools.update_wrapper(self, reference)
 
     def _composite(self, *inputs: Any, **params: Any) -> Any:
@@ -56,12 +64,8 @@ class Extension:
         """Register a native kernel ``fn(backend, *handles, **params) -> handle`` for ``kind``."""
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            KERNELS[(self.name, kind)] = fn
-            from .device import _STATES
-
-            for (k, _), state in _STATES.items():
-                if k == kind:
-                    state.impls.pop(self.name, None)
+            EXTENSION_KERNELS[(self.name, kind)] = fn
+            invalidate(kind, self.name)
             return fn
 
         return register
@@ -78,42 +82,16 @@ class Extension:
         return fn
 
     def __call__(self, *args: Any, **params: Any) -> Any:
-        from .creation import asarray
-        from .tensor import Tensor
-
         if not args:
             raise TypeError(f"{self.name}: needs at least one tensor argument")
-        first = next((a for a in args if isinstance(a, Tensor)), None)
-        inputs = tuple(
-            a if isinstance(a, Tensor) else asarray(a, device=None if first is None else first.device) for a in args
-        )
-        dev = inputs[0].device
-        if dev._impls[self.name] is None:
-            return apply(self.op, inputs, params, None, inputs[0].dtype)
-        return _apply_kernel(self, inputs, params)
+        first = next((a for a in args if is_tensor(a)), None)
+        device = None if first is None else first.device
+        inputs = tuple(a if is_tensor(a) else asarray(a, device=device) for a in args)
+        # a native kernel's result describes itself (shape=None); the reference's dtype otherwise
+        return apply(self.op, inputs, params, None, inputs[0].dtype)
 
     def __repr__(self) -> str:
         return f"<ember extension {self.name}>"
-
-
-def _apply_kernel(ext: Extension, inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
-    from .autodiff.graph import Node
-    from .autodiff.mode import _STATE as GRAD
-    from .device import common_device
-    from .dtypes import as_dtype
-    from .tensor import make_tensor
-
-    dev = common_device(ext.name, [t.device for t in inputs])
-    record = GRAD.enabled and any(t._rg for t in inputs)
-    if record and ext.op.vjp is None:
-        return ext.reference(*inputs, **params)  # differentiate through the reference
-    handle = dev._impls[ext.name](*[t._data for t in inputs], **params)
-    shape, dtype = dev.backend.handle_meta(handle)  # the result's metadata comes from the kernel's output
-    out = make_tensor(handle, tuple(shape), as_dtype(dtype), dev)
-    if record and out.dtype.is_floating:
-        out._node = Node(ext.op, inputs, params)
-        out._rg = True
-    return out
 
 
 def backend_extension(name: str, *, elementwise: bool = False) -> Callable[[Callable[..., Any]], Extension]:

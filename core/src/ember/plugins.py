@@ -250,18 +250,14 @@ class PluginRegistry:
     def load_error(self, kind: str) -> str | None:
         return self._load_errors.get(kind)
 
-    def available_devices(self) -> list[Device]:
-        """Every device of every kind whose backend loads."""
-        from .device import Device
-
-        found = []
+    def device_counts(self) -> dict[str, int]:
+        """kind -> number of devices, for every kind whose backend loads (``Device.available()``)."""
+        found: dict[str, int] = {}
         for kind in self.kinds():
             try:
-                cls = self.backend_class(kind)
-                count = cls.device_count()
+                found[kind] = self.backend_class(kind).device_count()
             except Exception:
                 continue
-            found.extend(Device(kind, i) for i in range(count))
         return found
 
 

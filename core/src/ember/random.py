@@ -14,15 +14,19 @@ from __future__ import annotations
 import math
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .device import device_arg
+from .dispatch import create, define, is_tensor
 from .dtypes import DType, as_dtype, default_float, default_int, float32, float64, uint32
 from .errors import DTypeError, InvalidArgumentError
+from .ops.movement import concat
 from .shapes import as_shape, numel
-from .tensor import Tensor, make_tensor
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 __all__ = [
     "Key", "key", "seed", "get_state", "set_state", "philox4x32", "philox4x32_rounds", "philox_words",
@@ -117,6 +121,8 @@ class _Global:
 _GLOBAL = _Global()
 _LOCK = threading.Lock()
 
+RANDOM_BITS = define("random_bits", kind="random", primitive=True, differentiable=False)
+
 
 def seed(n: int) -> None:
     """Reset the global stream: the same seed gives the same numbers on every backend."""
@@ -140,8 +146,7 @@ def _bits(n: int, device: Any, key_: Key | None) -> Tensor:
     with _LOCK:
         counter = k._take(n)
     dev = device_arg(device)
-    data = dev.primitive("random_bits")(key=(k.k0, k.k1), counter=counter, size=n)
-    return make_tensor(data, (n,), uint32, dev)
+    return create(RANDOM_BITS, dev, (), {"key": (k.k0, k.k1), "counter": counter, "size": n}, (n,), uint32)
 
 
 def random_bits(shape: Any, device: Any = None, key: Key | None = None) -> Tensor:
@@ -198,8 +203,6 @@ def randn(shape: Any, dtype: Any = None, device: Any = None, key: Key | None = N
     u1 = 1.0 - u[0]  # (0, 1]: log is finite
     r = (-2.0 * u1.log()).sqrt()
     theta = u[1] * (2.0 * math.pi)
-    from .ops.movement import concat
-
     z = concat([r * theta.cos(), r * theta.sin()])[:n]
     z = z if dt is work else z.astype(dt)
     return z.reshape(shp)
@@ -237,7 +240,7 @@ def randint(
 
 def bernoulli(p: Any, shape: Any = None, device: Any = None, key: Key | None = None) -> Tensor:
     """Booleans that are True with probability ``p`` (a float or a tensor of probabilities)."""
-    if isinstance(p, Tensor):
+    if is_tensor(p):
         u = rand(p.shape, dtype=p.dtype, device=p.device, key=key)
         return u < p
     shp = as_shape(() if shape is None else shape, "shape", "bernoulli")

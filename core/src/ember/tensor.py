@@ -12,26 +12,112 @@ from typing import Any
 
 import numpy as np
 
+from . import creation, dispatch
+from .autodiff.api import backward
 from .device import Device
+from .dispatch import make_tensor, set_tensor_class
 from .dtypes import DType
 from .errors import AutodiffError, InvalidArgumentError
+from .ops.elementwise import (
+    abs,
+    acos,
+    acosh,
+    add,
+    asin,
+    asinh,
+    atan,
+    atanh,
+    bitwise_and,
+    bitwise_invert,
+    bitwise_left_shift,
+    bitwise_or,
+    bitwise_right_shift,
+    bitwise_xor,
+    ceil,
+    clip,
+    cos,
+    cosh,
+    divide,
+    equal,
+    erf,
+    exp,
+    exp2,
+    expm1,
+    floor,
+    floor_divide,
+    greater,
+    greater_equal,
+    isfinite,
+    isinf,
+    isnan,
+    less,
+    less_equal,
+    log,
+    log1p,
+    log2,
+    log10,
+    logical_not,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    positive,
+    pow,
+    reciprocal,
+    remainder,
+    round,
+    rsqrt,
+    sign,
+    sin,
+    sinh,
+    sqrt,
+    square,
+    subtract,
+    tan,
+    tanh,
+    trunc,
+    where,
+)
+from .ops.indexing import getitem, scatter_add, setitem, take, take_along_axis
+from .ops.linalg import argsort, matmul, matrix_transpose, sort, topk, vector_norm
+from .ops.movement import (
+    broadcast_to,
+    chunk,
+    expand_dims,
+    flatten,
+    flip,
+    moveaxis,
+    permute_dims,
+    repeat,
+    reshape,
+    roll,
+    split,
+    squeeze,
+    swapaxes,
+    tile,
+    tril,
+    triu,
+)
+from .ops.nn import gelu, log_softmax, relu, sigmoid, silu, softmax, softplus
+from .ops.reduction import (
+    all,
+    any,
+    argmax,
+    argmin,
+    cumulative_sum,
+    logsumexp,
+    max,
+    mean,
+    min,
+    prod,
+    std,
+    sum,
+    var,
+)
+from .transfer import astype, clone, copy_, to
 
 __all__ = ["Tensor", "make_tensor"]
-
-_new = object.__new__
-
-
-def make_tensor(data: Any, shape: tuple[int, ...], dtype: DType, device: Device) -> Tensor:
-    """Wrap a backend handle (internal: the core has already checked shape and dtype)."""
-    t = _new(Tensor)
-    t._data = data
-    t._shape = shape
-    t._dtype = dtype
-    t._device = device
-    t._node = None
-    t._rg = False
-    t._grad = None
-    return t
 
 
 class Tensor:
@@ -61,9 +147,7 @@ class Tensor:
         )
 
     def __init__(self, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> None:
-        from .creation import tensor
-
-        src = tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        src = creation.tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
         for name in ("_data", "_shape", "_dtype", "_device", "_node", "_rg", "_grad"):
             setattr(self, name, getattr(src, name))
 
@@ -124,7 +208,8 @@ class Tensor:
         self.requires_grad_(value)
 
     def requires_grad_(self, value: bool = True) -> Tensor:
-        """Mark this leaf as needing a gradient (moves it onto its device's autodiff variant)."""
+        """Mark this leaf as needing a gradient. Autodiff is a property of the device (Burn):
+        the tensor must live on an autodiff device, e.g. ``Device.cpu().autodiff()``."""
         if not value:
             if self._node is not None:
                 raise AutodiffError("requires_grad_(False) applies to leaves; use .detach() on results of ops")
@@ -134,8 +219,14 @@ class Tensor:
             raise AutodiffError(
                 f"requires_grad_: only floating-point tensors have gradients; this one is {self._dtype}"
             )
-        if not self._device.autodiff_enabled:
-            self._device = self._device.autodiff()
+        dev = self._device
+        if not dev.autodiff_enabled:
+            plain = f"{dev.kind}:{dev.index}"
+            raise AutodiffError(
+                f"requires_grad_: the tensor lives on {plain}, which has autodiff off, so no graph would be "
+                f"recorded. Autodiff is a property of the device: create the tensor on "
+                f"Device({plain!r}).autodiff(), or move it there with x.to(x.device.autodiff())."
+            )
         self._rg = True
         return self
 
@@ -175,7 +266,7 @@ class Tensor:
     # -- conversion ----------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """Values as a numpy array (read-only when it shares memory with the tensor)."""
-        return self._device.primitive("to_numpy")(self._data)
+        return dispatch.to_host(self)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         arr = self.numpy()
@@ -184,11 +275,11 @@ class Tensor:
         return np.array(arr, copy=True) if copy else arr
 
     def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
-        obj = self._device.backend.dlpack(self._data)
+        obj = dispatch.to_dlpack(self)
         return obj.__dlpack__(stream=stream, **kwargs) if stream is not None else obj.__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return self._device.backend.dlpack(self._data).__dlpack_device__()
+        return dispatch.to_dlpack(self).__dlpack_device__()
 
     def tolist(self) -> Any:
         return self.numpy().tolist()
@@ -673,103 +764,4 @@ class Tensor:
         return topk(self, k, axis=axis, largest=largest)
 
 
-# The functions the methods forward to. Imported last: they import Tensor from here.
-from .autodiff.api import backward  # noqa: E402
-from .ops.elementwise import (  # noqa: E402
-    abs,
-    acos,
-    acosh,
-    add,
-    asin,
-    asinh,
-    atan,
-    atanh,
-    bitwise_and,
-    bitwise_invert,
-    bitwise_left_shift,
-    bitwise_or,
-    bitwise_right_shift,
-    bitwise_xor,
-    ceil,
-    clip,
-    cos,
-    cosh,
-    divide,
-    equal,
-    erf,
-    exp,
-    exp2,
-    expm1,
-    floor,
-    floor_divide,
-    greater,
-    greater_equal,
-    isfinite,
-    isinf,
-    isnan,
-    less,
-    less_equal,
-    log,
-    log1p,
-    log2,
-    log10,
-    logical_not,
-    maximum,
-    minimum,
-    multiply,
-    negative,
-    not_equal,
-    positive,
-    pow,
-    reciprocal,
-    remainder,
-    round,
-    rsqrt,
-    sign,
-    sin,
-    sinh,
-    sqrt,
-    square,
-    subtract,
-    tan,
-    tanh,
-    trunc,
-    where,
-)
-from .ops.indexing import getitem, scatter_add, setitem, take, take_along_axis  # noqa: E402
-from .ops.linalg import argsort, matmul, matrix_transpose, sort, topk, vector_norm  # noqa: E402
-from .ops.movement import (  # noqa: E402
-    broadcast_to,
-    chunk,
-    expand_dims,
-    flatten,
-    flip,
-    moveaxis,
-    permute_dims,
-    repeat,
-    reshape,
-    roll,
-    split,
-    squeeze,
-    swapaxes,
-    tile,
-    tril,
-    triu,
-)
-from .ops.nn import gelu, log_softmax, relu, sigmoid, silu, softmax, softplus  # noqa: E402
-from .ops.reduction import (  # noqa: E402
-    all,
-    any,
-    argmax,
-    argmin,
-    cumulative_sum,
-    logsumexp,
-    max,
-    mean,
-    min,
-    prod,
-    std,
-    sum,
-    var,
-)
-from .transfer import astype, clone, copy_, to  # noqa: E402
+set_tensor_class(Tensor)

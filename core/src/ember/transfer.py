@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from .autodiff.graph import Node
 from .autodiff.mode import _STATE as _GRAD
+from .creation import full
 from .device import Device, check_dtype
-from .dispatch import apply, define
+from .dispatch import apply, define, is_tensor, make_tensor, transfer
 from .dtypes import DType, as_dtype
 from .errors import AutodiffError, DTypeError
 from .ops.elementwise import astype_op
 from .shapes import broadcast_shapes
-from .tensor import Tensor, make_tensor
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 __all__ = ["to", "astype", "clone", "copy_"]
 
@@ -29,7 +29,11 @@ def astype(x: Tensor, dtype: Any, /, *, copy: bool = True) -> Tensor:
 
 
 CLONE = define(
-    "clone", composite=lambda x: make_tensor(x._data, x._shape, x._dtype, x._device), vjp=lambda g, out, x: (g,)
+    "clone",
+    kind="elementwise_unary",
+    native="clone(a) -> handle  # a copy",
+    composite=lambda x: make_tensor(x._data, x._shape, x._dtype, x._device),
+    vjp=lambda g, out, x: (g,),
 )
 
 
@@ -42,7 +46,13 @@ def _to_device_vjp(g: Tensor, out: Tensor, x: Tensor, source: Device) -> tuple[A
     return (to(g, source),)
 
 
-TO_DEVICE = define("to_device", composite=lambda x, source: x, vjp=_to_device_vjp)
+TO_DEVICE = define(
+    "to_device",
+    kind="transfer",
+    native="(none: dispatch.transfer copies through the host; the op is the graph node of a move)",
+    composite=lambda x, source: x,
+    vjp=_to_device_vjp,
+)
 
 
 def _parse_target(target: Any, dtype: Any) -> tuple[Device | None, DType | None]:
@@ -72,15 +82,10 @@ def to(x: Tensor, target: Any = None, dtype: Any = None) -> Tensor:
     dev, dt = _parse_target(target, dtype)
     out = x
     if dev is not None and not dev.same_hardware(x._device):
-        src = x._device
         if not dev.autodiff_enabled and x._rg:
             dev = dev.autodiff()
         check_dtype(dev, x._dtype, "to")
-        host = np.ascontiguousarray(src.primitive("to_numpy")(x._data))
-        out = make_tensor(dev.primitive("from_numpy")(np.array(host, copy=True)), x._shape, x._dtype, dev)
-        if x._rg and _GRAD.enabled:
-            out._node = Node(TO_DEVICE, (x,), {"source": src})
-            out._rg = True
+        out = transfer(TO_DEVICE, x, dev)
     elif dev is not None and dev is not x._device:
         out = x._with_device(dev) if not x._rg else x
     if dt is not None and out._dtype is not dt:
@@ -95,7 +100,7 @@ def copy_(x: Tensor, value: Any) -> Tensor:
             "copy_: in-place update of a tensor that requires grad would corrupt the graph; "
             "do it inside `with ember.no_grad():` (as optimizers do)"
         )
-    if isinstance(value, Tensor):
+    if is_tensor(value):
         src = value if value._device.same_hardware(x._device) else to(value.detach(), x._device)
         if src._dtype is not x._dtype:
             src = astype(src, x._dtype)
@@ -104,8 +109,6 @@ def copy_(x: Tensor, value: Any) -> Tensor:
             src = src.broadcast_to(x._shape)
         data = src._data
     else:
-        from .creation import full
-
         data = full(x._shape, value, dtype=x._dtype, device=x._device)._data
     x._data = data
     return x

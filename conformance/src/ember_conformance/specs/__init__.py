@@ -27,6 +27,12 @@ INTERNAL_OPS: dict[str, str] = {
     "to_device": "the graph node of a cross-device move; test_transfer moves tensors to an in-process second "
     "device and back and checks values and gradients",
     "conformance_axpy": "the suite's own @backend_extension probe (test_extensions)",
+    # the creation and transfer primitives: every test builds its inputs and reads results with them
+    "from_numpy": "a primitive every test uses to build inputs; test_creation checks it directly",
+    "to_numpy": "a primitive every test uses to read results; test_transfer checks round trips",
+    "full": "test_creation (full, zeros, ones and the *_like forms against numpy)",
+    "arange": "test_creation (arange and linspace against numpy)",
+    "random_bits": "test_random: Philox known-answer vectors and bit-identity with the reference",
 }
 
 #: registered ops checked by hand-written tests rather than a spec row

@@ -65,8 +65,30 @@ _MATMUL_CASES = (
     Case("large", (x((64, 128)), x((128, 96))), tol=8.0),
 )
 
+def _np_linear(a, w, b=None):
+    out = a @ w.T
+    return out if b is None else out + b
+
+
+_LINEAR_CASES = (
+    Case("bias", (x((3, 4)), x((5, 4)), x((5,))), grad=True),
+    Case("no_bias", (x((2, 3, 4)), x((5, 4))), grad=True),
+    Case("vector", (x((4,)), x((2, 4)), x((2,))), grad=True),
+    Case("noncontig", (x((4, 3), "noncontig"), x((5, 3), "strided"), x((5,)))),
+)
+
 LINALG: tuple[OpSpec, ...] = (
     OpSpec("matmul", em.matmul, np.matmul, NUMERIC, _MATMUL_CASES, domain=_SMALL, grad=True, tol=2.0),
+    OpSpec(
+        "linear",
+        lambda a, w, b=None: em.nn.functional.linear(a, w, b),
+        _np_linear,
+        NUMERIC,
+        _LINEAR_CASES,
+        domain=_SMALL,
+        grad=True,
+        tol=2.0,
+    ),
     OpSpec(
         "tensordot",
         lambda a, b, axes=2: em.tensordot(a, b, axes),

@@ -1,14 +1,10 @@
-"""Reverse-mode autodiff: the graph, grad mode, and the functional API."""
+"""Reverse-mode autodiff, in the layers it spans.
 
-from .api import backward, grad, value_and_grad
-from .mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+- :mod:`~ember.autodiff.mode`: grad mode (``no_grad``...), a leaf every layer may read;
+- :mod:`~ember.autodiff.node`: the graph node type, which only :mod:`ember.dispatch` builds;
+- :mod:`~ember.autodiff.graph`: the backward walk, above dispatch;
+- :mod:`~ember.autodiff.api`: ``backward``, ``grad``, ``value_and_grad``, beside the Tensor.
 
-__all__ = [
-    "backward",
-    "grad",
-    "value_and_grad",
-    "no_grad",
-    "enable_grad",
-    "is_grad_enabled",
-    "set_grad_enabled",
-]
+This package imports none of them, so importing the leaf costs nothing above it; the public
+names are re-exported by :mod:`ember`.
+"""

@@ -6,8 +6,11 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..creation import ones_like, zeros_like
+from ..dispatch import is_tensor
 from ..errors import AutodiffError
 from .graph import run_backward
+from .mode import enable_grad, set_grad_enabled
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -16,8 +19,6 @@ __all__ = ["backward", "grad", "value_and_grad"]
 
 
 def _seed(out: Tensor, grad: Any, what: str) -> Tensor:
-    from ..creation import ones_like
-    from ..tensor import Tensor
 
     if grad is None:
         if out.size != 1:
@@ -27,7 +28,7 @@ def _seed(out: Tensor, grad: Any, what: str) -> Tensor:
                 f"first (e.g. loss.sum())."
             )
         return ones_like(out)
-    if not isinstance(grad, Tensor):
+    if not is_tensor(grad):
         raise TypeError(f"{what}: grad must be a Tensor, got {type(grad).__name__}")
     if grad.shape != out.shape:
         raise AutodiffError(f"{what}: grad has shape {grad.shape} but the output has shape {out.shape}")
@@ -57,7 +58,6 @@ def backward(
     _check_recorded(out, "backward")
     seed = _seed(out, grad, "backward")
     results = run_backward([out], [seed], create_graph=create_graph, retain_graph=retain_graph)
-    from .mode import set_grad_enabled
 
     with set_grad_enabled(create_graph):
         for leaf, g in results.values():
@@ -67,7 +67,6 @@ def backward(
 
 
 def _prepare(args: Sequence[Any], argnums: tuple[int, ...], what: str) -> tuple[list[Any], bool]:
-    from ..tensor import Tensor
 
     args = list(args)
     nested = False
@@ -75,7 +74,7 @@ def _prepare(args: Sequence[Any], argnums: tuple[int, ...], what: str) -> tuple[
         if i >= len(args):
             raise TypeError(f"{what}: argnums={i} but only {len(args)} positional argument(s) were given")
         x = args[i]
-        if not isinstance(x, Tensor):
+        if not is_tensor(x):
             raise TypeError(f"{what}: argument {i} must be a Tensor to differentiate, got {type(x).__name__}")
         if not x.dtype.is_floating:
             raise AutodiffError(f"{what}: argument {i} has dtype {x.dtype}; only floating-point tensors have gradients")
@@ -101,25 +100,20 @@ def value_and_grad(
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        from .mode import enable_grad
 
         prepared, nested = _prepare(args, nums, "grad")
         with enable_grad():
             result = fn(*prepared, **kwargs)
         value, aux = result if has_aux else (result, None)
-        from ..tensor import Tensor
 
-        if not isinstance(value, Tensor):
+        if not is_tensor(value):
             raise TypeError(f"grad: the function must return a Tensor, got {type(value).__name__}")
         wrt = [prepared[i] for i in nums]
         if not value._rg:
-            from ..creation import zeros_like
-
             grads = [zeros_like(w) for w in wrt]
         else:
             seed = _seed(value, None, "grad")
             results = run_backward([value], [seed], wrt=wrt, create_graph=nested, retain_graph=nested)
-            from ..creation import zeros_like
 
             grads = [results[id(w)][1] if id(w) in results else zeros_like(w) for w in wrt]
         if not nested:

@@ -1,7 +1,8 @@
-"""The recorded graph and reverse-mode accumulation.
+"""Reverse-mode accumulation over the recorded graph (the backward walk, above dispatch).
 
-A tensor produced by a recorded op holds a :class:`Node`: the op, its input tensors (and
-their handles at record time, to catch in-place changes) and its parameters. Backward walks
+A tensor produced by a recorded op holds a :class:`~ember.autodiff.node.Node` (built only by
+:mod:`ember.dispatch`): the op, its input tensors (and their handles at record time, to catch
+in-place changes) and its parameters. Backward walks
 the nodes in reverse topological order and calls each op's vjp rule
 ``vjp(g, out, *inputs, **params) -> one gradient (or None) per input``. Gradients that
 broadcasting widened are summed back to the input's shape here, once, for every op.
@@ -9,32 +10,16 @@ broadcasting widened are summed back to the input's shape here, once, for every 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..amp import autocast
 from ..errors import AutodiffError
 from .mode import set_grad_enabled
 
 if TYPE_CHECKING:
-    from ..dispatch import Op
     from ..tensor import Tensor
 
-__all__ = ["Node", "run_backward"]
-
-
-class Node:
-    """One recorded op application."""
-
-    __slots__ = ("op", "inputs", "datas", "params")
-
-    def __init__(self, op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any]) -> None:
-        self.op = op
-        self.inputs: tuple[Tensor, ...] | None = inputs
-        self.datas = tuple(t._data for t in inputs)
-        self.params = params
-
-    def __repr__(self) -> str:
-        return f"<Node {self.op.name}>"
+__all__ = ["run_backward"]
 
 
 def _topological(roots: list[Tensor]) -> list[Tensor]:

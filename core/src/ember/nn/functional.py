@@ -16,13 +16,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import ops  # noqa: F401  (the op modules register their ops)
-from ..amp import _STATE as _AMP
-from ..amp import autocast_inputs
 from ..dtypes import finfo
 from ..errors import ShapeError
 from ..ops import nn as _nn
 from ..ops.elementwise import _tensor_arg, where
-from ..ops.linalg import matmul, vector_norm
+from ..ops.linalg import linear as _linear
+from ..ops.linalg import vector_norm
 from ..ops.movement import expand_dims, squeeze
 from ..ops.movement import pad as _pad
 from ..tensor import Tensor
@@ -59,16 +58,7 @@ def _ops() -> Any:
 # -- linear and convolution --------------------------------------------------------------
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, name: str = "linear") -> Tensor:
     """x @ weight.T + bias, for x of shape (..., in_features) and weight (out_features, in_features)."""
-    if weight.ndim != 2:
-        raise ShapeError(f"{name}: weight must be 2-D (out_features, in_features), got shape {weight.shape}")
-    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
-        raise ShapeError(
-            f"{name}: expected input of shape (..., {weight.shape[1]}) (last axis = in_features), got {x.shape}"
-        )
-    if _AMP.dtype is not None:
-        x, weight, bias = autocast_inputs(name, x, weight, bias)
-    out = matmul(x, weight.mT)
-    return out if bias is None else out + bias
+    return _linear(x, weight, bias, name=name)
 
 
 def _batched(x: Tensor, nd: int, name: str, layout: str) -> tuple[Tensor, bool]:

@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..amp import _STATE as _AMP
-from ..amp import autocast_inputs
-from ..dispatch import apply, define
+from ..amp import LOW
+from ..creation import tensor
+from ..dispatch import Op, apply, define, effective_dtype
 from ..errors import DTypeError, ShapeError
-from ..tensor import Tensor
 from .elementwise import FLOAT, _reject, _tensor_arg
 from .linalg import matmul, matrix_transpose
 from .movement import concat, expand_dims, pad, reshape, slice_tensor, squeeze
 from .reduction import sum as reduce_sum
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 __all__ = ["conv", "conv_transpose", "unfold", "fold"]
 
@@ -67,9 +69,10 @@ def _float_input(x: Any, op: str) -> Tensor:
     return x
 
 
-def _same_dtype(t: Any, like: Tensor, name: str, op: str) -> Tensor:
+def _same_dtype(t: Any, like: Tensor, name: str, op: str, policy: Op | None = None) -> Tensor:
+    """``t`` as a tensor whose dtype matches ``like``'s once ``policy``'s autocast has run."""
     t = _tensor_arg(t, op, like)
-    if t._dtype is not like._dtype:
+    if effective_dtype(policy, t._dtype) is not effective_dtype(policy, like._dtype):
         raise DTypeError(f"{op}: {name} has dtype {t._dtype} but the input is {like._dtype}; cast one to match")
     return t
 
@@ -108,7 +111,6 @@ def _check_fits(op: str, sizes: Ints, kernel: Ints, padding: Pads, dilation: Int
 
 def _const(values: Any, like: Tensor, dtype: Any = None) -> Tensor:
     """A constant tensor on ``like``'s device (``like``'s dtype unless given)."""
-    from ..creation import tensor
 
     return tensor(np.asarray(values), dtype=like._dtype if dtype is None else dtype, device=like._device)
 
@@ -184,8 +186,20 @@ def _fold_vjp(
     return (_unfold_op(g, kernel, stride, padding, dilation),)
 
 
-UNFOLD = define("unfold", composite=_unfold_composite, vjp=_unfold_vjp)
-FOLD = define("fold", composite=_fold_composite, vjp=_fold_vjp)
+UNFOLD = define(
+    "unfold",
+    kind="movement",
+    native="unfold(x, *, kernel, stride, padding, dilation, value) -> handle  # (N, C*prod(kernel), blocks)",
+    composite=_unfold_composite,
+    vjp=_unfold_vjp,
+)
+FOLD = define(
+    "fold",
+    kind="movement",
+    native="fold(cols, *, size, kernel, stride, padding, dilation) -> handle  # inverse of unfold, summed",
+    composite=_fold_composite,
+    vjp=_fold_vjp,
+)
 
 
 def _unfold_op(
@@ -313,8 +327,22 @@ def _conv_transpose_vjp(
     return (gx, gw) + _bias_grad(g, bias)
 
 
-CONV = define("conv", composite=_conv_composite, vjp=_conv_vjp)
-CONV_TRANSPOSE = define("conv_transpose", composite=_conv_transpose_composite, vjp=_conv_transpose_vjp)
+CONV = define(
+    "conv",
+    kind="contraction",
+    native="conv(x, w[, bias], *, stride, padding, dilation, groups) -> handle  # 1-3 spatial dims",
+    autocast=LOW,
+    composite=_conv_composite,
+    vjp=_conv_vjp,
+)
+CONV_TRANSPOSE = define(
+    "conv_transpose",
+    kind="contraction",
+    native="conv_transpose(x, w[, bias], *, size, stride, padding, dilation, groups) -> handle",
+    autocast=LOW,
+    composite=_conv_transpose_composite,
+    vjp=_conv_transpose_vjp,
+)
 
 
 def _conv_op(
@@ -350,10 +378,9 @@ def _conv_args(
     op: str, x: Any, weight: Any, bias: Any, groups: Any, transposed: bool
 ) -> tuple[Tensor, Tensor, tuple[Tensor, ...], int, bool]:
     """Check input, weight, bias and groups; returns batched x, w, bias, groups, added-batch flag."""
-    if _AMP.dtype is not None:  # autocast: conv and conv_transpose run in the low-precision dtype
-        x, weight, bias = autocast_inputs(op, x, weight, bias)
+    policy = CONV_TRANSPOSE if transposed else CONV
     x = _float_input(x, op)
-    w = _same_dtype(weight, x, "weight", op)
+    w = _same_dtype(weight, x, "weight", op, policy)
     nd = w.ndim - 2
     if not 1 <= nd <= 3:
         raise ShapeError(f"{op}: weight must be (out, in / groups, *kernel) with 1 to 3 kernel dims, got {w._shape}")
@@ -382,7 +409,7 @@ def _conv_args(
             )
     extra: tuple[Tensor, ...] = ()
     if bias is not None:
-        b = _same_dtype(bias, x, "bias", op)
+        b = _same_dtype(bias, x, "bias", op, policy)
         if b._shape != (cout,):
             raise ShapeError(f"{op}: bias must have shape ({cout},) (one per output channel), got {b._shape}")
         extra = (b,)

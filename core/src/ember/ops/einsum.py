@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..dtypes import result_type
 from ..errors import ShapeError
-from ..tensor import Tensor
 from .elementwise import _tensor_arg
 from .linalg import diagonal
 from .movement import permute_dims, reshape
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 
 def _parse(subscripts: str, n: int) -> tuple[list[str], str]:

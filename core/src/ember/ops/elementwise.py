@@ -8,23 +8,29 @@ weakly typed; tensor dtypes promote by the Array API table.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..autodiff.graph import Node
-from ..autodiff.mode import _STATE as _GRAD
-from ..device import common_device
-from ..dispatch import OPS, Op, apply, define
+from ..amp import PROMOTE
+from ..creation import asarray, full, full_like
+from ..dispatch import Op, apply, binary, define, is_tensor, scalar_value, swaps
 from ..dtypes import (
-    ALL_DTYPES,
+    ANY,
+    BOOL,
+    FLOAT,
+    INT,
+    INT_OR_BOOL,
+    NUMERIC,
     DType,
     bool_,
-    iinfo,
+    category_error,
     promote_types,
     scalar_dtype,
 )
 from ..errors import DTypeError
 from ..shapes import broadcast_shapes
-from ..tensor import Tensor, make_tensor
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "floor_divide", "remainder", "pow",
@@ -39,57 +45,26 @@ __all__ = [
     "trunc", "reciprocal", "isnan", "isinf", "isfinite", "clip", "where", "astype_op",
 ]  # fmt: skip
 
-# dtype categories, as in the Array API
-BOOL = frozenset([bool_])
-INT = frozenset(d for d in ALL_DTYPES if d.kind in "iu")
-FLOAT = frozenset(d for d in ALL_DTYPES if d.kind == "f")
-NUMERIC = INT | FLOAT
-INT_OR_BOOL = INT | BOOL
-ANY = frozenset(ALL_DTYPES)
-_CATEGORY = {BOOL: "boolean", INT: "integer", FLOAT: "floating-point", NUMERIC: "numeric",
-             INT_OR_BOOL: "integer or boolean", ANY: "any"}  # fmt: skip
-
-#: op name -> (accepted dtypes, result is bool)
+#: op name -> (accepted dtypes, result is bool): the elementwise dtype rules, as held by each Op
 RULES: dict[str, tuple[frozenset[DType], bool]] = {}
+
+__all__ += ["BOOL", "INT", "FLOAT", "NUMERIC", "INT_OR_BOOL", "ANY"]  # the categories, re-exported
 
 
 def _needs(t: Any) -> bool:
     """Whether ``t`` is a tensor whose gradient is wanted."""
-    return type(t) is Tensor and t._rg
+    return is_tensor(t) and t._rg
 
 
-def _reject(op: str, accepts: frozenset[DType], dtype: DType) -> DTypeError:
-    hint = ""
-    if accepts is FLOAT and dtype.kind in "iub":
-        hint = " Cast first, e.g. x.astype(ember.float32)."
-    return DTypeError(f"{op}: expected a {_CATEGORY[accepts]} tensor, got {dtype}.{hint}")
+_reject = category_error
 
 
 def _tensor_arg(x: Any, op: str, like: Tensor | None = None) -> Tensor:
-    if type(x) is Tensor or isinstance(x, Tensor):
+    if is_tensor(x):
         return x
-    from ..creation import asarray
-
     if like is not None:
         return asarray(x, device=like._device)
     return asarray(x)
-
-
-def _scalar_value(value: Any, dtype: DType, op: str) -> Any:
-    """Check a Python scalar fits ``dtype`` and convert it to the Python type backends expect."""
-    kind = dtype.kind
-    if kind == "f":
-        return float(value)
-    if kind == "b":
-        return bool(value)
-    v = int(value)
-    info = iinfo(dtype)
-    if not info.min <= v <= info.max:
-        raise DTypeError(
-            f"{op}: the Python int {v} does not fit in {dtype} (range {info.min}..{info.max}); "
-            f"cast the tensor to a wider dtype first"
-        )
-    return v
 
 
 # -- unary -------------------------------------------------------------------------------
@@ -106,20 +81,27 @@ def unary_op(
 ) -> Op:
     """Define an elementwise unary op with its dtype rule."""
     op = define(
-        name, primitive=composite is None, composite=composite, vjp=vjp, differentiable=differentiable and not bool_out
+        name,
+        kind="elementwise_unary",
+        native=None if composite is None else f"{name}(a) -> handle",
+        primitive=composite is None,
+        composite=composite,
+        vjp=vjp,
+        differentiable=differentiable and not bool_out,
+        accepts=accepts,
+        bool_out=bool_out,
     )
     RULES[name] = (accepts, bool_out)
     return op
 
 
 def _unary(op: Op, x: Any) -> Tensor:
-    if type(x) is not Tensor:
+    if not is_tensor(x):
         x = _tensor_arg(x, op.name)
-    accepts, bool_out = RULES[op.name]
     dt = x._dtype
-    if dt not in accepts:
-        raise _reject(op.name, accepts, dt)
-    return apply(op, (x,), {}, x._shape, bool_ if bool_out else dt)
+    if dt not in op.accepts:
+        raise _reject(op.name, op.accepts, dt)
+    return apply(op, (x,), {}, x._shape, bool_ if op.bool_out else dt)
 
 
 def _zero_grad(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
@@ -308,8 +290,6 @@ ISFINITE = unary_op("isfinite", NUMERIC, composite=lambda x: logical_not(isnan(x
 
 def ones_like_scalar(x: Tensor, value: float) -> Tensor:
     """A tensor of ``x``'s shape, dtype and device filled with ``value``."""
-    from ..creation import full_like
-
     return full_like(x, value)
 
 
@@ -396,78 +376,20 @@ def binary_op(
     """Define an elementwise binary op with its dtype rule."""
     op = define(
         name,
+        kind="elementwise_binary",
+        native=None if composite is None else f"{name}(a, b) -> handle  # b may be a Python scalar",
         primitive=composite is None,
         composite=composite,
         vjp=vjp,
         differentiable=vjp is not None or (composite is not None and not bool_out),
+        accepts=accepts,
+        bool_out=bool_out,
     )
     RULES[name] = (accepts, bool_out)
+    swapped = _SWAPPED.get(name)
+    if swapped is not None:
+        swaps(name, swapped)
     return op
-
-
-def _binary(op: Op, a: Any, b: Any) -> Tensor:
-    """The hot path: promote, broadcast, dispatch, record; ``b`` may stay a Python scalar."""
-    if type(a) is Tensor:
-        if type(b) is Tensor:
-            dt = a._dtype
-            if b._dtype is not dt:
-                dt = promote_types(dt, b._dtype, op.name)
-                if a._dtype is not dt:
-                    a = a.astype(dt)
-                if b._dtype is not dt:
-                    b = b.astype(dt)
-            sa = a._shape
-            shape = sa if sa == b._shape else broadcast_shapes(sa, b._shape, op=op.name)
-            dev = a._device
-            if b._device is not dev:
-                dev = common_device(op.name, [dev, b._device])
-            bdata = b._data
-            inputs: tuple[Tensor, ...] = (a, b)
-            params: dict[str, Any] = {}
-            wants = a._rg or b._rg
-        elif isinstance(b, (int, float)):
-            dt = scalar_dtype(a._dtype, b, op.name)
-            bdata = _scalar_value(b, dt, op.name)
-            shape = a._shape
-            dev = a._device
-            inputs = (a,)
-            params = {"b": bdata}
-            wants = a._rg
-        else:
-            return _binary(op, a, _tensor_arg(b, op.name, a))
-    elif type(b) is Tensor:
-        if isinstance(a, (int, float)):
-            swapped = _SWAPPED.get(op.name)
-            if swapped is not None:
-                return _binary(OPS[swapped], b, a)
-            from ..creation import full
-
-            dt = scalar_dtype(b._dtype, a, op.name)
-            a = full((), _scalar_value(a, dt, op.name), dtype=dt, device=b._device)
-        else:
-            a = _tensor_arg(a, op.name, b)
-        return _binary(op, a, b)
-    else:
-        a = _tensor_arg(a, op.name)
-        return _binary(op, a, b)
-    accepts, bool_out = RULES[op.name]
-    if dt not in accepts:
-        raise _reject(op.name, accepts, dt)
-    impl = dev._impls[op.name]
-    record = wants and op.differentiable and _GRAD.enabled and not bool_out
-    if impl is None or (record and op.vjp is None):
-        if op.composite is None:
-            return apply(op, inputs, params, shape, dt)  # raises the missing-primitive error
-        if params:
-            b = make_tensor(dev.primitive("full")(shape=(), value=bdata, dtype=dt), (), dt, dev)
-            inputs = (a, b)
-            params = {}
-        return apply(op, inputs, params, shape, bool_ if bool_out else dt)
-    out = make_tensor(impl(a._data, bdata), shape, bool_ if bool_out else dt, dev)
-    if record:
-        out._node = Node(op, inputs, params)
-        out._rg = True
-    return out
 
 
 def _add_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
@@ -491,7 +413,7 @@ def _div_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
 def _pow_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
     ga = gb = None
     if _needs(a):
-        if type(b) is Tensor:
+        if is_tensor(b):
             ga = g * b * pow(a, b - 1)
         elif b == 0:
             ga = g * 0
@@ -499,7 +421,7 @@ def _pow_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
             ga = g * b * pow(a, b - 1)
     if _needs(b):
         # d/db a**b = a**b log a; define it as 0 where a == 0 (the limit for b > 0)
-        safe = where(a == 0, 1, a) if type(a) is Tensor else a
+        safe = where(a == 0, 1, a) if is_tensor(a) else a
         gb = g * out * log(safe)
     return ga, gb
 
@@ -567,118 +489,116 @@ RSHIFT = binary_op(
 
 
 def full_like_int(x: Tensor, value: int) -> Tensor:
-    from ..creation import full_like
-
     return full_like(x, value)
 
 
 def add(a: Any, b: Any) -> Tensor:
     """Elementwise ``a + b`` with broadcasting."""
-    return _binary(ADD, a, b)
+    return binary(ADD, a, b)
 
 
 def subtract(a: Any, b: Any) -> Tensor:
-    return _binary(SUB, a, b)
+    return binary(SUB, a, b)
 
 
 def multiply(a: Any, b: Any) -> Tensor:
-    return _binary(MUL, a, b)
+    return binary(MUL, a, b)
 
 
 def divide(a: Any, b: Any) -> Tensor:
     """True division (floating-point tensors; use ``//`` for integers)."""
-    return _binary(DIV, a, b)
+    return binary(DIV, a, b)
 
 
 def floor_divide(a: Any, b: Any) -> Tensor:
-    return _binary(FLOORDIV, a, b)
+    return binary(FLOORDIV, a, b)
 
 
 def remainder(a: Any, b: Any) -> Tensor:
     """Remainder with the sign of the divisor (Python's ``%``)."""
-    return _binary(REMAINDER, a, b)
+    return binary(REMAINDER, a, b)
 
 
 def pow(a: Any, b: Any) -> Tensor:
-    return _binary(POW, a, b)
+    return binary(POW, a, b)
 
 
 def maximum(a: Any, b: Any) -> Tensor:
-    return _binary(MAXIMUM, a, b)
+    return binary(MAXIMUM, a, b)
 
 
 def minimum(a: Any, b: Any) -> Tensor:
-    return _binary(MINIMUM, a, b)
+    return binary(MINIMUM, a, b)
 
 
 def atan2(a: Any, b: Any) -> Tensor:
-    return _binary(ATAN2, a, b)
+    return binary(ATAN2, a, b)
 
 
 def hypot(a: Any, b: Any) -> Tensor:
-    return _binary(HYPOT, a, b)
+    return binary(HYPOT, a, b)
 
 
 def logaddexp(a: Any, b: Any) -> Tensor:
-    return _binary(LOGADDEXP, a, b)
+    return binary(LOGADDEXP, a, b)
 
 
 def equal(a: Any, b: Any) -> Tensor:
-    return _binary(EQ, a, b)
+    return binary(EQ, a, b)
 
 
 def not_equal(a: Any, b: Any) -> Tensor:
-    return _binary(NE, a, b)
+    return binary(NE, a, b)
 
 
 def less(a: Any, b: Any) -> Tensor:
-    return _binary(LT, a, b)
+    return binary(LT, a, b)
 
 
 def less_equal(a: Any, b: Any) -> Tensor:
-    return _binary(LE, a, b)
+    return binary(LE, a, b)
 
 
 def greater(a: Any, b: Any) -> Tensor:
-    return _binary(GT, a, b)
+    return binary(GT, a, b)
 
 
 def greater_equal(a: Any, b: Any) -> Tensor:
-    return _binary(GE, a, b)
+    return binary(GE, a, b)
 
 
 def logical_and(a: Any, b: Any) -> Tensor:
-    return _binary(LOGICAL_AND, a, b)
+    return binary(LOGICAL_AND, a, b)
 
 
 def logical_or(a: Any, b: Any) -> Tensor:
-    return _binary(LOGICAL_OR, a, b)
+    return binary(LOGICAL_OR, a, b)
 
 
 def logical_xor(a: Any, b: Any) -> Tensor:
-    return _binary(LOGICAL_XOR, a, b)
+    return binary(LOGICAL_XOR, a, b)
 
 
 def bitwise_and(a: Any, b: Any) -> Tensor:
-    return _binary(BITWISE_AND, a, b)
+    return binary(BITWISE_AND, a, b)
 
 
 def bitwise_or(a: Any, b: Any) -> Tensor:
-    return _binary(BITWISE_OR, a, b)
+    return binary(BITWISE_OR, a, b)
 
 
 def bitwise_xor(a: Any, b: Any) -> Tensor:
-    return _binary(BITWISE_XOR, a, b)
+    return binary(BITWISE_XOR, a, b)
 
 
 def bitwise_left_shift(a: Any, b: Any) -> Tensor:
     """``a << b`` for non-negative shifts smaller than the bit width."""
-    return _binary(LSHIFT, a, b)
+    return binary(LSHIFT, a, b)
 
 
 def bitwise_right_shift(a: Any, b: Any) -> Tensor:
     """``a >> b`` (arithmetic for signed integers)."""
-    return _binary(RSHIFT, a, b)
+    return binary(RSHIFT, a, b)
 
 
 # -- where, clip, cast -------------------------------------------------------------------
@@ -689,25 +609,25 @@ def _where_vjp(g: Tensor, out: Tensor, cond: Tensor, a: Tensor, b: Tensor) -> tu
     return None, (where(cond, g, zero) if a._rg else None), (where(cond, zero, g) if b._rg else None)
 
 
-WHERE = define("where", primitive=True, vjp=_where_vjp)
+WHERE = define("where", kind="elementwise_ternary", primitive=True, vjp=_where_vjp, autocast=PROMOTE)
 
 
 def where(condition: Any, a: Any, b: Any) -> Tensor:
     """Elementwise ``a`` where ``condition`` else ``b`` (all three broadcast)."""
-    like = next((t for t in (condition, a, b) if isinstance(t, Tensor)), None)
+    like = next((t for t in (condition, a, b) if is_tensor(t)), None)
     cond = _tensor_arg(condition, "where", like)
     if cond._dtype is not bool_:
         raise DTypeError(f"where: condition must be a bool tensor, got {cond._dtype}; compare first, e.g. x > 0")
-    if isinstance(a, Tensor) and isinstance(b, Tensor):
+    if is_tensor(a) and is_tensor(b):
         dt = promote_types(a._dtype, b._dtype, "where")
-    elif isinstance(a, Tensor):
+    elif is_tensor(a):
         dt = scalar_dtype(a._dtype, b, "where")
-    elif isinstance(b, Tensor):
+    elif is_tensor(b):
         dt = scalar_dtype(b._dtype, a, "where")
     else:
         a = _tensor_arg(a, "where", cond)
         dt = a._dtype
-        if not isinstance(b, Tensor):
+        if not is_tensor(b):
             dt = scalar_dtype(dt, b, "where")
     a = _as_dtype_on(a, dt, cond)
     b = _as_dtype_on(b, dt, cond)
@@ -716,11 +636,9 @@ def where(condition: Any, a: Any, b: Any) -> Tensor:
 
 
 def _as_dtype_on(x: Any, dt: DType, like: Tensor) -> Tensor:
-    if isinstance(x, Tensor):
+    if is_tensor(x):
         return x if x._dtype is dt else x.astype(dt)
-    from ..creation import full
-
-    return full((), _scalar_value(x, dt, "where"), dtype=dt, device=like._device)
+    return full((), scalar_value(x, dt, "where"), dtype=dt, device=like._device)
 
 
 def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
@@ -740,6 +658,7 @@ def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
 
 CAST = define(
     "cast",
+    kind="elementwise_unary",
     primitive=True,
     vjp=lambda g, out, x, dtype: (g.astype(x._dtype) if x._dtype.kind == "f" else None,),
 )

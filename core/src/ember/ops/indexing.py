@@ -4,18 +4,22 @@ boolean masks, integer tensors)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..autodiff.mode import _STATE as _GRAD
-from ..dispatch import apply, define
+from ..creation import arange, full, tensor, zeros
+from ..creation import tensor as _t
+from ..dispatch import apply, define, is_tensor
 from ..dtypes import bool_, int64
 from ..errors import AutodiffError, DTypeError, EmberIndexError, ShapeError
 from ..shapes import broadcast_shapes, normalize_axis
-from ..tensor import Tensor
 from .elementwise import INT, _tensor_arg, where
 from .movement import broadcast_to, expand_dims, flip, permute_dims, reshape, slice_tensor
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 __all__ = [
     "take_along_axis", "scatter_add", "index_put", "take", "getitem", "setitem", "one_hot",
@@ -24,7 +28,6 @@ __all__ = [
 
 
 def _zeros(x: Tensor) -> Tensor:
-    from ..creation import zeros
 
     return zeros(x._shape, dtype=x._dtype, device=x._device)
 
@@ -47,9 +50,9 @@ def _index_put_vjp(
     return (ga, gv) + (None,) * len(indices)
 
 
-GATHER = define("gather", primitive=True, vjp=_gather_vjp)
-SCATTER_ADD = define("scatter_add", primitive=True, vjp=_scatter_add_vjp)
-INDEX_PUT = define("index_put", primitive=True, vjp=_index_put_vjp)
+GATHER = define("gather", kind="indexing", primitive=True, vjp=_gather_vjp)
+SCATTER_ADD = define("scatter_add", kind="indexing", primitive=True, vjp=_scatter_add_vjp)
+INDEX_PUT = define("index_put", kind="indexing", primitive=True, vjp=_index_put_vjp)
 
 
 def _check_index(index: Tensor, op: str) -> None:
@@ -137,11 +140,9 @@ def index_put(x: Any, indices: tuple[Any, ...], values: Any, accumulate: bool = 
     bshape = broadcast_shapes(*(i._shape for i in idx), op="index_put") if idx else ()
     idx = [broadcast_to(i, bshape) for i in idx]
     target = bshape + x._shape[len(idx) :]
-    if isinstance(values, Tensor):
+    if is_tensor(values):
         vals = values if values._dtype is x._dtype else values.astype(x._dtype)
     else:
-        from ..creation import full
-
         vals = full((), values, dtype=x._dtype, device=x._device)
     if vals._shape != target:
         if broadcast_shapes(vals._shape, target, op="index_put") != target:
@@ -161,7 +162,13 @@ def _take_vjp(g: Tensor, out: Tensor, x: Tensor, indices: Tensor, axis: int) -> 
     return scatter_add(_zeros(x), index, g, axis), None
 
 
-TAKE = define("take", composite=_take_composite, vjp=_take_vjp)
+TAKE = define(
+    "take",
+    kind="indexing",
+    native="take(a, indices, *, axis) -> handle  # indices: 1-D int64",
+    composite=_take_composite,
+    vjp=_take_vjp,
+)
 
 
 def take(x: Any, indices: Any, axis: int | None = None) -> Tensor:
@@ -185,7 +192,6 @@ def take(x: Any, indices: Any, axis: int | None = None) -> Tensor:
 
 def one_hot(indices: Any, num_classes: int, dtype: Any = None) -> Tensor:
     """``indices[..., None] == arange(num_classes)`` as ``dtype`` (float32 by default)."""
-    from ..creation import arange
 
     index = _tensor_arg(indices, "one_hot")
     _check_index(index, "one_hot")
@@ -196,7 +202,6 @@ def one_hot(indices: Any, num_classes: int, dtype: Any = None) -> Tensor:
 
 def nonzero(x: Any) -> tuple[Tensor, ...]:
     """Indices of nonzero elements, one int64 tensor per axis (reads values back to the host)."""
-    from ..creation import tensor
 
     x = _tensor_arg(x, "nonzero")
     if x.ndim == 0:
@@ -235,11 +240,9 @@ def _expand_key(x: Tensor, key: Any) -> list[tuple[str, Any]]:
         elif _is_int(k):
             entries.append(("int", int(k)))
         elif isinstance(k, (bool, np.bool_)):
-            from ..creation import tensor
-
             entries.append(("mask", tensor(bool(k), device=x._device)))
         else:
-            t = k if isinstance(k, Tensor) else _tensor_arg(k, "index", x)
+            t = k if is_tensor(k) else _tensor_arg(k, "index", x)
             if t._dtype is bool_:
                 entries.append(("mask", t))
             elif t._dtype in INT:
@@ -270,8 +273,6 @@ def _expand_key(x: Tensor, key: Any) -> list[tuple[str, Any]]:
             if v.ndim and v._shape != dims:
                 raise EmberIndexError(f"index: boolean mask of shape {v._shape} does not match the indexed dims {dims}")
             if v.ndim == 0:
-                from ..creation import tensor as _t
-
                 out.append(("newmask", _t(np.nonzero(np.atleast_1d(v.numpy()))[0], device=x._device)))
                 continue
             for part in nonzero(v):
@@ -327,7 +328,6 @@ def getitem(x: Tensor, key: Any) -> Tensor:
     advanced = any(kind in ("adv", "newmask") for kind, _ in entries)
     if advanced:
         # integers next to advanced indices act as advanced indices (numpy)
-        from ..creation import tensor
 
         entries = [("adv", tensor(v, device=x._device)) if kind == "int" else (kind, v) for kind, v in entries]
     y, entries = _basic(x, entries)
@@ -396,14 +396,13 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
             "x[key] = value on a tensor that requires grad is not differentiable; build the "
             "result with ember.where / index ops, or do the update inside ember.no_grad()"
         )
-    from ..creation import arange
 
-    if not isinstance(value, (Tensor, int, float, bool)):
+    if not (is_tensor(value) or isinstance(value, (int, float, bool))):
         value = _tensor_arg(value, "setitem", x)
     positions = getitem(arange(x.size, device=x._device).reshape(x._shape), key)
     flat = reshape(x, (-1,))
     vals = value
-    if isinstance(value, Tensor):
+    if is_tensor(value):
         if value._device is not x._device and not value._device.same_hardware(x._device):
             raise ShapeError(
                 f"setitem: the value lives on {value._device}, the tensor on {x._device}; move it with .to()"

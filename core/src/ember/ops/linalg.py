@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..amp import _STATE as _AMP
-from ..amp import autocast_inputs
-from ..dispatch import apply, define
+from ..amp import LOW
+from ..creation import zeros
+from ..dispatch import apply, define, is_tensor
 from ..dtypes import bool_, int64, promote_types
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..shapes import broadcast_shapes, normalize_axes, normalize_axis
-from ..tensor import Tensor
 from .elementwise import NUMERIC, _needs, _reject, _tensor_arg, abs, sqrt, where
 from .indexing import scatter_add, take_along_axis
 from .movement import permute_dims, reshape, slice_tensor, swapaxes
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 __all__ = [
     "matmul", "matrix_transpose", "tensordot", "vecdot", "outer", "diagonal", "trace",
@@ -33,15 +35,13 @@ def _matmul_vjp(g: Tensor, out: Tensor, a: Tensor, b: Tensor) -> tuple[Any, Any]
     return ga, gb
 
 
-MATMUL = define("matmul", primitive=True, vjp=_matmul_vjp)
+MATMUL = define("matmul", kind="contraction", autocast=LOW, primitive=True, vjp=_matmul_vjp)
 
 
 def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product with numpy semantics (1-D operands, broadcast batch axes)."""
-    a = _tensor_arg(a, "matmul", b if isinstance(b, Tensor) else None)
+    a = _tensor_arg(a, "matmul", b if is_tensor(b) else None)
     b = _tensor_arg(b, "matmul", a)
-    if _AMP.dtype is not None:
-        a, b = autocast_inputs("matmul", a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul: operands must have at least 1 dimension; use * for scalars")
     dt = promote_types(a._dtype, b._dtype, "matmul") if a._dtype is not b._dtype else a._dtype
@@ -151,7 +151,44 @@ def _l2_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...], keepdims: 
     return (where(out == 0, 0.0, g * x / safe),)
 
 
-L2NORM = define("l2_norm", composite=_l2_composite, vjp=_l2_vjp)
+def _linear_composite(x: Tensor, w: Tensor, *bias: Tensor) -> Tensor:
+    out = matmul(x, matrix_transpose(w))
+    return out + bias[0] if bias else out
+
+
+LINEAR = define(
+    "linear",
+    kind="contraction",
+    native="linear(x, weight[, bias]) -> handle  # x @ weight.T + bias",
+    composite=_linear_composite,
+    autocast=LOW,
+)
+
+
+def linear(x: Any, weight: Any, bias: Any = None, *, name: str = "linear") -> Tensor:
+    """``x @ weight.T + bias`` for x of shape (..., in_features), weight (out_features, in_features)."""
+    x = _tensor_arg(x, name)
+    weight = _tensor_arg(weight, name, x)
+    if weight.ndim != 2:
+        raise ShapeError(f"{name}: weight must be 2-D (out_features, in_features), got shape {weight.shape}")
+    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(
+            f"{name}: expected input of shape (..., {weight.shape[1]}) (last axis = in_features), got {x.shape}"
+        )
+    inputs: tuple[Tensor, ...] = (x, weight)
+    dt = promote_types(x._dtype, weight._dtype, name)
+    if bias is not None:
+        bias = _tensor_arg(bias, name, x)
+        inputs += (bias,)
+        dt = promote_types(dt, bias._dtype, name)
+    if dt not in NUMERIC:
+        raise _reject(name, NUMERIC, dt)
+    return apply(LINEAR, inputs, {}, x._shape[:-1] + (weight._shape[0],), dt)
+
+
+L2NORM = define(
+    "l2_norm", kind="reduction", native="l2_norm(a, *, axes, keepdims) -> handle", composite=_l2_composite, vjp=_l2_vjp
+)
 
 
 def vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Tensor:
@@ -183,14 +220,13 @@ def vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) 
 
 
 def _sort_vjp(g: Tensor, out: Tensor, x: Tensor, axis: int, descending: bool) -> tuple[Any]:
-    from ..creation import zeros
 
     idx = argsort(x, axis=axis, descending=descending)
     return (scatter_add(zeros(x._shape, dtype=g._dtype, device=g._device), idx, g, axis),)
 
 
-SORT = define("sort", primitive=True, vjp=_sort_vjp)
-ARGSORT = define("argsort", primitive=True, differentiable=False)
+SORT = define("sort", kind="other", primitive=True, vjp=_sort_vjp)
+ARGSORT = define("argsort", kind="other", primitive=True, differentiable=False)
 
 
 def _sortable(x: Any, op: str, axis: int) -> tuple[Tensor, int]:

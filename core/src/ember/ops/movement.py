@@ -4,13 +4,17 @@ composites built from them (squeeze, stack, split, tile, repeat, roll, tril/triu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..dispatch import apply, define
+from ..amp import PROMOTE
+from ..creation import arange, tensor, zeros
+from ..dispatch import apply, define, is_tensor
 from ..errors import InvalidArgumentError, ShapeError
 from ..shapes import as_shape, broadcast_shapes, infer_reshape, normalize_axes, normalize_axis
-from ..tensor import Tensor
 from .elementwise import _tensor_arg, where
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 __all__ = [
     "reshape", "permute_dims", "broadcast_to", "slice_tensor", "pad", "flip", "concat",
@@ -39,7 +43,6 @@ def _slice_vjp(g: Tensor, out: Tensor, x: Tensor, starts: Any, stops: Any, steps
         pads = tuple((st, dim - sp) for st, sp, dim in zip(starts, stops, x._shape))
         return (pad(g, pads),)
     # strided: scatter the gradient back through an index grid
-    from ..creation import arange, zeros
 
     grad = zeros(x._shape, dtype=g._dtype, device=g._device)
     index = tuple(
@@ -69,13 +72,13 @@ def _concat_vjp(g: Tensor, out: Tensor, *inputs: Tensor, axis: int) -> tuple[Any
     return tuple(grads)
 
 
-RESHAPE = define("reshape", primitive=True, vjp=_reshape_vjp)
-PERMUTE = define("permute", primitive=True, vjp=_permute_vjp)
-EXPAND = define("expand", primitive=True, vjp=_expand_vjp)
-SLICE = define("slice", primitive=True, vjp=_slice_vjp)
-PAD = define("pad", primitive=True, vjp=_pad_vjp)
-FLIP = define("flip", primitive=True, vjp=lambda g, out, x, axes: (flip(g, axes),))
-CONCAT = define("concat", primitive=True, vjp=_concat_vjp)
+RESHAPE = define("reshape", kind="movement", primitive=True, vjp=_reshape_vjp)
+PERMUTE = define("permute", kind="movement", primitive=True, vjp=_permute_vjp)
+EXPAND = define("expand", kind="movement", primitive=True, vjp=_expand_vjp)
+SLICE = define("slice", kind="movement", primitive=True, vjp=_slice_vjp)
+PAD = define("pad", kind="movement", primitive=True, vjp=_pad_vjp)
+FLIP = define("flip", kind="movement", primitive=True, vjp=lambda g, out, x, axes: (flip(g, axes),))
+CONCAT = define("concat", kind="movement", autocast=PROMOTE, primitive=True, vjp=_concat_vjp)
 
 
 def reshape(x: Any, shape: Any, /, *, copy: bool | None = None) -> Tensor:
@@ -313,10 +316,9 @@ def repeat(x: Any, repeats: Any, axis: int | None = None) -> Tensor:
         y = expand_dims(x, ax + 1)
         y = broadcast_to(y, shape[: ax + 1] + (repeats,) + shape[ax + 1 :])
         return reshape(y, shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1 :])
-    counts = [int(r) for r in (repeats.tolist() if isinstance(repeats, Tensor) else repeats)]
+    counts = [int(r) for r in (repeats.tolist() if is_tensor(repeats) else repeats)]
     if len(counts) != x._shape[ax]:
         raise ShapeError(f"repeat: {len(counts)} repeat counts for axis {ax} of length {x._shape[ax]}")
-    from ..creation import tensor
 
     index = tensor([i for i, c in enumerate(counts) for _ in range(c)], device=x._device)
     from .indexing import take
@@ -346,7 +348,6 @@ def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
 
 
 def _tri_mask(x: Tensor, k: int, lower: bool) -> Tensor:
-    from ..creation import arange
 
     if x.ndim < 2:
         raise ShapeError(f"{'tril' if lower else 'triu'}: needs at least 2 dimensions, got shape {x._shape}")

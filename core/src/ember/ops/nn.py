@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..amp import _STATE as _AMP
-from ..amp import autocast_float32, autocast_inputs
+from ..amp import FLOAT32, LOW
+from ..creation import arange, ones, zeros
 from ..dispatch import apply, define
 from ..dtypes import int64
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..shapes import normalize_axis
-from ..tensor import Tensor
 from .elementwise import (
     FLOAT,
     NUMERIC,
@@ -31,6 +30,9 @@ from .indexing import take, take_along_axis
 from .linalg import matmul, matrix_transpose
 from .movement import expand_dims
 from .reduction import logsumexp, max, mean, sum
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 __all__ = [
     "relu", "gelu", "silu", "sigmoid", "softplus", "leaky_relu", "elu", "mish", "hardtanh",
@@ -81,16 +83,38 @@ def _softplus(x: Tensor) -> Tensor:
 
 RELU = define(
     "relu",
+    kind="elementwise_unary",
+    native="relu(a) -> handle",
     composite=lambda x: where(x <= 0, 0.0 if x._dtype.kind == "f" else 0, x),  # NaN stays NaN
     vjp=lambda g, y, x: (where(x > 0, g, 0.0),),
 )
-SIGMOID = define("sigmoid", composite=_sigmoid, vjp=lambda g, y, x: (g * y * (1.0 - y),))
-GELU = define("gelu", composite=_gelu, vjp=_gelu_vjp)
-GELU_TANH = define("gelu_tanh", composite=_gelu_tanh)
-SILU = define(
-    "silu", composite=lambda x: x * sigmoid(x), vjp=lambda g, y, x: (g * (sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x)))),)
+SIGMOID = define(
+    "sigmoid",
+    kind="elementwise_unary",
+    native="sigmoid(a) -> handle",
+    composite=_sigmoid,
+    vjp=lambda g, y, x: (g * y * (1.0 - y),),
 )
-SOFTPLUS = define("softplus", composite=_softplus, vjp=lambda g, y, x: (g * sigmoid(x),))
+GELU = define(
+    "gelu", kind="elementwise_unary", native="gelu(a) -> handle  # exact (erf) form", composite=_gelu, vjp=_gelu_vjp
+)
+GELU_TANH = define(
+    "gelu_tanh", kind="elementwise_unary", native="gelu_tanh(a) -> handle  # tanh approximation", composite=_gelu_tanh
+)
+SILU = define(
+    "silu",
+    kind="elementwise_unary",
+    native="silu(a) -> handle",
+    composite=lambda x: x * sigmoid(x),
+    vjp=lambda g, y, x: (g * (sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x)))),),
+)
+SOFTPLUS = define(
+    "softplus",
+    kind="elementwise_unary",
+    native="softplus(a) -> handle",
+    composite=_softplus,
+    vjp=lambda g, y, x: (g * sigmoid(x),),
+)
 
 
 def relu(x: Any) -> Tensor:
@@ -163,7 +187,14 @@ def _log_softmax_vjp(g: Tensor, y: Tensor, x: Tensor, axis: int) -> tuple[Any]:
     return (g - exp(y) * sum(g, axis=axis, keepdims=True),)
 
 
-SOFTMAX = define("softmax", composite=_softmax, vjp=_softmax_vjp)
+SOFTMAX = define(
+    "softmax",
+    kind="reduction",
+    native="softmax(a, *, axis) -> handle",
+    autocast=FLOAT32,
+    composite=_softmax,
+    vjp=_softmax_vjp,
+)
 
 
 def _log_softmax(x: Tensor, axis: int) -> Tensor:
@@ -173,14 +204,19 @@ def _log_softmax(x: Tensor, axis: int) -> Tensor:
     return shifted - logsumexp(shifted, axis=axis, keepdims=True)
 
 
-LOG_SOFTMAX = define("log_softmax", composite=_log_softmax, vjp=_log_softmax_vjp)
+LOG_SOFTMAX = define(
+    "log_softmax",
+    kind="reduction",
+    native="log_softmax(a, *, axis) -> handle",
+    autocast=FLOAT32,
+    composite=_log_softmax,
+    vjp=_log_softmax_vjp,
+)
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along ``axis``, stable for large inputs."""
     x = _float_arg(x, "softmax")
-    if _AMP.dtype is not None:
-        (x,) = autocast_float32("softmax", x)
     ax = normalize_axis(axis, x.ndim, "softmax") if x.ndim else 0
     if x.ndim == 0:
         return x * 0.0 + 1.0
@@ -190,8 +226,6 @@ def softmax(x: Any, axis: int = -1) -> Tensor:
 def log_softmax(x: Any, axis: int = -1) -> Tensor:
     """x - logsumexp(x) along ``axis``."""
     x = _float_arg(x, "log_softmax")
-    if _AMP.dtype is not None:
-        (x,) = autocast_float32("log_softmax", x)
     if x.ndim == 0:
         return x * 0.0
     ax = normalize_axis(axis, x.ndim, "log_softmax")
@@ -227,13 +261,15 @@ def _layer_axes(x: Tensor, n: int) -> tuple[int, ...]:
 
 LAYER_NORM = define(
     "layer_norm",
+    kind="other",
+    native="layer_norm(x, weight, bias, *, eps) -> handle  # over weight.ndim trailing axes",
+    autocast=FLOAT32,
     composite=lambda x, w, b, eps: _normalize(x, _layer_axes(x, w.ndim), eps)[0] * w + b,
     vjp=lambda g, y, x, w, b, eps: _normalize_vjp(g, x, w, b, _layer_axes(x, w.ndim), eps),
 )
 
 
 def _affine_params(shape: tuple[int, ...], weight: Any, bias: Any, like: Tensor, op: str) -> tuple[Tensor, Tensor]:
-    from ..creation import ones, zeros
 
     w = ones(shape, dtype=like._dtype, device=like._device) if weight is None else _tensor_arg(weight, op, like)
     b = zeros(shape, dtype=like._dtype, device=like._device) if bias is None else _tensor_arg(bias, op, like)
@@ -246,8 +282,6 @@ def _affine_params(shape: tuple[int, ...], weight: Any, bias: Any, like: Tensor,
 def layer_norm(x: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing ``normalized_shape`` axes, then scale and shift."""
     x = _float_arg(x, "layer_norm")
-    if _AMP.dtype is not None:
-        x, weight, bias = autocast_float32("layer_norm", x, weight, bias)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if x._shape[x.ndim - len(shape) :] != shape:
         raise ShapeError(f"layer_norm: normalized_shape {shape} does not match the trailing axes of {x._shape}")
@@ -271,7 +305,13 @@ def _rms_vjp(g: Tensor, y: Tensor, x: Tensor, w: Tensor, eps: float) -> tuple[An
     return gx, gw
 
 
-RMS_NORM = define("rms_norm", composite=lambda x, w, eps: x * _rms(x, _layer_axes(x, w.ndim), eps) * w, vjp=_rms_vjp)
+RMS_NORM = define(
+    "rms_norm",
+    kind="other",
+    native="rms_norm(x, weight, *, eps) -> handle  # over weight.ndim trailing axes",
+    composite=lambda x, w, eps: x * _rms(x, _layer_axes(x, w.ndim), eps) * w,
+    vjp=_rms_vjp,
+)
 
 
 def rms_norm(x: Any, normalized_shape: Any, weight: Any = None, eps: float = 1e-6) -> Tensor:
@@ -294,6 +334,8 @@ def _bn_shape(x: Tensor) -> tuple[int, ...]:
 
 BATCH_NORM = define(
     "batch_norm",
+    kind="other",
+    native="batch_norm(x, weight, bias, *, eps) -> handle  # batch statistics over all axes but 1",
     composite=lambda x, w, b, eps: (
         _normalize(x, _bn_axes(x), eps)[0] * w.reshape(_bn_shape(x)) + b.reshape(_bn_shape(x))
     ),
@@ -406,7 +448,14 @@ def _ce_vjp(
     return (scale * (p - hot), None)
 
 
-CROSS_ENTROPY = define("cross_entropy", composite=_ce_composite, vjp=_ce_vjp)
+CROSS_ENTROPY = define(
+    "cross_entropy",
+    kind="other",
+    native="cross_entropy(logits, target, *, label_smoothing, ignore_index) -> handle  # per-sample loss; target int64",
+    autocast=FLOAT32,
+    composite=_ce_composite,
+    vjp=_ce_vjp,
+)
 
 
 def cross_entropy(
@@ -424,8 +473,6 @@ def cross_entropy(
     """
     logits = _float_arg(logits, "cross_entropy")
     target = _tensor_arg(target, "cross_entropy", logits)
-    if _AMP.dtype is not None:
-        logits, target, weight = autocast_float32("cross_entropy", logits, target, weight)
     if logits.ndim < 1:
         raise ShapeError("cross_entropy: logits need a class axis")
     if logits.ndim == 1:
@@ -489,8 +536,6 @@ def cross_entropy(
 def _scores(q: Tensor, k: Tensor, mask: Sequence[Tensor], is_causal: bool, scale: float) -> Tensor:
     s = matmul(q, matrix_transpose(k)) * scale
     if is_causal:
-        from ..creation import arange
-
         n, m = q._shape[-2], k._shape[-2]
         causal = arange(m, device=q._device).reshape((1, m)) <= arange(n, device=q._device).reshape((n, 1)) + (m - n)
         s = where(causal, s, float("-inf"))
@@ -518,7 +563,14 @@ def _attention_vjp(
     return (gq, gk, gv) + gm
 
 
-ATTENTION = define("scaled_dot_product_attention", composite=_attention, vjp=_attention_vjp)
+ATTENTION = define(
+    "scaled_dot_product_attention",
+    kind="contraction",
+    native="scaled_dot_product_attention(q, k, v[, mask], *, is_causal, scale) -> handle",
+    autocast=LOW,
+    composite=_attention,
+    vjp=_attention_vjp,
+)
 
 
 def scaled_dot_product_attention(
@@ -537,8 +589,6 @@ def scaled_dot_product_attention(
     q = _float_arg(q, "scaled_dot_product_attention")
     k = _tensor_arg(k, "scaled_dot_product_attention", q)
     v = _tensor_arg(v, "scaled_dot_product_attention", q)
-    if _AMP.dtype is not None:
-        q, k, v, attn_mask = autocast_inputs("scaled_dot_product_attention", q, k, v, attn_mask)
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
         raise ShapeError("scaled_dot_product_attention: q, k, v need at least 2 dimensions (..., L, E)")
     if q._shape[-1] != k._shape[-1] or k._shape[-2] != v._shape[-2]:

@@ -10,14 +10,14 @@ has a vjp rule, so a backend's native kernel is used in training too. ``adaptive
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from ..creation import zeros
 from ..dispatch import apply, define
 from ..dtypes import int64
 from ..errors import InvalidArgumentError, ShapeError
-from ..tensor import Tensor
 from .conv import (
     Ints,
     Pads,
@@ -39,6 +39,9 @@ from .movement import broadcast_to, concat, expand_dims, moveaxis, permute_dims,
 from .reduction import argmax, mean
 from .reduction import max as reduce_max
 from .reduction import sum as reduce_sum
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 __all__ = [
     "max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "interpolate",
@@ -100,7 +103,13 @@ def _max_pool_grad_vjp(
     return reshape(picked, g._shape), None, None
 
 
-MAX_POOL_GRAD = define("max_pool_backward", composite=_max_pool_grad_composite, vjp=_max_pool_grad_vjp)
+MAX_POOL_GRAD = define(
+    "max_pool_backward",
+    kind="other",
+    native="max_pool_backward(g, x, out, *, kernel, stride, padding, dilation) -> handle",
+    composite=_max_pool_grad_composite,
+    vjp=_max_pool_grad_vjp,
+)
 
 
 def _max_pool_vjp(
@@ -137,8 +146,20 @@ def _avg_pool_vjp(
     return (_fold_op(gcols, x._shape[2:], kernel, stride, padding, ones),)
 
 
-MAX_POOL = define("max_pool", composite=_max_pool_composite, vjp=_max_pool_vjp)
-AVG_POOL = define("avg_pool", composite=_avg_pool_composite, vjp=_avg_pool_vjp)
+MAX_POOL = define(
+    "max_pool",
+    kind="other",
+    native="max_pool(x, *, kernel, stride, padding, dilation) -> handle  # padding: ((lo, hi), ...)",
+    composite=_max_pool_composite,
+    vjp=_max_pool_vjp,
+)
+AVG_POOL = define(
+    "avg_pool",
+    kind="other",
+    native="avg_pool(x, *, kernel, stride, padding, divisor) -> handle",
+    composite=_avg_pool_composite,
+    vjp=_avg_pool_vjp,
+)
 
 
 class _Pool(NamedTuple):
@@ -241,7 +262,6 @@ def _take_const(x: Tensor, index: np.ndarray, axis: int) -> Tensor:
 
 def _scatter_const(g: Tensor, index: np.ndarray, axis: int, size: int) -> Tensor:
     """The adjoint of :func:`_take_const`: g summed into ``size`` rows at ``index``."""
-    from ..creation import zeros
 
     shape = tuple(size if i == axis else d for i, d in enumerate(g._shape))
     idx = np.asarray(index, dtype=np.int64).reshape(tuple(-1 if i == axis else 1 for i in range(g.ndim)))
@@ -323,9 +343,17 @@ def _adaptive_avg_vjp(g: Tensor, out: Tensor, x: Tensor, size: Ints) -> tuple[An
     return (g,)
 
 
-ADAPTIVE_AVG_POOL = define("adaptive_avg_pool", composite=_adaptive_avg_composite, vjp=_adaptive_avg_vjp)
+ADAPTIVE_AVG_POOL = define(
+    "adaptive_avg_pool",
+    kind="other",
+    native="adaptive_avg_pool(x, *, size) -> handle",
+    composite=_adaptive_avg_composite,
+    vjp=_adaptive_avg_vjp,
+)
 ADAPTIVE_MAX_POOL = define(
     "adaptive_max_pool",
+    kind="other",
+    native="adaptive_max_pool(x, *, size) -> handle",
     composite=lambda x, size: reduce_max(_adaptive_gather(x, size)[0], axis=-1),
     vjp=_adaptive_max_vjp,
 )
@@ -433,7 +461,13 @@ def _interpolate_vjp(
     return (g,)
 
 
-INTERPOLATE = define("interpolate", composite=_interpolate_composite, vjp=_interpolate_vjp)
+INTERPOLATE = define(
+    "interpolate",
+    kind="other",
+    native="interpolate(x, *, size, mode, align_corners, scales) -> handle  # mode: nearest | linear",
+    composite=_interpolate_composite,
+    vjp=_interpolate_vjp,
+)
 
 _MODES = {"nearest": None, "linear": 1, "bilinear": 2, "trilinear": 3}
 

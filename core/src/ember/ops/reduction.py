@@ -3,16 +3,18 @@ and composites (mean, var, std, logsumexp, count_nonzero, cumulative_prod)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..amp import _STATE as _AMP
-from ..amp import autocast_float32
+from ..amp import FLOAT32, autocast
 from ..dispatch import apply, define
 from ..dtypes import DType, as_dtype, bool_, int64, uint64
 from ..errors import DTypeError, ShapeError
 from ..shapes import normalize_axes, normalize_axis, reduced_shape
-from ..tensor import Tensor
 from .elementwise import ANY, FLOAT, NUMERIC, _reject, _tensor_arg, exp, log, sqrt, where
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 __all__ = [
     "sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "cumulative_sum",
@@ -55,15 +57,15 @@ def _cumsum_vjp(g: Tensor, out: Tensor, x: Tensor, axis: int) -> tuple[Any]:
     return (cumulative_sum(g.flip(axis), axis=axis).flip(axis),)
 
 
-SUM = define("sum", primitive=True, vjp=_sum_vjp)
-PROD = define("prod", primitive=True, vjp=_prod_vjp)
-MAX = define("max", primitive=True, vjp=_extreme_vjp)
-MIN = define("min", primitive=True, vjp=_extreme_vjp)
-ARGMAX = define("argmax", primitive=True, differentiable=False)
-ARGMIN = define("argmin", primitive=True, differentiable=False)
-ANY_ = define("any", primitive=True, differentiable=False)
-ALL_ = define("all", primitive=True, differentiable=False)
-CUMSUM = define("cumsum", primitive=True, vjp=_cumsum_vjp)
+SUM = define("sum", kind="reduction", autocast=FLOAT32, primitive=True, vjp=_sum_vjp)
+PROD = define("prod", kind="reduction", primitive=True, vjp=_prod_vjp)
+MAX = define("max", kind="reduction", primitive=True, vjp=_extreme_vjp)
+MIN = define("min", kind="reduction", primitive=True, vjp=_extreme_vjp)
+ARGMAX = define("argmax", kind="reduction", primitive=True, differentiable=False)
+ARGMIN = define("argmin", kind="reduction", primitive=True, differentiable=False)
+ANY_ = define("any", kind="reduction", primitive=True, differentiable=False)
+ALL_ = define("all", kind="reduction", primitive=True, differentiable=False)
+CUMSUM = define("cumsum", kind="scan", primitive=True, vjp=_cumsum_vjp)
 
 
 def _accumulator(dt: DType, op: str, dtype: Any) -> DType:
@@ -107,11 +109,13 @@ def _reduce(
 def sum(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
     """Sum over ``axis`` (all axes when None). Integers and booleans sum in int64/uint64."""
     x = _tensor_arg(x, "sum")
-    if _AMP.dtype is not None and dtype is None:
-        (x,) = autocast_float32("sum", x)
     acc = _accumulator(x._dtype, "sum", dtype)
     if x._dtype is not acc:
         x = x.astype(acc)
+    if dtype is not None and _AMP.dtype is not None:
+        # an explicit dtype is the caller's choice: autocast's float32 policy does not override it
+        with autocast(enabled=False):
+            return _reduce(SUM, x, axis, keepdims, NUMERIC, None)
     return _reduce(SUM, x, axis, keepdims, NUMERIC, None)
 
 
@@ -207,7 +211,7 @@ def _cumprod(x: Tensor, axis: int) -> Tensor:
     return where(zero_seen, where(bad_seen, float("nan"), 0.0).astype(x._dtype), sgn * mag)
 
 
-CUMPROD = define("cumulative_prod", composite=_cumprod)
+CUMPROD = define("cumulative_prod", kind="scan", native="cumulative_prod(a, *, axis) -> handle", composite=_cumprod)
 
 
 def cumulative_prod(x: Any, axis: int | None = None) -> Tensor:
@@ -234,7 +238,9 @@ def _mean(x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
     return sum(x, axis=axes, keepdims=keepdims) / float(n) if n else sum(x, axis=axes, keepdims=keepdims) * float("nan")
 
 
-MEAN = define("mean", composite=_mean)
+MEAN = define(
+    "mean", kind="reduction", native="mean(a, *, axes, keepdims) -> handle", autocast=FLOAT32, composite=_mean
+)
 
 
 def _floating(x: Any, op: str) -> Tensor:
@@ -247,8 +253,6 @@ def _floating(x: Any, op: str) -> Tensor:
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Arithmetic mean over ``axis`` (floating-point tensors)."""
     x = _floating(x, "mean")
-    if _AMP.dtype is not None:
-        (x,) = autocast_float32("mean", x)
     axes = normalize_axes(axis, x.ndim, "mean")
     return apply(
         MEAN, (x,), {"axes": axes, "keepdims": bool(keepdims)}, reduced_shape(x._shape, axes, keepdims), x._dtype
@@ -263,7 +267,7 @@ def _var(x: Tensor, axes: tuple[int, ...], keepdims: bool, correction: float) ->
     return total / float(n) if n > 0 else total * float("nan")
 
 
-VAR = define("var", composite=_var)
+VAR = define("var", kind="reduction", native="var(a, *, axes, keepdims, correction) -> handle", composite=_var)
 
 
 def var(x: Any, axis: Any = None, keepdims: bool = False, correction: float = 0.0) -> Tensor:
@@ -296,7 +300,13 @@ def _logsumexp_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...], kee
     return (_keep(g, x, axes, keepdims) * exp(x - y),)
 
 
-LOGSUMEXP = define("logsumexp", composite=_logsumexp, vjp=_logsumexp_vjp)
+LOGSUMEXP = define(
+    "logsumexp",
+    kind="reduction",
+    native="logsumexp(a, *, axes, keepdims) -> handle",
+    composite=_logsumexp,
+    vjp=_logsumexp_vjp,
+)
 
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
