@@ -22,7 +22,6 @@ from .errors import DeviceUnavailableError, PluginError
 
 if TYPE_CHECKING:
     from .backend import Backend
-    from .device import Device
 
 __all__ = [
     "hookspec",

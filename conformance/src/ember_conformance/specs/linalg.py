@@ -65,6 +65,7 @@ _MATMUL_CASES = (
     Case("large", (x((64, 128)), x((128, 96))), tol=8.0),
 )
 
+
 def _np_linear(a, w, b=None):
     out = a @ w.T
     return out if b is None else out + b
