@@ -138,3 +138,32 @@ def test_device_identity(kind, device):
     assert other.same_hardware(device)
     assert other.backend is device.backend
     assert (other is device) == (kind == "plain")
+
+
+def test_native_ops_take_their_signatures(device):
+    """Every op the backend declares native accepts the op table's native signature: its handles
+    positionally and each parameter by keyword (``ember.dispatch.OPS[op].signature``)."""
+    import inspect
+
+    backend = device.backend
+    bad = []
+    for name in sorted(device.capabilities.native_ops):
+        op = OPS[name]
+        impl = device._impls[name]
+        params = op.native_parameters()
+        if impl is None or params.variadic == "handles":  # extension kernels take what they define
+            continue
+        try:
+            sig = inspect.signature(impl)
+        except (TypeError, ValueError):
+            continue  # a builtin without introspection: nothing to check
+        handles = ["h"] * len(params.positional)
+        if params.variadic:
+            handles += ["h", "h"]
+        try:
+            sig.bind(*handles, **{k: None for k in params.keywords})
+            for extra in range(1, len(params.optional) + 1):
+                sig.bind(*handles, *["h"] * extra, **{k: None for k in params.keywords})
+        except TypeError as exc:
+            bad.append(f"{name}: {op.signature!r} does not bind to {type(backend).__name__}.{name}{sig}: {exc}")
+    assert not bad, "native implementations that do not take their op's signature:\n" + "\n".join(bad)

@@ -76,6 +76,7 @@ from .errors import (
 )
 from .extension import backend_extension
 from .ops.conv import conv, conv_transpose, fold, unfold
+from .ops.einsum import einsum
 from .ops.elementwise import (
     abs,
     acos,
@@ -147,7 +148,6 @@ from .ops.indexing import argwhere, index_put, nonzero, one_hot, scatter_add, ta
 from .ops.linalg import (
     argsort,
     diagonal,
-    einsum,
     matmul,
     matrix_transpose,
     outer,

@@ -30,6 +30,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .autodiff.mode import no_grad
+from .device import device_arg
 from .dtypes import DType, as_dtype, bfloat16, float16, float32, float64
 from .errors import DTypeError, EmberError, InvalidArgumentError
 
@@ -105,8 +107,6 @@ class autocast:
         self.enabled = bool(enabled)
         self._prev: list[DType | None] = []
         if device is not None and self.enabled:
-            from .device import device_arg
-
             check_supported(device_arg(device), dt, "autocast")
 
     def __enter__(self) -> autocast:
@@ -263,7 +263,6 @@ class GradScaler:
             raise GradScalerError("GradScaler.unscale_: already called for this optimizer since the last update()")
         if st["stage"] == _STEPPED:
             raise GradScalerError("GradScaler.unscale_: called after step(); call update() first")
-        from .autodiff.mode import no_grad
 
         inv = 1.0 / self._scale
         flags: dict[Any, Tensor] = {}  # device -> 0-d tensor, NaN when a gradient was not finite

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
 from .dtypes import ALL_DTYPES, DType
 
 if TYPE_CHECKING:
@@ -230,14 +232,12 @@ class Backend:
 
     def dlpack(self, a: Any) -> Any:
         """An object with ``__dlpack__`` sharing ``a``'s memory; default: a numpy copy."""
-        import numpy as np
 
         # a copy: to_numpy may return a read-only view, which older DLPack consumers refuse
         return np.array(self.implementation("to_numpy")(a), copy=True)
 
     def from_dlpack(self, obj: Any) -> Any:
         """A handle from a DLPack-capable object; default: through numpy on the host."""
-        import numpy as np
 
         # a private copy, as from_numpy expects: the producer may change its buffer later
         return self.implementation("from_numpy")(np.array(np.from_dlpack(obj), copy=True, order="C"))

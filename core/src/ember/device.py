@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from . import config
 from .backend import EXTENSION_KERNELS
 from .errors import DeviceMismatchError, DeviceUnavailableError, DTypeError, InvalidArgumentError
+from .plugins import get_registry
 
 if TYPE_CHECKING:
     from .backend import Backend, Capabilities
@@ -57,9 +58,6 @@ class _DeviceState:
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            # imported here, not at the top, so that `import ember` reads no entry points
-            from .plugins import get_registry
-
             backend_cls = get_registry().backend_class(self.kind)
             count = backend_cls.device_count()
             if not 0 <= self.index < count:
@@ -186,8 +184,6 @@ class Device:
     @staticmethod
     def available() -> list[Device]:
         """Every device of every backend that loads on this machine."""
-        from .plugins import get_registry
-
         return [Device(kind, i) for kind, count in get_registry().device_counts().items() for i in range(count)]
 
     # -- variants ------------------------------------------------------------------------

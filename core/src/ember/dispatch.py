@@ -25,7 +25,7 @@ it build and recognise tensors.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Op",
     "OPS",
+    "NativeParameters",
+    "parse_signature",
     "KINDS",
     "define",
     "lookup",
@@ -132,6 +134,51 @@ class Op:
     def __repr__(self) -> str:
         role = "primitive" if self.primitive else "composite"
         return f"<Op {self.name} ({self.kind}, {role})>"
+
+    def native_parameters(self) -> NativeParameters:
+        """The parameters of :attr:`signature`, parsed (what a native implementation receives)."""
+        return parse_signature(self.signature)
+
+
+class NativeParameters(NamedTuple):
+    """A native signature's parameters: ``name(a, b[, c], *rest, k1, k2)``."""
+
+    positional: tuple[str, ...]  # handles, in order
+    optional: tuple[str, ...]  # trailing handles that may be absent (``[, mask]``)
+    variadic: str | None  # ``*arrays``: any number of handles
+    keywords: tuple[str, ...]  # keyword-only parameters
+
+
+def parse_signature(signature: str) -> NativeParameters:
+    """Parse ``"softmax(a, *, axis) -> handle  # note"`` into its parameters."""
+    head, _, _ = signature.partition("#")
+    start, end = head.find("("), head.find(")")
+    if start < 0 or end < start:
+        return NativeParameters((), (), None, ())
+    inner = head[start + 1 : end]
+    optional: list[str] = []
+    while "[" in inner:
+        lo, hi = inner.index("["), inner.index("]")
+        optional += [p.strip() for p in inner[lo + 1 : hi].split(",") if p.strip()]
+        inner = inner[:lo] + inner[hi + 1 :]
+    positional: list[str] = []
+    keywords: list[str] = []
+    variadic = None
+    after_star = False
+    for part in (p.strip() for p in inner.split(",")):
+        if not part:
+            continue
+        if part == "*":
+            after_star = True
+        elif part.startswith("**"):
+            after_star = True
+        elif part.startswith("*"):
+            variadic, after_star = part[1:], True
+        elif after_star:
+            keywords.append(part)
+        else:
+            positional.append(part)
+    return NativeParameters(tuple(positional), tuple(optional), variadic, tuple(keywords))
 
 
 OPS: dict[str, Op] = {}

@@ -86,7 +86,7 @@ class DType:
         if self._np is None:
             if self.name == "bfloat16":
                 try:
-                    import ml_dtypes
+                    import ml_dtypes  # optional: only bfloat16 needs it, so `import ember` does not load it
                 except ImportError:
                     raise DTypeError("bfloat16 on numpy needs the ml_dtypes package: pip install ml_dtypes") from None
                 self._np = np.dtype(ml_dtypes.bfloat16)
@@ -286,7 +286,7 @@ class finfo:
         if dt.kind != "f":
             raise DTypeError(f"finfo: expected a floating-point dtype, got {dt}")
         if dt.name == "bfloat16":  # numpy's finfo does not know ml_dtypes' bfloat16
-            import ml_dtypes
+            import ml_dtypes  # optional: only bfloat16 needs it
 
             info = ml_dtypes.finfo(dt.numpy)
         else:

@@ -16,7 +16,7 @@ from ..dtypes import bool_, int64
 from ..errors import AutodiffError, DTypeError, EmberIndexError, ShapeError
 from ..shapes import broadcast_shapes, normalize_axis
 from .elementwise import INT, _tensor_arg, where
-from .movement import broadcast_to, expand_dims, flip, permute_dims, reshape, slice_tensor
+from .movement import broadcast_to, expand_dims, flip, permute_dims, reshape, slice_tensor, stack
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -212,7 +212,6 @@ def nonzero(x: Any) -> tuple[Tensor, ...]:
 
 def argwhere(x: Any) -> Tensor:
     """Indices of nonzero elements as an (n, ndim) int64 tensor."""
-    from .movement import stack
 
     parts = nonzero(x)
     return stack(parts, axis=1)

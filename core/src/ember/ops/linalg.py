@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "matmul", "matrix_transpose", "tensordot", "vecdot", "outer", "diagonal", "trace",
-    "vector_norm", "sort", "argsort", "topk", "einsum",
+    "vector_norm", "sort", "argsort", "topk",
 ]  # fmt: skip
 
 
@@ -265,10 +265,3 @@ def topk(x: Any, k: int, axis: int = -1, largest: bool = True) -> tuple[Tensor, 
     stops = tuple(k if i == ax else d for i, d in enumerate(y._shape))
     idx = slice_tensor(idx, starts, stops, (1,) * y.ndim)
     return take_along_axis(_tensor_arg(x, "topk"), idx, ax), idx
-
-
-def einsum(subscripts: str, *operands: Any) -> Tensor:
-    """Einstein summation over tensors (``'bij,bjk->bik'``), lowered to permute/reshape/matmul."""
-    from .einsum import einsum as _einsum
-
-    return _einsum(subscripts, *operands)

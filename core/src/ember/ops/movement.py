@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..amp import PROMOTE
 from ..creation import arange, tensor, zeros
-from ..dispatch import apply, define, is_tensor
+from ..dispatch import apply, define, is_tensor, lookup
+from ..dtypes import int64, result_type
 from ..errors import InvalidArgumentError, ShapeError
 from ..shapes import as_shape, broadcast_shapes, infer_reshape, normalize_axes, normalize_axis
 from .elementwise import _tensor_arg, where
@@ -38,20 +39,25 @@ def _expand_vjp(g: Tensor, out: Tensor, x: Tensor, shape: Any) -> tuple[Any]:
     return (g,)  # the engine sums broadcast axes back to x's shape
 
 
+def _axis_shape(k: int, ndim: int) -> tuple[int, ...]:
+    """The shape (1, ..., -1, ..., 1) that lays a 1-D tensor along axis ``k``."""
+    return tuple(-1 if i == k else 1 for i in range(ndim))
+
+
 def _slice_vjp(g: Tensor, out: Tensor, x: Tensor, starts: Any, stops: Any, steps: Any) -> tuple[Any]:
     if all(s == 1 for s in steps):
         pads = tuple((st, dim - sp) for st, sp, dim in zip(starts, stops, x._shape))
         return (pad(g, pads),)
-    # strided: scatter the gradient back through an index grid
-
+    # strided: scatter the gradient into zeros through an index grid, with the index_put primitive
+    # (reached through the op table: ember.ops.indexing builds on this module, not the reverse)
     grad = zeros(x._shape, dtype=g._dtype, device=g._device)
     index = tuple(
-        arange(st, sp, sd, device=g._device).reshape(tuple(-1 if i == k else 1 for i in range(x.ndim)))
+        broadcast_to(
+            arange(st, sp, sd, device=g._device).reshape(tuple(-1 if i == k else 1 for i in range(x.ndim))), g._shape
+        )
         for k, (st, sp, sd) in enumerate(zip(starts, stops, steps))
     )
-    from .indexing import index_put
-
-    return (index_put(grad, index, g),)
+    return (apply(lookup("index_put"), (grad, g, *index), {"accumulate": False}, x._shape, g._dtype),)
 
 
 def _pad_vjp(g: Tensor, out: Tensor, x: Tensor, pads: Any, value: Any) -> tuple[Any]:
@@ -160,7 +166,6 @@ def concat(arrays: Sequence[Any], axis: int | None = 0) -> Tensor:
     if first.ndim == 0:
         raise ShapeError("concat: 0-d tensors cannot be concatenated; use stack")
     ax = normalize_axis(axis, first.ndim, "concat")
-    from ..dtypes import result_type
 
     dt = result_type(*tensors) if len(tensors) > 1 else first._dtype
     tensors = [t if t._dtype is dt else t.astype(dt) for t in tensors]
@@ -320,10 +325,10 @@ def repeat(x: Any, repeats: Any, axis: int | None = None) -> Tensor:
     if len(counts) != x._shape[ax]:
         raise ShapeError(f"repeat: {len(counts)} repeat counts for axis {ax} of length {x._shape[ax]}")
 
-    index = tensor([i for i, c in enumerate(counts) for _ in range(c)], device=x._device)
-    from .indexing import take
-
-    return take(x, index, axis=ax)
+    index = tensor([i for i, c in enumerate(counts) for _ in range(c)], dtype=int64, device=x._device)
+    shape = x._shape[:ax] + (index._shape[0],) + x._shape[ax + 1 :]
+    # the take op through the op table (ember.ops.indexing builds on this module, not the reverse)
+    return apply(lookup("take"), (x, index), {"axis": ax}, shape, x._dtype)
 
 
 def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:

@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..amp import FLOAT32, LOW
+from ..autodiff.mode import no_grad
 from ..creation import arange, ones, zeros
 from ..dispatch import apply, define
 from ..dtypes import int64
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
-from ..shapes import normalize_axis
+from ..random import rand
+from ..shapes import broadcast_shapes, normalize_axis
 from .elementwise import (
     FLOAT,
     NUMERIC,
@@ -26,7 +28,7 @@ from .elementwise import (
     tanh,
     where,
 )
-from .indexing import take, take_along_axis
+from .indexing import one_hot, take, take_along_axis
 from .linalg import matmul, matrix_transpose
 from .movement import expand_dims
 from .reduction import logsumexp, max, mean, sum
@@ -378,8 +380,6 @@ def batch_norm(
         if training and n <= 1:
             raise ShapeError(f"batch_norm: need more than one value per channel in training, got shape {x._shape}")
         if training and running_mean is not None and running_var is not None:
-            from ..autodiff.mode import no_grad
-
             with no_grad():
                 xd = x.detach()
                 mu = mean(xd, axis=axes)
@@ -402,7 +402,6 @@ def dropout(x: Any, p: float = 0.5, training: bool = True, key: Any = None) -> T
         return x
     if p == 1.0:
         return x * 0.0
-    from ..random import rand
 
     keep = rand(x._shape, dtype=x._dtype, device=x._device.without_autodiff(), key=key) >= p
     return where(keep, x * (1.0 / (1.0 - p)), 0.0)
@@ -434,7 +433,6 @@ def _ce_composite(logits: Tensor, target: Tensor, label_smoothing: float, ignore
 def _ce_vjp(
     g: Tensor, out: Tensor, logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int
 ) -> tuple[Any, Any]:
-    from .indexing import one_hot
 
     c = logits._shape[1]
     p = softmax(logits, axis=1)
@@ -604,7 +602,6 @@ def scaled_dot_product_attention(
         s = _scores(q, k, inputs[3:], is_causal, sc)
         return matmul(dropout(softmax(s, axis=-1), dropout_p), v)
     shape = q._shape[:-1] + (v._shape[-1],)
-    from ..shapes import broadcast_shapes
 
     shape = broadcast_shapes(q._shape[:-2], k._shape[:-2], op="attention") + shape[-2:]
     return apply(ATTENTION, inputs, {"is_causal": bool(is_causal), "scale": sc}, shape, q._dtype)
