@@ -104,6 +104,7 @@ class Op:
         "autocast",
         "accepts",
         "bool_out",
+        "extension",
     )
 
     def __init__(
@@ -119,6 +120,7 @@ class Op:
         autocast: str | None,
         accepts: frozenset[DType] | None,
         bool_out: bool,
+        extension: bool = False,
     ) -> None:
         self.name = name
         self.kind = kind
@@ -130,6 +132,7 @@ class Op:
         self.autocast = autocast
         self.accepts = accepts
         self.bool_out = bool_out
+        self.extension = extension
 
     def __repr__(self) -> str:
         role = "primitive" if self.primitive else "composite"
@@ -196,13 +199,14 @@ def define(
     autocast: str | None = None,
     accepts: frozenset[DType] | None = None,
     bool_out: bool = False,
+    extension: bool = False,
 ) -> Op:
     """Register an op.
 
     ``native`` is the exact signature a backend implements to compute the op natively, e.g.
     ``"softmax(a, *, axis) -> handle"``; a primitive's comes from
     :data:`ember.backend.PRIMITIVE_SIGNATURES`. A non-primitive op needs a composite so that
-    every backend can run it.
+    every backend can run it. ``extension`` marks ops added by ``@backend_extension``.
     """
     if name in OPS:
         raise InvalidArgumentError(f"op {name!r} is defined twice")
@@ -231,6 +235,7 @@ def define(
         autocast=autocast,
         accepts=accepts,
         bool_out=bool_out,
+        extension=extension,
     )
     OPS[name] = op
     return op

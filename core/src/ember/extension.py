@@ -54,6 +54,7 @@ class Extension:
             kind="elementwise_unary" if elementwise else "other",
             native=f"{name}(*handles, **params) -> handle  # @{name}.kernel(kind): fn(backend, *handles, **params)",
             composite=self._composite,
+            extension=True,
         )
         functools.update_wrapper(self, reference)
 

@@ -21,7 +21,8 @@ _KIND_ORDER = {kind: i for i, kind in enumerate(sorted(KINDS))}
 
 
 def rows(native: frozenset[str] | None = None) -> list[dict[str, Any]]:
-    """One dict per op, by kind then name; ``native`` adds a column: in that set or not."""
+    """One dict per built-in op (extension ops are their plugins' to document), by kind then
+    name; ``native`` adds a column: in that set or not."""
 
     def row(op: Op) -> dict[str, Any]:
         out = {
@@ -36,7 +37,7 @@ def rows(native: frozenset[str] | None = None) -> list[dict[str, Any]]:
             out["native"] = op.name in native
         return out
 
-    ops = sorted(OPS.values(), key=lambda op: (_KIND_ORDER[op.kind], op.name))
+    ops = sorted((op for op in OPS.values() if not op.extension), key=lambda op: (_KIND_ORDER[op.kind], op.name))
     return [row(op) for op in ops]
 
 
