@@ -144,3 +144,24 @@ def test_autocast_policy_lives_in_the_op_table():
         assert (a @ a.mT).dtype is em.float16
         assert em.softmax(a.astype(em.float16)).dtype is em.float32
         assert (a + a).dtype is em.float32
+
+
+def test_capabilities_are_current_when_an_extension_kernel_arrives():
+    dev = em.Device.cpu()
+    before = dev.capabilities.native_ops
+
+    @em.backend_extension("layers_probe_scale")
+    def probe(x):
+        return x * 3.0
+
+    assert "layers_probe_scale" not in dev.capabilities.native_ops
+    calls = []
+
+    @probe.kernel("cpu")
+    def _(backend, a):
+        calls.append(a.shape)
+        return a * 3.0
+
+    assert dev.capabilities.native_ops == before | {"layers_probe_scale"}
+    np.testing.assert_allclose(probe(em.tensor([1.0, 2.0])).numpy(), [3.0, 6.0])
+    assert calls == [(2,)], "the extension kernel did not run"
