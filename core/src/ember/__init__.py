@@ -244,21 +244,22 @@ _LAZY_SUBMODULES = {
     "autodiff",
     "shapes",
 }
-#: namespaces provided by separately installed extension plugins
-_EXTENSION_NAMESPACES = {"linalg": ("ember_linalg", "linalg"), "signal": ("ember_signal", "signal")}
+#: namespaces provided by separately installed extension plugins (none is released yet: ember-linalg
+#: and ember-signal are planned, and will add their ``ember[...]`` extras when they are)
+_EXTENSION_NAMESPACES = {"linalg": "ember_linalg", "signal": "ember_signal"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY_SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     if name in _EXTENSION_NAMESPACES:
-        module, extra = _EXTENSION_NAMESPACES[name]
+        module = _EXTENSION_NAMESPACES[name]
         try:
             return importlib.import_module(module)
         except ImportError:
             raise AttributeError(
-                f"ember.{name} comes from the {module.replace('_', '-')} plugin, which is not installed: "
-                f'pip install "ember[{extra}]"'
+                f"ember.{name} comes from the {module.replace('_', '-')} extension plugin, which is not "
+                f"installed (it is not released yet)"
             ) from None
     raise AttributeError(f"module 'ember' has no attribute {name!r}")
 

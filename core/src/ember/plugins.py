@@ -42,10 +42,11 @@ ENTRY_POINT_GROUPS = ("ember.backends", "ember.extensions")
 #: what to install for backends ember knows by name, used in error messages
 _INSTALL_HINTS = {
     "cpu": 'pip install "ember[cpu]"',
-    "cuda": 'pip install "ember[cuda12]"  (or ember[cuda13], matching your CUDA driver)',
     "opencl": 'pip install "ember[opencl]"',
     "wgpu": 'pip install "ember[wgpu]"',
-    "remote": 'pip install "ember[remote]"',
+    # planned backends: say so rather than name a package that does not exist yet
+    "cuda": "no CUDA backend is released yet (ember-cuda is planned); use opencl or wgpu on NVIDIA GPUs meanwhile",
+    "remote": "no remote backend is released yet (ember-remote is planned)",
 }
 
 
