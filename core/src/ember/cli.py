@@ -8,6 +8,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy
+
+from . import __version__, config
+from .device import Device
+from .plugins import get_registry
+from .train.cli import main as train_main
+
 __all__ = ["main"]
 
 
@@ -21,8 +28,6 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     """List every plugin: name, distribution, version, status, device kinds."""
-    from .plugins import get_registry
-
     reg = get_registry()
     reg.discover()
     if not reg.plugins:
@@ -45,8 +50,6 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def cmd_devices(args: argparse.Namespace) -> int:
     """List every device that a working backend finds."""
-    from .plugins import get_registry
-
     reg = get_registry()
     rows = []
     problems = []
@@ -87,16 +90,8 @@ _DOCTOR_HINTS = {
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Explain what works, what is missing, and how to fix it."""
-    from . import __version__, config
-    from .plugins import get_registry
-
     print(f"ember {__version__} on Python {platform.python_version()} ({platform.platform()})")
-    try:
-        import numpy
-
-        print(f"numpy {numpy.__version__}")
-    except ImportError:  # pragma: no cover
-        print("numpy: MISSING (pip install numpy)")
+    print(f"numpy {numpy.__version__}")
     print(f"EMBER_DEVICE={config.default_device()}  cache dir={config.cache_dir()}")
     allow = config.plugin_allow_list()
     if allow is not None:
@@ -133,8 +128,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if kind not in reg.kinds():
             print(f"[ -- ] {kind}: no plugin installed ({hint.split(':')[0]})")
     try:
-        from .device import Device
-
         _ = Device.default().backend
         print(f"default device {Device.default()} is usable")
     except Exception as exc:
@@ -144,24 +137,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _device(kind: str) -> Any:
-    from .device import Device
-
     return Device(kind, 0)
 
 
 def cmd_train(args: argparse.Namespace, rest: Sequence[str]) -> int:
     """Train one of the bundled example models (see ``ember train --help``)."""
-    try:
-        from .train.cli import main as train_main
-    except ImportError as exc:
-        print(f"ember train is not available: {exc}", file=sys.stderr)
-        return 2
     return train_main(list(rest))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from . import __version__
-
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ember", description="Ember: one model, any device.")
     parser.add_argument("--version", action="version", version=f"ember {__version__}")

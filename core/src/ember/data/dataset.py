@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from .loader import default_collate
+
 __all__ = ["Dataset", "InMemoryDataset", "MappedDataset", "Subset", "ConcatDataset", "WindowDataset", "random_split"]
 
 
@@ -146,8 +148,6 @@ class WindowDataset(Dataset):
 
     def __getitem__(self, index: int) -> Any:
         start = self._check_index(index) * self.stride
-        from .loader import default_collate
-
         return default_collate([self.source[start + k] for k in range(self.size)], as_tensors=False)
 
 

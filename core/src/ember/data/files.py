@@ -118,7 +118,7 @@ class ParquetDataset(_TableDataset):
     ) -> None:
         p = _check_file(path, "ParquetDataset")
         try:
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # optional and heavy: only ParquetDataset needs it
         except ImportError:
             raise ImportError("ParquetDataset needs pyarrow: pip install pyarrow") from None
         table = pq.read_table(p)

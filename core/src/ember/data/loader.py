@@ -10,6 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from ..creation import tensor
+from ..ops.movement import stack
+from ..tensor import Tensor
+
 __all__ = ["DataLoader", "default_collate"]
 
 
@@ -22,11 +26,7 @@ def default_collate(items: list[Any], as_tensors: bool = True, device: Any = Non
         return [default_collate([it[k] for it in items], as_tensors, device) for k in range(len(first))]
     if isinstance(first, dict):
         return {k: default_collate([it[k] for it in items], as_tensors, device) for k in first}
-    from ..tensor import Tensor
-
     if isinstance(first, Tensor):
-        from ..ops.movement import stack
-
         return stack(items)
     if isinstance(first, float) and not isinstance(first, np.floating):
         arr = np.asarray(items, dtype=np.float32)
@@ -34,15 +34,11 @@ def default_collate(items: list[Any], as_tensors: bool = True, device: Any = Non
         arr = np.stack([np.asarray(it) for it in items])
     if not as_tensors:
         return arr
-    from ..creation import tensor
-
     return tensor(arr, device=device)
 
 
 def _to_device(batch: Any, device: Any) -> Any:
     if isinstance(batch, np.ndarray):
-        from ..creation import tensor
-
         return tensor(batch, device=device)
     if isinstance(batch, tuple):
         return tuple(_to_device(b, device) for b in batch)

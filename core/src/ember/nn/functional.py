@@ -12,18 +12,22 @@ those ops natively are used.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import ops  # noqa: F401  (the op modules register their ops)
 from ..dtypes import finfo
 from ..errors import ShapeError
 from ..ops import nn as _nn
+from ..ops.conv import conv as _conv_op
+from ..ops.conv import conv_transpose as _conv_transpose_op
 from ..ops.elementwise import _tensor_arg, where
+from ..ops.indexing import one_hot as _one_hot
 from ..ops.linalg import linear as _linear
 from ..ops.linalg import vector_norm
 from ..ops.movement import expand_dims, squeeze
 from ..ops.movement import pad as _pad
+from ..ops.pooling import adaptive_avg_pool, adaptive_max_pool, avg_pool, max_pool
+from ..ops.pooling import interpolate as _interpolate
 from ..tensor import Tensor
 from .losses import (
     binary_cross_entropy,
@@ -46,13 +50,6 @@ __all__ = [
     "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
 ]  # fmt: skip
-
-
-def _ops() -> Any:
-    """The ``ember`` namespace (conv and pooling ops are looked up there at call time)."""
-    import ember
-
-    return ember
 
 
 # -- linear and convolution --------------------------------------------------------------
@@ -86,8 +83,8 @@ def _conv(x: Tensor, weight: Tensor, bias: Any, nd: int, name: str, transposed: 
             f"{name}: expected {c_in} input channels (axis {1 - added} of the input), got input of shape {given} "
             f"for weight of shape {weight.shape}"
         )
-    em = _ops()
-    out = em.conv_transpose(x, weight, bias, **params) if transposed else em.conv(x, weight, bias, **params)
+    op = _conv_transpose_op if transposed else _conv_op
+    out = op(x, weight, bias, **params)
     return squeeze(out, 0) if added else out
 
 
@@ -182,9 +179,9 @@ def _tuple(value: Any, n: int) -> Any:
     return (value,) * n if isinstance(value, int) else value
 
 
-def _pool(x: Tensor, nd: int, name: str, fn: str, *args: Any, **params: Any) -> Tensor:
+def _pool(x: Tensor, nd: int, name: str, fn: Callable[..., Tensor], *args: Any, **params: Any) -> Tensor:
     x, added = _batched(_tensor_arg(x, name), nd, name, _LAYOUT[nd])
-    out = getattr(_ops(), fn)(x, *args, **params)
+    out = fn(x, *args, **params)
     return squeeze(out, 0) if added else out
 
 
@@ -202,7 +199,7 @@ def max_pool1d(
         x,
         1,
         name,
-        "max_pool",
+        max_pool,
         _tuple(kernel_size, 1),
         stride=_tuple(stride, 1),
         padding=_tuple(padding, 1),
@@ -226,7 +223,7 @@ def max_pool2d(
         x,
         2,
         name,
-        "max_pool",
+        max_pool,
         _tuple(kernel_size, 2),
         stride=_tuple(stride, 2),
         padding=_tuple(padding, 2),
@@ -249,7 +246,7 @@ def avg_pool1d(
         x,
         1,
         name,
-        "avg_pool",
+        avg_pool,
         _tuple(kernel_size, 1),
         stride=_tuple(stride, 1),
         padding=_tuple(padding, 1),
@@ -273,7 +270,7 @@ def avg_pool2d(
         x,
         2,
         name,
-        "avg_pool",
+        avg_pool,
         _tuple(kernel_size, 2),
         stride=_tuple(stride, 2),
         padding=_tuple(padding, 2),
@@ -287,19 +284,19 @@ def adaptive_avg_pool2d(x: Tensor, output_size: Any, *, name: str = "adaptive_av
     x_ = _tensor_arg(x, name)
     size = _tuple(output_size, 2)
     size = tuple(x_.shape[-2 + i] if s is None else s for i, s in enumerate(size))
-    return _pool(x_, 2, name, "adaptive_avg_pool", size)
+    return _pool(x_, 2, name, adaptive_avg_pool, size)
 
 
 def adaptive_max_pool2d(x: Tensor, output_size: Any, *, name: str = "adaptive_max_pool2d") -> Tensor:
     x_ = _tensor_arg(x, name)
     size = _tuple(output_size, 2)
     size = tuple(x_.shape[-2 + i] if s is None else s for i, s in enumerate(size))
-    return _pool(x_, 2, name, "adaptive_max_pool", size)
+    return _pool(x_, 2, name, adaptive_max_pool, size)
 
 
 def interpolate(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """Resize (N, C, *spatial): see ``ember.interpolate``."""
-    return _ops().interpolate(x, *args, **kwargs)
+    return _interpolate(x, *args, **kwargs)
 
 
 # -- activations -------------------------------------------------------------------------
@@ -456,8 +453,6 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
 
 def one_hot(indices: Tensor, num_classes: int = -1) -> Tensor:
     """Integer one-hot encoding with the classes on a new last axis."""
-    from ..ops.indexing import one_hot as _one_hot
-
     idx = _tensor_arg(indices, "one_hot")
     n = int(idx.max().item()) + 1 if num_classes < 0 else num_classes
     return _one_hot(idx, n, dtype="int64")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 
 from ..autodiff.mode import no_grad
+from ..creation import tensor as new_tensor
 from ..device import Device, device_arg
 from ..dtypes import DType, as_dtype
 from ..errors import CheckpointError
@@ -346,9 +347,7 @@ class Module:
             for key, value in values.items():
                 target = own[key]
                 if not isinstance(value, Tensor):
-                    from ..creation import tensor
-
-                    value = tensor(value, dtype=target.dtype, device=target.device.without_autodiff())
+                    value = new_tensor(value, dtype=target.dtype, device=target.device.without_autodiff())
                 target.copy_(value)
         return LoadResult(missing, unexpected)
 

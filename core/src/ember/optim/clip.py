@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..autodiff.mode import no_grad
+from ..creation import zeros
 from ..device import Device
 from ..dtypes import DType, float32, float64
 from ..errors import EmberError
@@ -72,8 +73,6 @@ def clip_grad_norm_(
     max_norm = float(max_norm)
     p = float(norm_type)
     if not params:
-        from ..creation import zeros
-
         return zeros(())
     acc = float64 if any(q._grad._dtype is float64 for q in params) else float32
     with no_grad():
@@ -91,8 +90,6 @@ def clip_grad_norm_(
             part = part if part._device.same_hardware(home) else part.to(home)
             total = part if total is None else _combine(total, part, p)
         if total is None:  # only empty gradients with an inf norm
-            from ..creation import zeros
-
             total = zeros((), dtype=acc, device=home)
         elif p == 2.0:
             total = total.sqrt()

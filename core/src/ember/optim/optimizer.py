@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..autodiff.mode import enable_grad, no_grad
+from ..creation import asarray, zeros_like
 from ..errors import CheckpointError
 from ..tensor import Tensor
 
@@ -154,8 +155,6 @@ class Optimizer:
                 if set_to_none:
                     p._grad = None
                 else:
-                    from ..creation import zeros_like
-
                     p._grad = zeros_like(g)
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -243,8 +242,6 @@ class Optimizer:
         if isinstance(value, (bool, int, float)):
             return value
         if not isinstance(value, Tensor):
-            from ..creation import asarray
-
             value = asarray(np.asarray(value), device=p._device.without_autodiff())
         if value._shape != p._shape:
             raise OptimizerStateError(

@@ -20,8 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
+from .. import __version__
+from ..creation import tensor
+from ..dtypes import as_dtype
 from ..errors import CheckpointError
+from ..tensor import Tensor
 
 __all__ = [
     "FORMAT_VERSION",
@@ -77,8 +82,6 @@ def _sha256(path: Path) -> str:
 def flatten_state(tree: Any, prefix: str = "") -> tuple[Any, dict[str, np.ndarray]]:
     """Split a nested state (dicts, lists, numbers, strings, tensors, arrays) into a JSON tree
     with ``{"__tensor__": key, "dtype": name}`` references and a dict of numpy arrays."""
-    from ..tensor import Tensor
-
     arrays: dict[str, np.ndarray] = {}
 
     def walk(node: Any, path: str) -> Any:
@@ -119,7 +122,6 @@ def flatten_state(tree: Any, prefix: str = "") -> tuple[Any, dict[str, np.ndarra
 
 def unflatten_state(tree: Any, arrays: dict[str, np.ndarray], device: Any = None, as_tensors: bool = True) -> Any:
     """Rebuild the state from :func:`flatten_state`'s output (tensors on ``device``)."""
-    from ..dtypes import as_dtype
 
     def walk(node: Any) -> Any:
         if isinstance(node, dict):
@@ -137,8 +139,6 @@ def unflatten_state(tree: Any, arrays: dict[str, np.ndarray], device: Any = None
                     )
                 if not as_tensors:
                     return arr
-                from ..creation import tensor
-
                 return tensor(arr, dtype=dtype, device=device)
             if "__float__" in node:
                 return float(node["__float__"])
@@ -157,10 +157,6 @@ def unflatten_state(tree: Any, arrays: dict[str, np.ndarray], device: Any = None
 
 def save_checkpoint(root: str | os.PathLike, state: dict[str, Any], step: int, keep: int | None = None) -> Path:
     """Write ``state`` as checkpoint ``step`` under ``root`` atomically; keep the newest ``keep``."""
-    from safetensors.numpy import save_file
-
-    from .. import __version__
-
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{int(step):09d}"
@@ -272,27 +268,19 @@ def _read_record(path: Path) -> dict[str, Any]:
     if version > FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint: {path} has format version {version}, newer than this ember "
-            f"{_ember_version()} reads (up to {FORMAT_VERSION}); upgrade ember"
+            f"{__version__} reads (up to {FORMAT_VERSION}); upgrade ember"
         )
     if version < FORMAT_VERSION:
         raise CheckpointError(
-            f"checkpoint: {path} has format version {version}; this ember {_ember_version()} reads version "
+            f"checkpoint: {path} has format version {version}; this ember {__version__} reads version "
             f"{FORMAT_VERSION} and has no migration from {version}. Load it with the ember release that wrote it "
             f"({record.get('ember_version', 'unknown')}) and save it again."
         )
     return record
 
 
-def _ember_version() -> str:
-    from .. import __version__
-
-    return __version__
-
-
 def load_checkpoint(path: str | os.PathLike, max_bytes: int = 64 * 2**30) -> Checkpoint:
     """Load and verify a checkpoint directory (or the latest under a root directory)."""
-    from safetensors.numpy import load_file
-
     p = Path(path)
     if not p.exists():
         raise CheckpointError(f"checkpoint: {p} does not exist")

@@ -9,12 +9,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..data.loader import DataLoader
+from ..device import Device
+from ..random import seed
+from .learner import LearnerBuilder
+from .tasks import TASKS
+
 __all__ = ["main", "run"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .tasks import TASKS
-
     p = argparse.ArgumentParser(
         prog="ember train",
         description="Train a bundled example model. Checkpoints, metrics.jsonl/csv and metrics.png go to --out.",
@@ -38,20 +42,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Build the task and train it; returns the final metrics."""
-    import ember as em
-
-    from . import LearnerBuilder
-    from .tasks import TASKS
-
     out = Path(args.out or f"runs/{args.task}")
-    device = em.Device(args.device) if args.device else em.Device.default()
-    em.seed(args.seed)
+    device = Device(args.device) if args.device else Device.default()
+    seed(args.seed)
     kwargs: dict[str, Any] = {"lr": args.lr, "epochs": args.epochs}
     if args.task == "tabular":
         kwargs.update(csv=args.csv, target=args.target, out=out)
     task = TASKS[args.task](device.autodiff(), **kwargs)
-    from ..data import DataLoader
-
     bs = args.batch_size or task.batch_size
     train = DataLoader(task.train, batch_size=bs, shuffle=True, seed=args.seed, device=device)
     valid = DataLoader(task.valid, batch_size=256, device=device)

@@ -11,14 +11,23 @@ continues exactly where the last checkpoint was taken.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import random as _random
+from ..amp import GradScaler, autocast
 from ..autodiff.mode import no_grad
+from ..device import Device
+from ..dtypes import as_dtype
 from ..errors import CheckpointError
+from ..ops.movement import concat
+from ..ops.nn import cross_entropy
+from ..optim.clip import clip_grad_norm_
+from ..tensor import Tensor
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .logs import MetricsLog
 from .metrics import Loss, Metric
@@ -28,8 +37,6 @@ __all__ = ["Learner", "LearnerBuilder", "EarlyStopping"]
 
 
 def _default_loss(output: Any, target: Any) -> Any:
-    from ..ops.nn import cross_entropy
-
     return cross_entropy(output, target)
 
 
@@ -112,8 +119,6 @@ class Learner:
         self._last_plot = 0.0
         self._scaler = None
         if self.amp_dtype is not None and getattr(self.amp_dtype, "name", "") == "float16":
-            from ..amp import GradScaler
-
             self._scaler = GradScaler()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -121,13 +126,9 @@ class Learner:
     def device(self) -> Any:
         for p in self.model.parameters():
             return p.device
-        from ..device import Device
-
         return Device.default()
 
     def _to_device(self, x: Any) -> Any:
-        from ..tensor import Tensor
-
         if isinstance(x, Tensor):
             dev = self.device
             return x if x.device.same_hardware(dev) else x.to(dev.without_autodiff())
@@ -150,11 +151,7 @@ class Learner:
 
     def _autocast(self) -> Any:
         if self.amp_dtype is None:
-            import contextlib
-
             return contextlib.nullcontext()
-        from ..amp import autocast
-
         return autocast(dtype=self.amp_dtype)
 
     def _new_metrics(self) -> list[Metric]:
@@ -300,8 +297,6 @@ class Learner:
         if self._scaler is not None:
             self._scaler.unscale_(self.optimizer)
         if self.clip_norm is not None:
-            from ..optim import clip_grad_norm_
-
             clip_grad_norm_(params, self.clip_norm)
         if self._scaler is not None:
             self._scaler.step(self.optimizer)
@@ -334,9 +329,6 @@ class Learner:
 
     def predict(self, loader: Any) -> Any:
         """Model outputs for every batch of ``loader`` (inputs only, or (inputs..., target))."""
-        from ..ops.movement import concat
-        from ..tensor import Tensor
-
         was_training = getattr(self.model, "training", True)
         self.model.eval()
         outs = []
@@ -384,8 +376,6 @@ class LearnerBuilder:
 
     def metrics(self, *metrics: Metric | type[Metric] | Callable[[], Metric]) -> LearnerBuilder:
         """Metrics to track; pass instances or classes (a fresh copy is made each epoch)."""
-        import copy
-
         for m in metrics:
             if isinstance(m, Metric):
                 self._cfg["metrics"].append(lambda m=m: copy.deepcopy(m))
@@ -437,8 +427,6 @@ class LearnerBuilder:
 
     def mixed_precision(self, dtype: Any) -> LearnerBuilder:
         """Run forward passes under ``ember.autocast(dtype)`` (float16 adds loss scaling)."""
-        from ..dtypes import as_dtype
-
         self._cfg["amp_dtype"] = as_dtype(dtype)
         return self
 

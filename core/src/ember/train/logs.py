@@ -69,7 +69,7 @@ class MetricsLog:
         if not rows:
             return None
         try:
-            import matplotlib
+            import matplotlib  # optional and heavy: only plot() needs it
 
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt

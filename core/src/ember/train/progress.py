@@ -23,7 +23,7 @@ class Progress:
         if not enabled:
             return
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # optional: only a visible progress bar needs it
         except ImportError:
             tqdm = None
         if tqdm is not None:

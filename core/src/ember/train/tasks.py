@@ -15,7 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import nn
+from .. import nn, optim
+from ..data.dataset import InMemoryDataset
+from ..data.files import CsvDataset
+from ..ops.nn import cross_entropy
+from .metrics import F1, MAE, RMSE, Accuracy
 
 __all__ = ["Task", "TASKS", "digits", "reverse", "tabular"]
 
@@ -41,7 +45,7 @@ class Task:
 
 def _need_sklearn(task: str) -> Any:
     try:
-        import sklearn.datasets as datasets
+        import sklearn.datasets as datasets  # optional and heavy: only the example tasks need it
     except ImportError:
         raise ImportError(
             f"ember train {task} uses scikit-learn's bundled datasets: pip install scikit-learn "
@@ -52,11 +56,6 @@ def _need_sklearn(task: str) -> Any:
 
 def digits(device: Any, lr: float | None = None, epochs: int | None = None) -> Task:
     """CNN on the 1,797 8x8 digit images; reaches ~98% validation accuracy in 20 epochs."""
-    from .. import optim
-    from ..data import InMemoryDataset
-    from ..ops.nn import cross_entropy
-    from .metrics import F1, Accuracy
-
     data = _need_sklearn("digits").load_digits()
     x = (data.images.astype(np.float32) / 16.0)[:, None, :, :]
     y = data.target.astype(np.int64)
@@ -101,11 +100,6 @@ class ReverseModel(nn.Module):
 
 def reverse(device: Any, lr: float | None = None, epochs: int | None = None) -> Task:
     """Learn to output each sequence reversed (needs attention across positions)."""
-    from .. import optim
-    from ..data import InMemoryDataset
-    from ..ops.nn import cross_entropy
-    from .metrics import Accuracy
-
     vocab, length = 12, 10
     rng = np.random.default_rng(0)
     seqs = rng.integers(0, vocab, size=(6000, length)).astype(np.int64)
@@ -128,10 +122,6 @@ def tabular(
     out: Path | None = None,
 ) -> Task:
     """MLP regression on a CSV; without ``csv`` it writes scikit-learn's diabetes table first."""
-    from .. import optim
-    from ..data import CsvDataset, InMemoryDataset
-    from .metrics import MAE, RMSE
-
     if csv is None:
         data = _need_sklearn("tabular").load_diabetes()
         path = Path(out or ".") / "diabetes.csv"
