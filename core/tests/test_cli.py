@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import ember as em
 from ember.cli import main
@@ -45,3 +46,17 @@ def test_failed_plugin_shows_in_plugins_output(capsys, fresh_registry):
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
     assert "broken" in out and "failed: ImportError: needs libfoo.so" in out
+
+
+def test_ops_lists_the_op_table_and_what_a_device_computes_natively(capsys):
+    from ember.cli import main
+    from ember.dispatch import OPS
+
+    assert main(["ops", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    native = em.Device.cpu().capabilities.native_ops
+    builtin = [op for op in OPS.values() if not op.extension]
+    assert f"{len(native & {op.name for op in builtin})} of {len(builtin)} ops native on cpu" in out
+    assert "softmax(a, *, axis) -> handle" in out
+    assert main(["ops", "--markdown"]) == 0
+    assert capsys.readouterr().out == (Path(__file__).parents[2] / "docs" / "ops.md").read_text(encoding="utf-8")

@@ -1,8 +1,9 @@
-"""The ``ember`` command: ``plugins``, ``devices``, ``doctor``, ``train``, ``--version``."""
+"""The ``ember`` command: ``plugins``, ``devices``, ``doctor``, ``ops``, ``train``, ``--version``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
@@ -12,8 +13,8 @@ import numpy
 
 from . import __version__, config
 from .device import Device
+from .ops import table as op_table
 from .plugins import get_registry
-from .train.cli import main as train_main
 
 __all__ = ["main"]
 
@@ -83,8 +84,7 @@ _DOCTOR_HINTS = {
     "(apt-get install pocl-opencl-icd ocl-icd-libopencl1).",
     "wgpu": "WGPU needs a Vulkan/Metal/D3D12 driver: on a machine without a GPU install Mesa's "
     "lavapipe (apt-get install mesa-vulkan-drivers libvulkan1).",
-    "cuda": "CUDA needs an NVIDIA GPU, its driver, and cupy for your CUDA version "
-    '(pip install "ember[cuda12]" or "ember[cuda13]").',
+    "cuda": "no CUDA backend is released yet (ember-cuda is planned); on an NVIDIA GPU use opencl or wgpu.",
 }
 
 
@@ -140,8 +140,32 @@ def _device(kind: str) -> Any:
     return Device(kind, 0)
 
 
+def cmd_ops(args: argparse.Namespace) -> int:
+    """Print the op table (kind, role, autocast policy, native signature), as text or Markdown;
+    with ``--device``, which of the ops that device computes natively."""
+    native = Device(args.device).capabilities.native_ops if args.device else None
+    if args.markdown:
+        title = f"The op table, native on {args.device}" if args.device else "The op table"
+        print(op_table.markdown(native, title=title), end="")
+        return 0
+    header = ["op", "kind", "role", "autocast", "signature"] + (["native"] if native is not None else [])
+    rows = []
+    for r in op_table.rows(native):
+        row = [r["op"], r["kind"], r["role"], r["autocast"] or "-", r["signature"]]
+        if native is not None:
+            row.append("yes" if r["native"] else "-")
+        rows.append(row)
+    print(_table(rows, header))
+    if native is not None:
+        print(f"\n{sum(r['native'] for r in op_table.rows(native))} of {len(rows)} ops native on {args.device}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace, rest: Sequence[str]) -> int:
     """Train one of the bundled example models (see ``ember train --help``)."""
+    # imported here so that `ember plugins/devices/doctor` neither load nor depend on ember.train
+    from .train.cli import main as train_main
+
     return train_main(list(rest))
 
 
@@ -154,6 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks of failed plugins")
     sub.add_parser("devices", help="list the devices found")
     sub.add_parser("doctor", help="explain what is missing and how to fix it")
+    p = sub.add_parser("ops", help="the op table: kinds, native signatures, autocast policies")
+    p.add_argument("--device", help="also show which ops this device computes natively, e.g. opencl:0")
+    p.add_argument("--markdown", action="store_true", help="print Markdown (docs/ops.md is this without --device)")
     sub.add_parser("train", help="train an example model (ember train --help)", add_help=False)
     if argv and argv[0] == "train":
         return cmd_train(argparse.Namespace(), argv[1:])
@@ -162,11 +189,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "plugins": cmd_plugins,
         "devices": cmd_devices,
         "doctor": cmd_doctor,
+        "ops": cmd_ops,
     }
     if args.command is None:
         parser.print_help()
         return 0
-    return commands[args.command](args)
+    try:
+        return commands[args.command](args)
+    except BrokenPipeError:  # `ember ops | head`: the reader left; say nothing more
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the interpreter flushes it at exit
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
