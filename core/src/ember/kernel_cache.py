@@ -98,13 +98,20 @@ class KernelCache:
         self.backend = backend
         self.device = device
         self.driver = driver
-        base = directory if directory is not None else config.cache_dir() / backend
-        folder = hashlib.sha256("\0".join((str(CACHE_FORMAT), device, driver, _VERSION)).encode()).hexdigest()[:20]
-        self.directory = base / folder
+        self._base = directory
+        self._folder = hashlib.sha256("\0".join((str(CACHE_FORMAT), device, driver, _VERSION)).encode()).hexdigest()[
+            :20
+        ]
         self.enabled = config.kernel_cache_enabled()
         self._lock = threading.Lock()
         self.counts = {"hits": 0, "misses": 0, "corrupt": 0, "rejected": 0, "writes": 0, "write_errors": 0}
         _OPEN.add(self)
+
+    @property
+    def directory(self) -> Path:
+        """This device's folder: under ``directory`` if one was given, else ``config.cache_dir()`` (read now)."""
+        base = self._base if self._base is not None else config.cache_dir() / self.backend
+        return base / self._folder
 
     def key(self, source: str | bytes, options: str = "") -> KernelKey:
         """The key of ``source`` compiled with ``options`` on this device."""
@@ -143,17 +150,18 @@ class KernelCache:
         if not self.enabled:
             return False
         header = _HEADER.pack(_MAGIC, len(payload), hashlib.sha256(payload).digest())
+        folder = self.directory
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            info = self.directory / "device.txt"
+            folder.mkdir(parents=True, exist_ok=True)
+            info = folder / "device.txt"
             if not info.exists():
-                self._atomic_write(info, f"{self.backend}\n{self.device}\n{self.driver}\nember {_VERSION}\n".encode())
-            self._atomic_write(self.path(key), header + payload)
+                _atomic_write(info, f"{self.backend}\n{self.device}\n{self.driver}\nember {_VERSION}\n".encode())
+            _atomic_write(folder / f"{key.digest()}.bin", header + payload)
         except OSError as exc:
             self._count("write_errors")
             self.enabled = False
             warnings.warn(
-                f"ember: cannot write the {self.backend} kernel cache in {self.directory} ({exc}); kernels will "
+                f"ember: cannot write the {self.backend} kernel cache in {folder} ({exc}); kernels will "
                 f"be compiled again by the next process. Set EMBER_CACHE_DIR to a writable folder.",
                 RuntimeWarning,
                 stacklevel=3,
@@ -161,19 +169,6 @@ class KernelCache:
             return False
         self._count("writes")
         return True
-
-    def _atomic_write(self, path: Path, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
 
     def save_failed(self, name: str, source: str, suffix: str) -> str:
         """Save the source of a kernel the driver rejected under ``failed/``; returns where (for the error)."""
@@ -207,6 +202,21 @@ class KernelCache:
             "enabled": self.enabled,
             **self.counts,  # type: ignore[typeddict-item]
         }
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _unpack(data: bytes) -> bytes | None:
