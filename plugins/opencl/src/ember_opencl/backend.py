@@ -17,16 +17,10 @@ import numpy as np
 
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype
+from ember.memory import MemoryStats, measured_stats
 
 from . import conv, indexing, matmul, nn, philox, reduce, sort
-from .array import (
-    CLArray,
-    expand_view,
-    flip_view,
-    permute_view,
-    reshape_view,
-    slice_view,
-)
+from .array import CLArray
 from .codegen import ElementwiseProgram
 from .elementwise import (
     binary_program,
@@ -98,10 +92,13 @@ class OpenCLBackend(Backend):
     def synchronize(self) -> None:
         self.rt.finish()
 
-    def memory_stats(self) -> dict[str, Any]:
-        stats = self.rt.pool.stats()
-        stats["program_cache"] = self.rt.programs.info()
-        return stats
+    def memory_stats(self) -> MemoryStats:
+        """The device pool's counters; ``extra["kernel_cache"]``: program builds, disk loads, memory hits."""
+        return measured_stats(
+            {"device": self.rt.pool},
+            note="buffers of live tensors and the pool's free lists (no cache limit)",
+            extra={"kernel_cache": self.rt.programs.info()},
+        )
 
     def empty_cache(self) -> None:
         """Return the pool's unused buffers to the driver."""
@@ -124,7 +121,7 @@ class OpenCLBackend(Backend):
     @native
     def full(self, *, shape: tuple[int, ...], value: Any, dtype: DType) -> CLArray:
         one = self.rt.upload(np.asarray(value).astype(dtype.numpy).reshape(1), dtype)
-        return expand_view(reshape_view(one, ()), tuple(shape))  # type: ignore[arg-type]
+        return one.reshape(()).expand(tuple(shape))  # type: ignore[arg-type]
 
     @native
     def arange(self, *, start: Any, step: Any, size: int, dtype: DType) -> CLArray:
@@ -211,37 +208,37 @@ class OpenCLBackend(Backend):
     # -- movement: views where possible ------------------------------------------------------------
     @native
     def reshape(self, a: CLArray, *, shape: tuple[int, ...]) -> CLArray:
-        view = reshape_view(a, tuple(shape))
+        view = a.reshape(tuple(shape))
         if view is None:
-            view = reshape_view(contiguous(self.rt, a), tuple(shape))
+            view = contiguous(self.rt, a).reshape(tuple(shape))
         return view  # type: ignore[return-value]
 
     @native
     @staticmethod
     def permute(a: CLArray, *, axes: tuple[int, ...]) -> CLArray:
-        return permute_view(a, axes)
+        return a.permute(axes)
 
     @native
     @staticmethod
     def expand(a: CLArray, *, shape: tuple[int, ...]) -> CLArray:
-        return expand_view(a, tuple(shape))
+        return a.expand(tuple(shape))
 
     @native
     @staticmethod
     def slice(a: CLArray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]) -> CLArray:
-        return slice_view(a, starts, stops, steps)
+        return a.slice(starts, stops, steps)
 
     @native
     @staticmethod
     def flip(a: CLArray, *, axes: tuple[int, ...]) -> CLArray:
-        return flip_view(a, axes)
+        return a.flip(axes)
 
     @native
     def pad(self, a: CLArray, *, pads: tuple[tuple[int, int], ...], value: Any) -> CLArray:
         shape = tuple(d + lo + hi for d, (lo, hi) in zip(a.shape, pads))
         out = self.full(shape=shape, value=value, dtype=a.dtype)
         out = contiguous(self.rt, out)
-        inner = slice_view(out, [lo for lo, _ in pads], [lo + d for (lo, _), d in zip(pads, a.shape)], [1] * a.ndim)
+        inner = out.slice([lo for lo, _ in pads], [lo + d for (lo, _), d in zip(pads, a.shape)], [1] * a.ndim)
         copy_into(self.rt, inner, a)
         return out
 
@@ -257,7 +254,7 @@ class OpenCLBackend(Backend):
             if n:
                 starts = [start if i == axis else 0 for i in range(len(shape))]
                 stops = [start + n if i == axis else d for i, d in enumerate(shape)]
-                copy_into(self.rt, slice_view(out, starts, stops, [1] * len(shape)), x)
+                copy_into(self.rt, out.slice(starts, stops, [1] * len(shape)), x)
             start += n
         return out
 
