@@ -17,6 +17,7 @@ import numpy as np
 
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype
+from ember.memory import MemoryStats, measured_stats
 
 from . import adapters
 from .codegen.program import Program
@@ -71,8 +72,13 @@ class WgpuBackend(Backend):
     def synchronize(self) -> None:
         self.rt.synchronize()
 
-    def memory_stats(self) -> dict[str, Any]:
-        return {"device": self.rt.name, **self.rt.stats()}
+    def memory_stats(self) -> MemoryStats:
+        """The pool's counters; ``extra``: pipelines, cached bind groups, submits, dispatches, kernel cache."""
+        return measured_stats(
+            {"device": self.rt.pool},
+            note="in use: buffers of live tensors; reserved adds the pool's free buffers (up to 2 GiB)",
+            extra=self.rt.stats(),
+        )
 
     @staticmethod
     def handle_meta(a: WgpuArray) -> tuple[tuple[int, ...], str]:
@@ -170,47 +176,37 @@ class WgpuBackend(Backend):
     @native
     def reshape(self, a: WgpuArray, *, shape: tuple[int, ...]) -> WgpuArray:
         shape = tuple(shape)
-        if not a.is_contiguous():
-            a = ew.contiguous(self.rt, a)
-        return WgpuArray(a.storage, shape, a.dtype, None, a.offset)
+        view = a.reshape(shape)
+        if view is None:
+            view = ew.contiguous(self.rt, a).reshape(shape)
+        return view  # type: ignore[return-value]
 
     @native
-    def permute(self, a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
-        return a.view(tuple(a.shape[i] for i in axes), tuple(a.strides[i] for i in axes), a.offset)
+    @staticmethod
+    def permute(a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
+        return a.permute(axes)
 
     @native
-    def expand(self, a: WgpuArray, *, shape: tuple[int, ...]) -> WgpuArray:
-        shape = tuple(shape)
-        return a.view(shape, ew.operand(a, shape).strides, a.offset)
+    @staticmethod
+    def expand(a: WgpuArray, *, shape: tuple[int, ...]) -> WgpuArray:
+        return a.expand(tuple(shape))
 
     @native
-    def slice(
-        self, a: WgpuArray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]
-    ) -> WgpuArray:
-        shape = tuple(max(0, -(-(e - s) // k)) for s, e, k in zip(starts, stops, steps))
-        offset = a.offset + sum(s * st for s, st, d in zip(starts, a.strides, shape) if d)
-        strides = tuple(st * k for st, k in zip(a.strides, steps))
-        return a.view(shape, strides, offset if all(shape) else 0)
+    @staticmethod
+    def slice(a: WgpuArray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]) -> WgpuArray:
+        return a.slice(starts, stops, steps)
 
     @native
-    def flip(self, a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
-        strides = list(a.strides)
-        offset = a.offset
-        for ax in axes:
-            if a.shape[ax] > 1:
-                offset += (a.shape[ax] - 1) * strides[ax]
-                strides[ax] = -strides[ax]
-        return a.view(a.shape, tuple(strides), offset)
+    @staticmethod
+    def flip(a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
+        return a.flip(axes)
 
     @native
     def pad(self, a: WgpuArray, *, pads: tuple[tuple[int, int], ...], value: Any) -> WgpuArray:
         shape = tuple(d + lo + hi for d, (lo, hi) in zip(a.shape, pads))
         out = ew.fill(self.rt, shape, value, a.dtype)
-        inner = self.slice(
-            out,
-            starts=tuple(lo for lo, _ in pads),
-            stops=tuple(lo + d for (lo, _), d in zip(pads, a.shape)),
-            steps=(1,) * len(shape),
+        inner = out.slice(
+            tuple(lo for lo, _ in pads), tuple(lo + d for (lo, _), d in zip(pads, a.shape)), (1,) * len(shape)
         )
         ew.copy_into(self.rt, a, inner)
         return out
@@ -225,11 +221,10 @@ class WgpuBackend(Backend):
         for x in arrays:
             n = x.shape[axis]
             if n and x.size:
-                part = self.slice(
-                    out,
-                    starts=tuple(at if i == axis else 0 for i in range(len(shape))),
-                    stops=tuple(at + n if i == axis else d for i, d in enumerate(shape)),
-                    steps=(1,) * len(shape),
+                part = out.slice(
+                    tuple(at if i == axis else 0 for i in range(len(shape))),
+                    tuple(at + n if i == axis else d for i, d in enumerate(shape)),
+                    (1,) * len(shape),
                 )
                 ew.copy_into(self.rt, x, part)
             at += n
