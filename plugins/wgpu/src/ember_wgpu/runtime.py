@@ -22,12 +22,8 @@ next sync point raises :class:`~ember_wgpu.errors.WgpuDeviceLostError`.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import logging
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -52,16 +48,6 @@ __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
 MAX_BATCH = 2048
 ARENA_BYTES = 1 << 22
 _BG_CACHE_LIMIT = 16384
-
-
-@functools.cache
-def _codegen_fingerprint() -> str:
-    """A hash of ember-wgpu's own sources: any change to a generator makes cached WGSL stale."""
-    digest = hashlib.sha256()
-    root = Path(__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
-    return "ember-wgpu " + digest.hexdigest()[:16]
 
 
 class Pipeline:
@@ -230,24 +216,6 @@ class Runtime:
             found = (bgl, self.device.create_pipeline_layout(bind_group_layouts=[bgl]))
             self._layouts[bindings] = found
         return found
-
-    def generated(self, key: Any, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """``build()``'s record (generated WGSL and how to call it; JSON values) for kernel ``key``.
-
-        Read from the disk cache when an earlier process generated it, so a second process skips
-        code generation. ``key`` must name everything the code depends on within one device (its
-        ``repr`` is the cache key); the ember-wgpu sources' fingerprint covers generator changes.
-        """
-        disk_key = self.kernel_cache.key(repr(key), _codegen_fingerprint())
-        data = self.kernel_cache.load(disk_key)
-        if data is not None:
-            try:
-                return json.loads(data)
-            except ValueError:  # a well-formed entry we cannot read: generate it again
-                self.kernel_cache.reject(disk_key)
-        record = build()
-        self.kernel_cache.store(disk_key, json.dumps(record).encode())
-        return record
 
     def pipeline(self, name: str, source: str, bindings: tuple[str, ...]) -> Pipeline:
         """The compiled pipeline of ``source`` (``bindings``: 'r' read-only, 'w' read-write storage)."""
@@ -427,5 +395,4 @@ class Runtime:
             "submits": self.submits,
             "dispatches": self.dispatches,
             "pending_dispatches": self._count,
-            "kernel_cache": self.kernel_cache.stats(),
         }

@@ -59,17 +59,11 @@ def compile_kernel(
     """
     found = rt.kernels.get(key)
     if found is None:
-
-        def generate() -> dict[str, Any]:
-            body, params, bindings = build()
-            source = params.wgsl() + "\n" + with_helpers(body) + "\n" + body
-            if "enable f16;" in body:
-                source = "enable f16;\n" + source.replace("enable f16;\n", "")
-            return {"source": source, "fields": params.fields, "bindings": bindings}
-
-        record = rt.generated(("kernel", key), generate)
-        params = ParamBlock([tuple(f) for f in record["fields"]])
-        found = (rt.pipeline(name, record["source"], tuple(record["bindings"])), params)
+        body, params, bindings = build()
+        source = params.wgsl() + "\n" + with_helpers(body) + "\n" + body
+        if "enable f16;" in body:
+            source = "enable f16;\n" + source.replace("enable f16;\n", "")
+        found = (rt.pipeline(name, source, bindings), params)
         rt.kernels[key] = found
     return found
 

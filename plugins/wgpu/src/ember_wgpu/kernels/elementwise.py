@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -48,7 +47,7 @@ def run_program(rt: Runtime, program: Program, inputs: Sequence[WgpuArray], outp
     key = ("ew", gen.signature(program, vec, layouts))
     found = rt.kernels.get(key)
     if found is None:
-        kernel = _generate(rt, key, program, vec)
+        kernel = gen.generate(program, rt.types, vec)
         bindings = ("r",) * kernel.n_inputs + ("w",) * kernel.n_outputs
         found = (kernel, rt.pipeline(program.name, kernel.source, bindings))
         rt.kernels[key] = found
@@ -58,12 +57,6 @@ def run_program(rt: Runtime, program: Program, inputs: Sequence[WgpuArray], outp
     groups = min(-(-total // gen.WORKGROUP), MAX_GROUPS)
     buffers = [a.buffer for a in inputs] + [o.buffer for o in outputs]
     rt.dispatch(pipe, params, buffers, (groups, 1, 1), program.name)
-
-
-def _generate(rt: Runtime, key: Any, program: Program, vec: int) -> gen.Kernel:
-    """The generator's kernel for ``program`` (``key`` names it; from the disk cache when there)."""
-    record = rt.generated(key, lambda: dataclasses.asdict(gen.generate(program, rt.types, vec)))
-    return gen.Kernel(**record)
 
 
 def apply_op(rt: Runtime, op: str, args: Sequence[Any], dtype: DType | None = None) -> WgpuArray:
@@ -142,7 +135,7 @@ def _fast(
         )
         if gen.vec_width(program, rt.types) != vec:
             return False
-        kernel = _generate(rt, key, program, vec)
+        kernel = gen.generate(program, rt.types, vec)
         bindings = ("r",) * kernel.n_inputs + ("w",)
         found = (rt.pipeline(op, kernel.source, bindings), kernel.fmt, kernel.param_bytes, like.kind == "b")
         rt.kernels[key] = found
