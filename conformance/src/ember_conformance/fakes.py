@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 import ember as em
-from ember.backend import REQUIRED_PRIMITIVES, Backend
+from ember.backend import REQUIRED_PRIMITIVES, Backend, native
 from ember.plugins import BackendSpec, get_registry
 
 __all__ = ["FAKE_KIND", "FakeBackend", "fake_device", "primitives_only"]
@@ -29,30 +29,39 @@ class FakeBackend(Backend):
 
     name = "conformance-fake"
 
+    @native
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
         return np.array(array, copy=True)
 
+    @native
     def to_numpy(self, a: np.ndarray) -> np.ndarray:
         return np.asarray(a)
 
+    @native
     def full(self, *, shape: tuple[int, ...], value: Any, dtype: Any) -> np.ndarray:
         return np.full(shape, value, dtype=dtype.numpy)
 
+    @native
     def add(self, a: np.ndarray, b: Any) -> np.ndarray:
         return np.asarray(np.add(a, b)).astype(a.dtype, copy=False)
 
+    @native
     def mul(self, a: np.ndarray, b: Any) -> np.ndarray:
         return np.asarray(np.multiply(a, b)).astype(a.dtype, copy=False)
 
+    @native
     def sum(self, a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         return np.asarray(np.sum(a, axis=axes, keepdims=keepdims)).astype(a.dtype, copy=False)
 
+    @native
     def reshape(self, a: np.ndarray, *, shape: tuple[int, ...]) -> np.ndarray:
         return a.reshape(shape)
 
+    @native
     def expand(self, a: np.ndarray, *, shape: tuple[int, ...]) -> np.ndarray:
         return np.broadcast_to(a, shape)
 
+    @native
     def cast(self, a: np.ndarray, *, dtype: Any) -> np.ndarray:
         return a.astype(dtype.numpy)
 
