@@ -191,3 +191,32 @@ def test_subclass_views_keep_their_type_and_buffer():
     h = Handle("buf", (2, 3))
     for v in (h.permute((1, 0)), h.expand((4, 2, 3)), h.slice((0, 1), (2, 3), (1, 1)), h.flip((0,)), h.reshape((6,))):
         assert type(v) is Handle and v.buffer == "buf"
+
+
+def test_view_movement_mixin_declares_the_movement_primitives():
+    import ember as em
+    from ember.backend import Backend
+    from ember.views import ViewMovement
+
+    copies = []
+
+    class FooBackend(ViewMovement, Backend):
+        name = "foo"
+
+        def make_contiguous(self, a):
+            copies.append(a.shape)
+            return Handle("copy", a.shape)
+
+    backend = FooBackend(em.Device.cpu())
+    assert {"reshape", "permute", "expand", "slice", "flip"} <= set(backend.native_kernels())
+    h = Handle("buf", (2, 3, 4))
+    t = backend.implementation("permute")(h, axes=(2, 1, 0))
+    assert t.strides == (1, 4, 12) and t.buffer == "buf"
+    assert backend.implementation("reshape")(h, shape=(6, 4)).buffer == "buf" and not copies  # a view
+    r = backend.implementation("reshape")(t, shape=(24,))  # numpy copies here: so does the mixin
+    assert r.buffer == "copy" and r.shape == (24,) and copies == [(4, 3, 2)]
+    s = backend.implementation("slice")(h, starts=(0, 1, 0), stops=(2, 3, 4), steps=(1, 1, 2))
+    assert (s.shape, s.offset) == ((2, 2, 2), 4)
+    f = backend.implementation("flip")(h, axes=(0,))
+    e = backend.implementation("expand")(Handle("buf", (1, 4)), shape=(3, 4))
+    assert f.offset == 12 and f.strides[0] == -12 and e.strides == (0, 1)

@@ -8,15 +8,18 @@ backend's storage itemsize may differ from the dtype's (WGSL keeps int8 in 32-bi
 
 permute, expand, slice, flip and (where numpy would not copy) reshape give new views of the
 same buffer. A backend's handle subclasses :class:`View`, adds its buffer and dtype, and
-overrides :meth:`View.with_layout` so that those methods return handles of its own type.
+overrides :meth:`View.with_layout` so that those methods return handles of its own type; a
+backend class that mixes in :class:`ViewMovement` gets the movement primitives as views.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["View", "contiguous_strides", "collapse"]
+from .backend import native
+
+__all__ = ["View", "ViewMovement", "contiguous_strides", "collapse"]
 
 Shape = tuple[int, ...]
 V = TypeVar("V", bound="View")
@@ -148,6 +151,45 @@ class View:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(shape={self.shape}, strides={self.strides}, offset={self.offset})"
+
+
+class ViewMovement:
+    """Backend mixin: the movement primitives over handles that are :class:`View` s, as views.
+
+    ``class FooBackend(ViewMovement, Backend)`` and implement :meth:`make_contiguous`; reshape
+    copies (through it) only where numpy would. pad and concat write memory, so they stay the
+    backend's own.
+    """
+
+    def make_contiguous(self, a: Any) -> Any:
+        """A C-contiguous copy of the handle ``a`` (a kernel launch on the device)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement make_contiguous")
+
+    @native
+    def reshape(self, a: Any, *, shape: Shape) -> Any:
+        shape = tuple(shape)
+        view = a.reshape(shape)
+        return view if view is not None else self.make_contiguous(a).reshape(shape)
+
+    @native
+    @staticmethod
+    def permute(a: Any, *, axes: Sequence[int]) -> Any:
+        return a.permute(axes)
+
+    @native
+    @staticmethod
+    def expand(a: Any, *, shape: Shape) -> Any:
+        return a.expand(tuple(shape))
+
+    @native
+    @staticmethod
+    def slice(a: Any, *, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]) -> Any:
+        return a.slice(starts, stops, steps)
+
+    @native
+    @staticmethod
+    def flip(a: Any, *, axes: Sequence[int]) -> Any:
+        return a.flip(axes)
 
 
 def _reshape_strides(shape: Shape, strides: Shape, new: Shape) -> Shape | None:

@@ -18,6 +18,7 @@ import numpy as np
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype
 from ember.memory import MemoryStats, measured_stats
+from ember.views import ViewMovement
 
 from . import conv, indexing, matmul, nn, philox, reduce, sort
 from .array import CLArray
@@ -40,7 +41,7 @@ __all__ = ["OpenCLBackend"]
 _FAST_POW = {2.0: "square", 0.5: "sqrt", -1.0: "reciprocal"}
 
 
-class OpenCLBackend(Backend):
+class OpenCLBackend(ViewMovement, Backend):
     """Any OpenCL 1.2+ device through PyOpenCL, with kernels generated per dtype and layout."""
 
     name = "opencl"
@@ -205,33 +206,9 @@ class OpenCLBackend(Backend):
     def cumsum(self, a: CLArray, *, axis: int) -> CLArray:
         return reduce.cumsum(self.rt, a, axis)
 
-    # -- movement: views where possible ------------------------------------------------------------
-    @native
-    def reshape(self, a: CLArray, *, shape: tuple[int, ...]) -> CLArray:
-        view = a.reshape(tuple(shape))
-        if view is None:
-            view = contiguous(self.rt, a).reshape(tuple(shape))
-        return view  # type: ignore[return-value]
-
-    @native
-    @staticmethod
-    def permute(a: CLArray, *, axes: tuple[int, ...]) -> CLArray:
-        return a.permute(axes)
-
-    @native
-    @staticmethod
-    def expand(a: CLArray, *, shape: tuple[int, ...]) -> CLArray:
-        return a.expand(tuple(shape))
-
-    @native
-    @staticmethod
-    def slice(a: CLArray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]) -> CLArray:
-        return a.slice(starts, stops, steps)
-
-    @native
-    @staticmethod
-    def flip(a: CLArray, *, axes: tuple[int, ...]) -> CLArray:
-        return a.flip(axes)
+    # -- movement: reshape, permute, expand, slice and flip are views (ember.views.ViewMovement)
+    def make_contiguous(self, a: CLArray) -> CLArray:
+        return contiguous(self.rt, a)
 
     @native
     def pad(self, a: CLArray, *, pads: tuple[tuple[int, int], ...], value: Any) -> CLArray:

@@ -18,6 +18,7 @@ import numpy as np
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype
 from ember.memory import MemoryStats, measured_stats
+from ember.views import ViewMovement
 
 from . import adapters
 from .codegen.program import Program
@@ -40,7 +41,7 @@ ELEMENTWISE_OPS = frozenset(
 )
 
 
-class WgpuBackend(Backend):
+class WgpuBackend(ViewMovement, Backend):
     """WebGPU through wgpu-py: Vulkan, Metal or D3D12 adapters."""
 
     name = "wgpu"
@@ -172,34 +173,9 @@ class WgpuBackend(Backend):
     def cumsum(self, a: WgpuArray, *, axis: int) -> WgpuArray:
         return scan.cumsum(self.rt, a, axis)
 
-    # -- movement (views where possible) -----------------------------------------------------
-    @native
-    def reshape(self, a: WgpuArray, *, shape: tuple[int, ...]) -> WgpuArray:
-        shape = tuple(shape)
-        view = a.reshape(shape)
-        if view is None:
-            view = ew.contiguous(self.rt, a).reshape(shape)
-        return view  # type: ignore[return-value]
-
-    @native
-    @staticmethod
-    def permute(a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
-        return a.permute(axes)
-
-    @native
-    @staticmethod
-    def expand(a: WgpuArray, *, shape: tuple[int, ...]) -> WgpuArray:
-        return a.expand(tuple(shape))
-
-    @native
-    @staticmethod
-    def slice(a: WgpuArray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]) -> WgpuArray:
-        return a.slice(starts, stops, steps)
-
-    @native
-    @staticmethod
-    def flip(a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
-        return a.flip(axes)
+    # -- movement: reshape, permute, expand, slice and flip are views (ember.views.ViewMovement)
+    def make_contiguous(self, a: WgpuArray) -> WgpuArray:
+        return ew.contiguous(self.rt, a)
 
     @native
     def pad(self, a: WgpuArray, *, pads: tuple[tuple[int, int], ...], value: Any) -> WgpuArray:
