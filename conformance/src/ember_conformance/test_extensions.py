@@ -22,9 +22,15 @@ def _extension(kind: str):
         def ext(x, y, a=2.0):
             return x * a + y
 
-    # a kernel built from the backend's own primitives, registered for the kind under test
-    ext.kernel(kind)(lambda backend, x, y, a=2.0: backend.add(backend.mul(x, a), y))
+    # a kernel built from the backend's own primitives, registered for the kind under test; they are
+    # reached through the contract (backend.implementation), as generated ops need not be attributes
+    ext.kernel(kind)(_axpy_kernel)
     return ext
+
+
+def _axpy_kernel(backend, x, y, a=2.0):
+    add, mul = backend.implementation("add"), backend.implementation("mul")
+    return add(mul(x, a), y)
 
 
 def test_extension_kernel(device, ad_device):

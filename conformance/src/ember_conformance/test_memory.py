@@ -1,4 +1,5 @@
-"""Memory returns to its baseline once tensors are dropped (where the backend can tell)."""
+"""memory_stats() follows ember.memory.MemoryStats on every device, and memory returns to its baseline
+once tensors are dropped (where the backend can tell)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,19 @@ import ember as em
 #: keys a backend's ``memory_stats()`` may use for the bytes its live tensors hold
 IN_USE_KEYS = ("in_use_bytes", "bytes_in_use", "allocated_bytes", "in_use")
 
+#: the MemoryStats schema, written out here so that the suite checks it rather than reads it from core
+COUNTERS = ("reserved_bytes", "in_use_bytes", "peak_reserved_bytes", "peak_in_use_bytes", "allocations", "frees")
+POOL_COUNTERS = (
+    "reserved_bytes",
+    "in_use_bytes",
+    "cached_bytes",
+    "peak_reserved_bytes",
+    "peak_in_use_bytes",
+    "hits",
+    "misses",
+    "frees",
+)
+
 
 def _in_use(device: em.Device) -> tuple[str | None, dict]:
     stats = device.memory_stats()
@@ -20,9 +34,50 @@ def _in_use(device: em.Device) -> tuple[str | None, dict]:
     return None, stats
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def test_memory_stats_is_a_dict(device):
     stats = device.memory_stats()
     assert isinstance(stats, dict), f"memory_stats() returned {type(stats).__name__}, expected a dict"
+
+
+def test_memory_stats_schema(device):
+    stats = device.memory_stats()
+    where = f"{device.kind}:{device.index} memory_stats()"
+    missing = [k for k in (*COUNTERS, "pools", "note", "extra") if k not in stats]
+    assert not missing, f"{where} lacks {', '.join(missing)} (ember.memory.MemoryStats)"
+    for key in COUNTERS:
+        assert stats[key] is None or _is_count(stats[key]), f"{where}[{key!r}] = {stats[key]!r}: not None or a count"
+    assert isinstance(stats["note"], str), f"{where}['note'] is {type(stats['note']).__name__}, not str"
+    assert isinstance(stats["extra"], dict), f"{where}['extra'] is {type(stats['extra']).__name__}, not dict"
+    assert isinstance(stats["pools"], dict), f"{where}['pools'] is {type(stats['pools']).__name__}, not dict"
+    if stats["in_use_bytes"] is None:
+        assert stats["note"], f"{where} reports no byte counts and no note saying why"
+        return
+    assert stats["peak_in_use_bytes"] >= stats["in_use_bytes"], f"{where}: peak in use below in use"
+    assert stats["reserved_bytes"] >= stats["in_use_bytes"], f"{where}: reserves less than it has in use"
+    assert stats["peak_reserved_bytes"] >= stats["reserved_bytes"], f"{where}: peak reserved below reserved"
+    in_pools = 0
+    for name, pool in stats["pools"].items():
+        assert isinstance(name, str) and isinstance(pool, dict), f"{where}['pools'][{name!r}]"
+        for key in POOL_COUNTERS:
+            assert _is_count(pool.get(key)), f"{where}['pools'][{name!r}][{key!r}] = {pool.get(key)!r}"
+        limit = pool.get("cache_limit_bytes", "missing")
+        assert limit is None or _is_count(limit), f"{where}['pools'][{name!r}]['cache_limit_bytes'] = {limit!r}"
+        classes = pool.get("size_classes")
+        assert isinstance(classes, dict), f"{where}['pools'][{name!r}]['size_classes'] is not a dict"
+        held = 0
+        for size, count in classes.items():
+            assert _is_count(size) and _is_count(count.get("in_use")) and _is_count(count.get("cached")), (
+                f"{where}['pools'][{name!r}]['size_classes'][{size!r}] = {count!r}"
+            )
+            held += size * count["in_use"]
+        assert held == pool["in_use_bytes"], f"{where}: pool {name!r} size classes hold {held}, in use says so"
+        in_pools += pool["in_use_bytes"]
+    if stats["pools"]:
+        assert in_pools == stats["in_use_bytes"], f"{where}: pools hold {in_pools} in use, the total says otherwise"
 
 
 def test_memory_returns_to_baseline(device):
@@ -30,8 +85,8 @@ def test_memory_returns_to_baseline(device):
     if key is None:
         note = f"; the backend says: {stats['note']}" if isinstance(stats.get("note"), str) else ""
         pytest.skip(
-            f"{device.kind}:{device.index} memory_stats() reports no bytes-in-use counter "
-            f"(none of {', '.join(IN_USE_KEYS)}; keys: {', '.join(sorted(stats)) or 'none'}){note}"
+            f"{device.kind}:{device.index} memory_stats() does not count bytes in use "
+            f"({', '.join(IN_USE_KEYS)}: absent or None){note}"
         )
     gc.collect()
     device.synchronize()
@@ -39,8 +94,10 @@ def test_memory_returns_to_baseline(device):
     x = em.ones((512, 1024), device=device)
     y = (x @ x.mT).sum(axis=0) + x[:, :512].exp().sum(axis=1)
     device.synchronize()
-    during = device.memory_stats()[key]
-    assert during > baseline, f"{key} did not grow while 2 MiB of tensors were alive ({baseline} -> {during})"
+    during = device.memory_stats()
+    assert during[key] > baseline, f"{key} did not grow while 2 MiB of tensors were alive ({baseline} -> {during[key]})"
+    if key == "in_use_bytes" and isinstance(during.get("peak_in_use_bytes"), int):
+        assert during["peak_in_use_bytes"] >= during[key], "peak_in_use_bytes is below in_use_bytes"
     del x, y
     gc.collect()
     device.synchronize()

@@ -223,8 +223,23 @@ class Backend:
         """Block until queued work is done (no-op for synchronous backends)."""
 
     def memory_stats(self) -> dict[str, Any]:
-        """Bytes reserved / in use and their peaks; empty if the backend cannot tell."""
-        return {}
+        """An ``ember.memory.MemoryStats``: bytes reserved / in use, peaks, per pool.
+
+        This default is the schema of a backend that cannot measure (``ember.memory.unmeasured_stats``,
+        spelled out here because the contract layer does not import the host machinery above it):
+        None counters and the reason in ``note``. A pooled backend returns ``measured_stats(...)``.
+        """
+        return {
+            "reserved_bytes": None,
+            "in_use_bytes": None,
+            "peak_reserved_bytes": None,
+            "peak_in_use_bytes": None,
+            "allocations": None,
+            "frees": None,
+            "pools": {},
+            "note": f"the {self.name} backend does not report its memory use",
+            "extra": {},
+        }
 
     def handle_meta(self, a: Any) -> tuple[tuple[int, ...], str]:
         """(shape, dtype name) of a handle; needed only by extension kernels' results."""

@@ -5,6 +5,7 @@
 | EMBER_DEVICE         | the device ``Device.default()`` returns                  | ``cpu``            |
 | EMBER_PLUGINS        | comma-separated allow-list of plugin entry-point names   | all installed      |
 | EMBER_CACHE_DIR      | where compiled kernels are cached                        | user cache dir     |
+| EMBER_KERNEL_CACHE   | ``0`` turns the on-disk kernel cache off                 | ``1``              |
 | EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
 | EMBER_WGPU_ADAPTER   | default WGPU adapter index                               | ``0``              |
 
@@ -22,6 +23,7 @@ __all__ = [
     "default_device",
     "plugin_allow_list",
     "cache_dir",
+    "kernel_cache_enabled",
     "opencl_device",
     "wgpu_adapter",
 ]
@@ -47,6 +49,16 @@ def cache_dir() -> Path:
         return Path(raw).expanduser()
     base = os.environ.get("XDG_CACHE_HOME", "").strip()
     return (Path(base) if base else Path.home() / ".cache") / "ember"
+
+
+def kernel_cache_enabled() -> bool:
+    """Whether compiled kernels are read from and written to ``cache_dir()`` (``EMBER_KERNEL_CACHE=0``: no)."""
+    return _flag("EMBER_KERNEL_CACHE")
+
+
+def _flag(name: str) -> bool:
+    """An on/off setting that is on unless set to 0, false, off or no."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def _int_env(name: str, default: int) -> int:

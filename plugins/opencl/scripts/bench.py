@@ -135,7 +135,7 @@ def first_result(device: str, gpu: bool) -> None:
     batch, hidden = (4096, 4096) if gpu else (128, 1024)
     loss = mlp(em, dev, batch, hidden)()
     value = float(loss.item())
-    cache = dev.memory_stats()["program_cache"]
+    cache = dev.memory_stats()["extra"]["kernel_cache"]
     emit(first_result_s=round(time.perf_counter() - T0, 3), loss=value, builds=cache["builds"],
          disk_loads=cache["disk_loads"])  # fmt: skip
 
@@ -159,7 +159,7 @@ def main() -> None:
     ap.add_argument("--only", default="W2,W5,W6")
     ap.add_argument("--tilings", default="", help="comma-separated matmul tilings to time for W5 (see matmul.TILINGS)")
     ap.add_argument("--start", action="store_true", help="also time cold and warm starts to the first W2 result")
-    ap.add_argument("--no-pool", action="store_true", help="allocate every buffer from the driver (no size-class pool)")
+    ap.add_argument("--no-pool", action="store_true", help="allocate every buffer from the driver (no reuse)")
     ap.add_argument("--first-result", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.first_result:
@@ -169,8 +169,8 @@ def main() -> None:
 
     dev = em.Device(args.device)
     if args.no_pool:
+        dev.backend.rt.pool.cache_limit = 0  # every freed buffer goes back to the driver
         dev.backend.empty_cache()
-        dev.backend.rt.pool.enabled = False
     emit(device=str(dev), describe=dev.describe(), pool=not args.no_pool)
     only = set(args.only.split(","))
     if "W2" in only:

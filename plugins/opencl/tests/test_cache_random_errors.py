@@ -21,7 +21,7 @@ CHILD = textwrap.dedent(
     dev = em.Device("opencl:%d")
     x = em.arange(10, dtype="float32", device=dev)
     y = (em.exp(x) * 2.0 + x).sum()
-    print(json.dumps({"value": float(y.item()), "cache": dev.memory_stats()["program_cache"]}))
+    print(json.dumps({"value": float(y.item()), "cache": dev.memory_stats()["extra"]["kernel_cache"]}))
     """
 )
 
@@ -54,6 +54,20 @@ def test_corrupt_cache_file_is_rebuilt(dev, tmp_path):
         p.write_bytes(b"not a binary")
     again = _child(dev.index, str(tmp_path))
     assert again["cache"]["builds"] > 0
+
+
+def test_binary_the_driver_refuses_is_rebuilt_and_replaced(dev, tmp_path):
+    from ember_opencl.cache import ProgramCache
+
+    rt = dev.backend.rt
+    source = "__kernel void twice(__global float* x) { x[get_global_id(0)] *= 2.0f; }"
+    cache = ProgramCache(rt.context, rt.device, rt.label, directory=tmp_path)
+    cache.disk.store(cache.disk.key(source, rt.options), b"a well-formed entry holding no binary")
+    cache.program(source, rt.options)
+    assert cache.stats["builds"] == 1 and cache.disk.stats()["rejected"] == 1
+    fresh = ProgramCache(rt.context, rt.device, rt.label, directory=tmp_path)
+    fresh.program(source, rt.options)
+    assert fresh.stats == {"memory_hits": 0, "disk_loads": 1, "builds": 0}  # the entry was replaced by a real binary
 
 
 @pytest.mark.parametrize(
@@ -99,7 +113,7 @@ def test_build_failure_reports_log_and_source(dev, tmp_path):
 def test_out_of_memory_is_an_ember_error(dev):
     from ember_opencl.errors import DeviceMemoryError
 
-    too_big = dev.backend.rt.pool.max_alloc // 4 + 1024
+    too_big = dev.backend.rt.max_alloc // 4 + 1024
     with pytest.raises(DeviceMemoryError, match="per allocation"):
         em.ones((too_big,), dtype="float32", device=dev) * 2.0
     assert issubclass(DeviceMemoryError, MemoryError)

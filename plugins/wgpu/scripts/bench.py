@@ -42,7 +42,9 @@ def _timed(step: Callable[[], Any], sync: Callable[[], None], warmup: int, iters
 
 def _counters(dev: em.Device) -> dict[str, int]:
     stats = dev.memory_stats()
-    return {k: stats.get(k, 0) for k in ("dispatches", "submits", "pool_hits", "pool_misses")}
+    pool = stats["pools"]["device"]
+    return {"dispatches": stats["extra"]["dispatches"], "submits": stats["extra"]["submits"],
+            "pool_hits": pool["hits"], "pool_misses": pool["misses"]}  # fmt: skip
 
 
 def w1(dev: em.Device, size: dict[str, int]) -> tuple[Callable[[], Any], str]:

@@ -9,7 +9,6 @@ from ember import dtypes as D
 from ember_wgpu import adapters
 from ember_wgpu.errors import WgpuDeviceLostError, WgpuKernelError, WgpuLimitError, WgpuValidationError
 from ember_wgpu.kernels import elementwise as ew
-from ember_wgpu.pool import size_class
 
 
 def test_describe_shows_backend_features_and_limits(dev):
@@ -39,12 +38,6 @@ def test_tensor_over_the_binding_limit_names_the_limit(rt):
     assert str(too_big) in str(info.value)
 
 
-def test_size_classes():
-    assert size_class(1) == 16 and size_class(300) == 512 and size_class(65536) == 65536
-    big = size_class(1_000_001)
-    assert big >= 1_000_001 and big <= 1_000_001 * 1.26
-
-
 def test_pool_reuses_buffers(rt):
     x = rt.upload(np.ones(1000, np.float32), D.float32)
     ew.apply_op(rt, "add", [x, 1.0])  # result freed at once
@@ -71,6 +64,37 @@ def test_memory_stats(dev):
     stats = dev.memory_stats()
     for key in ("reserved_bytes", "in_use_bytes", "peak_reserved_bytes", "peak_in_use_bytes"):
         assert stats[key] >= 0
+    assert stats["pools"]["device"]["cache_limit_bytes"] == 2 << 30
+    for key in ("pipelines", "bind_groups_cached", "submits", "dispatches"):
+        assert key in stats["extra"]
+
+
+def test_upload_avoids_buffers_the_open_batch_uses(rt):
+    """queue.write_buffer runs before the batch it lands in: it must not reuse a buffer a pending kernel reads."""
+    x = rt.upload(np.arange(256, dtype=np.float32), D.float32)
+    rt.flush()
+    y = ew.apply_op(rt, "mul", [x, 2.0])  # recorded, not submitted
+    busy = y.buffer
+    del y  # its buffer is free again, but the open batch still writes it
+    z = rt.upload(np.ones(256, np.float32), D.float32)
+    assert z.buffer is not busy
+    w = ew.apply_op(rt, "add", [x, 1.0])  # a kernel's output may take it: it runs after the mul
+    assert w.buffer is busy
+    np.testing.assert_array_equal(rt.read([z, w])[0], np.ones(256, np.float32))
+
+
+def test_freed_buffers_over_the_cache_limit_are_destroyed_after_a_submit(rt):
+    limit, rt.pool.cache_limit = rt.pool.cache_limit, 0
+    try:
+        x = rt.upload(np.ones(1000, np.float32), D.float32)
+        rt.flush()
+        frees = rt.pool.frees
+        ew.apply_op(rt, "add", [x, 1.0])  # freed at once, but the open batch writes it
+        assert rt.pool.frees == frees  # kept until the submit
+        rt.flush()
+        assert rt.pool.frees == frees + 1
+    finally:
+        rt.pool.cache_limit = limit
 
 
 def test_bad_kernel_names_the_kernel_and_saves_source(rt, tmp_path, monkeypatch):

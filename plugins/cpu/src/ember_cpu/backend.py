@@ -17,6 +17,7 @@ import numpy as np
 
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType
+from ember.memory import MemoryStats, unmeasured_stats
 from ember.random import philox_words
 
 from . import conv_kernels, nn_kernels
@@ -104,14 +105,16 @@ class CpuBackend(Backend):
             "fp64": True,
         }
 
-    def memory_stats(self) -> dict[str, Any]:
+    def memory_stats(self) -> MemoryStats:
+        """Unmeasured (numpy owns host memory); ``extra["peak_rss_bytes"]`` is the process's peak resident set."""
         try:
             import resource
 
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         except (ImportError, OSError):
             peak = None
-        return {"peak_rss_bytes": peak, "note": "host memory is managed by numpy; no pool"}
+        note = "host memory is managed by numpy, without a pool; extra['peak_rss_bytes'] is the process's peak RSS"
+        return unmeasured_stats(note, extra={"peak_rss_bytes": peak})
 
     @staticmethod
     def handle_meta(a: np.ndarray) -> tuple[tuple[int, ...], str]:

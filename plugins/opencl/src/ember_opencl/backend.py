@@ -9,24 +9,19 @@ ops are views. Everything is queued on one in-order queue; ``to_numpy`` waits fo
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ember.backend import Backend, Capabilities
+from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype
+from ember.memory import MemoryStats, measured_stats
+from ember.views import ViewMovement
 
 from . import conv, indexing, matmul, nn, philox, reduce, sort
-from .array import (
-    CLArray,
-    expand_view,
-    flip_view,
-    permute_view,
-    reshape_view,
-    slice_view,
-)
+from .array import CLArray
 from .codegen import ElementwiseProgram
 from .elementwise import (
     binary_program,
@@ -46,7 +41,7 @@ __all__ = ["OpenCLBackend"]
 _FAST_POW = {2.0: "square", 0.5: "sqrt", -1.0: "reciprocal"}
 
 
-class OpenCLBackend(Backend):
+class OpenCLBackend(ViewMovement, Backend):
     """Any OpenCL 1.2+ device through PyOpenCL, with kernels generated per dtype and layout."""
 
     name = "opencl"
@@ -67,7 +62,6 @@ class OpenCLBackend(Backend):
         # instance attributes: what a device supports depends on the device
         self.supported_dtypes = frozenset(dtypes)  # type: ignore[misc]
         self.unsupported_dtype_reasons = reasons  # type: ignore[misc]
-        self._ew: dict[str, Any] = {}
 
     # -- discovery -------------------------------------------------------------------------
     @classmethod
@@ -78,42 +72,34 @@ class OpenCLBackend(Backend):
     def describe(cls, index: int) -> dict[str, Any]:
         return describe(index)
 
-    def implementation(self, op: str) -> Any:
-        if op in UNARY_OPS or op in BINARY_OPS:
-            impl = self._ew.get(op)
-            if impl is None:
-                fn = self._unary if op in UNARY_OPS else self._binary
-                impl = self._ew[op] = functools.partial(fn, op)
-            return impl
-        return super().implementation(op)
+    # -- native ops: hand-written kernels are @native methods; elementwise ops come from the generator
+    def native_kernels(self) -> dict[str, Callable[..., Any]]:
+        table = super().native_kernels()
+        for op in UNARY_OPS:
+            table[op] = functools.partial(self._unary, op)
+        for op in BINARY_OPS:
+            table[op] = functools.partial(self._binary, op)
+        return table
 
-    @property
-    def capabilities(self) -> Capabilities:
-        if self._capabilities is None:
-            base = super().capabilities
-            notes = {
-                "float16/bfloat16": "stored in 16 bits (half via vload_half, bfloat16 as ushort), computed in float",
-                "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
-                "fusion": "backend.execute(ElementwiseProgram, ...) compiles whole elementwise chains",
-                "conv": "core's unfold + matmul composite over native unfold/fold kernels",
-            }
-            self._capabilities = dataclasses.replace(base, notes=notes)
-        return self._capabilities
-
-    def __getattr__(self, name: str) -> Any:
-        """Elementwise ops as methods too (``backend.add(a, b)``), as the Backend contract says."""
-        if name in UNARY_OPS or name in BINARY_OPS:
-            return self.implementation(name)
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+    def capability_notes(self) -> dict[str, str]:
+        return {
+            "float16/bfloat16": "stored in 16 bits (half via vload_half, bfloat16 as ushort), computed in float",
+            "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
+            "fusion": "backend.execute(ElementwiseProgram, ...) compiles whole elementwise chains",
+            "conv": "core's unfold + matmul composite over native unfold/fold kernels",
+        }
 
     # -- housekeeping ----------------------------------------------------------------------
     def synchronize(self) -> None:
         self.rt.finish()
 
-    def memory_stats(self) -> dict[str, Any]:
-        stats = self.rt.pool.stats()
-        stats["program_cache"] = self.rt.programs.info()
-        return stats
+    def memory_stats(self) -> MemoryStats:
+        """The device pool's counters; ``extra["kernel_cache"]``: program builds, disk loads, memory hits."""
+        return measured_stats(
+            {"device": self.rt.pool},
+            note="buffers of live tensors and the pool's free lists (no cache limit)",
+            extra={"kernel_cache": self.rt.programs.info()},
+        )
 
     def empty_cache(self) -> None:
         """Return the pool's unused buffers to the driver."""
@@ -124,17 +110,21 @@ class OpenCLBackend(Backend):
         return a.shape, a.dtype.name
 
     # -- transfer and creation ---------------------------------------------------------------
+    @native
     def from_numpy(self, array: np.ndarray) -> CLArray:
         dt = as_dtype("bool" if array.dtype == np.bool_ else array.dtype)
         return self.rt.upload(array, dt)
 
+    @native
     def to_numpy(self, a: CLArray) -> np.ndarray:
         return self.rt.download(contiguous(self.rt, a))
 
+    @native
     def full(self, *, shape: tuple[int, ...], value: Any, dtype: DType) -> CLArray:
         one = self.rt.upload(np.asarray(value).astype(dtype.numpy).reshape(1), dtype)
-        return expand_view(reshape_view(one, ()), tuple(shape))  # type: ignore[arg-type]
+        return one.reshape(()).expand(tuple(shape))  # type: ignore[arg-type]
 
+    @native
     def arange(self, *, start: Any, step: Any, size: int, dtype: DType) -> CLArray:
         if dtype.kind == "f":
             work = "float64" if self.rt.fp64 else "float32"
@@ -143,6 +133,7 @@ class OpenCLBackend(Backend):
         prog = _arange_program(work, dtype.name)
         return run_program(self.rt, prog, [start, step], (size,))[0]
 
+    @native
     def random_bits(self, *, key: tuple[int, int], counter: int, size: int) -> CLArray:
         return philox.random_bits(self.rt, key, counter, size)
 
@@ -162,10 +153,12 @@ class OpenCLBackend(Backend):
             return self._unary(_FAST_POW[b], a)  # numpy's fast paths for scalar exponents
         return run_program(self.rt, binary_program(op, dt, out, True), [a, b], a.shape)[0]
 
+    @native
     def where(self, cond: CLArray, a: CLArray, b: CLArray) -> CLArray:
         shape = tuple(np.broadcast_shapes(cond.shape, a.shape, b.shape))
         return run_program(self.rt, where_program(a.dtype.name), [cond, a, b], shape)[0]
 
+    @native
     def cast(self, a: CLArray, *, dtype: DType) -> CLArray:
         if a.dtype is dtype:
             return a
@@ -177,64 +170,56 @@ class OpenCLBackend(Backend):
         return run_program(self.rt, program, operands, shape)
 
     # -- reductions ------------------------------------------------------------------------------
+    @native
     def sum(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
         return reduce.reduce(self.rt, "sum", a, axes, keepdims)
 
+    @native
     def prod(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
         return reduce.reduce(self.rt, "prod", a, axes, keepdims)
 
+    @native
     def max(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
         return reduce.reduce(self.rt, "max", a, axes, keepdims)
 
+    @native
     def min(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
         return reduce.reduce(self.rt, "min", a, axes, keepdims)
 
+    @native
     def any(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
         return reduce.reduce(self.rt, "any", a, axes, keepdims)
 
+    @native
     def all(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
         return reduce.reduce(self.rt, "all", a, axes, keepdims)
 
+    @native
     def argmax(self, a: CLArray, *, axis: int, keepdims: bool) -> CLArray:
         return reduce.reduce(self.rt, "argmax", a, (axis,), keepdims)
 
+    @native
     def argmin(self, a: CLArray, *, axis: int, keepdims: bool) -> CLArray:
         return reduce.reduce(self.rt, "argmin", a, (axis,), keepdims)
 
+    @native
     def cumsum(self, a: CLArray, *, axis: int) -> CLArray:
         return reduce.cumsum(self.rt, a, axis)
 
-    # -- movement: views where possible ------------------------------------------------------------
-    def reshape(self, a: CLArray, *, shape: tuple[int, ...]) -> CLArray:
-        view = reshape_view(a, tuple(shape))
-        if view is None:
-            view = reshape_view(contiguous(self.rt, a), tuple(shape))
-        return view  # type: ignore[return-value]
+    # -- movement: reshape, permute, expand, slice and flip are views (ember.views.ViewMovement)
+    def make_contiguous(self, a: CLArray) -> CLArray:
+        return contiguous(self.rt, a)
 
-    @staticmethod
-    def permute(a: CLArray, *, axes: tuple[int, ...]) -> CLArray:
-        return permute_view(a, axes)
-
-    @staticmethod
-    def expand(a: CLArray, *, shape: tuple[int, ...]) -> CLArray:
-        return expand_view(a, tuple(shape))
-
-    @staticmethod
-    def slice(a: CLArray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]) -> CLArray:
-        return slice_view(a, starts, stops, steps)
-
-    @staticmethod
-    def flip(a: CLArray, *, axes: tuple[int, ...]) -> CLArray:
-        return flip_view(a, axes)
-
+    @native
     def pad(self, a: CLArray, *, pads: tuple[tuple[int, int], ...], value: Any) -> CLArray:
         shape = tuple(d + lo + hi for d, (lo, hi) in zip(a.shape, pads))
         out = self.full(shape=shape, value=value, dtype=a.dtype)
         out = contiguous(self.rt, out)
-        inner = slice_view(out, [lo for lo, _ in pads], [lo + d for (lo, _), d in zip(pads, a.shape)], [1] * a.ndim)
+        inner = out.slice([lo for lo, _ in pads], [lo + d for (lo, _), d in zip(pads, a.shape)], [1] * a.ndim)
         copy_into(self.rt, inner, a)
         return out
 
+    @native
     def concat(self, *arrays: CLArray, axis: int) -> CLArray:
         first = arrays[0]
         total = sum(x.shape[axis] for x in arrays)
@@ -246,69 +231,87 @@ class OpenCLBackend(Backend):
             if n:
                 starts = [start if i == axis else 0 for i in range(len(shape))]
                 stops = [start + n if i == axis else d for i, d in enumerate(shape)]
-                copy_into(self.rt, slice_view(out, starts, stops, [1] * len(shape)), x)
+                copy_into(self.rt, out.slice(starts, stops, [1] * len(shape)), x)
             start += n
         return out
 
     # -- indexing -----------------------------------------------------------------------------------
+    @native
     def gather(self, a: CLArray, index: CLArray, *, axis: int) -> CLArray:
         return indexing.gather(self.rt, a, index, axis)
 
+    @native
     def scatter_add(self, a: CLArray, index: CLArray, values: CLArray, *, axis: int) -> CLArray:
         return indexing.scatter_add(self.rt, a, index, values, axis)
 
+    @native
     def index_put(self, a: CLArray, values: CLArray, *indices: CLArray, accumulate: bool) -> CLArray:
         return indexing.index_put(self.rt, a, values, indices, accumulate)
 
     # -- linear algebra and sorting -------------------------------------------------------------------
+    @native
     def matmul(self, a: CLArray, b: CLArray) -> CLArray:
         return matmul.matmul(self.rt, a, b)
 
+    @native
     def sort(self, a: CLArray, *, axis: int, descending: bool) -> CLArray:
         return sort.sort(self.rt, a, axis, descending, want="values")
 
+    @native
     def argsort(self, a: CLArray, *, axis: int, descending: bool) -> CLArray:
         return sort.sort(self.rt, a, axis, descending, want="indices")
 
     # -- neural-network fast paths --------------------------------------------------------------------
+    @native
     def softmax(self, a: CLArray, *, axis: int) -> CLArray:
         return nn.softmax(self.rt, a, axis, log=False)
 
+    @native
     def log_softmax(self, a: CLArray, *, axis: int) -> CLArray:
         return nn.softmax(self.rt, a, axis, log=True)
 
+    @native
     def logsumexp(self, a: CLArray, *, axes: tuple[int, ...], keepdims: bool) -> CLArray:
         return nn.logsumexp(self.rt, a, axes, keepdims)
 
+    @native
     def layer_norm(self, x: CLArray, w: CLArray, b: CLArray, *, eps: float) -> CLArray:
         return nn.layer_norm(self.rt, x, w, b, eps)
 
+    @native
     def rms_norm(self, x: CLArray, w: CLArray, *, eps: float) -> CLArray:
         return nn.layer_norm(self.rt, x, w, None, eps)
 
+    @native
     def cross_entropy(self, logits: CLArray, target: CLArray, *, label_smoothing: float, ignore_index: int) -> CLArray:
         return nn.cross_entropy(self.rt, logits, target, label_smoothing, ignore_index)
 
+    @native
     def scaled_dot_product_attention(
         self, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
     ) -> CLArray:
         return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
 
     # -- convolution and pooling (conv itself: core's unfold + matmul composite) ------------------------
+    @native
     def unfold(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any, value: float) -> CLArray:
         return conv.unfold(self.rt, x, kernel, stride, padding, dilation, value)
 
+    @native
     def fold(self, cols: CLArray, *, size: Any, kernel: Any, stride: Any, padding: Any, dilation: Any) -> CLArray:
         return conv.fold(self.rt, cols, size, kernel, stride, padding, dilation)
 
+    @native
     def max_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any) -> CLArray:
         return conv.max_pool(self.rt, x, kernel, stride, padding, dilation)
 
+    @native
     def max_pool_backward(
         self, g: CLArray, x: CLArray, out: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
     ) -> CLArray:
         return conv.max_pool_backward(self.rt, g, x, out, kernel, stride, padding, dilation)
 
+    @native
     def avg_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, divisor: Any) -> CLArray:
         return conv.avg_pool(self.rt, x, kernel, stride, padding, divisor)
 

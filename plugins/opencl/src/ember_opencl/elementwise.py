@@ -6,7 +6,10 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from .array import CLArray, collapse, contiguous_strides, expand_view, numel
+from ember.shapes import numel
+from ember.views import View, collapse, contiguous_strides
+
+from .array import CLArray
 from .cltypes import ctype, np_scalar
 from .codegen import Const, ElementwiseProgram, Layout, elementwise_source
 from .runtime import Runtime
@@ -27,15 +30,8 @@ _INT_LIMIT = 2**31 - 2**25
 
 def _extent(shape: Sequence[int], strides: Sequence[int], offset: int) -> int:
     """The largest |element index| an operand touches."""
-    hi = offset
-    lo = offset
-    for d, s in zip(shape, strides):
-        if d > 1:
-            if s > 0:
-                hi += (d - 1) * s
-            else:
-                lo += (d - 1) * s
-    return max(hi, -lo)
+    lo, hi = View(tuple(shape), tuple(strides), offset).span()
+    return max(hi - 1, -lo)
 
 
 def _mode(strides: Sequence[int], shape: Sequence[int]) -> str:
@@ -74,7 +70,7 @@ def _plan(rt: Runtime, prog: ElementwiseProgram, shape: tuple[int, ...], geoms: 
     offsets = []
     for k, (sh, st, off) in enumerate(geoms):
         if k >= n_out and sh != shape:
-            st = expand_view(_Geometry(sh, st), shape).strides
+            st = View(sh, st).broadcast_strides(shape)
         strides.append(st)
         offsets.append(off)
     cshape, cstrides = collapse(shape, strides)
@@ -93,21 +89,6 @@ def _plan(rt: Runtime, prog: ElementwiseProgram, shape: tuple[int, ...], geoms: 
     in_specs = [("scalar", ctype(dt)) if kind == "scalar" else ("tensor", next(t_iter)) for dt, kind in prog.inputs]
     out_dtypes = [ctype(dts[o]).dtype for o in prog.outputs]
     return _Plan(knl, gsize, lsize, out_dtypes, head, passed[:n_out], in_specs)
-
-
-class _Geometry:
-    """Shape and strides only: what ``expand_view`` reads."""
-
-    __slots__ = ("shape", "strides", "offset", "ndim")
-
-    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
-        self.shape = shape
-        self.strides = strides
-        self.offset = 0
-        self.ndim = len(shape)
-
-    def view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> _Geometry:
-        return _Geometry(shape, strides)
 
 
 def run_program(

@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from ember.dtypes import as_dtype
+from ember.shapes import numel
+from ember.views import contiguous_strides
 
-from .array import CLArray, contiguous_strides, expand_view, numel
+from .array import CLArray
 from .cltypes import ctype
 from .codegen import offset_expr, preamble, unravel
 from .elementwise import contiguous, copy_into, run_program, unary_program
@@ -157,7 +159,7 @@ def scatter_add(rt: Runtime, a: CLArray, index: CLArray, values: CLArray, axis: 
     rank = a.ndim
     dt = a.dtype.name
     helper = _atomic_add(dt, rt) if dt != "bool" else None
-    values = expand_view(values, index.shape)
+    values = values.expand(index.shape)
 
     def make() -> tuple[str, str, list[Any]]:
         s, t = _scatter_source(dt, rank, axis, helper)
@@ -231,7 +233,7 @@ def index_put(rt: Runtime, a: CLArray, values: CLArray, indices: Sequence[CLArra
     if B >= 2**31 - 1:
         raise NotImplementedError("index_put with 2**31 or more index positions is not supported on OpenCL")
     idx = [contiguous(rt, i) for i in indices]
-    vals = contiguous(rt, expand_view(values, bshape + rest))
+    vals = contiguous(rt, values.expand(bshape + rest))
     tstrides = contiguous_strides(a.shape[:k])
     dt = a.dtype.name
     helper = _atomic_add(dt, rt) if accumulate and dt != "bool" else None
@@ -247,7 +249,9 @@ def index_put(rt: Runtime, a: CLArray, values: CLArray, indices: Sequence[CLArra
     if not accumulate:
         minus = rt.upload(np.full(1, -1, dtype=np.int32), as_dtype("int32"))
         win = rt.empty((numel(a.shape[:k]),), as_dtype("int32"))
-        run_program(rt, unary_program("copy", "int32", "int32"), [minus.view(win.shape, (0,), 0)], win.shape, [win])
+        run_program(
+            rt, unary_program("copy", "int32", "int32"), [minus.with_layout(win.shape, (0,), 0)], win.shape, [win]
+        )
     args = [B, R, out.buf, (win if win is not None else out).buf, *[i.buf for i in idx], *[i.offset for i in idx]]
     args += [*tstrides, vals.buf, vals.offset]
     if not accumulate:

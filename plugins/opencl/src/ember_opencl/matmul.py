@@ -14,7 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .array import CLArray, collapse, expand_view, numel
+from ember.shapes import numel
+from ember.views import collapse
+
+from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble, unravel
 from .runtime import Runtime
@@ -259,15 +262,15 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
         from .elementwise import copy_into  # noqa: PLC0415
 
         zero = rt.upload(np.zeros(1, dtype=a.dtype.numpy), a.dtype)
-        copy_into(rt, out, zero.view((), (), 0))
+        copy_into(rt, out, zero.with_layout((), (), 0))
         return out
     vector = tiling is None and rt.is_cpu and a.dtype.name in _VECTOR_DTYPES
     if vector and b.strides[-1] != 1 and N > 1:
         from .elementwise import contiguous  # noqa: PLC0415
 
         b = contiguous(rt, b)  # O(K N) copy so the O(M N K) loop reads B rows as vectors
-    av = expand_view(a, batch + (M, K))
-    bv = expand_view(b, batch + (K, N))
+    av = a.expand(batch + (M, K))
+    bv = b.expand(batch + (K, N))
     nb = len(batch)
     cstr = out.strides[:nb]
     bsh, (bsc, bsa, bsb) = collapse(batch, [cstr, av.strides[:nb], bv.strides[:nb]])

@@ -12,7 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from .array import CLArray, collapse, expand_view, numel, permute_view, reshape_view
+from ember.shapes import numel
+from ember.views import collapse
+
+from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble, unravel
 from .elementwise import contiguous
@@ -152,7 +155,7 @@ def _run_softmax(
     strides = [x.strides[:-1]]
     mview = None
     if mask is not None:
-        mview = expand_view(mask, x.shape)
+        mview = mask.expand(x.shape)
         strides.append(mview.strides[:-1])
     osh, ost = collapse(lead, strides) if lead else ((1,), [(0,)] * len(strides))
     M = numel(lead)
@@ -176,7 +179,7 @@ def _run_softmax(
 
 def _moved(a: CLArray, axes: list[int]) -> tuple[CLArray, list[int]]:
     order = [i for i in range(a.ndim) if i not in axes] + list(axes)
-    return permute_view(a, order), order
+    return a.permute(order), order
 
 
 def softmax(rt: Runtime, a: CLArray, axis: int, log: bool) -> CLArray:
@@ -185,7 +188,7 @@ def softmax(rt: Runtime, a: CLArray, axis: int, log: bool) -> CLArray:
     inverse = [0] * a.ndim
     for i, p in enumerate(order):
         inverse[p] = i
-    return permute_view(out, inverse)
+    return out.permute(inverse)
 
 
 def logsumexp(rt: Runtime, a: CLArray, axes: tuple[int, ...], keepdims: bool) -> CLArray:
@@ -193,12 +196,12 @@ def logsumexp(rt: Runtime, a: CLArray, axes: tuple[int, ...], keepdims: bool) ->
     k = len(axes)
     K = numel(moved.shape[moved.ndim - k :])
     rows = moved.shape[: moved.ndim - k]
-    flat = reshape_view(moved, rows + (K,))
+    flat = moved.reshape(rows + (K,))
     if flat is None:
-        flat = reshape_view(contiguous(rt, moved), rows + (K,))
+        flat = contiguous(rt, moved).reshape(rows + (K,))
     out = _run_softmax(rt, flat, "lse")  # type: ignore[arg-type]
     shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape)) if keepdims else rows
-    return reshape_view(out, shape)  # type: ignore[return-value]
+    return out.reshape(shape)  # type: ignore[return-value]
 
 
 # -- layer norm / RMS norm -----------------------------------------------------------------
@@ -354,6 +357,6 @@ def attention(
     """softmax(q k^T * scale + mask) v with the causal and boolean/additive masks fused into
     the softmax kernel."""
     axes = list(range(k.ndim - 2)) + [k.ndim - 1, k.ndim - 2]
-    s = matmul(rt, q, permute_view(k, axes))
+    s = matmul(rt, q, k.permute(axes))
     p = _run_softmax(rt, s, "softmax", scale=scale, mask=mask, causal_rows=q.shape[-2] if is_causal else 0)
     return matmul(rt, p, v)

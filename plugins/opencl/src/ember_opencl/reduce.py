@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from ember.dtypes import DType, as_dtype
+from ember.shapes import numel
+from ember.views import collapse
 
-from .array import CLArray, collapse, numel, permute_view, reshape_view
+from .array import CLArray
 from .cltypes import ctype, literal, type_max, type_min
 from .codegen import preamble, unravel
 from .runtime import Runtime
@@ -247,7 +249,7 @@ def reduce(rt: Runtime, op: str, a: CLArray, axes: tuple[int, ...], keepdims: bo
         from .elementwise import run_program, unary_program  # noqa: PLC0415
 
         one = rt.upload(np.asarray(value).astype(out_dt.numpy).reshape(1), out_dt)
-        ones = one.view(out_shape, (0,) * len(out_shape), 0)
+        ones = one.with_layout(out_shape, (0,) * len(out_shape), 0)
         return run_program(rt, unary_program("copy", out_dt.name, out_dt.name), [ones], out_shape)[0]
     layout = reduce_layout(a, axes)
     out = rt.empty((M,), out_dt)
@@ -277,7 +279,7 @@ def reduce(rt: Runtime, op: str, a: CLArray, axes: tuple[int, ...], keepdims: bo
             second = {"sum": "sum", "prod": "prod", "max": "max", "min": "min", "any": "any", "all": "all"}.get(op, op)
             lay2 = ((M,), (g,), (g,), (1,))
             _launch(rt, second, part, lay2, out, group=group if M < 64 else 0, in_idx=part_idx)
-    return reshape_view(out, out_shape)  # type: ignore[return-value]
+    return out.reshape(out_shape)  # type: ignore[return-value]
 
 
 # -- cumsum -------------------------------------------------------------------------------
@@ -340,7 +342,7 @@ def _make_scan(*spec: Any) -> tuple[str, str, list[Any]]:
 def cumsum(rt: Runtime, a: CLArray, axis: int) -> CLArray:
     """Running sum along ``axis``; the result is a contiguous buffer viewed back in place."""
     order = [i for i in range(a.ndim) if i != axis] + [axis]
-    moved = permute_view(a, order)
+    moved = a.permute(order)
     out = rt.empty(moved.shape, a.dtype)
     if out.size:
         K = moved.shape[-1]
@@ -360,4 +362,4 @@ def cumsum(rt: Runtime, a: CLArray, axis: int) -> CLArray:
     inverse = [0] * a.ndim
     for i, p in enumerate(order):
         inverse[p] = i
-    return permute_view(out, inverse)
+    return out.permute(inverse)

@@ -15,12 +15,13 @@ import numpy as np
 import pyopencl as cl
 
 from ember.errors import DeviceUnavailableError
+from ember.memory import BufferPool
+from ember.shapes import numel
 
-from .array import CLArray, contiguous_strides, numel
+from .array import CLArray
 from .cache import ProgramCache
 from .cltypes import ctype
-from .errors import driver_errors, no_platform_error, translate
-from .memory import BufferPool
+from .errors import DeviceMemoryError, driver_errors, no_platform_error, translate
 
 __all__ = ["device_list", "describe", "Runtime"]
 
@@ -96,7 +97,12 @@ class Runtime:
         self.compute_units = int(device.max_compute_units)
         self.max_wg = int(device.max_work_group_size)
         self.local_mem = int(device.local_mem_size)
-        self.pool = BufferPool(self.context, self.label, int(device.max_mem_alloc_size))
+        self.max_alloc = int(device.max_mem_alloc_size)
+        # the queue is in order: a buffer handed out again is written only after every kernel queued
+        # before that still reads it, so a freed buffer is reusable (and releasable) at once; no cache limit
+        self.pool: BufferPool[cl.Buffer] = BufferPool(
+            self._allocate, cl.Buffer.release, cache_limit=None, max_class=self.max_alloc
+        )
         self.programs = ProgramCache(self.context, device, self.label)
         self.options = self._build_options(device)
         self._kernels: dict[Any, tuple[Any, int]] = {}
@@ -148,11 +154,24 @@ class Runtime:
         return (groups * local,), (local,)
 
     # -- memory -------------------------------------------------------------------------
+    def _allocate(self, nbytes: int) -> cl.Buffer:
+        """A new driver buffer (the pool's ``allocate``); out of memory raises DeviceMemoryError."""
+        with driver_errors(f"allocating {nbytes} bytes", self.label, self.pool.stats):
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+
     def empty(self, shape: tuple[int, ...], dtype: Any) -> CLArray:
         """A new contiguous handle (uninitialised)."""
         n = numel(shape)
-        block = self.pool.alloc(n * ctype(dtype).itemsize) if n else None
-        return CLArray(block, tuple(shape), contiguous_strides(shape), 0, dtype)
+        if not n:
+            return CLArray(None, tuple(shape), None, 0, dtype)
+        nbytes = n * ctype(dtype).itemsize
+        if nbytes > self.max_alloc:
+            raise DeviceMemoryError(
+                f"{self.label}: cannot allocate {nbytes / 2**20:.1f} MiB in one buffer: the device allows at "
+                f"most {self.max_alloc / 2**20:.1f} MiB per allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE). "
+                f"Split the tensor or use a smaller batch."
+            )
+        return CLArray(self.pool.acquire(nbytes), tuple(shape), None, 0, dtype)
 
     def upload(self, array: np.ndarray, dtype: Any) -> CLArray:
         out = self.empty(tuple(array.shape), dtype)

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from ember.dtypes import as_dtype
+from ember.shapes import numel
+from ember.views import collapse
 
-from .array import CLArray, collapse, numel, permute_view
+from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble, unravel
 from .runtime import Runtime
@@ -153,7 +155,7 @@ def _launch_1d(rt: Runtime, knl: Any, wg: int, n: int, args: list[Any]) -> None:
 def sort(rt: Runtime, a: CLArray, axis: int, descending: bool, want: str) -> CLArray:
     """Sorted values (``want="values"``) or int64 indices (``"indices"``) along ``axis``."""
     order = [i for i in range(a.ndim) if i != axis] + [axis]
-    moved = permute_view(a, order)
+    moved = a.permute(order)
     out_dt = a.dtype if want == "values" else as_dtype("int64")
     out = rt.empty(moved.shape, out_dt)
     n = moved.shape[-1]
@@ -181,7 +183,7 @@ def sort(rt: Runtime, a: CLArray, axis: int, descending: bool, want: str) -> CLA
     inverse = [0] * a.ndim
     for i, q in enumerate(order):
         inverse[q] = i
-    return permute_view(out, inverse)
+    return out.permute(inverse)
 
 
 def _global_sort(

@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-__all__ = ["adapters", "describe", "open_device", "WANTED_LIMITS", "summary"]
+__all__ = ["adapters", "describe", "open_device", "cache_identity", "WANTED_LIMITS", "summary"]
 
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2, "GL": 2}
@@ -153,6 +153,21 @@ def open_device(index: int) -> tuple[Any, Any]:
         label=f"ember wgpu:{index}", required_features=features, required_limits=limits
     )
     return adapter, device
+
+
+def cache_identity(adapter: Any) -> tuple[str, str]:
+    """(device, driver) naming ``adapter`` for the kernel cache: a new driver, wgpu-native or
+    wgpu-py (whose WGSL compiler, naga, and validation change with it) starts a fresh folder."""
+    import wgpu
+    from wgpu.backends import wgpu_native
+
+    info = adapter.info
+    device = (
+        f"{info.get('backend_type', '?')} {info.get('adapter_type', '?')} {info.get('device', '?')} "
+        f"[{info.get('vendor_id', 0):04x}:{info.get('device_id', 0):04x}]"
+    )
+    driver = f"{info.get('description', '')}; wgpu-native {wgpu_native.__version__}; wgpu-py {wgpu.__version__}"
+    return device, driver
 
 
 if __name__ == "__main__":  # python -m ember_wgpu.adapters: list the adapters with their indices

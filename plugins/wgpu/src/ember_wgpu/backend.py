@@ -10,12 +10,15 @@ buffers and submitted at sync points (see :mod:`ember_wgpu.runtime`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ember.backend import Backend
+from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype
+from ember.memory import MemoryStats, measured_stats
+from ember.views import ViewMovement
 
 from . import adapters
 from .codegen.program import Program
@@ -28,22 +31,17 @@ from .typemap import UNSUPPORTED
 __all__ = ["WgpuBackend"]
 
 
-class _Elementwise:
-    """A backend method computing one elementwise op with the generator: ``backend.add(a, b)``.
-
-    ``a``/``b`` are handles or Python scalars (broadcast, numpy semantics).
-    """
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.op = name
-
-    def __get__(self, backend: Any, owner: type | None = None) -> Any:
-        if backend is None:
-            return self
-        return functools.partial(ew.apply_op_args, backend.rt, self.op)
+#: ops computed by the one elementwise generator (``a``/``b`` handles or Python scalars, numpy broadcasting)
+ELEMENTWISE_OPS = frozenset(
+    "neg abs sign exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh "
+    "tanh asinh acosh atanh erf floor ceil round trunc reciprocal square isnan isinf isfinite logical_not "
+    "bitwise_not relu sigmoid silu softplus gelu gelu_tanh add sub mul div floordiv remainder pow maximum "
+    "minimum atan2 hypot logaddexp eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and "
+    "bitwise_or bitwise_xor".split()
+)
 
 
-class WgpuBackend(Backend):
+class WgpuBackend(ViewMovement, Backend):
     """WebGPU through wgpu-py: Vulkan, Metal or D3D12 adapters."""
 
     name = "wgpu"
@@ -64,12 +62,24 @@ class WgpuBackend(Backend):
     def describe(cls, index: int) -> dict[str, Any]:
         return adapters.describe(index)
 
+    # -- native ops: hand-written kernels are @native methods; elementwise ops come from the generator
+    def native_kernels(self) -> dict[str, Callable[..., Any]]:
+        table = super().native_kernels()
+        for op in ELEMENTWISE_OPS:
+            table[op] = functools.partial(ew.apply_op_args, self.rt, op)
+        return table
+
     # -- housekeeping ------------------------------------------------------------------------
     def synchronize(self) -> None:
         self.rt.synchronize()
 
-    def memory_stats(self) -> dict[str, Any]:
-        return {"device": self.rt.name, **self.rt.stats()}
+    def memory_stats(self) -> MemoryStats:
+        """The pool's counters; ``extra``: pipelines, cached bind groups, submits, dispatches, kernel cache."""
+        return measured_stats(
+            {"device": self.rt.pool},
+            note="in use: buffers of live tensors; reserved adds the pool's free buffers (up to 2 GiB)",
+            extra=self.rt.stats(),
+        )
 
     @staticmethod
     def handle_meta(a: WgpuArray) -> tuple[tuple[int, ...], str]:
@@ -84,9 +94,11 @@ class WgpuBackend(Backend):
         return outs
 
     # -- transfer and creation -----------------------------------------------------------------
+    @native
     def from_numpy(self, array: np.ndarray) -> WgpuArray:
         return self.rt.upload(array, as_dtype(array.dtype))
 
+    @native
     def to_numpy(self, a: WgpuArray) -> np.ndarray:
         return self.rt.read([a])[0]
 
@@ -94,9 +106,11 @@ class WgpuBackend(Backend):
         """Several tensors read back with one submit and one map (cheaper than one by one)."""
         return self.rt.read(handles)
 
+    @native
     def full(self, *, shape: tuple[int, ...], value: Any, dtype: DType) -> WgpuArray:
         return ew.fill(self.rt, tuple(shape), value, dtype)
 
+    @native
     def arange(self, *, start: Any, step: Any, size: int, dtype: DType) -> WgpuArray:
         # computed on the host as the CPU backend does (float64 / int64, then cast): exact match
         if dtype.kind == "f":
@@ -105,157 +119,75 @@ class WgpuBackend(Backend):
             host = (np.arange(size, dtype=np.int64) * step + start).astype(dtype.numpy)
         return self.rt.upload(host, dtype)
 
+    @native
     def random_bits(self, *, key: tuple[int, int], counter: int, size: int) -> WgpuArray:
         return random.random_bits(self.rt, key, counter, size)
 
-    # -- elementwise: one generated kernel per (op, dtypes, layout) ----------------------------
-    neg = _Elementwise()
-    abs = _Elementwise()
-    sign = _Elementwise()
-    exp = _Elementwise()
-    exp2 = _Elementwise()
-    expm1 = _Elementwise()
-    log = _Elementwise()
-    log2 = _Elementwise()
-    log10 = _Elementwise()
-    log1p = _Elementwise()
-    sqrt = _Elementwise()
-    rsqrt = _Elementwise()
-    sin = _Elementwise()
-    cos = _Elementwise()
-    tan = _Elementwise()
-    asin = _Elementwise()
-    acos = _Elementwise()
-    atan = _Elementwise()
-    sinh = _Elementwise()
-    cosh = _Elementwise()
-    tanh = _Elementwise()
-    asinh = _Elementwise()
-    acosh = _Elementwise()
-    atanh = _Elementwise()
-    erf = _Elementwise()
-    floor = _Elementwise()
-    ceil = _Elementwise()
-    round = _Elementwise()
-    trunc = _Elementwise()
-    reciprocal = _Elementwise()
-    square = _Elementwise()
-    isnan = _Elementwise()
-    isinf = _Elementwise()
-    isfinite = _Elementwise()
-    logical_not = _Elementwise()
-    bitwise_not = _Elementwise()
-    relu = _Elementwise()
-    sigmoid = _Elementwise()
-    silu = _Elementwise()
-    softplus = _Elementwise()
-    gelu = _Elementwise()
-    gelu_tanh = _Elementwise()
-    add = _Elementwise()
-    sub = _Elementwise()
-    mul = _Elementwise()
-    div = _Elementwise()
-    floordiv = _Elementwise()
-    remainder = _Elementwise()
-    pow = _Elementwise()
-    maximum = _Elementwise()
-    minimum = _Elementwise()
-    atan2 = _Elementwise()
-    hypot = _Elementwise()
-    logaddexp = _Elementwise()
-    eq = _Elementwise()
-    ne = _Elementwise()
-    lt = _Elementwise()
-    le = _Elementwise()
-    gt = _Elementwise()
-    ge = _Elementwise()
-    logical_and = _Elementwise()
-    logical_or = _Elementwise()
-    logical_xor = _Elementwise()
-    bitwise_and = _Elementwise()
-    bitwise_or = _Elementwise()
-    bitwise_xor = _Elementwise()
-
+    # -- elementwise: one generated kernel per (op, dtypes, layout), see native_kernels() --------
+    @native
     def where(self, cond: WgpuArray, a: WgpuArray, b: WgpuArray) -> WgpuArray:
         return ew.apply_op(self.rt, "where", (cond, a, b))
 
+    @native
     def cast(self, a: WgpuArray, *, dtype: DType) -> WgpuArray:
         return ew.apply_op(self.rt, "cast", (a,), dtype=dtype)
 
     # -- reductions --------------------------------------------------------------------------
+    @native
     def sum(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
         return reduce.reduce(self.rt, a, "sum", axes, keepdims)
 
+    @native
     def prod(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
         return reduce.reduce(self.rt, a, "prod", axes, keepdims)
 
+    @native
     def max(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
         return reduce.reduce(self.rt, a, "max", axes, keepdims)
 
+    @native
     def min(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
         return reduce.reduce(self.rt, a, "min", axes, keepdims)
 
+    @native
     def any(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
         return reduce.reduce(self.rt, a, "any", axes, keepdims)
 
+    @native
     def all(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
         return reduce.reduce(self.rt, a, "all", axes, keepdims)
 
+    @native
     def mean(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
         return reduce.reduce(self.rt, a, "mean", axes, keepdims)
 
+    @native
     def argmax(self, a: WgpuArray, *, axis: int, keepdims: bool) -> WgpuArray:
         return reduce.reduce(self.rt, a, "argmax", (axis,), keepdims)
 
+    @native
     def argmin(self, a: WgpuArray, *, axis: int, keepdims: bool) -> WgpuArray:
         return reduce.reduce(self.rt, a, "argmin", (axis,), keepdims)
 
+    @native
     def cumsum(self, a: WgpuArray, *, axis: int) -> WgpuArray:
         return scan.cumsum(self.rt, a, axis)
 
-    # -- movement (views where possible) -----------------------------------------------------
-    def reshape(self, a: WgpuArray, *, shape: tuple[int, ...]) -> WgpuArray:
-        shape = tuple(shape)
-        if not a.is_contiguous():
-            a = ew.contiguous(self.rt, a)
-        return WgpuArray(a.storage, shape, a.dtype, None, a.offset)
+    # -- movement: reshape, permute, expand, slice and flip are views (ember.views.ViewMovement)
+    def make_contiguous(self, a: WgpuArray) -> WgpuArray:
+        return ew.contiguous(self.rt, a)
 
-    def permute(self, a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
-        return a.view(tuple(a.shape[i] for i in axes), tuple(a.strides[i] for i in axes), a.offset)
-
-    def expand(self, a: WgpuArray, *, shape: tuple[int, ...]) -> WgpuArray:
-        shape = tuple(shape)
-        return a.view(shape, ew.operand(a, shape).strides, a.offset)
-
-    def slice(
-        self, a: WgpuArray, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]
-    ) -> WgpuArray:
-        shape = tuple(max(0, -(-(e - s) // k)) for s, e, k in zip(starts, stops, steps))
-        offset = a.offset + sum(s * st for s, st, d in zip(starts, a.strides, shape) if d)
-        strides = tuple(st * k for st, k in zip(a.strides, steps))
-        return a.view(shape, strides, offset if all(shape) else 0)
-
-    def flip(self, a: WgpuArray, *, axes: tuple[int, ...]) -> WgpuArray:
-        strides = list(a.strides)
-        offset = a.offset
-        for ax in axes:
-            if a.shape[ax] > 1:
-                offset += (a.shape[ax] - 1) * strides[ax]
-                strides[ax] = -strides[ax]
-        return a.view(a.shape, tuple(strides), offset)
-
+    @native
     def pad(self, a: WgpuArray, *, pads: tuple[tuple[int, int], ...], value: Any) -> WgpuArray:
         shape = tuple(d + lo + hi for d, (lo, hi) in zip(a.shape, pads))
         out = ew.fill(self.rt, shape, value, a.dtype)
-        inner = self.slice(
-            out,
-            starts=tuple(lo for lo, _ in pads),
-            stops=tuple(lo + d for (lo, _), d in zip(pads, a.shape)),
-            steps=(1,) * len(shape),
+        inner = out.slice(
+            tuple(lo for lo, _ in pads), tuple(lo + d for (lo, _), d in zip(pads, a.shape)), (1,) * len(shape)
         )
         ew.copy_into(self.rt, a, inner)
         return out
 
+    @native
     def concat(self, *arrays: WgpuArray, axis: int) -> WgpuArray:
         first = arrays[0]
         total = sum(x.shape[axis] for x in arrays)
@@ -265,65 +197,79 @@ class WgpuBackend(Backend):
         for x in arrays:
             n = x.shape[axis]
             if n and x.size:
-                part = self.slice(
-                    out,
-                    starts=tuple(at if i == axis else 0 for i in range(len(shape))),
-                    stops=tuple(at + n if i == axis else d for i, d in enumerate(shape)),
-                    steps=(1,) * len(shape),
+                part = out.slice(
+                    tuple(at if i == axis else 0 for i in range(len(shape))),
+                    tuple(at + n if i == axis else d for i, d in enumerate(shape)),
+                    (1,) * len(shape),
                 )
                 ew.copy_into(self.rt, x, part)
             at += n
         return out
 
     # -- indexing ------------------------------------------------------------------------------
+    @native
     def gather(self, a: WgpuArray, index: WgpuArray, *, axis: int) -> WgpuArray:
         return indexing.gather(self.rt, a, index, axis)
 
+    @native
     def take(self, a: WgpuArray, indices: WgpuArray, *, axis: int) -> WgpuArray:
         return indexing.take(self.rt, a, indices, axis)
 
+    @native
     def scatter_add(self, a: WgpuArray, index: WgpuArray, values: WgpuArray, *, axis: int) -> WgpuArray:
         return indexing.scatter_add(self.rt, a, index, values, axis)
 
+    @native
     def index_put(self, a: WgpuArray, values: WgpuArray, *indices: WgpuArray, accumulate: bool) -> WgpuArray:
         return indexing.index_put(self.rt, a, values, indices, accumulate)
 
     # -- linear algebra and sorting -------------------------------------------------------------
+    @native
     def matmul(self, a: WgpuArray, b: WgpuArray) -> WgpuArray:
         return matmul.matmul(self.rt, a, b)
 
+    @native
     def sort(self, a: WgpuArray, *, axis: int, descending: bool) -> WgpuArray:
         return sort.sort(self.rt, a, axis, descending, values=True)
 
+    @native
     def argsort(self, a: WgpuArray, *, axis: int, descending: bool) -> WgpuArray:
         return sort.sort(self.rt, a, axis, descending, values=False)
 
     # -- neural-network fast paths ---------------------------------------------------------------
+    @native
     def softmax(self, a: WgpuArray, *, axis: int) -> WgpuArray:
         return nn.softmax(self.rt, a, axis, log=False)
 
+    @native
     def log_softmax(self, a: WgpuArray, *, axis: int) -> WgpuArray:
         return nn.softmax(self.rt, a, axis, log=True)
 
+    @native
     def logsumexp(self, a: WgpuArray, *, axes: tuple[int, ...], keepdims: bool) -> WgpuArray:
         return nn.logsumexp(self.rt, a, tuple(axes), keepdims)
 
+    @native
     def layer_norm(self, x: WgpuArray, w: WgpuArray, b: WgpuArray, *, eps: float) -> WgpuArray:
         return nn.layer_norm(self.rt, x, w, b, eps)
 
+    @native
     def rms_norm(self, x: WgpuArray, w: WgpuArray, *, eps: float) -> WgpuArray:
         return nn.rms_norm(self.rt, x, w, eps)
 
+    @native
     def cross_entropy(
         self, logits: WgpuArray, target: WgpuArray, *, label_smoothing: float, ignore_index: int
     ) -> WgpuArray:
         return nn.cross_entropy(self.rt, logits, target, label_smoothing, ignore_index)
 
+    @native
     def scaled_dot_product_attention(
         self, q: WgpuArray, k: WgpuArray, v: WgpuArray, *mask: WgpuArray, is_causal: bool, scale: float
     ) -> WgpuArray:
         return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
 
+    @native
     def unfold(
         self,
         x: WgpuArray,
@@ -336,6 +282,7 @@ class WgpuBackend(Backend):
     ) -> WgpuArray:
         return conv.unfold(self.rt, x, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation), value)
 
+    @native
     def fold(
         self,
         cols: WgpuArray,
@@ -348,6 +295,7 @@ class WgpuBackend(Backend):
     ) -> WgpuArray:
         return conv.fold(self.rt, cols, tuple(size), tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
 
+    @native
     def max_pool(
         self,
         x: WgpuArray,
@@ -359,6 +307,7 @@ class WgpuBackend(Backend):
     ) -> WgpuArray:
         return pool.max_pool(self.rt, x, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
 
+    @native
     def max_pool_backward(
         self,
         g: WgpuArray,
@@ -372,6 +321,7 @@ class WgpuBackend(Backend):
     ) -> WgpuArray:
         return pool.max_pool_backward(self.rt, g, x, out, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
 
+    @native
     def avg_pool(
         self,
         x: WgpuArray,

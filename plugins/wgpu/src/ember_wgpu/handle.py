@@ -1,94 +1,47 @@
-"""Handles: a pooled GPU buffer plus a shape/strides/offset view of it.
+"""Handles: a pooled GPU buffer viewed through an :class:`ember.views.View`.
 
-:class:`Storage` owns one buffer and returns it to the pool when the last view on it dies.
-:class:`WgpuArray` is what ember's core holds: a view (element strides, possibly 0 for
-broadcast or negative for flips, and an element offset) over a Storage. reshape of a
-contiguous view, permute, expand, slice and flip make new views without touching memory;
-nothing ever writes into a buffer after the op that created it, so views are safe to share.
+The buffer is an :class:`ember.memory.Block` of the runtime's pool: it returns to the pool
+when the last view on it dies. :class:`WgpuArray` is what ember's core holds: element
+strides (0 = broadcast, negative = flipped) and an element offset over that block. reshape
+(where numpy would not copy), permute, expand, slice and flip make new views without
+touching memory; nothing ever writes into a buffer after the op that created it, so views
+are safe to share.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ember.dtypes import DType
+from ember.memory import Block
+from ember.views import View
 
-from .codegen.program import contiguous_strides
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
-
-__all__ = ["Storage", "WgpuArray"]
+__all__ = ["WgpuArray"]
 
 
-class Storage:
-    """One pooled buffer; released to the pool when garbage-collected."""
+class WgpuArray(View):
+    """A tensor on a WGPU device: ``storage`` (None when empty) viewed with ``shape``, ``strides``, ``offset``."""
 
-    __slots__ = ("buffer", "runtime", "__weakref__")
-
-    def __init__(self, buffer: Any, runtime: Runtime) -> None:
-        self.buffer = buffer
-        self.runtime = runtime
-
-    def __del__(self) -> None:
-        try:
-            self.runtime.release(self.buffer)
-        except Exception:  # interpreter shutdown: the device is going away anyway
-            pass
-
-
-class WgpuArray:
-    """A tensor on a WGPU device: ``storage`` viewed with ``shape``, ``strides``, ``offset``."""
-
-    __slots__ = ("storage", "shape", "strides", "offset", "dtype", "__weakref__")
+    __slots__ = ("storage", "dtype", "__weakref__")
 
     def __init__(
         self,
-        storage: Storage | None,
+        storage: Block[Any] | None,
         shape: tuple[int, ...],
         dtype: DType,
         strides: tuple[int, ...] | None = None,
         offset: int = 0,
     ) -> None:
+        View.__init__(self, shape, strides, offset)
         self.storage = storage
-        self.shape = shape
         self.dtype = dtype
-        self.strides = contiguous_strides(shape) if strides is None else strides
-        self.offset = offset
 
-    @property
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+    def with_layout(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> WgpuArray:
+        return WgpuArray(self.storage, shape, self.dtype, strides, offset)
 
     @property
     def buffer(self) -> Any:
-        return self.storage.buffer if self.storage is not None else None
-
-    def is_contiguous(self) -> bool:
-        """C-contiguous over its shape (size-1 axes may have any stride)."""
-        step = 1
-        for d, s in zip(reversed(self.shape), reversed(self.strides)):
-            if d != 1 and s != step:
-                return False
-            step *= d
-        return True
-
-    def view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> WgpuArray:
-        return WgpuArray(self.storage, shape, self.dtype, strides, offset)
-
-    def span(self) -> tuple[int, int]:
-        """(first, last + 1) element index the view touches in its buffer (size > 0)."""
-        lo = hi = self.offset
-        for d, s in zip(self.shape, self.strides):
-            if d > 1:
-                if s > 0:
-                    hi += (d - 1) * s
-                else:
-                    lo += (d - 1) * s
-        return lo, hi + 1
+        return self.storage.raw if self.storage is not None else None
 
     def __repr__(self) -> str:
         return f"WgpuArray(shape={self.shape}, dtype={self.dtype}, strides={self.strides}, offset={self.offset})"

@@ -22,15 +22,15 @@ next sync point raises :class:`~ember_wgpu.errors.WgpuDeviceLostError`.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ember import config
 from ember.dtypes import DType
+from ember.kernel_cache import KernelCache
+from ember.memory import Block, BufferPool
 
 from . import adapters
 from .errors import (
@@ -40,8 +40,7 @@ from .errors import (
     WgpuOutOfMemoryError,
     WgpuValidationError,
 )
-from .handle import Storage, WgpuArray
-from .pool import BufferPool
+from .handle import WgpuArray
 from .typemap import TypeMap
 
 __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
@@ -99,8 +98,18 @@ class Runtime:
         self.align = max(16, int(self.limits.get("min-uniform-buffer-offset-alignment", 256)))
         usage = wgpu.BufferUsage
         self._storage_usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
-        self.pool = BufferPool(self._create_buffer, self.max_binding)
+        # A freed buffer is reusable at once: commands recorded later in the batch run after those
+        # that used it. Uploads (queue.write_buffer) are not ordered so: they avoid buffers the open
+        # batch references. A buffer is destroyed only after a submit (trim in flush()).
+        self.pool: BufferPool[Any] = BufferPool(
+            self._create_buffer,
+            self._destroy_buffer,
+            max_class=self.max_binding,
+            defer_release=True,
+            on_pressure=self.flush,
+        )
         self._pipelines: dict[str, Pipeline] = {}
+        self.kernel_cache = KernelCache("wgpu", *adapters.cache_identity(self.adapter))
         self._layouts: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self.kernels: dict[Any, Any] = {}  # generated-kernel cache for the kernel modules
         self._bg_cache: dict[tuple, Any] = {}
@@ -122,6 +131,7 @@ class Runtime:
 
     # -- buffers ---------------------------------------------------------------------------
     def _create_buffer(self, size: int) -> Any:
+        """A new storage buffer (the pool's ``allocate``; it retries once after releasing its cache)."""
         if size > self.max_buffer:
             raise WgpuLimitError(
                 f"wgpu:{self.index} ({self.name}): a buffer of {size} bytes exceeds this adapter's "
@@ -130,25 +140,22 @@ class Runtime:
         try:
             return self.device.create_buffer(size=size, usage=self._storage_usage)
         except self.wgpu.GPUError as exc:
-            self.flush()
-            self._destroy(self.pool.trim(everything=True))
-            try:
-                return self.device.create_buffer(size=size, usage=self._storage_usage)
-            except self.wgpu.GPUError:
-                stats = self.pool.stats()
-                raise WgpuOutOfMemoryError(
-                    f"wgpu:{self.index} ({self.name}): could not allocate {size} bytes "
-                    f"({stats['in_use_bytes']} bytes in use by live tensors): {exc}. Free tensors you no "
-                    f"longer need, or use smaller batches."
-                ) from None
+            raise WgpuOutOfMemoryError(
+                f"wgpu:{self.index} ({self.name}): could not allocate {size} bytes "
+                f"({self.pool.in_use} bytes in use by live tensors): {exc}. Free tensors you no "
+                f"longer need, or use smaller batches."
+            ) from None
 
-    def _destroy(self, buffers: list[Any]) -> None:
-        for buf in buffers:
-            for key in self._bg_by_uid.pop(buf.uid, ()):
-                self._bg_cache.pop(key, None)
-            buf.destroy()
+    def _destroy_buffer(self, buf: Any) -> None:
+        """Destroy a buffer and the bind groups that name it (the pool's ``release``, after a submit)."""
+        for key in self._bg_by_uid.pop(buf.uid, ()):
+            self._bg_cache.pop(key, None)
+        buf.destroy()
 
-    def alloc(self, nbytes: int, upload: bool = False) -> Storage:
+    def _in_batch(self, buf: Any) -> bool:
+        return buf.uid in self.batch_refs
+
+    def alloc(self, nbytes: int, upload: bool = False) -> Block[Any]:
         """A pooled buffer of at least ``nbytes`` (for an upload: one no pending command uses)."""
         if nbytes > self.max_binding:
             raise WgpuLimitError(
@@ -156,11 +163,7 @@ class Runtime:
                 f"max-storage-buffer-binding-size of {self.max_binding} bytes, the most one kernel can "
                 f"bind; split it (e.g. process the batch in chunks) or use a device with a larger limit"
             )
-        buf = self.pool.acquire(nbytes, self.batch_refs if upload else ())
-        return Storage(buf, self)
-
-    def release(self, buffer: Any) -> None:
-        self.pool.release(buffer)
+        return self.pool.acquire(nbytes, self._in_batch if upload else None)
 
     def empty(self, shape: tuple[int, ...], dtype: DType) -> WgpuArray:
         """A new contiguous tensor whose contents a kernel is about to write."""
@@ -181,7 +184,7 @@ class Runtime:
         storage = self.alloc(raw.nbytes, upload=True)
         if raw.nbytes % 4:
             raw = memoryview(bytes(raw) + bytes(4 - raw.nbytes % 4))
-        self.queue.write_buffer(storage.buffer, 0, raw)
+        self.queue.write_buffer(storage.raw, 0, raw)
         return WgpuArray(storage, shape, dtype)
 
     # -- kernels ---------------------------------------------------------------------------
@@ -226,7 +229,7 @@ class Runtime:
                 label=name, layout=layout, compute={"module": module, "entry_point": "main"}
             )
         except self.wgpu.GPUError as exc:
-            saved = self._save_source(name, source)
+            saved = self.kernel_cache.save_failed(name, source, ".wgsl")
             raise WgpuKernelError(
                 f"wgpu:{self.index} ({self.name}) rejected the generated kernel {name!r}: {exc}\n"
                 f"The WGSL source is saved at {saved}. This is a bug in ember-wgpu's code generation; "
@@ -236,18 +239,6 @@ class Runtime:
         found = Pipeline(pipe, bindings, bgl, name)
         self._pipelines[source] = found
         return found
-
-    @staticmethod
-    def _save_source(name: str, source: str) -> str:
-        digest = hashlib.sha1(source.encode()).hexdigest()[:12]
-        try:
-            folder = config.cache_dir() / "wgpu" / "failed"
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{name}-{digest}.wgsl"
-            path.write_text(source, encoding="utf-8")
-            return str(path)
-        except OSError:
-            return "(could not be written)"
 
     # -- recording -------------------------------------------------------------------------
     def dispatch(
@@ -306,7 +297,7 @@ class Runtime:
         """Submit everything recorded so far (no wait)."""
         self._check_lost()
         if self._pass is None:
-            self._destroy(self.pool.trim())
+            self.pool.trim()
             return
         self._pass.end()
         names = self._names
@@ -330,7 +321,7 @@ class Runtime:
         self.queue.submit([command_buffer])
         self.submits += 1
         self.batch_refs.clear()
-        self._destroy(self.pool.trim())
+        self.pool.trim()
 
     def _check_lost(self) -> None:
         if self._watcher.lost:
@@ -396,14 +387,12 @@ class Runtime:
         self._check_lost()
 
     def stats(self) -> dict[str, Any]:
-        out = self.pool.stats()
-        out.update(
-            {
-                "pipelines": len(self._pipelines),
-                "bind_groups_cached": len(self._bg_cache),
-                "submits": self.submits,
-                "dispatches": self.dispatches,
-                "pending_dispatches": self._count,
-            }
-        )
-        return out
+        """Counters of the runtime besides the pool's (``memory_stats()["extra"]``)."""
+        return {
+            "device": self.name,
+            "pipelines": len(self._pipelines),
+            "bind_groups_cached": len(self._bg_cache),
+            "submits": self.submits,
+            "dispatches": self.dispatches,
+            "pending_dispatches": self._count,
+        }

@@ -17,28 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.dtypes import DType
+from ember.views import contiguous_strides
 
-__all__ = ["Ref", "Operand", "Const", "Instr", "Out", "Program", "contiguous_strides", "layout_of"]
+__all__ = ["Ref", "Operand", "Const", "Instr", "Out", "Program", "layout_of"]
 
 Ref = tuple[str, int]
-
-
-_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """C-order element strides of ``shape`` (memoised: shapes repeat in every training step)."""
-    found = _STRIDES.get(shape)
-    if found is None:
-        strides = [0] * len(shape)
-        step = 1
-        for i in range(len(shape) - 1, -1, -1):
-            strides[i] = step
-            step *= max(shape[i], 1)
-        found = tuple(strides)
-        if len(_STRIDES) < 4096:
-            _STRIDES[shape] = found
-    return found
 
 
 def layout_of(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:

@@ -10,7 +10,7 @@ from ember.dtypes import DType, bool_
 
 from ..codegen import elementwise as gen
 from ..codegen.ops import BOOL_RESULT
-from ..codegen.program import Const, Instr, Operand, Out, Program, contiguous_strides
+from ..codegen.program import Const, Instr, Operand, Out, Program
 from ..handle import WgpuArray
 from ..runtime import Runtime
 
@@ -35,13 +35,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 def operand(a: WgpuArray, shape: tuple[int, ...]) -> Operand:
     """``a`` seen over the iteration ``shape`` (broadcast axes get stride 0)."""
-    if a.shape == shape:
-        return Operand(a.dtype, a.strides, a.offset)
-    pad = len(shape) - len(a.shape)
-    strides = [0] * pad
-    for d, s, o in zip(a.shape, a.strides, shape[pad:]):
-        strides.append(0 if d == 1 and o != 1 else s)
-    return Operand(a.dtype, tuple(strides), a.offset)
+    return Operand(a.dtype, a.broadcast_strides(shape), a.offset)
 
 
 def run_program(rt: Runtime, program: Program, inputs: Sequence[WgpuArray], outputs: Sequence[WgpuArray]) -> None:
@@ -207,7 +201,3 @@ def fill(rt: Runtime, shape: tuple[int, ...], value: Any, dtype: DType, out: Wgp
     )
     run_program(rt, program, [], [target])
     return target
-
-
-def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return contiguous_strides(shape)

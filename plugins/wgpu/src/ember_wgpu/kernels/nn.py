@@ -10,6 +10,7 @@ row whose max is infinite (shifted by 0) and fully masked attention rows (NaN).
 from __future__ import annotations
 
 from ember.dtypes import DType
+from ember.views import contiguous_strides
 
 from ..codegen.program import Const, Instr, Out, Program
 from ..handle import WgpuArray
@@ -107,7 +108,7 @@ def rows_last(rt: Runtime, x: WgpuArray, axes: tuple[int, ...]) -> tuple[WgpuArr
     """``x`` with ``axes`` moved last and made contiguous, and the permutation used."""
     nd = len(x.shape)
     order = [i for i in range(nd) if i not in axes] + list(axes)
-    view = x.view(tuple(x.shape[i] for i in order), tuple(x.strides[i] for i in order), x.offset)
+    view = x.permute(order)
     return ew.contiguous(rt, view), order
 
 
@@ -115,7 +116,7 @@ def _unpermute(a: WgpuArray, order: list[int]) -> WgpuArray:
     inverse = [0] * len(order)
     for i, o in enumerate(order):
         inverse[o] = i
-    return a.view(tuple(a.shape[i] for i in inverse), tuple(a.strides[i] for i in inverse), a.offset)
+    return a.permute(inverse)
 
 
 def _softmax_rows(
@@ -152,13 +153,7 @@ def logsumexp(rt: Runtime, x: WgpuArray, axes: tuple[int, ...], keepdims: bool) 
         return ew.fill(rt, out_shape, float("-inf"), x.dtype)
     c, _ = rows_last(rt, x, tuple(sorted(axes)))
     out = _softmax_rows(rt, c, c.size // length, length, "logsumexp")
-    return out.view(out_shape, _contig(out_shape), 0)
-
-
-def _contig(shape: tuple[int, ...]) -> tuple[int, ...]:
-    from ..codegen.program import contiguous_strides
-
-    return contiguous_strides(shape)
+    return out.with_layout(out_shape, contiguous_strides(out_shape), 0)
 
 
 # -- normalisation -----------------------------------------------------------------------------
@@ -287,7 +282,7 @@ def attention(
     rt: Runtime, q: WgpuArray, k: WgpuArray, v: WgpuArray, mask: WgpuArray | None, is_causal: bool, scale: float
 ) -> WgpuArray:
     """softmax(q k^T * scale + mask) v, with a causal mask applied inside the softmax rows."""
-    kt = k.view(k.shape[:-2] + (k.shape[-1], k.shape[-2]), k.strides[:-2] + (k.strides[-1], k.strides[-2]), k.offset)
+    kt = k.permute((*range(k.ndim - 2), k.ndim - 1, k.ndim - 2))
     s = matmul(rt, q, kt)
     if s.size == 0:
         return matmul(rt, s, v)

@@ -218,7 +218,7 @@ def reduce(
         src = x
         if op in ("any", "all") and x.dtype is not bool_:
             src = ew.apply_op(rt, "ne", [x, 0])
-        ew.copy_into(rt, src.view(out_shape, _compatible_strides(src, out_shape), src.offset), out)
+        ew.copy_into(rt, src.reshape(out_shape), out)  # only size-1 axes come or go: always a view
         return out
     c = ew.contiguous(rt, x)
     shape, sq_axes = _squeeze(c.shape, axes)
@@ -226,16 +226,13 @@ def reduce(
     if list(sq_axes) != list(range(lo, hi + 1)):
         kept = [i for i in range(len(shape)) if i not in sq_axes]
         order = kept + list(sq_axes)
-        strides = _strides(shape)
-        c = ew.contiguous(
-            rt, WgpuArray(c.storage, tuple(shape[i] for i in order), c.dtype, tuple(strides[i] for i in order))
-        )
+        c = ew.contiguous(rt, WgpuArray(c.storage, tuple(shape), c.dtype).permute(order))
         a_, r_, b_ = prod([shape[i] for i in kept]), prod([shape[i] for i in sq_axes]), 1
     else:
         a_, r_, b_ = prod(shape[:lo]), prod(shape[lo : hi + 1]), prod(shape[hi + 1 :])
     if b_ > 1 and b_ < 32 and r_ > 64:
         # few columns and a long reduction: move the reduced block last (one copy), reduce rows
-        view = WgpuArray(c.storage, (a_, r_, b_), c.dtype).view((a_, b_, r_), (r_ * b_, 1, b_), 0)
+        view = WgpuArray(c.storage, (a_, r_, b_), c.dtype).permute((0, 2, 1))
         c = ew.contiguous(rt, view)
         a_, b_ = a_ * b_, 1
     if b_ > 1 and not arg and a_ * b_ < 32768 and r_ >= 1024:
@@ -259,23 +256,3 @@ def reduce(
 def _partial_dtype(rt: Runtime, dtype: DType) -> DType:
     """Partial results of a split reduction: float32 for every float dtype (accumulator precision)."""
     return float32 if rt.types[dtype].cls == "f" else dtype
-
-
-def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    from ..codegen.program import contiguous_strides
-
-    return contiguous_strides(shape)
-
-
-def _compatible_strides(x: WgpuArray, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Strides of ``x`` re-expressed for ``shape`` that only adds or drops size-1 axes."""
-    src = [s for d, s in zip(x.shape, x.strides) if d != 1]
-    out = []
-    k = 0
-    for d in shape:
-        if d == 1:
-            out.append(0)
-        else:
-            out.append(src[k])
-            k += 1
-    return tuple(out)

@@ -131,13 +131,12 @@ def sort(rt: Runtime, x: WgpuArray, axis: int, descending: bool, values: bool) -
     nd = len(x.shape)
     if values and descending:  # ember: descending values are the flip of the ascending sort
         up = sort(rt, x, axis, False, True)
-        strides = tuple(-s if i == axis else s for i, s in enumerate(up.strides))
-        return up.view(up.shape, strides, up.offset + (up.shape[axis] - 1) * up.strides[axis])
+        return up.flip((axis,))
     out_dtype = x.dtype if values else int64
     if x.size == 0:
         return rt.empty(x.shape, out_dtype)
     order = [i for i in range(nd) if i != axis] + [axis]
-    moved = ew.contiguous(rt, x.view(tuple(x.shape[i] for i in order), tuple(x.strides[i] for i in order), x.offset))
+    moved = ew.contiguous(rt, x.permute(order))
     r = x.shape[axis]
     rows = prod(moved.shape[:-1])
     p = 1 << max(r - 1, 0).bit_length()
@@ -147,22 +146,20 @@ def sort(rt: Runtime, x: WgpuArray, axis: int, descending: bool, values: bool) -
     idx = rt.alloc(rows * p * 4)
     vals = {"rows": rows, "r": r, "p": p, "desc": int(descending)}
     init = compile_kernel(rt, ("sort_init", t.name), lambda: _init(t, f16), "sort_init")
-    launch(rt, init, vals, [moved.buffer, keys.buffer, idx.buffer], grid(ceil_div(rows * p, WG)), "sort_init")
+    launch(rt, init, vals, [moved.buffer, keys.raw, idx.raw], grid(ceil_div(rows * p, WG)), "sort_init")
     step = compile_kernel(rt, ("sort_step",), _step, "sort_step")
     pairs = grid(ceil_div(rows * p // 2, WG))
     k = 2
     while k <= p:
         j = k // 2
         while j >= 1:
-            launch(rt, step, {**vals, "k": k, "j": j}, [keys.buffer, idx.buffer], pairs, "sort_step")
+            launch(rt, step, {**vals, "k": k, "j": j}, [keys.raw, idx.raw], pairs, "sort_step")
             j //= 2
         k *= 2
     result = rt.empty(moved.shape, out_dtype)
     fin = compile_kernel(rt, ("sort_finish", t.name, values), lambda: _finish(t, values, f16), "sort_finish")
-    launch(rt, fin, vals, [moved.buffer, idx.buffer, result.buffer], grid(ceil_div(rows * r, WG)), "sort_finish")
+    launch(rt, fin, vals, [moved.buffer, idx.raw, result.buffer], grid(ceil_div(rows * r, WG)), "sort_finish")
     inverse = [0] * nd
     for i, o in enumerate(order):
         inverse[o] = i
-    return result.view(
-        tuple(result.shape[i] for i in inverse), tuple(result.strides[i] for i in inverse), result.offset
-    )
+    return result.permute(inverse)
