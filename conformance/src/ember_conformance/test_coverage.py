@@ -123,8 +123,7 @@ def test_capabilities(device):
     """Capabilities list known dtypes and ops, and give a reason for every dtype left out."""
     caps = device.capabilities
     assert caps.dtypes <= set(em.dtypes.ALL_DTYPES)
-    # the transfer/creation primitives (from_numpy, full...) are native ops too, not entries of OPS
-    unknown = sorted(caps.native_ops - set(OPS) - REQUIRED_PRIMITIVES)
+    unknown = sorted(caps.native_ops - set(OPS))
     assert not unknown, f"capabilities.native_ops names ops ember does not register: {unknown}"
     for dt in em.dtypes.ALL_DTYPES:
         if dt not in caps.dtypes:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from .dtypes import ALL_DTYPES, DType
+from .memory import MemoryStats, unmeasured_stats
 
 if TYPE_CHECKING:
     from .device import Device
@@ -222,24 +223,13 @@ class Backend:
     def synchronize(self) -> None:
         """Block until queued work is done (no-op for synchronous backends)."""
 
-    def memory_stats(self) -> dict[str, Any]:
-        """An ``ember.memory.MemoryStats``: bytes reserved / in use, peaks, per pool.
+    def memory_stats(self) -> MemoryStats:
+        """Bytes reserved / in use, peaks, per pool (the ``ember.memory.MemoryStats`` schema).
 
-        This default is the schema of a backend that cannot measure (``ember.memory.unmeasured_stats``,
-        spelled out here because the contract layer does not import the host machinery above it):
-        None counters and the reason in ``note``. A pooled backend returns ``measured_stats(...)``.
+        This default is the schema of a backend that cannot measure: None counters and the reason
+        in ``note``. A pooled backend returns ``ember.memory.measured_stats(...)``.
         """
-        return {
-            "reserved_bytes": None,
-            "in_use_bytes": None,
-            "peak_reserved_bytes": None,
-            "peak_in_use_bytes": None,
-            "allocations": None,
-            "frees": None,
-            "pools": {},
-            "note": f"the {self.name} backend does not report its memory use",
-            "extra": {},
-        }
+        return unmeasured_stats(f"the {self.name} backend does not report its memory use")
 
     def handle_meta(self, a: Any) -> tuple[tuple[int, ...], str]:
         """(shape, dtype name) of a handle; needed only by extension kernels' results."""
