@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Not run by CI: the conformance suite (and, with BENCH=1, the benchmark runner) on the H200
+# device machine's OpenCL and Vulkan devices, from the working tree. No network there, so the
+# caller carries the wheels and the Vulkan loader (see shared/GPU-NOTES.md and the device README):
+#   .whl: pyopencl, pytools, platformdirs, siphash24, wgpu 0.32.0, cffi, pycparser, rendercanvas
+#   .gl:  libvulkan1 and the GL/EGL loaders (apt-get download)
+# Usage, from the repository root:  STEPS="wgpu opencl" bash .ci/h200.sh
+# Writes at most 8 files to $OUT: summary.txt, env.txt, <backend>-conformance.log, <backend>-report.md,
+# bench-<backend>.txt. Each step has its own time limit (CONFORMANCE_S, default 420 s).
+set -u
+OUT=${OUT:-/tmp/ember-h200}
+STEPS=${STEPS:-wgpu opencl}
+CONFORMANCE_S=${CONFORMANCE_S:-420}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} EMBER_CACHE_DIR=${EMBER_CACHE_DIR:-/tmp/ember-cache}
+PY=${PY:-python3}
+note() { echo "[$(date +%T)] $*" | tee -a "$OUT/summary.txt"; }
+
+# -- carried pieces: wheels, the Vulkan loader, NVIDIA's OpenCL ICD beside the image's PoCL ---------
+if [ -d .whl ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >"$OUT/env.txt" 2>&1 && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+if [ -d .gl ]; then for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+VENDORS=/tmp/ember-ocl-vendors
+mkdir -p "$VENDORS"
+cp /etc/OpenCL/vendors/*.icd "$VENDORS"/ 2>/dev/null || true
+echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >"$VENDORS/nvidia.icd"
+export OCL_ICD_VENDORS="$VENDORS"
+
+# -- ember from the working tree ------------------------------------------------------------------
+$PY -m pip install -q --no-deps --no-build-isolation -e core -e plugins/cpu -e plugins/opencl -e plugins/wgpu \
+  -e conformance >>"$OUT/env.txt" 2>&1 || note "pip install -e failed: see env.txt"
+{
+  echo "== git"; git log -1 --format='%H %cd' 2>/dev/null || echo "(no git)"
+  echo "== nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+  echo "== versions"; $PY -c "import sys, numpy, pyopencl, wgpu; print(sys.version); print('numpy', numpy.__version__, 'pyopencl', pyopencl.VERSION_TEXT, 'wgpu', wgpu.__version__)" 2>&1
+  echo "== ember devices"; $PY -m ember.cli devices 2>&1
+} >>"$OUT/env.txt"
+
+pick() {  # the index of the NVIDIA device of one backend
+  $PY - "$1" <<'EOF'
+import sys
+if sys.argv[1] == "opencl":
+    from ember_opencl.runtime import device_list
+    names = [f"{p.name} {d.name}" for p, d in device_list()]
+else:
+    from ember_wgpu.adapters import adapters
+    names = [f"{a.info.get('device', '')} {a.info.get('backend_type', '')}" for a in adapters()]
+for i, name in enumerate(names):
+    if "NVIDIA" in name.upper() and ("Vulkan" in name or sys.argv[1] == "opencl"):
+        print(i)
+        break
+else:
+    print(-1)
+EOF
+}
+
+for backend in $STEPS; do
+  idx=$(pick "$backend")
+  if [ "$idx" -lt 0 ]; then note "$backend: no NVIDIA device found (see env.txt)"; continue; fi
+  dev="$backend:$idx"
+  note "$backend: conformance on $dev (limit ${CONFORMANCE_S}s)"
+  start=$SECONDS
+  timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device="$dev" -q -rs -p no:cacheprovider \
+    --tb=short --ember-report="$OUT/$backend-report.md" >"$OUT/$backend-conformance.log" 2>&1
+  note "$backend: exit $? after $((SECONDS - start)) s (124: stopped at the limit); $(tail -n 1 "$OUT/$backend-conformance.log")"
+  if [ -n "${BENCH:-}" ]; then
+    timeout 240 $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W6} --device "$dev" --peers torch >"$OUT/bench-$backend.txt" 2>&1
+    note "$backend: benchmarks exit $?"
+  fi
+done
+note "done"
