@@ -13,6 +13,7 @@ import numpy
 
 from . import __version__, config
 from .device import Device
+from .kernel_cache import cache_stats
 from .ops import table as op_table
 from .plugins import get_registry
 
@@ -84,7 +85,7 @@ _DOCTOR_HINTS = {
     "(apt-get install pocl-opencl-icd ocl-icd-libopencl1).",
     "wgpu": "WGPU needs a Vulkan/Metal/D3D12 driver: on a machine without a GPU install Mesa's "
     "lavapipe (apt-get install mesa-vulkan-drivers libvulkan1).",
-    "cuda": "no CUDA backend is released yet (ember-cuda is planned); on an NVIDIA GPU use opencl or wgpu.",
+    "cuda": "no CUDA backend is released yet; ember-cuda is planned. On an NVIDIA GPU use opencl or wgpu.",
 }
 
 
@@ -133,6 +134,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except Exception as exc:
         ok = False
         print(f"[fail] the default device does not work: {exc}")
+    for cache in cache_stats():  # the kernel caches the backends opened above
+        state = "on" if cache["enabled"] else "off (EMBER_KERNEL_CACHE=0 or not writable)"
+        print(
+            f"kernel cache {cache['backend']} {cache['device']}: {state}, {cache['hits']} hits, "
+            f"{cache['misses']} misses, {cache['corrupt']} corrupt entries removed, in {cache['directory']}"
+        )
     return 0 if ok else 1
 
 
