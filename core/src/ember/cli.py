@@ -15,7 +15,7 @@ from . import __version__, config
 from .device import Device
 from .kernel_cache import cache_stats
 from .ops import table as op_table
-from .plugins import get_registry
+from .plugins import contained, get_registry
 
 __all__ = ["main"]
 
@@ -37,7 +37,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         return 1
     rows = []
     for info in reg.plugins.values():
-        kinds = ", ".join(info.backends) or "-"
+        kinds = ", ".join(_served(reg, info, kind) for kind in info.backends) or "-"
         status = info.status if info.status == "ok" else f"{info.status}: {info.error}"
         rows.append([info.name, info.group.split(".")[-1], info.distribution, info.version, kinds, status])
     print(_table(rows, ["plugin", "kind", "distribution", "version", "devices", "status"]))
@@ -50,6 +50,12 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _served(reg: Any, info: Any, kind: str) -> str:
+    """``kind``, marked when another plugin's backend is the one serving it."""
+    provider = reg.provider(kind)
+    return kind if provider in (info.key, info.name) else f"{kind} (served by {provider})"
+
+
 def cmd_devices(args: argparse.Namespace) -> int:
     """List every device that a working backend finds."""
     reg = get_registry()
@@ -58,7 +64,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     for kind in reg.kinds():
         try:
             cls = reg.backend_class(kind)
-            count = cls.device_count()
+            count = contained(cls.device_count, f"{kind} backend: device_count()")
         except Exception as exc:
             problems.append(f"{kind}: {exc}")
             continue
@@ -110,7 +116,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for kind in reg.kinds():
         try:
             cls = reg.backend_class(kind)
-            n = cls.device_count()
+            n = contained(cls.device_count, f"{kind} backend: device_count()")
         except Exception as exc:
             ok = False
             print(f"[fail] {kind}: {exc}")
@@ -120,7 +126,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if n == 0:
             print(f"[none] {kind}: the backend loaded but found no device. {_DOCTOR_HINTS.get(kind, '')}")
             continue
-        print(f"[ ok ] {kind}: {n} device(s)")
+        owners = {reg.owners.get(id(spec), "?") for spec in reg.specs[kind]}
+        provider = reg.provider(kind)
+        also = sorted(owners - {provider})
+        served = f", served by plugin {provider!r}" + (f" (also offered by {', '.join(also)})" if also else "")
+        print(f"[ ok ] {kind}: {n} device(s){served}")
         missing = _device(kind).backend.missing_primitives()
         if missing:
             ok = False

@@ -4,6 +4,7 @@
 |----------------------|----------------------------------------------------------|--------------------|
 | EMBER_DEVICE         | the device ``Device.default()`` returns                  | ``cpu``            |
 | EMBER_PLUGINS        | comma-separated allow-list of plugin entry-point names   | all installed      |
+| EMBER_PLUGIN_TIMEOUT | seconds a plugin may take to import or load its backend  | ``60``             |
 | EMBER_CACHE_DIR      | where compiled kernels are cached                        | user cache dir     |
 | EMBER_KERNEL_CACHE   | ``0`` turns the on-disk kernel cache off                 | ``1``              |
 | EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
@@ -22,6 +23,7 @@ from .errors import InvalidArgumentError
 __all__ = [
     "default_device",
     "plugin_allow_list",
+    "plugin_timeout",
     "cache_dir",
     "kernel_cache_enabled",
     "opencl_device",
@@ -35,11 +37,26 @@ def default_device() -> str:
 
 
 def plugin_allow_list() -> frozenset[str] | None:
-    """Plugin names allowed by ``EMBER_PLUGINS``; ``None`` allows every installed plugin."""
+    """Plugin names allowed by ``EMBER_PLUGINS`` (lower case: names match case-insensitively);
+    ``None`` allows every installed plugin."""
     raw = os.environ.get("EMBER_PLUGINS", "").strip()
     if not raw:
         return None
-    return frozenset(name.strip() for name in raw.split(",") if name.strip())
+    return frozenset(name.strip().lower() for name in raw.split(",") if name.strip())
+
+
+def plugin_timeout() -> float:
+    """Seconds a plugin's import, registration or backend loader may take (``EMBER_PLUGIN_TIMEOUT``)."""
+    raw = os.environ.get("EMBER_PLUGIN_TIMEOUT", "").strip()
+    if not raw:
+        return 60.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InvalidArgumentError(f"EMBER_PLUGIN_TIMEOUT={raw!r}: expected a positive number of seconds, e.g. 60")
+    return value
 
 
 def cache_dir() -> Path:

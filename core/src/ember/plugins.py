@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -32,6 +33,8 @@ __all__ = [
     "get_registry",
     "set_registry",
     "ENTRY_POINT_GROUPS",
+    "PluginConflictWarning",
+    "contained",
 ]
 
 hookspec = pluggy.HookspecMarker("ember")
@@ -48,6 +51,41 @@ _INSTALL_HINTS = {
     "cuda": "no CUDA backend is released yet (ember-cuda is planned); use opencl or wgpu on NVIDIA GPUs meanwhile",
     "remote": "no remote backend is released yet (ember-remote is planned)",
 }
+
+
+class PluginConflictWarning(UserWarning):
+    """Two plugins register the same device kind: the higher priority serves it."""
+
+
+def contained(fn: Callable[[], Any], what: str, timeout: float | None = None) -> Any:
+    """Run a plugin's code (its import, its hooks, its backend loader) so that it cannot take
+    the process down: any exception, ``SystemExit`` included, comes back as a
+    :class:`PluginError` naming ``what``, and code still running after ``timeout`` seconds
+    (``EMBER_PLUGIN_TIMEOUT``) is abandoned with an error saying so. Ctrl-C still interrupts."""
+    limit = config.plugin_timeout() if timeout is None else timeout
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from a plugin must not end ember
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name=f"ember-plugin: {what}", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        raise PluginError(
+            f"{what} did not finish within {limit:g} s and was abandoned (it may hang: fix or uninstall it, "
+            f"leave it out with EMBER_PLUGINS, or allow more time with EMBER_PLUGIN_TIMEOUT)"
+        )
+    error = box.get("error")
+    if isinstance(error, KeyboardInterrupt):
+        raise error
+    if error is not None:
+        kind = "exited" if isinstance(error, SystemExit) else "raised"
+        raise PluginError(f"{what} {kind} {type(error).__name__}: {error}") from error
+    return box.get("value")
 
 
 class HookSpecs:
@@ -93,6 +131,9 @@ class PluginInfo:
     error: str = ""
     detail: str = ""
     backends: list[str] = field(default_factory=list)
+    #: the name pluggy knows the plugin by: ``name``, or ``name@distribution`` when two
+    #: distributions ship an entry point of the same name
+    key: str = ""
 
 
 class PluginRegistry:
@@ -103,6 +144,8 @@ class PluginRegistry:
         self.manager.add_hookspecs(HookSpecs)
         self.plugins: dict[str, PluginInfo] = {}
         self.specs: dict[str, list[BackendSpec]] = {}
+        #: id(spec) -> the plugin that registered it (for ``ember plugins`` / ``ember doctor``)
+        self.owners: dict[int, str] = {}
         self._backend_classes: dict[str, type[Backend]] = {}
         self._load_errors: dict[str, str] = {}
         self._current: PluginInfo | None = None
@@ -112,7 +155,7 @@ class PluginRegistry:
     # -- called by plugins -------------------------------------------------------------
     def add_backend(self, spec: BackendSpec) -> None:
         """Register a backend. Called from a plugin's ``ember_register_backends`` hook."""
-        who = self._current.name if self._current else "<direct>"
+        who = (self._current.key or self._current.name) if self._current else "<direct>"
         if not isinstance(spec, BackendSpec):
             raise PluginError(f"plugin {who!r}: add_backend expects a BackendSpec, got {spec!r}")
         if not spec.kinds or not all(isinstance(k, str) and k for k in spec.kinds):
@@ -121,10 +164,25 @@ class PluginRegistry:
             raise PluginError(f"plugin {who!r}: BackendSpec.loader must be callable")
         for kind in spec.kinds:
             specs = self.specs.setdefault(kind.lower(), [])
+            others = sorted({self.owners.get(id(s), "?") for s in specs} - {who})
             specs.append(spec)
             specs.sort(key=lambda s: -s.priority)
+            self.owners[id(spec)] = who
+            if others:
+                warnings.warn(
+                    f"plugin {who!r} registers device kind {kind!r}, which plugin(s) {', '.join(others)} also "
+                    f"serve; {self.provider(kind)!r} serves Device({kind!r}) (the highest priority). "
+                    f"`ember plugins` shows who serves what; EMBER_PLUGINS chooses.",
+                    PluginConflictWarning,
+                    stacklevel=2,
+                )
         if self._current is not None:
             self._current.backends.extend(spec.kinds)
+
+    def provider(self, kind: str) -> str | None:
+        """The plugin whose backend serves ``kind`` (the highest-priority spec's), or None."""
+        specs = self.specs.get(kind.lower())
+        return self.owners.get(id(specs[0]), "?") if specs else None
 
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> None:
@@ -136,59 +194,67 @@ class PluginRegistry:
             from importlib import metadata  # lazily: scanning entry points is not free
 
             allow = config.plugin_allow_list()
-            for group in ENTRY_POINT_GROUPS:
-                for ep in sorted(metadata.entry_points(group=group), key=lambda e: e.name):
-                    info = PluginInfo(name=ep.name, group=group)
-                    dist = getattr(ep, "dist", None)
-                    if dist is not None:
-                        info.distribution = dist.metadata["Name"] or "?"
-                        info.version = dist.version or "?"
-                    if ep.name in self.plugins:
+            found = [(group, ep) for group in ENTRY_POINT_GROUPS for ep in metadata.entry_points(group=group)]
+            for group, ep in sorted(found, key=lambda g_ep: (g_ep[0], g_ep[1].name, _dist_name(g_ep[1]))):
+                info = PluginInfo(name=ep.name, group=group)
+                dist = getattr(ep, "dist", None)
+                if dist is not None:
+                    info.distribution = dist.metadata["Name"] or "?"
+                    info.version = dist.version or "?"
+                key = ep.name
+                if key in self.plugins:
+                    known = self.plugins[key]
+                    if known.group == "direct" or known.distribution == info.distribution:
+                        continue  # registered in-process under that name, or the same distribution seen twice
+                    key = f"{ep.name}@{info.distribution}"
+                    if key in self.plugins:
                         continue
-                    self.plugins[ep.name] = info
-                    if allow is not None and ep.name not in allow:
-                        info.status = "disabled"
-                        info.error = "not in EMBER_PLUGINS"
-                        continue
-                    try:
-                        module = ep.load()
-                    except Exception as exc:  # a broken plugin must not break ember
-                        self._fail(info, exc)
-                        continue
-                    self._register_module(module, info)
+                info.key = key
+                self.plugins[key] = info
+                if allow is not None and ep.name.lower() not in allow:
+                    info.status = "disabled"
+                    info.error = f"not in EMBER_PLUGINS={','.join(sorted(allow))}"
+                    continue
+                try:
+                    module = contained(ep.load, f"plugin {ep.name!r} ({info.distribution}): importing {ep.value}")
+                except PluginError as exc:  # a broken or hanging plugin must not break ember
+                    self._fail(info, exc.__cause__ or exc, message=None if exc.__cause__ else str(exc))
+                    continue
+                self._register_module(module, info)
 
     def register(self, plugin: ModuleType | object, name: str | None = None) -> PluginInfo:
         """Register a plugin object directly (tests, notebooks, in-process backends)."""
         with self._lock:
             pname = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-            info = PluginInfo(name=pname, group="direct", distribution="-", version="-")
+            info = PluginInfo(name=pname, group="direct", distribution="-", version="-", key=pname)
             self.plugins[pname] = info
             self._register_module(plugin, info)
             return info
 
     def _register_module(self, module: Any, info: PluginInfo) -> None:
+        key = info.key or info.name
         try:
-            self.manager.register(module, name=info.name)
+            self.manager.register(module, name=key)
         except Exception as exc:
             self._fail(info, exc)
             return
         for hook_name in ("ember_register_backends", "ember_register_extensions"):
             hook = getattr(self.manager.hook, hook_name)
             for impl in hook.get_hookimpls():
-                if impl.plugin_name != info.name:
+                if impl.plugin_name != key:
                     continue
                 self._current = info
                 try:
-                    impl.function(registry=self)
-                except Exception as exc:
-                    self._fail(info, exc)
+                    contained(lambda f=impl.function: f(registry=self), f"plugin {info.name!r}: {hook_name}")
+                except PluginError as exc:
+                    self._fail(info, exc.__cause__ or exc, message=None if exc.__cause__ else str(exc))
                 finally:
                     self._current = None
 
     @staticmethod
-    def _fail(info: PluginInfo, exc: BaseException) -> None:
+    def _fail(info: PluginInfo, exc: BaseException, message: str | None = None) -> None:
         info.status = "failed"
-        info.error = f"{type(exc).__name__}: {exc}"
+        info.error = message or f"{type(exc).__name__}: {exc}"
         info.detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
     def conformance_modules(self) -> list[str]:
@@ -218,9 +284,11 @@ class PluginRegistry:
             errors = []
             for spec in specs:
                 try:
-                    cls = spec.loader()
-                except Exception as exc:
-                    errors.append(f"backend {spec.name!r} failed to load: {type(exc).__name__}: {exc}")
+                    cls = contained(spec.loader, f"backend {spec.name!r} ({self.owners.get(id(spec), '?')}) loader")
+                except PluginError as exc:
+                    cause = exc.__cause__
+                    reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+                    errors.append(f"backend {spec.name!r} failed to load: {reason}")
                     continue
                 self._backend_classes[kind] = cls
                 return cls
@@ -234,6 +302,14 @@ class PluginRegistry:
             )
 
     def _no_backend_message(self, kind: str) -> str:
+        disabled = [p for p in self.plugins.values() if p.status == "disabled" and kind in p.name.lower()]
+        if disabled:
+            names = ", ".join(sorted(p.name for p in disabled))
+            return (
+                f"no {kind!r} device: plugin {names} is installed but left out by "
+                f"{disabled[0].error.removeprefix('not in ')}; "
+                f"add it to EMBER_PLUGINS (names match case-insensitively) or unset EMBER_PLUGINS"
+            )
         failed = [p for p in self.plugins.values() if p.status == "failed"]
         msg = f"no installed plugin provides {kind!r} devices"
         related = [p for p in failed if kind in p.name]
@@ -262,6 +338,11 @@ class PluginRegistry:
 
 
 _REGISTRY: PluginRegistry | None = None
+
+
+def _dist_name(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    return (dist.metadata["Name"] or "") if dist is not None else ""
 
 
 def get_registry() -> PluginRegistry:
