@@ -138,7 +138,11 @@ class _Checker:
         if isinstance(own, bool):
             if not isinstance(saved, bool):
                 self.fail(field, f"must be a bool, got {saved!r:.40}")
-        elif isinstance(own, (int, float)):
+        elif isinstance(own, int):  # a count (or an int setting): an int again, non-negative if it was
+            if not isinstance(saved, int) or isinstance(saved, bool) or (own >= 0 > saved):
+                self.fail(field, f"must be an integer like {own}, got {saved!r:.40}")
+            self.number(saved, field)
+        elif isinstance(own, float):
             self.number(saved, field)
         elif isinstance(own, str):
             if not isinstance(saved, str):
