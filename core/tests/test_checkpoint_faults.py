@@ -331,3 +331,47 @@ def test_save_refuses_what_load_would_refuse(tmp_path):
     with pytest.raises(CheckpointError, match="nested"):
         ck.save_checkpoint(tmp_path, {"deep": deep}, step=1)
     assert ck.list_checkpoints(tmp_path) == [] and not list(tmp_path.iterdir())
+
+
+def all_paths(node, path=()):
+    yield path
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from all_paths(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from all_paths(v, (*path, i))
+
+
+def test_every_field_of_the_record_replaced_by_a_hostile_value_gives_checkpoint_error_or_a_clean_load(
+    trained, tmp_path
+):
+    """Beyond the fields above: whatever a value is replaced by, only CheckpointError escapes."""
+    step_dir = ck.list_checkpoints(trained)[-2]
+    record = json.loads((step_dir / ck.RECORD).read_text())
+    root = tmp_path / "run"
+    shutil.copytree(trained, root)
+    target_dir = root / step_dir.name
+    learner, loader = build_learner(tmp_path / "other", 1)
+    values = ["NaN", "-1", "1e308", str(2**70), "null", "[]", "{}", "true", '"12"', "[" * 100_000 + "]" * 100_000]
+    paths = [p for p in all_paths(record) if p]
+    counts = {"refused": 0, "loaded": 0}
+    for path in paths:
+        for value in values:
+            rec = json.loads(json.dumps(record))
+            node = rec
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = "@@HOSTILE@@"
+            (target_dir / ck.RECORD).write_text(json.dumps(rec).replace('"@@HOSTILE@@"', value))
+            write_sums(target_dir)
+            before = learner_state(learner, loader)
+            try:
+                learner.restore(target_dir, loader=loader)
+            except CheckpointError:
+                assert learner_state(learner, loader) == before, f"{path} = {value[:20]}: the learner changed"
+                counts["refused"] += 1
+            else:
+                counts["loaded"] += 1  # a harmless field (the creation time as "12"), or an accepted value
+    assert counts["refused"] > 0.9 * len(paths) * len(values)
+    print(f"every field: {len(paths)} fields x {len(values)} values: {counts}")

@@ -321,9 +321,9 @@ def _check_record(record: Any, where: str) -> dict[str, Any]:
     if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < 2**63:
         raise CheckpointError(f"checkpoint: {where}: field 'step' must be a non-negative integer, got {step!r:.40}")
     files = record["files"]
-    meta = files.get(TENSORS) if isinstance(files, dict) else None
-    size = meta.get("bytes") if isinstance(meta, dict) else None
-    if set(files) != {TENSORS} or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+    meta = files.get(TENSORS) if isinstance(files, dict) and set(files) == {TENSORS} else None
+    size = meta.get("bytes") if isinstance(meta, dict) and set(meta) == {"bytes"} else None
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise CheckpointError(f"checkpoint: {where}: field 'files' must list {TENSORS} with its size in bytes")
     return record
 

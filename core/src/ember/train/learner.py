@@ -176,16 +176,21 @@ class _Checker:
             if not isinstance(v, Tensor) or v.shape != t.shape or v.dtype is not t.dtype:
                 self.fail(f"model/{k}", f"must be a {t.dtype} tensor of shape {t.shape}")
 
-    def optimizer(self, saved: Any, own: dict[str, Any]) -> None:
+    def optimizer(self, saved: Any, own: dict[str, Any], groups_now: list[dict[str, Any]]) -> None:
         if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
             self.fail("optimizer", "must hold exactly state and param_groups")
         groups = saved["param_groups"]
         if not isinstance(groups, list) or len(groups) != len(own["param_groups"]):
             self.fail("optimizer/param_groups", f"must be a list of {len(own['param_groups'])} groups")
-        shapes: dict[int, None] = {}
+        index: dict[int, int] = {}  # numbered as Optimizer.state_dict numbers them
+        shapes: dict[int, tuple[int, ...]] = {}
+        for g in groups_now:
+            for p in g["params"]:
+                shapes[index.setdefault(id(p), len(index))] = tuple(p.shape)
         for i, (g, o) in enumerate(zip(groups, own["param_groups"])):
             field = f"optimizer/param_groups/{i}"
-            if not isinstance(g, dict) or g.get("params") != o["params"]:
+            ids = g.get("params") if isinstance(g, dict) else None
+            if not isinstance(ids, list) or any(type(k) is not int for k in ids) or ids != o["params"]:
                 self.fail(field, f"must be a group of the parameters {o['params'][:8]}")
             self.like({k: v for k, v in g.items() if k != "params"}, o, field)
             for k, v in g.items():
@@ -197,7 +202,6 @@ class _Checker:
                             self.fail(f"{field}/{k}", f"must not be negative, got {x!r}")
             if "lr" in o and not (isinstance(g.get("lr"), (int, float)) and g["lr"] > 0):
                 self.fail(f"{field}/lr", f"must be a finite number > 0, got {g.get('lr')!r:.40}")
-            shapes.update({p: None for p in o["params"]})
         entries = saved["state"]
         if not isinstance(entries, dict):
             self.fail("optimizer/state", "must be a dict")
@@ -212,10 +216,8 @@ class _Checker:
                     self.number(v, f"{field}/step")
                     if v < 0 or float(v) != int(v):
                         self.fail(f"{field}/step", f"must be a non-negative integer count, got {v!r}")
-                elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self.number(v, f"{field}/{name}")
-                elif v is not None and not isinstance(v, (Tensor, bool)):
-                    self.fail(f"{field}/{name}", f"must be a tensor or a number, got {type(v).__name__}")
+                elif v is not None and (not isinstance(v, Tensor) or tuple(v.shape) != shapes[key]):
+                    self.fail(f"{field}/{name}", f"must be a tensor of the parameter's shape {shapes[key]}")
 
     def loader(self, saved: Any, loader: Any, epoch: int) -> None:
         own = loader.state_dict()
@@ -347,10 +349,11 @@ class Learner:
         try:
             self._assign(prepared, loader)
         except Exception as exc:
-            self._assign(before, loader)
+            failed = self._assign(before, loader, best_effort=True)
+            state = f"could not put back {', '.join(failed)}" if failed else "the learner is unchanged"
             raise CheckpointError(
-                f"restore: {ckpt.path} passed validation but could not be applied ({exc}); the learner is "
-                f"unchanged. Resume from another checkpoint or start fresh."
+                f"restore: {ckpt.path} passed validation but could not be applied ({exc}); {state}. "
+                f"Resume from another checkpoint or start fresh."
             ) from exc
         if self.log is not None:
             self.log.truncate(self.step, self.epoch)
@@ -362,23 +365,35 @@ class Learner:
         state["scheduler"] = copy.deepcopy(state.get("scheduler"))
         return {"state": state, "history": list(self.history), "blob": bytes(self._history_blob)}
 
-    def _assign(self, prepared: dict[str, Any], loader: Any) -> None:
+    def _assign(self, prepared: dict[str, Any], loader: Any, best_effort: bool = False) -> list[str]:
+        """Assign a prepared state; with ``best_effort`` (undoing a failed restore) go on past failures."""
         state = prepared["state"]
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("model", lambda: self.model.load_state_dict(state["model"])),
+            ("optimizer", lambda: self.optimizer.load_state_dict(state["optimizer"])),
+        ]
         if self.scheduler is not None and state.get("scheduler") is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
+            steps.append(("scheduler", lambda: self.scheduler.load_state_dict(state["scheduler"])))
         if self._scaler is not None and "scaler" in state:
-            self._scaler.load_state_dict(state["scaler"])
+            steps.append(("scaler", lambda: self._scaler.load_state_dict(state["scaler"])))
         if self.early is not None and "early_stopping" in state:
-            self.early.load_state(state["early_stopping"])
-        _random.set_state(state["rng"])
+            steps.append(("early_stopping", lambda: self.early.load_state(state["early_stopping"])))
+        steps.append(("rng", lambda: _random.set_state(state["rng"])))
+        if loader is not None and "loader" in state and hasattr(loader, "load_state_dict"):
+            steps.append(("loader", lambda: loader.load_state_dict(state["loader"])))
+        failed = []
+        for name, assign in steps:
+            try:
+                assign()
+            except Exception:
+                if not best_effort:
+                    raise
+                failed.append(name)
         self.epoch = int(state["epoch"])
         self.step = int(state["step"])
         self.history = list(prepared["history"])
         self._history_blob = bytearray(prepared["blob"])
-        if loader is not None and "loader" in state and hasattr(loader, "load_state_dict"):
-            loader.load_state_dict(state["loader"])
+        return failed
 
     def _prepare(self, ckpt: Checkpoint, loader: Any) -> dict[str, Any]:
         """Build and validate everything a restore assigns; raise CheckpointError naming the field."""
@@ -390,7 +405,7 @@ class Learner:
         if missing or unknown:
             check.fail("state", f"lacks {sorted(missing)} or has unknown entries {sorted(unknown)[:10]}")
         check.model(state["model"], self.model.state_dict())
-        check.optimizer(state["optimizer"], self.optimizer.state_dict())
+        check.optimizer(state["optimizer"], self.optimizer.state_dict(), self.optimizer.param_groups)
         rng = state["rng"]
         if not isinstance(rng, dict) or set(rng) != {"k0", "k1", "counter"}:
             check.fail("rng", "must hold exactly k0, k1 and counter")
@@ -403,7 +418,7 @@ class Learner:
         history, blob = self._read_history(ckpt, check, state["history"], epoch, step)
         if "loader" in state and loader is not None and hasattr(loader, "state_dict"):
             check.loader(state["loader"], loader, epoch)
-        if state.get("partial_metrics") is not None:
+        if "partial_metrics" in state:
             saved = state["partial_metrics"]
             fresh = self._new_metrics()
             if not isinstance(saved, list) or len(saved) != len(fresh):
