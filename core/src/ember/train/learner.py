@@ -6,7 +6,10 @@
 
 Checkpoints hold the model, optimizer, scheduler, random stream, data-loader position,
 early-stopping state and partial-epoch metrics, so ``fit(..., resume=True)`` after a crash
-continues exactly where the last checkpoint was taken.
+continues exactly where the last checkpoint was taken. The epoch records go to an append-only
+``history.jsonl`` beside the checkpoints (a checkpoint stores its row count and SHA-256, so its
+record stays the same size however long the run). ``restore`` is all or nothing: it validates
+every field against this learner before it assigns any.
 """
 
 from __future__ import annotations
