@@ -206,6 +206,34 @@ def small_learner(out, epochs=2, every_steps=None, seed=0):
     return learner, DataLoader(InMemoryDataset(x, y), batch_size=8, shuffle=True, seed=1)
 
 
+class Unsized:
+    """A resumable loader without ``len``: the Learner cannot tell its last batch, so it saves twice."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        return iter(self.loader)
+
+    def set_epoch(self, epoch):
+        self.loader.set_epoch(epoch)
+
+    def state_dict(self):
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state):
+        self.loader.load_state_dict(state)
+
+
+def test_an_epoch_end_is_saved_once(tmp_path):
+    learner, loader = small_learner(tmp_path, every_steps=5)
+    learner.fit(loader)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("step-")) == [
+        "step-000000005",
+        "step-000000010",
+    ]
+
+
 def test_a_crash_between_the_two_saves_of_an_epoch_end_leaves_one_metrics_row_per_epoch(tmp_path, monkeypatch):
     from ember.train import learner as learner_mod
 
@@ -225,15 +253,16 @@ def test_a_crash_between_the_two_saves_of_an_epoch_end_leaves_one_metrics_row_pe
     monkeypatch.setattr(learner_mod, "save_checkpoint", save)
     crashed, loader = small_learner(tmp_path / "crash", every_steps=5)
     with pytest.raises(Killed):
-        crashed.fit(loader)
+        crashed.fit(Unsized(loader))
     monkeypatch.undo()
+    assert json.loads((tmp_path / "crash" / "latest.json").read_text())["step"] == 5  # the step save, mid-epoch
     rows = [json.loads(line) for line in (tmp_path / "crash" / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [1]  # written before the save that did not happen
     for _ in range(2):  # resuming twice changes nothing
         resumed, loader = small_learner(tmp_path / "crash", every_steps=5, seed=9)
-        resumed.fit(loader, resume=True)
-    rows = [json.loads(line) for line in (tmp_path / "crash" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in rows] == [1, 2]
+        resumed.fit(Unsized(loader), resume=True)
+        rows = [json.loads(line) for line in (tmp_path / "crash" / "metrics.jsonl").read_text().splitlines()]
+        assert [r["epoch"] for r in rows] == [1, 2]
     assert [r["epoch"] for r in resumed.history] == [1, 2]
     for a, b in zip(clean.model.parameters(), resumed.model.parameters()):
         np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -565,7 +565,11 @@ class Learner:
                 pending = 0
                 for cb in self.callbacks:
                     cb(self)
-                if self.checkpoint_every_steps and self.step % self.checkpoint_every_steps == 0:
+                if (
+                    self.checkpoint_every_steps
+                    and self.step % self.checkpoint_every_steps == 0
+                    and not self._epoch_end_save_follows(loader)
+                ):
                     self.save(loader, metrics)
             bar.update(1, loss=loss_value)
         if pending:
@@ -574,6 +578,15 @@ class Learner:
         out = {f"train_{m.name}": m.compute() for m in metrics}
         out["train_seconds"] = time.perf_counter() - start
         return out
+
+    def _epoch_end_save_follows(self, loader: Any) -> bool:
+        """True on an epoch's last batch when fit will checkpoint this same step at the epoch's end."""
+        if not (hasattr(loader, "state_dict") and hasattr(loader, "__len__")):
+            return False
+        if loader.state_dict().get("batches_done") != len(loader):
+            return False
+        done = self.epoch + 1
+        return bool(self.checkpoint_every) and (done % self.checkpoint_every == 0 or done == self.num_epochs)
 
     def _optimizer_step(self) -> None:
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
