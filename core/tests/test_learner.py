@@ -189,3 +189,119 @@ def test_killed_mid_epoch_then_resumed_gives_identical_weights(tmp_path):
     np.testing.assert_array_equal(a, b)
     epochs = [json.loads(line) for line in (tmp_path / "crash" / "metrics.jsonl").read_text().splitlines()]
     assert [e["epoch"] for e in epochs] == [1, 2, 3]
+
+
+def small_learner(out, epochs=2, every_steps=None, seed=0):
+    em.seed(seed)
+    model = nn.Linear(2, 2, device=em.Device.cpu().autodiff())
+    learner = (
+        LearnerBuilder(model)
+        .optimizer(lambda p: optim.SGD(p, lr=0.1, momentum=0.9))
+        .checkpoint(out, every=1, every_steps=every_steps, keep=3)
+        .epochs(epochs)
+        .progress(False)
+        .build()
+    )
+    x, y = blobs(40)
+    return learner, DataLoader(InMemoryDataset(x, y), batch_size=8, shuffle=True, seed=1)
+
+
+class Unsized:
+    """A resumable loader without ``len``: the Learner cannot tell its last batch, so it saves twice."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        return iter(self.loader)
+
+    def set_epoch(self, epoch):
+        self.loader.set_epoch(epoch)
+
+    def state_dict(self):
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state):
+        self.loader.load_state_dict(state)
+
+
+def test_an_epoch_end_is_saved_once(tmp_path):
+    learner, loader = small_learner(tmp_path, every_steps=5)
+    learner.fit(loader)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("step-")) == [
+        "step-000000005",
+        "step-000000010",
+    ]
+
+
+def test_a_crash_between_the_two_saves_of_an_epoch_end_leaves_one_metrics_row_per_epoch(tmp_path, monkeypatch):
+    from ember.train import learner as learner_mod
+
+    clean, loader = small_learner(tmp_path / "clean", every_steps=5)
+    clean.fit(loader)
+
+    class Killed(Exception):
+        pass
+
+    real = learner_mod.save_checkpoint
+
+    def save(root, state, step, keep=None):
+        if step == 5 and "partial_metrics" not in state:  # the epoch-end save that follows the step save
+            raise Killed
+        return real(root, state, step=step, keep=keep)
+
+    monkeypatch.setattr(learner_mod, "save_checkpoint", save)
+    crashed, loader = small_learner(tmp_path / "crash", every_steps=5)
+    with pytest.raises(Killed):
+        crashed.fit(Unsized(loader))
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "crash" / "latest.json").read_text())["step"] == 5  # the step save, mid-epoch
+    rows = [json.loads(line) for line in (tmp_path / "crash" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1]  # written before the save that did not happen
+    for _ in range(2):  # resuming twice changes nothing
+        resumed, loader = small_learner(tmp_path / "crash", every_steps=5, seed=9)
+        resumed.fit(Unsized(loader), resume=True)
+        rows = [json.loads(line) for line in (tmp_path / "crash" / "metrics.jsonl").read_text().splitlines()]
+        assert [r["epoch"] for r in rows] == [1, 2]
+    assert [r["epoch"] for r in resumed.history] == [1, 2]
+    for a, b in zip(clean.model.parameters(), resumed.model.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert not [p for p in (tmp_path / "crash").iterdir() if p.name.startswith(".")]
+
+
+def test_the_record_does_not_grow_with_the_history(tmp_path):
+    learner, loader = small_learner(tmp_path, epochs=12)
+    learner.fit(loader)
+    first, last = (tmp_path / "step-000000050" / "record.json"), (tmp_path / "step-000000060" / "record.json")
+    assert abs(first.stat().st_size - last.stat().st_size) < 16
+    assert len((tmp_path / "history.jsonl").read_text().splitlines()) == 12
+    again, loader = small_learner(tmp_path, epochs=12, seed=3)
+    again.restore(loader=loader)
+    assert again.history == learner.history and again.epoch == 12
+
+
+def test_a_restore_that_fails_while_assigning_leaves_the_learner_as_it_was(tmp_path, monkeypatch):
+    from ember.errors import CheckpointError
+
+    trained, loader = small_learner(tmp_path)
+    trained.fit(loader)
+    fresh, loader = small_learner(tmp_path, seed=4)
+    before = [p.numpy().copy() for p in fresh.model.parameters()]
+    rng_before = em.random.get_state()
+
+    real = fresh.optimizer.load_state_dict
+    calls = []
+
+    def broken(state):  # fails once (after the model was assigned), then works for the undo
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the device went away")
+        real(state)
+
+    monkeypatch.setattr(fresh.optimizer, "load_state_dict", broken)
+    with pytest.raises(CheckpointError, match="unchanged"):
+        fresh.restore(loader=loader)
+    monkeypatch.undo()
+    for a, b in zip(before, fresh.model.parameters()):
+        np.testing.assert_array_equal(a, b.numpy())
+    assert em.random.get_state() == rng_before and fresh.step == 0 and fresh.history == []

@@ -6,17 +6,26 @@
 
 Checkpoints hold the model, optimizer, scheduler, random stream, data-loader position,
 early-stopping state and partial-epoch metrics, so ``fit(..., resume=True)`` after a crash
-continues exactly where the last checkpoint was taken.
+continues exactly where the last checkpoint was taken. The epoch records go to an append-only
+``history.jsonl`` beside the checkpoints (a checkpoint stores its row count and SHA-256, so its
+record stays the same size however long the run). ``restore`` is all or nothing: it validates
+every field against this learner before it assigns any.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
+import json
+import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .. import random as _random
 from ..amp import GradScaler, autocast
@@ -28,12 +37,25 @@ from ..ops.movement import concat
 from ..ops.nn import cross_entropy
 from ..optim.clip import clip_grad_norm_
 from ..tensor import Tensor
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    Checkpoint,
+    flatten_state,
+    latest_checkpoint,
+    load_checkpoint,
+    parse_json,
+    save_checkpoint,
+    unflatten_state,
+)
 from .logs import MetricsLog
 from .metrics import Loss, Metric
 from .progress import Progress
 
 __all__ = ["Learner", "LearnerBuilder", "EarlyStopping"]
+
+HISTORY = "history.jsonl"  # one line per finished epoch, appended; checkpoints hold its row count and SHA-256
+MAX_HYPERPARAMETER = 1e6
+_STATE_KEYS = {"model", "optimizer", "rng", "epoch", "step", "history"}
+_OPTIONAL_KEYS = {"scheduler", "scaler", "early_stopping", "loader", "partial_metrics", "model_config"}
 
 
 def _default_loss(output: Any, target: Any) -> Any:
@@ -88,6 +110,131 @@ def _split_batch(batch: Any) -> tuple[tuple[Any, ...], Any]:
     raise TypeError(f"Learner: expected a (inputs..., target) tuple or a dict batch, got {type(batch).__name__}")
 
 
+class _Checker:
+    """Validation of a checkpoint's state against this learner; every failure names the field."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, field: str, what: str) -> Any:
+        raise CheckpointError(
+            f"checkpoint: {self.path}: field {field!r} {what}; the checkpoint is damaged or was written by a "
+            f"different setup. Resume from another checkpoint or start without --resume."
+        )
+
+    def integer(self, value: Any, field: str, hi: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
+            self.fail(field, f"must be an integer in [0, {hi}], got {value!r:.40}")
+        return value
+
+    def number(self, value: Any, field: str, bound: float = 2.0**53) -> float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            self.fail(field, f"must be a finite number, got {value!r:.40}")
+        if abs(value) > bound:
+            self.fail(field, f"is {value!r:.40}, beyond the bound {bound:g}")
+        return float(value)
+
+    def like(self, saved: Any, own: Any, field: str, exact_keys: bool = False, depth: int = 0) -> None:
+        """``saved`` has the shape of ``own``: same kinds of values, dict keys a subset (or equal)."""
+        if depth > 8:
+            self.fail(field, "is nested deeper than this learner's state")
+        if isinstance(own, bool):
+            if not isinstance(saved, bool):
+                self.fail(field, f"must be a bool, got {saved!r:.40}")
+        elif isinstance(own, int):  # a count (or an int setting): an int again, non-negative if it was
+            if not isinstance(saved, int) or isinstance(saved, bool) or (own >= 0 > saved):
+                self.fail(field, f"must be an integer like {own}, got {saved!r:.40}")
+            self.number(saved, field)
+        elif isinstance(own, float):
+            self.number(saved, field)
+        elif isinstance(own, str):
+            if not isinstance(saved, str):
+                self.fail(field, f"must be a string, got {saved!r:.40}")
+        elif own is None:
+            if saved is not None and not isinstance(saved, (bool, int, float, str)):
+                self.fail(field, f"must be a plain value, got {type(saved).__name__}")
+            if isinstance(saved, (int, float)) and not isinstance(saved, bool):
+                self.number(saved, field)
+        elif isinstance(own, (list, tuple)):
+            if not isinstance(saved, list) or len(saved) != len(own):
+                self.fail(field, f"must be a list of {len(own)} values")
+            for i, (s, o) in enumerate(zip(saved, own)):
+                self.like(s, o, f"{field}/{i}", depth=depth + 1)
+        elif isinstance(own, dict):
+            if not isinstance(saved, dict) or not set(saved) <= set(own) or (exact_keys and set(saved) != set(own)):
+                self.fail(field, f"must be a dict with the keys {sorted(map(str, own))[:12]}")
+            for k, v in saved.items():
+                self.like(v, own[k], f"{field}/{k}", depth=depth + 1)
+        elif isinstance(own, (Tensor, np.ndarray)):
+            if not isinstance(saved, (Tensor, np.ndarray)) or tuple(saved.shape) != tuple(own.shape):
+                self.fail(field, f"must be a tensor of shape {tuple(own.shape)}")
+        else:
+            self.fail(field, f"cannot be checked against a {type(own).__name__}")
+
+    def model(self, saved: Any, own: dict[str, Any]) -> None:
+        if not isinstance(saved, dict) or list(saved) != list(own):
+            self.fail("model", "must hold exactly the model's parameters and buffers, in order")
+        for k, t in own.items():
+            v = saved[k]
+            if not isinstance(v, Tensor) or v.shape != t.shape or v.dtype is not t.dtype:
+                self.fail(f"model/{k}", f"must be a {t.dtype} tensor of shape {t.shape}")
+
+    def optimizer(self, saved: Any, own: dict[str, Any], groups_now: list[dict[str, Any]]) -> None:
+        if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
+            self.fail("optimizer", "must hold exactly state and param_groups")
+        groups = saved["param_groups"]
+        if not isinstance(groups, list) or len(groups) != len(own["param_groups"]):
+            self.fail("optimizer/param_groups", f"must be a list of {len(own['param_groups'])} groups")
+        index: dict[int, int] = {}  # numbered as Optimizer.state_dict numbers them
+        shapes: dict[int, tuple[int, ...]] = {}
+        for g in groups_now:
+            for p in g["params"]:
+                shapes[index.setdefault(id(p), len(index))] = tuple(p.shape)
+        for i, (g, o) in enumerate(zip(groups, own["param_groups"])):
+            field = f"optimizer/param_groups/{i}"
+            ids = g.get("params") if isinstance(g, dict) else None
+            if not isinstance(ids, list) or any(type(k) is not int for k in ids) or ids != o["params"]:
+                self.fail(field, f"must be a group of the parameters {o['params'][:8]}")
+            self.like({k: v for k, v in g.items() if k != "params"}, o, field)
+            for k, v in g.items():
+                values = v if isinstance(v, list) else [v]
+                for x in values:
+                    if isinstance(x, (int, float)) and not isinstance(x, bool):
+                        self.number(x, f"{field}/{k}", bound=MAX_HYPERPARAMETER)
+                        if x < 0 and k != "params":
+                            self.fail(f"{field}/{k}", f"must not be negative, got {x!r}")
+            if "lr" in o and not (isinstance(g.get("lr"), (int, float)) and g["lr"] > 0):
+                self.fail(f"{field}/lr", f"must be a finite number > 0, got {g.get('lr')!r:.40}")
+        entries = saved["state"]
+        if not isinstance(entries, dict):
+            self.fail("optimizer/state", "must be a dict")
+        for key, entry in entries.items():
+            field = f"optimizer/state/{key}"
+            if not isinstance(key, int) or key not in shapes or not isinstance(entry, dict):
+                self.fail(field, "must be the state of a parameter the groups list")
+            for name, v in entry.items():
+                if name == "step":
+                    if isinstance(v, Tensor):
+                        v = v.item()
+                    self.number(v, f"{field}/step")
+                    if v < 0 or float(v) != int(v):
+                        self.fail(f"{field}/step", f"must be a non-negative integer count, got {v!r}")
+                elif v is not None and (not isinstance(v, Tensor) or tuple(v.shape) != shapes[key]):
+                    self.fail(f"{field}/{name}", f"must be a tensor of the parameter's shape {shapes[key]}")
+
+    def loader(self, saved: Any, loader: Any, epoch: int) -> None:
+        own = loader.state_dict()
+        if not isinstance(saved, dict) or set(saved) != set(own):
+            self.fail("loader", f"must hold exactly {sorted(own)}")
+        for k in saved:
+            self.integer(saved[k], f"loader/{k}", hi=2**63 - 1)
+        total = len(loader) if hasattr(loader, "__len__") else None
+        if total is not None and saved.get("batches_done", 0) > total:
+            self.fail("loader/batches_done", f"is {saved['batches_done']} but an epoch has {total} batches")
+        if "epoch" in saved and saved["epoch"] not in (epoch, epoch - 1):
+            self.fail("loader/epoch", f"is {saved['epoch']} but the learner is at epoch {epoch}")
+
+
 class Learner:
     """Runs training, evaluation and prediction for one model (build it with LearnerBuilder)."""
 
@@ -115,6 +262,7 @@ class Learner:
         self.epoch = 0
         self.step = 0
         self.history: list[dict[str, Any]] = []
+        self._history_blob = bytearray()  # the bytes of history.jsonl that self.history came from
         self.should_stop = False
         self._last_plot = 0.0
         self._scaler = None
@@ -159,14 +307,14 @@ class Learner:
 
     # -- checkpoints -----------------------------------------------------------------------
     def state(self, loader: Any = None, metrics: list[Metric] | None = None) -> dict[str, Any]:
-        """Everything needed to continue training exactly from here."""
+        """Everything needed to continue training exactly from here (history as a row count and hash)."""
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rng": _random.get_state(),
             "epoch": self.epoch,
             "step": self.step,
-            "history": self.history,
+            "history": {"rows": len(self.history), "sha256": hashlib.sha256(self._history_blob).hexdigest()},
         }
         if self.scheduler is not None:
             state["scheduler"] = self.scheduler.state_dict()
@@ -188,31 +336,162 @@ class Learner:
         return save_checkpoint(self.checkpoint_dir, self.state(loader, metrics), step=self.step, keep=self.keep)
 
     def restore(self, path: str | Path | None = None, loader: Any = None) -> dict[str, Any] | None:
-        """Load a checkpoint (the latest under the checkpoint dir by default) into this learner."""
+        """Load a checkpoint (the newest good one under the checkpoint dir by default) into this learner.
+
+        All or nothing: the checkpoint is validated and every value built before any is assigned;
+        if assigning still fails, the model, optimizer, loader and random stream are put back.
+        """
         where = Path(path) if path is not None else self.checkpoint_dir
         if where is None:
             raise CheckpointError("restore: no checkpoint directory; pass a path or configure .checkpoint(dir)")
         if path is None and latest_checkpoint(where) is None:
             return None
-        ckpt = load_checkpoint(where)
-        state = ckpt.state(device=self.device)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None and "scheduler" in state:
-            self.scheduler.load_state_dict(state["scheduler"])
+        ckpt = load_checkpoint(where, check=lambda c: self._prepare(c, loader))
+        prepared = ckpt.prepared
+        before = self._snapshot(loader)
+        try:
+            self._assign(prepared, loader)
+        except Exception as exc:
+            failed = self._assign(before, loader, best_effort=True)
+            state = f"could not put back {', '.join(failed)}" if failed else "the learner is unchanged"
+            raise CheckpointError(
+                f"restore: {ckpt.path} passed validation but could not be applied ({exc}); {state}. "
+                f"Resume from another checkpoint or start fresh."
+            ) from exc
+        if self.log is not None:
+            self.log.truncate(self.step, self.epoch)
+        return prepared["state"]
+
+    def _snapshot(self, loader: Any) -> dict[str, Any]:
+        """The learner's current state, in the form _assign takes (to undo a failed restore)."""
+        state = self.state(loader)
+        state["scheduler"] = copy.deepcopy(state.get("scheduler"))
+        return {"state": state, "history": list(self.history), "blob": bytes(self._history_blob)}
+
+    def _assign(self, prepared: dict[str, Any], loader: Any, best_effort: bool = False) -> list[str]:
+        """Assign a prepared state; with ``best_effort`` (undoing a failed restore) go on past failures."""
+        state = prepared["state"]
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("model", lambda: self.model.load_state_dict(state["model"])),
+            ("optimizer", lambda: self.optimizer.load_state_dict(state["optimizer"])),
+        ]
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            steps.append(("scheduler", lambda: self.scheduler.load_state_dict(state["scheduler"])))
         if self._scaler is not None and "scaler" in state:
-            self._scaler.load_state_dict(state["scaler"])
+            steps.append(("scaler", lambda: self._scaler.load_state_dict(state["scaler"])))
         if self.early is not None and "early_stopping" in state:
-            self.early.load_state(state["early_stopping"])
-        _random.set_state(state["rng"])
+            steps.append(("early_stopping", lambda: self.early.load_state(state["early_stopping"])))
+        steps.append(("rng", lambda: _random.set_state(state["rng"])))
+        if loader is not None and "loader" in state and hasattr(loader, "load_state_dict"):
+            steps.append(("loader", lambda: loader.load_state_dict(state["loader"])))
+        failed = []
+        for name, assign in steps:
+            try:
+                assign()
+            except Exception:
+                if not best_effort:
+                    raise
+                failed.append(name)
         self.epoch = int(state["epoch"])
         self.step = int(state["step"])
-        self.history = list(state.get("history", []))
-        if loader is not None and "loader" in state and hasattr(loader, "load_state_dict"):
-            loader.load_state_dict(state["loader"])
-        if self.log is not None:
-            self.log.truncate(self.step)
-        return state
+        self.history = list(prepared["history"])
+        self._history_blob = bytearray(prepared["blob"])
+        return failed
+
+    def _prepare(self, ckpt: Checkpoint, loader: Any) -> dict[str, Any]:
+        """Build and validate everything a restore assigns; raise CheckpointError naming the field."""
+        check = _Checker(ckpt.path)
+        state = ckpt.state(device=self.device)
+        if not isinstance(state, dict):
+            check.fail("state", "is not a dict")
+        missing, unknown = _STATE_KEYS - set(state), set(state) - _STATE_KEYS - _OPTIONAL_KEYS
+        if missing or unknown:
+            check.fail("state", f"lacks {sorted(missing)} or has unknown entries {sorted(unknown)[:10]}")
+        check.model(state["model"], self.model.state_dict())
+        check.optimizer(state["optimizer"], self.optimizer.state_dict(), self.optimizer.param_groups)
+        rng = state["rng"]
+        if not isinstance(rng, dict) or set(rng) != {"k0", "k1", "counter"}:
+            check.fail("rng", "must hold exactly k0, k1 and counter")
+        for k in ("k0", "k1", "counter"):
+            check.integer(rng[k], f"rng/{k}", hi=2**64 - 1)
+        epoch = check.integer(state["epoch"], "epoch", hi=10**9)
+        step = check.integer(state["step"], "step", hi=2**53)
+        if step != ckpt.step:
+            check.fail("step", f"is {step} but the record's step is {ckpt.step}")
+        history, blob = self._read_history(ckpt, check, state["history"], epoch, step)
+        if "loader" in state and loader is not None and hasattr(loader, "state_dict"):
+            check.loader(state["loader"], loader, epoch)
+        if "partial_metrics" in state:
+            saved = state["partial_metrics"]
+            fresh = self._new_metrics()
+            if not isinstance(saved, list) or len(saved) != len(fresh):
+                check.fail("partial_metrics", f"must be a list of {len(fresh)} metric states")
+            for i, (m, s) in enumerate(zip(fresh, saved)):
+                check.like(s, m.state(), f"partial_metrics/{i}", exact_keys=True)
+        if self.scheduler is not None and "scheduler" in state:
+            check.like(state["scheduler"], self.scheduler.state_dict(), "scheduler")
+        if self._scaler is not None and "scaler" in state:
+            check.like(state["scaler"], self._scaler.state_dict(), "scaler", exact_keys=True)
+            scaler = state["scaler"]
+            if scaler and not (scaler["scale"] > 0 and scaler["growth_interval"] >= 1):
+                check.fail("scaler", "needs scale > 0 and growth_interval >= 1")
+        if self.early is not None and "early_stopping" in state:
+            early = state["early_stopping"]
+            if not isinstance(early, dict) or set(early) != {"best", "bad_epochs"}:
+                check.fail("early_stopping", "must hold exactly best and bad_epochs")
+            if early["best"] is not None:
+                check.number(early["best"], "early_stopping/best")
+            check.integer(early["bad_epochs"], "early_stopping/bad_epochs", hi=10**9)
+        return {"state": state, "history": history, "blob": blob}
+
+    def _read_history(
+        self, ckpt: Checkpoint, check: _Checker, meta: Any, epoch: int, step: int
+    ) -> tuple[list[dict[str, Any]], bytes]:
+        if not isinstance(meta, dict) or set(meta) != {"rows", "sha256"}:
+            check.fail("history", "must hold exactly rows and sha256")
+        rows = check.integer(meta["rows"], "history/rows", hi=10**9)
+        if rows != epoch:
+            check.fail("history/rows", f"is {rows} but epoch is {epoch} (one row per finished epoch)")
+        path = ckpt.path.parent / HISTORY
+        data = path.read_bytes() if path.is_file() else b""
+        lines = data.splitlines(keepends=True)
+        if len(lines) < rows:
+            check.fail("history/rows", f"is {rows} but {path} has {len(lines)} complete rows")
+        blob = b"".join(lines[:rows])
+        if hashlib.sha256(blob).hexdigest() != meta["sha256"]:
+            check.fail("history/sha256", f"does not match the first {rows} rows of {path}: the history is corrupt")
+        history = []
+        for i, line in enumerate(lines[:rows]):
+            row = unflatten_state(parse_json(line, f"{path} row {i + 1}"), {})
+            if not isinstance(row, dict) or row.get("epoch") != i + 1 or not 0 <= row.get("step", -1) <= step:
+                check.fail("history", f"row {i + 1} of {path} is not the record of epoch {i + 1}")
+            history.append(row)
+        return history, blob
+
+    def _append_history(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(flatten_state(record)[0], allow_nan=False) + "\n").encode()
+        self._history_blob += line
+        if self.checkpoint_dir is None:
+            return
+        with open(self.checkpoint_dir / HISTORY, "ab") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _sync_history_file(self) -> None:
+        """Make history.jsonl hold exactly the rows this learner has (drops rows of an abandoned run)."""
+        if self.checkpoint_dir is None:
+            return
+        path = self.checkpoint_dir / HISTORY
+        if path.is_file() and path.read_bytes() == self._history_blob:
+            return
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".jsonl.tmp")
+        with open(tmp, "wb") as f:
+            f.write(self._history_blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     # -- training --------------------------------------------------------------------------
     def fit(
@@ -224,6 +503,9 @@ class Learner:
             state = self.restore(None if resume is True else resume, loader=train_loader)
             if state is not None:
                 partial = state.get("partial_metrics")
+        self._sync_history_file()
+        if self.log is not None:
+            self.log.truncate(self.step, self.epoch)
         while self.epoch < self.num_epochs and not self.should_stop:
             if hasattr(train_loader, "set_epoch") and partial is None:
                 train_loader.set_epoch(self.epoch)
@@ -236,6 +518,7 @@ class Learner:
             if self.optimizer.param_groups:
                 record["lr"] = float(self.optimizer.param_groups[0]["lr"])
             self.history.append(record)
+            self._append_history(record)
             if self.scheduler is not None and self.scheduler_interval == "epoch":
                 self.scheduler.step()
             if self.early is not None and self.early.step(record):
@@ -282,7 +565,11 @@ class Learner:
                 pending = 0
                 for cb in self.callbacks:
                     cb(self)
-                if self.checkpoint_every_steps and self.step % self.checkpoint_every_steps == 0:
+                if (
+                    self.checkpoint_every_steps
+                    and self.step % self.checkpoint_every_steps == 0
+                    and not self._epoch_end_save_follows(loader)
+                ):
                     self.save(loader, metrics)
             bar.update(1, loss=loss_value)
         if pending:
@@ -291,6 +578,15 @@ class Learner:
         out = {f"train_{m.name}": m.compute() for m in metrics}
         out["train_seconds"] = time.perf_counter() - start
         return out
+
+    def _epoch_end_save_follows(self, loader: Any) -> bool:
+        """True on an epoch's last batch when fit will checkpoint this same step at the epoch's end."""
+        if not (hasattr(loader, "state_dict") and hasattr(loader, "__len__")):
+            return False
+        if loader.state_dict().get("batches_done") != len(loader):
+            return False
+        done = self.epoch + 1
+        return bool(self.checkpoint_every) and (done % self.checkpoint_every == 0 or done == self.num_epochs)
 
     def _optimizer_step(self) -> None:
         params = [p for g in self.optimizer.param_groups for p in g["params"]]

@@ -44,11 +44,36 @@ class MetricsLog:
             f.flush()
             os.fsync(f.fileno())
 
-    def truncate(self, step: int) -> None:
-        """Keep only records up to ``step`` (resuming from a checkpoint taken there)."""
-        keep = [r for r in self.records() if int(r.get("step", 0)) <= step]
+    def truncate(self, step: int, epoch: int | None = None) -> None:
+        """Keep only records up to ``step`` (and epoch rows up to ``epoch``), one row per epoch.
+
+        Called when training resumes from a checkpoint taken there: rows written after it, by a
+        run that was killed, would otherwise be written again.
+        """
+        keep: list[dict[str, Any]] = []
+        seen: dict[Any, int] = {}
+        for r in self.records():
+            try:
+                if int(r.get("step", 0)) > step:
+                    continue
+            except (TypeError, ValueError):
+                continue
+            if r.get("kind") == "epoch":
+                if epoch is not None and not (isinstance(r.get("epoch"), int) and r["epoch"] <= epoch):
+                    continue
+                if r.get("epoch") in seen:  # a duplicate left by an older ember: keep the later row
+                    keep[seen[r["epoch"]]] = r
+                    continue
+                seen[r.get("epoch")] = len(keep)
+            keep.append(r)
+        data = "".join(json.dumps(r) + "\n" for r in keep)
+        if self.jsonl.is_file() and self.jsonl.read_text(encoding="utf-8", errors="replace") == data:
+            return
         tmp = self.jsonl.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, self.jsonl)
 
     def write_csv(self) -> None:
