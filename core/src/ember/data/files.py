@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DataError, EmberKeyError
 from .dataset import Dataset
 
 __all__ = ["CsvDataset", "ParquetDataset"]
@@ -28,10 +29,10 @@ class _TableDataset(Dataset):
         names = list(columns)
         for c in targets + _as_list(features):
             if c not in columns:
-                raise KeyError(f"{source}: no column named {c!r}; the columns are {names}")
+                raise EmberKeyError(f"{source}: no column named {c!r}; the columns are {names}")
         feats = _as_list(features) or [c for c in names if c not in targets]
         if not feats:
-            raise ValueError(f"{source}: no feature columns left after taking the target {targets}")
+            raise DataError(f"{source}: no feature columns left after taking the target {targets}")
         self.feature_names = feats
         self.target_names = targets
         self.features = np.stack([columns[c] for c in feats], axis=1).astype(dtype)
@@ -80,19 +81,19 @@ class CsvDataset(_TableDataset):
             try:
                 header = [h.strip() for h in next(reader)]
             except StopIteration:
-                raise ValueError(f"CsvDataset: {p!r} is empty; expected a header row") from None
+                raise DataError(f"CsvDataset: {p!r} is empty; expected a header row") from None
             rows = []
             for lineno, row in enumerate(reader, start=2):
                 if not row or all(not c.strip() for c in row):
                     continue
                 if len(row) != len(header):
-                    raise ValueError(f"CsvDataset: {p}:{lineno} has {len(row)} fields, the header has {len(header)}")
+                    raise DataError(f"CsvDataset: {p}:{lineno} has {len(row)} fields, the header has {len(header)}")
                 try:
                     rows.append([float(c) for c in row])
                 except ValueError:
                     bad = next(c for c in row if not _is_number(c))
                     col = header[row.index(bad)]
-                    raise ValueError(f"CsvDataset: {p}:{lineno} column {col!r} holds {bad!r}, not a number") from None
+                    raise DataError(f"CsvDataset: {p}:{lineno} column {col!r} holds {bad!r}, not a number") from None
         data = np.asarray(rows, dtype=np.float64).reshape(-1, len(header))
         columns = {h: data[:, k] for k, h in enumerate(header)}
         super().__init__(columns, target, features, dtype, "CsvDataset")
@@ -127,7 +128,7 @@ class ParquetDataset(_TableDataset):
             col = table.column(name).to_numpy(zero_copy_only=False)
             if col.dtype.kind not in "biuf":
                 if name in _as_list(target) + _as_list(features):
-                    raise ValueError(f"ParquetDataset: column {name!r} has non-numeric type {col.dtype}")
+                    raise DataError(f"ParquetDataset: column {name!r} has non-numeric type {col.dtype}")
                 continue
             columns[name] = col
         super().__init__(columns, target, features, dtype, "ParquetDataset")

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..creation import tensor
+from ..errors import ArgumentTypeError, InvalidArgumentError
 from ..ops.movement import stack
 from ..tensor import Tensor
 
@@ -74,11 +75,11 @@ class DataLoader:
         prefetch: int = 2,
     ) -> None:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise TypeError("DataLoader: dataset must have __len__ and __getitem__")
+            raise ArgumentTypeError("DataLoader: dataset must have __len__ and __getitem__")
         if batch_size < 1:
-            raise ValueError(f"DataLoader: batch_size must be >= 1, got {batch_size}")
+            raise InvalidArgumentError(f"DataLoader: batch_size must be >= 1, got {batch_size}")
         if num_workers < 0 or prefetch < 0:
-            raise ValueError("DataLoader: num_workers and prefetch must be >= 0")
+            raise InvalidArgumentError("DataLoader: num_workers and prefetch must be >= 0")
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle = shuffle

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ArgumentTypeError
 from .config import Config, from_typed_dict, typed_dict
 from .module import Module
 
@@ -32,7 +33,7 @@ class SequentialConfig(Config):
 
 def _check_module(value: Any, where: str) -> Module:
     if not isinstance(value, Module):
-        raise TypeError(f"{where}: expected an nn.Module, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{where}: expected an nn.Module, got {type(value).__name__}")
     return value
 
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InvalidArgumentError, NotImplementedOpError
 from ..tensor import Tensor
 from . import functional as F
 from . import init
@@ -24,7 +25,7 @@ def _ntuple(value: Any, n: int, name: str, layer: str) -> tuple[int, ...]:
         return (value,) * n
     out = tuple(int(v) for v in value)
     if len(out) != n:
-        raise ValueError(f"{layer}: {name} needs {n} values, got {value!r}")
+        raise InvalidArgumentError(f"{layer}: {name} needs {n} values, got {value!r}")
     return out
 
 
@@ -75,19 +76,21 @@ class _ConvNd(Module):
         name = type(self).__name__
         self._config = config
         if groups < 1 or in_channels % groups or out_channels % groups:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{name}: in_channels={in_channels} and out_channels={out_channels} must both be divisible "
                 f"by groups={groups}"
             )
         if padding_mode != "zeros":
-            raise NotImplementedError(f"{name}: only padding_mode='zeros' is implemented, got {padding_mode!r}")
+            raise NotImplementedOpError(f"{name}: only padding_mode='zeros' is implemented, got {padding_mode!r}")
         n = self.nd
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = _ntuple(kernel_size, n, "kernel_size", name)
         self.stride = _ntuple(stride, n, "stride", name)
         self.padding = padding if isinstance(padding, str) else _ntuple(padding, n, "padding", name)
         if isinstance(padding, str) and (padding not in ("same", "valid") or self.transposed):
-            raise ValueError(f"{name}: padding must be an int or a tuple (or 'same'/'valid' for Conv), got {padding!r}")
+            raise InvalidArgumentError(
+                f"{name}: padding must be an int or a tuple (or 'same'/'valid' for Conv), got {padding!r}"
+            )
         self.dilation = _ntuple(dilation, n, "dilation", name)
         self.output_padding = _ntuple(output_padding, n, "output_padding", name)
         self.padding_mode = padding_mode

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..dtypes import finfo
-from ..errors import ShapeError
+from ..errors import NotImplementedOpError, ShapeError
 from ..ops import nn as _nn
 from ..ops.conv import conv as _conv_op
 from ..ops.conv import conv_transpose as _conv_transpose_op
@@ -441,7 +441,7 @@ def scaled_dot_product_attention(
 def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
     """PyTorch-order padding: ``(left, right)`` of the last axis, then of the one before..."""
     if mode != "constant":
-        raise NotImplementedError(f"pad: only mode='constant' is implemented, got {mode!r}")
+        raise NotImplementedOpError(f"pad: only mode='constant' is implemented, got {mode!r}")
     x = _tensor_arg(x, "pad")
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ShapeError(f"pad: expected an even number of at most {2 * x.ndim} sizes, got {tuple(pad)}")

@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from ..autodiff.mode import no_grad
+from ..errors import InvalidArgumentError
 from ..random import Key, normal, uniform
 from ..tensor import Tensor
 
@@ -51,7 +52,7 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
         return math.sqrt(2.0 / (1.0 + slope**2))
     if nonlinearity == "selu":
         return 3.0 / 4.0
-    raise ValueError(
+    raise InvalidArgumentError(
         f"calculate_gain: unknown nonlinearity {nonlinearity!r}; expected one of "
         f"{', '.join(_LINEAR + ('tanh', 'relu', 'leaky_relu', 'selu'))}"
     )
@@ -60,7 +61,7 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
 def fan_in_and_fan_out(t: Tensor) -> tuple[int, int]:
     """(fan_in, fan_out) of a weight of shape (out, in, *kernel)."""
     if t.ndim < 2:
-        raise ValueError(f"fan in and fan out need a tensor with at least 2 dimensions, got shape {t.shape}")
+        raise InvalidArgumentError(f"fan in and fan out need a tensor with at least 2 dimensions, got shape {t.shape}")
     receptive = 1
     for s in t.shape[2:]:
         receptive *= s
@@ -69,7 +70,7 @@ def fan_in_and_fan_out(t: Tensor) -> tuple[int, int]:
 
 def _fan(t: Tensor, mode: str) -> int:
     if mode not in ("fan_in", "fan_out"):
-        raise ValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
+        raise InvalidArgumentError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = fan_in_and_fan_out(t)
     return fan_in if mode == "fan_in" else fan_out
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DTypeError
+from ..errors import DTypeError, InvalidArgumentError
 from ..ops.movement import flatten
 from ..tensor import Tensor
 from . import functional as F
@@ -128,7 +128,7 @@ class Embedding(Module):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError(f"Embedding: padding_idx={padding_idx} is outside [0, {num_embeddings})")
+                raise InvalidArgumentError(f"Embedding: padding_idx={padding_idx} is outside [0, {num_embeddings})")
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
         w = init.normal_(new_param((num_embeddings, embedding_dim), device, dtype))
@@ -158,7 +158,7 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
+            raise InvalidArgumentError(f"Dropout: p must be in [0, 1], got {p}")
         self._config = DropoutConfig(p)
         self.p = p
 

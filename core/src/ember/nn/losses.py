@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..ops import nn as _nn
 from ..ops.elementwise import _tensor_arg, where
 from ..ops.indexing import take, take_along_axis
@@ -26,7 +26,7 @@ def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:
         return loss.sum()
     if reduction == "none":
         return loss
-    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise InvalidArgumentError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def _pair(input: Any, target: Any, name: str) -> tuple[Tensor, Tensor]:

@@ -8,7 +8,7 @@ from typing import Any
 from ..autodiff.mode import no_grad
 from ..creation import ones, zeros
 from ..device import device_arg
-from ..errors import ShapeError
+from ..errors import ArgumentTypeError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor
 from . import functional as F
 from . import init
@@ -164,7 +164,7 @@ class LayerNormConfig(Config):
 
 def _check_trailing(x: Any, shape: tuple[int, ...], layer: str) -> Tensor:
     if not isinstance(x, Tensor):
-        raise TypeError(f"{layer}: expected a Tensor, got {type(x).__name__}")
+        raise ArgumentTypeError(f"{layer}: expected a Tensor, got {type(x).__name__}")
     if x.shape[x.ndim - len(shape) :] != shape or x.ndim < len(shape):
         raise ShapeError(f"{layer}: expected input of shape (..., {', '.join(map(str, shape))}), got {x.shape}")
     return x
@@ -263,7 +263,9 @@ class GroupNorm(Module):
     ) -> None:
         super().__init__()
         if num_groups < 1 or num_channels % num_groups:
-            raise ValueError(f"GroupNorm: num_channels={num_channels} must be divisible by num_groups={num_groups}")
+            raise InvalidArgumentError(
+                f"GroupNorm: num_channels={num_channels} must be divisible by num_groups={num_groups}"
+            )
         self._config = GroupNormConfig(num_groups, num_channels, eps, affine)
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         if affine:

@@ -511,11 +511,20 @@ def divide(a: Any, b: Any) -> Tensor:
 
 
 def floor_divide(a: Any, b: Any) -> Tensor:
+    """Floor of ``a / b`` (Python's ``//``).
+
+    Integer division by zero follows the Array API: the result is implementation-defined, not an
+    error (checking would read every divisor back from a GPU). The cpu backend gives 0; floats give
+    ``inf``/``nan`` as IEEE 754 says.
+    """
     return binary(FLOORDIV, a, b)
 
 
 def remainder(a: Any, b: Any) -> Tensor:
-    """Remainder with the sign of the divisor (Python's ``%``)."""
+    """Remainder with the sign of the divisor (Python's ``%``).
+
+    An integer remainder by zero is implementation-defined, as in the Array API (0 on cpu), not an error.
+    """
     return binary(REMAINDER, a, b)
 
 

@@ -13,7 +13,7 @@ from ..creation import arange, full, tensor, zeros
 from ..creation import tensor as _t
 from ..dispatch import apply, define, is_tensor
 from ..dtypes import bool_, int64
-from ..errors import AutodiffError, DTypeError, EmberIndexError, ShapeError
+from ..errors import AutodiffError, DTypeError, EmberIndexError, InvalidArgumentError, ShapeError
 from ..shapes import broadcast_shapes, normalize_axis
 from .elementwise import INT, _tensor_arg, where
 from .movement import broadcast_to, expand_dims, flip, permute_dims, reshape, slice_tensor, stack
@@ -121,7 +121,9 @@ def _wrap_negative(index: Tensor, n: int) -> Tensor:
     hi = int(index.max().item())
     if lo < -n or hi >= n:
         bad = hi if hi >= n else lo
-        raise EmberIndexError(f"index {bad} is out of bounds for an axis of size {n}")
+        raise EmberIndexError(
+            f"index {bad} is out of bounds for an axis of size {n}; valid indices are {-n}..{n - 1}"
+        )
     if lo < 0:
         index = where(index < 0, index + n, index)
     return index
@@ -190,11 +192,34 @@ def take(x: Any, indices: Any, axis: int | None = None) -> Tensor:
     return apply(TAKE, (x, index), {"axis": ax}, shape, x._dtype)
 
 
+def check_class_range(index: Tensor, n: int, op: str, argument: str, ignore: int | None = None) -> None:
+    """Refuse class indices outside ``[0, n)`` (``ignore`` exempt), on synchronous backends only.
+
+    Like ``_wrap_negative``, the check reads the range back to the host, so backends that queue
+    work (``cheap_readback = False``) skip it rather than stall on every call.
+    """
+    if index.size == 0 or not index._device.backend.cheap_readback:
+        return
+    valid = index if ignore is None else where(index == ignore, 0, index)
+    lo = int(valid.min().item())
+    hi = int(valid.max().item())
+    if lo < 0 or hi >= n:
+        bad = hi if hi >= n else lo
+        also = f" or ignore_index={ignore}" if ignore is not None else ""
+        raise EmberIndexError(
+            f"{op}: {argument} holds class {bad}, outside 0..{n - 1} for {n} classes; "
+            f"each entry must be in 0..{n - 1}{also} (check the number of classes and the labels)"
+        )
+
+
 def one_hot(indices: Any, num_classes: int, dtype: Any = None) -> Tensor:
     """``indices[..., None] == arange(num_classes)`` as ``dtype`` (float32 by default)."""
 
     index = _tensor_arg(indices, "one_hot")
     _check_index(index, "one_hot")
+    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1:
+        raise InvalidArgumentError(f"one_hot: num_classes must be a positive int, got {num_classes!r}")
+    check_class_range(index, num_classes, "one_hot", "indices")
     classes = arange(num_classes, device=index._device)
     out = expand_dims(index.astype(int64), -1) == classes
     return out.astype("float32" if dtype is None else dtype)

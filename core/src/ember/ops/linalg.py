@@ -51,6 +51,12 @@ def matmul(a: Any, b: Any) -> Tensor:
         a = a.astype(dt)
     if b._dtype is not dt:
         b = b.astype(dt)
+    if a.ndim == 1 and b.ndim == 1 and a._shape != b._shape:
+        raise ShapeError(
+            f"matmul: 1-D operands of shapes {a._shape} and {b._shape} differ in length "
+            f"({a._shape[0]} != {b._shape[0]}); a vector product needs two vectors of the same length."
+        )
+    shape_a, shape_b = a._shape, b._shape  # as the user passed them, for the message
     squeeze_a = a.ndim == 1
     squeeze_b = b.ndim == 1
     if squeeze_a:
@@ -61,7 +67,7 @@ def matmul(a: Any, b: Any) -> Tensor:
     k2, m = b._shape[-2:]
     if k != k2:
         raise ShapeError(
-            f"matmul: inner dimensions differ: {a._shape} @ {b._shape} ({k} != {k2}). The last axis "
+            f"matmul: inner dimensions differ: {shape_a} @ {shape_b} ({k} != {k2}). The last axis "
             f"of the first operand must equal the second-to-last axis of the second."
         )
     batch = broadcast_shapes(a._shape[:-2], b._shape[:-2], op="matmul")

@@ -28,7 +28,7 @@ from .elementwise import (
     tanh,
     where,
 )
-from .indexing import one_hot, take, take_along_axis
+from .indexing import check_class_range, one_hot, take, take_along_axis
 from .linalg import matmul, matrix_transpose
 from .movement import expand_dims
 from .reduction import logsumexp, max, mean, sum
@@ -501,6 +501,7 @@ def cross_entropy(
     if target._shape != expected:
         raise ShapeError(f"cross_entropy: logits {logits._shape} need target of shape {expected}, got {target._shape}")
     target = target.astype(int64) if target._dtype is not int64 else target
+    check_class_range(target, c, "cross_entropy", "target", ignore=int(ignore_index))
     # with class weights, PyTorch weights the smoothing term per class (sum_c w_c log p_c), not by
     # w[target]: the weighted case computes the two terms apart
     smoothing = float(label_smoothing) if weight is None else 0.0
