@@ -121,9 +121,7 @@ def _wrap_negative(index: Tensor, n: int) -> Tensor:
     hi = int(index.max().item())
     if lo < -n or hi >= n:
         bad = hi if hi >= n else lo
-        raise EmberIndexError(
-            f"index {bad} is out of bounds for an axis of size {n}; valid indices are {-n}..{n - 1}"
-        )
+        raise EmberIndexError(f"index {bad} is out of bounds for an axis of size {n}; valid indices are {-n}..{n - 1}")
     if lo < 0:
         index = where(index < 0, index + n, index)
     return index
