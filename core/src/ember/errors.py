@@ -25,6 +25,8 @@ __all__ = [
     "MissingMethodError",
     "DataError",
     "LoaderTimeoutError",
+    "DataFileNotFoundError",
+    "MissingDependencyError",
 ]
 
 
@@ -98,3 +100,11 @@ class DataError(EmberError, ValueError):
 
 class LoaderTimeoutError(EmberError, TimeoutError):
     """A DataLoader batch took longer than its ``timeout``; the message names the dataset index."""
+
+
+class DataFileNotFoundError(EmberError, FileNotFoundError):
+    """A dataset file does not exist."""
+
+
+class MissingDependencyError(EmberError, ImportError):
+    """An optional package a feature needs is not installed; the message says what to install."""
