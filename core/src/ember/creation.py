@@ -12,7 +12,7 @@ from .device import Device, check_dtype, device_arg
 from .dispatch import OPS, apply, create, define, is_tensor, make_tensor
 from .dtypes import DType, as_dtype, bool_, default_float, default_int
 from .errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
-from .shapes import as_shape
+from .shapes import as_int, as_shape
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -255,6 +255,8 @@ def eye(n_rows: int, n_cols: int | None = None, k: int = 0, dtype: Any = None, d
     """A 2-D tensor with ones on diagonal ``k`` and zeros elsewhere."""
     if n_cols is None:
         n_cols = n_rows
+    n_rows, n_cols = as_int(n_rows, "eye", "n_rows"), as_int(n_cols, "eye", "n_cols")
+    k = as_int(k, "eye", "k")
     if n_rows < 0 or n_cols < 0:
         raise ShapeError(f"eye: sizes must be >= 0, got {n_rows}x{n_cols}")
     dt = default_float() if dtype is None else as_dtype(dtype)

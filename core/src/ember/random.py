@@ -212,6 +212,11 @@ def normal(
     mean: float = 0.0, std: float = 1.0, shape: Any = (), dtype: Any = None, device: Any = None, key: Key | None = None
 ) -> Tensor:
     """Normal samples with the given mean and standard deviation."""
+    for name, v in (("mean", mean), ("std", std)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InvalidArgumentError(f"normal: {name} must be a number, got {v!r} ({type(v).__name__})")
+    if not std >= 0:
+        raise InvalidArgumentError(f"normal: std must be >= 0 (a standard deviation), got {std!r}")
     return randn(shape, dtype, device, key) * float(std) + float(mean)
 
 
@@ -244,10 +249,14 @@ def bernoulli(p: Any, shape: Any = None, device: Any = None, key: Key | None = N
         u = rand(p.shape, dtype=p.dtype, device=p.device, key=key)
         return u < p
     shp = as_shape(() if shape is None else shape, "shape", "bernoulli")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise InvalidArgumentError(f"bernoulli: p must be a probability in [0, 1] (or a tensor of them), got {p!r}")
     return rand(shp, device=device, key=key) < float(p)
 
 
 def permutation(n: int, device: Any = None, key: Key | None = None) -> Tensor:
     """A random permutation of ``0..n-1`` (argsort of random words; ties broken by position)."""
-    w = _bits(n, device, key)
+    if isinstance(n, bool) or not hasattr(n, "__index__") or int(n) < 0:
+        raise InvalidArgumentError(f"permutation: n must be an int >= 0 (the number of items), got {n!r}")
+    w = _bits(int(n), device, key)
     return w.argsort()

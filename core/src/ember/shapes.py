@@ -17,6 +17,8 @@ __all__ = [
     "infer_reshape",
     "numel",
     "as_shape",
+    "as_int",
+    "as_ints",
 ]
 
 Shape = tuple[int, ...]
@@ -37,6 +39,24 @@ def _as_dim(s: Any, argument: str, op: str, shape: Any) -> int:
             f"(entry {s!r} is a {type(s).__name__}); pass whole numbers, e.g. {op}((2, 3))"
         )
     return operator.index(s)
+
+
+def as_int(value: Any, op: str, argument: str) -> int:
+    """An int argument (an integer-valued numpy scalar too), refusing floats, bools and strings."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ArgumentTypeError(f"{op}: {argument} must be an int, got {value!r} ({type(value).__name__})")
+    return operator.index(value)
+
+
+def as_ints(value: Any, op: str, argument: str) -> tuple[int, ...]:
+    """An int or a sequence of ints, as a tuple."""
+    if isinstance(value, (str, bytes)) or not (isinstance(value, Iterable) or hasattr(value, "__index__")):
+        raise ArgumentTypeError(
+            f"{op}: {argument} must be an int or a sequence of ints, got {value!r} ({type(value).__name__})"
+        )
+    if not isinstance(value, Iterable):
+        return (as_int(value, op, argument),)
+    return tuple(as_int(v, op, argument) for v in value)
 
 
 def as_shape(shape: Any, argument: str = "shape", op: str = "op") -> Shape:

@@ -238,7 +238,7 @@ class Tensor:
     @grad.setter
     def grad(self, value: Tensor | None) -> None:
         if value is not None and not isinstance(value, Tensor):
-            raise ArgumentTypeError(f"grad must be a Tensor or None, got {type(value).__name__}")
+            raise ArgumentTypeError(f"Tensor.grad: grad must be a Tensor or None, got {type(value).__name__}")
         self._grad = value
 
     @property
@@ -312,14 +312,13 @@ class Tensor:
 
     def __len__(self) -> int:
         if not self._shape:
-            raise ArgumentTypeError("len() of a 0-d tensor")
+            raise ArgumentTypeError("len(): a 0-d tensor has no length; use x.size for the element count")
         return self._shape[0]
 
     def __iter__(self) -> Iterator[Tensor]:
         if not self._shape:
-            raise ArgumentTypeError("iteration over a 0-d tensor")
-        for i in range(self._shape[0]):
-            yield self[i]
+            raise ArgumentTypeError("iter(): a 0-d tensor cannot be iterated; use x.item() for its value")
+        return (self[i] for i in range(self._shape[0]))
 
     def to(self, target: Any = None, dtype: Any = None) -> Tensor:
         """Move to a device and/or convert to a dtype: ``x.to("opencl")``, ``x.to(em.float16)``."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..dtypes import finfo
-from ..errors import NotImplementedOpError, ShapeError
+from ..errors import InvalidArgumentError, NotImplementedOpError, ShapeError
 from ..ops import nn as _nn
 from ..ops.conv import conv as _conv_op
 from ..ops.conv import conv_transpose as _conv_transpose_op
@@ -405,6 +405,8 @@ def batch_norm(
 def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """x / max(||x||_p, eps) along ``dim``."""
     x = _tensor_arg(x, "normalize")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
+        raise InvalidArgumentError(f"normalize: p must be a number > 0 (the norm's order, e.g. 2), got {p!r}")
     return x / vector_norm(x, axis=dim, keepdims=True, ord=p).clip(eps, None)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import DTypeError, InvalidArgumentError
 from ..ops.movement import flatten
+from ..shapes import as_int
 from ..tensor import Tensor
 from . import functional as F
 from . import init
@@ -45,6 +46,9 @@ class Linear(Module):
         self, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None
     ) -> None:
         super().__init__()
+        for arg, v in (("in_features", in_features), ("out_features", out_features)):
+            if as_int(v, "Linear", arg) < 0:
+                raise InvalidArgumentError(f"Linear: {arg} must be >= 0, got {v!r}")
         self._config = LinearConfig(in_features, out_features, bias)
         self.in_features, self.out_features = in_features, out_features
         w = new_param((out_features, in_features), device, dtype)

@@ -7,7 +7,7 @@ from typing import Any
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..ops import nn as _nn
 from ..ops.elementwise import _tensor_arg, where
-from ..ops.indexing import take, take_along_axis
+from ..ops.indexing import check_class_range, take, take_along_axis
 from ..ops.movement import expand_dims
 from ..tensor import Tensor
 
@@ -127,6 +127,7 @@ def nll_loss(
     expected = (x.shape[0],) + x.shape[2:]
     if x.ndim < 2 or t.shape != expected:
         raise ShapeError(f"nll_loss: input {x.shape} needs a target of shape {expected}, got {t.shape}")
+    check_class_range(t, x.shape[1], "nll_loss", "target", ignore=int(ignore_index))
     valid = t != ignore_index
     safe = where(valid, t, 0).astype("int64")
     picked = take_along_axis(x, expand_dims(safe, 1), 1).reshape(t.shape)

@@ -148,7 +148,9 @@ class Module:
         """Add a parameter (a Parameter, a Tensor, or None for an absent optional one)."""
         self._check_init(name)
         if not isinstance(name, str) or not name or "." in name:
-            raise EmberKeyError(f"parameter name must be a non-empty string without '.', got {name!r}")
+            raise EmberKeyError(
+                f"{type(self).__name__}.register_parameter: name must be a non-empty string without '.', got {name!r}"
+            )
         trainable = True
         if isinstance(param, Parameter):
             trainable = param.requires_grad
@@ -166,7 +168,9 @@ class Module:
         """Add state that is saved in ``state_dict`` (if persistent) but never requires grad."""
         self._check_init(name)
         if not isinstance(name, str) or not name or "." in name:
-            raise EmberKeyError(f"buffer name must be a non-empty string without '.', got {name!r}")
+            raise EmberKeyError(
+                f"{type(self).__name__}.register_buffer: name must be a non-empty string without '.', got {name!r}"
+            )
         if tensor is not None and not isinstance(tensor, Tensor):
             raise ArgumentTypeError(f"cannot register {type(tensor).__name__} as buffer {name!r}: expected a Tensor")
         self._discard(name)

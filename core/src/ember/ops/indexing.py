@@ -263,6 +263,11 @@ def _expand_key(x: Tensor, key: Any) -> list[tuple[str, Any]]:
             entries.append(("int", int(k)))
         elif isinstance(k, (bool, np.bool_)):
             entries.append(("mask", tensor(bool(k), device=x._device)))
+        elif isinstance(k, (str, bytes, float)):
+            raise EmberIndexError(
+                f"index: {k!r} ({type(k).__name__}) is not a valid index; use ints, slices, None, ..., "
+                f"bool masks or integer tensors"
+            )
         else:
             t = k if is_tensor(k) else _tensor_arg(k, "index", x)
             if t._dtype is bool_:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ArgumentTypeError, EmberKeyError, InvalidArgumentError, MissingMethodError
+from ..shapes import as_ints
 from .optimizer import Optimizer
 
 __all__ = [
@@ -54,9 +55,19 @@ def _per_group(name: str, optimizer: Optimizer, value: Any) -> list[Any]:
     n = len(optimizer.param_groups)
     if isinstance(value, (list, tuple)):
         if len(value) != n:
-            raise InvalidArgumentError(f"expected {n} values for {name} (one per parameter group), got {len(value)}")
+            raise InvalidArgumentError(
+                f"OneCycleLR: {name} needs {n} value(s) (one per parameter group), "
+                f"got {len(value)}; pass one number for every group, or a list of {n}"
+            )
         return list(value)
     return [value] * n
+
+
+def _gamma(gamma: Any, where: str) -> float:
+    """A decay factor: a number > 0 (a negative one would flip the learning rate's sign)."""
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma > 0:
+        raise InvalidArgumentError(f"{where}: gamma must be a number > 0 (e.g. 0.1 or 0.95), got {gamma!r}")
+    return gamma
 
 
 class LRScheduler:
@@ -147,6 +158,11 @@ class LambdaLR(LRScheduler):
             self.lr_lambdas = list(lr_lambda)
         else:
             self.lr_lambdas = [lr_lambda] * len(optimizer.param_groups)
+        for f in self.lr_lambdas:
+            if not callable(f):
+                raise ArgumentTypeError(
+                    f"LambdaLR: lr_lambda must be a function of the epoch (or one per parameter group), got {f!r}"
+                )
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -174,7 +190,7 @@ class StepLR(LRScheduler):
         if int(step_size) < 1:
             raise InvalidArgumentError(f"StepLR: step_size must be a positive integer, got {step_size!r}")
         self.step_size = int(step_size)
-        self.gamma = gamma
+        self.gamma = _gamma(gamma, "StepLR")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -193,8 +209,10 @@ class MultiStepLR(LRScheduler):
     def __init__(
         self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1, last_epoch: int = -1
     ) -> None:
-        self.milestones = sorted(int(m) for m in milestones)  # repeated milestones apply gamma repeatedly
-        self.gamma = gamma
+        self.milestones = sorted(as_ints(milestones, "MultiStepLR", "milestones"))  # repeats apply gamma again
+        if any(m < 0 for m in self.milestones):
+            raise InvalidArgumentError(f"MultiStepLR: milestones must be epochs >= 0, got {milestones!r}")
+        self.gamma = _gamma(gamma, "MultiStepLR")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -211,7 +229,7 @@ class ExponentialLR(LRScheduler):
     """Multiply the learning rate by ``gamma`` every epoch: ``initial_lr * gamma ** epoch``."""
 
     def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
-        self.gamma = gamma
+        self.gamma = _gamma(gamma, "ExponentialLR")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
