@@ -76,7 +76,9 @@ def config_from_dict(name: str, data: dict[str, Any]) -> Config:
     try:
         cls = _REGISTRY[name]
     except KeyError:
-        raise EmberKeyError(f"no layer config named {name!r} is defined") from None
+        raise EmberKeyError(
+            f"config_from_dict: no layer config named {name!r} is defined; known: {', '.join(sorted(_REGISTRY))}"
+        ) from None
     return cls.from_dict(data)
 
 

@@ -156,7 +156,10 @@ class Module:
             trainable = param.requires_grad
             param = param.tensor
         elif param is not None and not isinstance(param, Tensor):
-            raise ArgumentTypeError(f"cannot register {type(param).__name__} as parameter {name!r}: expected a Tensor")
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.register_parameter: cannot register {type(param).__name__} as parameter "
+                f"{name!r}; expected a Tensor, a Parameter or None"
+            )
         self._discard(name)
         if param is not None:
             param = _as_leaf(param, trainable)
@@ -172,7 +175,10 @@ class Module:
                 f"{type(self).__name__}.register_buffer: name must be a non-empty string without '.', got {name!r}"
             )
         if tensor is not None and not isinstance(tensor, Tensor):
-            raise ArgumentTypeError(f"cannot register {type(tensor).__name__} as buffer {name!r}: expected a Tensor")
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.register_buffer: cannot register {type(tensor).__name__} as buffer "
+                f"{name!r}; expected a Tensor or None"
+            )
         self._discard(name)
         self._buffers[name] = None if tensor is None else _as_leaf(tensor, False)
         if not persistent:

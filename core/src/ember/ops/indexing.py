@@ -70,7 +70,7 @@ def take_along_axis(x: Any, indices: Any, axis: int = -1) -> Tensor:
     ax = normalize_axis(axis, x.ndim, "take_along_axis")
     if index._dtype is not int64:
         index = index.astype(int64)
-    index = _wrap_negative(index, x._shape[ax])
+    index = _wrap_negative(index, x._shape[ax], "take_along_axis")
     outer = broadcast_shapes(
         tuple(1 if i == ax else d for i, d in enumerate(x._shape)),
         tuple(1 if i == ax else d for i, d in enumerate(index._shape)),
@@ -102,11 +102,11 @@ def scatter_add(x: Any, indices: Any, values: Any, axis: int) -> Tensor:
             )
     if index.ndim != x.ndim:
         raise ShapeError(f"scatter_add: indices have {index.ndim} dims but x has {x.ndim}")
-    index = _wrap_negative(index, x._shape[ax])
+    index = _wrap_negative(index, x._shape[ax], "scatter_add")
     return apply(SCATTER_ADD, (x, index, values), {"axis": ax}, x._shape, x._dtype)
 
 
-def _wrap_negative(index: Tensor, n: int) -> Tensor:
+def _wrap_negative(index: Tensor, n: int, op: str = "index") -> Tensor:
     """Map negative indices to ``n + i``; on synchronous backends also check the range.
 
     The check reads the index range back to the host. Backends that queue work
@@ -136,7 +136,7 @@ def index_put(x: Any, indices: tuple[Any, ...], values: Any, accumulate: bool = 
     for i in idx:
         _check_index(i, "index_put")
     idx = [(i if i._dtype is int64 else i.astype(int64)) for i in idx]
-    idx = [_wrap_negative(i, x._shape[k]) for k, i in enumerate(idx)]
+    idx = [_wrap_negative(i, x._shape[k], "index_put") for k, i in enumerate(idx)]
     bshape = broadcast_shapes(*(i._shape for i in idx), op="index_put") if idx else ()
     idx = [broadcast_to(i, bshape) for i in idx]
     target = bshape + x._shape[len(idx) :]
@@ -185,7 +185,7 @@ def take(x: Any, indices: Any, axis: int | None = None) -> Tensor:
         return reshape(flat, x._shape[:ax] + index._shape + x._shape[ax + 1 :])
     if index._dtype is not int64:
         index = index.astype(int64)
-    index = _wrap_negative(index, x._shape[ax])
+    index = _wrap_negative(index, x._shape[ax], "take")
     shape = tuple(index._shape[0] if i == ax else d for i, d in enumerate(x._shape))
     return apply(TAKE, (x, index), {"axis": ax}, shape, x._dtype)
 
@@ -402,7 +402,7 @@ def _gather_advanced(y: Tensor, positions: list[int], index: list[Tensor]) -> Te
     dims = [y._shape[p] for p in positions]
     linear = None
     for t, n in zip(index, dims):
-        t = _wrap_negative(t.astype(int64) if t._dtype is not int64 else t, n)
+        t = _wrap_negative(t.astype(int64) if t._dtype is not int64 else t, n, "index")
         linear = t if linear is None else linear * n + t
     flat = reshape(moved, (-1,) + tuple(y._shape[r] for r in rest))
     picked = take(flat, reshape(broadcast_to(linear, bshape), (-1,)), axis=0)
