@@ -61,8 +61,8 @@ def as_ints(value: Any, op: str, argument: str) -> tuple[int, ...]:
 
 def as_shape(shape: Any, argument: str = "shape", op: str = "op") -> Shape:
     """Normalise an int or a sequence of ints to a shape tuple, checking each entry."""
-    if isinstance(shape, int) and not isinstance(shape, bool):
-        shape = (shape,)
+    if not isinstance(shape, (bool, Iterable)) and hasattr(shape, "__index__"):
+        shape = (shape,)  # an int, or an integer numpy scalar
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
         raise ArgumentTypeError(
             f"{op}: {argument} must be an int or a sequence of ints, got {shape!r} "
@@ -145,7 +145,7 @@ def reduced_shape(shape: Shape, axes: tuple[int, ...], keepdims: bool) -> Shape:
 
 def infer_reshape(old: Shape, new: Any, op: str = "reshape") -> Shape:
     """Resolve one ``-1`` in ``new`` and check the element count matches."""
-    if isinstance(new, int) and not isinstance(new, bool):
+    if not isinstance(new, (bool, Iterable)) and hasattr(new, "__index__"):
         new = (new,)
     if isinstance(new, (str, bytes)) or not isinstance(new, Iterable):
         raise ArgumentTypeError(f"{op}: shape must be an int or a sequence of ints, got {new!r} ({type(new).__name__})")
