@@ -248,6 +248,8 @@ class GradScaler:
         return outputs * self._scale
 
     def _state(self, optimizer: Any) -> dict[str, Any]:
+        if not hasattr(optimizer, "param_groups"):
+            raise ArgumentTypeError(f"GradScaler: optimizer must be an ember Optimizer, got {type(optimizer).__name__}")
         st = self._per_optimizer.get(id(optimizer))
         if st is None:
             st = self._per_optimizer[id(optimizer)] = {"stage": _READY, "found_inf": None}

@@ -21,7 +21,7 @@ import numpy as np
 from .device import device_arg
 from .dispatch import create, define, is_tensor
 from .dtypes import DType, as_dtype, default_float, default_int, float32, float64, uint32
-from .errors import DTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, DTypeError, InvalidArgumentError
 from .ops.movement import concat
 from .shapes import as_shape, numel
 
@@ -107,6 +107,8 @@ class Key:
 
 def key(seed: int) -> Key:
     """A stream of its own for ``seed`` (pass as ``key=`` to any sampling function)."""
+    if isinstance(seed, bool) or not hasattr(seed, "__index__"):
+        raise ArgumentTypeError(f"seed: the seed must be an int, got {seed!r} ({type(seed).__name__})")
     s = int(seed) & 0xFFFFFFFFFFFFFFFF
     return Key(s & _MASK, s >> 32)
 
@@ -185,10 +187,19 @@ def rand(shape: Any, dtype: Any = None, device: Any = None, key: Key | None = No
     return _unit(numel(shp), dt, device, key).reshape(shp)
 
 
+def _check_range(low: Any, high: Any, op: str) -> None:
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ArgumentTypeError(f"{op}: {name} must be a number, got {v!r} ({type(v).__name__})")
+    if not low <= high:
+        raise InvalidArgumentError(f"{op}: low={low!r} must be <= high={high!r}")
+
+
 def uniform(
     low: float = 0.0, high: float = 1.0, shape: Any = (), dtype: Any = None, device: Any = None, key: Key | None = None
 ) -> Tensor:
     """Uniform samples on [low, high)."""
+    _check_range(low, high, "uniform")
     return rand(shape, dtype, device, key) * float(high - low) + float(low)
 
 

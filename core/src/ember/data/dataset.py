@@ -107,7 +107,10 @@ class Subset(Dataset):
 
     def __init__(self, source: Any, indices: Sequence[int] | np.ndarray) -> None:
         self.source = source
-        self.indices = np.asarray(indices, dtype=np.int64)
+        raw = np.asarray(indices)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise ArgumentTypeError(f"Subset: indices must be integers, got an array of {raw.dtype}")
+        self.indices = raw.astype(np.int64)
         n = len(source)
         if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= n):
             raise EmberIndexError(f"Subset: indices out of range for a dataset of {n} items")
@@ -122,6 +125,11 @@ class Subset(Dataset):
 class ConcatDataset(Dataset):
     def __init__(self, parts: Sequence[Any]) -> None:
         self.parts = list(parts)
+        if not self.parts:
+            raise InvalidArgumentError("ConcatDataset: parts is empty; give at least one dataset")
+        for k, p in enumerate(self.parts):
+            if not hasattr(p, "__len__") or not hasattr(p, "__getitem__"):
+                raise ArgumentTypeError(f"ConcatDataset: part {k} ({type(p).__name__}) has no __len__ and __getitem__")
         self.offsets = np.cumsum([0] + [len(p) for p in self.parts])
 
     def __len__(self) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..creation import tensor
-from ..errors import ArgumentTypeError, InvalidArgumentError, LoaderTimeoutError
+from ..errors import ArgumentTypeError, EmberKeyError, InvalidArgumentError, LoaderTimeoutError
 from ..ops.movement import stack
 from ..tensor import Tensor
 
@@ -231,6 +231,11 @@ class DataLoader:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue at the batch after the last one consumed when ``state`` was taken."""
+        missing = [k for k in ("epoch", "batches_done") if k not in state]
+        if missing:
+            raise EmberKeyError(
+                f"DataLoader.load_state_dict: the state lacks {missing}; pass what DataLoader.state_dict() returned"
+            )
         self.epoch = int(state["epoch"])
         self._skip = int(state["batches_done"])
         self.seed = int(state.get("seed", self.seed))

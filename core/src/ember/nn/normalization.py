@@ -9,6 +9,7 @@ from ..autodiff.mode import no_grad
 from ..creation import ones, zeros
 from ..device import device_arg
 from ..errors import ArgumentTypeError, InvalidArgumentError, ShapeError
+from ..shapes import as_ints
 from ..tensor import Tensor
 from . import functional as F
 from . import init
@@ -22,8 +23,11 @@ __all__ = [
 ]  # fmt: skip
 
 
-def _shape(normalized_shape: Any) -> tuple[int, ...]:
-    return (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(s) for s in normalized_shape)
+def _shape(normalized_shape: Any, layer: str = "LayerNorm") -> tuple[int, ...]:
+    shape = as_ints(normalized_shape, layer, "normalized_shape")
+    if any(s < 1 for s in shape):
+        raise InvalidArgumentError(f"{layer}: every normalized_shape entry must be >= 1, got {normalized_shape!r}")
+    return shape
 
 
 def _ones_param(shape: tuple[int, ...], device: Any, dtype: Any) -> Parameter:
@@ -226,7 +230,11 @@ class RMSNorm(Module):
     ) -> None:
         super().__init__()
         self._config = RMSNormConfig(normalized_shape, eps, elementwise_affine)
-        self.normalized_shape, self.eps, self.elementwise_affine = _shape(normalized_shape), eps, elementwise_affine
+        self.normalized_shape, self.eps, self.elementwise_affine = (
+            _shape(normalized_shape, "RMSNorm"),
+            eps,
+            elementwise_affine,
+        )
         if elementwise_affine:
             self.weight = _ones_param(self.normalized_shape, device, dtype)
         else:

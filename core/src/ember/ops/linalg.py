@@ -10,7 +10,7 @@ from ..creation import zeros
 from ..dispatch import apply, define, is_tensor
 from ..dtypes import bool_, int64, promote_types
 from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
-from ..shapes import as_ints, broadcast_shapes, normalize_axes, normalize_axis
+from ..shapes import as_int, as_ints, broadcast_shapes, normalize_axes, normalize_axis
 from .elementwise import NUMERIC, _needs, _reject, _tensor_arg, abs, sqrt, where
 from .indexing import scatter_add, take_along_axis
 from .movement import permute_dims, reshape, slice_tensor, swapaxes
@@ -284,6 +284,7 @@ def topk(x: Any, k: int, axis: int = -1, largest: bool = True) -> tuple[Tensor, 
     """The ``k`` largest (or smallest) values along ``axis`` and their indices, sorted."""
     y, ax = _sortable(x, "topk", axis)
     n = y._shape[ax]
+    k = as_int(k, "topk", "k")
     if not 0 <= k <= n:
         raise ShapeError(f"topk: k={k} must be between 0 and the axis length {n}")
     idx = argsort(y, axis=ax, descending=largest)

@@ -280,13 +280,16 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
     x = _tensor_arg(x, "split")
     ax = normalize_axis(axis, x.ndim, "split")
     n = x._shape[ax]
+    if not isinstance(indices_or_sections, (list, tuple)) and not is_tensor(indices_or_sections):
+        indices_or_sections = as_int(indices_or_sections, "split", "indices_or_sections")
     if isinstance(indices_or_sections, int):
         k = indices_or_sections
         if k <= 0 or n % k:
             raise ShapeError(f"split: axis {ax} of length {n} does not divide into {k} equal sections")
         bounds = [i * (n // k) for i in range(k + 1)]
     else:
-        bounds = [0] + [max(0, min(n, int(i))) for i in indices_or_sections] + [n]
+        cuts = indices_or_sections.tolist() if is_tensor(indices_or_sections) else indices_or_sections
+        bounds = [0] + [max(0, min(n, i)) for i in as_ints(cuts, "split", "indices_or_sections")] + [n]
     return [_take_slice(x, ax, bounds[i], max(bounds[i], bounds[i + 1])) for i in range(len(bounds) - 1)]
 
 
@@ -295,6 +298,7 @@ def chunk(x: Any, chunks: int, axis: int = 0) -> list[Tensor]:
     x = _tensor_arg(x, "chunk")
     ax = normalize_axis(axis, x.ndim, "chunk")
     n = x._shape[ax]
+    chunks = as_int(chunks, "chunk", "chunks")
     if chunks <= 0:
         raise InvalidArgumentError(f"chunk: chunks must be positive, got {chunks}")
     size = -(-n // chunks) if n else 0

@@ -396,7 +396,7 @@ def batch_norm(
 def dropout(x: Any, p: float = 0.5, training: bool = True, key: Any = None) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p)."""
     x = _float_arg(x, "dropout")
-    if not 0.0 <= p <= 1.0:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x

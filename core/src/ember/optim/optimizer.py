@@ -131,6 +131,10 @@ class Optimizer:
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update every parameter that has a gradient; returns ``closure()`` when one is given."""
         loss = None
+        if closure is not None and not callable(closure):
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.step: closure must be a function returning the loss (or None), got {closure!r}"
+            )
         if closure is not None:
             with enable_grad():
                 loss = closure()
