@@ -143,6 +143,10 @@ def _full(shape: Any, fill_value: Any, dtype: Any, device: Any, requires_grad: b
         fill_value = fill_value.item()
     if isinstance(fill_value, np.generic):
         fill_value = fill_value.item()
+    if isinstance(fill_value, (str, bytes)) or not isinstance(fill_value, (bool, int, float)):
+        raise ArgumentTypeError(
+            f"{op}: fill_value must be a bool, int or float (or a 0-d tensor), got {type(fill_value).__name__}"
+        )
     dt = _fill_dtype(fill_value) if dtype is None else as_dtype(dtype)
     dev = device_arg(device)
     check_dtype(dev, dt, "full")

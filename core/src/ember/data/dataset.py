@@ -18,6 +18,8 @@ __all__ = ["Dataset", "InMemoryDataset", "MappedDataset", "Subset", "ConcatDatas
 
 
 def _permutation(n: int, seed: int) -> np.ndarray:
+    if isinstance(seed, bool) or not hasattr(seed, "__index__"):
+        raise ArgumentTypeError(f"split/shuffle: seed must be an int (or None), got {seed!r} ({type(seed).__name__})")
     return np.random.default_rng(seed).permutation(n)
 
 

@@ -128,6 +128,9 @@ class Embedding(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
+        for arg, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
+            if as_int(v, "Embedding", arg) < 1:
+                raise InvalidArgumentError(f"Embedding: {arg} must be >= 1, got {v!r}")
         self._config = EmbeddingConfig(num_embeddings, embedding_dim, padding_idx)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         if padding_idx is not None:

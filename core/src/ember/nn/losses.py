@@ -57,6 +57,8 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """0.5 d**2 / beta where |d| < beta, else |d| - 0.5 beta."""
     x, t = _pair(input, target, "smooth_l1_loss")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta >= 0:
+        raise InvalidArgumentError(f"smooth_l1_loss: beta must be a number >= 0, got {beta!r}")
     d = (x - t).abs()
     if beta == 0:
         return _reduce(d, reduction, "smooth_l1_loss")
@@ -66,6 +68,8 @@ def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta:
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
     """0.5 d**2 where |d| < delta, else delta (|d| - 0.5 delta)."""
     x, t = _pair(input, target, "huber_loss")
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not delta > 0:
+        raise InvalidArgumentError(f"huber_loss: delta must be a number > 0, got {delta!r}")
     d = (x - t).abs()
     return _reduce(where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction, "huber_loss")
 

@@ -187,8 +187,15 @@ class Module:
     def register_module(self, name: str, module: Module | None) -> None:
         """Add a child module (what assigning a Module attribute does)."""
         self._check_init(name)
+        if not isinstance(name, str) or not name or "." in name:
+            raise EmberKeyError(
+                f"{type(self).__name__}.register_module: name must be a non-empty string without '.', got {name!r}"
+            )
         if module is not None and not isinstance(module, Module):
-            raise ArgumentTypeError(f"cannot register {type(module).__name__} as child module {name!r}")
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.register_module: cannot register {type(module).__name__} as child module "
+                f"{name!r}; expected a Module or None"
+            )
         self._discard(name)
         self._modules[name] = module
 

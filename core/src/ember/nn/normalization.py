@@ -9,7 +9,7 @@ from ..autodiff.mode import no_grad
 from ..creation import ones, zeros
 from ..device import device_arg
 from ..errors import ArgumentTypeError, InvalidArgumentError, ShapeError
-from ..shapes import as_ints
+from ..shapes import as_int, as_ints
 from ..tensor import Tensor
 from . import functional as F
 from . import init
@@ -65,6 +65,8 @@ class _BatchNorm(Module):
         super().__init__()
         self._config = config
         c = config.num_features
+        if as_int(c, type(self).__name__, "num_features") < 1:
+            raise InvalidArgumentError(f"{type(self).__name__}: num_features must be >= 1, got {c!r}")
         self.num_features, self.eps, self.momentum = c, config.eps, config.momentum
         self.affine, self.track_running_stats = config.affine, config.track_running_stats
         if self.affine:

@@ -321,6 +321,8 @@ def _basic(x: Tensor, entries: list[tuple[str, Any]]) -> tuple[Tensor, list[tupl
             continue
         n = x._shape[axis]
         if kind == "slice":
+            if v.step == 0:
+                raise InvalidArgumentError(f"index: slice {v} has step 0; a slice step must be nonzero")
             start, stop, step = v.indices(n)
             if step < 0:
                 # walk backwards: take the forward slice that covers the same elements, then flip

@@ -187,7 +187,7 @@ class StepLR(LRScheduler):
     ``initial_lr * gamma ** (epoch // step_size)``."""
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
-        if int(step_size) < 1:
+        if isinstance(step_size, bool) or not hasattr(step_size, "__index__") or int(step_size) < 1:
             raise InvalidArgumentError(f"StepLR: step_size must be a positive integer, got {step_size!r}")
         self.step_size = int(step_size)
         self.gamma = _gamma(gamma, "StepLR")
