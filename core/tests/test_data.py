@@ -119,7 +119,9 @@ def test_parquet_dataset(tmp_path):
 
     table = pa.table({"x1": [1.0, 2.0, 3.0], "x2": [4, 5, 6], "y": [0, 1, 0], "name": ["a", "b", "c"]})
     pq.write_table(table, tmp_path / "t.parquet")
-    ds = ParquetDataset(tmp_path / "t.parquet", target="y")
+    with pytest.raises(em.errors.DataError, match="column 'name' has type string"):
+        ParquetDataset(tmp_path / "t.parquet", target="y")
+    ds = ParquetDataset(tmp_path / "t.parquet", target="y", unsupported="skip")
     assert ds.feature_names == ["x1", "x2"]
     f, t = ds[1]
     np.testing.assert_array_equal(f, [2.0, 5.0])

@@ -257,11 +257,11 @@ def __getattr__(name: str) -> Any:
         try:
             return importlib.import_module(module)
         except ImportError:
-            raise AttributeError(
+            raise errors.EmberAttributeError(
                 f"ember.{name} comes from the {module.replace('_', '-')} extension plugin, which is not "
                 f"installed (it is not released yet)"
             ) from None
-    raise AttributeError(f"module 'ember' has no attribute {name!r}")
+    raise errors.EmberAttributeError(f"module 'ember' has no attribute {name!r}")
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "importlib", "Any")]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .autodiff.mode import no_grad
 from .device import device_arg
 from .dtypes import DType, as_dtype, bfloat16, float16, float32, float64
-from .errors import DTypeError, EmberError, InvalidArgumentError
+from .errors import ArgumentTypeError, DTypeError, EmberError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from .device import Device
@@ -240,12 +240,16 @@ class GradScaler:
             return type(outputs)(self.scale(o) for o in outputs)
         d = getattr(outputs, "_dtype", None)
         if d is None:
-            raise TypeError(f"GradScaler.scale: expected a Tensor or a list/tuple of Tensors, got {type(outputs)}")
+            raise ArgumentTypeError(
+                f"GradScaler.scale: expected a Tensor or a list/tuple of Tensors, got {type(outputs)}"
+            )
         if d is float16 or d is bfloat16:
             outputs = outputs.astype(float32)
         return outputs * self._scale
 
     def _state(self, optimizer: Any) -> dict[str, Any]:
+        if not hasattr(optimizer, "param_groups"):
+            raise ArgumentTypeError(f"GradScaler: optimizer must be an ember Optimizer, got {type(optimizer).__name__}")
         st = self._per_optimizer.get(id(optimizer))
         if st is None:
             st = self._per_optimizer[id(optimizer)] = {"stage": _READY, "found_inf": None}

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from .dtypes import ALL_DTYPES, DType
+from .errors import NotImplementedOpError
 from .memory import MemoryStats, unmeasured_stats
 
 if TYPE_CHECKING:
@@ -233,7 +234,7 @@ class Backend:
 
     def handle_meta(self, a: Any) -> tuple[tuple[int, ...], str]:
         """(shape, dtype name) of a handle; needed only by extension kernels' results."""
-        raise NotImplementedError(f"{self.name} backend does not implement handle_meta")
+        raise NotImplementedOpError(f"{self.name} backend does not implement handle_meta")
 
     def dlpack(self, a: Any) -> Any:
         """An object with ``__dlpack__`` sharing ``a``'s memory; default: a numpy copy."""

@@ -11,8 +11,8 @@ from . import dispatch
 from .device import Device, check_dtype, device_arg
 from .dispatch import OPS, apply, create, define, is_tensor, make_tensor
 from .dtypes import DType, as_dtype, bool_, default_float, default_int
-from .errors import DTypeError, InvalidArgumentError, ShapeError
-from .shapes import as_shape
+from .errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
+from .shapes import as_int, as_shape
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -107,7 +107,7 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: bool | None =
 def from_numpy(array: np.ndarray, device: Any = None) -> Tensor:
     """A tensor with a copy of a numpy array's values, keeping its dtype."""
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
+        raise ArgumentTypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
     return tensor(array, device=device)
 
 
@@ -116,7 +116,7 @@ def from_dlpack(obj: Any, device: Any = None) -> Tensor:
     if is_tensor(obj):
         return obj if device is None else obj.to(device_arg(device))
     if not hasattr(obj, "__dlpack__"):
-        raise TypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ method")
+        raise ArgumentTypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ method")
     return dispatch.from_dlpack(device_arg(device), obj)
 
 
@@ -127,16 +127,26 @@ def _fill_dtype(value: Any) -> DType:
         return default_int()
     if isinstance(value, float):
         return default_float()
-    raise TypeError(f"full: fill_value must be a bool, int or float, got {type(value).__name__}")
+    raise ArgumentTypeError(
+        f"full: fill_value must be a bool, int or float (or a 0-d tensor), got {type(value).__name__}"
+    )
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor of ``shape`` filled with ``fill_value``."""
-    shp = as_shape(shape, "shape", "full")
+    return _full(shape, fill_value, dtype, device, requires_grad, "full")
+
+
+def _full(shape: Any, fill_value: Any, dtype: Any, device: Any, requires_grad: bool, op: str) -> Tensor:
+    shp = as_shape(shape, "shape", op)
     if is_tensor(fill_value):
         fill_value = fill_value.item()
     if isinstance(fill_value, np.generic):
         fill_value = fill_value.item()
+    if isinstance(fill_value, (str, bytes)) or not isinstance(fill_value, (bool, int, float)):
+        raise ArgumentTypeError(
+            f"{op}: fill_value must be a bool, int or float (or a 0-d tensor), got {type(fill_value).__name__}"
+        )
     dt = _fill_dtype(fill_value) if dtype is None else as_dtype(dtype)
     dev = device_arg(device)
     check_dtype(dev, dt, "full")
@@ -154,37 +164,41 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, req
 
 def zeros(shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor of zeros (float32 unless ``dtype`` says otherwise)."""
-    return full(shape, 0, dtype=default_float() if dtype is None else dtype, device=device, requires_grad=requires_grad)
+    dt = default_float() if dtype is None else dtype
+    return _full(shape, 0, dt, device, requires_grad, "zeros")
 
 
 def ones(shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor of ones (float32 unless ``dtype`` says otherwise)."""
-    return full(shape, 1, dtype=default_float() if dtype is None else dtype, device=device, requires_grad=requires_grad)
+    dt = default_float() if dtype is None else dtype
+    return _full(shape, 1, dt, device, requires_grad, "ones")
 
 
 def empty(shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor whose values are unspecified (ember fills it with zeros)."""
-    return zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+    return _full(shape, 0, default_float() if dtype is None else dtype, device, requires_grad, "empty")
 
 
-def _like(x: Tensor, dtype: Any, device: Any) -> tuple[DType, Device]:
+def _like(x: Tensor, dtype: Any, device: Any, op: str = "zeros_like") -> tuple[DType, Device]:
     if not is_tensor(x):
-        raise TypeError(f"expected a Tensor, got {type(x).__name__}")
+        raise ArgumentTypeError(
+            f"{op}: x must be an ember Tensor, got {type(x).__name__}; for an array use em.asarray(x) first"
+        )
     return (x._dtype if dtype is None else as_dtype(dtype)), (x._device if device is None else device_arg(device))
 
 
 def full_like(x: Tensor, fill_value: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    dt, dev = _like(x, dtype, device)
+    dt, dev = _like(x, dtype, device, "full_like")
     return full(x._shape, fill_value, dtype=dt, device=dev)
 
 
 def zeros_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
-    dt, dev = _like(x, dtype, device)
+    dt, dev = _like(x, dtype, device, "zeros_like")
     return full(x._shape, 0, dtype=dt, device=dev)
 
 
 def ones_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
-    dt, dev = _like(x, dtype, device)
+    dt, dev = _like(x, dtype, device, "ones_like")
     return full(x._shape, 1, dtype=dt, device=dev)
 
 
@@ -198,7 +212,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, devic
         start, stop = 0, start
     for name, v in (("start", start), ("stop", stop), ("step", step)):
         if not isinstance(v, (int, float)) or isinstance(v, bool):
-            raise TypeError(f"arange: {name} must be an int or float, got {v!r}")
+            raise ArgumentTypeError(f"arange: {name} must be an int or float, got {v!r}")
     if step == 0:
         raise InvalidArgumentError("arange: step must not be zero")
     size = max(0, math.ceil((stop - start) / step))
@@ -245,6 +259,8 @@ def eye(n_rows: int, n_cols: int | None = None, k: int = 0, dtype: Any = None, d
     """A 2-D tensor with ones on diagonal ``k`` and zeros elsewhere."""
     if n_cols is None:
         n_cols = n_rows
+    n_rows, n_cols = as_int(n_rows, "eye", "n_rows"), as_int(n_cols, "eye", "n_cols")
+    k = as_int(k, "eye", "k")
     if n_rows < 0 or n_cols < 0:
         raise ShapeError(f"eye: sizes must be >= 0, got {n_rows}x{n_cols}")
     dt = default_float() if dtype is None else as_dtype(dtype)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import config
 from .backend import EXTENSION_KERNELS
-from .errors import DeviceMismatchError, DeviceUnavailableError, DTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, DeviceMismatchError, DeviceUnavailableError, DTypeError, InvalidArgumentError
 from .plugins import get_registry
 
 if TYPE_CHECKING:
@@ -58,15 +58,35 @@ class _DeviceState:
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            backend_cls = get_registry().backend_class(self.kind)
-            count = backend_cls.device_count()
-            if not 0 <= self.index < count:
-                raise DeviceUnavailableError(
-                    f"{self.kind}:{self.index} does not exist: the {self.kind} backend found "
-                    f"{count} device(s) (indices 0..{count - 1}). Run `ember devices` to list them."
-                )
+            try:
+                backend_cls = get_registry().backend_class(self.kind)
+                count = backend_cls.device_count()
+                if not 0 <= self.index < count:
+                    raise DeviceUnavailableError(
+                        f"{self.kind}:{self.index} does not exist: the {self.kind} backend found "
+                        f"{count} device(s) (indices 0..{count - 1}). Run `ember devices` to list them."
+                    )
+            except DeviceUnavailableError as exc:
+                spec = config.default_device()
+                if spec != "cpu" and _spec_names(spec, self.kind, self.index):
+                    raise DeviceUnavailableError(
+                        f"{str(exc).rstrip('.')}. EMBER_DEVICE={spec!r} names this device. {_EMBER_DEVICE_FIX}"
+                    ) from None
+                raise
             self._backend = backend_cls(Device(self.kind, self.index))
         return self._backend
+
+
+_EMBER_DEVICE_FIX = "Set EMBER_DEVICE to a device `ember devices` lists (e.g. 'cpu'), or unset it."
+
+
+def _spec_names(spec: str, kind: str, index: int) -> bool:
+    """Whether the device spec ``spec`` (EMBER_DEVICE's value) names ``kind:index``."""
+    try:
+        k, i = _parse(spec)
+    except InvalidArgumentError:
+        return False
+    return k == kind and (i if i is not None else _default_index(k)) == index
 
 
 _INTERNED: dict[tuple[str, int, bool], Device] = {}
@@ -127,7 +147,10 @@ class Device:
         elif isinstance(spec, str):
             kind, parsed = _parse(spec)
         else:
-            raise TypeError(f"Device(spec={spec!r}): expected a string such as 'cpu' or 'opencl:0', or a Device")
+            raise ArgumentTypeError(
+                f"Device(spec={spec!r}): spec must be a string such as 'cpu' or 'opencl:0', or a Device, "
+                f"got {type(spec).__name__}; for an index write Device('cpu', {spec!r})"
+            )
         if index is not None and parsed is not None and index != parsed:
             raise InvalidArgumentError(f"Device({spec!r}, index={index}): two different indices given")
         idx = index if index is not None else parsed
@@ -179,7 +202,13 @@ class Device:
     @staticmethod
     def default() -> Device:
         """The device named by ``EMBER_DEVICE``, else ``cpu``."""
-        return Device(config.default_device())
+        spec = config.default_device()
+        try:
+            return Device(spec)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(
+                f"EMBER_DEVICE={spec!r} is not a device spec: {str(exc).rstrip('.')}. {_EMBER_DEVICE_FIX}"
+            ) from None
 
     @staticmethod
     def available() -> list[Device]:

@@ -36,7 +36,7 @@ from .autodiff.node import Node
 from .backend import PRIMITIVE_SIGNATURES
 from .device import common_device
 from .dtypes import DType, as_dtype, bool_, category_error, iinfo, promote_types, scalar_dtype
-from .errors import DTypeError, InvalidArgumentError, NotImplementedOpError
+from .errors import DTypeError, InvalidArgumentError, NotImplementedOpError, ShapeError
 from .shapes import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Op",
+    "operand_message",
     "OPS",
     "NativeParameters",
     "parse_signature",
@@ -435,7 +436,7 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
             params = {"b": bdata}
             wants = a._rg
         else:
-            return binary(op, a, _convert(b, a))
+            return binary(op, a, _convert(b, a, op.name))
     elif type(b) is T:
         if isinstance(a, (int, float)):
             swapped = _SWAPPED.get(op.name)
@@ -445,10 +446,10 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
             value = scalar_value(a, dt, op.name)
             a = create(OPS["full"], b._device, (), {"shape": (), "value": value, "dtype": dt}, (), dt)
         else:
-            a = _convert(a, b)
+            a = _convert(a, b, op.name)
         return binary(op, a, b)
     else:
-        return binary(op, _convert(a, None), b)
+        return binary(op, _convert(a, None, op.name), b)
     if dt not in op.accepts:
         raise category_error(op.name, op.accepts, dt)
     out_dt = bool_ if op.bool_out else dt
@@ -477,10 +478,24 @@ def swaps(name: str, swapped: str) -> None:
     _SWAPPED[name] = swapped
 
 
-def _convert(x: Any, like: Tensor | None) -> Tensor:
+def _convert(x: Any, like: Tensor | None, op: str | None = None) -> Tensor:
     if _CONVERT is None:  # pragma: no cover - ember.creation registers it on import
         raise InvalidArgumentError(f"cannot convert {type(x).__name__} to a tensor before ember.creation is imported")
-    return _CONVERT(x, like)
+    try:
+        return _CONVERT(x, like)
+    except (DTypeError, ShapeError, InvalidArgumentError) as exc:
+        if op is None:
+            raise
+        raise type(exc)(operand_message(op, x, exc)) from None
+
+
+def operand_message(op: str, x: Any, exc: BaseException) -> str:
+    """The error for an operand of ``op`` that does not convert to a tensor."""
+    shown = repr(x) if len(repr(x)) <= 40 else repr(x)[:37] + "..."
+    return (
+        f"{op}: an operand {shown} ({type(x).__name__}) is not a tensor, a number or numeric data; "
+        f"pass a Tensor or a Python number ({exc})"
+    )
 
 
 def create(

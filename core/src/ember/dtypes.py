@@ -275,6 +275,8 @@ def is_integer(dtype: DType) -> bool:
 
 def can_cast(from_: DType, to: DType) -> bool:
     """Whether promotion alone would turn ``from_`` into ``to`` (Array API ``can_cast``)."""
+    from_ = as_dtype(getattr(from_, "dtype", from_), "from_")
+    to = as_dtype(to, "to")
     return _PROMOTE.get((from_, to)) is to
 
 

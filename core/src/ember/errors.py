@@ -19,6 +19,14 @@ __all__ = [
     "CheckpointError",
     "InvalidArgumentError",
     "EmberIndexError",
+    "ArgumentTypeError",
+    "EmberKeyError",
+    "EmberAttributeError",
+    "MissingMethodError",
+    "DataError",
+    "LoaderTimeoutError",
+    "DataFileNotFoundError",
+    "MissingDependencyError",
 ]
 
 
@@ -64,3 +72,39 @@ class InvalidArgumentError(EmberError, ValueError):
 
 class EmberIndexError(EmberError, IndexError):
     """An index is out of range or malformed."""
+
+
+class ArgumentTypeError(EmberError, TypeError):
+    """An argument has the wrong Python type (a list where a Tensor is needed, a float axis)."""
+
+
+class EmberKeyError(EmberError, KeyError):
+    """A name (parameter, buffer, config, column, state-dict key) is not known or not allowed."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument; an ember message is a sentence, shown as written
+        return str(self.args[0]) if self.args else ""
+
+
+class EmberAttributeError(EmberError, AttributeError):
+    """An attribute ember looks up on its own objects does not exist."""
+
+
+class MissingMethodError(EmberError, NotImplementedError):
+    """A subclass did not implement a method its base class requires (``forward``, ``__len__``...)."""
+
+
+class DataError(EmberError, ValueError):
+    """A data file or dataset item is malformed; the message names the file, row and column."""
+
+
+class LoaderTimeoutError(EmberError, TimeoutError):
+    """A DataLoader batch took longer than its ``timeout``; the message names the dataset index."""
+
+
+class DataFileNotFoundError(EmberError, FileNotFoundError):
+    """A dataset file does not exist."""
+
+
+class MissingDependencyError(EmberError, ImportError):
+    """An optional package a feature needs is not installed; the message says what to install."""

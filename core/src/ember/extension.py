@@ -24,7 +24,7 @@ from .backend import EXTENSION_KERNELS
 from .creation import asarray
 from .device import invalidate
 from .dispatch import OPS, apply, define, is_tensor
-from .errors import InvalidArgumentError
+from .errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["backend_extension", "Extension", "VjpContext", "EXTENSIONS"]
 
@@ -84,7 +84,7 @@ class Extension:
 
     def __call__(self, *args: Any, **params: Any) -> Any:
         if not args:
-            raise TypeError(f"{self.name}: needs at least one tensor argument")
+            raise ArgumentTypeError(f"{self.name}: needs at least one tensor argument")
         first = next((a for a in args if is_tensor(a)), None)
         device = None if first is None else first.device
         inputs = tuple(a if is_tensor(a) else asarray(a, device=device) for a in args)

@@ -21,7 +21,7 @@ import numpy as np
 from .device import device_arg
 from .dispatch import create, define, is_tensor
 from .dtypes import DType, as_dtype, default_float, default_int, float32, float64, uint32
-from .errors import DTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, DTypeError, InvalidArgumentError
 from .ops.movement import concat
 from .shapes import as_shape, numel
 
@@ -107,6 +107,8 @@ class Key:
 
 def key(seed: int) -> Key:
     """A stream of its own for ``seed`` (pass as ``key=`` to any sampling function)."""
+    if isinstance(seed, bool) or not hasattr(seed, "__index__"):
+        raise ArgumentTypeError(f"seed: the seed must be an int, got {seed!r} ({type(seed).__name__})")
     s = int(seed) & 0xFFFFFFFFFFFFFFFF
     return Key(s & _MASK, s >> 32)
 
@@ -185,10 +187,19 @@ def rand(shape: Any, dtype: Any = None, device: Any = None, key: Key | None = No
     return _unit(numel(shp), dt, device, key).reshape(shp)
 
 
+def _check_range(low: Any, high: Any, op: str) -> None:
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ArgumentTypeError(f"{op}: {name} must be a number, got {v!r} ({type(v).__name__})")
+    if not low <= high:
+        raise InvalidArgumentError(f"{op}: low={low!r} must be <= high={high!r}")
+
+
 def uniform(
     low: float = 0.0, high: float = 1.0, shape: Any = (), dtype: Any = None, device: Any = None, key: Key | None = None
 ) -> Tensor:
     """Uniform samples on [low, high)."""
+    _check_range(low, high, "uniform")
     return rand(shape, dtype, device, key) * float(high - low) + float(low)
 
 
@@ -212,6 +223,11 @@ def normal(
     mean: float = 0.0, std: float = 1.0, shape: Any = (), dtype: Any = None, device: Any = None, key: Key | None = None
 ) -> Tensor:
     """Normal samples with the given mean and standard deviation."""
+    for name, v in (("mean", mean), ("std", std)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InvalidArgumentError(f"normal: {name} must be a number, got {v!r} ({type(v).__name__})")
+    if not std >= 0:
+        raise InvalidArgumentError(f"normal: std must be >= 0 (a standard deviation), got {std!r}")
     return randn(shape, dtype, device, key) * float(std) + float(mean)
 
 
@@ -244,10 +260,14 @@ def bernoulli(p: Any, shape: Any = None, device: Any = None, key: Key | None = N
         u = rand(p.shape, dtype=p.dtype, device=p.device, key=key)
         return u < p
     shp = as_shape(() if shape is None else shape, "shape", "bernoulli")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise InvalidArgumentError(f"bernoulli: p must be a probability in [0, 1] (or a tensor of them), got {p!r}")
     return rand(shp, device=device, key=key) < float(p)
 
 
 def permutation(n: int, device: Any = None, key: Key | None = None) -> Tensor:
     """A random permutation of ``0..n-1`` (argsort of random words; ties broken by position)."""
-    w = _bits(n, device, key)
+    if isinstance(n, bool) or not hasattr(n, "__index__") or int(n) < 0:
+        raise InvalidArgumentError(f"permutation: n must be an int >= 0 (the number of items), got {n!r}")
+    w = _bits(int(n), device, key)
     return w.argsort()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .errors import ShapeError
+from .errors import ArgumentTypeError, ShapeError
 
 __all__ = [
     "Shape",
@@ -16,6 +17,8 @@ __all__ = [
     "infer_reshape",
     "numel",
     "as_shape",
+    "as_int",
+    "as_ints",
 ]
 
 Shape = tuple[int, ...]
@@ -28,17 +31,47 @@ def numel(shape: Sequence[int]) -> int:
     return n
 
 
+def _as_dim(s: Any, argument: str, op: str, shape: Any) -> int:
+    """One dimension: an int (or an integer-valued numpy scalar), never a float, bool or string."""
+    if isinstance(s, bool) or not hasattr(s, "__index__"):
+        raise ArgumentTypeError(
+            f"{op}: {argument} must be an int or a sequence of ints, got {shape!r} "
+            f"(entry {s!r} is a {type(s).__name__}); pass whole numbers, e.g. {op}((2, 3))"
+        )
+    return operator.index(s)
+
+
+def as_int(value: Any, op: str, argument: str) -> int:
+    """An int argument (an integer-valued numpy scalar too), refusing floats, bools and strings."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ArgumentTypeError(f"{op}: {argument} must be an int, got {value!r} ({type(value).__name__})")
+    return operator.index(value)
+
+
+def as_ints(value: Any, op: str, argument: str) -> tuple[int, ...]:
+    """An int or a sequence of ints, as a tuple."""
+    if isinstance(value, (str, bytes)) or not (isinstance(value, Iterable) or hasattr(value, "__index__")):
+        raise ArgumentTypeError(
+            f"{op}: {argument} must be an int or a sequence of ints, got {value!r} ({type(value).__name__})"
+        )
+    if not isinstance(value, Iterable):
+        return (as_int(value, op, argument),)
+    return tuple(as_int(v, op, argument) for v in value)
+
+
 def as_shape(shape: Any, argument: str = "shape", op: str = "op") -> Shape:
     """Normalise an int or a sequence of ints to a shape tuple, checking each entry."""
-    if isinstance(shape, int) and not isinstance(shape, bool):
-        shape = (shape,)
-    try:
-        out = tuple(int(s) for s in shape)
-    except TypeError:
-        raise TypeError(f"{op}: {argument} must be an int or a sequence of ints, got {shape!r}") from None
+    if not isinstance(shape, (bool, Iterable)) and hasattr(shape, "__index__"):
+        shape = (shape,)  # an int, or an integer numpy scalar
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+        raise ArgumentTypeError(
+            f"{op}: {argument} must be an int or a sequence of ints, got {shape!r} "
+            f"({type(shape).__name__}); e.g. {op}((2, 3))"
+        )
+    out = tuple(_as_dim(s, argument, op, shape) for s in shape)
     for s in out:
         if s < 0:
-            raise ShapeError(f"{op}: {argument}={out} has a negative dimension")
+            raise ShapeError(f"{op}: {argument}={out} has a negative dimension; every dimension must be >= 0")
     return out
 
 
@@ -70,7 +103,9 @@ def broadcast_shapes(*shapes: Shape, op: str = "broadcast") -> Shape:
 
 def normalize_axis(axis: int, ndim: int, op: str = "op", argument: str = "axis") -> int:
     if not isinstance(axis, int) or isinstance(axis, bool):
-        raise TypeError(f"{op}: {argument} must be an int, got {axis!r}")
+        raise ArgumentTypeError(
+            f"{op}: {argument} must be an int (or a tuple of ints, or None), got {axis!r} ({type(axis).__name__})"
+        )
     if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
         raise ShapeError(
             f"{op}: {argument}={axis} is out of range for a tensor with {ndim} dimension(s) "
@@ -90,6 +125,10 @@ def normalize_axes(
             normalize_axis(axis, ndim, op, argument)
             return ()
         return (normalize_axis(axis, ndim, op, argument),)
+    if isinstance(axis, (str, bytes)) or not isinstance(axis, Iterable):
+        raise ArgumentTypeError(
+            f"{op}: {argument} must be an int, a tuple of ints or None, got {axis!r} ({type(axis).__name__})"
+        )
     axes = tuple(normalize_axis(a, ndim, op, argument) for a in axis)
     if ndim == 0:
         return ()
@@ -106,15 +145,17 @@ def reduced_shape(shape: Shape, axes: tuple[int, ...], keepdims: bool) -> Shape:
 
 def infer_reshape(old: Shape, new: Any, op: str = "reshape") -> Shape:
     """Resolve one ``-1`` in ``new`` and check the element count matches."""
-    if isinstance(new, int) and not isinstance(new, bool):
+    if not isinstance(new, (bool, Iterable)) and hasattr(new, "__index__"):
         new = (new,)
-    new = tuple(int(s) for s in new)
+    if isinstance(new, (str, bytes)) or not isinstance(new, Iterable):
+        raise ArgumentTypeError(f"{op}: shape must be an int or a sequence of ints, got {new!r} ({type(new).__name__})")
+    new = tuple(_as_dim(s, "shape", op, new) for s in new)
     total = numel(old)
     unknown = [i for i, s in enumerate(new) if s == -1]
     if len(unknown) > 1:
         raise ShapeError(f"{op}: at most one dimension may be -1, got shape {new}")
     if any(s < -1 for s in new):
-        raise ShapeError(f"{op}: invalid shape {new}")
+        raise ShapeError(f"{op}: shape {new} has a negative dimension other than -1 (the one inferred dimension)")
     if unknown:
         known = numel(s for s in new if s != -1)
         if known == 0 or total % known:

@@ -17,7 +17,7 @@ from .autodiff.api import backward
 from .device import Device
 from .dispatch import make_tensor, set_tensor_class
 from .dtypes import DType
-from .errors import AutodiffError, InvalidArgumentError
+from .errors import ArgumentTypeError, AutodiffError, InvalidArgumentError
 from .ops.elementwise import (
     abs,
     acos,
@@ -141,7 +141,7 @@ class Tensor:
     _grad: Tensor | None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        raise TypeError(
+        raise ArgumentTypeError(
             "ember.Tensor cannot be subclassed: dispatch relies on its exact type. Wrap a tensor "
             "in your own class instead (nn.Parameter marks parameters that way)."
         )
@@ -238,7 +238,7 @@ class Tensor:
     @grad.setter
     def grad(self, value: Tensor | None) -> None:
         if value is not None and not isinstance(value, Tensor):
-            raise TypeError(f"grad must be a Tensor or None, got {type(value).__name__}")
+            raise ArgumentTypeError(f"Tensor.grad: grad must be a Tensor or None, got {type(value).__name__}")
         self._grad = value
 
     @property
@@ -307,19 +307,18 @@ class Tensor:
 
     def __index__(self) -> int:
         if not self._dtype.is_integer:
-            raise TypeError(f"only integer tensors can be used as an index, not {self._dtype}")
+            raise ArgumentTypeError(f"only integer tensors can be used as an index, not {self._dtype}")
         return int(self.item())
 
     def __len__(self) -> int:
         if not self._shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise ArgumentTypeError("len(): a 0-d tensor has no length; use x.size for the element count")
         return self._shape[0]
 
     def __iter__(self) -> Iterator[Tensor]:
         if not self._shape:
-            raise TypeError("iteration over a 0-d tensor")
-        for i in range(self._shape[0]):
-            yield self[i]
+            raise ArgumentTypeError("iter(): a 0-d tensor cannot be iterated; use x.item() for its value")
+        return (self[i] for i in range(self._shape[0]))
 
     def to(self, target: Any = None, dtype: Any = None) -> Tensor:
         """Move to a device and/or convert to a dtype: ``x.to("opencl")``, ``x.to(em.float16)``."""

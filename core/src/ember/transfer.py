@@ -9,7 +9,7 @@ from .creation import full
 from .device import Device, check_dtype
 from .dispatch import apply, define, is_tensor, make_tensor, transfer
 from .dtypes import DType, as_dtype
-from .errors import AutodiffError, DTypeError
+from .errors import ArgumentTypeError, AutodiffError, DTypeError
 from .ops.elementwise import astype_op
 from .shapes import broadcast_shapes
 
@@ -64,7 +64,7 @@ def _parse_target(target: Any, dtype: Any) -> tuple[Device | None, DType | None]
         return target, dt
     if isinstance(target, DType):
         if dt is not None:
-            raise TypeError("to: a dtype was given twice")
+            raise ArgumentTypeError("to: a dtype was given twice")
         return None, target
     if isinstance(target, str):
         try:
@@ -72,7 +72,7 @@ def _parse_target(target: Any, dtype: Any) -> tuple[Device | None, DType | None]
         except DTypeError:
             return Device(target), dt
         if dt is not None:
-            raise TypeError("to: a dtype was given twice")
+            raise ArgumentTypeError("to: a dtype was given twice")
         return None, found
     return None, as_dtype(target)
 

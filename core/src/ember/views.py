@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from .backend import native
+from .errors import MissingMethodError
 
 __all__ = ["View", "ViewMovement", "contiguous_strides", "collapse"]
 
@@ -163,7 +164,7 @@ class ViewMovement:
 
     def make_contiguous(self, a: Any) -> Any:
         """A C-contiguous copy of the handle ``a`` (a kernel launch on the device)."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement make_contiguous")
+        raise MissingMethodError(f"{type(self).__name__} does not implement make_contiguous")
 
     @native
     def reshape(self, a: Any, *, shape: Shape) -> Any:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..creation import ones_like, zeros_like
 from ..dispatch import is_tensor
-from ..errors import AutodiffError
+from ..errors import ArgumentTypeError, AutodiffError
 from .graph import run_backward
 from .mode import enable_grad, set_grad_enabled
 
@@ -29,7 +29,7 @@ def _seed(out: Tensor, grad: Any, what: str) -> Tensor:
             )
         return ones_like(out)
     if not is_tensor(grad):
-        raise TypeError(f"{what}: grad must be a Tensor, got {type(grad).__name__}")
+        raise ArgumentTypeError(f"{what}: grad must be a Tensor, got {type(grad).__name__}")
     if grad.shape != out.shape:
         raise AutodiffError(f"{what}: grad has shape {grad.shape} but the output has shape {out.shape}")
     return grad
@@ -72,10 +72,10 @@ def _prepare(args: Sequence[Any], argnums: tuple[int, ...], what: str) -> tuple[
     nested = False
     for i in argnums:
         if i >= len(args):
-            raise TypeError(f"{what}: argnums={i} but only {len(args)} positional argument(s) were given")
+            raise ArgumentTypeError(f"{what}: argnums={i} but only {len(args)} positional argument(s) were given")
         x = args[i]
         if not is_tensor(x):
-            raise TypeError(f"{what}: argument {i} must be a Tensor to differentiate, got {type(x).__name__}")
+            raise ArgumentTypeError(f"{what}: argument {i} must be a Tensor to differentiate, got {type(x).__name__}")
         if not x.dtype.is_floating:
             raise AutodiffError(f"{what}: argument {i} has dtype {x.dtype}; only floating-point tensors have gradients")
         if x._rg:
@@ -107,7 +107,7 @@ def value_and_grad(
         value, aux = result if has_aux else (result, None)
 
         if not is_tensor(value):
-            raise TypeError(f"grad: the function must return a Tensor, got {type(value).__name__}")
+            raise ArgumentTypeError(f"grad: the function must return a Tensor, got {type(value).__name__}")
         wrt = [prepared[i] for i in nums]
         if not value._rg:
             grads = [zeros_like(w) for w in wrt]

@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..errors import ArgumentTypeError
+
 __all__ = ["no_grad", "enable_grad", "is_grad_enabled", "set_grad_enabled"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,6 +30,8 @@ class set_grad_enabled:
     """Context manager (and decorator) that sets grad mode, restoring it on exit."""
 
     def __init__(self, mode: bool) -> None:
+        if not isinstance(mode, bool) and type(mode).__name__ != "bool_":
+            raise ArgumentTypeError(f"set_grad_enabled: mode must be True or False, got {mode!r}")
         self.mode = bool(mode)
         self.prev: list[bool] = []
 

@@ -11,12 +11,15 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ArgumentTypeError, EmberIndexError, InvalidArgumentError, MissingMethodError
 from .loader import default_collate
 
 __all__ = ["Dataset", "InMemoryDataset", "MappedDataset", "Subset", "ConcatDataset", "WindowDataset", "random_split"]
 
 
 def _permutation(n: int, seed: int) -> np.ndarray:
+    if isinstance(seed, bool) or not hasattr(seed, "__index__"):
+        raise ArgumentTypeError(f"split/shuffle: seed must be an int (or None), got {seed!r} ({type(seed).__name__})")
     return np.random.default_rng(seed).permutation(n)
 
 
@@ -24,10 +27,10 @@ class Dataset:
     """Base class with the transforms; subclasses implement ``__len__`` and ``__getitem__``."""
 
     def __len__(self) -> int:
-        raise NotImplementedError(f"{type(self).__name__} must implement __len__")
+        raise MissingMethodError(f"{type(self).__name__} must implement __len__")
 
     def __getitem__(self, index: int) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must implement __getitem__")
+        raise MissingMethodError(f"{type(self).__name__} must implement __getitem__")
 
     def map(self, fn: Callable[[Any], Any]) -> MappedDataset:
         """Apply ``fn`` to every item when it is read."""
@@ -51,12 +54,12 @@ class Dataset:
     def _check_index(self, index: int) -> int:
         n = len(self)
         if not isinstance(index, (int, np.integer)):
-            raise TypeError(f"{type(self).__name__}: index must be an int, got {type(index).__name__}")
+            raise ArgumentTypeError(f"{type(self).__name__}: index must be an int, got {type(index).__name__}")
         i = int(index)
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"{type(self).__name__}: index {index} out of range for {n} items")
+            raise EmberIndexError(f"{type(self).__name__}: index {index} out of range for {n} items")
         return i
 
 
@@ -68,14 +71,14 @@ class InMemoryDataset(Dataset):
 
     def __init__(self, *arrays: Any, **named: Any) -> None:
         if arrays and named:
-            raise TypeError("InMemoryDataset: give arrays either positionally or by name, not both")
+            raise ArgumentTypeError("InMemoryDataset: give arrays either positionally or by name, not both")
         if not arrays and not named:
-            raise ValueError("InMemoryDataset: needs at least one array")
+            raise InvalidArgumentError("InMemoryDataset: needs at least one array")
         self.names = list(named) if named else None
         cols = [np.asarray(a) for a in (named.values() if named else arrays)]
         lengths = {len(c) for c in cols}
         if len(lengths) != 1:
-            raise ValueError(f"InMemoryDataset: arrays have different lengths {sorted(lengths)}")
+            raise InvalidArgumentError(f"InMemoryDataset: arrays have different lengths {sorted(lengths)}")
         self.columns = cols
 
     def __len__(self) -> int:
@@ -106,10 +109,13 @@ class Subset(Dataset):
 
     def __init__(self, source: Any, indices: Sequence[int] | np.ndarray) -> None:
         self.source = source
-        self.indices = np.asarray(indices, dtype=np.int64)
+        raw = np.asarray(indices)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise ArgumentTypeError(f"Subset: indices must be integers, got an array of {raw.dtype}")
+        self.indices = raw.astype(np.int64)
         n = len(source)
         if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= n):
-            raise IndexError(f"Subset: indices out of range for a dataset of {n} items")
+            raise EmberIndexError(f"Subset: indices out of range for a dataset of {n} items")
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -121,6 +127,11 @@ class Subset(Dataset):
 class ConcatDataset(Dataset):
     def __init__(self, parts: Sequence[Any]) -> None:
         self.parts = list(parts)
+        if not self.parts:
+            raise InvalidArgumentError("ConcatDataset: parts is empty; give at least one dataset")
+        for k, p in enumerate(self.parts):
+            if not hasattr(p, "__len__") or not hasattr(p, "__getitem__"):
+                raise ArgumentTypeError(f"ConcatDataset: part {k} ({type(p).__name__}) has no __len__ and __getitem__")
         self.offsets = np.cumsum([0] + [len(p) for p in self.parts])
 
     def __len__(self) -> int:
@@ -137,7 +148,7 @@ class WindowDataset(Dataset):
 
     def __init__(self, source: Any, size: int, stride: int = 1) -> None:
         if size < 1 or stride < 1:
-            raise ValueError(f"window: size and stride must be >= 1, got size={size}, stride={stride}")
+            raise InvalidArgumentError(f"window: size and stride must be >= 1, got size={size}, stride={stride}")
         self.source = source
         self.size = size
         self.stride = stride
@@ -155,15 +166,15 @@ def random_split(dataset: Any, parts: Sequence[float | int], seed: int | None = 
     """Split ``dataset`` into parts (fractions summing to 1, or counts), shuffled when ``seed`` is given."""
     n = len(dataset)
     if not parts:
-        raise ValueError("split: give at least one part")
+        raise InvalidArgumentError("split: give at least one part")
     if all(isinstance(p, int) for p in parts):
         counts = [int(p) for p in parts]
         if sum(counts) != n:
-            raise ValueError(f"split: counts {counts} sum to {sum(counts)}, but the dataset has {n} items")
+            raise InvalidArgumentError(f"split: counts {counts} sum to {sum(counts)}, but the dataset has {n} items")
     else:
         fr = [float(p) for p in parts]
         if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
-            raise ValueError(f"split: fractions {fr} must be non-negative and sum to 1")
+            raise InvalidArgumentError(f"split: fractions {fr} must be non-negative and sum to 1")
         counts = [int(np.floor(f * n)) for f in fr]
         for k in range(n - sum(counts)):
             counts[k % len(counts)] += 1

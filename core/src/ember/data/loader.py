@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
 from ..creation import tensor
+from ..errors import ArgumentTypeError, EmberKeyError, InvalidArgumentError, LoaderTimeoutError
 from ..ops.movement import stack
 from ..tensor import Tensor
 
@@ -50,6 +52,92 @@ def _to_device(batch: Any, device: Any) -> Any:
 
 
 _DONE = object()
+_POLL_S = 0.05  # how often a waiting thread looks at its stop flag (and the main thread at Ctrl-C)
+
+
+class _Stopped(Exception):
+    """The consumer went away: the producer thread ends quietly."""
+
+
+class _Inflight:
+    """The dataset indices being loaded right now, with when each started (for timeout messages)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: dict[int, float] = {}
+
+    def call(self, get: Callable[[int], Any], index: int) -> Any:
+        with self._lock:
+            self._started[index] = time.monotonic()
+        try:
+            return get(index)
+        finally:
+            with self._lock:
+                self._started.pop(index, None)
+
+    def describe(self) -> str:
+        now = time.monotonic()
+        with self._lock:
+            items = sorted(self._started.items(), key=lambda kv: kv[1])
+        if not items:
+            return "no dataset item is loading (collate_fn or the producer is slow)"
+        shown = ", ".join(f"{i} (for {now - t:.1f} s)" for i, t in items[:8])
+        more = f" and {len(items) - 8} more" if len(items) > 8 else ""
+        return f"dataset index {shown}{more} still loading"
+
+
+class _DaemonPool:
+    """``num_workers`` daemon threads running ``fn(index)``: unlike ThreadPoolExecutor's threads,
+    a worker stuck in a dataset item does not hold up interpreter exit after Ctrl-C or a timeout."""
+
+    def __init__(self, n: int, stop: threading.Event) -> None:
+        self._tasks: queue.Queue = queue.Queue()
+        self._stop = stop
+        self._threads = [
+            threading.Thread(target=self._work, name=f"ember-dataloader-worker-{k}", daemon=True) for k in range(n)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                task = self._tasks.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if task is None:
+                return
+            fut, fn, arg = task
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(arg))
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+    def map(self, fn: Callable[[int], Any], args: list[int]) -> list[Any]:
+        futures: list[Future] = []
+        for a in args:
+            fut: Future = Future()
+            self._tasks.put((fut, fn, a))
+            futures.append(fut)
+        out = []
+        for fut in futures:
+            while True:
+                if self._stop.is_set():
+                    for f in futures:
+                        f.cancel()
+                    raise _Stopped
+                try:
+                    out.append(fut.result(timeout=_POLL_S))
+                    break
+                except TimeoutError:
+                    continue
+        return out
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._tasks.put(None)
 
 
 class DataLoader:
@@ -59,6 +147,12 @@ class DataLoader:
     reproducible and can be resumed mid-epoch (``state_dict`` / ``load_state_dict``). Items are
     loaded and collated on ``num_workers`` background threads, ``prefetch`` batches ahead;
     tensors are created on ``device`` in the consuming thread.
+
+    ``timeout`` (seconds, with worker threads) bounds how long the loop waits for the next batch:
+    past it, :class:`~ember.errors.LoaderTimeoutError` names the dataset indices still loading.
+    ``None`` waits forever. Ctrl-C while waiting stops the loader's threads and raises
+    ``KeyboardInterrupt`` at once; a thread stuck inside a dataset's ``__getitem__`` cannot be
+    killed from Python, so it is left behind as a daemon and loads nothing more.
     """
 
     def __init__(
@@ -72,13 +166,36 @@ class DataLoader:
         device: Any = None,
         num_workers: int = 1,
         prefetch: int = 2,
+        timeout: float | None = None,
     ) -> None:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise TypeError("DataLoader: dataset must have __len__ and __getitem__")
-        if batch_size < 1:
-            raise ValueError(f"DataLoader: batch_size must be >= 1, got {batch_size}")
-        if num_workers < 0 or prefetch < 0:
-            raise ValueError("DataLoader: num_workers and prefetch must be >= 0")
+            raise ArgumentTypeError(
+                f"DataLoader: dataset must have __len__ and __getitem__, got {type(dataset).__name__}; "
+                f"wrap arrays in ember.data.InMemoryDataset"
+            )
+        for name, value, low in (
+            ("batch_size", batch_size, 1),
+            ("num_workers", num_workers, 0),
+            ("prefetch", prefetch, 0),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ArgumentTypeError(f"DataLoader: {name} must be an int, got {value!r} ({type(value).__name__})")
+            if value < low:
+                raise InvalidArgumentError(f"DataLoader: {name} must be >= {low}, got {value}")
+        if timeout is not None:
+            if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+                raise ArgumentTypeError(f"DataLoader: timeout must be a number of seconds or None, got {timeout!r}")
+            if not timeout > 0:
+                raise InvalidArgumentError(
+                    f"DataLoader: timeout must be > 0 seconds (or None to wait), got {timeout!r}"
+                )
+            if num_workers == 0 or prefetch == 0:
+                raise InvalidArgumentError(
+                    f"DataLoader: timeout={timeout!r} needs worker threads to watch (num_workers >= 1 and "
+                    f"prefetch >= 1), got num_workers={num_workers}, prefetch={prefetch}"
+                )
+        if collate_fn is not None and not callable(collate_fn):
+            raise ArgumentTypeError(f"DataLoader: collate_fn must be callable or None, got {collate_fn!r}")
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -88,6 +205,7 @@ class DataLoader:
         self.device = device
         self.num_workers = num_workers
         self.prefetch = prefetch
+        self.timeout = timeout
         self.epoch = 0
         self._skip = 0  # batches of the current epoch already consumed (for resume)
 
@@ -113,6 +231,11 @@ class DataLoader:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue at the batch after the last one consumed when ``state`` was taken."""
+        missing = [k for k in ("epoch", "batches_done") if k not in state]
+        if missing:
+            raise EmberKeyError(
+                f"DataLoader.load_state_dict: the state lacks {missing}; pass what DataLoader.state_dict() returned"
+            )
         self.epoch = int(state["epoch"])
         self._skip = int(state["batches_done"])
         self.seed = int(state.get("seed", self.seed))
@@ -125,9 +248,23 @@ class DataLoader:
             batches.pop()
         return batches[self._skip :]
 
-    def _load(self, idx: np.ndarray, pool: ThreadPoolExecutor | None) -> Any:
+    def _load(
+        self,
+        idx: np.ndarray,
+        pool: _DaemonPool | None = None,
+        inflight: _Inflight | None = None,
+        stop: threading.Event | None = None,
+    ) -> Any:
         get = self.dataset.__getitem__
-        items = list(pool.map(get, (int(i) for i in idx))) if pool else [get(int(i)) for i in idx]
+        indices = [int(i) for i in idx]
+        if pool is not None and inflight is not None:
+            items = pool.map(lambda i: inflight.call(get, i), indices)
+        else:
+            items = []
+            for i in indices:
+                if stop is not None and stop.is_set():
+                    raise _Stopped
+                items.append(inflight.call(get, i) if inflight is not None else get(i))
         if self.collate_fn is not None:
             return self.collate_fn(items)
         return default_collate(items, as_tensors=False)
@@ -136,7 +273,7 @@ class DataLoader:
         batches = self._batches()
         if self.num_workers == 0 or self.prefetch == 0:
             for idx in batches:
-                batch = self._load(idx, None)
+                batch = self._load(idx)
                 self._skip += 1
                 yield _to_device(batch, self.device)
         else:
@@ -147,26 +284,41 @@ class DataLoader:
     def _iter_threaded(self, batches: list[np.ndarray]) -> Iterator[Any]:
         q: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
+        inflight = _Inflight()
+
+        def put(item: Any) -> None:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=_POLL_S)
+                    return
+                except queue.Full:
+                    continue
+            raise _Stopped
 
         def produce() -> None:
-            pool = ThreadPoolExecutor(self.num_workers) if self.num_workers > 1 else None
+            pool = _DaemonPool(self.num_workers, stop) if self.num_workers > 1 else None
             try:
                 for idx in batches:
                     if stop.is_set():
                         return
-                    q.put(self._load(idx, pool))
-                q.put(_DONE)
+                    put(self._load(idx, pool, inflight, stop))
+                put(_DONE)
+            except _Stopped:
+                return
             except BaseException as exc:  # hand the error to the consumer
-                q.put(exc)
+                try:
+                    put(exc)
+                except _Stopped:
+                    return
             finally:
                 if pool:
-                    pool.shutdown(wait=False)
+                    pool.shutdown()
 
         thread = threading.Thread(target=produce, name="ember-dataloader", daemon=True)
         thread.start()
         try:
-            while True:
-                item = q.get()
+            for k in range(len(batches)):
+                item = self._next(q, inflight, k)
                 if item is _DONE:
                     break
                 if isinstance(item, BaseException):
@@ -174,9 +326,23 @@ class DataLoader:
                 self._skip += 1
                 yield _to_device(item, self.device)
         finally:
+            # a consumer that stops early, a timeout, an error or Ctrl-C: tell the threads to stop
+            # and give them a moment; one stuck in the dataset stays behind as a daemon
             stop.set()
-            while thread.is_alive():
-                try:
-                    q.get_nowait()
-                except queue.Empty:
-                    thread.join(timeout=0.05)
+            thread.join(timeout=2 * _POLL_S)
+
+    def _next(self, q: queue.Queue, inflight: _Inflight, k: int) -> Any:
+        """The next batch from the producer, waiting in short slices so that Ctrl-C is seen at once."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            wait = _POLL_S if deadline is None else min(_POLL_S, max(deadline - time.monotonic(), 0.0))
+            try:
+                return q.get(timeout=wait)
+            except queue.Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise LoaderTimeoutError(
+                        f"DataLoader(timeout={self.timeout!r}): batch {self._skip} of epoch {self.epoch} "
+                        f"did not arrive within {self.timeout} s; {inflight.describe()} in "
+                        f"{type(self.dataset).__name__}. Find why __getitem__ blocks there, or raise "
+                        f"timeout (None waits forever)."
+                    ) from None

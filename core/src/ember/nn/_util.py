@@ -7,7 +7,7 @@ from typing import Any
 from ..creation import empty
 from ..device import device_arg
 from ..dtypes import DType, as_dtype, default_float
-from ..errors import DTypeError, ShapeError
+from ..errors import ArgumentTypeError, DTypeError, ShapeError
 from ..tensor import Tensor
 from . import init
 from .module import Parameter
@@ -36,7 +36,7 @@ def uniform_param(shape: tuple[int, ...], bound: float, device: Any, dtype: Any)
 def check_rank(x: Any, ranks: tuple[int, ...], layer: str, layout: str) -> Tensor:
     """``x`` if it is a tensor with one of ``ranks`` dimensions; else an error naming ``layer``."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{layer}: expected a Tensor, got {type(x).__name__}")
+        raise ArgumentTypeError(f"{layer}: expected a Tensor, got {type(x).__name__}")
     if x.ndim not in ranks:
         raise ShapeError(f"{layer}: expected input of shape {layout}, got shape {x.shape} ({x.ndim}-D)")
     return x

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import InvalidArgumentError
 from ..tensor import Tensor
 from . import functional as F
 from .config import Config
@@ -49,7 +50,7 @@ class GELU(Module):
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
         if approximate not in ("none", "tanh"):
-            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+            raise InvalidArgumentError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self._config = GELUConfig(approximate)
         self.approximate = approximate
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..creation import arange, zeros
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..ops.linalg import matmul
 from ..ops.movement import expand_dims, squeeze
 from ..tensor import Tensor
@@ -74,7 +74,9 @@ class MultiHeadAttention(Module):
     ) -> None:
         super().__init__()
         if num_heads < 1 or embed_dim % num_heads:
-            raise ValueError(f"MultiHeadAttention: embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
+            raise InvalidArgumentError(
+                f"MultiHeadAttention: embed_dim={embed_dim} must be divisible by num_heads={num_heads}"
+            )
         self._config = MultiHeadAttentionConfig(embed_dim, num_heads, dropout, bias, kdim, vdim, batch_first)
         self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
         self.head_dim = embed_dim // num_heads

@@ -21,6 +21,8 @@ import dataclasses
 import inspect
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..errors import ArgumentTypeError, EmberKeyError
+
 if TYPE_CHECKING:
     from .module import Module
 
@@ -47,7 +49,7 @@ class Config:
         """Build the layer on ``device`` (default: ``Device.default()``) with ``dtype`` parameters."""
         cls = type(self).module_class
         if cls is None:
-            raise TypeError(f"{type(self).__name__} is not attached to a layer class")
+            raise ArgumentTypeError(f"{type(self).__name__} is not attached to a layer class")
         params = inspect.signature(cls.__init__).parameters
         extra = {"device": device, "dtype": dtype} if "device" in params else {}
         return cls(**self.kwargs(), **extra)
@@ -74,7 +76,9 @@ def config_from_dict(name: str, data: dict[str, Any]) -> Config:
     try:
         cls = _REGISTRY[name]
     except KeyError:
-        raise KeyError(f"no layer config named {name!r} is defined") from None
+        raise EmberKeyError(
+            f"config_from_dict: no layer config named {name!r} is defined; known: {', '.join(sorted(_REGISTRY))}"
+        ) from None
     return cls.from_dict(data)
 
 

@@ -7,10 +7,21 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ArgumentTypeError, EmberIndexError, EmberKeyError
 from .config import Config, from_typed_dict, typed_dict
 from .module import Module
 
 __all__ = ["Sequential", "SequentialConfig", "ModuleList", "ModuleDict"]
+
+
+def _position(index: Any, n: int, where: str) -> int:
+    """``index`` as a position in a container of ``n`` modules (negative counts from the end)."""
+    if isinstance(index, bool) or not hasattr(index, "__index__"):
+        raise ArgumentTypeError(f"{where}: index must be an int or a slice, got {index!r} ({type(index).__name__})")
+    i = int(index)
+    if not -n <= i < n:
+        raise EmberIndexError(f"{where}: index {i} is out of range for {n} module(s) (valid: {-n}..{n - 1})")
+    return i % n
 
 
 @dataclass
@@ -32,7 +43,7 @@ class SequentialConfig(Config):
 
 def _check_module(value: Any, where: str) -> Module:
     if not isinstance(value, Module):
-        raise TypeError(f"{where}: expected an nn.Module, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{where}: expected an nn.Module, got {type(value).__name__}")
     return value
 
 
@@ -73,7 +84,7 @@ class Sequential(Module):
         items = list(self._modules.items())
         if isinstance(index, slice):
             return Sequential(OrderedDict(items[index]))
-        return items[index][1]
+        return items[_position(index, len(items), "Sequential")][1]
 
 
 class ModuleList(Module):
@@ -103,7 +114,7 @@ class ModuleList(Module):
         values = list(self._modules.values())
         if isinstance(index, slice):
             return ModuleList(values[index])  # type: ignore[arg-type]
-        return values[index]
+        return values[_position(index, len(values), "ModuleList")]
 
     def __setitem__(self, index: int, module: Module) -> None:
         name = list(self._modules)[index]
@@ -119,6 +130,8 @@ class ModuleDict(Module):
             self[name] = m
 
     def __getitem__(self, name: str) -> Module:
+        if name not in self._modules:
+            raise EmberKeyError(f"ModuleDict: no module named {name!r}; the keys are {list(self._modules)}")
         return self._modules[name]  # type: ignore[return-value]
 
     def __setitem__(self, name: str, module: Module) -> None:

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InvalidArgumentError, NotImplementedOpError
+from ..shapes import as_int, as_ints
 from ..tensor import Tensor
 from . import functional as F
 from . import init
@@ -19,12 +21,18 @@ __all__ = [
 ]  # fmt: skip
 
 
+_MINIMUM = {"kernel_size": 1, "stride": 1, "dilation": 1, "padding": 0, "output_padding": 0}
+
+
 def _ntuple(value: Any, n: int, name: str, layer: str) -> tuple[int, ...]:
-    if isinstance(value, int):
-        return (value,) * n
-    out = tuple(int(v) for v in value)
+    out = as_ints(value, layer, name)
+    if len(out) == 1 and not isinstance(value, (tuple, list)):
+        out = out * n
     if len(out) != n:
-        raise ValueError(f"{layer}: {name} needs {n} values, got {value!r}")
+        raise InvalidArgumentError(f"{layer}: {name} needs {n} values, got {value!r}")
+    low = _MINIMUM.get(name, 0)
+    if any(v < low for v in out):
+        raise InvalidArgumentError(f"{layer}: every {name} must be >= {low}, got {value!r}")
     return out
 
 
@@ -74,20 +82,25 @@ class _ConvNd(Module):
         super().__init__()
         name = type(self).__name__
         self._config = config
+        for arg, v in (("in_channels", in_channels), ("out_channels", out_channels), ("groups", groups)):
+            if as_int(v, name, arg) < 1:
+                raise InvalidArgumentError(f"{name}: {arg} must be >= 1, got {v!r}")
         if groups < 1 or in_channels % groups or out_channels % groups:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{name}: in_channels={in_channels} and out_channels={out_channels} must both be divisible "
                 f"by groups={groups}"
             )
         if padding_mode != "zeros":
-            raise NotImplementedError(f"{name}: only padding_mode='zeros' is implemented, got {padding_mode!r}")
+            raise NotImplementedOpError(f"{name}: only padding_mode='zeros' is implemented, got {padding_mode!r}")
         n = self.nd
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = _ntuple(kernel_size, n, "kernel_size", name)
         self.stride = _ntuple(stride, n, "stride", name)
         self.padding = padding if isinstance(padding, str) else _ntuple(padding, n, "padding", name)
         if isinstance(padding, str) and (padding not in ("same", "valid") or self.transposed):
-            raise ValueError(f"{name}: padding must be an int or a tuple (or 'same'/'valid' for Conv), got {padding!r}")
+            raise InvalidArgumentError(
+                f"{name}: padding must be an int or a tuple (or 'same'/'valid' for Conv), got {padding!r}"
+            )
         self.dilation = _ntuple(dilation, n, "dilation", name)
         self.output_padding = _ntuple(output_padding, n, "output_padding", name)
         self.padding_mode = padding_mode

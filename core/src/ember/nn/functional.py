@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..dtypes import finfo
-from ..errors import ShapeError
+from ..errors import InvalidArgumentError, NotImplementedOpError, ShapeError
 from ..ops import nn as _nn
 from ..ops.conv import conv as _conv_op
 from ..ops.conv import conv_transpose as _conv_transpose_op
@@ -405,6 +405,8 @@ def batch_norm(
 def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """x / max(||x||_p, eps) along ``dim``."""
     x = _tensor_arg(x, "normalize")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
+        raise InvalidArgumentError(f"normalize: p must be a number > 0 (the norm's order, e.g. 2), got {p!r}")
     return x / vector_norm(x, axis=dim, keepdims=True, ord=p).clip(eps, None)
 
 
@@ -441,7 +443,7 @@ def scaled_dot_product_attention(
 def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
     """PyTorch-order padding: ``(left, right)`` of the last axis, then of the one before..."""
     if mode != "constant":
-        raise NotImplementedError(f"pad: only mode='constant' is implemented, got {mode!r}")
+        raise NotImplementedOpError(f"pad: only mode='constant' is implemented, got {mode!r}")
     x = _tensor_arg(x, "pad")
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ShapeError(f"pad: expected an even number of at most {2 * x.ndim} sizes, got {tuple(pad)}")

@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from ..autodiff.mode import no_grad
+from ..errors import InvalidArgumentError
 from ..random import Key, normal, uniform
 from ..tensor import Tensor
 
@@ -51,7 +52,7 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
         return math.sqrt(2.0 / (1.0 + slope**2))
     if nonlinearity == "selu":
         return 3.0 / 4.0
-    raise ValueError(
+    raise InvalidArgumentError(
         f"calculate_gain: unknown nonlinearity {nonlinearity!r}; expected one of "
         f"{', '.join(_LINEAR + ('tanh', 'relu', 'leaky_relu', 'selu'))}"
     )
@@ -60,7 +61,10 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
 def fan_in_and_fan_out(t: Tensor) -> tuple[int, int]:
     """(fan_in, fan_out) of a weight of shape (out, in, *kernel)."""
     if t.ndim < 2:
-        raise ValueError(f"fan in and fan out need a tensor with at least 2 dimensions, got shape {t.shape}")
+        raise InvalidArgumentError(
+            f"nn.init: fan in and fan out need a tensor with at least 2 dimensions (out, in, ...), "
+            f"got shape {t.shape}; use uniform_ or normal_ for a bias"
+        )
     receptive = 1
     for s in t.shape[2:]:
         receptive *= s
@@ -69,7 +73,7 @@ def fan_in_and_fan_out(t: Tensor) -> tuple[int, int]:
 
 def _fan(t: Tensor, mode: str) -> int:
     if mode not in ("fan_in", "fan_out"):
-        raise ValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
+        raise InvalidArgumentError(f"nn.init: mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = fan_in_and_fan_out(t)
     return fan_in if mode == "fan_in" else fan_out
 
@@ -108,6 +112,8 @@ def ones_(t: Tensor) -> Tensor:
 
 def xavier_uniform_(t: Tensor, gain: float = 1.0, key: Key | None = None) -> Tensor:
     """Glorot uniform: bound = gain * sqrt(6 / (fan_in + fan_out))."""
+    if t.size == 0:
+        return t
     fan_in, fan_out = fan_in_and_fan_out(t)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(t, -bound, bound, key=key)
@@ -115,6 +121,8 @@ def xavier_uniform_(t: Tensor, gain: float = 1.0, key: Key | None = None) -> Ten
 
 def xavier_normal_(t: Tensor, gain: float = 1.0, key: Key | None = None) -> Tensor:
     """Glorot normal: std = gain * sqrt(2 / (fan_in + fan_out))."""
+    if t.size == 0:
+        return t
     fan_in, fan_out = fan_in_and_fan_out(t)
     return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), key=key)
 
@@ -123,6 +131,9 @@ def kaiming_uniform_(
     t: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", key: Key | None = None
 ) -> Tensor:
     """He uniform: bound = gain * sqrt(3 / fan); ``a`` is the leaky_relu slope."""
+    if t.size == 0:
+        _fan(t, mode)  # still check the arguments
+        return t  # nothing to fill (a layer with 0 features), as in PyTorch
     bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / _fan(t, mode))
     return uniform_(t, -bound, bound, key=key)
 
@@ -131,5 +142,8 @@ def kaiming_normal_(
     t: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", key: Key | None = None
 ) -> Tensor:
     """He normal: std = gain / sqrt(fan)."""
+    if t.size == 0:
+        _fan(t, mode)
+        return t
     std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(t, mode))
     return normal_(t, 0.0, std, key=key)

@@ -6,8 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DTypeError
+from ..errors import DTypeError, InvalidArgumentError
 from ..ops.movement import flatten
+from ..shapes import as_int
 from ..tensor import Tensor
 from . import functional as F
 from . import init
@@ -45,6 +46,9 @@ class Linear(Module):
         self, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None
     ) -> None:
         super().__init__()
+        for arg, v in (("in_features", in_features), ("out_features", out_features)):
+            if as_int(v, "Linear", arg) < 0:
+                raise InvalidArgumentError(f"Linear: {arg} must be >= 0, got {v!r}")
         self._config = LinearConfig(in_features, out_features, bias)
         self.in_features, self.out_features = in_features, out_features
         w = new_param((out_features, in_features), device, dtype)
@@ -124,11 +128,14 @@ class Embedding(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
+        for arg, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
+            if as_int(v, "Embedding", arg) < 1:
+                raise InvalidArgumentError(f"Embedding: {arg} must be >= 1, got {v!r}")
         self._config = EmbeddingConfig(num_embeddings, embedding_dim, padding_idx)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError(f"Embedding: padding_idx={padding_idx} is outside [0, {num_embeddings})")
+                raise InvalidArgumentError(f"Embedding: padding_idx={padding_idx} is outside [0, {num_embeddings})")
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
         w = init.normal_(new_param((num_embeddings, embedding_dim), device, dtype))
@@ -158,7 +165,7 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
+            raise InvalidArgumentError(f"Dropout: p must be in [0, 1], got {p}")
         self._config = DropoutConfig(p)
         self.p = p
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InvalidArgumentError
 from ..tensor import Tensor
 from . import losses
 from .module import Module
@@ -18,7 +19,9 @@ class _Loss(Module):
     def __init__(self, reduction: str = "mean", **extra: Any) -> None:
         super().__init__()
         if reduction not in ("mean", "sum", "none", "batchmean"):
-            raise ValueError(f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+            )
         self.reduction = reduction
         for name, value in extra.items():
             if isinstance(value, Tensor):

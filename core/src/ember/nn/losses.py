@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..ops import nn as _nn
 from ..ops.elementwise import _tensor_arg, where
-from ..ops.indexing import take, take_along_axis
+from ..ops.indexing import check_class_range, take, take_along_axis
 from ..ops.movement import expand_dims
 from ..tensor import Tensor
 
@@ -26,7 +26,7 @@ def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:
         return loss.sum()
     if reduction == "none":
         return loss
-    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise InvalidArgumentError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def _pair(input: Any, target: Any, name: str) -> tuple[Tensor, Tensor]:
@@ -57,6 +57,8 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """0.5 d**2 / beta where |d| < beta, else |d| - 0.5 beta."""
     x, t = _pair(input, target, "smooth_l1_loss")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta >= 0:
+        raise InvalidArgumentError(f"smooth_l1_loss: beta must be a number >= 0, got {beta!r}")
     d = (x - t).abs()
     if beta == 0:
         return _reduce(d, reduction, "smooth_l1_loss")
@@ -66,6 +68,8 @@ def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta:
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
     """0.5 d**2 where |d| < delta, else delta (|d| - 0.5 delta)."""
     x, t = _pair(input, target, "huber_loss")
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not delta > 0:
+        raise InvalidArgumentError(f"huber_loss: delta must be a number > 0, got {delta!r}")
     d = (x - t).abs()
     return _reduce(where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction, "huber_loss")
 
@@ -127,6 +131,7 @@ def nll_loss(
     expected = (x.shape[0],) + x.shape[2:]
     if x.ndim < 2 or t.shape != expected:
         raise ShapeError(f"nll_loss: input {x.shape} needs a target of shape {expected}, got {t.shape}")
+    check_class_range(t, x.shape[1], "nll_loss", "target", ignore=int(ignore_index))
     valid = t != ignore_index
     safe = where(valid, t, 0).astype("int64")
     picked = take_along_axis(x, expand_dims(safe, 1), 1).reshape(t.shape)

@@ -34,7 +34,7 @@ from ..autodiff.mode import no_grad
 from ..creation import tensor as new_tensor
 from ..device import Device, device_arg
 from ..dtypes import DType, as_dtype
-from ..errors import CheckpointError
+from ..errors import ArgumentTypeError, CheckpointError, EmberAttributeError, EmberKeyError, MissingMethodError
 from ..tensor import Tensor, make_tensor
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class Parameter:
 
     def __init__(self, tensor: Tensor, requires_grad: bool = True) -> None:
         if not isinstance(tensor, Tensor):
-            raise TypeError(f"nn.Parameter: expected an ember Tensor, got {type(tensor).__name__}")
+            raise ArgumentTypeError(f"nn.Parameter: expected an ember Tensor, got {type(tensor).__name__}")
         self.tensor = tensor
         self.requires_grad = requires_grad
 
@@ -118,13 +118,13 @@ class Module:
         """The config that rebuilds this layer (its hyperparameters, not its weights)."""
         cfg = self.__dict__.get("_config")
         if cfg is None:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{type(self).__name__} has no config: layers built from a Config dataclass keep it in self._config"
             )
         return dataclasses.replace(cfg)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+        raise MissingMethodError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
@@ -132,7 +132,7 @@ class Module:
     # -- registration --------------------------------------------------------------------
     def _check_init(self, name: str) -> None:
         if "_parameters" not in self.__dict__:
-            raise AttributeError(
+            raise EmberAttributeError(
                 f"cannot assign {name!r} before Module.__init__() ran: call super().__init__() "
                 f"first in {type(self).__name__}.__init__"
             )
@@ -148,13 +148,18 @@ class Module:
         """Add a parameter (a Parameter, a Tensor, or None for an absent optional one)."""
         self._check_init(name)
         if not isinstance(name, str) or not name or "." in name:
-            raise KeyError(f"parameter name must be a non-empty string without '.', got {name!r}")
+            raise EmberKeyError(
+                f"{type(self).__name__}.register_parameter: name must be a non-empty string without '.', got {name!r}"
+            )
         trainable = True
         if isinstance(param, Parameter):
             trainable = param.requires_grad
             param = param.tensor
         elif param is not None and not isinstance(param, Tensor):
-            raise TypeError(f"cannot register {type(param).__name__} as parameter {name!r}: expected a Tensor")
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.register_parameter: cannot register {type(param).__name__} as parameter "
+                f"{name!r}; expected a Tensor, a Parameter or None"
+            )
         self._discard(name)
         if param is not None:
             param = _as_leaf(param, trainable)
@@ -166,9 +171,14 @@ class Module:
         """Add state that is saved in ``state_dict`` (if persistent) but never requires grad."""
         self._check_init(name)
         if not isinstance(name, str) or not name or "." in name:
-            raise KeyError(f"buffer name must be a non-empty string without '.', got {name!r}")
+            raise EmberKeyError(
+                f"{type(self).__name__}.register_buffer: name must be a non-empty string without '.', got {name!r}"
+            )
         if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"cannot register {type(tensor).__name__} as buffer {name!r}: expected a Tensor")
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.register_buffer: cannot register {type(tensor).__name__} as buffer "
+                f"{name!r}; expected a Tensor or None"
+            )
         self._discard(name)
         self._buffers[name] = None if tensor is None else _as_leaf(tensor, False)
         if not persistent:
@@ -177,8 +187,15 @@ class Module:
     def register_module(self, name: str, module: Module | None) -> None:
         """Add a child module (what assigning a Module attribute does)."""
         self._check_init(name)
+        if not isinstance(name, str) or not name or "." in name:
+            raise EmberKeyError(
+                f"{type(self).__name__}.register_module: name must be a non-empty string without '.', got {name!r}"
+            )
         if module is not None and not isinstance(module, Module):
-            raise TypeError(f"cannot register {type(module).__name__} as child module {name!r}")
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.register_module: cannot register {type(module).__name__} as child module "
+                f"{name!r}; expected a Module or None"
+            )
         self._discard(name)
         self._modules[name] = module
 
@@ -191,18 +208,18 @@ class Module:
             self.register_module(name, value)
         elif "_parameters" in self.__dict__ and name in self._parameters:
             if value is not None:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{type(self).__name__}.{name} is a parameter; assign nn.Parameter(tensor) (or None) to "
                     f"replace it, or change its values with `with em.no_grad(): m.{name}.copy_(t)`"
                 )
             self._parameters[name] = None
         elif "_buffers" in self.__dict__ and name in self._buffers:
             if value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"{type(self).__name__}.{name} is a buffer; assign a Tensor or None")
+                raise ArgumentTypeError(f"{type(self).__name__}.{name} is a buffer; assign a Tensor or None")
             self._buffers[name] = None if value is None else _as_leaf(value, False)
         elif "_modules" in self.__dict__ and name in self._modules:
             if value is not None:
-                raise TypeError(f"{type(self).__name__}.{name} is a child module; assign a Module or None")
+                raise ArgumentTypeError(f"{type(self).__name__}.{name} is a child module; assign a Module or None")
             self._modules[name] = None
         else:
             object.__setattr__(self, name, value)
@@ -213,7 +230,7 @@ class Module:
             entries = d.get(table)
             if entries is not None and name in entries:
                 return entries[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise EmberAttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __delattr__(self, name: str) -> None:
         if name in self._parameters or name in self._buffers or name in self._modules:
@@ -290,7 +307,7 @@ class Module:
         for part in target.split(".") if target else []:
             child = mod._modules.get(part)
             if child is None:
-                raise AttributeError(f"{type(mod).__name__} has no child module {part!r} (looking up {target!r})")
+                raise EmberAttributeError(f"{type(mod).__name__} has no child module {part!r} (looking up {target!r})")
             mod = child
         return mod
 

@@ -8,7 +8,8 @@ from typing import Any
 from ..autodiff.mode import no_grad
 from ..creation import ones, zeros
 from ..device import device_arg
-from ..errors import ShapeError
+from ..errors import ArgumentTypeError, InvalidArgumentError, ShapeError
+from ..shapes import as_int, as_ints
 from ..tensor import Tensor
 from . import functional as F
 from . import init
@@ -22,8 +23,11 @@ __all__ = [
 ]  # fmt: skip
 
 
-def _shape(normalized_shape: Any) -> tuple[int, ...]:
-    return (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(s) for s in normalized_shape)
+def _shape(normalized_shape: Any, layer: str = "LayerNorm") -> tuple[int, ...]:
+    shape = as_ints(normalized_shape, layer, "normalized_shape")
+    if any(s < 1 for s in shape):
+        raise InvalidArgumentError(f"{layer}: every normalized_shape entry must be >= 1, got {normalized_shape!r}")
+    return shape
 
 
 def _ones_param(shape: tuple[int, ...], device: Any, dtype: Any) -> Parameter:
@@ -61,6 +65,8 @@ class _BatchNorm(Module):
         super().__init__()
         self._config = config
         c = config.num_features
+        if as_int(c, type(self).__name__, "num_features") < 1:
+            raise InvalidArgumentError(f"{type(self).__name__}: num_features must be >= 1, got {c!r}")
         self.num_features, self.eps, self.momentum = c, config.eps, config.momentum
         self.affine, self.track_running_stats = config.affine, config.track_running_stats
         if self.affine:
@@ -164,7 +170,7 @@ class LayerNormConfig(Config):
 
 def _check_trailing(x: Any, shape: tuple[int, ...], layer: str) -> Tensor:
     if not isinstance(x, Tensor):
-        raise TypeError(f"{layer}: expected a Tensor, got {type(x).__name__}")
+        raise ArgumentTypeError(f"{layer}: expected a Tensor, got {type(x).__name__}")
     if x.shape[x.ndim - len(shape) :] != shape or x.ndim < len(shape):
         raise ShapeError(f"{layer}: expected input of shape (..., {', '.join(map(str, shape))}), got {x.shape}")
     return x
@@ -226,7 +232,11 @@ class RMSNorm(Module):
     ) -> None:
         super().__init__()
         self._config = RMSNormConfig(normalized_shape, eps, elementwise_affine)
-        self.normalized_shape, self.eps, self.elementwise_affine = _shape(normalized_shape), eps, elementwise_affine
+        self.normalized_shape, self.eps, self.elementwise_affine = (
+            _shape(normalized_shape, "RMSNorm"),
+            eps,
+            elementwise_affine,
+        )
         if elementwise_affine:
             self.weight = _ones_param(self.normalized_shape, device, dtype)
         else:
@@ -263,7 +273,9 @@ class GroupNorm(Module):
     ) -> None:
         super().__init__()
         if num_groups < 1 or num_channels % num_groups:
-            raise ValueError(f"GroupNorm: num_channels={num_channels} must be divisible by num_groups={num_groups}")
+            raise InvalidArgumentError(
+                f"GroupNorm: num_channels={num_channels} must be divisible by num_groups={num_groups}"
+            )
         self._config = GroupNormConfig(num_groups, num_channels, eps, affine)
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         if affine:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..creation import tensor
 from ..device import device_arg
-from ..errors import ShapeError
+from ..errors import InvalidArgumentError, ShapeError
 from ..ops.indexing import take
 from ..ops.movement import concat, stack
 from ..tensor import Tensor
@@ -71,7 +71,7 @@ class RotaryEmbedding(Module):
     ) -> None:
         super().__init__()
         if dim < 2 or dim % 2:
-            raise ValueError(f"RotaryEmbedding: dim must be a positive even number, got {dim}")
+            raise InvalidArgumentError(f"RotaryEmbedding: dim must be a positive even number, got {dim}")
         self._config = RotaryEmbeddingConfig(dim, base, interleaved, max_seq_len)
         self.dim, self.base, self.interleaved, self.max_seq_len = dim, base, interleaved, max_seq_len
         self._build(max_seq_len, device_arg(device), param_dtype(dtype))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..creation import zeros
-from ..errors import ShapeError
+from ..errors import InvalidArgumentError, MissingMethodError, ShapeError
 from ..ops.linalg import matmul
 from ..ops.movement import concat, expand_dims, squeeze, stack, unstack
 from ..tensor import Tensor
@@ -61,9 +61,11 @@ class _RNNBase(Module):
         name = type(self).__name__
         c = config
         if c.num_layers < 1 or c.hidden_size < 1:
-            raise ValueError(f"{name}: num_layers and hidden_size must be >= 1, got {c.num_layers}, {c.hidden_size}")
+            raise InvalidArgumentError(
+                f"{name}: num_layers and hidden_size must be >= 1, got {c.num_layers}, {c.hidden_size}"
+            )
         if not 0.0 <= c.dropout <= 1.0:
-            raise ValueError(f"{name}: dropout must be in [0, 1], got {c.dropout}")
+            raise InvalidArgumentError(f"{name}: dropout must be in [0, 1], got {c.dropout}")
         self._config = config
         self.input_size, self.hidden_size, self.num_layers = c.input_size, c.hidden_size, c.num_layers
         self.bias, self.batch_first, self.bidirectional = c.bias, c.batch_first, c.bidirectional
@@ -87,7 +89,7 @@ class _RNNBase(Module):
         return p["weight_ih" + sfx], p["weight_hh" + sfx], p.get("bias_ih" + sfx), p.get("bias_hh" + sfx)
 
     def _cell(self, xw: Tensor, hw: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        raise NotImplementedError
+        raise MissingMethodError
 
     def _check_input(self, x: Any) -> tuple[Tensor, bool]:
         name = type(self).__name__
@@ -262,7 +264,7 @@ class RNN(_RNNBase):
         dtype: Any = None,
     ) -> None:
         if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"RNN: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+            raise InvalidArgumentError(f"RNN: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
         cfg = RNNConfig(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, nonlinearity)
         super().__init__(cfg, device, dtype)
         self.nonlinearity = nonlinearity

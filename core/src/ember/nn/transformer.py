@@ -6,6 +6,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InvalidArgumentError
 from ..tensor import Tensor
 from . import functional as F
 from .attention import MultiHeadAttention
@@ -52,7 +53,9 @@ class _Layer(Module):
     def __init__(self, config: _LayerConfig, device: Any, dtype: Any, decoder: bool) -> None:
         super().__init__()
         if config.activation not in _ACTIVATIONS:
-            raise ValueError(f"{type(self).__name__}: activation must be 'relu' or 'gelu', got {config.activation!r}")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: activation must be 'relu' or 'gelu', got {config.activation!r}"
+            )
         self._config = config
         c = config
         self.norm_first, self.activation = c.norm_first, c.activation

@@ -19,7 +19,7 @@ import numpy as np
 from ..amp import LOW
 from ..creation import tensor
 from ..dispatch import Op, apply, define, effective_dtype
-from ..errors import DTypeError, ShapeError
+from ..errors import ArgumentTypeError, DTypeError, ShapeError
 from .elementwise import FLOAT, _reject, _tensor_arg
 from .linalg import matmul, matrix_transpose
 from .movement import concat, expand_dims, pad, reshape, slice_tensor, squeeze
@@ -54,7 +54,7 @@ def _ints(value: Any, nd: int, name: str, op: str, low: int) -> Ints:
         try:
             out = tuple(int(v) for v in value)
         except (TypeError, ValueError):
-            raise TypeError(f"{op}: {name} must be an int or a tuple of {nd} ints, got {value!r}") from None
+            raise ArgumentTypeError(f"{op}: {name} must be an int or a tuple of {nd} ints, got {value!r}") from None
         if len(out) != nd:
             raise ShapeError(f"{op}: {name}={value!r} needs {nd} entries, one per spatial dim")
     if any(v < low for v in out):

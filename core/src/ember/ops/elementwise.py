@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..amp import PROMOTE
 from ..creation import asarray, full, full_like
-from ..dispatch import Op, apply, binary, define, is_tensor, scalar_value, swaps
+from ..dispatch import Op, apply, binary, define, is_tensor, operand_message, scalar_value, swaps
 from ..dtypes import (
     ANY,
     BOOL,
@@ -26,7 +26,7 @@ from ..dtypes import (
     promote_types,
     scalar_dtype,
 )
-from ..errors import DTypeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..shapes import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -62,9 +62,10 @@ _reject = category_error
 def _tensor_arg(x: Any, op: str, like: Tensor | None = None) -> Tensor:
     if is_tensor(x):
         return x
-    if like is not None:
-        return asarray(x, device=like._device)
-    return asarray(x)
+    try:
+        return asarray(x, device=None if like is None else like._device)
+    except (DTypeError, ShapeError, InvalidArgumentError) as exc:
+        raise type(exc)(operand_message(op, x, exc)) from None
 
 
 # -- unary -------------------------------------------------------------------------------
@@ -511,11 +512,20 @@ def divide(a: Any, b: Any) -> Tensor:
 
 
 def floor_divide(a: Any, b: Any) -> Tensor:
+    """Floor of ``a / b`` (Python's ``//``).
+
+    Integer division by zero follows the Array API: the result is implementation-defined, not an
+    error (checking would read every divisor back from a GPU). The cpu backend gives 0; floats give
+    ``inf``/``nan`` as IEEE 754 says.
+    """
     return binary(FLOORDIV, a, b)
 
 
 def remainder(a: Any, b: Any) -> Tensor:
-    """Remainder with the sign of the divisor (Python's ``%``)."""
+    """Remainder with the sign of the divisor (Python's ``%``).
+
+    An integer remainder by zero is implementation-defined, as in the Array API (0 on cpu), not an error.
+    """
     return binary(REMAINDER, a, b)
 
 

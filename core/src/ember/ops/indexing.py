@@ -13,7 +13,7 @@ from ..creation import arange, full, tensor, zeros
 from ..creation import tensor as _t
 from ..dispatch import apply, define, is_tensor
 from ..dtypes import bool_, int64
-from ..errors import AutodiffError, DTypeError, EmberIndexError, ShapeError
+from ..errors import AutodiffError, DTypeError, EmberIndexError, InvalidArgumentError, ShapeError
 from ..shapes import broadcast_shapes, normalize_axis
 from .elementwise import INT, _tensor_arg, where
 from .movement import broadcast_to, expand_dims, flip, permute_dims, reshape, slice_tensor, stack
@@ -70,7 +70,7 @@ def take_along_axis(x: Any, indices: Any, axis: int = -1) -> Tensor:
     ax = normalize_axis(axis, x.ndim, "take_along_axis")
     if index._dtype is not int64:
         index = index.astype(int64)
-    index = _wrap_negative(index, x._shape[ax])
+    index = _wrap_negative(index, x._shape[ax], "take_along_axis")
     outer = broadcast_shapes(
         tuple(1 if i == ax else d for i, d in enumerate(x._shape)),
         tuple(1 if i == ax else d for i, d in enumerate(index._shape)),
@@ -102,11 +102,11 @@ def scatter_add(x: Any, indices: Any, values: Any, axis: int) -> Tensor:
             )
     if index.ndim != x.ndim:
         raise ShapeError(f"scatter_add: indices have {index.ndim} dims but x has {x.ndim}")
-    index = _wrap_negative(index, x._shape[ax])
+    index = _wrap_negative(index, x._shape[ax], "scatter_add")
     return apply(SCATTER_ADD, (x, index, values), {"axis": ax}, x._shape, x._dtype)
 
 
-def _wrap_negative(index: Tensor, n: int) -> Tensor:
+def _wrap_negative(index: Tensor, n: int, op: str = "index") -> Tensor:
     """Map negative indices to ``n + i``; on synchronous backends also check the range.
 
     The check reads the index range back to the host. Backends that queue work
@@ -121,7 +121,7 @@ def _wrap_negative(index: Tensor, n: int) -> Tensor:
     hi = int(index.max().item())
     if lo < -n or hi >= n:
         bad = hi if hi >= n else lo
-        raise EmberIndexError(f"index {bad} is out of bounds for an axis of size {n}")
+        raise EmberIndexError(f"index {bad} is out of bounds for an axis of size {n}; valid indices are {-n}..{n - 1}")
     if lo < 0:
         index = where(index < 0, index + n, index)
     return index
@@ -136,7 +136,7 @@ def index_put(x: Any, indices: tuple[Any, ...], values: Any, accumulate: bool = 
     for i in idx:
         _check_index(i, "index_put")
     idx = [(i if i._dtype is int64 else i.astype(int64)) for i in idx]
-    idx = [_wrap_negative(i, x._shape[k]) for k, i in enumerate(idx)]
+    idx = [_wrap_negative(i, x._shape[k], "index_put") for k, i in enumerate(idx)]
     bshape = broadcast_shapes(*(i._shape for i in idx), op="index_put") if idx else ()
     idx = [broadcast_to(i, bshape) for i in idx]
     target = bshape + x._shape[len(idx) :]
@@ -185,9 +185,29 @@ def take(x: Any, indices: Any, axis: int | None = None) -> Tensor:
         return reshape(flat, x._shape[:ax] + index._shape + x._shape[ax + 1 :])
     if index._dtype is not int64:
         index = index.astype(int64)
-    index = _wrap_negative(index, x._shape[ax])
+    index = _wrap_negative(index, x._shape[ax], "take")
     shape = tuple(index._shape[0] if i == ax else d for i, d in enumerate(x._shape))
     return apply(TAKE, (x, index), {"axis": ax}, shape, x._dtype)
+
+
+def check_class_range(index: Tensor, n: int, op: str, argument: str, ignore: int | None = None) -> None:
+    """Refuse class indices outside ``[0, n)`` (``ignore`` exempt), on synchronous backends only.
+
+    Like ``_wrap_negative``, the check reads the range back to the host, so backends that queue
+    work (``cheap_readback = False``) skip it rather than stall on every call.
+    """
+    if index.size == 0 or not index._device.backend.cheap_readback:
+        return
+    valid = index if ignore is None else where(index == ignore, 0, index)
+    lo = int(valid.min().item())
+    hi = int(valid.max().item())
+    if lo < 0 or hi >= n:
+        bad = hi if hi >= n else lo
+        also = f" or ignore_index={ignore}" if ignore is not None else ""
+        raise EmberIndexError(
+            f"{op}: {argument} holds class {bad}, outside 0..{n - 1} for {n} classes; "
+            f"each entry must be in 0..{n - 1}{also} (check the number of classes and the labels)"
+        )
 
 
 def one_hot(indices: Any, num_classes: int, dtype: Any = None) -> Tensor:
@@ -195,6 +215,9 @@ def one_hot(indices: Any, num_classes: int, dtype: Any = None) -> Tensor:
 
     index = _tensor_arg(indices, "one_hot")
     _check_index(index, "one_hot")
+    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1:
+        raise InvalidArgumentError(f"one_hot: num_classes must be a positive int, got {num_classes!r}")
+    check_class_range(index, num_classes, "one_hot", "indices")
     classes = arange(num_classes, device=index._device)
     out = expand_dims(index.astype(int64), -1) == classes
     return out.astype("float32" if dtype is None else dtype)
@@ -240,6 +263,11 @@ def _expand_key(x: Tensor, key: Any) -> list[tuple[str, Any]]:
             entries.append(("int", int(k)))
         elif isinstance(k, (bool, np.bool_)):
             entries.append(("mask", tensor(bool(k), device=x._device)))
+        elif isinstance(k, (str, bytes, float)):
+            raise EmberIndexError(
+                f"index: {k!r} ({type(k).__name__}) is not a valid index; use ints, slices, None, ..., "
+                f"bool masks or integer tensors"
+            )
         else:
             t = k if is_tensor(k) else _tensor_arg(k, "index", x)
             if t._dtype is bool_:
@@ -293,6 +321,8 @@ def _basic(x: Tensor, entries: list[tuple[str, Any]]) -> tuple[Tensor, list[tupl
             continue
         n = x._shape[axis]
         if kind == "slice":
+            if v.step == 0:
+                raise InvalidArgumentError(f"index: slice {v} has step 0; a slice step must be nonzero")
             start, stop, step = v.indices(n)
             if step < 0:
                 # walk backwards: take the forward slice that covers the same elements, then flip
@@ -374,7 +404,7 @@ def _gather_advanced(y: Tensor, positions: list[int], index: list[Tensor]) -> Te
     dims = [y._shape[p] for p in positions]
     linear = None
     for t, n in zip(index, dims):
-        t = _wrap_negative(t.astype(int64) if t._dtype is not int64 else t, n)
+        t = _wrap_negative(t.astype(int64) if t._dtype is not int64 else t, n, "index")
         linear = t if linear is None else linear * n + t
     flat = reshape(moved, (-1,) + tuple(y._shape[r] for r in rest))
     picked = take(flat, reshape(broadcast_to(linear, bshape), (-1,)), axis=0)

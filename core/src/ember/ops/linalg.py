@@ -9,8 +9,8 @@ from ..amp import LOW
 from ..creation import zeros
 from ..dispatch import apply, define, is_tensor
 from ..dtypes import bool_, int64, promote_types
-from ..errors import DTypeError, InvalidArgumentError, ShapeError
-from ..shapes import broadcast_shapes, normalize_axes, normalize_axis
+from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
+from ..shapes import as_int, as_ints, broadcast_shapes, normalize_axes, normalize_axis
 from .elementwise import NUMERIC, _needs, _reject, _tensor_arg, abs, sqrt, where
 from .indexing import scatter_add, take_along_axis
 from .movement import permute_dims, reshape, slice_tensor, swapaxes
@@ -51,6 +51,12 @@ def matmul(a: Any, b: Any) -> Tensor:
         a = a.astype(dt)
     if b._dtype is not dt:
         b = b.astype(dt)
+    if a.ndim == 1 and b.ndim == 1 and a._shape != b._shape:
+        raise ShapeError(
+            f"matmul: 1-D operands of shapes {a._shape} and {b._shape} differ in length "
+            f"({a._shape[0]} != {b._shape[0]}); a vector product needs two vectors of the same length."
+        )
+    shape_a, shape_b = a._shape, b._shape  # as the user passed them, for the message
     squeeze_a = a.ndim == 1
     squeeze_b = b.ndim == 1
     if squeeze_a:
@@ -61,7 +67,7 @@ def matmul(a: Any, b: Any) -> Tensor:
     k2, m = b._shape[-2:]
     if k != k2:
         raise ShapeError(
-            f"matmul: inner dimensions differ: {a._shape} @ {b._shape} ({k} != {k2}). The last axis "
+            f"matmul: inner dimensions differ: {shape_a} @ {shape_b} ({k} != {k2}). The last axis "
             f"of the first operand must equal the second-to-last axis of the second."
         )
     batch = broadcast_shapes(a._shape[:-2], b._shape[:-2], op="matmul")
@@ -84,12 +90,23 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
     """Sum products over the last ``axes`` of ``a`` and the first of ``b`` (or given axis lists)."""
     a = _tensor_arg(a, "tensordot")
     b = _tensor_arg(b, "tensordot", a)
-    if isinstance(axes, int):
+    if isinstance(axes, int) and not isinstance(axes, bool):
+        if not 0 <= axes <= min(a.ndim, b.ndim):
+            raise ShapeError(
+                f"tensordot: axes={axes} must be in 0..{min(a.ndim, b.ndim)} for operands of shapes "
+                f"{a._shape} and {b._shape} (the number of trailing/leading axes to contract)"
+            )
         ax_a = list(range(a.ndim - axes, a.ndim))
         ax_b = list(range(axes))
     else:
-        ax_a = [normalize_axis(i, a.ndim, "tensordot") for i in axes[0]]
-        ax_b = [normalize_axis(i, b.ndim, "tensordot") for i in axes[1]]
+        try:
+            first, second = axes
+        except (TypeError, ValueError):
+            raise ArgumentTypeError(
+                f"tensordot: axes must be an int or a pair of axis sequences, got {axes!r}"
+            ) from None
+        ax_a = [normalize_axis(i, a.ndim, "tensordot", "axes") for i in as_ints(first, "tensordot", "axes")]
+        ax_b = [normalize_axis(i, b.ndim, "tensordot", "axes") for i in as_ints(second, "tensordot", "axes")]
     if len(ax_a) != len(ax_b) or any(a._shape[i] != b._shape[j] for i, j in zip(ax_a, ax_b)):
         raise ShapeError(f"tensordot: contracted axes of {a._shape} and {b._shape} do not match")
     free_a = [i for i in range(a.ndim) if i not in ax_a]
@@ -106,6 +123,13 @@ def vecdot(a: Any, b: Any, axis: int = -1) -> Tensor:
     """Dot product along ``axis`` with broadcasting."""
     a = _tensor_arg(a, "vecdot")
     b = _tensor_arg(b, "vecdot", a)
+    ax_a = normalize_axis(axis, a.ndim, "vecdot")
+    ax_b = normalize_axis(axis, b.ndim, "vecdot")
+    if a._shape[ax_a] != b._shape[ax_b]:
+        raise ShapeError(
+            f"vecdot: axis {axis} has length {a._shape[ax_a]} in x1 {a._shape} but {b._shape[ax_b]} in x2 "
+            f"{b._shape}; the contracted axis must have one length"
+        )
     return (a * b).sum(axis=axis)
 
 
@@ -213,6 +237,8 @@ def vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) 
         return a.min(axis=axes, keepdims=keepdims)
     if ord == 0:
         return (x != 0).astype(x._dtype).sum(axis=axes, keepdims=keepdims)
+    if isinstance(ord, bool) or not isinstance(ord, (int, float)):
+        raise ArgumentTypeError(f"vector_norm: ord must be a number (1, 2, p > 0, 0 or +-inf), got {ord!r}")
     p = float(ord)
     if p <= 0:
         raise InvalidArgumentError(f"vector_norm: ord must be positive, 0 or +-inf, got {ord!r}")
@@ -258,6 +284,7 @@ def topk(x: Any, k: int, axis: int = -1, largest: bool = True) -> tuple[Tensor, 
     """The ``k`` largest (or smallest) values along ``axis`` and their indices, sorted."""
     y, ax = _sortable(x, "topk", axis)
     n = y._shape[ax]
+    k = as_int(k, "topk", "k")
     if not 0 <= k <= n:
         raise ShapeError(f"topk: k={k} must be between 0 and the axis length {n}")
     idx = argsort(y, axis=ax, descending=largest)

@@ -3,15 +3,15 @@ composites built from them (squeeze, stack, split, tile, repeat, roll, tril/triu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..amp import PROMOTE
 from ..creation import arange, tensor, zeros
 from ..dispatch import apply, define, is_tensor, lookup
 from ..dtypes import int64, result_type
-from ..errors import InvalidArgumentError, ShapeError
-from ..shapes import as_shape, broadcast_shapes, infer_reshape, normalize_axes, normalize_axis
+from ..errors import ArgumentTypeError, InvalidArgumentError, ShapeError
+from ..shapes import as_int, as_ints, as_shape, broadcast_shapes, infer_reshape, normalize_axes, normalize_axis
 from .elementwise import _tensor_arg, where
 
 if TYPE_CHECKING:
@@ -130,9 +130,25 @@ def slice_tensor(x: Tensor, starts: Sequence[int], stops: Sequence[int], steps: 
 def pad(x: Any, pad_width: Any, value: float = 0) -> Tensor:
     """Constant padding; ``pad_width`` is ((before, after), ...) per axis, or one pair for all."""
     x = _tensor_arg(x, "pad")
-    if isinstance(pad_width, int):
+    if isinstance(pad_width, int) and not isinstance(pad_width, bool):
         pad_width = ((pad_width, pad_width),) * x.ndim
-    pads = tuple((int(lo), int(hi)) for lo, hi in pad_width)
+    if isinstance(pad_width, (str, bytes)) or not isinstance(pad_width, Iterable):
+        raise ArgumentTypeError(
+            f"pad: pad_width must be an int or a sequence of (before, after) pairs, got {pad_width!r}"
+        )
+    pad_width = tuple(pad_width)
+    if pad_width and all(isinstance(w, int) and not isinstance(w, bool) for w in pad_width) and len(pad_width) <= 2:
+        pad_width = ((pad_width[0], pad_width[-1]),)  # numpy: (pad,) or (before, after) for every axis
+    pairs = []
+    for pair in pad_width:
+        widths = as_ints(pair, "pad", "pad_width")
+        if len(widths) != 2:
+            raise ShapeError(
+                f"pad: pad_width={pad_width!r} must be an int or (before, after) pairs, one per axis; "
+                f"got the entry {pair!r}"
+            )
+        pairs.append(widths)
+    pads = tuple(pairs)
     if len(pads) == 1 and x.ndim > 1:
         pads = pads * x.ndim
     if len(pads) != x.ndim:
@@ -264,13 +280,16 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
     x = _tensor_arg(x, "split")
     ax = normalize_axis(axis, x.ndim, "split")
     n = x._shape[ax]
+    if not isinstance(indices_or_sections, (list, tuple)) and not is_tensor(indices_or_sections):
+        indices_or_sections = as_int(indices_or_sections, "split", "indices_or_sections")
     if isinstance(indices_or_sections, int):
         k = indices_or_sections
         if k <= 0 or n % k:
             raise ShapeError(f"split: axis {ax} of length {n} does not divide into {k} equal sections")
         bounds = [i * (n // k) for i in range(k + 1)]
     else:
-        bounds = [0] + [max(0, min(n, int(i))) for i in indices_or_sections] + [n]
+        cuts = indices_or_sections.tolist() if is_tensor(indices_or_sections) else indices_or_sections
+        bounds = [0] + [max(0, min(n, i)) for i in as_ints(cuts, "split", "indices_or_sections")] + [n]
     return [_take_slice(x, ax, bounds[i], max(bounds[i], bounds[i + 1])) for i in range(len(bounds) - 1)]
 
 
@@ -279,6 +298,7 @@ def chunk(x: Any, chunks: int, axis: int = 0) -> list[Tensor]:
     x = _tensor_arg(x, "chunk")
     ax = normalize_axis(axis, x.ndim, "chunk")
     n = x._shape[ax]
+    chunks = as_int(chunks, "chunk", "chunks")
     if chunks <= 0:
         raise InvalidArgumentError(f"chunk: chunks must be positive, got {chunks}")
     size = -(-n // chunks) if n else 0
@@ -297,7 +317,9 @@ def unstack(x: Any, axis: int = 0) -> tuple[Tensor, ...]:
 def tile(x: Any, reps: Sequence[int]) -> Tensor:
     """Repeat the whole tensor ``reps[i]`` times along axis i."""
     x = _tensor_arg(x, "tile")
-    reps = tuple(int(r) for r in (reps if not isinstance(reps, int) else (reps,)))
+    reps = as_ints(reps, "tile", "reps")
+    if any(r < 0 for r in reps):
+        raise ShapeError(f"tile: reps={reps} must be >= 0")
     nd = max(x.ndim, len(reps))
     reps = (1,) * (nd - len(reps)) + reps
     x = reshape(x, (1,) * (nd - x.ndim) + x._shape)
@@ -316,12 +338,16 @@ def repeat(x: Any, repeats: Any, axis: int | None = None) -> Tensor:
         x = reshape(x, (-1,))
         axis = 0
     ax = normalize_axis(axis, x.ndim, "repeat")
+    if isinstance(repeats, int) and repeats < 0:
+        raise ShapeError(f"repeat: repeats must be >= 0, got {repeats}")
     if isinstance(repeats, int):
         shape = x._shape
         y = expand_dims(x, ax + 1)
         y = broadcast_to(y, shape[: ax + 1] + (repeats,) + shape[ax + 1 :])
         return reshape(y, shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1 :])
-    counts = [int(r) for r in (repeats.tolist() if is_tensor(repeats) else repeats)]
+    counts = list(as_ints(repeats.tolist() if is_tensor(repeats) else repeats, "repeat", "repeats"))
+    if any(c < 0 for c in counts):
+        raise ShapeError(f"repeat: every repeat count must be >= 0, got {counts}")
     if len(counts) != x._shape[ax]:
         raise ShapeError(f"repeat: {len(counts)} repeat counts for axis {ax} of length {x._shape[ax]}")
 
@@ -336,10 +362,10 @@ def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
     x = _tensor_arg(x, "roll")
     if axis is None:
         return reshape(roll(reshape(x, (-1,)), shift, 0), x._shape)
-    shifts = [shift] if isinstance(shift, int) else list(shift)
-    axes = [axis] if isinstance(axis, int) else list(axis)
+    shifts = list(as_ints(shift, "roll", "shift"))
+    axes = list(as_ints(axis, "roll", "axis"))
     if len(shifts) != len(axes):
-        raise ShapeError("roll: shift and axis must have the same length")
+        raise ShapeError(f"roll: shift={shift!r} and axis={axis!r} must have the same length")
     out = x
     for s, a in zip(shifts, axes):
         a = normalize_axis(a, x.ndim, "roll")
@@ -353,6 +379,7 @@ def roll(x: Any, shift: Any, axis: Any = None) -> Tensor:
 
 
 def _tri_mask(x: Tensor, k: int, lower: bool) -> Tensor:
+    k = as_int(k, "tril" if lower else "triu", "k")
 
     if x.ndim < 2:
         raise ShapeError(f"{'tril' if lower else 'triu'}: needs at least 2 dimensions, got shape {x._shape}")

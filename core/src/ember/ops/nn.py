@@ -12,7 +12,7 @@ from ..autodiff.mode import no_grad
 from ..creation import arange, ones, zeros
 from ..dispatch import apply, define
 from ..dtypes import int64
-from ..errors import DTypeError, InvalidArgumentError, ShapeError
+from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
 from ..random import rand
 from ..shapes import broadcast_shapes, normalize_axis
 from .elementwise import (
@@ -28,7 +28,7 @@ from .elementwise import (
     tanh,
     where,
 )
-from .indexing import one_hot, take, take_along_axis
+from .indexing import check_class_range, one_hot, take, take_along_axis
 from .linalg import matmul, matrix_transpose
 from .movement import expand_dims
 from .reduction import logsumexp, max, mean, sum
@@ -170,6 +170,11 @@ def mish(x: Any) -> Tensor:
 
 
 def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    for name, v in (("min_val", min_val), ("max_val", max_val)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ArgumentTypeError(f"hardtanh: {name} must be a number, got {v!r}")
+    if not min_val <= max_val:
+        raise InvalidArgumentError(f"hardtanh: min_val={min_val!r} must be <= max_val={max_val!r}")
     return _float_arg(x, "hardtanh").clip(min_val, max_val)
 
 
@@ -396,7 +401,7 @@ def batch_norm(
 def dropout(x: Any, p: float = 0.5, training: bool = True, key: Any = None) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p)."""
     x = _float_arg(x, "dropout")
-    if not 0.0 <= p <= 1.0:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
@@ -478,6 +483,10 @@ def cross_entropy(
         target = expand_dims(target, 0)
     if reduction not in ("mean", "sum", "none"):
         raise InvalidArgumentError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)):
+        raise ArgumentTypeError(f"cross_entropy: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise InvalidArgumentError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing!r}")
     c = logits._shape[1]
     if target._dtype.kind == "f":
         if target._shape != logits._shape:
@@ -501,6 +510,7 @@ def cross_entropy(
     if target._shape != expected:
         raise ShapeError(f"cross_entropy: logits {logits._shape} need target of shape {expected}, got {target._shape}")
     target = target.astype(int64) if target._dtype is not int64 else target
+    check_class_range(target, c, "cross_entropy", "target", ignore=int(ignore_index))
     # with class weights, PyTorch weights the smoothing term per class (sum_c w_c log p_c), not by
     # w[target]: the weighted case computes the two terms apart
     smoothing = float(label_smoothing) if weight is None else 0.0

@@ -9,7 +9,7 @@ from ..amp import _STATE as _AMP
 from ..amp import FLOAT32, autocast
 from ..dispatch import apply, define
 from ..dtypes import DType, as_dtype, bool_, int64, uint64
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..shapes import normalize_axes, normalize_axis, reduced_shape
 from .elementwise import ANY, FLOAT, NUMERIC, _reject, _tensor_arg, exp, log, sqrt, where
 
@@ -274,6 +274,10 @@ def var(x: Any, axis: Any = None, keepdims: bool = False, correction: float = 0.
     """Variance over ``axis``; ``correction=1`` gives the unbiased estimate."""
     x = _floating(x, "var")
     axes = normalize_axes(axis, x.ndim, "var")
+    if isinstance(correction, bool) or not isinstance(correction, (int, float)) or not correction >= 0:
+        raise InvalidArgumentError(
+            f"var: correction must be a number >= 0 (0: population, 1: sample variance), got {correction!r}"
+        )
     return apply(
         VAR,
         (x,),

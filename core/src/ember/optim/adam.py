@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..errors import InvalidArgumentError
 from ..ops.elementwise import maximum
 from .optimizer import Optimizer, ParamsT, _grad, _nonnegative, _unit
 
@@ -65,7 +66,7 @@ class Adam(Optimizer):
             _nonnegative(self, group, key)
         betas = group["betas"]
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise ValueError(f"{type(self).__name__}: betas must be a pair (beta1, beta2), got {betas!r}")
+            raise InvalidArgumentError(f"{type(self).__name__}: betas must be a pair (beta1, beta2), got {betas!r}")
         _unit(self, betas[0], "beta1 (betas[0])")
         _unit(self, betas[1], "beta2 (betas[1])")
 

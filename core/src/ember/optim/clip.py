@@ -15,7 +15,7 @@ from ..autodiff.mode import no_grad
 from ..creation import zeros
 from ..device import Device
 from ..dtypes import DType, float32, float64
-from ..errors import EmberError
+from ..errors import ArgumentTypeError, EmberError, InvalidArgumentError
 from ..tensor import Tensor
 from .optimizer import _as_tensor
 
@@ -50,6 +50,12 @@ def _partial(g: Tensor, p: float, acc: DType) -> Tensor | None:
     return (g.abs() ** p).sum()
 
 
+def _number(value: Any, op: str, argument: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentTypeError(f"{op}: {argument} must be a number, got {value!r} ({type(value).__name__})")
+    return float(value)
+
+
 def clip_grad_norm_(
     parameters: Tensor | Iterable[Any],
     max_norm: float,
@@ -70,8 +76,14 @@ def clip_grad_norm_(
     [0.6, 0.8]
     """
     params = [p for p in _params(parameters, "clip_grad_norm_") if p._grad is not None]
-    max_norm = float(max_norm)
-    p = float(norm_type)
+    max_norm = _number(max_norm, "clip_grad_norm_", "max_norm")
+    p = _number(norm_type, "clip_grad_norm_", "norm_type")
+    if not max_norm >= 0:
+        raise InvalidArgumentError(f"clip_grad_norm_: max_norm must be >= 0, got {max_norm!r}")
+    if not p > 0:
+        raise InvalidArgumentError(
+            f"clip_grad_norm_: norm_type must be > 0 (2 for the L2 norm, inf for max), got {p!r}"
+        )
     if not params:
         return zeros(())
     acc = float64 if any(q._grad._dtype is float64 for q in params) else float32
@@ -131,7 +143,9 @@ def clip_grad_value_(parameters: Tensor | Iterable[Any], clip_value: float) -> N
     >>> w.grad.tolist()
     [-1.0, 0.5]
     """
-    v = float(clip_value)
+    v = _number(clip_value, "clip_grad_value_", "clip_value")
+    if not v >= 0:
+        raise InvalidArgumentError(f"clip_grad_value_: clip_value must be >= 0, got {v!r}")
     with no_grad():
         for q in _params(parameters, "clip_grad_value_"):
             if q._grad is not None:

@@ -28,6 +28,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import ArgumentTypeError, EmberKeyError, InvalidArgumentError, MissingMethodError
+from ..shapes import as_ints
 from .optimizer import Optimizer
 
 __all__ = [
@@ -53,9 +55,19 @@ def _per_group(name: str, optimizer: Optimizer, value: Any) -> list[Any]:
     n = len(optimizer.param_groups)
     if isinstance(value, (list, tuple)):
         if len(value) != n:
-            raise ValueError(f"expected {n} values for {name} (one per parameter group), got {len(value)}")
+            raise InvalidArgumentError(
+                f"OneCycleLR: {name} needs {n} value(s) (one per parameter group), "
+                f"got {len(value)}; pass one number for every group, or a list of {n}"
+            )
         return list(value)
     return [value] * n
+
+
+def _gamma(gamma: Any, where: str) -> float:
+    """A decay factor: a number > 0 (a negative one would flip the learning rate's sign)."""
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma > 0:
+        raise InvalidArgumentError(f"{where}: gamma must be a number > 0 (e.g. 0.1 or 0.95), got {gamma!r}")
+    return gamma
 
 
 class LRScheduler:
@@ -63,7 +75,9 @@ class LRScheduler:
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
         if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(self).__name__}: expected an ember Optimizer, got {type(optimizer).__name__}")
+            raise ArgumentTypeError(
+                f"{type(self).__name__}: expected an ember Optimizer, got {type(optimizer).__name__}"
+            )
         self.optimizer = optimizer
         if last_epoch == -1:
             for group in optimizer.param_groups:
@@ -71,7 +85,7 @@ class LRScheduler:
         else:
             for i, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
-                    raise KeyError(
+                    raise EmberKeyError(
                         f"{type(self).__name__}: param_groups[{i}] has no 'initial_lr', which resuming with "
                         f"last_epoch={last_epoch} needs; load the optimizer's state_dict first, or start with "
                         f"last_epoch=-1"
@@ -90,7 +104,7 @@ class LRScheduler:
 
     def get_lr(self) -> list[float]:
         """The learning rates for the current ``last_epoch`` (called by ``step``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement get_lr")
+        raise MissingMethodError(f"{type(self).__name__} does not implement get_lr")
 
     def get_last_lr(self) -> list[float]:
         """The learning rates the last ``step()`` set, one per parameter group."""
@@ -137,13 +151,18 @@ class LambdaLR(LRScheduler):
         self.optimizer = optimizer
         if isinstance(lr_lambda, (list, tuple)):
             if len(lr_lambda) != len(optimizer.param_groups):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"LambdaLR: expected {len(optimizer.param_groups)} lr_lambdas (one per parameter group), "
                     f"got {len(lr_lambda)}"
                 )
             self.lr_lambdas = list(lr_lambda)
         else:
             self.lr_lambdas = [lr_lambda] * len(optimizer.param_groups)
+        for f in self.lr_lambdas:
+            if not callable(f):
+                raise ArgumentTypeError(
+                    f"LambdaLR: lr_lambda must be a function of the epoch (or one per parameter group), got {f!r}"
+                )
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -168,10 +187,10 @@ class StepLR(LRScheduler):
     ``initial_lr * gamma ** (epoch // step_size)``."""
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
-        if int(step_size) < 1:
-            raise ValueError(f"StepLR: step_size must be a positive integer, got {step_size!r}")
+        if isinstance(step_size, bool) or not hasattr(step_size, "__index__") or int(step_size) < 1:
+            raise InvalidArgumentError(f"StepLR: step_size must be a positive integer, got {step_size!r}")
         self.step_size = int(step_size)
-        self.gamma = gamma
+        self.gamma = _gamma(gamma, "StepLR")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -190,8 +209,10 @@ class MultiStepLR(LRScheduler):
     def __init__(
         self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1, last_epoch: int = -1
     ) -> None:
-        self.milestones = sorted(int(m) for m in milestones)  # repeated milestones apply gamma repeatedly
-        self.gamma = gamma
+        self.milestones = sorted(as_ints(milestones, "MultiStepLR", "milestones"))  # repeats apply gamma again
+        if any(m < 0 for m in self.milestones):
+            raise InvalidArgumentError(f"MultiStepLR: milestones must be epochs >= 0, got {milestones!r}")
+        self.gamma = _gamma(gamma, "MultiStepLR")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -208,7 +229,7 @@ class ExponentialLR(LRScheduler):
     """Multiply the learning rate by ``gamma`` every epoch: ``initial_lr * gamma ** epoch``."""
 
     def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
-        self.gamma = gamma
+        self.gamma = _gamma(gamma, "ExponentialLR")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -228,7 +249,7 @@ class CosineAnnealingLR(LRScheduler):
 
     def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:
         if T_max <= 0:
-            raise ValueError(f"CosineAnnealingLR: T_max must be positive, got {T_max!r}")
+            raise InvalidArgumentError(f"CosineAnnealingLR: T_max must be positive, got {T_max!r}")
         self.T_max = T_max
         self.eta_min = eta_min
         super().__init__(optimizer, last_epoch)
@@ -265,9 +286,9 @@ class LinearLR(LRScheduler):
         last_epoch: int = -1,
     ) -> None:
         if not 0.0 < start_factor <= 1.0:
-            raise ValueError(f"LinearLR: start_factor must be in (0, 1], got {start_factor!r}")
+            raise InvalidArgumentError(f"LinearLR: start_factor must be in (0, 1], got {start_factor!r}")
         if not 0.0 <= end_factor <= 1.0:
-            raise ValueError(f"LinearLR: end_factor must be in [0, 1], got {end_factor!r}")
+            raise InvalidArgumentError(f"LinearLR: end_factor must be in [0, 1], got {end_factor!r}")
         self.start_factor = start_factor
         self.end_factor = end_factor
         self.total_iters = total_iters
@@ -315,23 +336,25 @@ class OneCycleLR(LRScheduler):
         last_epoch: int = -1,
     ) -> None:
         if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"OneCycleLR: expected an ember Optimizer, got {type(optimizer).__name__}")
+            raise ArgumentTypeError(f"OneCycleLR: expected an ember Optimizer, got {type(optimizer).__name__}")
         self.optimizer = optimizer
         if total_steps is not None:
             if not isinstance(total_steps, int) or total_steps <= 0:
-                raise ValueError(f"OneCycleLR: total_steps must be a positive integer, got {total_steps!r}")
+                raise InvalidArgumentError(f"OneCycleLR: total_steps must be a positive integer, got {total_steps!r}")
             self.total_steps = total_steps
         elif epochs is not None and steps_per_epoch is not None:
             for name, v in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
                 if not isinstance(v, int) or v <= 0:
-                    raise ValueError(f"OneCycleLR: {name} must be a positive integer, got {v!r}")
+                    raise InvalidArgumentError(f"OneCycleLR: {name} must be a positive integer, got {v!r}")
             self.total_steps = epochs * steps_per_epoch
         else:
-            raise ValueError("OneCycleLR: give total_steps, or epochs and steps_per_epoch")
+            raise InvalidArgumentError("OneCycleLR: give total_steps, or epochs and steps_per_epoch")
         if not isinstance(pct_start, float) or not 0.0 <= pct_start <= 1.0:
-            raise ValueError(f"OneCycleLR: pct_start must be a float in [0, 1], got {pct_start!r}")
+            raise InvalidArgumentError(f"OneCycleLR: pct_start must be a float in [0, 1], got {pct_start!r}")
         if anneal_strategy not in ("cos", "linear"):
-            raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
+            raise InvalidArgumentError(
+                f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}"
+            )
         self.anneal_strategy = anneal_strategy
         n = self.total_steps
         warm = float(pct_start * n) - 1
@@ -355,7 +378,7 @@ class OneCycleLR(LRScheduler):
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
             if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"OneCycleLR: cycle_momentum=True needs an optimizer with momentum or betas; "
                     f"{type(optimizer).__name__} has neither (pass cycle_momentum=False)"
                 )
@@ -383,7 +406,7 @@ class OneCycleLR(LRScheduler):
     def get_lr(self) -> list[float]:
         t = self.last_epoch
         if t > self.total_steps:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"OneCycleLR: stepped {t} times but total_steps is {self.total_steps}; make total_steps "
                 f"(or epochs * steps_per_epoch) cover every scheduler.step()"
             )
@@ -415,7 +438,7 @@ class _Composed(LRScheduler):
         state = dict(state_dict)
         inner = state.pop("_schedulers")
         if len(inner) != len(self._schedulers):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{type(self).__name__}.load_state_dict: the state holds {len(inner)} scheduler(s), "
                 f"this one has {len(self._schedulers)}"
             )
@@ -445,12 +468,14 @@ class SequentialLR(_Composed):
         self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int], last_epoch: int = -1
     ) -> None:
         if len(schedulers) < 1:
-            raise ValueError("SequentialLR: expects at least one scheduler")
+            raise InvalidArgumentError("SequentialLR: expects at least one scheduler")
         for i, s in enumerate(schedulers):
             if getattr(s, "optimizer", None) is not optimizer:
-                raise ValueError(f"SequentialLR: scheduler {i} ({type(s).__name__}) belongs to another optimizer")
+                raise InvalidArgumentError(
+                    f"SequentialLR: scheduler {i} ({type(s).__name__}) belongs to another optimizer"
+                )
         if len(milestones) != len(schedulers) - 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"SequentialLR: expects one milestone fewer than schedulers, got {len(schedulers)} scheduler(s) "
                 f"and {len(milestones)} milestone(s)"
             )
@@ -490,11 +515,13 @@ class ChainedScheduler(_Composed):
 
     def __init__(self, schedulers: Sequence[LRScheduler], optimizer: Optimizer | None = None) -> None:
         if len(schedulers) < 1:
-            raise ValueError("ChainedScheduler: expects at least one scheduler")
+            raise InvalidArgumentError("ChainedScheduler: expects at least one scheduler")
         optimizer = optimizer or schedulers[0].optimizer
         for i, s in enumerate(schedulers):
             if getattr(s, "optimizer", None) is not optimizer:
-                raise ValueError(f"ChainedScheduler: scheduler {i} ({type(s).__name__}) belongs to another optimizer")
+                raise InvalidArgumentError(
+                    f"ChainedScheduler: scheduler {i} ({type(s).__name__}) belongs to another optimizer"
+                )
         self._schedulers = list(schedulers)
         self.optimizer = optimizer
         self._last_lr = _lrs(optimizer)

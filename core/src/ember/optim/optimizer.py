@@ -20,7 +20,7 @@ import numpy as np
 
 from ..autodiff.mode import enable_grad, no_grad
 from ..creation import asarray, zeros_like
-from ..errors import CheckpointError
+from ..errors import ArgumentTypeError, CheckpointError, InvalidArgumentError, MissingMethodError
 from ..tensor import Tensor
 
 __all__ = ["Optimizer", "OptimizerStateError", "ParamsT"]
@@ -38,12 +38,12 @@ def _as_tensor(p: Any, where: str) -> Tensor:
     if type(p) is not Tensor:
         inner = getattr(p, "tensor", None)
         if type(inner) is not Tensor:
-            raise TypeError(f"{where}: parameters must be ember Tensors, got {type(p).__name__}")
+            raise ArgumentTypeError(f"{where}: parameters must be ember Tensors, got {type(p).__name__}")
         p = inner
     if not p._dtype.is_floating:
-        raise TypeError(f"{where}: only floating-point tensors can be optimized, got a {p._dtype} tensor")
+        raise ArgumentTypeError(f"{where}: only floating-point tensors can be optimized, got a {p._dtype} tensor")
     if p._node is not None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{where}: a tensor computed by {p._node.op.name!r} is not a leaf and cannot be optimized; "
             f"pass the leaf tensors (model.parameters())"
         )
@@ -54,11 +54,11 @@ def _param_list(params: Any, where: str) -> list[Tensor]:
     if isinstance(params, Tensor):
         return [_as_tensor(params, where)]
     if isinstance(params, (set, frozenset)):
-        raise TypeError(f"{where}: parameters must be an ordered collection (a list), not a set")
+        raise ArgumentTypeError(f"{where}: parameters must be an ordered collection (a list), not a set")
     try:
         items = list(params)
     except TypeError:
-        raise TypeError(f"{where}: expected an iterable of Tensors, got {type(params).__name__}") from None
+        raise ArgumentTypeError(f"{where}: expected an iterable of Tensors, got {type(params).__name__}") from None
     return [_as_tensor(p, where) for p in items]
 
 
@@ -89,10 +89,13 @@ class Optimizer:
         if isinstance(params, Tensor):
             params = [params]
         if isinstance(params, (set, frozenset)):
-            raise TypeError(f"{name}: parameters must be an ordered collection (a list), not a set")
+            raise ArgumentTypeError(f"{name}: parameters must be an ordered collection (a list), not a set")
         items = list(params) if not isinstance(params, dict) else [params]
         if not items:
-            raise ValueError(f"{name}: got an empty parameter list")
+            raise InvalidArgumentError(
+                f"{name}: params is an empty parameter list; pass model.parameters() of a model with "
+                f"trainable parameters (one made on an autodiff device, e.g. Device('cpu').autodiff())"
+            )
         groups = items if isinstance(items[0], dict) else [{"params": items}]
         for group in groups:
             self.add_param_group(group)
@@ -102,15 +105,15 @@ class Optimizer:
         """Add a group of parameters with its own settings (missing ones come from defaults)."""
         name = type(self).__name__
         if not isinstance(param_group, dict):
-            raise TypeError(f"{name}: a parameter group must be a dict, got {type(param_group).__name__}")
+            raise ArgumentTypeError(f"{name}: a parameter group must be a dict, got {type(param_group).__name__}")
         if "params" not in param_group:
-            raise ValueError(f"{name}: a parameter group needs a 'params' entry")
+            raise InvalidArgumentError(f"{name}: a parameter group needs a 'params' entry")
         group = dict(param_group)
         group["params"] = _param_list(group["params"], f"{name} group {len(self.param_groups)}")
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         for p in group["params"]:
             if id(p) in seen:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{name}: a parameter of shape {p.shape} appears twice (in one group or in two groups); "
                     f"each parameter may be listed once"
                 )
@@ -128,6 +131,10 @@ class Optimizer:
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update every parameter that has a gradient; returns ``closure()`` when one is given."""
         loss = None
+        if closure is not None and not callable(closure):
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.step: closure must be a function returning the loss (or None), got {closure!r}"
+            )
         if closure is not None:
             with enable_grad():
                 loss = closure()
@@ -137,7 +144,7 @@ class Optimizer:
         return loss
 
     def _step_group(self, group: dict[str, Any]) -> None:
-        raise NotImplementedError(f"{type(self).__name__} does not implement _step_group")
+        raise MissingMethodError(f"{type(self).__name__} does not implement _step_group")
 
     def _state(self, p: Tensor) -> dict[str, Any]:
         state = self.state.get(p)
@@ -270,12 +277,16 @@ class Optimizer:
 def _nonnegative(opt: Optimizer, group: dict[str, Any], key: str) -> None:
     value = group[key]
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0.0:
-        raise ValueError(f"{type(opt).__name__}: {key} must be a number >= 0, got {value!r}")
+        raise InvalidArgumentError(
+            f"{type(opt).__name__}: {key} must be a number >= 0, got {value!r}; pass e.g. {key}=0.01"
+        )
 
 
 def _unit(opt: Optimizer, value: Any, what: str) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{type(opt).__name__}: {what} must be in [0, 1), got {value!r}")
+        raise InvalidArgumentError(
+            f"{type(opt).__name__}: {what} must be a number in [0, 1), got {value!r}; typical values are 0.9 to 0.999"
+        )
 
 
 def _grad(p: Tensor) -> Tensor | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InvalidArgumentError
 from .optimizer import Optimizer, ParamsT, _grad, _nonnegative
 
 __all__ = ["SGD"]
@@ -53,7 +54,7 @@ class SGD(Optimizer):
         for key in ("lr", "momentum", "weight_decay"):
             _nonnegative(self, group, key)
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
+            raise InvalidArgumentError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
     def _step_group(self, group: dict[str, Any]) -> None:
         lr = float(group["lr"])
