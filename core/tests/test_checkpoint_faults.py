@@ -382,3 +382,19 @@ def test_every_field_of_the_record_replaced_by_a_hostile_value_gives_checkpoint_
                 counts["loaded"] += 1  # a harmless field (the creation time as "12"), or an accepted value
     assert counts["refused"] > 0.9 * len(paths) * len(values)
     print(f"every field: {len(paths)} fields x {len(values)} values: {counts}")
+
+
+def test_an_unreadable_checkpoint_is_a_checkpoint_error(tmp_path, monkeypatch):
+    """An OS error while reading (here: permission denied) comes out as CheckpointError."""
+    real = Path.read_bytes
+
+    def denied(self):
+        if self.name == ck.SUMS:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    (tmp_path / ck.RECORD).write_text("{}", encoding="utf-8")
+    (tmp_path / ck.SUMS).write_text("", encoding="utf-8")
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(CheckpointError, match="cannot be read.*PermissionError"):
+        ck._load_one(tmp_path, 2**20)

@@ -508,6 +508,13 @@ class Checkpoint:
 
 
 def _load_one(p: Path, max_bytes: int) -> Checkpoint:
+    try:
+        return _load_files(p, max_bytes)
+    except OSError as exc:  # permission denied, a file vanishing under us, an I/O error
+        raise CheckpointError(f"checkpoint: {p} cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def _load_files(p: Path, max_bytes: int) -> Checkpoint:
     if not (p / RECORD).is_file():
         raise CheckpointError(f"checkpoint: {p} has no {RECORD}; it is not an ember checkpoint or was cut short")
     sums = _read_sums(p)

@@ -29,7 +29,7 @@ from ..amp import GradScaler, autocast
 from ..autodiff.mode import no_grad
 from ..device import Device
 from ..dtypes import as_dtype
-from ..errors import CheckpointError
+from ..errors import ArgumentTypeError, CheckpointError, EmberKeyError, InvalidArgumentError
 from ..ops.movement import concat
 from ..ops.nn import cross_entropy
 from ..optim.clip import clip_grad_norm_
@@ -64,7 +64,7 @@ class EarlyStopping:
 
     def __init__(self, monitor: str = "valid_loss", patience: int = 5, mode: str | None = None, min_delta: float = 0.0):
         if mode not in (None, "min", "max"):
-            raise ValueError(f"early_stopping: mode must be 'min' or 'max', got {mode!r}")
+            raise InvalidArgumentError(f"early_stopping: mode must be 'min' or 'max', got {mode!r}")
         self.monitor = monitor
         self.patience = patience
         self.mode = mode or ("min" if monitor.endswith(("loss", "mae", "rmse", "perplexity")) else "max")
@@ -75,7 +75,7 @@ class EarlyStopping:
     def step(self, metrics: dict[str, float]) -> bool:
         """Record an epoch; True when training should stop."""
         if self.monitor not in metrics:
-            raise KeyError(f"early_stopping: no metric {self.monitor!r}; available: {sorted(metrics)}")
+            raise EmberKeyError(f"early_stopping: no metric {self.monitor!r}; available: {sorted(metrics)}")
         value = metrics[self.monitor]
         better = self.best is None or (
             value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
@@ -98,13 +98,17 @@ class EarlyStopping:
 def _split_batch(batch: Any) -> tuple[tuple[Any, ...], Any]:
     if isinstance(batch, dict):
         if "target" not in batch:
-            raise KeyError("Learner: a dict batch needs a 'target' entry; the other entries go to the model by name")
+            raise EmberKeyError(
+                "Learner: a dict batch needs a 'target' entry; the other entries go to the model by name"
+            )
         return (), batch
     if isinstance(batch, (tuple, list)):
         if len(batch) < 2:
-            raise ValueError("Learner: a batch must be (inputs..., target)")
+            raise InvalidArgumentError("Learner: a batch must be (inputs..., target)")
         return tuple(batch[:-1]), batch[-1]
-    raise TypeError(f"Learner: expected a (inputs..., target) tuple or a dict batch, got {type(batch).__name__}")
+    raise ArgumentTypeError(
+        f"Learner: expected a (inputs..., target) tuple or a dict batch, got {type(batch).__name__}"
+    )
 
 
 class Learner:
@@ -519,7 +523,7 @@ class LearnerBuilder:
 
     def __init__(self, model: Any) -> None:
         if not hasattr(model, "parameters"):
-            raise TypeError(f"LearnerBuilder: model must be an ember.nn.Module, got {type(model).__name__}")
+            raise ArgumentTypeError(f"LearnerBuilder: model must be an ember.nn.Module, got {type(model).__name__}")
         self._cfg: dict[str, Any] = {"model": model, "metrics": [], "callbacks": []}
 
     def optimizer(self, optimizer: Any) -> LearnerBuilder:
@@ -532,7 +536,7 @@ class LearnerBuilder:
     def scheduler(self, scheduler: Any, interval: str = "epoch") -> LearnerBuilder:
         """An LR scheduler (or factory ``optimizer -> scheduler``), stepped per 'epoch' or 'step'."""
         if interval not in ("epoch", "step"):
-            raise ValueError(f"scheduler: interval must be 'epoch' or 'step', got {interval!r}")
+            raise InvalidArgumentError(f"scheduler: interval must be 'epoch' or 'step', got {interval!r}")
         self._cfg["scheduler"] = scheduler
         self._cfg["scheduler_interval"] = interval
         return self
@@ -552,7 +556,7 @@ class LearnerBuilder:
             elif callable(m):
                 self._cfg["metrics"].append(m)
             else:
-                raise TypeError(f"metrics: expected Metric instances or classes, got {m!r}")
+                raise ArgumentTypeError(f"metrics: expected Metric instances or classes, got {m!r}")
         return self
 
     def checkpoint(
@@ -578,14 +582,14 @@ class LearnerBuilder:
 
     def epochs(self, n: int) -> LearnerBuilder:
         if n < 1:
-            raise ValueError(f"epochs: must be >= 1, got {n}")
+            raise InvalidArgumentError(f"epochs: must be >= 1, got {n}")
         self._cfg["epochs"] = n
         return self
 
     def grad_accumulation(self, steps: int) -> LearnerBuilder:
         """Sum gradients over ``steps`` batches before each optimizer step."""
         if steps < 1:
-            raise ValueError(f"grad_accumulation: steps must be >= 1, got {steps}")
+            raise InvalidArgumentError(f"grad_accumulation: steps must be >= 1, got {steps}")
         self._cfg["accumulate"] = steps
         return self
 
@@ -614,7 +618,7 @@ class LearnerBuilder:
 
     def build(self) -> Learner:
         if "optimizer" not in self._cfg:
-            raise ValueError("LearnerBuilder: set an optimizer with .optimizer(...) before build()")
+            raise InvalidArgumentError("LearnerBuilder: set an optimizer with .optimizer(...) before build()")
         sched = self._cfg.get("scheduler")
         if sched is not None and callable(sched) and not hasattr(sched, "step"):
             self._cfg["scheduler"] = sched(self._cfg["optimizer"])

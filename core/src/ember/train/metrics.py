@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidArgumentError, MissingMethodError
+
 __all__ = ["Metric", "Loss", "Accuracy", "TopKAccuracy", "Precision", "Recall", "F1", "MAE", "RMSE", "Perplexity"]
 
 
@@ -22,13 +24,13 @@ class Metric:
     higher_is_better = True
 
     def reset(self) -> None:
-        raise NotImplementedError
+        raise MissingMethodError(f"{type(self).__name__}: a Metric subclass implements reset()")
 
     def update(self, output: Any, target: Any, loss: float | None = None) -> None:
-        raise NotImplementedError
+        raise MissingMethodError(f"{type(self).__name__}: a Metric subclass implements update(output, target, loss)")
 
     def compute(self) -> float:
-        raise NotImplementedError
+        raise MissingMethodError(f"{type(self).__name__}: a Metric subclass implements compute()")
 
     def state(self) -> dict[str, Any]:
         """The running sums, for checkpoints taken mid-epoch."""
@@ -123,7 +125,7 @@ class _Confusion(Metric):
 
     def __init__(self, num_classes: int, average: str = "macro") -> None:
         if average not in ("macro", "micro"):
-            raise ValueError(f"{type(self).__name__}: average must be 'macro' or 'micro', got {average!r}")
+            raise InvalidArgumentError(f"{type(self).__name__}: average must be 'macro' or 'micro', got {average!r}")
         self.num_classes = num_classes
         self.average = average
         self.reset()

@@ -18,6 +18,7 @@ import numpy as np
 from .. import nn, optim
 from ..data.dataset import InMemoryDataset
 from ..data.files import CsvDataset
+from ..errors import InvalidArgumentError, MissingDependencyError
 from ..ops.nn import cross_entropy
 from .metrics import F1, MAE, RMSE, Accuracy
 
@@ -47,7 +48,7 @@ def _need_sklearn(task: str) -> Any:
     try:
         import sklearn.datasets as datasets  # optional and heavy: only the example tasks need it
     except ImportError:
-        raise ImportError(
+        raise MissingDependencyError(
             f"ember train {task} uses scikit-learn's bundled datasets: pip install scikit-learn "
             f"(it is in the root requirements.txt)"
         ) from None
@@ -130,7 +131,7 @@ def tabular(
         np.savetxt(path, np.column_stack([data.data, data.target]), delimiter=",", header=header, comments="")
         csv, target = os.fspath(path), "progression"
     if target is None:
-        raise ValueError("ember train tabular: --target names the column to predict in --csv")
+        raise InvalidArgumentError("ember train tabular: --target names the column to predict in --csv")
     table = CsvDataset(csv, target=target)
     feats = table.features
     mean, std = feats.mean(0), feats.std(0) + 1e-8
