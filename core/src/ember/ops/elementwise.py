@@ -81,14 +81,31 @@ def unary_op(
     differentiable: bool = True,
 ) -> Op:
     """Define an elementwise unary op with its dtype rule."""
+    return _elementwise(
+        name, "elementwise_unary", "(a) -> handle", accepts, vjp, composite, bool_out, differentiable and not bool_out
+    )
+
+
+def _elementwise(
+    name: str,
+    kind: str,
+    signature: str,
+    accepts: frozenset[DType],
+    vjp: Any,
+    composite: Any,
+    bool_out: bool,
+    differentiable: bool,
+) -> Op:
+    """Register an elementwise op: a primitive without a composite, else a composite a backend may
+    implement natively with ``name`` + ``signature``; its dtype rule is kept in :data:`RULES` too."""
     op = define(
         name,
-        kind="elementwise_unary",
-        native=None if composite is None else f"{name}(a) -> handle",
+        kind=kind,
+        native=None if composite is None else name + signature,
         primitive=composite is None,
         composite=composite,
         vjp=vjp,
-        differentiable=differentiable and not bool_out,
+        differentiable=differentiable,
         accepts=accepts,
         bool_out=bool_out,
     )
@@ -375,18 +392,9 @@ def binary_op(
     name: str, accepts: frozenset[DType], *, vjp: Any = None, composite: Any = None, bool_out: bool = False
 ) -> Op:
     """Define an elementwise binary op with its dtype rule."""
-    op = define(
-        name,
-        kind="elementwise_binary",
-        native=None if composite is None else f"{name}(a, b) -> handle  # b may be a Python scalar",
-        primitive=composite is None,
-        composite=composite,
-        vjp=vjp,
-        differentiable=vjp is not None or (composite is not None and not bool_out),
-        accepts=accepts,
-        bool_out=bool_out,
-    )
-    RULES[name] = (accepts, bool_out)
+    differentiable = vjp is not None or (composite is not None and not bool_out)
+    signature = "(a, b) -> handle  # b may be a Python scalar"
+    op = _elementwise(name, "elementwise_binary", signature, accepts, vjp, composite, bool_out, differentiable)
     swapped = _SWAPPED.get(name)
     if swapped is not None:
         swaps(name, swapped)
