@@ -34,7 +34,7 @@ from .amp import _STATE as _AMP
 from .autodiff.mode import _STATE as _GRAD
 from .autodiff.node import Node
 from .backend import PRIMITIVE_SIGNATURES
-from .device import common_device
+from .device import check_dtype, common_device
 from .dtypes import DType, as_dtype, bool_, category_error, iinfo, promote_types, scalar_dtype
 from .errors import DTypeError, InvalidArgumentError, NotImplementedOpError, ShapeError
 from .shapes import broadcast_shapes
@@ -413,6 +413,7 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
             dt = a._dtype
             if b._dtype is not dt:
                 dt = promote_types(dt, b._dtype, op.name)
+                check_dtype(a._device, dt, op.name)  # the promoted dtype may be one the device lacks
                 cast = OPS["cast"]
                 if a._dtype is not dt:
                     a = apply(cast, (a,), {"dtype": dt}, a._shape, dt)
