@@ -79,7 +79,7 @@ ROWS = [
         "zeros(2, device='cpu:7')",
         lambda: em.zeros(2, device="cpu:7"),
         RuntimeError,
-        r"cpu:7 does not exist: the cpu backend found 1 device\(s\) \(indices 0\.\.0\)\.",
+        r"cpu:7 does not exist: the cpu backend found 1 device\(s\): cpu:0 \(.+\)\. Run `ember devices`",
     ),
     (
         "zeros(2, device='nosuch')",
@@ -1067,7 +1067,7 @@ ROWS = [
         "Device('cpu:3').backend",
         lambda: em.Device("cpu:3").backend,
         RuntimeError,
-        r"cpu:3 does not exist: the cpu backend found 1 device\(s\) \(indices 0\.\.0\)\.",
+        r"cpu:3 does not exist: the cpu backend found 1 device\(s\): cpu:0 \(.+\)\. Run `ember devices`",
     ),
     (
         "autocast dtype",

@@ -46,6 +46,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "per dtype",
     )
     group.addoption(
+        "--ember-shard",
+        action="store",
+        default=None,
+        metavar="I/N",
+        help="run only shard I of N (0 <= I < N): the I-th of N contiguous slices of the collected cases, so N "
+        "processes run the suite in parallel (on a GPU machine, N kernel compilers) and together run every case once",
+    )
+    group.addoption(
         "--ember-report",
         action="store",
         default=None,
@@ -189,3 +197,23 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.add_marker(pytest.mark.skip(reason=f"dtype {tags['ember_dtype']} not selected by --ember-dtypes"))
         # NaN/inf and empty inputs are the point of some cases: numpy-based backends warn about them
         item.add_marker(pytest.mark.filterwarnings(_IEEE_WARNINGS))
+    shard = _shard(config)
+    if shard is not None:
+        index, count = shard
+        start, stop = len(items) * index // count, len(items) * (index + 1) // count
+        config.hook.pytest_deselected(items=items[:start] + items[stop:])
+        items[:] = items[start:stop]
+
+
+def _shard(config: pytest.Config) -> tuple[int, int] | None:
+    """``--ember-shard=I/N`` as (I, N), checked."""
+    text = config.getoption("ember_shard", None)
+    if not text:
+        return None
+    try:
+        index, count = (int(v) for v in text.split("/"))
+    except ValueError:
+        index, count = -1, 0
+    if not 0 <= index < count:
+        raise pytest.UsageError(f"--ember-shard={text!r}: expected I/N with 0 <= I < N, e.g. --ember-shard=0/4")
+    return index, count

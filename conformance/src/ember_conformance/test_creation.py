@@ -154,7 +154,12 @@ def test_asarray_from_numpy_dlpack(dtype, device):
     d = em.from_dlpack(host2, device=device)
     host2[...] = host2[0, 0]  # a later change to the producer must not show
     assert np.array_equal(d.numpy(), host)
-    back = np.from_dlpack(t)
+    if t.__dlpack_device__()[0] == 1:  # kDLCPU: numpy reads the memory as it is
+        back = np.from_dlpack(t)
+    elif np.lib.NumpyVersion(np.__version__) >= "2.1.0":  # numpy asks a device producer for a host copy
+        back = np.from_dlpack(t, device="cpu")
+    else:
+        return  # an older numpy cannot ask for host memory from a device tensor
     assert np.array_equal(back, host)
 
 

@@ -179,6 +179,11 @@ class Backend:
         """Human-readable facts about device ``index`` (name, vendor, memory, features)."""
         return {"name": cls.name}
 
+    @classmethod
+    def why_unavailable(cls) -> str:
+        """Why :meth:`device_count` is 0 and what to install (``ember doctor`` prints it), or ''."""
+        return ""
+
     # -- native ops ----------------------------------------------------------------------
     def native_kernels(self) -> dict[str, Callable[..., Any]]:
         """op name -> callable for every op this backend computes natively.
@@ -247,6 +252,11 @@ class Backend:
 
         # a private copy, as from_numpy expects: the producer may change its buffer later
         return self.implementation("from_numpy")(np.array(np.from_dlpack(obj), copy=True, order="C"))
+
+    def receive(self, source: Backend, handle: Any) -> Any:
+        """A handle of this device copied from ``source``'s ``handle`` without a trip through host
+        memory (GPU to GPU), or None: then the move goes through the host."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.device}>"

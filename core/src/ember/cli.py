@@ -91,7 +91,8 @@ _DOCTOR_HINTS = {
     "(apt-get install pocl-opencl-icd ocl-icd-libopencl1).",
     "wgpu": "WGPU needs a Vulkan/Metal/D3D12 driver: on a machine without a GPU install Mesa's "
     "lavapipe (apt-get install mesa-vulkan-drivers libvulkan1).",
-    "cuda": "no CUDA backend is released yet; ember-cuda is planned. On an NVIDIA GPU use opencl or wgpu.",
+    "cuda": 'CUDA needs ember-cuda with CuPy and an NVIDIA driver: pip install "ember[cuda13]" (CUDA 13) '
+    'or "ember[cuda12]" (CUDA 12); `nvidia-smi` shows the driver.',
 }
 
 
@@ -124,7 +125,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 print(f"       {_DOCTOR_HINTS[kind]}")
             continue
         if n == 0:
-            print(f"[none] {kind}: the backend loaded but found no device. {_DOCTOR_HINTS.get(kind, '')}")
+            why = contained(cls.why_unavailable, f"{kind} backend: why_unavailable()") or _DOCTOR_HINTS.get(kind, "")
+            print(f"[none] {kind}: the backend loaded but found no device: {why}")
             continue
         owners = {reg.owners.get(id(spec), "?") for spec in reg.specs[kind]}
         provider = reg.provider(kind)

@@ -64,7 +64,7 @@ class _DeviceState:
                 if not 0 <= self.index < count:
                     raise DeviceUnavailableError(
                         f"{self.kind}:{self.index} does not exist: the {self.kind} backend found "
-                        f"{count} device(s) (indices 0..{count - 1}). Run `ember devices` to list them."
+                        f"{_listing(backend_cls, self.kind, count)}. Run `ember devices` for details."
                     )
             except DeviceUnavailableError as exc:
                 spec = config.default_device()
@@ -75,6 +75,20 @@ class _DeviceState:
                 raise
             self._backend = backend_cls(Device(self.kind, self.index))
         return self._backend
+
+
+def _listing(backend_cls: type[Backend], kind: str, count: int) -> str:
+    """``1 device: cuda:0 (NVIDIA H200)`` or, with none, the backend's reason."""
+    if count == 0:
+        why = backend_cls.why_unavailable()
+        return "no device" + (f" ({why})" if why else "")
+    names = []
+    for i in range(count):
+        try:
+            names.append(f"{kind}:{i} ({backend_cls.describe(i).get('name', '?')})")
+        except Exception:  # describing is a courtesy: the error must still be raised
+            names.append(f"{kind}:{i}")
+    return f"{count} device(s): {', '.join(names)}"
 
 
 _EMBER_DEVICE_FIX = "Set EMBER_DEVICE to a device `ember devices` lists (e.g. 'cpu'), or unset it."

@@ -524,25 +524,35 @@ def to_host(x: Tensor) -> np.ndarray:
     return impl(x._data)
 
 
-def to_dlpack(x: Tensor) -> Any:
-    """An object with ``__dlpack__`` sharing (or copying) ``x``'s memory, from its backend."""
-    return x._device.backend.dlpack(x._data)
+def to_dlpack(x: Tensor, dl_device: Any = None) -> Any:
+    """An object with ``__dlpack__`` sharing (or copying) ``x``'s memory, from its backend; a
+    host copy when the consumer asks for the CPU (``dl_device=(1, 0)``) and the memory is elsewhere."""
+    obj = x._device.backend.dlpack(x._data)
+    if dl_device is not None and int(dl_device[0]) == 1 and int(obj.__dlpack_device__()[0]) != 1:
+        return np.array(to_host(x), copy=True)
+    return obj
 
 
 def from_dlpack(device: Device, obj: Any) -> Tensor:
     """A tensor on ``device`` from a DLPack-capable object (its shape and dtype when it has them)."""
     handle = device.backend.from_dlpack(obj)
-    shape, dtype = getattr(obj, "shape", None), getattr(obj, "dtype", None)
-    if shape is None or dtype is None:
+    try:
+        shape, dtype = device.backend.handle_meta(handle)
+    except NotImplementedOpError:  # the backend cannot say: read the handle back
         arr = device._impls["to_numpy"](handle)
         shape, dtype = arr.shape, arr.dtype
     return make_tensor(handle, tuple(int(s) for s in shape), as_dtype(dtype, "dtype"), device)
 
 
 def transfer(op: Op, x: Tensor, device: Device) -> Tensor:
-    """``x`` copied to another physical device through the host; ``op`` records the move."""
-    host = np.array(to_host(x), copy=True, order="C")
-    out = create(OPS["from_numpy"], device, (host,), {}, x._shape, x._dtype)
+    """``x`` copied to another physical device, directly when the target backend can receive
+    from the source (GPU to GPU), else through the host; ``op`` records the move."""
+    direct = device.backend.receive(x._device.backend, x._data)
+    if direct is not None:
+        out = make_tensor(direct, x._shape, x._dtype, device)
+    else:
+        host = np.array(to_host(x), copy=True, order="C")
+        out = create(OPS["from_numpy"], device, (host,), {}, x._shape, x._dtype)
     if x._rg and _GRAD.enabled:
         out._node = Node(op, (x,), {"source": x._device})
         out._rg = True

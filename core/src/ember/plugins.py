@@ -47,8 +47,8 @@ _INSTALL_HINTS = {
     "cpu": 'pip install "ember[cpu]"',
     "opencl": 'pip install "ember[opencl]"',
     "wgpu": 'pip install "ember[wgpu]"',
+    "cuda": 'pip install "ember[cuda13]" (CUDA 13) or "ember[cuda12]" (CUDA 12)',
     # planned backends: say so rather than name a package that does not exist yet
-    "cuda": "no CUDA backend is released yet (ember-cuda is planned); use opencl or wgpu on NVIDIA GPUs meanwhile",
     "remote": "no remote backend is released yet (ember-remote is planned)",
 }
 

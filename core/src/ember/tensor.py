@@ -275,7 +275,7 @@ class Tensor:
         return np.array(arr, copy=True) if copy else arr
 
     def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
-        obj = dispatch.to_dlpack(self)
+        obj = dispatch.to_dlpack(self, kwargs.get("dl_device"))
         return obj.__dlpack__(stream=stream, **kwargs) if stream is not None else obj.__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:

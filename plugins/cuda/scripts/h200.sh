@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Not run by CI: ember-cuda's whole check-and-measure on a GPU machine in one call, from the
+# working tree. The H200 device machine has CuPy 14 (CUDA 13), PyTorch and pytest installed and
+# no network, so ember is installed from source without dependencies; scikit-learn (for the
+# digits data) comes as carried wheels in .whl (see the device README).
+# Usage, from the repository root:  bash plugins/cuda/scripts/h200.sh
+#   STEPS="tests conformance train bench" (default: all four), CONFORMANCE_S (default 420), SHARDS (default 6),
+#   BENCH_WORKLOADS (default "W1 W2 W3 W4 W5 W6"), WARM=1 to keep CuPy's kernel cache between calls.
+# Writes to $OUT: summary.txt, env.txt, tests.log, conformance.log (every shard's), train.log,
+# bench.txt, bench.json.
+set -u
+OUT=${OUT:-/tmp/ember-cuda-h200}
+STEPS=${STEPS:-tests conformance train bench}
+CONFORMANCE_S=${CONFORMANCE_S:-420}
+PY=${PY:-python3}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 EMBER_CACHE_DIR=${EMBER_CACHE_DIR:-/tmp/ember-cache}
+if [ -z "${WARM:-}" ]; then
+  rm -rf "$EMBER_CACHE_DIR/cuda" ~/.cupy/kernel_cache  # a cold kernel cache: every kernel compiles in this run
+fi
+note() { echo "[$(date +%T)] $*" | tee -a "$OUT/summary.txt"; }
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then  # carried wheels (scikit-learn for `ember train digits`)
+  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/env.txt" 2>&1 \
+    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+$PY -m pip install -q --no-deps --no-build-isolation -e core -e plugins/cpu -e plugins/cuda -e conformance \
+  >>"$OUT/env.txt" 2>&1 || note "pip install -e failed: see env.txt"
+{
+  echo "== git"; git log -1 --format='%H %cd' 2>/dev/null || echo "(no git)"
+  echo "== nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+  echo "== versions"; $PY -c "import sys, numpy, cupy; print(sys.version); print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'cuda runtime', cupy.cuda.runtime.runtimeGetVersion())" 2>&1
+  $PY -c "import torch; print('torch', torch.__version__, torch.version.cuda)" 2>&1
+  echo "== ember doctor"; $PY -m ember.cli doctor 2>&1
+  echo "== ember devices"; $PY -m ember.cli devices 2>&1
+} >>"$OUT/env.txt"
+
+for step in $STEPS; do
+  start=$SECONDS
+  case $step in
+  tests)
+    timeout 300 $PY -m pytest plugins/cuda/tests -q -rs -p no:cacheprovider --tb=short >"$OUT/tests.log" 2>&1
+    note "tests: exit $? after $((SECONDS - start)) s; $(tail -n 1 "$OUT/tests.log")" ;;
+  conformance)
+    # SHARDS processes share the GPU and CuPy's kernel cache, each compiling its slice's kernels
+    shards=${SHARDS:-6}
+    for ((i = 0; i < shards; i++)); do
+      timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device=cuda:0 -q -rs -p no:cacheprovider \
+        --tb=short --ember-shard="$i/$shards" >"$OUT/conformance-$i.log" 2>&1 &
+    done
+    wait
+    for ((i = 0; i < shards; i++)); do
+      note "conformance shard $i/$shards: $(tail -n 1 "$OUT/conformance-$i.log")"
+      { echo "===== shard $i/$shards"; cat "$OUT/conformance-$i.log"; } >>"$OUT/conformance.log"
+      rm "$OUT/conformance-$i.log"  # the device tool brings back at most 8 files
+    done
+    note "conformance: all shards done after $((SECONDS - start)) s" ;;
+  train)
+    timeout 300 $PY -m ember.cli train digits --device cuda >"$OUT/train.log" 2>&1
+    note "train digits --device cuda: exit $? after $((SECONDS - start)) s; $(grep -i accuracy "$OUT/train.log" | tail -n 1)" ;;
+  bench)
+    timeout 420 $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W3 W4 W5 W6} --device cuda:0 --peers torch,cupy \
+      --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
+    note "benchmarks: exit $? after $((SECONDS - start)) s" ;;
+  *) note "unknown step $step" ;;
+  esac
+done
+note "done"

@@ -1,0 +1,228 @@
+"""The CUDA backend: CuPy arrays as handles on NVIDIA GPUs.
+
+The bulk of the kernels are ember's shared array-module kernels (``ember.array_module``, the
+same code the CPU backend runs over numpy) over CuPy: its ufuncs, reductions and cuBLAS
+matmul. This module adds what is specific to CUDA: creation and host transfer, Philox words
+on the GPU, memory through ``ember.memory`` (``memory.py``), one stream per device
+(``streams.py``), CUDA graph capture (``graphs.py``), fused elementwise kernels for the
+training hot paths (``kernels.py``), DLPack without copies, and errors that name the op.
+
+float32 matmul is strict IEEE by default (no TF32), so results match the conformance
+tolerances; ``EMBER_CUDA_TF32=1`` or ``backend.set_tf32(True)`` trades precision for speed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ember.array_module import ArrayModule, kernels
+from ember.backend import Backend, native
+from ember.dtypes import ALL_DTYPES, DType
+from ember.errors import EmberError
+from ember.memory import MemoryStats, measured_stats
+
+from . import graphs, philox, runtime
+from .errors import CudaError, KernelLaunchError, describe_args
+from .kernels import binary_kernels, fast_kernels
+from .memory import DevicePools
+
+__all__ = ["CudaBackend"]
+
+_POOLS: list[DevicePools] = []
+
+
+def _pools(cp: Any) -> DevicePools:
+    """The process's one CuPy allocator (CuPy's allocator is process-wide)."""
+    if not _POOLS:
+        pools = DevicePools(cp)
+        pools.install()
+        _POOLS.append(pools)
+    return _POOLS[0]
+
+
+def _cupy_module(cp: Any) -> ArrayModule:
+    import cupyx.scipy.special as special
+
+    return ArrayModule(xp=cp, ndarray=cp.ndarray, erf=special.erf, expit=special.expit)
+
+
+class CudaBackend(Backend):
+    """CuPy on one NVIDIA GPU."""
+
+    name = "cuda"
+    supported_dtypes = frozenset(ALL_DTYPES)
+    graph_replay = True
+
+    @classmethod
+    def device_count(cls) -> int:
+        return runtime.device_count()
+
+    @classmethod
+    def why_unavailable(cls) -> str:
+        return runtime.why_unavailable()
+
+    @classmethod
+    def describe(cls, index: int) -> dict[str, Any]:
+        return runtime.describe(index)
+
+    def __init__(self, device: Any) -> None:
+        super().__init__(device)
+        cp = self.cp = runtime.cupy()
+        self.index = device.index
+        self._device = cp.cuda.Device(self.index)
+        self.pools = _pools(cp)
+        self.pool = self.pools.pool(self.index)
+        with self._device:
+            #: the stream ember's work on this device is queued on (ordered with the legacy default stream)
+            self.stream = cp.cuda.Stream(non_blocking=False)
+        self._device.use()
+        self.stream.use()
+        self._errors = (
+            cp.cuda.driver.CUDADriverError,
+            cp.cuda.runtime.CUDARuntimeError,
+            cp.cuda.compiler.CompileException,
+        )
+        self.tf32 = False
+        self.set_tf32(os.environ.get("EMBER_CUDA_TF32", "") == "1")
+
+    # -- settings ------------------------------------------------------------------------------
+    def set_tf32(self, enabled: bool) -> None:
+        """float32 matmul through TF32 tensor cores (faster, ~1e-3 relative error) or strict IEEE."""
+        from cupy._core import _routines_linalg as linalg
+
+        setter = getattr(linalg, "set_compute_type", None)
+        if setter is None:
+            if enabled:
+                raise CudaError(f"this CuPy ({self.cp.__version__}) has no switch for TF32 matmul")
+            self.tf32 = False
+            return
+        strict = getattr(linalg, "COMPUTE_TYPE_PEDANTIC", None) or linalg.COMPUTE_TYPE_DEFAULT
+        setter(np.float32, linalg.COMPUTE_TYPE_TF32 if enabled else strict)
+        self.tf32 = bool(enabled)
+
+    def capability_notes(self) -> dict[str, str]:
+        return {
+            "matmul": "cuBLAS through CuPy; float32 is strict IEEE unless TF32 is switched on (EMBER_CUDA_TF32=1)",
+            "conv": "im2col (a strided window view copied once) + cuBLAS batched matmul: CuPy 14 no longer wraps cuDNN",
+            "float16/bfloat16": "stored natively; heavy ops compute in float32 and round back",
+            "memory": "every CuPy allocation goes through ember.memory.BufferPool (CuPy's own pool is not used)",
+        }
+
+    # -- the native table ------------------------------------------------------------------------
+    def native_kernels(self) -> dict[str, Callable[..., Any]]:
+        """The shared kernels over CuPy, this class's ``@native`` methods, then the fused fast
+        paths; each guarded so a CUDA failure names its op and operands."""
+        cp = self.cp
+        shared = kernels(_cupy_module(cp))
+        table = {**shared, **super().native_kernels(), **fast_kernels(cp), **binary_kernels(cp, shared)}
+        multi = self.device_count() > 1
+        return {op: self._guard(op, fn, multi) for op, fn in table.items()}
+
+    def _guard(self, op: str, fn: Callable[..., Any], multi: bool) -> Callable[..., Any]:
+        errors = self._errors
+        device, stream, where = self._device, self.stream, str(self.device)
+
+        def run(*args: Any, **params: Any) -> Any:
+            try:
+                return fn(*args, **params)
+            except EmberError:
+                raise
+            except errors as exc:
+                raise KernelLaunchError(
+                    f"{where}: {op}({describe_args(args, params)}) failed in CUDA: {type(exc).__name__}: {exc}"
+                ) from exc
+
+        if not multi:
+            return run
+
+        def on_device(*args: Any, **params: Any) -> Any:
+            with device, stream:
+                return run(*args, **params)
+
+        return on_device
+
+    # -- housekeeping ------------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        try:
+            self.stream.synchronize()
+        except self._errors as exc:
+            raise CudaError(
+                f"{self.device}: a kernel queued earlier failed ({exc}); CUDA reports such errors at the "
+                "next synchronisation. Run with CUDA_LAUNCH_BLOCKING=1 to see which op raised it."
+            ) from exc
+
+    def memory_stats(self) -> MemoryStats:
+        """This GPU's pool (every CuPy allocation of the process on it), and the driver's view."""
+        with self._device:
+            free, total = self.cp.cuda.runtime.memGetInfo()
+        return measured_stats(
+            {"device": self.pool},
+            note="every CuPy allocation on this GPU goes through ember's pool; CuPy's own pool is unused",
+            extra={"driver_free_bytes": int(free), "driver_total_bytes": int(total)},
+        )
+
+    def empty_cache(self) -> None:
+        """Give the pool's free buffers back to the driver."""
+        self.stream.synchronize()
+        self.pool.empty()
+        self.pool.trim()
+
+    @staticmethod
+    def handle_meta(a: Any) -> tuple[tuple[int, ...], str]:
+        return tuple(a.shape), ("bool" if a.dtype == np.bool_ else a.dtype.name)
+
+    def dlpack(self, a: Any) -> Any:
+        """The CuPy array itself: consumers (PyTorch, CuPy, JAX) share its memory."""
+        return a
+
+    def from_dlpack(self, obj: Any) -> Any:
+        """Shares a GPU producer's memory on this device; copies from the host or another GPU."""
+        cp = self.cp
+        where = getattr(obj, "__dlpack_device__", None)
+        kind, index = where() if where is not None else (1, 0)
+        if int(kind) == 2 and int(index) == self.index:  # kDLCUDA on this GPU: no copy
+            return cp.from_dlpack(obj)
+        if int(kind) == 2:
+            with cp.cuda.Device(int(index)):
+                theirs = cp.from_dlpack(obj)
+            return cp.array(theirs, copy=True)
+        return cp.asarray(np.array(np.from_dlpack(obj), copy=True, order="C"))
+
+    def receive(self, source: Backend, handle: Any) -> Any:
+        """A copy of another CUDA device's array, GPU to GPU; None (through the host) otherwise."""
+        if not isinstance(source, CudaBackend):
+            return None
+        source.stream.synchronize()
+        return self.cp.array(handle, copy=True)
+
+    def capture(self, fn: Callable[..., Any], *inputs: Any) -> graphs.CapturedGraph:
+        """Record ``fn(*inputs)`` (CuPy arrays in and out) as a CUDA graph: ``.replay(*inputs)``."""
+        return graphs.capture(self.cp, self.pools, self.index, fn, inputs)
+
+    # -- transfer and creation -------------------------------------------------------------------
+    @native
+    def from_numpy(self, array: np.ndarray) -> Any:
+        return self.cp.asarray(array)
+
+    @native
+    def to_numpy(self, a: Any) -> np.ndarray:
+        return a.get(stream=self.cp.cuda.get_current_stream())
+
+    @native
+    def full(self, *, shape: tuple[int, ...], value: Any, dtype: DType) -> Any:
+        return self.cp.full(shape, np.asarray(value).astype(dtype.numpy)[()], dtype=dtype.numpy)
+
+    @native
+    def arange(self, *, start: Any, step: Any, size: int, dtype: DType) -> Any:
+        cp = self.cp
+        if dtype.kind == "f":
+            return (cp.arange(size, dtype=cp.float64) * step + start).astype(dtype.numpy)
+        return (cp.arange(size, dtype=cp.int64) * step + start).astype(dtype.numpy)
+
+    @native
+    def random_bits(self, *, key: tuple[int, int], counter: int, size: int) -> Any:
+        return philox.random_bits(self.cp, key, counter, size)

@@ -1,0 +1,73 @@
+"""CUDA graph capture and replay through CuPy: the primitive ``em.jit`` replays on cuda.
+
+``backend.capture(fn, *inputs)`` runs ``fn(*inputs)`` once to warm the memory pool (so that
+capture allocates nothing new from the driver), then records the kernels a second call queues
+into a CUDA graph. ``graph.replay(*inputs)`` copies new values into the captured input buffers
+and launches the whole graph at once: one launch instead of one per op. As with PyTorch's CUDA
+graphs the outputs live in the captured buffers and a replay overwrites them: copy what you keep.
+CuPy 14 refuses cuBLAS calls during capture (matmul raises NotImplementedError there), so a
+captured function may hold elementwise ops, reductions and ember's own kernels, not matmul.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ember.errors import InvalidArgumentError, ShapeError
+from ember.memory import BufferPool
+
+from .memory import DevicePools
+from .streams import use_stream
+
+__all__ = ["CapturedGraph", "capture"]
+
+
+class CapturedGraph:
+    """A recorded sequence of kernels with its input and output buffers."""
+
+    def __init__(
+        self, cp: Any, graph: Any, stream: Any, inputs: tuple[Any, ...], outputs: Any, pool: BufferPool[Any]
+    ) -> None:
+        self._cp = cp
+        self.pool = pool  # the graph's buffers: kept while the graph lives
+        self._graph = graph
+        self._stream = stream
+        self.inputs = inputs
+        self.outputs = outputs
+
+    def replay(self, *inputs: Any) -> Any:
+        """Write ``inputs`` (CuPy arrays of the captured shapes and dtypes) into the captured
+        buffers, run the graph, and return the captured outputs (overwritten by each replay)."""
+        if inputs and len(inputs) != len(self.inputs):
+            raise InvalidArgumentError(
+                f"replay(*inputs): the graph was captured with {len(self.inputs)} inputs, got {len(inputs)}"
+            )
+        with use_stream(self._stream):
+            for i, (dst, src) in enumerate(zip(self.inputs, inputs)):
+                if src.shape != dst.shape or src.dtype != dst.dtype:
+                    raise ShapeError(
+                        f"replay input {i}: captured as {dst.dtype}{list(dst.shape)}, got "
+                        f"{src.dtype}{list(src.shape)}; capture a new graph for new shapes"
+                    )
+                dst[...] = src
+            self._graph.launch(self._stream)
+        self._stream.synchronize()
+        return self.outputs
+
+
+def capture(cp: Any, pools: DevicePools, index: int, fn: Callable[..., Any], inputs: tuple[Any, ...]) -> CapturedGraph:
+    """Record ``fn(*inputs)`` (CuPy arrays in, CuPy arrays out) as a CUDA graph; every buffer it
+    touches comes from a pool of the graph's own, which the graph keeps."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    cp.cuda.get_current_stream().synchronize()
+    with pools.private(index) as pool, use_stream(stream):
+        static = tuple(x.copy() for x in inputs)
+        fn(*static)  # warm-up: kernels compiled, pool buffers of every size cached
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            outputs = fn(*static)
+        finally:
+            graph = stream.end_capture()
+    return CapturedGraph(cp, graph, stream, static, outputs, pool)

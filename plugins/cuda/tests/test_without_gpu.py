@@ -1,0 +1,74 @@
+"""What a machine without CuPy, a driver or a GPU sees: the plugin loads, finds no device, and
+says what is missing. These run everywhere (CI has no GPU); each fakes one missing piece."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from ember_cuda import runtime
+
+
+@pytest.fixture
+def probe(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """Replace what runtime found with a fake CuPy (or none), clearing its caches around the test."""
+
+    def use(module: object, reason: str = "") -> None:
+        runtime._import.cache_clear()
+        runtime._probe.cache_clear()
+        monkeypatch.setattr(runtime, "_import", lambda: (module, reason))
+
+    yield use
+    runtime._probe.cache_clear()
+
+
+class _FakeRuntime:
+    def __init__(self, error: Exception | None, count: int = 0) -> None:
+        self.error, self.count = error, count
+
+    def getDeviceCount(self) -> int:  # noqa: N802 - CuPy's name
+        if self.error:
+            raise self.error
+        return self.count
+
+
+class _FakeCupy:
+    def __init__(self, error: Exception | None, count: int = 0) -> None:
+        self.cuda = type("cuda", (), {"runtime": _FakeRuntime(error, count)})()
+
+
+def test_without_cupy_it_says_what_to_install(probe) -> None:  # noqa: ANN001
+    probe(None, "CuPy is not installed (No module named 'cupy'): " + runtime.INSTALL_HINT)
+    assert runtime.device_count() == 0
+    assert 'pip install "ember[cuda13]"' in runtime.why_unavailable()
+
+
+def test_an_old_driver_is_named(probe) -> None:  # noqa: ANN001
+    probe(_FakeCupy(RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient")))
+    assert runtime.device_count() == 0
+    assert "driver is older" in runtime.why_unavailable()
+
+
+def test_no_gpu_is_named(probe) -> None:  # noqa: ANN001
+    probe(_FakeCupy(RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")))
+    assert "no NVIDIA GPU is visible" in runtime.why_unavailable()
+    assert "CUDA_VISIBLE_DEVICES" in runtime.why_unavailable()
+
+
+def test_a_gpu_is_counted(probe) -> None:  # noqa: ANN001
+    probe(_FakeCupy(None, count=2))
+    assert runtime.device_count() == 2
+    assert runtime.why_unavailable() == ""
+
+
+def test_doctor_prints_the_reason() -> None:
+    """`ember doctor` in a fresh process, on whatever this machine has: a cuda line with the reason or the count."""
+    out = subprocess.run([sys.executable, "-m", "ember.cli", "doctor"], capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in out.stdout.splitlines() if " cuda:" in ln]
+    assert lines, out.stdout
+    if runtime.device_count() == 0:
+        assert lines[0].startswith("[none] cuda: the backend loaded but found no device: ")
+        assert runtime.why_unavailable().split(":")[0] in lines[0]
+    else:
+        assert lines[0].startswith("[ ok ] cuda:")
