@@ -3,6 +3,8 @@
     python .ci/require.py distribution plugins/opencl   the directory holds a distribution
     python .ci/require.py device opencl:0               ember can open that device
     python .ci/require.py cuda                          this machine has an NVIDIA GPU
+    python .ci/require.py or-skip cuda:0 CMD...          run CMD when ember can open the device;
+                                                        otherwise say why it is skipped and exit 0
 
 Exit status 0 when the requirement holds, 1 with a message on stderr otherwise.
 """
@@ -61,7 +63,18 @@ def cuda() -> str | None:
     return None
 
 
+def or_skip(spec: str, *command: str) -> int:
+    """Run ``command`` if ``spec`` opens; else a skip with the reason (a GPU env on a machine without one)."""
+    problem = device(spec)
+    if problem:
+        print(f"\nSKIPPED: {' '.join(command)}\n  because {problem}\n", file=sys.stderr)
+        return 0
+    return subprocess.run(list(command)).returncode
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["or-skip"] and len(argv) > 2:
+        return or_skip(argv[1], *argv[2:])
     checks = {"distribution": distribution, "device": device, "cuda": cuda}
     if not argv or argv[0] not in checks:
         print(__doc__, file=sys.stderr)

@@ -4,10 +4,10 @@
 # no network, so ember is installed from source without dependencies; scikit-learn (for the
 # digits data) comes as carried wheels in .whl (see the device README).
 # Usage, from the repository root:  bash plugins/cuda/scripts/h200.sh
-#   STEPS="tests conformance train bench" (default: all four), CONFORMANCE_S (default 420), SHARDS (default 6),
+#   STEPS="tests conformance train profile bench" (default: all but profile), CONFORMANCE_S (default 420), SHARDS (default 6),
 #   BENCH_WORKLOADS (default "W1 W2 W3 W4 W5 W6"), WARM=1 to keep CuPy's kernel cache between calls.
 # Writes to $OUT: summary.txt, env.txt, tests.log, conformance.log (every shard's), train.log,
-# bench.txt, bench.json.
+# profile.txt, bench.txt, bench.json.
 set -u
 OUT=${OUT:-/tmp/ember-cuda-h200}
 STEPS=${STEPS:-tests conformance train bench}
@@ -58,6 +58,9 @@ for step in $STEPS; do
   train)
     timeout 300 $PY -m ember.cli train digits --device cuda >"$OUT/train.log" 2>&1
     note "train digits --device cuda: exit $? after $((SECONDS - start)) s; $(grep -i accuracy "$OUT/train.log" | tail -n 1)" ;;
+  profile)
+    timeout 120 $PY plugins/cuda/scripts/profile_cuda.py >"$OUT/profile.txt" 2>&1
+    note "profile: exit $? after $((SECONDS - start)) s" ;;
   bench)
     timeout 420 $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W3 W4 W5 W6} --device cuda:0 --peers torch,cupy \
       --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1

@@ -4,8 +4,8 @@ The bulk of the kernels are ember's shared array-module kernels (``ember.array_m
 same code the CPU backend runs over numpy) over CuPy: its ufuncs, reductions and cuBLAS
 matmul. This module adds what is specific to CUDA: creation and host transfer, Philox words
 on the GPU, memory through ``ember.memory`` (``memory.py``), one stream per device
-(``streams.py``), CUDA graph capture (``graphs.py``), fused elementwise kernels for the
-training hot paths (``kernels.py``), DLPack without copies, and errors that name the op.
+(``streams.py``), CUDA graph capture (``graphs.py``), direct kernels for the binary ops and
+fused activations (``kernels.py``), DLPack without copies, and errors that name the op.
 
 float32 matmul is strict IEEE by default (no TF32), so results match the conformance
 tolerances; ``EMBER_CUDA_TF32=1`` or ``backend.set_tf32(True)`` trades precision for speed.
@@ -27,7 +27,7 @@ from ember.memory import MemoryStats, measured_stats
 
 from . import graphs, philox, runtime
 from .errors import CudaError, KernelLaunchError, describe_args
-from .kernels import binary_kernels, fast_kernels
+from .kernels import fast_kernels
 from .memory import DevicePools
 
 __all__ = ["CudaBackend"]
@@ -117,8 +117,8 @@ class CudaBackend(Backend):
         """The shared kernels over CuPy, this class's ``@native`` methods, then the fused fast
         paths; each guarded so a CUDA failure names its op and operands."""
         cp = self.cp
-        shared = kernels(_cupy_module(cp))
-        table = {**shared, **super().native_kernels(), **fast_kernels(cp), **binary_kernels(cp, shared)}
+        table = {**kernels(_cupy_module(cp)), **super().native_kernels()}
+        table.update(fast_kernels(cp, table))
         multi = self.device_count() > 1
         return {op: self._guard(op, fn, multi) for op, fn in table.items()}
 

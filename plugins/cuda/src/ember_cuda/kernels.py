@@ -1,10 +1,11 @@
-"""Kernels of ember-cuda's own where CuPy's generic path is slow: fused activations, and a
-direct launch for the binary ops on small tensors.
+"""Kernels of ember-cuda's own where CuPy's generic path is slow.
 
-The shared kernels build gelu from five CuPy ufunc passes over memory and sigmoid from scipy's
-expit; here each activation and its gradient pieces are one CuPy ``ElementwiseKernel`` pass,
-compiled once per dtype. float32 and float64 only: 16-bit inputs take the shared path, which
-computes in float32 and rounds back.
+CuPy's ufunc machinery (type resolution, broadcasting, an indexer per dimension count) costs
+more than the launch on small tensors and leaves bandwidth unused on large ones; its gelu is
+five passes over memory. For C-contiguous operands of one shape (or a tensor and a Python
+scalar) in float32, float64, int32 or int64, the ops below are one precompiled kernel: a
+grid-stride loop, four elements per thread (``float4`` loads) for aligned float32. Anything else
+goes to the shared kernel the op had before (``fallback``).
 """
 
 from __future__ import annotations
@@ -12,101 +13,112 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["fast_kernels", "binary_kernels"]
+__all__ = ["fast_kernels", "BINARY", "UNARY"]
 
-#: op -> the CUDA C body computing ``y`` from ``x`` (type ``T``)
-_UNARY = {
+#: op -> C expression of ``a`` and ``b``
+BINARY = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b"}
+#: op -> C expression of ``a`` (``T`` is the element type); activations training spends time in
+UNARY = {
     # erfc(-x / sqrt 2) = 1 + erf(x / sqrt 2) without the cancellation for negative x
-    "gelu": "y = (T)0.5 * x * erfc(-x * (T)0.70710678118654752440)",
-    "sigmoid": "y = (T)1 / ((T)1 + exp(-x))",
-    "silu": "y = x / ((T)1 + exp(-x))",
-    "relu": "y = x < (T)0 ? (T)0 : x",  # NaN stays NaN, as numpy's maximum
-    "softplus": "y = (x > (T)0 ? x : (T)0) + log1p(exp(-fabs(x)))",
+    "gelu": "(T)0.5 * a * erfc(-a * (T)0.70710678118654752440)",
+    "sigmoid": "(T)1 / ((T)1 + exp(-a))",
+    "silu": "a / ((T)1 + exp(-a))",
+    "relu": "a < (T)0 ? (T)0 : a",  # NaN stays NaN, as numpy's maximum
+    "softplus": "(a > (T)0 ? a : (T)0) + log1p(exp(-fabs(a)))",
 }
-
-
-def fast_kernels(cp: Any) -> dict[str, Callable[..., Any]]:
-    """op name -> fused kernel, falling back to ``None`` (the caller's table) for other dtypes."""
-    from ember.array_module.nn import KERNELS as shared
-
-    floats = (cp.dtype(cp.float32), cp.dtype(cp.float64))
-    table: dict[str, Callable[..., Any]] = {}
-    for op, body in _UNARY.items():
-        fused = cp.ElementwiseKernel("T x", "T y", body, f"ember_{op}")
-        table[op] = _with_fallback(fused, shared[op], floats)
-    return table
-
-
-def _with_fallback(fused: Any, fallback: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callable[..., Any]:
-    def run(a: Any) -> Any:
-        if a.dtype in dtypes:
-            return fused(a)
-        return fallback(a)
-
-    return run
-
-
-# -- the dispatch-bound path: binary ops on contiguous operands of one shape ---------------------
-#: op -> C expression of ``a`` and ``b`` (type T); the ops a training step runs most often
-_BINARY = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b"}
 _CTYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long"}
+_FLOATS = ("float32", "float64")
+_LANES = ("x", "y", "z", "w")
 
-_BINARY_SOURCE = r"""
-extern "C" __global__ void ember_{op}_{ctype_id}_{form}(const {T}* __restrict__ x, {b_decl}, {T}* __restrict__ y,
-                                                   const long long n) {{
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {{ const {T} a = x[i]; const {T} b = {b_read}; y[i] = {expr}; }}
+_SOURCE = r"""
+typedef {T} T;
+__device__ __forceinline__ T ember_op(const T a, const T b) {{ return {expr}; }}
+extern "C" __global__ void {name}(const {V}* __restrict__ x, {b_decl}, {V}* __restrict__ y, const long long n) {{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {{
+        const {V} a = x[i];
+        {b_load}
+        {V} r;
+        {body}
+        y[i] = r;
+    }}
 }}
 """
 
 
-def binary_kernels(cp: Any, shared: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
-    """add/sub/mul/div as one precompiled kernel launch when both operands are C-contiguous
-    arrays of one shape and dtype (or ``b`` is a Python scalar): CuPy's ufunc machinery costs
-    more than the launch itself on small tensors. Everything else goes to the ufunc (``shared``)."""
-    ndarray, empty, int64 = cp.ndarray, cp.empty, cp.int64
-    compiled: dict[tuple[str, str, str], Any] = {}
+def _source(name: str, ctype: str, expr: str, form: str, vec: bool) -> str:
+    """A grid-stride kernel ``y[i] = op(x[i], b)``; form "tt" (b an array), "ts" (b a scalar), "t" (unary)."""
+    V = "float4" if vec else ctype
+    if form == "tt":
+        b_decl, b_load = f"const {V}* __restrict__ z", f"const {V} b = z[i];"
+    else:
+        b_decl, b_load = f"const {ctype} z", f"const {ctype} b = z;"
+    if vec:
+        bl = (lambda c: f"b.{c}") if form == "tt" else (lambda c: "b")
+        body = " ".join(f"r.{c} = ember_op(a.{c}, {bl(c)});" for c in _LANES)
+    else:
+        body = "r = ember_op(a, b);"
+    return _SOURCE.format(T=ctype, expr=expr, name=name, V=V, b_decl=b_decl, b_load=b_load, body=body)
 
-    def kernel(op: str, dtname: str, form: str) -> Any:
-        key = (op, dtname, form)
+
+def fast_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """op name -> the direct kernel for :data:`BINARY` and :data:`UNARY`, falling back to
+    ``fallback[op]`` for operands it does not cover."""
+    ndarray, empty, int64 = cp.ndarray, cp.empty, cp.int64
+    scalar = {"float32": cp.float32, "float64": cp.float64, "int32": cp.int32, "int64": cp.int64}
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    max_blocks = sms * 16
+    compiled: dict[tuple[str, str, str, bool], Any] = {}
+
+    def kernel(op: str, dtname: str, form: str, vec: bool) -> Any:
+        key = (op, dtname, form, vec)
         k = compiled.get(key)
         if k is None:
-            T = _CTYPES[dtname]
-            b_decl = f"const {T}* __restrict__ z" if form == "tt" else f"const {T} z"
-            b_read = "z[i]" if form == "tt" else "z"
-            src = _BINARY_SOURCE.format(
-                op=op, ctype_id=dtname, form=form, T=T, b_decl=b_decl, b_read=b_read, expr=_BINARY[op]
-            )
-            k = compiled[key] = cp.RawKernel(src, f"ember_{op}_{dtname}_{form}")
+            name = f"ember_{op}_{dtname}_{form}{'_v4' if vec else ''}"
+            expr = BINARY.get(op) or UNARY[op]
+            k = compiled[key] = cp.RawKernel(_source(name, _CTYPES[dtname], expr, form, vec), name)
         return k
 
-    scalar_types = {"float32": cp.float32, "float64": cp.float64, "int32": cp.int32, "int64": cp.int64}
+    def launch(op: str, name: str, form: str, a: Any, b: Any) -> Any:
+        out = empty(a.shape, a.dtype)
+        n = a.size
+        if n:
+            vec = name == "float32" and n % 4 == 0 and not (a.data.ptr & 15) and (form != "tt" or not (b.data.ptr & 15))
+            if vec:
+                n //= 4
+            blocks = min((n + 255) >> 8, max_blocks)
+            kernel(op, name, form, vec)((blocks,), (256,), (a, b, out, int64(n)))
+        return out
 
-    def make(op: str) -> Callable[..., Any]:
-        fallback = shared[op]
+    def binary(op: str) -> Callable[..., Any]:
+        other = fallback[op]
         # integer division is numpy's true division (and never traps on zero): floats only
-        dtypes = {"float32", "float64"} if op == "div" else set(_CTYPES)
+        dtypes = frozenset(_FLOATS if op == "div" else _CTYPES)
 
         def run(a: Any, b: Any) -> Any:
-            dt = a.dtype
-            name = dt.name
+            name = a.dtype.name
             if name in dtypes and a.flags.c_contiguous:
                 if type(b) is ndarray:
-                    if b.dtype == dt and b.shape == a.shape and b.flags.c_contiguous:
-                        n = a.size
-                        out = empty(a.shape, dt)
-                        if n:
-                            kernel(op, name, "tt")(((n + 255) >> 8,), (256,), (a, b, out, int64(n)))
-                        return out
+                    if b.dtype == a.dtype and b.shape == a.shape and b.flags.c_contiguous:
+                        return launch(op, name, "tt", a, b)
                 elif type(b) is float or type(b) is int:
                     if name[0] == "f" or type(b) is int:
-                        n = a.size
-                        out = empty(a.shape, dt)
-                        if n:
-                            kernel(op, name, "ts")(((n + 255) >> 8,), (256,), (a, scalar_types[name](b), out, int64(n)))
-                        return out
-            return fallback(a, b)
+                        return launch(op, name, "ts", a, scalar[name](b))
+            return other(a, b)
 
         return run
 
-    return {op: make(op) for op in _BINARY}
+    def unary(op: str) -> Callable[..., Any]:
+        other = fallback[op]
+
+        def run(a: Any) -> Any:
+            name = a.dtype.name
+            if name in _FLOATS:
+                if not a.flags.c_contiguous:
+                    a = cp.ascontiguousarray(a)
+                return launch(op, name, "t", a, scalar[name](0))
+            return other(a)
+
+        return run
+
+    return {**{op: binary(op) for op in BINARY}, **{op: unary(op) for op in UNARY}}
