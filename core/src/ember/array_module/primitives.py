@@ -51,6 +51,8 @@ def primitives(m: ArrayModule) -> dict[str, Callable[..., Any]]:
         it in float32 (numpy promotes bfloat16 with a Python float, CuPy with any scalar)."""
 
         def op(a: Any, b: Any) -> Any:
+            if type(b) is nd:  # two arrays of one dtype keep it in every library (the W1 path)
+                return arr(fn(a, b))
             dt = a.dtype
             if dt.kind == "V":
                 if type(b) is float:
