@@ -31,6 +31,7 @@ pools the top-level peaks are the sum of the pools' peaks: an upper bound, exact
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypedDict, TypeVar
 
@@ -103,6 +104,19 @@ def size_class(nbytes: int) -> int:
     return -(-n // step) * step
 
 
+#: size_class of the request sizes seen so far (a program asks for few distinct sizes; capped)
+_CLASSES: dict[int, int] = {}
+_CLASSES_MAX = 65536
+
+
+def _class_of(nbytes: int) -> int:
+    """:func:`size_class`, remembered in ``_CLASSES``."""
+    size = size_class(nbytes)
+    if len(_CLASSES) < _CLASSES_MAX and type(nbytes) is int and nbytes > 0:
+        _CLASSES[nbytes] = size
+    return size
+
+
 class Block(Generic[Raw]):
     """One pooled buffer (``raw``, ``nbytes`` of it usable); it returns to its pool when collected."""
 
@@ -156,7 +170,6 @@ class BufferPool(Generic[Raw]):
         # dies inside a reference cycle the collector cannot free the buffer while the pool takes it back
         self._live: dict[int, tuple[Raw, int]] = {}
         self._tokens = itertools.count()
-        self._in_use_count: dict[int, int] = {}
         self.reserved = 0
         self.in_use = 0
         self.cached = 0
@@ -169,19 +182,26 @@ class BufferPool(Generic[Raw]):
     # -- handing out and taking back ---------------------------------------------------------
     def acquire(self, nbytes: int, avoid: Callable[[Raw], bool] | None = None) -> Block[Raw]:
         """A block of at least ``nbytes``: a free buffer of its class unless ``avoid(raw)`` is true, else a new one."""
-        size = size_class(nbytes)
+        # every device op of every pooled backend comes through here: the common case (a free
+        # buffer of a size seen before) is a few dict and list operations, nothing more
+        size = _CLASSES.get(nbytes) or _class_of(nbytes)
         if self.max_class is not None and size > self.max_class >= nbytes:
             size = -(-max(nbytes, 1) // 16) * 16
-        raw = self._take_free(size, avoid)
-        if raw is None:
-            raw = self._new(size)
-            self.misses += 1
-        else:
+        bucket = self._free.get(size) if avoid is None else None
+        if bucket:
+            raw = bucket.pop()
+            self.cached -= size
             self.hits += 1
-        self.in_use += size
-        if self.in_use > self.peak_in_use:
-            self.peak_in_use = self.in_use
-        self._in_use_count[size] = self._in_use_count.get(size, 0) + 1
+        else:
+            raw = self._take_free(size, avoid) if avoid is not None else None
+            if raw is None:
+                raw = self._new(size)
+                self.misses += 1
+            else:
+                self.hits += 1
+        in_use = self.in_use = self.in_use + size
+        if in_use > self.peak_in_use:
+            self.peak_in_use = in_use
         token = next(self._tokens)
         self._live[token] = (raw, size)
         return Block(raw, size, self, token)
@@ -225,13 +245,16 @@ class BufferPool(Generic[Raw]):
             return
         raw = entry[0]
         self.in_use -= size
-        self._in_use_count[size] -= 1
         if self.cache_limit is not None and self.cached + size > self.cache_limit:
             self._doomed.append((raw, size))
             if not self.defer_release:
                 self.trim()
             return
-        self._free.setdefault(size, []).append(raw)
+        bucket = self._free.get(size)
+        if bucket is None:
+            self._free[size] = [raw]
+        else:
+            bucket.append(raw)
         self.cached += size
 
     # -- giving memory back to the driver -------------------------------------------------------
@@ -263,7 +286,8 @@ class BufferPool(Generic[Raw]):
         self.peak_in_use = self.in_use
 
     def stats(self) -> PoolStats:
-        sizes = sorted(set(self._free) | {s for s, n in self._in_use_count.items() if n})
+        in_use_count = Counter(size for _, size in self._live.values())  # counted here, not per acquire
+        sizes = sorted(set(self._free) | set(in_use_count))
         return {
             "reserved_bytes": self.reserved,
             "in_use_bytes": self.in_use,
@@ -275,7 +299,7 @@ class BufferPool(Generic[Raw]):
             "frees": self.frees,
             "cache_limit_bytes": self.cache_limit,
             "size_classes": {
-                s: {"in_use": self._in_use_count.get(s, 0), "cached": len(self._free.get(s, ()))} for s in sizes
+                s: {"in_use": in_use_count.get(s, 0), "cached": len(self._free.get(s, ()))} for s in sizes
             },
         }
 
