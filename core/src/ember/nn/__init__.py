@@ -87,6 +87,7 @@ from .normalization import (
     RMSNorm,
     RMSNormConfig,
 )
+from .paramgroup import ParamGroup
 from .pooling import (
     AdaptiveAvgPool2d,
     AdaptiveAvgPool2dConfig,
@@ -136,5 +137,5 @@ __all__ = [
     "SinusoidalPositionalEncoding", "SinusoidalPositionalEncodingConfig", "GRU", "LSTM", "RNN", "GRUConfig",
     "LSTMConfig", "RNNConfig", "TransformerDecoder", "TransformerDecoderConfig", "TransformerDecoderLayer",
     "TransformerDecoderLayerConfig", "TransformerEncoder", "TransformerEncoderConfig", "TransformerEncoderLayer",
-    "TransformerEncoderLayerConfig",
+    "TransformerEncoderLayerConfig", "ParamGroup",
 ]  # fmt: skip
