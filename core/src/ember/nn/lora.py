@@ -169,8 +169,11 @@ class LoraAdapter(Module):
     def __init__(self, kind: str, base: Module, config: LoraConfig) -> None:
         super().__init__()
         r = config.rank
-        w = base.weight
-        dev, dt = w.device, w.dtype if w.dtype.is_floating else "float32"
+        w = getattr(base, "weight", None)
+        if isinstance(w, Tensor) and w.dtype.is_floating:
+            dev, dt = w.device, w.dtype
+        else:  # a quantized base: adapters in its compute dtype, where its weight was
+            dev, dt = getattr(base, "adapter_device", None) or base.device, getattr(base, "compute_dtype", "float32")
         if kind == "linear":
             a_shape, b_shape = (r, base.in_features), (base.out_features, r)
         elif kind == "conv":

@@ -20,7 +20,7 @@ from ember.dtypes import ALL_DTYPES, DType
 from ember.memory import MemoryStats, unmeasured_stats
 from ember.random import philox_words
 
-from . import conv_kernels, nn_kernels
+from . import conv_kernels, nn_kernels, quant_kernels
 
 # numpy reports overflow / division by zero / invalid values as warnings; ember's semantics
 # are IEEE results without warnings (as in PyTorch), so silence them for this module only.
@@ -410,3 +410,4 @@ class CpuBackend(Backend):
     adaptive_avg_pool = native(staticmethod(conv_kernels.adaptive_avg_pool))
     adaptive_max_pool = native(staticmethod(conv_kernels.adaptive_max_pool))
     interpolate = native(staticmethod(conv_kernels.interpolate))
+    dequant_matmul = native(staticmethod(quant_kernels.dequant_matmul))  # int8 / NF4 weights (ember.quant)

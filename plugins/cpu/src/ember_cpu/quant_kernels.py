@@ -1,0 +1,45 @@
+"""Native ``dequant_matmul`` for the CPU backend: the codes decoded with one table lookup in
+numpy, then one GEMM (the core's composite takes about ten dispatched ops for NF4).
+
+``CALLS`` counts the calls, so tests can check this kernel ran rather than the composite.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from ember.ops.quant import NF4_LEVELS
+
+__all__ = ["dequant_matmul", "dequantize", "CALLS"]
+
+#: calls per op name (tests read it; nothing else depends on it)
+CALLS: Counter[str] = Counter()
+
+_LEVELS = np.array(NF4_LEVELS, dtype=np.float32)
+# the 256 byte values -> their two levels (high nibble first): decoding is one fancy index
+_PAIRS = np.stack([_LEVELS[np.arange(256) >> 4], _LEVELS[np.arange(256) & 15]], axis=1)
+
+
+def dequantize(qweight: np.ndarray, scales: np.ndarray, format: str, shape: tuple[int, int], block_size: int,
+               dtype: np.dtype) -> np.ndarray:  # fmt: skip
+    """The ``(out, in)`` weight in ``dtype`` (float32 for the 16-bit floats)."""
+    out, inp = shape
+    if format == "int8":
+        return qweight.astype(dtype) * scales.astype(dtype)[:, None]
+    pairs = _PAIRS if dtype == np.float32 else _PAIRS.astype(dtype)
+    values = pairs[qweight].reshape(-1, block_size) * scales.astype(dtype)[:, None]
+    return values.reshape(-1)[: out * inp].reshape(out, inp)
+
+
+def dequant_matmul(
+    x: np.ndarray, qweight: np.ndarray, scales: np.ndarray, *, format: str, shape: tuple[int, int], block_size: int
+) -> np.ndarray:
+    CALLS["dequant_matmul"] += 1
+    dt = x.dtype
+    compute = np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+    w = dequantize(qweight, scales, format, shape, block_size, compute)
+    lead = x.shape[:-1]
+    y = x.reshape(-1, shape[1]).astype(compute, copy=False) @ w.T
+    return np.ascontiguousarray(y.reshape(lead + (shape[0],)).astype(dt, copy=False))
