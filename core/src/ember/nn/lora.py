@@ -402,7 +402,8 @@ def set_adapter(model: Module, name: str) -> None:
             layer.unmerge()
         layer.active = name if name in layer.lora._modules else None
         for ad_name, ad in layer.lora._modules.items():
-            ad.requires_grad_(ad_name == name) if ad.device.autodiff_enabled else None
+            if ad.device is not None and ad.device.autodiff_enabled:
+                ad.requires_grad_(ad_name == name)
 
 
 def disable_adapters(model: Module) -> None:

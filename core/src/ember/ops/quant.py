@@ -27,7 +27,7 @@ from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeE
 from .elementwise import _tensor_arg
 from .indexing import take
 from .linalg import linear, matmul
-from .movement import reshape, slice_tensor, stack
+from .movement import reshape, slice_tensor
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -63,6 +63,10 @@ NF4_LEVELS: tuple[float, ...] = (
     0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
     0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
 )  # fmt: skip
+
+
+#: byte value -> [level of its high nibble, level of its low nibble]
+_PAIRS = [[NF4_LEVELS[b >> 4], NF4_LEVELS[b & 15]] for b in range(256)]
 
 
 def nf4_nbytes(shape: tuple[int, int], block_size: int) -> tuple[int, int]:
@@ -121,11 +125,11 @@ def dequantize(
     out, inp = shape
     if format == "int8":
         return qweight.astype(dtype) * reshape(scales.astype(dtype), (out, 1))
-    hi = qweight // 16
-    lo = qweight - hi * 16
-    codes = reshape(stack([hi, lo], axis=-1), (-1,)).astype(int64)
-    levels = new_tensor(list(NF4_LEVELS), dtype=dtype, device=qweight._device.without_autodiff())
-    values = reshape(take(levels, codes), (-1, block_size)) * reshape(scales.astype(dtype), (-1, 1))
+    # one lookup per byte in a 256 x 2 table of (high nibble, low nibble) levels: no nibble
+    # arithmetic, and an index half the size of one per code
+    pairs = new_tensor(_PAIRS, dtype=dtype, device=qweight._device.without_autodiff())
+    decoded = take(pairs, qweight.astype(int64), axis=0)  # (bytes, 2): first element high nibble
+    values = reshape(decoded, (-1, block_size)) * reshape(scales.astype(dtype), (-1, 1))
     flat = reshape(values, (-1,))
     if flat._shape[0] != out * inp:
         flat = slice_tensor(flat, (0,), (out * inp,), (1,))
