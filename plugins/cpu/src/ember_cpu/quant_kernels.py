@@ -18,19 +18,27 @@ __all__ = ["dequant_matmul", "dequantize", "CALLS"]
 CALLS: Counter[str] = Counter()
 
 _LEVELS = np.array(NF4_LEVELS, dtype=np.float32)
-# the 256 byte values -> their two levels (high nibble first): decoding is one fancy index
+# the 256 byte values -> their two levels (high nibble first); as complex64, one take per byte
+# yields both float32 levels, in order: decoding is one gather and one in-place scale
 _PAIRS = np.stack([_LEVELS[np.arange(256) >> 4], _LEVELS[np.arange(256) & 15]], axis=1)
+_PAIRS_C64 = np.ascontiguousarray(_PAIRS).view(np.complex64).reshape(256)
 
 
 def dequantize(qweight: np.ndarray, scales: np.ndarray, format: str, shape: tuple[int, int], block_size: int,
                dtype: np.dtype) -> np.ndarray:  # fmt: skip
-    """The ``(out, in)`` weight in ``dtype`` (float32 for the 16-bit floats)."""
+    """The ``(out, in)`` weight in ``dtype`` (float32 or float64)."""
     out, inp = shape
     if format == "int8":
-        return qweight.astype(dtype) * scales.astype(dtype)[:, None]
-    pairs = _PAIRS if dtype == np.float32 else _PAIRS.astype(dtype)
-    values = pairs[qweight].reshape(-1, block_size) * scales.astype(dtype)[:, None]
-    return values.reshape(-1)[: out * inp].reshape(out, inp)
+        w = qweight.astype(dtype)
+        w *= scales.astype(dtype)[:, None]
+        return w
+    if dtype == np.float32:
+        values = np.take(_PAIRS_C64, qweight).view(np.float32)
+    else:
+        values = np.take(_PAIRS.astype(dtype), qweight, axis=0).reshape(-1)
+    blocks = values.reshape(-1, block_size)
+    blocks *= scales.astype(dtype)[:, None]
+    return values[: out * inp].reshape(out, inp)
 
 
 def dequant_matmul(
@@ -39,7 +47,11 @@ def dequant_matmul(
     CALLS["dequant_matmul"] += 1
     dt = x.dtype
     compute = np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
-    w = dequantize(qweight, scales, format, shape, block_size, compute)
     lead = x.shape[:-1]
-    y = x.reshape(-1, shape[1]).astype(compute, copy=False) @ w.T
+    x2 = x.reshape(-1, shape[1]).astype(compute, copy=False)
+    if format == "int8":  # the per-row scale commutes with the product: scale the (N, out) result
+        y = x2 @ qweight.astype(compute).T
+        y *= scales.astype(compute)
+    else:
+        y = x2 @ dequantize(qweight, scales, format, shape, block_size, compute).T
     return np.ascontiguousarray(y.reshape(lead + (shape[0],)).astype(dt, copy=False))
