@@ -330,3 +330,14 @@ def test_golden_peft_same_outputs_and_adapter_gradients(net, inputs):
             ta, tb = tl.lora_A["default"].weight, tl.lora_B["default"].weight
         np.testing.assert_allclose(ad.A.grad.numpy(), ta.grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=path)
         np.testing.assert_allclose(ad.B.grad.numpy(), tb.grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=path)
+
+
+def test_conv1d_adapter_merges_to_its_forward():
+    em.random.seed(4)
+    model = nn.Sequential(nn.Conv1d(3, 5, 3, stride=2, padding=1, device=AD, dtype=F64))
+    apply_lora(model, LoraConfig(rank=2, alpha=3.0, targets="0"))
+    _randomize_b(model)
+    x = em.tensor(np.random.default_rng(8).normal(size=(2, 3, 9)), dtype=F64, device=AD)
+    two_convs = model(x).numpy()
+    lora.merge(model)
+    np.testing.assert_allclose(model(x).numpy(), two_convs, rtol=1e-10, atol=1e-12)

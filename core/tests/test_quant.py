@@ -202,3 +202,12 @@ def test_qlora_trains_adapters_only_over_an_nf4_base():
     assert model[0].base_layer.qweight.grad is None
     with pytest.raises(NotImplementedOpError, match="quantized"):
         lora.merge(model)
+
+
+def test_quantize_targets_a_param_group_and_lora_over_int8():
+    model = _classifier()
+    report = quantize(model, "int8", targets=nn.ParamGroup("2.*", "4.weight"))
+    assert report.layers == ["2", "4"] and isinstance(model[0], nn.Linear)
+    assert all(isinstance(model[i], QuantLinear) and model[i].format == "int8" for i in (2, 4))
+    lora.apply_lora(model, lora.LoraConfig(rank=2, targets=nn.ParamGroup(types=QuantLinear)))
+    assert [p for p, _ in lora.lora_layers(model)] == ["2", "4"]
