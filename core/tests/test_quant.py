@@ -118,9 +118,10 @@ def test_dequant_matmul_gradient_for_x_only():
     x = em.tensor(np.random.default_rng(4).normal(size=(5, 64)), dtype="float64", device=AD, requires_grad=True)
     q, s = em.tensor(qw.qweight, device=AD), em.tensor(qw.scales, device=AD)
     g = np.random.default_rng(5).normal(size=(5, 8))
-    before = quant_kernels.CALLS["dequant_matmul"]
+    before, decoded = quant_kernels.CALLS["dequant_matmul"], quant_kernels.CALLS["dequantize"]
     (dequant_matmul(x, q, s, format="nf4", shape=(8, 64)) * em.tensor(g, device=AD)).sum().backward()
     assert quant_kernels.CALLS["dequant_matmul"] == before + 1  # the vjp rule lets the kernel run while recording
+    assert quant_kernels.CALLS["dequantize"] == decoded + 1  # the backward decodes W with the native dequantize
     np.testing.assert_allclose(x.grad.numpy(), g @ dequantize_numpy(qw), rtol=1e-7, atol=1e-7)
 
 

@@ -18,7 +18,7 @@ import ember as em
 from ember import nn
 from ember.dispatch import OPS
 from ember.nn import lora
-from ember.quant import NF4_LEVELS, QuantLinear, dequant_matmul, quantize, quantize_int8, quantize_nf4
+from ember.quant import NF4_LEVELS, QuantLinear, dequant_matmul, dequantize, quantize, quantize_int8, quantize_nf4
 
 from .checks import GRAD_TOLERANCES, assert_close, numeric_gradient, require_dtype, widest_float
 
@@ -71,6 +71,18 @@ def test_dequant_matmul_matches_numpy(device, fmt, shape, dtype):
     assert got.shape == batch + (out,) and got.dtype == dt
     xr = x.astype(dt.numpy).astype(np.float64)
     assert_close(got, xr @ _reference_weight(qw).T, dt, scale=float(np.sqrt(inp)), what=f"dequant_matmul {fmt}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "widest"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dequantize_matches_numpy(device, fmt, dtype):
+    dt = widest_float(device) if dtype == "widest" else em.float32
+    require_dtype(device, dt, em.uint8, em.int8)
+    qw = _quantized(fmt, 7, 100, _rng(f"deq-{fmt}"))
+    q, s, params = _operands(qw, device)
+    got = dequantize(q, s, dtype=dt, **params)
+    assert got.shape == (7, 100) and got.dtype == dt
+    assert_close(got, _reference_weight(qw), dt, what=f"dequantize {fmt}")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -11,7 +11,8 @@ A quantized weight of logical shape ``(out_features, in_features)`` is two tenso
 
 ``dequant_matmul(x, qweight, scales, *, format, shape, block_size)`` is ``x @ W.T`` with ``W``
 dequantized. Its composite (:func:`dequantize`, then ``linear``) serves every backend; a
-backend declares a native kernel with the op's signature to skip materializing ``W``. The vjp
+backend declares a native kernel with the op's signature to skip materializing ``W``.
+``dequantize`` is an op of its own (the vjp rule uses it too), with a composite in ember ops. The vjp
 gives the gradient for ``x`` only: codes and scales are frozen data.
 """
 
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..creation import tensor as new_tensor
 from ..dispatch import apply, define
-from ..dtypes import float32, int8, int64, uint8
+from ..dtypes import as_dtype, float32, int8, int64, uint8
 from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
 from .elementwise import _tensor_arg
 from .indexing import take
@@ -32,7 +33,9 @@ from .movement import reshape, slice_tensor
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
-__all__ = ["FORMATS", "NF4_LEVELS", "nf4_levels", "nf4_nbytes", "dequantize", "dequant_matmul", "DEQUANT_MATMUL"]
+__all__ = [
+    "FORMATS", "NF4_LEVELS", "nf4_levels", "nf4_nbytes", "dequantize", "dequant_matmul", "DEQUANTIZE", "DEQUANT_MATMUL",
+]  # fmt: skip
 
 FORMATS = ("int8", "nf4")
 
@@ -115,13 +118,9 @@ def _check(x: Tensor, qweight: Tensor, scales: Tensor, format: str, shape: Any, 
             raise ShapeError(f"{op}: x must have shape (..., {shape[1]}) (in_features last), got {x._shape}")
 
 
-def dequantize(
-    qweight: Any, scales: Any, *, format: str, shape: tuple[int, int], block_size: int = 64, dtype: Any = float32
+def _dequantize_composite(
+    qweight: Tensor, scales: Tensor, *, format: str, shape: Any, block_size: int, dtype: Any
 ) -> Tensor:
-    """The weight ``(out, in)`` in ``dtype`` from its codes and scales, in ember ops (any backend)."""
-    qweight = _tensor_arg(qweight, "dequantize")
-    scales = _tensor_arg(scales, "dequantize", qweight)
-    _check(None, qweight, scales, format, tuple(shape), block_size, "dequantize")  # type: ignore[arg-type]
     out, inp = shape
     if format == "int8":
         return qweight.astype(dtype) * reshape(scales.astype(dtype), (out, 1))
@@ -134,6 +133,31 @@ def dequantize(
     if flat._shape[0] != out * inp:
         flat = slice_tensor(flat, (0,), (out * inp,), (1,))
     return reshape(flat, (out, inp))
+
+
+DEQUANTIZE = define(
+    "dequantize",
+    kind="other",
+    native="dequantize(qweight, scales, *, format, shape, block_size, dtype) -> handle  # the (out, in) weight",
+    composite=_dequantize_composite,
+    differentiable=False,
+)
+
+
+def dequantize(
+    qweight: Any, scales: Any, *, format: str, shape: tuple[int, int], block_size: int = 64, dtype: Any = float32
+) -> Tensor:
+    """The weight ``(out, in)`` in ``dtype`` from its codes and scales (a backend's kernel, else
+    ember ops: any backend)."""
+    qweight = _tensor_arg(qweight, "dequantize")
+    scales = _tensor_arg(scales, "dequantize", qweight)
+    shape = tuple(shape)
+    _check(None, qweight, scales, format, shape, block_size, "dequantize")  # type: ignore[arg-type]
+    dt = as_dtype(dtype, "dtype")
+    if dt.kind != "f":
+        raise DTypeError(f"dequantize: dtype must be floating-point, got {dt}")
+    params = {"format": format, "shape": shape, "block_size": int(block_size) if format == "nf4" else 0, "dtype": dt}
+    return apply(DEQUANTIZE, (qweight, scales), params, shape, dt)
 
 
 def _composite(x: Tensor, qweight: Tensor, scales: Tensor, *, format: str, shape: Any, block_size: int) -> Tensor:

@@ -411,3 +411,4 @@ class CpuBackend(Backend):
     adaptive_max_pool = native(staticmethod(conv_kernels.adaptive_max_pool))
     interpolate = native(staticmethod(conv_kernels.interpolate))
     dequant_matmul = native(staticmethod(quant_kernels.dequant_matmul))  # int8 / NF4 weights (ember.quant)
+    dequantize = native(staticmethod(quant_kernels.dequantize_op))

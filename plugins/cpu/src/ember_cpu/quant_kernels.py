@@ -7,12 +7,13 @@ numpy, then one GEMM (the core's composite takes about ten dispatched ops for NF
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
 from ember.ops.quant import NF4_LEVELS
 
-__all__ = ["dequant_matmul", "dequantize", "CALLS"]
+__all__ = ["dequant_matmul", "dequantize", "dequantize_op", "CALLS"]
 
 #: calls per op name (tests read it; nothing else depends on it)
 CALLS: Counter[str] = Counter()
@@ -39,6 +40,17 @@ def dequantize(qweight: np.ndarray, scales: np.ndarray, format: str, shape: tupl
     blocks = values.reshape(-1, block_size)
     blocks *= scales.astype(dtype)[:, None]
     return values[: out * inp].reshape(out, inp)
+
+
+def dequantize_op(
+    qweight: np.ndarray, scales: np.ndarray, *, format: str, shape: tuple[int, int], block_size: int, dtype: Any
+) -> np.ndarray:
+    """The ``dequantize`` op: the weight in ``dtype`` (16-bit floats computed in float32)."""
+    CALLS["dequantize"] += 1
+    target = np.dtype(dtype.numpy)
+    compute = np.dtype(np.float64) if target == np.float64 else np.dtype(np.float32)
+    w = dequantize(qweight, scales, format, shape, block_size, compute)
+    return np.ascontiguousarray(w.astype(target, copy=False))
 
 
 def dequant_matmul(
