@@ -1,5 +1,6 @@
 """dequant_matmul on one device: the backend's native kernel against the core's composite
-(dequantize in ember ops, then linear), and the float32 linear they replace.
+(dequantize in ember ops, then linear: no backend kernel for either), and the float32 linear
+they replace.
 
     python -m benchmarks.quant [--device cpu] [--sizes 1x4096x4096,128x4096x4096] [--iters 20]
 
@@ -34,6 +35,13 @@ def _median(fn: Callable[[], em.Tensor], dev: em.Device, iters: int) -> float:
     return statistics.median(times)
 
 
+def _composite(x: em.Tensor, q: em.Tensor, s: em.Tensor, params: dict) -> em.Tensor:
+    """The core's composite all the way down: dequantize in ember ops (not a backend's
+    ``dequantize`` kernel), then ``linear``."""
+    w = OPS["dequantize"].composite(q, s, dtype=x.dtype, **params)
+    return em.nn.functional.linear(x, w)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -57,7 +65,7 @@ def main() -> None:
             params = {"format": fmt, "shape": qw.shape, "block_size": qw.block_size}
             run = (x, q, s, params)
             native = _median(lambda r=run: dequant_matmul(*r[:3], **r[3]), dev, args.iters)
-            composite = _median(lambda r=run: OPS["dequant_matmul"].composite(*r[:3], **r[3]), dev, args.iters)
+            composite = _median(lambda r=run: _composite(*r), dev, args.iters)
             ratio = qw.nbytes / w.nbytes
             print(f"| {fmt} | {spec} | {native * 1e3:.2f} | {composite * 1e3:.2f} | {dense * 1e3:.2f} | {ratio:.3f} |")
 
