@@ -20,6 +20,7 @@ OTHER_GRAD_COVERAGE = {
     "cast": "test_autodiff::test_grad_through_cast",
     "slice": "test_indexing::test_getitem_grad and every row that slices (split, chunk, diagonal)",
     "to_device": "test_transfer::test_grad_across_devices",
+    "dequant_matmul": "test_quant::test_dequant_matmul_gradient and test_lora_layer_gradients[nf4]",
 }
 
 #: public functions checked by hand-written tests instead of a spec row, with where

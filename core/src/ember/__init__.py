@@ -243,6 +243,7 @@ _LAZY_SUBMODULES = {
     "dispatch",
     "autodiff",
     "shapes",
+    "quant",
 }
 #: namespaces provided by separately installed extension plugins (none is released yet: ember-linalg
 #: and ember-signal are planned, and will add their ``ember[...]`` extras when they are)

@@ -39,6 +39,8 @@ INTERNAL_OPS: dict[str, str] = {
 OTHER_COVERAGE: dict[str, str] = {
     "cast": "test_astype (every dtype pair) and the gradient row astype_roundtrip",
     "slice": "test_getitem / test_setitem (basic slicing) and the movement rows",
+    "dequant_matmul": "test_quant: int8 / NF4 codes against numpy float64, native against composite, gradients",
+    "dequantize": "test_quant::test_dequantize_matches_numpy (int8, NF4, NF4 double-quantized)",
 }
 
 

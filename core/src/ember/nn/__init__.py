@@ -13,7 +13,7 @@ initialisers in ``nn.init``. Every layer ``X`` has an ``XConfig`` dataclass with
 
 from __future__ import annotations
 
-from . import functional, init
+from . import functional, init, lora
 from .activation import (
     ELU,
     GELU,
@@ -87,6 +87,7 @@ from .normalization import (
     RMSNorm,
     RMSNormConfig,
 )
+from .paramgroup import ParamGroup
 from .pooling import (
     AdaptiveAvgPool2d,
     AdaptiveAvgPool2dConfig,
@@ -136,5 +137,5 @@ __all__ = [
     "SinusoidalPositionalEncoding", "SinusoidalPositionalEncodingConfig", "GRU", "LSTM", "RNN", "GRUConfig",
     "LSTMConfig", "RNNConfig", "TransformerDecoder", "TransformerDecoderConfig", "TransformerDecoderLayer",
     "TransformerDecoderLayerConfig", "TransformerEncoder", "TransformerEncoderConfig", "TransformerEncoderLayer",
-    "TransformerEncoderLayerConfig",
+    "TransformerEncoderLayerConfig", "ParamGroup", "lora",
 ]  # fmt: skip

@@ -62,11 +62,49 @@ def _param_list(params: Any, where: str) -> list[Tensor]:
     return [_as_tensor(p, where) for p in items]
 
 
+def _resolve_param_groups(items: list[Any], where: str, defaults: dict[str, Any]) -> list[dict[str, Any]]:
+    """``nn.ParamGroup`` entries (and dicts) as optimizer group dicts.
+
+    ParamGroups are routed in order, first match wins: a parameter an earlier group took is
+    left out of later groups, so ``[ParamGroup("*.bias", weight_decay=0), ParamGroup("*")]``
+    gives the biases one setting and everything else another.
+    """
+    taken: set[int] = set()
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            group = dict(item)
+            taken.update(id(p) for p in _param_list(group.get("params", ()), f"{where} group {i}"))
+        elif hasattr(item, "optimizer_group"):
+            group = item.optimizer_group(f"{where} group {i}")
+            unknown = sorted(k for k in group if k != "params" and k not in defaults)
+            if unknown:
+                raise InvalidArgumentError(
+                    f"{where}: group {i} {item!r} sets {', '.join(unknown)}, which {where} does not take; "
+                    f"its settings are {', '.join(sorted(defaults))}"
+                )
+            group["params"] = [p for p in group["params"] if id(p) not in taken]
+            if not group["params"]:
+                raise InvalidArgumentError(
+                    f"{where}: group {i} {item!r} selects no trainable parameter that an earlier group did not "
+                    f"take; check its patterns against model.named_parameters() and that they require grad"
+                )
+            taken.update(id(p) for p in group["params"])
+        else:
+            raise ArgumentTypeError(
+                f"{where}: group {i} is a {type(item).__name__}; give every group as an nn.ParamGroup or a dict "
+                f"{{'params': [...], ...}}, not a mix with bare tensors"
+            )
+        out.append(group)
+    return out
+
+
 class Optimizer:
     """Base class of optimizers.
 
-    ``params`` is an iterable of tensors, or of dicts ``{"params": [...], **settings}``;
-    settings a group does not give come from ``defaults``.
+    ``params`` is an iterable of tensors, or of dicts ``{"params": [...], **settings}`` or of
+    bound ``nn.ParamGroup`` selections (first match wins); settings a group does not give
+    come from ``defaults``.
 
     >>> import ember as em
     >>> dev = em.Device.cpu().autodiff()
@@ -96,6 +134,8 @@ class Optimizer:
                 f"{name}: params is an empty parameter list; pass model.parameters() of a model with "
                 f"trainable parameters (one made on an autodiff device, e.g. Device('cpu').autodiff())"
             )
+        if any(hasattr(item, "optimizer_group") for item in items):
+            items = _resolve_param_groups(items, name, self.defaults)
         groups = items if isinstance(items[0], dict) else [{"params": items}]
         for group in groups:
             self.add_param_group(group)

@@ -24,6 +24,8 @@ from ember.dtypes import ALL_DTYPES, DType
 from ember.memory import MemoryStats, unmeasured_stats
 from ember.random import philox_words
 
+from . import quant_kernels
+
 # numpy reports overflow / division by zero / invalid values as warnings; ember's semantics
 # are IEEE results without warnings (as in PyTorch), so silence them for this module only.
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember_cpu\.")
@@ -128,6 +130,10 @@ class CpuBackend(Backend):
     @native
     def random_bits(self, *, key: tuple[int, int], counter: int, size: int) -> np.ndarray:
         return philox_words(key[0], key[1], counter, size)
+
+    # int8 / NF4 weights (ember.quant): numpy kernels of this backend's own
+    dequant_matmul = native(staticmethod(quant_kernels.dequant_matmul))
+    dequantize = native(staticmethod(quant_kernels.dequantize_op))
 
     def native_kernels(self) -> dict[str, Any]:
         """The shared numpy kernels, then this class's ``@native`` methods."""

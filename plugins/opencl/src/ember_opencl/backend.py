@@ -20,7 +20,7 @@ from ember.dtypes import ALL_DTYPES, DType, as_dtype
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
-from . import conv, indexing, matmul, nn, philox, reduce, sort
+from . import conv, indexing, matmul, nn, philox, quant, reduce, sort
 from .array import CLArray
 from .codegen import ElementwiseProgram
 from .elementwise import (
@@ -314,6 +314,10 @@ class OpenCLBackend(ViewMovement, Backend):
     @native
     def avg_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, divisor: Any) -> CLArray:
         return conv.avg_pool(self.rt, x, kernel, stride, padding, divisor)
+
+    @native  # int8 / NF4 weights (ember.quant); the kernel is in quant.py
+    def dequant_matmul(self, x: CLArray, q: CLArray, s: CLArray, *, format: str, shape: Any, block_size: int) -> Any:
+        return quant.dequant_matmul(self.rt, x, q, s, format, shape, block_size)
 
 
 @functools.cache

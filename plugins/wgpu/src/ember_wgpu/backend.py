@@ -20,7 +20,7 @@ from ember.dtypes import ALL_DTYPES, DType, as_dtype
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
-from . import adapters
+from . import adapters, quant
 from .codegen.program import Program
 from .handle import WgpuArray
 from .kernels import conv, indexing, matmul, nn, pool, random, reduce, scan, sort
@@ -227,6 +227,12 @@ class WgpuBackend(ViewMovement, Backend):
     @native
     def matmul(self, a: WgpuArray, b: WgpuArray) -> WgpuArray:
         return matmul.matmul(self.rt, a, b)
+
+    @native  # int8 / NF4 weights (ember.quant); the kernel is in quant.py
+    def dequant_matmul(
+        self, x: WgpuArray, q: WgpuArray, s: WgpuArray, *, format: str, shape: Any, block_size: int
+    ) -> Any:
+        return quant.dequant_matmul(self.rt, x, q, s, format, shape, block_size)
 
     @native
     def sort(self, a: WgpuArray, *, axis: int, descending: bool) -> WgpuArray:
