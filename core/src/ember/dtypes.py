@@ -49,6 +49,7 @@ __all__ = [
     "can_cast",
     "default_float",
     "default_int",
+    "isdtype",
 ]
 
 
@@ -235,13 +236,27 @@ def scalar_dtype(tensor_dtype: DType, value: Any, op: str = "op") -> DType:
 
 
 def result_type(*args: Any) -> DType:
-    """Array API ``result_type`` over dtypes and tensors (anything with ``.dtype``)."""
-    dts = [a if isinstance(a, DType) else as_dtype(getattr(a, "dtype", a)) for a in args]
+    """Array API ``result_type`` over dtypes, tensors (anything with ``.dtype``) and Python scalars.
+
+    Python scalars are weakly typed: they take the dtype the other arguments promote to, and
+    need at least one dtype or tensor beside them.
+    """
+    scalars = [a for a in args if isinstance(a, (bool, int, float, complex))]
+    dts = [
+        a if isinstance(a, DType) else as_dtype(getattr(a, "dtype", a), "result_type argument")
+        for a in args
+        if not isinstance(a, (bool, int, float, complex))
+    ]
     if not dts:
-        raise DTypeError("result_type: at least one dtype or tensor is required")
+        raise DTypeError(
+            "result_type: at least one dtype or tensor is required (Python scalars alone have no "
+            "Array API dtype); pass e.g. result_type(ember.float32, 1.0)"
+        )
     out = dts[0]
     for dt in dts[1:]:
         out = promote_types(out, dt, "result_type")
+    for value in scalars:
+        out = scalar_dtype(out, value, "result_type")
     return out
 
 
@@ -320,3 +335,37 @@ class iinfo:
 
     def __repr__(self) -> str:
         return f"iinfo(dtype={self.dtype}, min={self.min}, max={self.max})"
+
+
+#: the dtype kinds of the Array API's ``isdtype``, as a test on a DType
+_ISDTYPE_KINDS = {
+    "bool": lambda dt: dt.kind == "b",
+    "signed integer": lambda dt: dt.kind == "i",
+    "unsigned integer": lambda dt: dt.kind == "u",
+    "integral": lambda dt: dt.kind in "iu",
+    "real floating": lambda dt: dt.kind == "f",
+    "complex floating": lambda dt: dt.kind == "c",
+    "numeric": lambda dt: dt.kind in "iufc",
+}
+
+
+def isdtype(dtype: Any, kind: Any) -> bool:
+    """Whether ``dtype`` is of ``kind``: a dtype, a kind name (``"real floating"``...) or a tuple of them.
+
+    >>> import ember as em
+    >>> em.isdtype(em.float32, ("integral", "real floating"))
+    True
+    """
+    if not isinstance(dtype, DType):
+        raise DTypeError(f"isdtype: dtype must be an ember dtype such as ember.float32, got {dtype!r}")
+    if isinstance(kind, tuple):
+        return any(isdtype(dtype, k) for k in kind)
+    if isinstance(kind, DType):
+        return dtype is kind
+    test = _ISDTYPE_KINDS.get(kind) if isinstance(kind, str) else None
+    if test is None:
+        raise DTypeError(
+            f"isdtype: kind={kind!r} is not a dtype, a kind name or a tuple of them; "
+            f"the kind names are {', '.join(repr(k) for k in _ISDTYPE_KINDS)}"
+        )
+    return test(dtype)

@@ -7,6 +7,7 @@ to a new handle, so other tensors made from ``x`` before keep their values.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -118,6 +119,9 @@ from .ops.reduction import (
 from .transfer import astype, clone, copy_, to
 
 __all__ = ["Tensor", "make_tensor"]
+
+#: the Array API revisions ``__array_namespace__(api_version=...)`` accepts (ember follows the last)
+_API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12", "2025.12")
 
 
 class Tensor:
@@ -319,6 +323,21 @@ class Tensor:
         if not self._shape:
             raise ArgumentTypeError("iter(): a 0-d tensor cannot be iterated; use x.item() for its value")
         return (self[i] for i in range(self._shape[0]))
+
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
+        """The module of the Array API functions that work on this tensor: ``ember`` itself."""
+        if api_version is not None and api_version not in _API_VERSIONS:
+            raise InvalidArgumentError(
+                f"__array_namespace__: api_version={api_version!r} is not a revision ember follows; "
+                f"use one of {_API_VERSIONS} or None"
+            )
+        return sys.modules[__package__]
+
+    def to_device(self, device: Any, /, *, stream: Any = None) -> Tensor:
+        """This tensor on ``device`` (Array API); ``stream`` must be None (ember orders work per device)."""
+        if stream is not None:
+            raise InvalidArgumentError("to_device: stream must be None; ember queues work in order on each device")
+        return to(self, Device(device))
 
     def to(self, target: Any = None, dtype: Any = None) -> Tensor:
         """Move to a device and/or convert to a dtype: ``x.to("opencl")``, ``x.to(em.float16)``."""

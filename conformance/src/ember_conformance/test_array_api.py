@@ -1,0 +1,131 @@
+"""The Python Array API standard's namespace on this device: the version and inspection API,
+``__array_namespace__``, ``to_device``, the constants and dtype helpers, and the functions and
+signatures the standard adds beyond the op rows (unique_*, searchsorted, cumulative_* keywords...),
+each checked against numpy float64 references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import ember as em
+
+from .checks import assert_close, require_dtype, widest_float  # noqa: F401  (used by later cases)
+
+
+# -- namespace facts ---------------------------------------------------------------------------
+def test_array_namespace_is_ember(device):
+    x = em.ones((2,), device=device)
+    assert x.__array_namespace__() is em
+    assert x.__array_namespace__(api_version=em.__array_api_version__) is em
+    with pytest.raises(ValueError, match="api_version='1999.01' is not a revision ember follows"):
+        x.__array_namespace__(api_version="1999.01")
+
+
+def test_inspection_info(device):
+    info = em.__array_namespace_info__()
+    assert device.without_autodiff() in info.devices()
+    held = info.dtypes(device=device)
+    assert set(held.values()) == {dt for dt in device.capabilities.dtypes if dt.name != "bfloat16"}
+    assert all(name == dt.name for name, dt in held.items())
+    floats = info.dtypes(device=device, kind="real floating")
+    assert set(floats) == {n for n, dt in held.items() if dt.kind == "f"}
+    ints = info.dtypes(device=device, kind=("signed integer", "unsigned integer"))
+    assert set(ints) == {n for n, dt in held.items() if dt.kind in "iu"}
+    defaults = info.default_dtypes(device=device)
+    assert defaults["real floating"] is em.float32 and defaults["indexing"] is em.int64
+    assert info.capabilities()["boolean indexing"] is True
+    with pytest.raises(ValueError, match="kind='floats' is not a dtype kind"):
+        info.dtypes(kind="floats")
+
+
+def test_to_device_roundtrip(device):
+    x = em.tensor([1.0, 2.0, 3.0], device="cpu")
+    y = x.to_device(device)
+    assert y.device == device
+    assert_close(y.to_device("cpu"), np.array([1.0, 2.0, 3.0]), em.float32)
+    with pytest.raises(ValueError, match="to_device: stream must be None"):
+        x.to_device(device, stream=1)
+
+
+def test_constants_and_bool():
+    assert (em.e, em.pi) == (math.e, math.pi)
+    assert em.inf == math.inf and math.isnan(em.nan) and em.newaxis is None
+    assert em.bool is em.bool_
+
+
+@pytest.mark.parametrize(
+    "kind, members",
+    [
+        ("bool", {"bool"}),
+        ("signed integer", {"int8", "int16", "int32", "int64"}),
+        ("unsigned integer", {"uint8", "uint16", "uint32", "uint64"}),
+        ("integral", {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}),
+        ("real floating", {"float16", "bfloat16", "float32", "float64"}),
+        (("bool", "real floating"), {"bool", "float16", "bfloat16", "float32", "float64"}),
+    ],
+)
+def test_isdtype(kind, members):
+    from ember.dtypes import ALL_DTYPES
+
+    assert {dt.name for dt in ALL_DTYPES if em.isdtype(dt, kind)} >= members
+    assert {dt.name for dt in ALL_DTYPES if em.isdtype(dt, kind) and dt.kind in "biuf"} == members
+
+
+def test_isdtype_errors():
+    assert em.isdtype(em.int8, em.int8) and not em.isdtype(em.int8, em.int16)
+    with pytest.raises(TypeError, match="isdtype: kind='float' is not a dtype"):
+        em.isdtype(em.float32, "float")
+    with pytest.raises(TypeError, match="isdtype: dtype must be an ember dtype"):
+        em.isdtype("float32", "real floating")
+
+
+@pytest.mark.parametrize("shapes", [((2, 1), (3,)), ((), (4, 1, 2), (5, 1)), ((0,), (1,)), ((3,),), ()])
+def test_broadcast_shapes(shapes):
+    assert em.broadcast_shapes(*shapes) == np.broadcast_shapes(*shapes)
+
+
+def test_broadcast_shapes_error():
+    with pytest.raises(ValueError, match=r"broadcast_shapes: shapes \(2,\) and \(3,\) do not broadcast"):
+        em.broadcast_shapes((2,), (3,))
+
+
+def test_result_type_with_python_scalars():
+    assert em.result_type(em.float32, 1.0) is em.float32
+    assert em.result_type(em.int8, 1, em.int16) is em.int16
+    assert em.result_type(em.uint8, True) is em.uint8
+    with pytest.raises(TypeError, match="result_type: at least one dtype or tensor is required"):
+        em.result_type(1, 2.0)
+    with pytest.raises(TypeError, match="cannot combine a int32 tensor with the Python float"):
+        em.result_type(em.int32, 1.5)
+
+
+def test_tuples_from_meshgrid_and_broadcast_arrays(device):
+    a, b = em.arange(3, device=device), em.arange(4, device=device)
+    grids = em.meshgrid(a, b)
+    pair = em.broadcast_arrays(a[:, None], b)
+    assert type(grids) is tuple and type(pair) is tuple
+    want = [*np.meshgrid(np.arange(3), np.arange(4)), *np.broadcast_arrays(np.arange(3)[:, None], np.arange(4))]
+    for got, ref in zip(grids + pair, want):
+        np.testing.assert_array_equal(got.numpy(), ref)
+
+
+@pytest.mark.parametrize("axis", [(), 0, -1, (0, 2), (-1, 0)])
+def test_expand_dims_axes(device, axis):
+    x = np.arange(6.0).reshape(2, 3)
+    got = em.expand_dims(em.tensor(x, dtype=em.float32, device=device), axis=axis)
+    assert got.shape == np.expand_dims(x, axis).shape
+    assert_close(got, np.expand_dims(x, axis), em.float32)
+
+
+def test_expand_dims_repeated_axis(device):
+    with pytest.raises(ValueError, match="expand_dims: axis=\\(0, 0\\) names one position twice"):
+        em.expand_dims(em.ones((2,), device=device), axis=(0, 0))
+
+
+def test_reshape_shape_keyword(device):
+    x = em.arange(6, device=device)
+    assert em.reshape(x, shape=(2, 3)).shape == (2, 3)
+    np.testing.assert_array_equal(em.reshape(x, shape=(3, -1)).numpy(), np.arange(6).reshape(3, -1))
