@@ -12,7 +12,10 @@ import pytest
 
 import ember as em
 
-from .checks import assert_close, require_dtype, widest_float  # noqa: F401  (used by later cases)
+from .checks import assert_close, require_dtype, widest_float
+from .runner import run_forward
+from .specs.base import forward_params
+from .specs.searching import SEARCHING
 
 
 # -- namespace facts ---------------------------------------------------------------------------
@@ -129,3 +132,68 @@ def test_reshape_shape_keyword(device):
     x = em.arange(6, device=device)
     assert em.reshape(x, shape=(2, 3)).shape == (2, 3)
     np.testing.assert_array_equal(em.reshape(x, shape=(3, -1)).numpy(), np.arange(6).reshape(3, -1))
+
+
+# -- the searching and set functions: the SEARCHING rows ------------------------------------------
+@pytest.mark.parametrize("spec,dtype,case", forward_params(SEARCHING))
+def test_searching(spec, dtype, case, device):
+    run_forward(spec, dtype, case, device)
+
+
+def test_unique_nan_distinct(device):
+    """Every NaN is its own unique value (NaN != NaN), as the standard says."""
+    dt = widest_float(device)
+    x = em.tensor([1.0, math.nan, 1.0, math.nan], dtype=dt, device=device)
+    values, counts = em.unique_counts(x)
+    assert values.shape == (3,) and counts.tolist() == [2, 1, 1]
+
+
+def test_searching_errors(device):
+    x = em.arange(4, device=device)
+    with pytest.raises(ValueError, match="searchsorted: side must be 'left' or 'right', got 'middle'"):
+        em.searchsorted(x, x, side="middle")
+    with pytest.raises(ValueError, match=r"searchsorted: x1 must be 1-D \(a sorted sequence\), got shape \(2, 2\)"):
+        em.searchsorted(x.reshape(2, 2), x)
+    with pytest.raises(ValueError, match="diff: n must be a non-negative int, got -1"):
+        em.diff(x, n=-1)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_nextafter_exact(device, dtype):
+    """nextafter moves exactly one representable step, bit for bit as numpy's (normal numbers,
+    powers of two from both sides, zeros, infinities, NaN)."""
+    dt = em.dtypes.as_dtype(dtype)
+    require_dtype(device, dt)
+    info = np.finfo(dt.numpy)
+    a = np.array([1, 1, -1, 2, 2, 0.75, 3e-3, 0, -0.0, np.inf, -np.inf, np.nan, 5, info.max, info.smallest_normal * 4])
+    b = np.array([2, 0, -2, 0, 3, -1, 1, 1, -1, 0, 0, 1, 5, np.inf, 0])
+    a, b = a.astype(dt.numpy), b.astype(dt.numpy)
+    got = em.nextafter(em.tensor(a, device=device), em.tensor(b, device=device)).numpy()
+    with np.errstate(all="ignore"):
+        want = np.nextafter(a, b)
+    np.testing.assert_array_equal(got, want)
+
+
+# -- signatures: astype(device=), from_dlpack(copy=), __dlpack__(max_version=) --------------------
+def test_astype_to_device(device):
+    x = em.tensor([1.5, -2.5, 3.0], device="cpu")
+    y = x.astype(em.int32, device=device)
+    assert y.device == device and y.dtype is em.int32
+    np.testing.assert_array_equal(y.numpy(), np.array([1, -2, 3], dtype=np.int32))
+    assert em.astype(x, em.float32, device=device).device == device
+
+
+def test_from_dlpack_copy(device):
+    host = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    t = em.from_dlpack(host, device=device, copy=True)
+    host[0, 0] = 100.0  # ember holds its own copy
+    assert_close(t, np.arange(6.0).reshape(2, 3), em.float32)
+    assert em.from_dlpack(t, copy=False) is t
+    with pytest.raises(ValueError, match="from_dlpack: copy=False asks to share ndarray's memory"):
+        em.from_dlpack(host, device=device, copy=False)
+
+
+def test_dlpack_max_version():
+    x = em.arange(6, device="cpu").reshape(2, 3)
+    assert x.__dlpack__(max_version=(1, 0)) is not None
+    np.testing.assert_array_equal(np.from_dlpack(x), np.arange(6).reshape(2, 3))

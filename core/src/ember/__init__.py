@@ -230,7 +230,10 @@ from .transfer import astype, clone, to
 from .dtypes import bool_ as bool  # noqa: A004  (the standard's name; ember.bool_ stays)
 from .dtypes import isdtype
 from .inspection import __array_api_version__, __array_namespace_info__
+from .ops.elementwise import copysign, nextafter, signbit
 from .ops.movement import broadcast_shapes_public as broadcast_shapes
+from .ops.reduction import diff
+from .ops.searching import isin, searchsorted, unique_all, unique_counts, unique_inverse, unique_values
 
 e = _math.e
 pi = _math.pi

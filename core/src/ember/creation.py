@@ -111,12 +111,26 @@ def from_numpy(array: np.ndarray, device: Any = None) -> Tensor:
     return tensor(array, device=device)
 
 
-def from_dlpack(obj: Any, device: Any = None) -> Tensor:
-    """A tensor from any object with ``__dlpack__`` (numpy, CuPy, PyTorch, another ember tensor)."""
+def from_dlpack(obj: Any, /, *, device: Any = None, copy: bool | None = None) -> Tensor:
+    """A tensor from any object with ``__dlpack__`` (numpy, CuPy, PyTorch, another ember tensor).
+
+    The values are copied into the device's own memory, as ``copy=None`` allows; ``copy=False``
+    (never copy) is refused unless ``obj`` is already an ember tensor on ``device``.
+    """
     if is_tensor(obj):
-        return obj if device is None else obj.to(device_arg(device))
+        out = obj if device is None else obj.to(device_arg(device))
+        if copy is False and out is not obj:
+            raise InvalidArgumentError(
+                f"from_dlpack: copy=False, but moving the tensor to {device} copies it; pass copy=None"
+            )
+        return out.clone() if copy and out is obj else out
     if not hasattr(obj, "__dlpack__"):
         raise ArgumentTypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ method")
+    if copy is False:
+        raise InvalidArgumentError(
+            f"from_dlpack: copy=False asks to share {type(obj).__name__}'s memory, but ember keeps its own "
+            f"copy of data from other libraries; pass copy=None or copy=True"
+        )
     return dispatch.from_dlpack(device_arg(device), obj)
 
 

@@ -278,8 +278,14 @@ class Tensor:
             arr = arr.astype(dtype)
         return np.array(arr, copy=True) if copy else arr
 
-    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+    def __dlpack__(
+        self, /, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: bool | None = None
+    ) -> Any:
+        """A DLPack capsule of this tensor's values (the Array API's keywords passed to the producer)."""
         obj = dispatch.to_dlpack(self)
+        kwargs = {
+            k: v for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy)) if v is not None
+        }
         return obj.__dlpack__(stream=stream, **kwargs) if stream is not None else obj.__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -346,8 +352,8 @@ class Tensor:
     def cpu(self) -> Tensor:
         return to(self, Device.cpu())
 
-    def astype(self, dtype: Any) -> Tensor:
-        return astype(self, dtype)
+    def astype(self, dtype: Any, *, copy: bool = True, device: Any = None) -> Tensor:
+        return astype(self, dtype, copy=copy, device=device)
 
     def float(self) -> Tensor:
         return astype(self, "float32")

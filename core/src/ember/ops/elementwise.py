@@ -43,6 +43,7 @@ __all__ = [
     "log1p", "sqrt", "rsqrt", "square", "sin", "cos", "tan", "asin", "acos", "atan",
     "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round",
     "trunc", "reciprocal", "isnan", "isinf", "isfinite", "clip", "where", "astype_op",
+    "signbit", "copysign", "nextafter",
 ]  # fmt: skip
 
 #: op name -> (accepted dtypes, result is bool): the elementwise dtype rules, as held by each Op
@@ -389,10 +390,16 @@ _SWAPPED = {
 
 
 def binary_op(
-    name: str, accepts: frozenset[DType], *, vjp: Any = None, composite: Any = None, bool_out: bool = False
+    name: str,
+    accepts: frozenset[DType],
+    *,
+    vjp: Any = None,
+    composite: Any = None,
+    bool_out: bool = False,
+    differentiable: bool = True,
 ) -> Op:
     """Define an elementwise binary op with its dtype rule."""
-    differentiable = vjp is not None or (composite is not None and not bool_out)
+    differentiable = differentiable and (vjp is not None or (composite is not None and not bool_out))
     signature = "(a, b) -> handle  # b may be a Python scalar"
     op = _elementwise(name, "elementwise_binary", signature, accepts, vjp, composite, bool_out, differentiable)
     swapped = _SWAPPED.get(name)
@@ -617,6 +624,79 @@ def bitwise_left_shift(a: Any, b: Any) -> Tensor:
 def bitwise_right_shift(a: Any, b: Any) -> Tensor:
     """``a >> b`` (arithmetic for signed integers)."""
     return binary(RSHIFT, a, b)
+
+
+# -- sign bits and neighbours (Array API): composites any backend runs; cpu has them natively --
+
+
+def _signbit(x: Tensor) -> Tensor:
+    # -0.0 is told from +0.0 by the sign of 1 / x; a NaN's sign bit cannot be read through
+    # comparisons, so the composite calls every NaN positive (backends with bit access do better)
+    return (x < 0) | ((x == 0) & (reciprocal(x) < 0))
+
+
+SIGNBIT = unary_op("signbit", FLOAT, composite=_signbit, bool_out=True)
+
+
+def signbit(x: Any) -> Tensor:
+    """Whether the sign bit of each element is set (True for -0.0 and negative numbers)."""
+    return _unary(SIGNBIT, x)
+
+
+def _copysign(a: Tensor, b: Tensor) -> Tensor:
+    mag = abs(a)
+    return where(signbit(b), -mag, mag)
+
+
+def _copysign_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    # d/da |a| * s(b) = sign(a) * s(b): +1 where the signs agree, -1 where they differ
+    flips = where(signbit(a) != signbit(b), -1.0, 1.0).astype(g._dtype) if _needs(a) else None
+    return (g * flips if flips is not None else None), (g * 0.0 if _needs(b) else None)
+
+
+COPYSIGN = binary_op("copysign", FLOAT, composite=_copysign, vjp=_copysign_vjp)
+
+
+def copysign(a: Any, b: Any) -> Tensor:
+    """The magnitude of ``a`` with the sign of ``b``, elementwise."""
+    return binary(COPYSIGN, a, b)
+
+
+#: (explicit mantissa bits, smallest normal exponent) of each floating dtype, for nextafter
+_FLOAT_LAYOUT = {"float16": (10, -14), "bfloat16": (7, -126), "float32": (23, -126), "float64": (52, -1022)}
+
+
+def _nextafter(a: Tensor, b: Tensor) -> Tensor:
+    from ..dtypes import finfo  # a leaf: imported here only to keep the module header short
+
+    mant, emin = _FLOAT_LAYOUT[a._dtype.name]
+    two = full_like(a, 2.0)
+    ax = abs(a)
+    e = floor(log2(where(ax == 0, 1.0, ax)))
+    e = where(pow(two, e) > ax, e - 1, where(pow(two, e + 1) <= ax, e + 1, e))  # log2 may round
+    e = maximum(e, float(emin))
+    up = pow(two, e - mant)  # the spacing above |a|
+    at_power = (ax == pow(two, e)) & (e > emin)
+    down = where(at_power, up * 0.5, up)  # the spacing below |a| halves at a power of two
+    away = (b > a) == (a > 0)  # moving away from zero
+    step = where(away, up, down)
+    out = where(b > a, a + step, a - step)
+    tiny = full_like(a, 2.0 ** (emin - mant))  # the smallest subnormal
+    out = where(a == 0, where(b > 0, tiny, -tiny), out)
+    out = where(isinf(a), sign(a) * finfo(a._dtype).max, out)
+    return where(isnan(a) | isnan(b), math.nan, where(a == b, b, out))
+
+
+# a step to a neighbour, not a function to differentiate (PyTorch defines no gradient either)
+NEXTAFTER = binary_op("nextafter", FLOAT, composite=_nextafter, differentiable=False)
+
+
+def nextafter(a: Any, b: Any) -> Tensor:
+    """The next representable value after ``a`` toward ``b``, elementwise (IEEE 754 nextafter).
+
+    The composite assumes the device keeps subnormal numbers (results next to 0 are subnormal).
+    """
+    return binary(NEXTAFTER, a, b)
 
 
 # -- where, clip, cast -------------------------------------------------------------------

@@ -119,18 +119,27 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
     return reshape(matmul(am, bm), tuple(a._shape[i] for i in free_a) + tuple(b._shape[i] for i in free_b))
 
 
-def vecdot(a: Any, b: Any, axis: int = -1) -> Tensor:
-    """Dot product along ``axis`` with broadcasting."""
+def vecdot(a: Any, b: Any, /, *, axis: int = -1) -> Tensor:
+    """Dot product along ``axis`` with broadcasting; the result keeps the promoted dtype.
+
+    ``axis`` counts from the end of each input (Array API): -1 is the last axis of both.
+    """
     a = _tensor_arg(a, "vecdot")
     b = _tensor_arg(b, "vecdot", a)
-    ax_a = normalize_axis(axis, a.ndim, "vecdot")
-    ax_b = normalize_axis(axis, b.ndim, "vecdot")
-    if a._shape[ax_a] != b._shape[ax_b]:
+    dt = promote_types(a._dtype, b._dtype, "vecdot")
+    ndim = min(a.ndim, b.ndim)
+    if ndim == 0 or not -ndim <= axis < max(a.ndim, b.ndim):
         raise ShapeError(
-            f"vecdot: axis {axis} has length {a._shape[ax_a]} in x1 {a._shape} but {b._shape[ax_b]} in x2 "
+            f"vecdot: axis={axis} is out of range for x1 {a._shape} and x2 {b._shape}; give an axis in "
+            f"[-{ndim}, -1] (counted from the end of both)"
+        )
+    back = axis - max(a.ndim, b.ndim) if axis >= 0 else axis
+    if a._shape[back] != b._shape[back]:
+        raise ShapeError(
+            f"vecdot: axis {axis} has length {a._shape[back]} in x1 {a._shape} but {b._shape[back]} in x2 "
             f"{b._shape}; the contracted axis must have one length"
         )
-    return (a * b).sum(axis=axis)
+    return (a * b).sum(axis=back, dtype=dt)
 
 
 def outer(a: Any, b: Any) -> Tensor:

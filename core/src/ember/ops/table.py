@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import creation, random, transfer  # noqa: F401  (they register the creation, random and transfer ops)
 from ..dispatch import KINDS, OPS, Op
-from . import conv, einsum, elementwise, indexing, linalg, movement, nn, pooling, reduction  # noqa: F401  (register)
+from . import conv, einsum, elementwise, indexing, linalg, movement, nn, pooling, reduction, searching  # noqa: F401
 
 __all__ = ["rows", "markdown"]
 

@@ -63,6 +63,22 @@ def _keep_dtype(fn: Callable[..., Any]) -> Callable[..., Any]:
     return op
 
 
+def _floor_divide(a: np.ndarray, b: Any) -> np.ndarray:
+    """numpy's floor_divide, except that an infinity divided by a finite number is an infinity
+    (the Array API's special case; numpy gives NaN, pairing // with %)."""
+    with np.errstate(all="ignore"):
+        out = np.floor_divide(a, b)
+        if a.dtype.kind in "fV":
+            fix = np.isinf(a) & np.isfinite(b) & (np.asarray(b) != 0)
+            if fix.any():
+                out = np.where(fix, np.true_divide(a, b).astype(out.dtype), out)
+    return _arr(out)
+
+
+def _nextafter(a: np.ndarray, b: Any) -> np.ndarray:
+    return _arr(np.nextafter(a, np.asarray(b, dtype=a.dtype)))
+
+
 def _erf(a: np.ndarray) -> np.ndarray:
     from scipy.special import erf  # lazily: only models that use erf pay for the import
 
@@ -196,7 +212,7 @@ class CpuBackend(Backend):
     sub = native(staticmethod(_keep_dtype(np.subtract)))
     mul = native(staticmethod(_keep_dtype(np.multiply)))
     div = native(staticmethod(_keep_dtype(np.true_divide)))
-    floordiv = native(staticmethod(_keep_dtype(np.floor_divide)))
+    floordiv = native(staticmethod(_keep_dtype(_floor_divide)))
     remainder = native(staticmethod(_keep_dtype(np.remainder)))
     pow = native(staticmethod(_via_f32(np.power)))
     maximum = native(staticmethod(_keep_dtype(np.maximum)))
@@ -216,6 +232,10 @@ class CpuBackend(Backend):
     bitwise_and = native(staticmethod(lambda a, b: _arr(np.bitwise_and(a, b))))
     bitwise_or = native(staticmethod(lambda a, b: _arr(np.bitwise_or(a, b))))
     bitwise_xor = native(staticmethod(lambda a, b: _arr(np.bitwise_xor(a, b))))
+    # native versions of the Array API's sign-bit composites: numpy reads the bit itself (NaNs too)
+    copysign = native(staticmethod(_keep_dtype(np.copysign)))
+    nextafter = native(staticmethod(_keep_dtype(_nextafter)))
+    signbit = native(staticmethod(lambda a: _arr(np.signbit(a))))
 
     @native
     @staticmethod
@@ -237,14 +257,15 @@ class CpuBackend(Backend):
     def sum(a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         if a.dtype.itemsize == 2 and a.dtype.kind not in "iu":
             return _arr(np.sum(a, axis=axes, keepdims=keepdims, dtype=_F32)).astype(a.dtype)
-        return _arr(np.sum(a, axis=axes, keepdims=keepdims))
+        # dtype=: numpy widens small integers, ember sums in the handle's dtype (the core casts first)
+        return _arr(np.sum(a, axis=axes, keepdims=keepdims, dtype=a.dtype))
 
     @native
     @staticmethod
     def prod(a: np.ndarray, *, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         if a.dtype.itemsize == 2 and a.dtype.kind not in "iu":
             return _arr(np.prod(a, axis=axes, keepdims=keepdims, dtype=_F32)).astype(a.dtype)
-        return _arr(np.prod(a, axis=axes, keepdims=keepdims))
+        return _arr(np.prod(a, axis=axes, keepdims=keepdims, dtype=a.dtype))
 
     @native
     @staticmethod
