@@ -31,7 +31,7 @@ def test_inspection_info(device):
     info = em.__array_namespace_info__()
     assert device.without_autodiff() in info.devices()
     held = info.dtypes(device=device)
-    assert set(held.values()) == {dt for dt in device.capabilities.dtypes if dt.name != "bfloat16"}
+    assert set(held.values()) == {dt for dt in device.capabilities.dtypes if dt.name not in ("float16", "bfloat16")}
     assert all(name == dt.name for name, dt in held.items())
     floats = info.dtypes(device=device, kind="real floating")
     assert set(floats) == {n for n, dt in held.items() if dt.kind == "f"}
@@ -67,14 +67,33 @@ def test_constants_and_bool():
         ("unsigned integer", {"uint8", "uint16", "uint32", "uint64"}),
         ("integral", {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}),
         ("real floating", {"float16", "bfloat16", "float32", "float64"}),
+        ("complex floating", {"complex64", "complex128"}),
+        (
+            "numeric",
+            {
+                "int8",
+                "int16",
+                "int32",
+                "int64",
+                "uint8",
+                "uint16",
+                "uint32",
+                "uint64",
+                "float16",
+                "bfloat16",
+                "float32",
+                "float64",
+                "complex64",
+                "complex128",
+            },
+        ),
         (("bool", "real floating"), {"bool", "float16", "bfloat16", "float32", "float64"}),
     ],
 )
 def test_isdtype(kind, members):
-    from ember.dtypes import ALL_DTYPES
+    from ember.dtypes import EVERY_DTYPE
 
-    assert {dt.name for dt in ALL_DTYPES if em.isdtype(dt, kind)} >= members
-    assert {dt.name for dt in ALL_DTYPES if em.isdtype(dt, kind) and dt.kind in "biuf"} == members
+    assert {dt.name for dt in EVERY_DTYPE if em.isdtype(dt, kind)} == members
 
 
 def test_isdtype_errors():
@@ -197,3 +216,114 @@ def test_dlpack_max_version():
     x = em.arange(6, device="cpu").reshape(2, 3)
     assert x.__dlpack__(max_version=(1, 0)) is not None
     np.testing.assert_array_equal(np.from_dlpack(x), np.arange(6).reshape(2, 3))
+
+
+# -- complex dtypes: on devices that hold them (others skip with their stated reason) --------------
+_COMPLEX = ("complex64", "complex128")
+_CX_RTOL = {"complex64": 2e-6, "complex128": 1e-12}
+
+
+def _cx(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-2, 2, size=shape) + 1j * rng.uniform(-2, 2, size=shape)
+
+
+def _check_complex(got: em.Tensor, want: np.ndarray, dtype: str, what: str) -> None:
+    want = np.asarray(want)
+    kinds = {"c": dtype, "f": em.dtypes.real_dtype(em.dtypes.as_dtype(dtype)).name, "b": "bool"}
+    assert got.dtype.name == kinds[want.dtype.kind], f"{what}: dtype {got.dtype}, expected {kinds[want.dtype.kind]}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    have = got.numpy()
+    if want.dtype.kind == "b":
+        np.testing.assert_array_equal(have, want, err_msg=what)
+    else:
+        np.testing.assert_allclose(have, want, rtol=_CX_RTOL[dtype], atol=_CX_RTOL[dtype], err_msg=what)
+
+
+_CX_UNARY = [
+    ("negative", em.negative, np.negative),
+    ("positive", em.positive, np.positive),
+    ("abs", em.abs, np.abs),
+    ("sign", em.sign, lambda z: z / np.abs(z)),
+    ("exp", em.exp, np.exp),
+    ("log", em.log, np.log),
+    ("sqrt", em.sqrt, np.sqrt),
+    ("sin", em.sin, np.sin),
+    ("cos", em.cos, np.cos),
+    ("tanh", em.tanh, np.tanh),
+    ("square", em.square, np.square),
+    ("reciprocal", em.reciprocal, np.reciprocal),
+    ("conj", em.conj, np.conj),
+    ("real", em.real, np.real),
+    ("imag", em.imag, np.imag),
+    ("isnan", em.isnan, np.isnan),
+    ("isfinite", em.isfinite, np.isfinite),
+    ("sum", lambda z: em.sum(z, axis=1), lambda z: np.sum(z, axis=1)),
+    ("prod", lambda z: em.prod(z, axis=0), lambda z: np.prod(z, axis=0)),
+    ("mean", em.mean, np.mean),
+]
+
+
+@pytest.mark.parametrize("dtype", _COMPLEX)
+@pytest.mark.parametrize("name, fn, ref", _CX_UNARY, ids=[row[0] for row in _CX_UNARY])
+def test_complex_unary(device, dtype, name, fn, ref):
+    dt = em.dtypes.as_dtype(dtype)
+    require_dtype(device, dt)
+    z = _cx((3, 4), 1).astype(dt.numpy)
+    _check_complex(fn(em.tensor(z, device=device)), ref(z.astype(np.complex128)), dtype, name)
+
+
+_CX_BINARY = [
+    ("add", em.add, np.add),
+    ("subtract", em.subtract, np.subtract),
+    ("multiply", em.multiply, np.multiply),
+    ("divide", em.divide, np.divide),
+    ("equal", em.equal, np.equal),
+    ("not_equal", em.not_equal, np.not_equal),
+]
+
+
+@pytest.mark.parametrize("dtype", _COMPLEX)
+@pytest.mark.parametrize("name, fn, ref", _CX_BINARY, ids=[row[0] for row in _CX_BINARY])
+def test_complex_binary(device, dtype, name, fn, ref):
+    dt = em.dtypes.as_dtype(dtype)
+    require_dtype(device, dt)
+    a, b = _cx((3, 4), 2).astype(dt.numpy), _cx((4,), 3).astype(dt.numpy)
+    b[1] = a[0, 1]  # one equal pair for the comparisons
+    ea, eb = em.tensor(a, device=device), em.tensor(b, device=device)
+    _check_complex(fn(ea, eb), ref(a.astype(np.complex128), b.astype(np.complex128)), dtype, name)
+    _check_complex(fn(ea, 1.5), ref(a.astype(np.complex128), 1.5), dtype, f"{name} with a Python float")
+    _check_complex(fn(ea, 0.5 - 2j), ref(a.astype(np.complex128), 0.5 - 2j), dtype, f"{name} with a Python complex")
+
+
+def test_complex_promotion_and_creation(device):
+    require_dtype(device, em.complex64, em.complex128, em.float64)
+    assert em.result_type(em.complex64, em.float64) is em.complex128
+    assert em.result_type(em.float16, em.complex64) is em.complex64
+    assert em.result_type(em.float32, 1j) is em.complex64
+    with pytest.raises(TypeError, match="cannot combine int32 and complex64 tensors"):
+        em.result_type(em.int32, em.complex64)
+    z = em.tensor([1 + 2j, -3j], device=device)
+    assert z.dtype is em.complex64 and complex(z[0]) == 1 + 2j
+    wide = z + em.ones((2,), dtype=em.float64, device=device)
+    assert wide.dtype is em.complex128
+    np.testing.assert_allclose(wide.numpy(), np.array([2 + 2j, 1 - 3j]))
+    assert (em.tensor([1.0, 2.0], device=device) * 1j).dtype is em.complex64
+    full = em.full((2,), 2 - 1j, device=device)
+    assert full.dtype is em.complex64 and full.tolist() == [2 - 1j, 2 - 1j]
+    back = em.astype(z, em.complex128)
+    np.testing.assert_array_equal(back.numpy(), np.array([1 + 2j, -3j]))
+    assert em.__array_namespace_info__().default_dtypes()["complex floating"] is em.complex64
+    assert em.finfo(em.complex128).dtype is em.float64
+
+
+def test_complex_unsupported_says_why(device):
+    """A backend without complex dtypes refuses them with its stated reason."""
+    caps = device.capabilities
+    for dt in (em.complex64, em.complex128):
+        if caps.supports(dt):
+            continue
+        reason = caps.unsupported_dtypes.get(dt.name)
+        assert reason, f"{device} lacks {dt} without saying why in unsupported_dtype_reasons"
+        with pytest.raises(TypeError, match=dt.name):
+            em.zeros((2,), dtype=dt, device=device)

@@ -228,9 +228,9 @@ from .transfer import astype, clone, to
 # isort: split
 # The Array API standard's namespace facts: version, inspection, constants, dtype helpers
 from .dtypes import bool_ as bool  # noqa: A004  (the standard's name; ember.bool_ stays)
-from .dtypes import isdtype
+from .dtypes import complex64, complex128, isdtype
 from .inspection import __array_api_version__, __array_namespace_info__
-from .ops.elementwise import copysign, nextafter, signbit
+from .ops.elementwise import conj, copysign, imag, nextafter, real, signbit
 from .ops.movement import broadcast_shapes_public as broadcast_shapes
 from .ops.reduction import diff
 from .ops.searching import isin, searchsorted, unique_all, unique_counts, unique_inverse, unique_values

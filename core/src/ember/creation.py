@@ -10,7 +10,7 @@ import numpy as np
 from . import dispatch
 from .device import Device, check_dtype, device_arg
 from .dispatch import OPS, apply, create, define, is_tensor, make_tensor
-from .dtypes import DType, as_dtype, bool_, default_float, default_int
+from .dtypes import DType, as_dtype, bool_, default_complex, default_float, default_int
 from .errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
 from .shapes import as_int, as_shape
 
@@ -57,8 +57,8 @@ def _infer(data: Any) -> tuple[np.ndarray, DType]:
             f"tensor: data of type {type(data).__name__} gives a numpy array of dtype "
             f"{arr.dtype}; expected numbers or booleans (ragged nested lists are not tensors)"
         )
-    if arr.dtype.kind == "c":
-        raise DTypeError("tensor: complex numbers are not supported by ember")
+    if python_data and arr.dtype == np.complex128:
+        return arr, default_complex()
     if python_data and arr.dtype == np.float64:
         return arr, default_float()
     if python_data and arr.dtype.kind == "i":
@@ -141,8 +141,10 @@ def _fill_dtype(value: Any) -> DType:
         return default_int()
     if isinstance(value, float):
         return default_float()
+    if isinstance(value, complex):
+        return default_complex()
     raise ArgumentTypeError(
-        f"full: fill_value must be a bool, int or float (or a 0-d tensor), got {type(value).__name__}"
+        f"full: fill_value must be a bool, int, float or complex (or a 0-d tensor), got {type(value).__name__}"
     )
 
 
@@ -157,15 +159,19 @@ def _full(shape: Any, fill_value: Any, dtype: Any, device: Any, requires_grad: b
         fill_value = fill_value.item()
     if isinstance(fill_value, np.generic):
         fill_value = fill_value.item()
-    if isinstance(fill_value, (str, bytes)) or not isinstance(fill_value, (bool, int, float)):
+    if isinstance(fill_value, (str, bytes)) or not isinstance(fill_value, (bool, int, float, complex)):
         raise ArgumentTypeError(
-            f"{op}: fill_value must be a bool, int or float (or a 0-d tensor), got {type(fill_value).__name__}"
+            f"{op}: fill_value must be a bool, int, float or complex (or a 0-d tensor), got {type(fill_value).__name__}"
         )
     dt = _fill_dtype(fill_value) if dtype is None else as_dtype(dtype)
     dev = device_arg(device)
     check_dtype(dev, dt, "full")
-    if dt.kind == "f":
-        value: Any = float(fill_value)
+    if isinstance(fill_value, complex) and dt.kind != "c":
+        raise DTypeError(f"{op}: fill_value {fill_value!r} is complex but dtype is {dt}; use a complex dtype")
+    if dt.kind == "c":
+        value: Any = complex(fill_value)
+    elif dt.kind == "f":
+        value = float(fill_value)
     elif dt.kind == "b":
         value = bool(fill_value)
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .device import Device, device_arg
-from .dtypes import ALL_DTYPES, DType, default_float, default_int, isdtype
+from .dtypes import EVERY_DTYPE, DType, default_complex, default_float, default_int, isdtype
 from .errors import InvalidArgumentError
 
 __all__ = ["__array_api_version__", "__array_namespace_info__", "Info"]
@@ -20,6 +20,10 @@ __array_api_version__ = "2025.12"
 
 #: dtype kinds ``Info.dtypes(kind=...)`` accepts, as in ``isdtype``
 _KINDS = ("bool", "signed integer", "unsigned integer", "integral", "real floating", "complex floating", "numeric")
+
+
+#: ember dtypes the standard does not define
+_NOT_STANDARD = frozenset(("float16", "bfloat16"))
 
 
 class Info:
@@ -33,24 +37,25 @@ class Info:
         """The device arrays are made on without ``device=`` (``EMBER_DEVICE``, else cpu)."""
         return Device.default()
 
-    def devices(self) -> list[Device]:
-        """Every device of every backend that loads on this machine."""
-        return Device.available()
+    def devices(self) -> tuple[Device, ...]:
+        """Every device of every backend that loads on this machine (a tuple, as the standard says)."""
+        return tuple(Device.available())
 
     def default_dtypes(self, *, device: Any = None) -> dict[str, DType]:
         """The default dtypes of each kind (the same on every device)."""
         device_arg(device)  # a bad device spec is an error here too
-        out: dict[str, Any] = {"real floating": default_float(), "integral": default_int(), "indexing": default_int()}
-        complex_dt = _complex_default()
-        if complex_dt is not None:
-            out["complex floating"] = complex_dt
-        return out
+        return {
+            "real floating": default_float(),
+            "complex floating": default_complex(),
+            "integral": default_int(),
+            "indexing": default_int(),
+        }
 
     def dtypes(self, *, device: Any = None, kind: Any = None) -> dict[str, DType]:
         """The dtypes ``device`` holds (the default device when None), by name, of ``kind``.
 
         ``kind`` is a kind name as :func:`ember.isdtype` takes (``"real floating"``...), a tuple of
-        them, or None for every dtype; bfloat16 is not in the standard and is left out.
+        them, or None for every dtype; float16 and bfloat16 are not in the standard and are left out.
         """
         dev = device_arg(device)
         if kind is not None:
@@ -62,14 +67,9 @@ class Info:
         held = dev.backend.supported_dtypes
         return {
             dt.name: dt
-            for dt in ALL_DTYPES
-            if dt in held and dt.name != "bfloat16" and (kind is None or isdtype(dt, kind))
+            for dt in EVERY_DTYPE
+            if dt in held and dt.name not in _NOT_STANDARD and (kind is None or isdtype(dt, kind))
         }
-
-
-def _complex_default() -> DType | None:
-    found = [dt for dt in ALL_DTYPES if dt.kind == "c"]
-    return found[-1] if found else None
 
 
 def __array_namespace_info__() -> Info:

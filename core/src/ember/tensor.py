@@ -315,6 +315,9 @@ class Tensor:
     def __float__(self) -> float:
         return float(self.item())
 
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
     def __index__(self) -> int:
         if not self._dtype.is_integer:
             raise ArgumentTypeError(f"only integer tensors can be used as an index, not {self._dtype}")

@@ -351,6 +351,8 @@ def repeat(x: Any, repeats: Any, axis: int | None = None) -> Tensor:
         y = broadcast_to(y, shape[: ax + 1] + (repeats,) + shape[ax + 1 :])
         return reshape(y, shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1 :])
     counts = list(as_ints(repeats.tolist() if is_tensor(repeats) else repeats, "repeat", "repeats"))
+    if len(counts) == 1:  # one count broadcasts to every element (Array API)
+        return repeat(x, counts[0], axis=ax)
     if any(c < 0 for c in counts):
         raise ShapeError(f"repeat: every repeat count must be >= 0, got {counts}")
     if len(counts) != x._shape[ax]:

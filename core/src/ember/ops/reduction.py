@@ -11,7 +11,19 @@ from ..dispatch import apply, define
 from ..dtypes import DType, as_dtype, bool_, int64, uint64
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..shapes import normalize_axes, normalize_axis, reduced_shape
-from .elementwise import ANY, FLOAT, NUMERIC, _reject, _tensor_arg, exp, log, sqrt, where
+from .elementwise import (
+    ANY,
+    FLOAT,
+    FLOAT_OR_COMPLEX,
+    NUMERIC,
+    NUMERIC_OR_COMPLEX,
+    _reject,
+    _tensor_arg,
+    exp,
+    log,
+    sqrt,
+    where,
+)
 from .movement import broadcast_to, concat, pad, slice_tensor
 
 if TYPE_CHECKING:
@@ -116,8 +128,8 @@ def sum(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> 
     if dtype is not None and _AMP.dtype is not None:
         # an explicit dtype is the caller's choice: autocast's float32 policy does not override it
         with autocast(enabled=False):
-            return _reduce(SUM, x, axis, keepdims, NUMERIC, None)
-    return _reduce(SUM, x, axis, keepdims, NUMERIC, None)
+            return _reduce(SUM, x, axis, keepdims, NUMERIC_OR_COMPLEX, None)
+    return _reduce(SUM, x, axis, keepdims, NUMERIC_OR_COMPLEX, None)
 
 
 def prod(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
@@ -126,7 +138,7 @@ def prod(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) ->
     acc = _accumulator(x._dtype, "prod", dtype)
     if x._dtype is not acc:
         x = x.astype(acc)
-    return _reduce(PROD, x, axis, keepdims, NUMERIC, None)
+    return _reduce(PROD, x, axis, keepdims, NUMERIC_OR_COMPLEX, None)
 
 
 def max(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -313,16 +325,16 @@ MEAN = define(
 )
 
 
-def _floating(x: Any, op: str) -> Tensor:
+def _floating(x: Any, op: str, accepts: frozenset = FLOAT) -> Tensor:
     x = _tensor_arg(x, op)
-    if x._dtype not in FLOAT:
-        raise _reject(op, FLOAT, x._dtype)
+    if x._dtype not in accepts:
+        raise _reject(op, accepts, x._dtype)
     return x
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """Arithmetic mean over ``axis`` (floating-point tensors)."""
-    x = _floating(x, "mean")
+    """Arithmetic mean over ``axis`` (floating-point and complex tensors)."""
+    x = _floating(x, "mean", FLOAT_OR_COMPLEX)
     axes = normalize_axes(axis, x.ndim, "mean")
     return apply(
         MEAN, (x,), {"axes": axes, "keepdims": bool(keepdims)}, reduced_shape(x._shape, axes, keepdims), x._dtype

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ember.backend import Backend, native
-from ember.dtypes import ALL_DTYPES, DType
+from ember.dtypes import ALL_DTYPES, COMPLEX_DTYPES, DType
 from ember.memory import MemoryStats, unmeasured_stats
 from ember.random import philox_words
 
@@ -69,9 +69,34 @@ def _floor_divide(a: np.ndarray, b: Any) -> np.ndarray:
     with np.errstate(all="ignore"):
         out = np.floor_divide(a, b)
         if a.dtype.kind in "fV":
-            fix = np.isinf(a) & np.isfinite(b) & (np.asarray(b) != 0)
+            # an infinity divided by a finite number, or a finite number by an infinity: floor(a / b)
+            fix = (np.isinf(a) & np.isfinite(b) & (np.asarray(b) != 0)) | (np.isfinite(a) & np.isinf(b))
             if fix.any():
-                out = np.where(fix, np.true_divide(a, b).astype(out.dtype), out)
+                out = np.where(fix, np.floor(np.true_divide(a, b)).astype(out.dtype), out)
+    return _arr(out)
+
+
+def _expm1(a: np.ndarray) -> np.ndarray:
+    """numpy's expm1, except that complex infinities and NaNs follow exp(z) - 1 (C99 Annex G, as the
+    Array API's special cases do; numpy's complex expm1 gives NaN there)."""
+    if a.dtype.kind != "c":
+        return _via_f32(np.expm1)(a)
+    with np.errstate(all="ignore"):
+        return _arr(np.where(np.isfinite(a), np.expm1(a), np.exp(a) - 1))
+
+
+def _tanh(a: np.ndarray) -> np.ndarray:
+    """numpy's tanh, except tanh(±inf + yj) for finite y is ±1 + 0j (with the sign of sin(2y))."""
+    if a.dtype.kind != "c":
+        return _via_f32(np.tanh)(a)
+    with np.errstate(all="ignore"):
+        out = np.tanh(a)
+        edge = np.isinf(a.real) & np.isfinite(a.imag)
+        if edge.any():
+            limit = np.empty_like(a)  # parts set one by one: adding 1j * -0.0 would lose the zero's sign
+            limit.real = np.copysign(1.0, a.real)
+            limit.imag = np.copysign(0.0, np.sin(2 * a.imag))
+            out = np.where(edge, limit, out)
     return _arr(out)
 
 
@@ -89,7 +114,7 @@ class CpuBackend(Backend):
     """numpy on the host CPU."""
 
     name = "cpu"
-    supported_dtypes = frozenset(ALL_DTYPES)
+    supported_dtypes = frozenset(ALL_DTYPES + COMPLEX_DTYPES)
 
     @classmethod
     def device_count(cls) -> int:
@@ -177,7 +202,7 @@ class CpuBackend(Backend):
     rsqrt = native(staticmethod(_via_f32(lambda a: 1.0 / np.sqrt(a))))
     sin = native(staticmethod(_via_f32(np.sin)))
     cos = native(staticmethod(_via_f32(np.cos)))
-    tanh = native(staticmethod(_via_f32(np.tanh)))
+    tanh = native(staticmethod(_tanh))
     erf = native(staticmethod(_via_f32(_erf)))
     floor = native(staticmethod(lambda a: _arr(np.floor(a)) if a.dtype.kind in "fV" else a))
     ceil = native(staticmethod(lambda a: _arr(np.ceil(a)) if a.dtype.kind in "fV" else a))
@@ -191,7 +216,7 @@ class CpuBackend(Backend):
 
     # native versions of composite unary ops
     exp2 = native(staticmethod(_via_f32(np.exp2)))
-    expm1 = native(staticmethod(_via_f32(np.expm1)))
+    expm1 = native(staticmethod(_expm1))
     log2 = native(staticmethod(_via_f32(np.log2)))
     log10 = native(staticmethod(_via_f32(np.log10)))
     log1p = native(staticmethod(_via_f32(np.log1p)))
@@ -232,6 +257,10 @@ class CpuBackend(Backend):
     bitwise_and = native(staticmethod(lambda a, b: _arr(np.bitwise_and(a, b))))
     bitwise_or = native(staticmethod(lambda a, b: _arr(np.bitwise_or(a, b))))
     bitwise_xor = native(staticmethod(lambda a, b: _arr(np.bitwise_xor(a, b))))
+    # complex parts (the composites cover real tensors only)
+    conj = native(staticmethod(lambda a: _arr(np.conj(a))))
+    real = native(staticmethod(lambda a: np.array(np.real(a), copy=True)))  # a copy: np.real is a strided view
+    imag = native(staticmethod(lambda a: np.array(np.imag(a), copy=True) if a.dtype.kind == "c" else np.zeros_like(a)))
     # native versions of the Array API's sign-bit composites: numpy reads the bit itself (NaNs too)
     copysign = native(staticmethod(_keep_dtype(np.copysign)))
     nextafter = native(staticmethod(_keep_dtype(_nextafter)))
@@ -246,6 +275,8 @@ class CpuBackend(Backend):
     @staticmethod
     def cast(a: np.ndarray, *, dtype: DType) -> np.ndarray:
         target = dtype.numpy
+        if a.dtype.kind == "c" and dtype.kind in "iufV":
+            a = np.real(a)  # complex -> real keeps the real part (numpy would warn that it does)
         if dtype.kind in "iu" and a.dtype.kind in "fV":
             # float -> int truncates toward zero; go through float64 so bfloat16 casts too
             return np.trunc(a.astype(np.float64)).astype(target)
