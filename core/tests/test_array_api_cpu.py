@@ -52,7 +52,9 @@ def test_floor_divide_special_cases(a, b, want):
         (em.expm1, complex(-math.inf, math.inf), complex(-1.0, 0.0)),
         (em.expm1, complex(-math.inf, math.nan), complex(-1.0, 0.0)),
         (em.tanh, complex(math.inf, 1.0), complex(1.0, 0.0)),
-        (em.tanh, complex(-math.inf, 2.0), complex(-1.0, -0.0)),
+        (em.tanh, complex(-math.inf, 2.0), complex(-1.0, 0.0)),
+        (em.tanh, complex(math.inf, -2.0), complex(1.0, -0.0)),
+        (em.expm1, complex(-0.0, 0.0), complex(0.0, 0.0)),
     ],
 )
 def test_complex_special_cases(fn, z, want):

@@ -327,3 +327,21 @@ def test_complex_unsupported_says_why(device):
         assert reason, f"{device} lacks {dt} without saying why in unsupported_dtype_reasons"
         with pytest.raises(TypeError, match=dt.name):
             em.zeros((2,), dtype=dt, device=device)
+
+
+@pytest.mark.parametrize("dtype", _COMPLEX)
+def test_complex_matmul_vecdot_tensordot(device, dtype):
+    dt = em.dtypes.as_dtype(dtype)
+    require_dtype(device, dt)
+    a, b = _cx((3, 4), 4).astype(dt.numpy), _cx((4, 2), 5).astype(dt.numpy)
+    ea, eb = em.tensor(a, device=device), em.tensor(b, device=device)
+    a64, b64 = a.astype(np.complex128), b.astype(np.complex128)
+    _check_complex(ea @ eb, a64 @ b64, dtype, "matmul")
+    _check_complex(em.vecdot(ea, em.tensor(a[::-1].copy(), device=device)), np.vecdot(a64, a64[::-1]), dtype, "vecdot")
+    _check_complex(em.tensordot(ea, eb, axes=1), np.tensordot(a64, b64, axes=1), dtype, "tensordot")
+
+
+def test_tensordot_empty_contraction(device):
+    z = em.zeros((0, 0), device=device)
+    assert em.tensordot(z, z, axes=((), ())).shape == (0, 0, 0, 0)
+    assert em.tensordot(em.ones((2, 0), device=device), em.ones((0, 3), device=device), axes=1).shape == (2, 3)

@@ -82,11 +82,11 @@ def _expm1(a: np.ndarray) -> np.ndarray:
     if a.dtype.kind != "c":
         return _via_f32(np.expm1)(a)
     with np.errstate(all="ignore"):
-        return _arr(np.where(np.isfinite(a), np.expm1(a), np.exp(a) - 1))
+        return _arr(np.where(np.isfinite(a) & (a != 0), np.expm1(a), np.exp(a) - 1))  # and expm1(-0+0j) is +0
 
 
 def _tanh(a: np.ndarray) -> np.ndarray:
-    """numpy's tanh, except tanh(±inf + yj) for finite y is ±1 + 0j (with the sign of sin(2y))."""
+    """numpy's tanh, except tanh(±inf + yj) for finite y is ±1 ± 0j (the zero with y's sign)."""
     if a.dtype.kind != "c":
         return _via_f32(np.tanh)(a)
     with np.errstate(all="ignore"):
@@ -95,7 +95,7 @@ def _tanh(a: np.ndarray) -> np.ndarray:
         if edge.any():
             limit = np.empty_like(a)  # parts set one by one: adding 1j * -0.0 would lose the zero's sign
             limit.real = np.copysign(1.0, a.real)
-            limit.imag = np.copysign(0.0, np.sin(2 * a.imag))
+            limit.imag = np.copysign(0.0, a.imag)  # the standard's table: 1 + 0j for y > 0
             out = np.where(edge, limit, out)
     return _arr(out)
 
