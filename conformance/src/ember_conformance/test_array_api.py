@@ -345,3 +345,10 @@ def test_tensordot_empty_contraction(device):
     z = em.zeros((0, 0), device=device)
     assert em.tensordot(z, z, axes=((), ())).shape == (0, 0, 0, 0)
     assert em.tensordot(em.ones((2, 0), device=device), em.ones((0, 3), device=device), axes=1).shape == (2, 3)
+
+
+def test_asarray_large_uint64_exact(device):
+    """Python ints past int64 keep every digit when a uint64 dtype is given (found by Hypothesis)."""
+    require_dtype(device, em.uint64)
+    big = 2**63 + 1
+    assert em.asarray([big, 0], dtype=em.uint64, device=device).tolist() == [big, 0]

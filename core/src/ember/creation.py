@@ -84,9 +84,16 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         out = make_tensor(out._data, out._shape, out._dtype, dev)
         return _finish(out, requires_grad)
     dev = device_arg(device)
-    arr, dt = _infer(data)
+    arr, dt = _infer(data)  # checks the data (ragged, strings, None...) whatever the dtype
     if dtype is not None:
         dt = as_dtype(dtype)
+        if not isinstance(data, (np.ndarray, np.generic)) and arr.dtype.kind == "f" and dt.kind in "iu":
+            # Python ints beyond int64 (2**63 + 1 beside a 0) make numpy infer float64: convert
+            # them straight into the integer dtype instead, so no digit is lost
+            try:
+                arr = np.asarray(data, dtype=dt.numpy)
+            except (TypeError, ValueError, OverflowError):
+                pass  # leave it to the cast below, which says what does not fit
     return _finish(_from_host(arr, dt, dev, "tensor"), requires_grad)
 
 
