@@ -261,6 +261,9 @@ _CX_UNARY = [
     ("sum", lambda z: em.sum(z, axis=1), lambda z: np.sum(z, axis=1)),
     ("prod", lambda z: em.prod(z, axis=0), lambda z: np.prod(z, axis=0)),
     ("mean", em.mean, np.mean),
+    ("round", lambda z: em.round(z * 3), lambda z: np.round(z * 3)),
+    ("cumulative_sum", lambda z: em.cumulative_sum(z, axis=1), lambda z: np.cumsum(z, axis=1)),
+    ("unique_values", lambda z: em.unique_values(em.concat([z, z])), lambda z: np.unique(np.concatenate([z, z]))),
 ]
 
 
@@ -352,3 +355,40 @@ def test_asarray_large_uint64_exact(device):
     require_dtype(device, em.uint64)
     big = 2**63 + 1
     assert em.asarray([big, 0], dtype=em.uint64, device=device).tolist() == [big, 0]
+
+
+# -- edge cases the standard's suite found with more examples -------------------------------------
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32"])
+def test_right_shift_past_the_width(device, dtype):
+    """x >> n for n at or past the bit width is what shifting bit by bit gives: the sign (0 or -1)."""
+    dt = em.dtypes.as_dtype(dtype)
+    require_dtype(device, dt)
+    bits = dt.bits
+    values = [-8, 8, 1, -1, 100, -100] if dt.kind == "i" else [200, 8, 1, 255]
+    a = np.array(values, dtype=dt.numpy)
+    for n in (bits - 1, bits, bits + 3):
+        got = em.tensor(a, device=device) >> em.tensor(np.full(a.shape, n, dtype=dt.numpy), device=device)
+        want = [int(v) >> n for v in a.tolist()]
+        assert got.tolist() == want, (dtype, n, got.tolist(), want)
+
+
+def test_axis_out_of_range_is_an_index_error(device):
+    x = em.ones((3,), device=device)
+    with pytest.raises(IndexError, match="expand_dims: axis=2 is out of range"):
+        em.expand_dims(x, axis=2)
+    with pytest.raises(ValueError, match="expand_dims: axis=2 is out of range"):  # and still a ValueError
+        em.expand_dims(x, axis=2)
+
+
+def test_empty_edge_cases(device):
+    empty = em.zeros((0,), dtype=em.bool, device=device)
+    assert empty[em.tensor(False, device=device)].shape == np.zeros((0,), dtype=bool)[np.False_].shape
+    assert em.eye(0, k=2**63, device=device).shape == (0, 0)
+    assert em.eye(2, 3, k=-7, device=device).tolist() == np.eye(2, 3, k=-7).tolist()
+
+
+def test_searchsorted_python_scalar(device):
+    require_dtype(device, em.uint32)
+    pool = em.tensor([1, 2, 2, 5], dtype=em.uint32, device=device)
+    assert em.searchsorted(pool, 2).tolist() == int(np.searchsorted(np.array([1, 2, 2, 5]), 2))
+    assert em.searchsorted(pool, 2, side="right").tolist() == 3

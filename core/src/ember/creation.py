@@ -291,6 +291,7 @@ def eye(n_rows: int, n_cols: int | None = None, k: int = 0, dtype: Any = None, d
     if n_rows < 0 or n_cols < 0:
         raise ShapeError(f"eye: sizes must be >= 0, got {n_rows}x{n_cols}")
     dt = default_float() if dtype is None else as_dtype(dtype)
+    k = max(-n_rows, min(k, n_cols))  # a diagonal outside the matrix: all zeros (and k fits int64)
     rows = arange(n_rows, device=device).reshape((n_rows, 1))
     cols = arange(n_cols, device=device).reshape((1, n_cols))
     return (rows + k == cols).astype(dt)

@@ -154,7 +154,7 @@ TANH = unary_op("tanh", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * (1 - y * y),)
 ERF = unary_op("erf", FLOAT, vjp=lambda g, y, x: (g * _TWO_OVER_SQRT_PI * exp(-(x * x)),))
 FLOOR = unary_op("floor", NUMERIC, vjp=_zero_grad)
 CEIL = unary_op("ceil", NUMERIC, vjp=_zero_grad)
-ROUND = unary_op("round", NUMERIC, vjp=_zero_grad)
+ROUND = unary_op("round", NUMERIC_OR_COMPLEX, vjp=_zero_grad)
 TRUNC = unary_op("trunc", NUMERIC, vjp=_zero_grad)
 RECIPROCAL = unary_op("reciprocal", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (-g * y * y,))
 ISNAN = unary_op("isnan", NUMERIC_OR_COMPLEX, bool_out=True)
@@ -513,15 +513,20 @@ LOGADDEXP = binary_op(
     composite=lambda a, b: maximum(a, b) + log1p(exp(where(a == b, 0.0, -abs(a - b)))),
 )  # fmt: skip
 LSHIFT = binary_op("bitwise_left_shift", INT, composite=lambda a, b: a * pow(full_like_int(a, 2), b))
+
+
 # a >> b as two floor divisions by 2**(b // 2) and 2**(b - b // 2): 2**b itself overflows a
 # signed dtype when b = bits - 1
-RSHIFT = binary_op(
-    "bitwise_right_shift",
-    INT,
-    composite=lambda a, b: floor_divide(
-        floor_divide(a, pow(full_like_int(a, 2), b // 2)), pow(full_like_int(a, 2), b - b // 2)
-    ),
-)
+def _right_shift(a: Tensor, b: Tensor) -> Tensor:
+    # a shift of the bit width or more gives what shifting bit by bit would: the sign (0 or -1),
+    # so the shift is clamped to bits - 1 for signed dtypes and gives 0 for unsigned ones
+    bits = a._dtype.bits
+    s = minimum(b, bits - 1)
+    out = floor_divide(floor_divide(a, pow(full_like_int(a, 2), s // 2)), pow(full_like_int(a, 2), s - s // 2))
+    return where(b >= bits, 0, out) if a._dtype.kind == "u" else out
+
+
+RSHIFT = binary_op("bitwise_right_shift", INT, composite=_right_shift)
 
 
 def full_like_int(x: Tensor, value: int) -> Tensor:

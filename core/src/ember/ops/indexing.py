@@ -406,7 +406,10 @@ def _gather_advanced(y: Tensor, positions: list[int], index: list[Tensor]) -> Te
     for t, n in zip(index, dims):
         t = _wrap_negative(t.astype(int64) if t._dtype is not int64 else t, n, "index")
         linear = t if linear is None else linear * n + t
-    flat = reshape(moved, (-1,) + tuple(y._shape[r] for r in rest))
+    lead = 1  # written out: -1 cannot be inferred when a kept axis is 0
+    for n in dims:
+        lead *= n
+    flat = reshape(moved, (lead,) + tuple(y._shape[r] for r in rest))
     picked = take(flat, reshape(broadcast_to(linear, bshape), (-1,)), axis=0)
     out = reshape(picked, bshape + tuple(y._shape[r] for r in rest))
     adjacent = positions == list(range(positions[0], positions[0] + len(positions)))

@@ -275,8 +275,8 @@ def _sortable(x: Any, op: str, axis: int) -> tuple[Tensor, int]:
     x = _tensor_arg(x, op)
     if x._dtype is bool_:
         x = x.astype("uint8")
-    if x._dtype not in NUMERIC:
-        raise _reject(op, NUMERIC, x._dtype)
+    if x._dtype not in NUMERIC_OR_COMPLEX:  # complex: lexicographic (real, then imaginary), as numpy
+        raise _reject(op, NUMERIC_OR_COMPLEX, x._dtype)
     if x.ndim == 0:
         raise ShapeError(f"{op}: 0-d tensors cannot be sorted")
     return x, normalize_axis(axis, x.ndim, op)

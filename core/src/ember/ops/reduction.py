@@ -218,8 +218,8 @@ def cumulative_sum(x: Any, /, axis: int | None = None, dtype: Any = None, *, inc
     acc = _accumulator(x._dtype, "cumulative_sum", dtype)
     if x._dtype is not acc:
         x = x.astype(acc)
-    if x._dtype not in NUMERIC:
-        raise _reject("cumsum", NUMERIC, x._dtype)
+    if x._dtype not in NUMERIC_OR_COMPLEX:
+        raise _reject("cumsum", NUMERIC_OR_COMPLEX, x._dtype)
     if x.ndim == 0:
         return x
     x, ax = _scan_axis(x, axis, "cumulative_sum")
@@ -261,8 +261,8 @@ def cumulative_prod(x: Any, /, axis: int | None = None, dtype: Any = None, *, in
     acc = _accumulator(x._dtype, "cumulative_prod", dtype)
     if x._dtype is not acc:
         x = x.astype(acc)
-    if x._dtype not in NUMERIC:
-        raise _reject("cumulative_prod", NUMERIC, x._dtype)
+    if x._dtype not in NUMERIC_OR_COMPLEX:
+        raise _reject("cumulative_prod", NUMERIC_OR_COMPLEX, x._dtype)
     if x.ndim == 0:
         return x
     x, ax = _scan_axis(x, axis, "cumulative_prod")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..creation import full, zeros
 from ..dispatch import apply, define
-from ..dtypes import BOOL, NUMERIC, bool_, int64, promote_types
+from ..dtypes import BOOL, COMPLEX, NUMERIC, bool_, int64, promote_types, scalar_dtype
 from ..errors import InvalidArgumentError, ShapeError
 from .elementwise import _reject, _tensor_arg, clip, isnan, logical_not, where
 from .indexing import nonzero, take
@@ -88,7 +88,10 @@ def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None)
     a = _tensor_arg(x1, "searchsorted")
     if a.ndim != 1:
         raise ShapeError(f"searchsorted: x1 must be 1-D (a sorted sequence), got shape {a._shape}")
-    v = _tensor_arg(x2, "searchsorted", a)
+    if isinstance(x2, (bool, int, float)):  # a Python scalar takes x1's dtype (weakly typed)
+        v = full((), x2, dtype=scalar_dtype(a._dtype, x2, "searchsorted"), device=a._device)
+    else:
+        v = _tensor_arg(x2, "searchsorted", a)
     if a._dtype not in NUMERIC:
         raise _reject("searchsorted", NUMERIC, a._dtype)
     if sorter is not None:
@@ -175,8 +178,8 @@ UNIQUE_VALUES = define(
 
 def _checked(x: Any, op: str) -> Tensor:
     t = _tensor_arg(x, op)
-    if t._dtype not in NUMERIC | BOOL:
-        raise _reject(op, NUMERIC | BOOL, t._dtype)
+    if t._dtype not in NUMERIC | BOOL | COMPLEX:
+        raise _reject(op, NUMERIC | BOOL | COMPLEX, t._dtype)
     return t
 
 

@@ -206,7 +206,7 @@ class CpuBackend(Backend):
     erf = native(staticmethod(_via_f32(_erf)))
     floor = native(staticmethod(lambda a: _arr(np.floor(a)) if a.dtype.kind in "fV" else a))
     ceil = native(staticmethod(lambda a: _arr(np.ceil(a)) if a.dtype.kind in "fV" else a))
-    round = native(staticmethod(lambda a: _arr(np.round(a)) if a.dtype.kind in "fV" else a))
+    round = native(staticmethod(lambda a: _arr(np.round(a)) if a.dtype.kind in "fVc" else a))
     trunc = native(staticmethod(lambda a: _arr(np.trunc(a)) if a.dtype.kind in "fV" else a))
     reciprocal = native(staticmethod(_via_f32(lambda a: 1.0 / a)))
     isnan = native(staticmethod(lambda a: _arr(np.isnan(a))))
