@@ -384,6 +384,9 @@ def test_empty_edge_cases(device):
     empty = em.zeros((0,), dtype=em.bool, device=device)
     assert empty[em.tensor(False, device=device)].shape == np.zeros((0,), dtype=bool)[np.False_].shape
     assert em.eye(0, k=2**63, device=device).shape == (0, 0)
+    # a mask axis of length 0 selects nothing, whatever the axis it indexes (the standard's suite)
+    assert em.zeros((0, 1), device=device)[em.zeros((0, 0), dtype=em.bool, device=device)].shape == (0,)
+    assert em.ones((2, 3), device=device)[em.zeros((0, 3), dtype=em.bool, device=device)].shape == (0,)
     assert em.eye(2, 3, k=-7, device=device).tolist() == np.eye(2, 3, k=-7).tolist()
 
 

@@ -297,7 +297,9 @@ def _expand_key(x: Tensor, key: Any) -> list[tuple[str, Any]]:
     for kind, v in entries:
         if kind == "mask":
             dims = x._shape[axis : axis + v.ndim]
-            if v.ndim and v._shape != dims:
+            # a mask axis of length 0 selects nothing, whatever the length of the axis it indexes
+            # (the Array API suite's rule); otherwise the lengths must match
+            if v.ndim and (len(dims) != v.ndim or any(m not in (d, 0) for m, d in zip(v._shape, dims))):
                 raise EmberIndexError(f"index: boolean mask of shape {v._shape} does not match the indexed dims {dims}")
             if v.ndim == 0:
                 out.append(("newmask", _t(np.nonzero(np.atleast_1d(v.numpy()))[0], device=x._device)))
