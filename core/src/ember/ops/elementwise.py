@@ -26,11 +26,12 @@ from ..dtypes import (
     DType,
     bool_,
     category_error,
+    finfo,
     promote_types,
     real_dtype,
     scalar_dtype,
 )
-from ..errors import DTypeError, InvalidArgumentError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, NotImplementedOpError, ShapeError
 from ..shapes import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -661,8 +662,6 @@ def _complex_part(name: str, real_input: Any) -> Any:
     def composite(x: Tensor) -> Tensor:
         if x._dtype.kind != "c":
             return real_input(x)
-        from ..errors import NotImplementedOpError  # a leaf; only this error path needs it
-
         raise NotImplementedOpError(
             f"{x._device.backend.name} backend holds {x._dtype} tensors but does not implement {name!r}; "
             f"a backend with complex dtypes declares conj, real and imag natively"
@@ -732,8 +731,6 @@ _FLOAT_LAYOUT = {"float16": (10, -14), "bfloat16": (7, -126), "float32": (23, -1
 
 
 def _nextafter(a: Tensor, b: Tensor) -> Tensor:
-    from ..dtypes import finfo  # a leaf: imported here only to keep the module header short
-
     mant, emin = _FLOAT_LAYOUT[a._dtype.name]
     two = full_like(a, 2.0)
     ax = abs(a)

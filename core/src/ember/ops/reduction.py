@@ -235,14 +235,14 @@ def _cumprod(x: Tensor, axis: int) -> Tensor:
     y = x.astype("float32") if low else x  # float16/bfloat16 multiply in float32, as sum does on cpu
     k = 1
     while k < n:
-        keep = slice_axis(y, axis, 0, n - k)
+        keep = _slice_axis(y, axis, 0, n - k)
         pads = tuple((k, 0) if i == axis else (0, 0) for i in range(y.ndim))
         y = y * pad(keep, pads, value=1)
         k *= 2
     return y.astype(x._dtype) if low else y
 
 
-def slice_axis(x: Tensor, axis: int, start: int, stop: int) -> Tensor:
+def _slice_axis(x: Tensor, axis: int, start: int, stop: int) -> Tensor:
     """``x[..., start:stop, ...]`` along ``axis``."""
     starts = [start if i == axis else 0 for i in range(x.ndim)]
     stops = [stop if i == axis else d for i, d in enumerate(x._shape)]
@@ -273,7 +273,7 @@ def cumulative_prod(x: Any, /, axis: int | None = None, dtype: Any = None, *, in
 def _diff(x: Tensor, axis: int, n: int) -> Tensor:
     for _ in range(n):
         length = x._shape[axis]
-        hi, lo = slice_axis(x, axis, 1, length), slice_axis(x, axis, 0, length - 1 if length else 0)
+        hi, lo = _slice_axis(x, axis, 1, length), _slice_axis(x, axis, 0, length - 1 if length else 0)
         x = (hi != lo) if x._dtype is bool_ else hi - lo
     return x
 
