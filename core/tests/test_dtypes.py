@@ -82,7 +82,7 @@ def test_as_dtype_accepts_names_and_numpy():
     assert em.dtypes.as_dtype(np.int16) is em.int16
     assert em.dtypes.as_dtype(bool) is em.bool_
     with pytest.raises(em.DTypeError, match="not an ember dtype"):
-        em.dtypes.as_dtype("complex64")
+        em.dtypes.as_dtype("complex256")
 
 
 def test_finfo_iinfo():

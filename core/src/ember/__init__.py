@@ -12,6 +12,7 @@ at run time. This module is an index of the public API; definitions live in subm
 from __future__ import annotations
 
 import importlib
+import math as _math
 from typing import Any
 
 __version__ = "0.1.0"
@@ -223,6 +224,22 @@ from .ops.reduction import (
 from .plugins import hookimpl
 from .random import bernoulli, normal, permutation, rand, randint, randn, seed, uniform
 from .transfer import astype, clone, to
+
+# isort: split
+# The Array API standard's namespace facts: version, inspection, constants, dtype helpers
+from .dtypes import bool_ as bool  # noqa: A004  (the standard's name; ember.bool_ stays)
+from .dtypes import complex64, complex128, isdtype
+from .inspection import __array_api_version__, __array_namespace_info__
+from .ops.elementwise import conj, copysign, imag, nextafter, real, signbit
+from .ops.movement import broadcast_shapes_public as broadcast_shapes
+from .ops.reduction import diff
+from .ops.searching import isin, searchsorted, unique_all, unique_counts, unique_inverse, unique_values
+
+e = _math.e
+pi = _math.pi
+inf = _math.inf
+nan = _math.nan
+newaxis = None
 
 concatenate = concat
 cumsum = cumulative_sum

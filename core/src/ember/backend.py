@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from .dtypes import ALL_DTYPES, DType
+from .dtypes import ALL_DTYPES, COMPLEX_DTYPES, DType
 from .errors import NotImplementedOpError
 from .memory import MemoryStats, unmeasured_stats
 
@@ -212,10 +212,18 @@ class Backend:
         kind = self.device.kind
         native_ops = {op for op in self._kernels if self.implementation(op) is not None}
         native_ops.update(op for (op, k) in EXTENSION_KERNELS if k == kind)
+        # complex dtypes came after most backends were written: one that names neither holds
+        # nor explains them gets this reason instead of none
+        reasons = {
+            dt.name: f"the {self.name} backend declares no complex dtypes (its supported_dtypes lists none)"
+            for dt in COMPLEX_DTYPES
+            if dt not in self.supported_dtypes
+        }
+        reasons.update(self.unsupported_dtype_reasons)
         return Capabilities(
             dtypes=frozenset(self.supported_dtypes),
             native_ops=frozenset(native_ops),
-            unsupported_dtypes=dict(self.unsupported_dtype_reasons),
+            unsupported_dtypes=reasons,
             fusion=self.fusion,
             graph_replay=self.graph_replay,
             notes=self.capability_notes(),

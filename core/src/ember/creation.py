@@ -10,7 +10,7 @@ import numpy as np
 from . import dispatch
 from .device import Device, check_dtype, device_arg
 from .dispatch import OPS, apply, create, define, is_tensor, make_tensor
-from .dtypes import DType, as_dtype, bool_, default_float, default_int
+from .dtypes import DType, as_dtype, bool_, default_complex, default_float, default_int
 from .errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
 from .shapes import as_int, as_shape
 
@@ -57,8 +57,8 @@ def _infer(data: Any) -> tuple[np.ndarray, DType]:
             f"tensor: data of type {type(data).__name__} gives a numpy array of dtype "
             f"{arr.dtype}; expected numbers or booleans (ragged nested lists are not tensors)"
         )
-    if arr.dtype.kind == "c":
-        raise DTypeError("tensor: complex numbers are not supported by ember")
+    if python_data and arr.dtype == np.complex128:
+        return arr, default_complex()
     if python_data and arr.dtype == np.float64:
         return arr, default_float()
     if python_data and arr.dtype.kind == "i":
@@ -84,9 +84,16 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         out = make_tensor(out._data, out._shape, out._dtype, dev)
         return _finish(out, requires_grad)
     dev = device_arg(device)
-    arr, dt = _infer(data)
+    arr, dt = _infer(data)  # checks the data (ragged, strings, None...) whatever the dtype
     if dtype is not None:
         dt = as_dtype(dtype)
+        if not isinstance(data, (np.ndarray, np.generic)) and arr.dtype.kind == "f" and dt.kind in "iu":
+            # Python ints beyond int64 (2**63 + 1 beside a 0) make numpy infer float64: convert
+            # them straight into the integer dtype instead, so no digit is lost
+            try:
+                arr = np.asarray(data, dtype=dt.numpy)
+            except (TypeError, ValueError, OverflowError):
+                pass  # leave it to the cast below, which says what does not fit
     return _finish(_from_host(arr, dt, dev, "tensor"), requires_grad)
 
 
@@ -111,12 +118,26 @@ def from_numpy(array: np.ndarray, device: Any = None) -> Tensor:
     return tensor(array, device=device)
 
 
-def from_dlpack(obj: Any, device: Any = None) -> Tensor:
-    """A tensor from any object with ``__dlpack__`` (numpy, CuPy, PyTorch, another ember tensor)."""
+def from_dlpack(obj: Any, /, *, device: Any = None, copy: bool | None = None) -> Tensor:
+    """A tensor from any object with ``__dlpack__`` (numpy, CuPy, PyTorch, another ember tensor).
+
+    The values are copied into the device's own memory, as ``copy=None`` allows; ``copy=False``
+    (never copy) is refused unless ``obj`` is already an ember tensor on ``device``.
+    """
     if is_tensor(obj):
-        return obj if device is None else obj.to(device_arg(device))
+        out = obj if device is None else obj.to(device_arg(device))
+        if copy is False and out is not obj:
+            raise InvalidArgumentError(
+                f"from_dlpack: copy=False, but moving the tensor to {device} copies it; pass copy=None"
+            )
+        return out.clone() if copy and out is obj else out
     if not hasattr(obj, "__dlpack__"):
         raise ArgumentTypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ method")
+    if copy is False:
+        raise InvalidArgumentError(
+            f"from_dlpack: copy=False asks to share {type(obj).__name__}'s memory, but ember keeps its own "
+            f"copy of data from other libraries; pass copy=None or copy=True"
+        )
     return dispatch.from_dlpack(device_arg(device), obj)
 
 
@@ -127,8 +148,10 @@ def _fill_dtype(value: Any) -> DType:
         return default_int()
     if isinstance(value, float):
         return default_float()
+    if isinstance(value, complex):
+        return default_complex()
     raise ArgumentTypeError(
-        f"full: fill_value must be a bool, int or float (or a 0-d tensor), got {type(value).__name__}"
+        f"full: fill_value must be a bool, int, float or complex (or a 0-d tensor), got {type(value).__name__}"
     )
 
 
@@ -143,15 +166,19 @@ def _full(shape: Any, fill_value: Any, dtype: Any, device: Any, requires_grad: b
         fill_value = fill_value.item()
     if isinstance(fill_value, np.generic):
         fill_value = fill_value.item()
-    if isinstance(fill_value, (str, bytes)) or not isinstance(fill_value, (bool, int, float)):
+    if isinstance(fill_value, (str, bytes)) or not isinstance(fill_value, (bool, int, float, complex)):
         raise ArgumentTypeError(
-            f"{op}: fill_value must be a bool, int or float (or a 0-d tensor), got {type(fill_value).__name__}"
+            f"{op}: fill_value must be a bool, int, float or complex (or a 0-d tensor), got {type(fill_value).__name__}"
         )
     dt = _fill_dtype(fill_value) if dtype is None else as_dtype(dtype)
     dev = device_arg(device)
     check_dtype(dev, dt, "full")
-    if dt.kind == "f":
-        value: Any = float(fill_value)
+    if isinstance(fill_value, complex) and dt.kind != "c":
+        raise DTypeError(f"{op}: fill_value {fill_value!r} is complex but dtype is {dt}; use a complex dtype")
+    if dt.kind == "c":
+        value: Any = complex(fill_value)
+    elif dt.kind == "f":
+        value = float(fill_value)
     elif dt.kind == "b":
         value = bool(fill_value)
     else:
@@ -264,6 +291,7 @@ def eye(n_rows: int, n_cols: int | None = None, k: int = 0, dtype: Any = None, d
     if n_rows < 0 or n_cols < 0:
         raise ShapeError(f"eye: sizes must be >= 0, got {n_rows}x{n_cols}")
     dt = default_float() if dtype is None else as_dtype(dtype)
+    k = max(-n_rows, min(k, n_cols))  # a diagonal outside the matrix: all zeros (and k fits int64)
     rows = arange(n_rows, device=device).reshape((n_rows, 1))
     cols = arange(n_cols, device=device).reshape((1, n_cols))
     return (rows + k == cols).astype(dt)

@@ -386,6 +386,8 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
 def scalar_value(value: Any, dtype: DType, op: str) -> Any:
     """Check a Python scalar fits ``dtype`` and convert it to the Python type backends expect."""
     kind = dtype.kind
+    if kind == "c":
+        return complex(value)
     if kind == "f":
         return float(value)
     if kind == "b":
@@ -428,8 +430,11 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
             inputs: tuple[Tensor, ...] = (a, b)
             params: dict[str, Any] = {}
             wants = a._rg or b._rg
-        elif isinstance(b, (int, float)):
+        elif isinstance(b, (int, float, complex)):
             dt = scalar_dtype(a._dtype, b, op.name)
+            if dt is not a._dtype:  # a Python complex with a real tensor: the tensor becomes complex
+                check_dtype(a._device, dt, op.name)
+                a = apply(OPS["cast"], (a,), {"dtype": dt}, a._shape, dt)
             bdata = scalar_value(b, dt, op.name)
             shape = a._shape
             dev = a._device
@@ -439,7 +444,7 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
         else:
             return binary(op, a, _convert(b, a, op.name))
     elif type(b) is T:
-        if isinstance(a, (int, float)):
+        if isinstance(a, (int, float, complex)):
             swapped = _SWAPPED.get(op.name)
             if swapped is not None:
                 return binary(OPS[swapped], b, a)

@@ -19,6 +19,7 @@ __all__ = [
     "CheckpointError",
     "InvalidArgumentError",
     "EmberIndexError",
+    "AxisError",
     "ArgumentTypeError",
     "EmberKeyError",
     "EmberAttributeError",
@@ -72,6 +73,11 @@ class InvalidArgumentError(EmberError, ValueError):
 
 class EmberIndexError(EmberError, IndexError):
     """An index is out of range or malformed."""
+
+
+class AxisError(ShapeError, IndexError):
+    """An axis is out of range: a ShapeError (ValueError) and, as the Array API asks and as
+    numpy's ``AxisError`` is, an IndexError."""
 
 
 class ArgumentTypeError(EmberError, TypeError):

@@ -6,7 +6,7 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .errors import ArgumentTypeError, ShapeError
+from .errors import ArgumentTypeError, AxisError, ShapeError
 
 __all__ = [
     "Shape",
@@ -107,7 +107,7 @@ def normalize_axis(axis: int, ndim: int, op: str = "op", argument: str = "axis")
             f"{op}: {argument} must be an int (or a tuple of ints, or None), got {axis!r} ({type(axis).__name__})"
         )
     if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
-        raise ShapeError(
+        raise AxisError(
             f"{op}: {argument}={axis} is out of range for a tensor with {ndim} dimension(s) "
             f"(valid: {-ndim}..{ndim - 1})"
         )

@@ -7,6 +7,7 @@ to a new handle, so other tensors made from ``x`` before keep their values.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -118,6 +119,9 @@ from .ops.reduction import (
 from .transfer import astype, clone, copy_, to
 
 __all__ = ["Tensor", "make_tensor"]
+
+#: the Array API revisions ``__array_namespace__(api_version=...)`` accepts (ember follows the last)
+_API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12", "2025.12")
 
 
 class Tensor:
@@ -274,8 +278,14 @@ class Tensor:
             arr = arr.astype(dtype)
         return np.array(arr, copy=True) if copy else arr
 
-    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
-        obj = dispatch.to_dlpack(self, kwargs.get("dl_device"))
+    def __dlpack__(
+        self, /, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: bool | None = None
+    ) -> Any:
+        """A DLPack capsule of this tensor's values (the Array API's keywords passed to the producer)."""
+        obj = dispatch.to_dlpack(self, dl_device)  # a host copy when the CPU asks a device tensor
+        kwargs = {
+            k: v for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy)) if v is not None
+        }
         return obj.__dlpack__(stream=stream, **kwargs) if stream is not None else obj.__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -305,6 +315,9 @@ class Tensor:
     def __float__(self) -> float:
         return float(self.item())
 
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
     def __index__(self) -> int:
         if not self._dtype.is_integer:
             raise ArgumentTypeError(f"only integer tensors can be used as an index, not {self._dtype}")
@@ -320,6 +333,21 @@ class Tensor:
             raise ArgumentTypeError("iter(): a 0-d tensor cannot be iterated; use x.item() for its value")
         return (self[i] for i in range(self._shape[0]))
 
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
+        """The module of the Array API functions that work on this tensor: ``ember`` itself."""
+        if api_version is not None and api_version not in _API_VERSIONS:
+            raise InvalidArgumentError(
+                f"__array_namespace__: api_version={api_version!r} is not a revision ember follows; "
+                f"use one of {_API_VERSIONS} or None"
+            )
+        return sys.modules[__package__]
+
+    def to_device(self, device: Any, /, *, stream: Any = None) -> Tensor:
+        """This tensor on ``device`` (Array API); ``stream`` must be None (ember orders work per device)."""
+        if stream is not None:
+            raise InvalidArgumentError("to_device: stream must be None; ember queues work in order on each device")
+        return to(self, Device(device))
+
     def to(self, target: Any = None, dtype: Any = None) -> Tensor:
         """Move to a device and/or convert to a dtype: ``x.to("opencl")``, ``x.to(em.float16)``."""
         return to(self, target, dtype)
@@ -327,8 +355,8 @@ class Tensor:
     def cpu(self) -> Tensor:
         return to(self, Device.cpu())
 
-    def astype(self, dtype: Any) -> Tensor:
-        return astype(self, dtype)
+    def astype(self, dtype: Any, *, copy: bool = True, device: Any = None) -> Tensor:
+        return astype(self, dtype, copy=copy, device=device)
 
     def float(self) -> Tensor:
         return astype(self, "float32")

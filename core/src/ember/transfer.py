@@ -19,9 +19,13 @@ if TYPE_CHECKING:
 __all__ = ["to", "astype", "clone", "copy_"]
 
 
-def astype(x: Tensor, dtype: Any, /, *, copy: bool = True) -> Tensor:
-    """``x`` converted to ``dtype`` (float -> int truncates toward zero)."""
+def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tensor:
+    """``x`` converted to ``dtype`` (float -> int truncates toward zero), on ``device`` if given."""
     dt = as_dtype(dtype)
+    if device is not None:
+        target = Device(device)
+        if not target.same_hardware(x._device):
+            return astype(to(x, target), dt, copy=False)
     if x._dtype is dt:
         return clone(x) if copy else x
     check_dtype(x._device, dt, "astype")

@@ -15,11 +15,12 @@ from .linalg import LINALG, SORTING
 from .movement import MOVEMENT
 from .nn import NN
 from .reduction import REDUCTIONS, SCANS
+from .searching import SEARCHING
 
 __all__ = ["ALL_SPECS", "INTERNAL_OPS", "OTHER_COVERAGE", "covered_ops", "OpSpec"]
 
 ALL_SPECS: tuple[OpSpec, ...] = (
-    UNARY + BINARY + TERNARY + REDUCTIONS + SCANS + MOVEMENT + INDEXING + LINALG + SORTING + NN + CONV
+    UNARY + BINARY + TERNARY + REDUCTIONS + SCANS + MOVEMENT + INDEXING + LINALG + SORTING + NN + CONV + SEARCHING
 )
 
 #: registered ops that no spec row names, and why

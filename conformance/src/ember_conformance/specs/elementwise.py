@@ -151,6 +151,11 @@ UNARY: tuple[OpSpec, ...] = (
     _unary("isinf", em.isinf, np.isinf, NUMERIC, grad=False, out=_BOOL_OUT),
     _unary("isfinite", em.isfinite, np.isfinite, NUMERIC, grad=False, out=_BOOL_OUT),
     _unary("logical_not", em.logical_not, np.logical_not, BOOL, grad=False, out=_BOOL_OUT),
+    _unary("signbit", em.signbit, np.signbit, FLOAT, AWAY0, grad=False, out=_BOOL_OUT),
+    # on real tensors (test_array_api checks complex ones where the device holds them)
+    _unary("conj", em.conj, np.conj, NUMERIC, SMALL_INT),
+    _unary("real", em.real, np.real, NUMERIC, SMALL_INT),
+    _unary("imag", em.imag, np.imag, NUMERIC, SMALL_INT),
     _unary("bitwise_invert", em.bitwise_invert, np.invert, INT_OR_BOOL, BITS, grad=False, ops=("bitwise_not",)),
     # activations (elementwise composites with native fast paths)
     _unary("relu", em.relu, _relu, NUMERIC, AWAY0),
@@ -214,6 +219,9 @@ BINARY: tuple[OpSpec, ...] = (
     _binary("atan2", em.atan2, np.arctan2, FLOAT, AWAY0),
     _binary("hypot", em.hypot, np.hypot, FLOAT),
     _binary("logaddexp", em.logaddexp, np.logaddexp, FLOAT, Domain(-5.0, 5.0)),
+    _binary("copysign", em.copysign, np.copysign, FLOAT, AWAY0),
+    # one step is within any tolerance: test_array_api::test_nextafter_exact checks the bits
+    _binary("nextafter", em.nextafter, np.nextafter, FLOAT, grad=False),
     _binary("equal", em.equal, np.equal, ALL, TIES, grad=False, ops=("eq",), out=_BOOL_OUT),
     _binary("not_equal", em.not_equal, np.not_equal, ALL, TIES, grad=False, ops=("ne",), out=_BOOL_OUT),
     _binary("less", em.less, np.less, NUMERIC, TIES, grad=False, ops=("lt",), out=_BOOL_OUT),

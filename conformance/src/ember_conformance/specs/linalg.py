@@ -108,18 +108,19 @@ LINALG: tuple[OpSpec, ...] = (
     OpSpec(
         "vecdot",
         em.vecdot,
-        lambda a, b, axis=-1: np.sum(a * b, axis=axis),
+        # the Array API keeps the inputs' (promoted) dtype: integers are not widened as sum widens them
+        lambda a, b, axis=-1: np.sum(a * b, axis=axis, dtype=a.dtype),
         NUMERIC,
         (
             Case("last", (x((3, 4)), x((3, 4))), grad=True),
             Case("broadcast", (x((2, 1, 4)), x((3, 4))), {"axis": -1}),
             Case("axis0", (x((4, 3)), x((4, 3))), {"axis": 0}),
+            Case("ndim_differs", (x((4,)), x((2, 3, 4))), {"axis": -1}),
         ),
         ops=("mul", "sum"),
         domain=_SMALL,
         grad=True,
         tol=2.0,
-        out_dtype=_trace_dtype,
     ),
     OpSpec(
         "outer",

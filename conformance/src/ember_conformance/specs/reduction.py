@@ -198,12 +198,40 @@ _SCAN_CASES = (
 )
 
 
-def _np_cumsum(a, axis=None):
-    return np.cumsum(a.reshape(-1) if axis is None else a, axis=0 if axis is None else axis)
+def _np_scan(fn, identity):
+    def ref(a, axis=None, include_initial=False):
+        a, axis = (a.reshape(-1), 0) if axis is None else (a, axis)
+        out = fn(a, axis=axis)
+        if include_initial:
+            pads = [(1, 0) if i == axis % a.ndim else (0, 0) for i in range(a.ndim)]
+            out = np.pad(out, pads, constant_values=identity)
+        return out
+
+    return ref
 
 
-def _np_cumprod(a, axis=None):
-    return np.cumprod(a.reshape(-1) if axis is None else a, axis=0 if axis is None else axis)
+_np_cumsum = _np_scan(np.cumsum, 0)
+_np_cumprod = _np_scan(np.cumprod, 1)
+
+_INITIAL_CASES = (
+    Case("initial", (x((3, 4)),), {"axis": 1, "include_initial": True}, grad=True),
+    Case("initial_empty", (x((0, 3)),), {"axis": 0, "include_initial": True}),
+)
+
+_DIFF_CASES = (
+    Case("last", (x((3, 6)),), grad=True),
+    Case("axis0_n2", (x((5, 3)),), {"axis": 0, "n": 2}, grad=True),
+    Case("n0", (x((4,)),), {"n": 0}),
+    Case("past_length", (x((2, 3)),), {"n": 4}),
+    Case("prepend_append", (x((3, 4)), x((3, 1)), x((3, 2))), grad=True),
+    Case("noncontig", (x((4, 6), "noncontig"),), {"axis": 0}),
+    Case("special", (x((4, 8)),), special=True),
+)
+
+
+def _np_diff(a, prepend=None, append=None, axis=-1, n=1):
+    kw = {k: v for k, v in (("prepend", prepend), ("append", append)) if v is not None}
+    return np.diff(a, n=n, axis=axis, **kw)
 
 
 SCANS: tuple[OpSpec, ...] = (
@@ -223,10 +251,20 @@ SCANS: tuple[OpSpec, ...] = (
         "cumulative_prod",
         em.cumulative_prod,
         _np_cumprod,
-        FLOAT,
-        _SCAN_CASES,
-        domain=Domain(0.8, 1.2, signed=True),
+        NUMERIC,
+        _SCAN_CASES + _INITIAL_CASES,
+        domain=Domain(0.8, 1.2, signed=True, ilo=-2, ihi=2),
+        out_dtype=_acc,
         grad=True,
         tol=4.0,
+    ),
+    OpSpec(
+        "diff",
+        lambda a, prepend=None, append=None, **kw: em.diff(a, prepend=prepend, append=append, **kw),
+        _np_diff,
+        NUMERIC_OR_BOOL,
+        _DIFF_CASES,
+        domain=Domain(ilo=-50, ihi=50),
+        grad=True,
     ),
 )

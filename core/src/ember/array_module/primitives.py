@@ -92,21 +92,65 @@ def primitives(m: ArrayModule) -> dict[str, Callable[..., Any]]:
         "neg": xp.negative, "abs": xp.abs, "sign": xp.sign, "square": lambda a: xp.multiply(a, a),
     }.items():  # fmt: skip
         k[name] = keep_dtype1(fn)
+
+    def expm1(a: Any) -> Any:
+        """expm1, except that complex infinities and NaNs follow exp(z) - 1 (C99 Annex G, as the
+        Array API's special cases do; numpy's complex expm1 gives NaN there), and expm1(-0+0j) is +0."""
+        if a.dtype.kind != "c":
+            return xp.expm1(a)
+        return arr(xp.where(xp.isfinite(a) & (a != 0), xp.expm1(a), xp.exp(a) - 1))
+
+    def tanh(a: Any) -> Any:
+        """tanh, except tanh(±inf + yj) for finite y is ±1 ± 0j (the zero with y's sign)."""
+        out = xp.tanh(a)
+        if a.dtype.kind != "c":
+            return out
+        edge = xp.isinf(a.real) & xp.isfinite(a.imag)
+        if edge.any():
+            limit = xp.empty_like(a)  # parts set one by one: adding 1j * -0.0 would lose the zero's sign
+            limit.real = xp.copysign(1.0, a.real)
+            limit.imag = xp.copysign(0.0, a.imag)  # the standard's table: 1 + 0j for y > 0
+            out = xp.where(edge, limit, out)
+        return arr(out)
+
     for name, fn in {
         "exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "rsqrt": lambda a: 1.0 / xp.sqrt(a), "sin": xp.sin,
-        "cos": xp.cos, "tanh": xp.tanh, "erf": m.erf, "reciprocal": lambda a: 1.0 / a, "exp2": xp.exp2,
-        "expm1": xp.expm1, "log2": xp.log2, "log10": xp.log10, "log1p": xp.log1p, "tan": xp.tan,
+        "cos": xp.cos, "tanh": tanh, "erf": m.erf, "reciprocal": lambda a: 1.0 / a, "exp2": xp.exp2,
+        "expm1": expm1, "log2": xp.log2, "log10": xp.log10, "log1p": xp.log1p, "tan": xp.tan,
         "asin": xp.arcsin, "acos": xp.arccos, "atan": xp.arctan, "sinh": xp.sinh, "cosh": xp.cosh,
         "asinh": xp.arcsinh, "acosh": xp.arccosh, "atanh": xp.arctanh,
     }.items():  # fmt: skip
         k[name] = via_f32(fn)
-    for name, fn in {"floor": xp.floor, "ceil": xp.ceil, "round": xp.round, "trunc": xp.trunc}.items():
+    for name, fn in {"floor": xp.floor, "ceil": xp.ceil, "trunc": xp.trunc}.items():
         k[name] = float_only(fn)
+    rounded = keep_dtype1(xp.round)
+    k["round"] = lambda a: rounded(a) if a.dtype.kind in "fVc" else a  # complex: each part
+    # complex parts (the composites cover real tensors only)
+    k["conj"] = plain(xp.conj)
+    k["real"] = lambda a: xp.array(xp.real(a), copy=True)  # a copy: real() is a strided view
+    k["imag"] = lambda a: xp.array(xp.imag(a), copy=True) if a.dtype.kind == "c" else xp.zeros_like(a)
+    # native versions of the Array API's sign-bit composites: the library reads the bit itself (NaNs too)
+    k["signbit"] = plain(xp.signbit)
 
     # -- elementwise binary ------------------------------------------------------------------
+    def floor_divide(a: Any, b: Any) -> Any:
+        """floor_divide, except that an infinity divided by a finite number is an infinity (the Array
+        API's special case; numpy gives NaN, pairing // with %)."""
+        out = xp.floor_divide(a, b)
+        if a.dtype.kind in "fV":
+            # an infinity divided by a finite number, or a finite number by an infinity: floor(a / b)
+            fix = (xp.isinf(a) & xp.isfinite(b) & (xp.asarray(b) != 0)) | (xp.isfinite(a) & xp.isinf(b))
+            if fix.any():
+                out = xp.where(fix, xp.floor(xp.true_divide(a, b)).astype(out.dtype), out)
+        return out
+
+    def nextafter(a: Any, b: Any) -> Any:
+        return xp.nextafter(a, xp.asarray(b, dtype=a.dtype))
+
     for name, fn in {
         "add": xp.add, "sub": xp.subtract, "mul": xp.multiply, "div": xp.true_divide,
-        "floordiv": xp.floor_divide, "remainder": xp.remainder, "maximum": xp.maximum, "minimum": xp.minimum,
+        "floordiv": floor_divide, "remainder": xp.remainder, "maximum": xp.maximum, "minimum": xp.minimum,
+        "copysign": xp.copysign, "nextafter": nextafter,
     }.items():  # fmt: skip
         k[name] = keep_dtype(fn)
     for name, fn in {"pow": xp.power, "atan2": xp.arctan2, "hypot": xp.hypot, "logaddexp": xp.logaddexp}.items():
@@ -125,6 +169,8 @@ def primitives(m: ArrayModule) -> dict[str, Callable[..., Any]]:
 
     def cast(a: Any, *, dtype: DType) -> Any:
         target = dtype.numpy
+        if a.dtype.kind == "c" and dtype.kind in "iufV":
+            a = xp.real(a)  # complex -> real keeps the real part (numpy would warn that it does)
         if dtype.kind in "iu" and a.dtype.kind in "fV":
             # float -> int truncates toward zero; go through float64 so bfloat16 casts too
             return xp.trunc(a.astype(xp.float64)).astype(target)
@@ -132,12 +178,13 @@ def primitives(m: ArrayModule) -> dict[str, Callable[..., Any]]:
 
     # -- reductions --------------------------------------------------------------------------
     def accumulating(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A reduction that accumulates 16-bit floats in float32."""
+        """A reduction that accumulates 16-bit floats in float32, and everything else in its own
+        dtype (numpy widens small integers; ember's core casts first when it wants that)."""
 
         def reduce(a: Any, *, axes: tuple[int, ...], keepdims: bool) -> Any:
             if is_half(a.dtype):
                 return arr(fn(a, axis=axes, keepdims=keepdims, dtype=f32)).astype(a.dtype)
-            return arr(fn(a, axis=axes, keepdims=keepdims))
+            return arr(fn(a, axis=axes, keepdims=keepdims, dtype=a.dtype))
 
         return reduce
 

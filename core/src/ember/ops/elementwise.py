@@ -15,18 +15,23 @@ from ..creation import asarray, full, full_like
 from ..dispatch import Op, apply, binary, define, is_tensor, operand_message, scalar_value, swaps
 from ..dtypes import (
     ANY,
+    ANY_OR_COMPLEX,
     BOOL,
     FLOAT,
+    FLOAT_OR_COMPLEX,
     INT,
     INT_OR_BOOL,
     NUMERIC,
+    NUMERIC_OR_COMPLEX,
     DType,
     bool_,
     category_error,
+    finfo,
     promote_types,
+    real_dtype,
     scalar_dtype,
 )
-from ..errors import DTypeError, InvalidArgumentError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, NotImplementedOpError, ShapeError
 from ..shapes import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -43,12 +48,14 @@ __all__ = [
     "log1p", "sqrt", "rsqrt", "square", "sin", "cos", "tan", "asin", "acos", "atan",
     "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round",
     "trunc", "reciprocal", "isnan", "isinf", "isfinite", "clip", "where", "astype_op",
+    "signbit", "copysign", "nextafter", "conj", "real", "imag",
 ]  # fmt: skip
 
 #: op name -> (accepted dtypes, result is bool): the elementwise dtype rules, as held by each Op
 RULES: dict[str, tuple[frozenset[DType], bool]] = {}
 
 __all__ += ["BOOL", "INT", "FLOAT", "NUMERIC", "INT_OR_BOOL", "ANY"]  # the categories, re-exported
+__all__ += ["FLOAT_OR_COMPLEX", "NUMERIC_OR_COMPLEX", "ANY_OR_COMPLEX"]
 
 
 def _needs(t: Any) -> bool:
@@ -119,7 +126,12 @@ def _unary(op: Op, x: Any) -> Tensor:
     dt = x._dtype
     if dt not in op.accepts:
         raise _reject(op.name, op.accepts, dt)
-    return apply(op, (x,), {}, x._shape, bool_ if op.bool_out else dt)
+    out = bool_ if op.bool_out else real_dtype(dt) if op.name in _REAL_RESULT else dt
+    return apply(op, (x,), {}, x._shape, out)
+
+
+#: unary ops whose result is real for a complex input (``abs``, ``real``, ``imag``)
+_REAL_RESULT = frozenset(("abs", "real", "imag"))
 
 
 def _zero_grad(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
@@ -130,24 +142,24 @@ _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
-NEG = unary_op("neg", NUMERIC, vjp=lambda g, y, x: (-g,))
-ABS = unary_op("abs", NUMERIC, vjp=lambda g, y, x: (g * sign(x),))
-SIGN = unary_op("sign", NUMERIC, vjp=_zero_grad)
-EXP = unary_op("exp", FLOAT, vjp=lambda g, y, x: (g * y,))
-LOG = unary_op("log", FLOAT, vjp=lambda g, y, x: (g / x,))
-SQRT = unary_op("sqrt", FLOAT, vjp=lambda g, y, x: (g * 0.5 / y,))
+NEG = unary_op("neg", NUMERIC_OR_COMPLEX, vjp=lambda g, y, x: (-g,))
+ABS = unary_op("abs", NUMERIC_OR_COMPLEX, vjp=lambda g, y, x: (g * sign(x),))
+SIGN = unary_op("sign", NUMERIC_OR_COMPLEX, vjp=_zero_grad)
+EXP = unary_op("exp", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * y,))
+LOG = unary_op("log", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g / x,))
+SQRT = unary_op("sqrt", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * 0.5 / y,))
 RSQRT = unary_op("rsqrt", FLOAT, vjp=lambda g, y, x: (g * -0.5 * y * y * y,))
-SIN = unary_op("sin", FLOAT, vjp=lambda g, y, x: (g * cos(x),))
-COS = unary_op("cos", FLOAT, vjp=lambda g, y, x: (-g * sin(x),))
-TANH = unary_op("tanh", FLOAT, vjp=lambda g, y, x: (g * (1 - y * y),))
+SIN = unary_op("sin", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * cos(x),))
+COS = unary_op("cos", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (-g * sin(x),))
+TANH = unary_op("tanh", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * (1 - y * y),))
 ERF = unary_op("erf", FLOAT, vjp=lambda g, y, x: (g * _TWO_OVER_SQRT_PI * exp(-(x * x)),))
 FLOOR = unary_op("floor", NUMERIC, vjp=_zero_grad)
 CEIL = unary_op("ceil", NUMERIC, vjp=_zero_grad)
-ROUND = unary_op("round", NUMERIC, vjp=_zero_grad)
+ROUND = unary_op("round", NUMERIC_OR_COMPLEX, vjp=_zero_grad)
 TRUNC = unary_op("trunc", NUMERIC, vjp=_zero_grad)
-RECIPROCAL = unary_op("reciprocal", FLOAT, vjp=lambda g, y, x: (-g * y * y,))
-ISNAN = unary_op("isnan", NUMERIC, bool_out=True)
-ISINF = unary_op("isinf", NUMERIC, bool_out=True)
+RECIPROCAL = unary_op("reciprocal", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (-g * y * y,))
+ISNAN = unary_op("isnan", NUMERIC_OR_COMPLEX, bool_out=True)
+ISINF = unary_op("isinf", NUMERIC_OR_COMPLEX, bool_out=True)
 LOGICAL_NOT = unary_op("logical_not", BOOL, bool_out=True)
 BITWISE_NOT = unary_op("bitwise_not", INT_OR_BOOL, differentiable=False)
 
@@ -160,8 +172,8 @@ def negative(x: Any) -> Tensor:
 def positive(x: Any) -> Tensor:
     """Elementwise ``+x`` (returns ``x``)."""
     x = _tensor_arg(x, "positive")
-    if x._dtype not in NUMERIC:
-        raise _reject("positive", NUMERIC, x._dtype)
+    if x._dtype not in NUMERIC_OR_COMPLEX:
+        raise _reject("positive", NUMERIC_OR_COMPLEX, x._dtype)
     return x
 
 
@@ -270,40 +282,50 @@ def _asinh(x: Tensor) -> Tensor:
 
 
 EXP2 = unary_op("exp2", FLOAT, composite=lambda x: exp(x * _LN2), vjp=lambda g, y, x: (g * y * _LN2,))
-EXPM1 = unary_op("expm1", FLOAT, composite=_expm1, vjp=lambda g, y, x: (g * (y + 1),))
-LOG2 = unary_op("log2", FLOAT, composite=lambda x: log(x) / _LN2, vjp=lambda g, y, x: (g / (x * _LN2),))
-LOG10 = unary_op("log10", FLOAT, composite=lambda x: log(x) / _LN10, vjp=lambda g, y, x: (g / (x * _LN10),))
-LOG1P = unary_op("log1p", FLOAT, composite=_log1p, vjp=lambda g, y, x: (g / (1 + x),))
-SQUARE = unary_op("square", NUMERIC, composite=lambda x: x * x, vjp=lambda g, y, x: (g * 2 * x,))
-TAN = unary_op("tan", FLOAT, composite=lambda x: sin(x) / cos(x), vjp=lambda g, y, x: (g * (1 + y * y),))
+EXPM1 = unary_op("expm1", FLOAT_OR_COMPLEX, composite=_expm1, vjp=lambda g, y, x: (g * (y + 1),))
+LOG2 = unary_op("log2", FLOAT_OR_COMPLEX, composite=lambda x: log(x) / _LN2, vjp=lambda g, y, x: (g / (x * _LN2),))
+LOG10 = unary_op("log10", FLOAT_OR_COMPLEX, composite=lambda x: log(x) / _LN10, vjp=lambda g, y, x: (g / (x * _LN10),))
+LOG1P = unary_op("log1p", FLOAT_OR_COMPLEX, composite=_log1p, vjp=lambda g, y, x: (g / (1 + x),))
+SQUARE = unary_op("square", NUMERIC_OR_COMPLEX, composite=lambda x: x * x, vjp=lambda g, y, x: (g * 2 * x,))
+TAN = unary_op("tan", FLOAT_OR_COMPLEX, composite=lambda x: sin(x) / cos(x), vjp=lambda g, y, x: (g * (1 + y * y),))
 ASIN = unary_op(
     "asin",
-    FLOAT,
+    FLOAT_OR_COMPLEX,
     composite=lambda x: atan2(x, sqrt((1 - x) * (1 + x))),
     vjp=lambda g, y, x: (g * rsqrt((1 - x) * (1 + x)),),
 )
 ACOS = unary_op(
     "acos",
-    FLOAT,
+    FLOAT_OR_COMPLEX,
     composite=lambda x: atan2(sqrt((1 - x) * (1 + x)), x),
     vjp=lambda g, y, x: (-g * rsqrt((1 - x) * (1 + x)),),
 )
 ATAN = unary_op(
-    "atan", FLOAT, composite=lambda x: atan2(x, ones_like_scalar(x, 1.0)), vjp=lambda g, y, x: (g / (1 + x * x),)
+    "atan",
+    FLOAT_OR_COMPLEX,
+    composite=lambda x: atan2(x, ones_like_scalar(x, 1.0)),
+    vjp=lambda g, y, x: (g / (1 + x * x),),
 )
-SINH = unary_op("sinh", FLOAT, composite=lambda x: (expm1(x) - expm1(-x)) * 0.5, vjp=lambda g, y, x: (g * cosh(x),))
-COSH = unary_op("cosh", FLOAT, composite=lambda x: (exp(x) + exp(-x)) * 0.5, vjp=lambda g, y, x: (g * sinh(x),))
-ASINH = unary_op("asinh", FLOAT, composite=_asinh, vjp=lambda g, y, x: (g * rsqrt(x * x + 1),))
+SINH = unary_op(
+    "sinh", FLOAT_OR_COMPLEX, composite=lambda x: (expm1(x) - expm1(-x)) * 0.5, vjp=lambda g, y, x: (g * cosh(x),)
+)
+COSH = unary_op(
+    "cosh", FLOAT_OR_COMPLEX, composite=lambda x: (exp(x) + exp(-x)) * 0.5, vjp=lambda g, y, x: (g * sinh(x),)
+)
+ASINH = unary_op("asinh", FLOAT_OR_COMPLEX, composite=_asinh, vjp=lambda g, y, x: (g * rsqrt(x * x + 1),))
 ACOSH = unary_op(
     "acosh",
-    FLOAT,
+    FLOAT_OR_COMPLEX,
     composite=lambda x: log(x + sqrt((x - 1) * (x + 1))),
     vjp=lambda g, y, x: (g * rsqrt((x - 1) * (x + 1)),),
 )
 ATANH = unary_op(
-    "atanh", FLOAT, composite=lambda x: 0.5 * log1p(2 * x / (1 - x)), vjp=lambda g, y, x: (g / ((1 - x) * (1 + x)),)
+    "atanh",
+    FLOAT_OR_COMPLEX,
+    composite=lambda x: 0.5 * log1p(2 * x / (1 - x)),
+    vjp=lambda g, y, x: (g / ((1 - x) * (1 + x)),),
 )
-ISFINITE = unary_op("isfinite", NUMERIC, composite=lambda x: logical_not(isnan(x) | isinf(x)), bool_out=True)
+ISFINITE = unary_op("isfinite", NUMERIC_OR_COMPLEX, composite=lambda x: logical_not(isnan(x) | isinf(x)), bool_out=True)
 
 
 def ones_like_scalar(x: Tensor, value: float) -> Tensor:
@@ -389,10 +411,16 @@ _SWAPPED = {
 
 
 def binary_op(
-    name: str, accepts: frozenset[DType], *, vjp: Any = None, composite: Any = None, bool_out: bool = False
+    name: str,
+    accepts: frozenset[DType],
+    *,
+    vjp: Any = None,
+    composite: Any = None,
+    bool_out: bool = False,
+    differentiable: bool = True,
 ) -> Op:
     """Define an elementwise binary op with its dtype rule."""
-    differentiable = vjp is not None or (composite is not None and not bool_out)
+    differentiable = differentiable and (vjp is not None or (composite is not None and not bool_out))
     signature = "(a, b) -> handle  # b may be a Python scalar"
     op = _elementwise(name, "elementwise_binary", signature, accepts, vjp, composite, bool_out, differentiable)
     swapped = _SWAPPED.get(name)
@@ -455,18 +483,18 @@ def _remainder_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
     return (g if _needs(a) else None), (-g * floor_divide(a, b) if _needs(b) else None)
 
 
-ADD = binary_op("add", NUMERIC, vjp=_add_vjp)
-SUB = binary_op("sub", NUMERIC, vjp=_sub_vjp)
-MUL = binary_op("mul", NUMERIC, vjp=_mul_vjp)
-DIV = binary_op("div", FLOAT, vjp=_div_vjp)
+ADD = binary_op("add", NUMERIC_OR_COMPLEX, vjp=_add_vjp)
+SUB = binary_op("sub", NUMERIC_OR_COMPLEX, vjp=_sub_vjp)
+MUL = binary_op("mul", NUMERIC_OR_COMPLEX, vjp=_mul_vjp)
+DIV = binary_op("div", FLOAT_OR_COMPLEX, vjp=_div_vjp)
 FLOORDIV = binary_op("floordiv", NUMERIC, vjp=lambda g, out, a, b: (None, None))
 REMAINDER = binary_op("remainder", NUMERIC, vjp=_remainder_vjp)
-POW = binary_op("pow", NUMERIC, vjp=_pow_vjp)
+POW = binary_op("pow", NUMERIC_OR_COMPLEX, vjp=_pow_vjp)
 MAXIMUM = binary_op("maximum", NUMERIC, vjp=_max_vjp)
 MINIMUM = binary_op("minimum", NUMERIC, vjp=_min_vjp)
 ATAN2 = binary_op("atan2", FLOAT, vjp=_atan2_vjp)
-EQ = binary_op("eq", ANY, bool_out=True)
-NE = binary_op("ne", ANY, bool_out=True)
+EQ = binary_op("eq", ANY_OR_COMPLEX, bool_out=True)
+NE = binary_op("ne", ANY_OR_COMPLEX, bool_out=True)
 LT = binary_op("lt", NUMERIC, bool_out=True)
 LE = binary_op("le", NUMERIC, bool_out=True)
 GT = binary_op("gt", NUMERIC, bool_out=True)
@@ -486,15 +514,20 @@ LOGADDEXP = binary_op(
     composite=lambda a, b: maximum(a, b) + log1p(exp(where(a == b, 0.0, -abs(a - b)))),
 )  # fmt: skip
 LSHIFT = binary_op("bitwise_left_shift", INT, composite=lambda a, b: a * pow(full_like_int(a, 2), b))
+
+
 # a >> b as two floor divisions by 2**(b // 2) and 2**(b - b // 2): 2**b itself overflows a
 # signed dtype when b = bits - 1
-RSHIFT = binary_op(
-    "bitwise_right_shift",
-    INT,
-    composite=lambda a, b: floor_divide(
-        floor_divide(a, pow(full_like_int(a, 2), b // 2)), pow(full_like_int(a, 2), b - b // 2)
-    ),
-)
+def _right_shift(a: Tensor, b: Tensor) -> Tensor:
+    # a shift of the bit width or more gives what shifting bit by bit would: the sign (0 or -1),
+    # so the shift is clamped to bits - 1 for signed dtypes and gives 0 for unsigned ones
+    bits = a._dtype.bits
+    s = minimum(b, bits - 1)
+    out = floor_divide(floor_divide(a, pow(full_like_int(a, 2), s // 2)), pow(full_like_int(a, 2), s - s // 2))
+    return where(b >= bits, 0, out) if a._dtype.kind == "u" else out
+
+
+RSHIFT = binary_op("bitwise_right_shift", INT, composite=_right_shift)
 
 
 def full_like_int(x: Tensor, value: int) -> Tensor:
@@ -617,6 +650,115 @@ def bitwise_left_shift(a: Any, b: Any) -> Tensor:
 def bitwise_right_shift(a: Any, b: Any) -> Tensor:
     """``a >> b`` (arithmetic for signed integers)."""
     return binary(RSHIFT, a, b)
+
+
+# -- complex parts: a backend that holds complex tensors computes these natively -------------
+
+
+def _complex_part(name: str, real_input: Any) -> Any:
+    """The composite of ``conj``/``real``/``imag``: ``real_input(x)`` for real tensors. A complex
+    tensor reaches it only on a backend that holds complex dtypes without computing this op."""
+
+    def composite(x: Tensor) -> Tensor:
+        if x._dtype.kind != "c":
+            return real_input(x)
+        raise NotImplementedOpError(
+            f"{x._device.backend.name} backend holds {x._dtype} tensors but does not implement {name!r}; "
+            f"a backend with complex dtypes declares conj, real and imag natively"
+        )
+
+    return composite
+
+
+CONJ = unary_op("conj", NUMERIC_OR_COMPLEX, composite=_complex_part("conj", lambda x: x), vjp=lambda g, y, x: (g,))
+REAL = unary_op("real", NUMERIC_OR_COMPLEX, composite=_complex_part("real", lambda x: x), vjp=lambda g, y, x: (g,))
+IMAG = unary_op("imag", NUMERIC_OR_COMPLEX, composite=_complex_part("imag", lambda x: full_like(x, 0)), vjp=_zero_grad)
+
+
+def conj(x: Any, /) -> Tensor:
+    """The complex conjugate, elementwise (real tensors are returned as they are)."""
+    return _unary(CONJ, x)
+
+
+def real(x: Any, /) -> Tensor:
+    """The real part, elementwise, as the real dtype of ``x`` (``complex64`` -> ``float32``)."""
+    return _unary(REAL, x)
+
+
+def imag(x: Any, /) -> Tensor:
+    """The imaginary part, elementwise, as the real dtype of ``x`` (zeros for real tensors)."""
+    return _unary(IMAG, x)
+
+
+# -- sign bits and neighbours (Array API): composites any backend runs; cpu has them natively --
+
+
+def _signbit(x: Tensor) -> Tensor:
+    # -0.0 is told from +0.0 by the sign of 1 / x; a NaN's sign bit cannot be read through
+    # comparisons, so the composite calls every NaN positive (backends with bit access do better)
+    return (x < 0) | ((x == 0) & (reciprocal(x) < 0))
+
+
+SIGNBIT = unary_op("signbit", FLOAT, composite=_signbit, bool_out=True)
+
+
+def signbit(x: Any) -> Tensor:
+    """Whether the sign bit of each element is set (True for -0.0 and negative numbers)."""
+    return _unary(SIGNBIT, x)
+
+
+def _copysign(a: Tensor, b: Tensor) -> Tensor:
+    mag = abs(a)
+    return where(signbit(b), -mag, mag)
+
+
+def _copysign_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    # d/da |a| * s(b) = sign(a) * s(b): +1 where the signs agree, -1 where they differ
+    flips = where(signbit(a) != signbit(b), -1.0, 1.0).astype(g._dtype) if _needs(a) else None
+    return (g * flips if flips is not None else None), (g * 0.0 if _needs(b) else None)
+
+
+COPYSIGN = binary_op("copysign", FLOAT, composite=_copysign, vjp=_copysign_vjp)
+
+
+def copysign(a: Any, b: Any) -> Tensor:
+    """The magnitude of ``a`` with the sign of ``b``, elementwise."""
+    return binary(COPYSIGN, a, b)
+
+
+#: (explicit mantissa bits, smallest normal exponent) of each floating dtype, for nextafter
+_FLOAT_LAYOUT = {"float16": (10, -14), "bfloat16": (7, -126), "float32": (23, -126), "float64": (52, -1022)}
+
+
+def _nextafter(a: Tensor, b: Tensor) -> Tensor:
+    mant, emin = _FLOAT_LAYOUT[a._dtype.name]
+    two = full_like(a, 2.0)
+    ax = abs(a)
+    e = floor(log2(where(ax == 0, 1.0, ax)))
+    e = where(pow(two, e) > ax, e - 1, where(pow(two, e + 1) <= ax, e + 1, e))  # log2 may round
+    e = maximum(e, float(emin))
+    up = pow(two, e - mant)  # the spacing above |a|
+    at_power = (ax == pow(two, e)) & (e > emin)
+    down = where(at_power, up * 0.5, up)  # the spacing below |a| halves at a power of two
+    away = (b > a) == (a > 0)  # moving away from zero
+    step = where(away, up, down)
+    out = where(b > a, a + step, a - step)
+    tiny = full_like(a, 2.0 ** (emin - mant))  # the smallest subnormal
+    out = where(a == 0, where(b > 0, tiny, -tiny), out)
+    out = where(isinf(a), sign(a) * finfo(a._dtype).max, out)
+    return where(isnan(a) | isnan(b), math.nan, where(a == b, b, out))
+
+
+# a step to a neighbour, not a function to differentiate (PyTorch defines no gradient either)
+NEXTAFTER = binary_op("nextafter", FLOAT, composite=_nextafter, differentiable=False)
+
+
+def nextafter(a: Any, b: Any) -> Tensor:
+    """The next representable value after ``a`` toward ``b``, elementwise (IEEE 754 nextafter).
+
+    The composite assumes the device keeps subnormal numbers (results next to 0 are subnormal).
+    """
+    return binary(NEXTAFTER, a, b)
 
 
 # -- where, clip, cast -------------------------------------------------------------------

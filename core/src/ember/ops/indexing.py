@@ -297,7 +297,9 @@ def _expand_key(x: Tensor, key: Any) -> list[tuple[str, Any]]:
     for kind, v in entries:
         if kind == "mask":
             dims = x._shape[axis : axis + v.ndim]
-            if v.ndim and v._shape != dims:
+            # a mask axis of length 0 selects nothing, whatever the length of the axis it indexes
+            # (the Array API suite's rule); otherwise the lengths must match
+            if v.ndim and (len(dims) != v.ndim or any(m not in (d, 0) for m, d in zip(v._shape, dims))):
                 raise EmberIndexError(f"index: boolean mask of shape {v._shape} does not match the indexed dims {dims}")
             if v.ndim == 0:
                 out.append(("newmask", _t(np.nonzero(np.atleast_1d(v.numpy()))[0], device=x._device)))
@@ -406,7 +408,10 @@ def _gather_advanced(y: Tensor, positions: list[int], index: list[Tensor]) -> Te
     for t, n in zip(index, dims):
         t = _wrap_negative(t.astype(int64) if t._dtype is not int64 else t, n, "index")
         linear = t if linear is None else linear * n + t
-    flat = reshape(moved, (-1,) + tuple(y._shape[r] for r in rest))
+    lead = 1  # written out: -1 cannot be inferred when a kept axis is 0
+    for n in dims:
+        lead *= n
+    flat = reshape(moved, (lead,) + tuple(y._shape[r] for r in rest))
     picked = take(flat, reshape(broadcast_to(linear, bshape), (-1,)), axis=0)
     out = reshape(picked, bshape + tuple(y._shape[r] for r in rest))
     adjacent = positions == list(range(positions[0], positions[0] + len(positions)))

@@ -11,7 +11,7 @@ from ..dispatch import apply, define, is_tensor
 from ..dtypes import bool_, int64, promote_types
 from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
 from ..shapes import as_int, as_ints, broadcast_shapes, normalize_axes, normalize_axis
-from .elementwise import NUMERIC, _needs, _reject, _tensor_arg, abs, sqrt, where
+from .elementwise import NUMERIC, NUMERIC_OR_COMPLEX, _needs, _reject, _tensor_arg, abs, conj, sqrt, where
 from .indexing import scatter_add, take_along_axis
 from .movement import permute_dims, reshape, slice_tensor, swapaxes
 
@@ -45,8 +45,8 @@ def matmul(a: Any, b: Any) -> Tensor:
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul: operands must have at least 1 dimension; use * for scalars")
     dt = promote_types(a._dtype, b._dtype, "matmul") if a._dtype is not b._dtype else a._dtype
-    if dt not in NUMERIC:
-        raise _reject("matmul", NUMERIC, dt)
+    if dt not in NUMERIC_OR_COMPLEX:
+        raise _reject("matmul", NUMERIC_OR_COMPLEX, dt)
     if a._dtype is not dt:
         a = a.astype(dt)
     if b._dtype is not dt:
@@ -114,23 +114,39 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
     k = 1
     for i in ax_a:
         k *= a._shape[i]
-    am = reshape(permute_dims(a, free_a + ax_a), (-1, k))
-    bm = reshape(permute_dims(b, ax_b + free_b), (k, -1))
+    m = n = 1  # sizes written out: -1 cannot be inferred when k is 0
+    for i in free_a:
+        m *= a._shape[i]
+    for i in free_b:
+        n *= b._shape[i]
+    am = reshape(permute_dims(a, free_a + ax_a), (m, k))
+    bm = reshape(permute_dims(b, ax_b + free_b), (k, n))
     return reshape(matmul(am, bm), tuple(a._shape[i] for i in free_a) + tuple(b._shape[i] for i in free_b))
 
 
-def vecdot(a: Any, b: Any, axis: int = -1) -> Tensor:
-    """Dot product along ``axis`` with broadcasting."""
+def vecdot(a: Any, b: Any, /, *, axis: int = -1) -> Tensor:
+    """Dot product along ``axis`` with broadcasting; the result keeps the promoted dtype.
+
+    ``axis`` counts from the end of each input (Array API): -1 is the last axis of both.
+    """
     a = _tensor_arg(a, "vecdot")
     b = _tensor_arg(b, "vecdot", a)
-    ax_a = normalize_axis(axis, a.ndim, "vecdot")
-    ax_b = normalize_axis(axis, b.ndim, "vecdot")
-    if a._shape[ax_a] != b._shape[ax_b]:
+    dt = promote_types(a._dtype, b._dtype, "vecdot")
+    ndim = min(a.ndim, b.ndim)
+    if ndim == 0 or not -ndim <= axis < max(a.ndim, b.ndim):
         raise ShapeError(
-            f"vecdot: axis {axis} has length {a._shape[ax_a]} in x1 {a._shape} but {b._shape[ax_b]} in x2 "
+            f"vecdot: axis={axis} is out of range for x1 {a._shape} and x2 {b._shape}; give an axis in "
+            f"[-{ndim}, -1] (counted from the end of both)"
+        )
+    back = axis - max(a.ndim, b.ndim) if axis >= 0 else axis
+    if a._shape[back] != b._shape[back]:
+        raise ShapeError(
+            f"vecdot: axis {axis} has length {a._shape[back]} in x1 {a._shape} but {b._shape[back]} in x2 "
             f"{b._shape}; the contracted axis must have one length"
         )
-    return (a * b).sum(axis=axis)
+    if dt.kind == "c":  # the standard's vecdot conjugates x1
+        a = conj(a)
+    return (a * b).sum(axis=back, dtype=dt)
 
 
 def outer(a: Any, b: Any) -> Tensor:
@@ -259,8 +275,8 @@ def _sortable(x: Any, op: str, axis: int) -> tuple[Tensor, int]:
     x = _tensor_arg(x, op)
     if x._dtype is bool_:
         x = x.astype("uint8")
-    if x._dtype not in NUMERIC:
-        raise _reject(op, NUMERIC, x._dtype)
+    if x._dtype not in NUMERIC_OR_COMPLEX:  # complex: lexicographic (real, then imaginary), as numpy
+        raise _reject(op, NUMERIC_OR_COMPLEX, x._dtype)
     if x.ndim == 0:
         raise ShapeError(f"{op}: 0-d tensors cannot be sorted")
     return x, normalize_axis(axis, x.ndim, op)

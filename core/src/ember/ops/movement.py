@@ -87,7 +87,7 @@ FLIP = define("flip", kind="movement", primitive=True, vjp=lambda g, out, x, axe
 CONCAT = define("concat", kind="movement", autocast=PROMOTE, primitive=True, vjp=_concat_vjp)
 
 
-def reshape(x: Any, shape: Any, /, *, copy: bool | None = None) -> Tensor:
+def reshape(x: Any, /, shape: Any, *, copy: bool | None = None) -> Tensor:
     """The same elements in a new shape (one entry may be -1)."""
     x = _tensor_arg(x, "reshape")
     new = infer_reshape(x._shape, shape)
@@ -222,12 +222,17 @@ def squeeze(x: Any, axis: Any = None) -> Tensor:
     return reshape(x, tuple(d for i, d in enumerate(x._shape) if i not in axes))
 
 
-def expand_dims(x: Any, axis: int = 0) -> Tensor:
-    """Insert an axis of length 1 at ``axis``."""
+def expand_dims(x: Any, /, axis: Any = 0) -> Tensor:
+    """Insert axes of length 1 at ``axis`` (an int or a tuple of ints; ``()`` inserts none)."""
     x = _tensor_arg(x, "expand_dims")
-    ax = normalize_axis(axis, x.ndim + 1, "expand_dims")
+    axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
+    ndim = x.ndim + len(axes)
+    positions = [normalize_axis(a, ndim, "expand_dims") for a in axes]
+    if len(set(positions)) != len(positions):
+        raise ShapeError(f"expand_dims: axis={axis!r} names one position twice; give each new axis once")
     shape = list(x._shape)
-    shape.insert(ax, 1)
+    for ax in sorted(positions):
+        shape.insert(ax, 1)
     return reshape(x, tuple(shape))
 
 
@@ -346,6 +351,8 @@ def repeat(x: Any, repeats: Any, axis: int | None = None) -> Tensor:
         y = broadcast_to(y, shape[: ax + 1] + (repeats,) + shape[ax + 1 :])
         return reshape(y, shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1 :])
     counts = list(as_ints(repeats.tolist() if is_tensor(repeats) else repeats, "repeat", "repeats"))
+    if len(counts) == 1:  # one count broadcasts to every element (Array API)
+        return repeat(x, counts[0], axis=ax)
     if any(c < 0 for c in counts):
         raise ShapeError(f"repeat: every repeat count must be >= 0, got {counts}")
     if len(counts) != x._shape[ax]:
@@ -405,7 +412,7 @@ def _zero_like(x: Tensor) -> Any:
     return False if x._dtype.kind == "b" else 0
 
 
-def meshgrid(*arrays: Any, indexing: str = "xy") -> list[Tensor]:
+def meshgrid(*arrays: Any, indexing: str = "xy") -> tuple[Tensor, ...]:
     """Coordinate grids from 1-D tensors (``indexing`` 'xy' or 'ij')."""
     if indexing not in ("xy", "ij"):
         raise InvalidArgumentError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
@@ -425,10 +432,23 @@ def meshgrid(*arrays: Any, indexing: str = "xy") -> list[Tensor]:
         shape = [1] * n
         shape[pos] = t._shape[0]
         out.append(broadcast_to(reshape(t, tuple(shape)), tuple(sizes)))
-    return out
+    return tuple(out)
 
 
-def broadcast_arrays(*arrays: Any) -> list[Tensor]:
+def broadcast_arrays(*arrays: Any) -> tuple[Tensor, ...]:
+    """The tensors broadcast against each other (a tuple, as the Array API says)."""
     tensors = [_tensor_arg(a, "broadcast_arrays") for a in arrays]
     shape = broadcast_shapes(*(t._shape for t in tensors), op="broadcast_arrays")
-    return [broadcast_to(t, shape) for t in tensors]
+    return tuple(broadcast_to(t, shape) for t in tensors)
+
+
+def broadcast_shapes_public(*shapes: Any) -> tuple[int, ...]:
+    """The shape that ``shapes`` broadcast to (Array API ``broadcast_shapes``).
+
+    >>> import ember as em
+    >>> em.broadcast_shapes((2, 1), (3,))
+    (2, 3)
+    """
+    if not shapes:
+        return ()
+    return broadcast_shapes(*(as_shape(s, "shapes", "broadcast_shapes") for s in shapes), op="broadcast_shapes")

@@ -11,14 +11,27 @@ from ..dispatch import apply, define
 from ..dtypes import DType, as_dtype, bool_, int64, uint64
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..shapes import normalize_axes, normalize_axis, reduced_shape
-from .elementwise import ANY, FLOAT, NUMERIC, _reject, _tensor_arg, exp, log, sqrt, where
+from .elementwise import (
+    ANY,
+    FLOAT,
+    FLOAT_OR_COMPLEX,
+    NUMERIC,
+    NUMERIC_OR_COMPLEX,
+    _reject,
+    _tensor_arg,
+    exp,
+    log,
+    sqrt,
+    where,
+)
+from .movement import broadcast_to, concat, pad, slice_tensor
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
 __all__ = [
     "sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "cumulative_sum",
-    "cumulative_prod", "mean", "var", "std", "logsumexp", "count_nonzero",
+    "cumulative_prod", "mean", "var", "std", "logsumexp", "count_nonzero", "diff",
 ]  # fmt: skip
 
 
@@ -115,8 +128,8 @@ def sum(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> 
     if dtype is not None and _AMP.dtype is not None:
         # an explicit dtype is the caller's choice: autocast's float32 policy does not override it
         with autocast(enabled=False):
-            return _reduce(SUM, x, axis, keepdims, NUMERIC, None)
-    return _reduce(SUM, x, axis, keepdims, NUMERIC, None)
+            return _reduce(SUM, x, axis, keepdims, NUMERIC_OR_COMPLEX, None)
+    return _reduce(SUM, x, axis, keepdims, NUMERIC_OR_COMPLEX, None)
 
 
 def prod(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
@@ -125,7 +138,7 @@ def prod(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) ->
     acc = _accumulator(x._dtype, "prod", dtype)
     if x._dtype is not acc:
         x = x.astype(acc)
-    return _reduce(PROD, x, axis, keepdims, NUMERIC, None)
+    return _reduce(PROD, x, axis, keepdims, NUMERIC_OR_COMPLEX, None)
 
 
 def max(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -181,49 +194,118 @@ def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
     return _arg(ARGMIN, x, axis, keepdims)
 
 
-def cumulative_sum(x: Any, axis: int | None = None, dtype: Any = None) -> Tensor:
-    """Running sum along ``axis`` (the flattened tensor when None and ndim > 1)."""
-    x = _tensor_arg(x, "cumulative_sum")
+def _scan_axis(x: Tensor, axis: int | None, op: str) -> tuple[Tensor, int]:
+    """The tensor and axis a scan runs over: a 1-D (or flattened) tensor when ``axis`` is None."""
     if axis is None:
-        if x.ndim > 1:
+        if x.ndim != 1:
             x = x.reshape((-1,))
         axis = 0
+    return x, normalize_axis(axis, x.ndim, op)
+
+
+def _with_initial(y: Tensor, axis: int, identity: int) -> Tensor:
+    """``y`` with the scan's identity prepended along ``axis`` (``include_initial=True``)."""
+    pads = tuple((1, 0) if i == axis else (0, 0) for i in range(y.ndim))
+    return pad(y, pads, value=identity)
+
+
+def cumulative_sum(x: Any, /, axis: int | None = None, dtype: Any = None, *, include_initial: bool = False) -> Tensor:
+    """Running sum along ``axis`` (the flattened tensor when None and ndim > 1).
+
+    ``include_initial=True`` starts with the empty sum, 0, so the axis grows by one.
+    """
+    x = _tensor_arg(x, "cumulative_sum")
     acc = _accumulator(x._dtype, "cumulative_sum", dtype)
     if x._dtype is not acc:
         x = x.astype(acc)
-    if x._dtype not in NUMERIC:
-        raise _reject("cumsum", NUMERIC, x._dtype)
+    if x._dtype not in NUMERIC_OR_COMPLEX:
+        raise _reject("cumsum", NUMERIC_OR_COMPLEX, x._dtype)
     if x.ndim == 0:
         return x
-    ax = normalize_axis(axis, x.ndim, "cumulative_sum")
-    return apply(CUMSUM, (x,), {"axis": ax}, x._shape, x._dtype)
+    x, ax = _scan_axis(x, axis, "cumulative_sum")
+    y = apply(CUMSUM, (x,), {"axis": ax}, x._shape, x._dtype) if x._shape[ax] else x
+    return _with_initial(y, ax, 0) if include_initial else y
 
 
 def _cumprod(x: Tensor, axis: int) -> Tensor:
-    # exp(cumsum(log|x|)) with the sign and zeros tracked separately
-    neg = (x < 0).astype(int64)
-    flips = cumulative_sum(neg, axis=axis)
-    sgn = 1 - 2 * (flips % 2).astype(x._dtype)
-    zero_seen = cumulative_sum((x == 0).astype(int64), axis=axis) > 0
-    mag = exp(cumulative_sum(log(where(x == 0, 1.0, x).abs()), axis=axis))
-    # after a zero the product is 0, or NaN once a NaN or an infinity has been multiplied in
-    bad_seen = cumulative_sum((x.isnan() | x.isinf()).astype(int64), axis=axis) > 0
-    return where(zero_seen, where(bad_seen, float("nan"), 0.0).astype(x._dtype), sgn * mag)
+    # a Hillis-Steele scan: log2(n) steps, each multiplying by the running products 2**k places
+    # back (the identity, 1, shifted in); exact for integers (wrapping as a loop would) and zeros
+    n = x._shape[axis]
+    low = x._dtype.kind == "f" and x._dtype.bits == 16
+    y = x.astype("float32") if low else x  # float16/bfloat16 multiply in float32, as sum does on cpu
+    k = 1
+    while k < n:
+        keep = _slice_axis(y, axis, 0, n - k)
+        pads = tuple((k, 0) if i == axis else (0, 0) for i in range(y.ndim))
+        y = y * pad(keep, pads, value=1)
+        k *= 2
+    return y.astype(x._dtype) if low else y
+
+
+def _slice_axis(x: Tensor, axis: int, start: int, stop: int) -> Tensor:
+    """``x[..., start:stop, ...]`` along ``axis``."""
+    starts = [start if i == axis else 0 for i in range(x.ndim)]
+    stops = [stop if i == axis else d for i, d in enumerate(x._shape)]
+    return slice_tensor(x, starts, stops, [1] * x.ndim)
 
 
 CUMPROD = define("cumulative_prod", kind="scan", native="cumulative_prod(a, *, axis) -> handle", composite=_cumprod)
 
 
-def cumulative_prod(x: Any, axis: int | None = None) -> Tensor:
-    """Running product along ``axis`` (floating-point tensors)."""
+def cumulative_prod(x: Any, /, axis: int | None = None, dtype: Any = None, *, include_initial: bool = False) -> Tensor:
+    """Running product along ``axis``; integers multiply in int64/uint64 unless ``dtype`` says otherwise.
+
+    ``include_initial=True`` starts with the empty product, 1, so the axis grows by one.
+    """
     x = _tensor_arg(x, "cumulative_prod")
-    if x._dtype not in FLOAT:
-        raise _reject("cumulative_prod", FLOAT, x._dtype)
-    if axis is None:
-        x = x.reshape((-1,))
-        axis = 0
-    ax = normalize_axis(axis, x.ndim, "cumulative_prod")
-    return apply(CUMPROD, (x,), {"axis": ax}, x._shape, x._dtype)
+    acc = _accumulator(x._dtype, "cumulative_prod", dtype)
+    if x._dtype is not acc:
+        x = x.astype(acc)
+    if x._dtype not in NUMERIC_OR_COMPLEX:
+        raise _reject("cumulative_prod", NUMERIC_OR_COMPLEX, x._dtype)
+    if x.ndim == 0:
+        return x
+    x, ax = _scan_axis(x, axis, "cumulative_prod")
+    y = apply(CUMPROD, (x,), {"axis": ax}, x._shape, x._dtype) if x._shape[ax] else x
+    return _with_initial(y, ax, 1) if include_initial else y
+
+
+def _diff(x: Tensor, axis: int, n: int) -> Tensor:
+    for _ in range(n):
+        length = x._shape[axis]
+        hi, lo = _slice_axis(x, axis, 1, length), _slice_axis(x, axis, 0, length - 1 if length else 0)
+        x = (hi != lo) if x._dtype is bool_ else hi - lo
+    return x
+
+
+DIFF = define("diff", kind="other", native="diff(a, *, axis, n) -> handle  # n-th forward difference", composite=_diff)
+
+
+def diff(x: Any, /, *, axis: int = -1, n: int = 1, prepend: Any = None, append: Any = None) -> Tensor:
+    """The ``n``-th forward difference along ``axis`` (``x[i+1] - x[i]``; ``!=`` for booleans).
+
+    ``prepend`` and ``append`` are joined to ``x`` along ``axis`` first.
+
+    >>> import ember as em
+    >>> em.diff(em.tensor([1, 4, 9, 16])).tolist()
+    [3, 5, 7]
+    """
+    x = _tensor_arg(x, "diff")
+    if x.ndim == 0:
+        raise ShapeError("diff: x must have at least one dimension; 0-d tensors have no axis to difference")
+    ax = normalize_axis(axis, x.ndim, "diff")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidArgumentError(f"diff: n must be a non-negative int, got {n!r}")
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if len(parts) > 1:
+        parts = [_tensor_arg(p, "diff", x) for p in parts]
+        parts = [broadcast_to(p, x._shape[:ax] + (1,) + x._shape[ax + 1 :]) if p.ndim == 0 else p for p in parts]
+        x = concat(parts, axis=ax)
+    if n == 0:
+        return x
+    kept = x._shape[ax] - n if x._shape[ax] > n else 0
+    shape = x._shape[:ax] + (kept,) + x._shape[ax + 1 :]
+    return apply(DIFF, (x,), {"axis": ax, "n": n}, shape, x._dtype)
 
 
 def _count(x: Tensor, axes: tuple[int, ...]) -> int:
@@ -243,16 +325,16 @@ MEAN = define(
 )
 
 
-def _floating(x: Any, op: str) -> Tensor:
+def _floating(x: Any, op: str, accepts: frozenset = FLOAT) -> Tensor:
     x = _tensor_arg(x, op)
-    if x._dtype not in FLOAT:
-        raise _reject(op, FLOAT, x._dtype)
+    if x._dtype not in accepts:
+        raise _reject(op, accepts, x._dtype)
     return x
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """Arithmetic mean over ``axis`` (floating-point tensors)."""
-    x = _floating(x, "mean")
+    """Arithmetic mean over ``axis`` (floating-point and complex tensors)."""
+    x = _floating(x, "mean", FLOAT_OR_COMPLEX)
     axes = normalize_axes(axis, x.ndim, "mean")
     return apply(
         MEAN, (x,), {"axes": axes, "keepdims": bool(keepdims)}, reduced_shape(x._shape, axes, keepdims), x._dtype

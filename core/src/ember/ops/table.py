@@ -13,7 +13,19 @@ from typing import Any
 
 from .. import creation, random, transfer  # noqa: F401  (they register the creation, random and transfer ops)
 from ..dispatch import KINDS, OPS, Op
-from . import conv, einsum, elementwise, indexing, linalg, movement, nn, pooling, quant, reduction  # noqa: F401  (register)
+from . import (  # noqa: F401  (register)
+    conv,
+    einsum,
+    elementwise,
+    indexing,
+    linalg,
+    movement,
+    nn,
+    pooling,
+    quant,
+    reduction,
+    searching,
+)
 
 __all__ = ["rows", "markdown"]
 

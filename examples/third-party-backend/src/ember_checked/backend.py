@@ -122,7 +122,11 @@ class CheckedBackend(Backend):
 
     name = "checked"
     supported_dtypes = frozenset(dt for dt in ALL_DTYPES if dt is not bfloat16)
-    unsupported_dtype_reasons = {"bfloat16": "numpy has no bfloat16; ember-checked keeps to numpy's own dtypes"}
+    unsupported_dtype_reasons = {
+        "bfloat16": "numpy has no bfloat16; ember-checked keeps to numpy's own dtypes",
+        "complex64": "ember-checked checks the real-valued contract only; it declares no complex dtypes",
+        "complex128": "ember-checked checks the real-valued contract only; it declares no complex dtypes",
+    }
 
     def __init__(self, device: Any) -> None:
         super().__init__(device)

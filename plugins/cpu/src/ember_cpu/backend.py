@@ -20,7 +20,7 @@ import numpy as np
 
 from ember.array_module import ArrayModule, kernels
 from ember.backend import Backend, native
-from ember.dtypes import ALL_DTYPES, DType
+from ember.dtypes import ALL_DTYPES, COMPLEX_DTYPES, DType
 from ember.memory import MemoryStats, unmeasured_stats
 from ember.random import philox_words
 
@@ -53,7 +53,7 @@ class CpuBackend(Backend):
     """numpy on the host CPU."""
 
     name = "cpu"
-    supported_dtypes = frozenset(ALL_DTYPES)
+    supported_dtypes = frozenset(ALL_DTYPES + COMPLEX_DTYPES)
 
     @classmethod
     def device_count(cls) -> int:

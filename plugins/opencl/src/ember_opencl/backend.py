@@ -59,6 +59,8 @@ class OpenCLBackend(ViewMovement, Backend):
         except ImportError:
             dtypes.discard(as_dtype("bfloat16"))
             reasons["bfloat16"] = "bfloat16 needs the ml_dtypes package on the host: pip install ml_dtypes"
+        for name in ("complex64", "complex128"):  # not in ALL_DTYPES, so never in `dtypes`
+            reasons[name] = "OpenCL C has no complex type and ember-opencl does not generate float-pair kernels yet"
         # instance attributes: what a device supports depends on the device
         self.supported_dtypes = frozenset(dtypes)  # type: ignore[misc]
         self.unsupported_dtype_reasons = reasons  # type: ignore[misc]

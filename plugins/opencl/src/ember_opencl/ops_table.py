@@ -55,6 +55,8 @@ HELPERS: dict[str, str] = {
     "floordiv_f": """
 inline T ember_floordiv_T(T a, T b) {
     if (b == (T)0) return a / b;
+    /* the Array API's cases with one infinity: floor(a / b), not NaN */
+    if (isinf(a) != isinf(b) && !isnan(a) && !isnan(b)) return floor(a / b);
     T mod = fmod(a, b);
     T div = (a - mod) / b;
     if (mod != (T)0) { if ((b < (T)0) != (mod < (T)0)) div -= (T)1; }

@@ -37,7 +37,11 @@ CLASS_OF = {
     "bool": "b", "int64": "l", "uint64": "L",
 }  # fmt: skip
 
-UNSUPPORTED = {"float64": "WGSL has no 64-bit floats"}
+UNSUPPORTED = {
+    "float64": "WGSL has no 64-bit floats",
+    "complex64": "WGSL has no complex type and ember-wgpu does not generate float-pair kernels for one yet",
+    "complex128": "WGSL has no 64-bit floats, so no complex128",
+}
 
 _WRAP = {
     "int8": "((({e}) << 24u) >> 24u)",
