@@ -239,7 +239,7 @@ class OnnxModule(Module):
         for onnx_name, arr in graph.initializers.items():
             key = _param_name(onnx_name, taken)
             names[onnx_name] = key
-            t = from_numpy(np.ascontiguousarray(arr), device=dev)
+            t = from_numpy(np.asarray(arr, order="C"), device=dev)
             if arr.dtype.kind == "f":
                 self.register_parameter(key, Parameter(t))
             else:
@@ -279,15 +279,15 @@ class OnnxModule(Module):
         if isinstance(value, Tensor):
             return value if value.device == self._device else value.to(self._device)
         arr = np.asarray(value)
-        if arr.dtype not in proto.ONNX_TO_NUMPY.values():
+        if arr.dtype not in proto.ONNX_TO_NUMPY.values() and arr.dtype.name != "bfloat16":
             raise OnnxModelError(f"OnnxModule: input {name!r} has dtype {arr.dtype}, which ember cannot hold")
-        return from_numpy(np.ascontiguousarray(arr), device=self._device)
+        return from_numpy(np.asarray(arr, order="C"), device=self._device)
 
     def _run(self, graph: Graph, env: dict[str, Any]) -> list[Any]:
         dev = self._device
         for name, arr in graph.initializers.items():
             if name not in env:
-                env[name] = from_numpy(np.ascontiguousarray(arr), device=dev)
+                env[name] = from_numpy(np.asarray(arr, order="C"), device=dev)
         opset_of = graph.opsets
         for node, subs in graph.nodes:
             opset = opset_of["" if node.domain in DEFAULT_DOMAINS else node.domain]

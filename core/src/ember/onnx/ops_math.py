@@ -194,7 +194,7 @@ def trunc_div(a: Tensor, b: Tensor) -> Tensor:
         return em.floor_divide(a, b)
     q = em.floor_divide(a, b)
     r = a - q * b
-    fix = em.logical_and(r != 0, (r < 0) != (b < 0))
+    fix = em.logical_and(r != 0, (a < 0) != (b < 0))
     return em.where(fix, q + 1, q)
 
 

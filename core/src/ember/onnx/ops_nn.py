@@ -101,12 +101,13 @@ def _conv_transpose(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
         lo, hi = [], []
         for n, s, sp, o, m in zip(sizes, strides, spans, outpad, out_shape):
             total = s * (n - 1) + o + sp - m
+            half = int(total / 2)  # C's division, toward zero
             if auto == "SAME_LOWER":
-                lo.append(total - total // 2)
-                hi.append(total // 2)
+                lo.append(total - half)
+                hi.append(half)
             else:
-                lo.append(total // 2)
-                hi.append(total - total // 2)
+                lo.append(half)
+                hi.append(total - half)
     else:
         pads = node.attr("pads") or [0] * (2 * nd)
         lo, hi = list(pads[:nd]), list(pads[nd:])
@@ -314,7 +315,7 @@ def _lp_norm(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
         n = em.sqrt(em.sum(x * x, axis=axis, keepdims=True))
     else:
         raise bad(node, f"p must be 1 or 2, got {p}")
-    return x / n
+    return em.where(n == 0, em.zeros_like(x), x / n)
 
 
 @handler("LRN")
@@ -399,7 +400,8 @@ def _source_coords(
     elif mode == "pytorch_half_pixel":
         x = (i + 0.5) / scale - 0.5 if m > 1 else np.zeros(m)
     elif mode == "align_corners":
-        x = i * (n - 1) / (m - 1) if m > 1 else np.zeros(m)
+        resized = n * scale  # ONNX divides by the unrounded output length
+        x = i * (n - 1) / (resized - 1) if m > 1 else np.zeros(m)
     elif mode == "asymmetric":
         x = i / scale
     elif mode == "tf_crop_and_resize":
@@ -499,7 +501,7 @@ def _resize(
         rois = [(float(roi[i]), float(roi[i + k])) for i in range(k)]
         if len(rois) != len(axes):
             rois = [rois[a] for a in axes] if len(rois) == nd else [None] * len(axes)
-        if node.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
+        if node.attr("coordinate_transformation_mode") == "tf_crop_and_resize" and not sizes:
             outs = [int(math.floor(n * (hi - lo) * s)) for n, (lo, hi), s in zip(in_sizes, rois, scales)]
     extrap = node.attr("extrapolation_value", 0.0)
     y = x

@@ -339,7 +339,7 @@ def _grids(shape: tuple[int, ...], axis: int, index: Tensor) -> tuple[Tensor, ..
             out.append(index)
         else:
             g = np.arange(shape[a], dtype=np.int64).reshape(tuple(-1 if i == a else 1 for i in range(len(shape))))
-            out.append(on(np.ascontiguousarray(np.broadcast_to(g, shape)), index.device))
+            out.append(on(np.array(np.broadcast_to(g, shape)), index.device))
     return tuple(out)
 
 
@@ -442,7 +442,10 @@ def _space_to_depth(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     x = xs[0]
     b = node.attr("blocksize")
     n, c, h, w = x.shape
-    y = x.reshape((n, c, h // b, b, w // b, b)).permute((0, 3, 5, 1, 2, 4))
+    if node.attr("mode", "DCR") == "CRD":
+        y = x.reshape((n, c, h // b, b, w // b, b)).permute((0, 1, 3, 5, 2, 4))
+    else:
+        y = x.reshape((n, c, h // b, b, w // b, b)).permute((0, 3, 5, 1, 2, 4))
     return y.reshape((n, c * b * b, h // b, w // b))
 
 
@@ -459,7 +462,7 @@ def _reverse_sequence(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     shape[bax], shape[tax] = x.shape[bax], t
     idx = index if bax < tax else index.T
     full = np.broadcast_to(idx.reshape(shape), x.shape)
-    return em.take_along_axis(x, on(np.ascontiguousarray(full), ctx.device), axis=tax)
+    return em.take_along_axis(x, on(np.array(full), ctx.device), axis=tax)
 
 
 # -- control flow ------------------------------------------------------------------------------

@@ -31,13 +31,13 @@ def ints(t: Tensor | None) -> list[int] | None:
 def const(values: Any, like: Tensor, dtype: Any = None) -> Tensor:
     """``values`` as a tensor on ``like``'s device (``like``'s dtype unless ``dtype``)."""
     dt = as_dtype(dtype) if dtype is not None else like.dtype
-    arr = np.ascontiguousarray(np.asarray(values, dtype=dt.numpy))
+    arr = np.asarray(values, dtype=dt.numpy, order="C")
     return from_numpy(arr, device=like.device)
 
 
 def on(values: np.ndarray, device: Any) -> Tensor:
     """A numpy array as a tensor on ``device``."""
-    return from_numpy(np.ascontiguousarray(values), device=device)
+    return from_numpy(np.asarray(values, order="C"), device=device)  # 0-d stays 0-d
 
 
 def dtype_of(code: int, node: OnnxNode) -> DType:
