@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .backend import Backend, Capabilities
     from .dtypes import DType
 
-__all__ = ["Device", "common_device", "device_arg", "check_dtype", "invalidate", "set_defer"]
+__all__ = ["Device", "common_device", "device_arg", "check_dtype", "invalidate", "set_defer", "set_tracer"]
 
 
 class _ImplTable(dict):
@@ -303,6 +303,46 @@ def set_defer(device: Device, defer: Any) -> None:
     for dev in _INTERNED.values():
         if dev._state is state:
             dev._defer = defer
+
+
+class _Traced:
+    """Stands for every op's kernel while a tracer is installed: dispatch then calls the hook."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - the hook runs instead
+        raise DeviceUnavailableError("an op reached a traced device without its tracer")
+
+
+class _TracingTable(dict):
+    """A device's implementation table while tracing: every op but ``to_numpy`` looks native."""
+
+    __slots__ = ("real",)
+
+    def __init__(self, real: _ImplTable) -> None:
+        super().__init__()
+        self.real = real
+
+    def __missing__(self, name: str) -> Any:
+        impl = self.real[name] if name == "to_numpy" else _TRACED
+        self[name] = impl
+        return impl
+
+
+_TRACED = _Traced()
+
+
+def set_tracer(device: Device, hook: Any) -> Any:
+    """Install ``hook`` (the lazy seam's signature) for every op of ``device``'s hardware, with
+    each op reported native, so dispatch hands ops to it as the op table defines them (before
+    any composite); export traces this way. Returns ``real(name)``, the backend kernel of an op
+    (or None: run its composite). ``hook=None`` restores the device."""
+    state = device._state
+    real = state.impls.real if isinstance(state.impls, _TracingTable) else state.impls
+    state.impls = _TracingTable(real) if hook is not None else real
+    for dev in _INTERNED.values():
+        if dev._state is state:
+            dev._impls = state.impls
+    set_defer(device, hook)
+    return real.__getitem__
 
 
 def common_device(op: str, devices: list[Device]) -> Device:

@@ -1,0 +1,131 @@
+"""ember.onnx.export: models traced through dispatch, checked by onnx.checker, run by
+onnxruntime on the same inputs, and imported back into ember."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import ember as em  # noqa: E402
+from ember import nn  # noqa: E402
+from ember.errors import InvalidArgumentError, UnsupportedOnnxOpError  # noqa: E402
+
+DEV = em.Device.cpu()
+
+
+def _x(shape, seed=0):
+    return em.randn(shape, device=DEV, key=em.random.key(seed))
+
+
+def _ort(path_or_model, feeds):
+    data = path_or_model if isinstance(path_or_model, (str, bytes)) else path_or_model.SerializeToString()
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _round_trip(tmp_path, model, inputs, rtol=1e-5, atol=1e-5, **kwargs):
+    """Export, check against onnxruntime, re-import into ember; return the ONNX model."""
+    path = tmp_path / "model.onnx"
+    proto = em.onnx.export(model, inputs, path, **kwargs)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    if isinstance(model, nn.Module):
+        model.eval()  # export traces in eval mode (and puts a training module back)
+    want = model(*inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    names = kwargs.get("input_names") or [f"input_{i}" for i in range(len(inputs))]
+    got = _ort(str(path), {n: x.numpy() for n, x in zip(names, inputs)})
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w.numpy(), rtol=rtol, atol=atol)
+    back = em.onnx.load(path, device=DEV)
+    again = back(*inputs)
+    again = again if isinstance(again, tuple) else (again,)
+    for w, g in zip(want, again):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=rtol, atol=atol)
+    return proto
+
+
+def test_mlp_round_trip_with_a_dynamic_batch(tmp_path):
+    net = nn.Sequential(nn.Linear(4, 8, device=DEV), nn.GELU(), nn.Linear(8, 3, device=DEV))
+    proto = _round_trip(tmp_path, net, (_x((5, 4)),), dynamic_axes={"input_0": {0: "batch"}})
+    inits = {t.name for t in proto.graph.initializer}
+    assert {"0.weight", "0.bias", "2.weight", "2.bias"} <= inits
+    x7 = np.random.default_rng(1).standard_normal((7, 4)).astype(np.float32)
+    (got,) = _ort(str(tmp_path / "model.onnx"), {"input_0": x7})
+    np.testing.assert_allclose(got, net(em.tensor(x7)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+class _CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1, device=DEV)
+        self.bn = nn.BatchNorm2d(4, device=DEV)
+        self.pool = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(4, 6, 3, stride=2, device=DEV)
+        self.head = nn.Linear(6, 10, device=DEV)
+
+    def forward(self, x):
+        x = self.pool(self.bn(self.conv1(x)).relu())
+        x = self.conv2(x).relu()
+        x = em.mean(x, axis=(2, 3))
+        return em.log_softmax(self.head(x), axis=-1)
+
+
+def test_cnn_round_trip(tmp_path):
+    net = _CNN()
+    net.bn.running_mean.copy_(em.full((4,), 0.1, device=DEV))
+    _round_trip(tmp_path, net, (_x((2, 1, 12, 12)),), dynamic_axes={"input_0": [0]}, output_names=["logp"])
+
+
+def test_small_transformer_round_trip(tmp_path):
+    layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.0, batch_first=True, device=DEV)
+    emb = nn.Embedding(20, 16, device=DEV)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.layer, self.out = emb, layer, nn.Linear(16, 20, device=DEV)
+
+        def forward(self, tokens):
+            return self.out(self.layer(self.emb(tokens)))
+
+    tokens = em.tensor(np.random.default_rng(2).integers(0, 20, (2, 7)), dtype="int64", device=DEV)
+    _round_trip(tmp_path, Net(), (tokens,), rtol=1e-4, atol=1e-4)
+
+
+def test_a_function_with_tensor_ops_exports(tmp_path):
+    def f(a, b):
+        c = em.concat([a * 2.0 - b, em.exp(a)], axis=1)
+        return em.softmax(c, axis=-1).sum(axis=0), em.maximum(a, b).reshape((-1,))
+
+    _round_trip(tmp_path, f, (_x((3, 4)), _x((3, 4), 1)), opset=18)
+
+
+def test_an_op_onnx_cannot_express_is_named_with_where_it_was_called():
+    def f(x):
+        return em.atan2(x, x + 1.0)
+
+    with pytest.raises(UnsupportedOnnxOpError, match=r"atan2 \(called at .*test_onnx_export.py:\d+ in f\)"):
+        em.onnx.export(f, (_x((3,)),), None)
+
+
+def test_bad_arguments_name_the_argument():
+    with pytest.raises(InvalidArgumentError, match="opset"):
+        em.onnx.export(lambda x: x + 1.0, (_x((2,)),), None, opset=7)
+    with pytest.raises(InvalidArgumentError, match="input_names"):
+        em.onnx.export(lambda x: x + 1.0, (_x((2,)),), None, input_names=["a", "b"])
+    with pytest.raises(InvalidArgumentError, match="dynamic_axes"):
+        em.onnx.export(lambda x: x + 1.0, (_x((2,)),), None, dynamic_axes={"nope": [0]})
+    with pytest.raises(InvalidArgumentError, match="module_or_fn"):
+        em.onnx.export(42, (_x((2,)),), None)
+
+
+def test_tracing_leaves_the_device_as_it_was():
+    dev = em.Device.cpu()
+    before = dev._defer
+    em.onnx.export(lambda x: (x * 3.0).relu(), (_x((2,)),), None)
+    assert dev._defer is before
+    y = (em.ones((2,)) * 3.0).relu()
+    assert y.tolist() == [3.0, 3.0]
