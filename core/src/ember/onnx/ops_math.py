@@ -307,6 +307,8 @@ def _reducer(kind: str, input_from: int) -> Any:
                 return _elementwise_of(kind, x)
             axes = list(range(x.ndim))
         ax = tuple(sorted({norm_axis(a, x.ndim, node) for a in axes}))
+        if x.dtype.name == "bool" and kind in ("Max", "Min"):
+            return reduce_over(kind, x.astype("uint8"), ax, keep).astype("bool")
         return reduce_over(kind, x, ax, keep)
 
     return run
@@ -394,7 +396,11 @@ def _cumulative(fn: Any) -> Any:
         axis = norm_axis(ints(axis_t)[0], x.ndim, node)
         if node.attr("reverse", 0):
             x = em.flip(x, axis=axis)
-        y = fn(x, axis=axis)
+        dt = x.dtype
+        if fn is em.cumulative_prod and not dt.is_floating:
+            y = fn(x.astype("float64"), axis=axis).astype(dt)
+        else:
+            y = fn(x, axis=axis).astype(dt)
         if node.attr("exclusive", 0):
             y = _shift_one(y, axis, fn is em.cumulative_prod)
         if node.attr("reverse", 0):
@@ -492,9 +498,10 @@ def _det(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
 def _quant_shape(scale: Tensor, x: Tensor, node: OnnxNode) -> Tensor:
     if scale.ndim == 0 or scale.size == 1:
         return scale.reshape(())
-    if node.attr("block_size", 0):
-        raise unsupported(node, "blocked quantization (block_size)")
     axis = norm_axis(node.attr("axis", 1), x.ndim, node)
+    block = node.attr("block_size", 0)
+    if block:
+        return em.repeat(scale, block, axis=axis)[tuple(slice(0, d) for d in x.shape)]
     return scale.reshape(tuple(-1 if i == axis else 1 for i in range(x.ndim)))
 
 

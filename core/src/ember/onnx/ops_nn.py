@@ -153,19 +153,21 @@ def _max_pool(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     x = xs[0]
     if len(node.outputs) > 1 and node.outputs[1]:
         raise unsupported(node, "MaxPool's Indices output")
-    if not x.dtype.is_floating:
-        raise unsupported(node, f"MaxPool on {x.dtype} (ember pools floating tensors)")
+    dt = x.dtype
+    if not dt.is_floating:
+        if dt.bits > 16:
+            raise unsupported(node, f"MaxPool on {dt} (ember pools floating tensors)")
+        x = x.astype("float32")  # exact for 8- and 16-bit integers
     xp, kernel, strides, dil = _pool_prepare(node, x, -math.inf)
-    return em.max_pool(xp, tuple(kernel), stride=tuple(strides), dilation=tuple(dil))
+    return em.max_pool(xp, tuple(kernel), stride=tuple(strides), dilation=tuple(dil)).astype(dt)
 
 
 @handler("AveragePool")
 def _avg_pool(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     x = xs[0]
-    if any(d != 1 for d in node.attr("dilations") or []):
-        raise unsupported(node, "dilated AveragePool")
-    xp, kernel, strides, _ = _pool_prepare(node, x, 0.0)
-    y = em.avg_pool(xp, tuple(kernel), stride=tuple(strides))
+    xp, kernel, strides, dil = _pool_prepare(node, x, 0.0)
+    pool = _window_mean if any(d != 1 for d in dil) else None
+    y = pool(xp, kernel, strides, dil) if pool else em.avg_pool(xp, tuple(kernel), stride=tuple(strides))
     if node.attr("count_include_pad", 0):
         # the padding counts, the ceil-mode tail past it does not
         pads = _kernel_args(node, x, kernel)[2]
@@ -183,8 +185,39 @@ def _avg_pool(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
         tail = [xp.shape[2 + i] - mask.shape[2 + i] for i in range(nd)]
         if any(tail):
             mask = _spatial_pad(mask, [0] * nd + tail, 0.0)
-    share = em.avg_pool(mask, tuple(kernel), stride=tuple(strides))
+    share = pool(mask, kernel, strides, dil) if pool else em.avg_pool(mask, tuple(kernel), stride=tuple(strides))
     return y / share
+
+
+def _window_mean(x: Tensor, kernel: list[int], strides: list[int], dil: list[int]) -> Tensor:
+    """Mean over dilated windows, through unfold (the pooling ops take no dilation)."""
+    n, c = x.shape[:2]
+    nd = len(kernel)
+    outs = [(x.shape[2 + i] - (kernel[i] - 1) * dil[i] - 1) // strides[i] + 1 for i in range(nd)]
+    if nd == 1:
+        x4 = em.expand_dims(x, axis=2)
+        cols = em.unfold(x4, (1, kernel[0]), stride=(1, strides[0]), dilation=(1, dil[0]))
+    elif nd == 2:
+        cols = em.unfold(x, tuple(kernel), stride=tuple(strides), dilation=tuple(dil))
+    else:
+        # 3-d: pool the last two axes per slice of the first, then the first axis by hand
+        k0, s0, d0 = kernel[0], strides[0], dil[0]
+        parts = []
+        for o in range(outs[0]):
+            start = o * s0
+            win = [x[:, :, start + j * d0] for j in range(k0)]
+            parts.append(
+                _window_mean(
+                    em.stack(win, axis=2).reshape((n, c * k0) + tuple(x.shape[3:])), kernel[1:], strides[1:], dil[1:]
+                )
+                .reshape((n, c, k0, outs[1], outs[2]))
+                .mean(axis=2)
+            )
+        return em.stack(parts, axis=2)
+    k = 1
+    for v in kernel:
+        k *= v
+    return cols.reshape((n, c, k, -1)).mean(axis=2).reshape((n, c) + tuple(outs))
 
 
 @handler("LpPool")
@@ -192,10 +225,12 @@ def _lp_pool(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     x = xs[0]
     p = node.attr("p", 2)
     xp, kernel, strides, dil = _pool_prepare(node, x, 0.0)
-    if any(d != 1 for d in dil):
-        raise unsupported(node, "dilated LpPool")
     k = float(np.prod(kernel))
-    s = em.avg_pool(em.abs(xp) ** float(p), tuple(kernel), stride=tuple(strides)) * k
+    powered = em.abs(xp) ** float(p)
+    if any(d != 1 for d in dil):
+        s = _window_mean(powered, kernel, strides, dil) * k
+    else:
+        s = em.avg_pool(powered, tuple(kernel), stride=tuple(strides)) * k
     return s ** (1.0 / p)
 
 
