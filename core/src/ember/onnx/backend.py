@@ -35,7 +35,13 @@ class EmberRep(BackendRep):
         else:
             out = self.module(inputs)
         outs = out if isinstance(out, tuple) else (out,)
-        return tuple(np.asarray(t.numpy()) for t in outs)
+        return tuple(_host(t) for t in outs)
+
+
+def _host(value: Any) -> Any:
+    if isinstance(value, list):  # an ONNX sequence
+        return [_host(v) for v in value]
+    return np.asarray(value.numpy())
 
 
 class EmberBackend(Backend):

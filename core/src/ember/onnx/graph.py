@@ -275,7 +275,9 @@ class OnnxModule(Module):
         outs = self._run(self._graph, env)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _as_tensor(self, value: Any, name: str) -> Tensor:
+    def _as_tensor(self, value: Any, name: str) -> Any:
+        if isinstance(value, list):  # an ONNX sequence
+            return [self._as_tensor(v, name) for v in value]
         if isinstance(value, Tensor):
             return value if value.device == self._device else value.to(self._device)
         arr = np.asarray(value)
