@@ -192,7 +192,7 @@ def _bitcast(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     to = dtype_of(node.attr("to"), node).numpy
     src = x.dtype
     if to.itemsize == src.itemsize:
-        return on(np.ascontiguousarray(x).view(to), ctx.device)
+        return on(np.array(x, copy=True).view(to), ctx.device)
     raise unsupported(node, f"BitCast between sizes ({src} -> {to})")
 
 

@@ -60,8 +60,8 @@ for _name, _fn in _UNARY.items():
 
 
 @handler("Identity")
-def _identity(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
-    return xs[0]
+def _identity(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Any]:
+    return [xs[0]]  # one output, which may be a sequence (a list)
 
 
 @handler("Softsign")
@@ -398,7 +398,7 @@ def _cumulative(fn: Any) -> Any:
             x = em.flip(x, axis=axis)
         dt = x.dtype
         if fn is em.cumulative_prod and not dt.is_floating:
-            y = fn(x.astype("float64"), axis=axis).astype(dt)
+            y = em.round(fn(x.astype("float64"), axis=axis)).astype(dt)
         else:
             y = fn(x, axis=axis).astype(dt)
         if node.attr("exclusive", 0):
