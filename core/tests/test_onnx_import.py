@@ -230,3 +230,18 @@ def test_fuzzed_models_raise_only_ember_errors():
         except EmberError:
             outcomes["refused"] += 1
     assert outcomes["refused"] > 100, outcomes
+
+
+def test_cli_onnx_info_says_what_a_model_holds(tmp_path, capsys):
+    from ember.cli import main
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(_mlp(), path)
+    assert main(["onnx", "info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "input   x: FLOAT[?, 4]" in out and "Gemm x1" in out and "ember imports it" in out
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"junk")
+    assert main(["onnx", "info", str(bad)]) == 1
+    assert main(["onnx", "ops"]) == 0
+    assert "\nConv\n" in capsys.readouterr().out
