@@ -20,7 +20,7 @@ from onnx import AttributeProto
 
 from ..creation import from_numpy
 from ..device import Device, device_arg
-from ..errors import OnnxModelError, UnsupportedOnnxOpError
+from ..errors import EmberError, OnnxModelError, UnsupportedOnnxOpError
 from ..nn.module import Module, Parameter
 from ..tensor import Tensor
 from . import proto
@@ -174,6 +174,8 @@ class Graph:
         missing = []
         for node, subs in self.nodes:
             opset = self.opsets.get("" if node.domain in DEFAULT_DOMAINS else node.domain)
+            if opset is not None and node.domain in DEFAULT_DOMAINS:
+                _check_arity(node, opset)
             if opset is None or find(node.domain, node.op_type, opset) is None:
                 dom = f"{node.domain}." if node.domain not in DEFAULT_DOMAINS else ""
                 at = f" at opset {opset}" if opset is not None else " (its domain is not in opset_import)"
@@ -184,11 +186,34 @@ class Graph:
         return missing
 
 
+def _check_arity(node: OnnxNode, opset: int) -> None:
+    """The node's input and output counts fit its ONNX schema at ``opset``."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except (onnx.defs.SchemaError, TypeError, ValueError):
+        return  # not a standard op: the handler lookup reports it
+    n_in, n_out = len(node.inputs), len(node.outputs)
+    if not schema.min_input <= n_in <= schema.max_input:
+        raise OnnxModelError(
+            f"onnx: {node.where()} has {n_in} input(s); {node.op_type} at opset {opset} takes "
+            f"{schema.min_input} to {schema.max_input}"
+        )
+    if not schema.min_output <= n_out <= schema.max_output:
+        raise OnnxModelError(
+            f"onnx: {node.where()} has {n_out} output(s); {node.op_type} at opset {opset} gives "
+            f"{schema.min_output} to {schema.max_output}"
+        )
+
+
 def decode_graph(model: onnx.ModelProto, base_dir: str | None) -> tuple[Graph, dict[str, int]]:
     """The model's main graph, checked, and its opsets by domain."""
     opsets: dict[str, int] = {}
     for imp in model.opset_import:
         dom = "" if imp.domain in DEFAULT_DOMAINS else imp.domain
+        if not 1 <= imp.version <= 1000:
+            raise OnnxModelError(
+                f"onnx: opset_import gives domain {imp.domain!r} version {imp.version}; expected 1 to 1000"
+            )
         opsets[dom] = int(imp.version)
     if not opsets:
         opsets[""] = 1  # IR version 1-2 models had no opset_import
@@ -299,7 +324,15 @@ class OnnxModule(Module):
             xs = [env[n] if n else None for n in node.inputs]
             ctx = Context(dev, opset, self._run_sub, env, self.training)
             node.graphs = subs
-            out = fn(ctx, node, xs)
+            try:
+                out = fn(ctx, node, xs)
+            except EmberError:
+                raise
+            except Exception as exc:  # a malformed node the checks above let through; name it
+                raise OnnxModelError(
+                    f"onnx: {node.where()} cannot run on its inputs ({type(exc).__name__}: {exc}); "
+                    f"the model is malformed or uses the op in a way ember does not import"
+                ) from exc
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             for name, value in zip(node.outputs, outs):
                 if name:
