@@ -51,7 +51,7 @@ def _hostile_models(draw):
             )
             node.attribute.append(helper.make_attribute(name, value))
         elif kind == "cycle":
-            g.node[0].input[0] = g.node[-1].output[0]
+            g.node[0].input.append(g.node[-1].output[0])  # the first node reads the last one's output
         elif kind == "output":
             g.output[0].name = draw(st.sampled_from(["h", "nowhere", "x", ""]))
         else:

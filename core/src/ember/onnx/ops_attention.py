@@ -11,13 +11,24 @@ import ember as em
 
 from ..tensor import Tensor
 from .registry import Context, OnnxNode, handler
-from .util import const, dtype_of, on, unsupported
+from .util import const, dtype_of, host, on, unsupported
 
 
 def _heads(t: Tensor, n: int) -> Tensor:
     """(B, S, n*h) -> (B, n, S, h)."""
     b, s, hidden = t.shape
     return t.reshape((b, s, n, hidden // n)).permute((0, 2, 1, 3))
+
+
+def _allowed(rule: Any, lq: int, lk: int, offset: Any, dt: Any, device: Any) -> Tensor:
+    """0 where ``rule(i + offset - j)`` holds, -inf elsewhere: (lq, lk), or (B, 1, lq, lk)
+    when ``offset`` has one entry per batch."""
+    i = np.arange(lq).reshape(lq, 1)
+    j = np.arange(lk).reshape(1, lk)
+    if np.ndim(offset):
+        d = (i + np.reshape(offset, (-1, 1, 1))) - j
+        return on(np.where(rule(d), 0.0, -np.inf).astype(dt.numpy)[:, None], device)
+    return on(np.where(rule(i + int(offset) - j), 0.0, -np.inf).astype(dt.numpy), device)
 
 
 def _safe_softmax(x: Tensor) -> Tensor:
@@ -32,11 +43,10 @@ def _safe_softmax(x: Tensor) -> Tensor:
 @handler("Attention", since=23)
 def _attention(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Tensor]:
     xs = xs + [None] * (7 - len(xs))
+    xs[6] = xs[6] if len(xs) > 6 else None
     q, k, v, mask, past_k, past_v, nonpad = xs[:7]
-    if nonpad is not None:
-        raise unsupported(node, "Attention with nonpad_kv_seqlen")
-    if node.attr("left_window_size", -1) >= 0 or node.attr("right_window_size", -1) >= 0:
-        raise unsupported(node, "Attention with a sliding window")
+    if nonpad is not None and past_k is not None:
+        raise unsupported(node, "Attention with both nonpad_kv_seqlen and a past cache")
     rank3 = q.ndim == 3
     if rank3:
         qh, kvh = node.attr("q_num_heads"), node.attr("kv_num_heads")
@@ -60,14 +70,32 @@ def _attention(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Tensor]:
         mask = em.pad(mask, widths, value=False if mask.dtype.name == "bool" else -math.inf)
     if mask is not None and mask.dtype.name == "bool":
         mask = em.where(mask, em.zeros((), dtype=dt, device=q.device), neg_inf)
-    if node.attr("is_causal", 0):
+    # the query rows' positions among the keys: a scalar, or one per batch (external cache)
+    if nonpad is not None:
+        offset: Any = host(nonpad).reshape(-1).astype(np.int64) - lq
+    else:
         offset = past_k.shape[2] if past_k is not None else 0
-        i = np.arange(lq).reshape(lq, 1)
-        j = np.arange(lk).reshape(1, lk)
-        causal = on(np.where(j <= i + offset, 0.0, -np.inf).astype(dt.numpy), q.device)
-        bias = (mask if mask is not None else bias) + causal
+    if node.attr("is_causal", 0):
+        base = mask if mask is not None else bias
+        bias = base + _allowed(lambda d: d >= 0, lq, lk, offset, dt, q.device)
     elif mask is not None:
         bias = bias + mask
+    left, right = node.attr("left_window_size", -1), node.attr("right_window_size", -1)
+    if left >= 0 or right >= 0:
+
+        def window(d: np.ndarray) -> np.ndarray:
+            ok = np.ones(d.shape, dtype=bool)
+            if left >= 0:
+                ok &= d <= left
+            if right >= 0:
+                ok &= -d <= right
+            return ok
+
+        bias = bias + _allowed(window, lq, lk, offset, dt, q.device)
+    if nonpad is not None:
+        keep = np.arange(lk).reshape(1, lk) < host(nonpad).reshape(-1, 1)
+        pad = np.where(keep, 0.0, -np.inf).astype(dt.numpy).reshape(keep.shape[0], 1, 1, lk)
+        bias = bias + on(pad, q.device)
     h = q.shape[1]
     if k.shape[1] != h:
         reps = h // k.shape[1]

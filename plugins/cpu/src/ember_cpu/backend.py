@@ -228,7 +228,7 @@ class CpuBackend(Backend):
         target = dtype.numpy
         if dtype.kind in "iu" and a.dtype.kind in "fV":
             # float -> int truncates toward zero; go through float64 so bfloat16 casts too
-            return np.trunc(a.astype(np.float64)).astype(target)
+            return _arr(np.trunc(a.astype(np.float64))).astype(target)  # _arr: a 0-d input stays an array
         return a.astype(target)
 
     # -- reductions ------------------------------------------------------------------------
