@@ -129,3 +129,60 @@ def test_tracing_leaves_the_device_as_it_was():
     assert dev._defer is before
     y = (em.ones((2,)) * 3.0).relu()
     assert y.tolist() == [3.0, 3.0]
+
+
+def _digits_cnn():
+    """The layers of `ember train digits` (ember.train.tasks.digits builds it with its data)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1, device=DEV),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1, device=DEV),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 4 * 4, 128, device=DEV),
+        nn.ReLU(),
+        nn.Dropout(0.25),
+        nn.Linear(128, 10, device=DEV),
+    )
+
+
+def test_the_digits_cnn_round_trip(tmp_path):
+    _round_trip(tmp_path, _digits_cnn(), (_x((3, 1, 8, 8)),), dynamic_axes={"input_0": [0]}, rtol=1e-4, atol=1e-4)
+
+
+def test_the_reverse_transformer_round_trip(tmp_path):
+    from ember.train.tasks import ReverseModel
+
+    model = ReverseModel(vocab=12, length=10, d_model=32, heads=4, layers=2, device=DEV)
+    tokens = em.tensor(np.random.default_rng(3).integers(0, 12, (4, 10)), dtype="int64", device=DEV)
+    _round_trip(tmp_path, model, (tokens,), rtol=1e-4, atol=1e-4)
+
+
+def test_the_benchmark_workload_models_round_trip(tmp_path):
+    """W2's MLP, W3's CNN and W4's pre-norm encoder layer (shared/WORKLOADS.md), at small sizes."""
+    w2 = nn.Sequential(
+        nn.Linear(784, 64, device=DEV),
+        nn.ReLU(),
+        nn.Linear(64, 64, device=DEV),
+        nn.ReLU(),
+        nn.Linear(64, 10, device=DEV),
+    )
+    _round_trip(tmp_path, w2, (_x((8, 784)),), rtol=1e-4, atol=1e-4)
+    w3 = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1, device=DEV),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1, device=DEV),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 7 * 7, 32, device=DEV),
+        nn.ReLU(),
+        nn.Linear(32, 10, device=DEV),
+    )
+    _round_trip(tmp_path, w3, (_x((2, 1, 28, 28)),), rtol=1e-4, atol=1e-4)
+    w4 = nn.TransformerEncoderLayer(
+        32, 4, dim_feedforward=64, dropout=0.0, activation="gelu", batch_first=True, norm_first=True, device=DEV
+    )
+    _round_trip(tmp_path, w4, (_x((2, 16, 32)),), rtol=1e-4, atol=1e-4)
