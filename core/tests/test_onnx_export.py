@@ -103,6 +103,15 @@ def test_a_function_with_tensor_ops_exports(tmp_path):
     _round_trip(tmp_path, f, (_x((3, 4)), _x((3, 4), 1)), opset=18)
 
 
+def test_indexed_assignment_exports_as_scatter(tmp_path):
+    def f(x, i):
+        y = em.index_put(x, (i,), em.ones((2, 3), device=DEV) * 5.0)
+        return em.index_put(y, (i,), x[:2] * 2.0, accumulate=True)
+
+    idx = em.tensor([3, 0], dtype="int64", device=DEV)
+    _round_trip(tmp_path, f, (_x((4, 3)), idx))
+
+
 def test_an_op_onnx_cannot_express_is_named_with_where_it_was_called():
     def f(x):
         return em.atan2(x, x + 1.0)

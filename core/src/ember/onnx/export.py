@@ -464,6 +464,21 @@ def _scatter_add(b: Builder, xs: list[Any], p: dict[str, Any], out: Value, call:
     return b.node("ScatterElements", [xs[0], xs[1], xs[2]], axis=int(p["axis"]), reduction="add")
 
 
+@emits("index_put")
+def _index_put(b: Builder, xs: list[Any], p: dict[str, Any], out: Value, call: Call) -> str:
+    # dispatch hands over int64 indices already wrapped and broadcast to one shape
+    if not xs[2:]:
+        raise CannotExpress("index_put without index tensors")
+    axis = b.ints([-1])
+    parts = [b.node("Unsqueeze", [i, axis]) for i in xs[2:]]
+    index = b.node("Concat", parts, axis=-1) if len(parts) > 1 else parts[0]
+    if p.get("accumulate"):
+        if b.opset < 16:
+            raise CannotExpress("index_put with accumulate=True needs opset 16")
+        return b.node("ScatterND", [xs[0], index, xs[1]], reduction="add")
+    return b.node("ScatterND", [xs[0], index, xs[1]])
+
+
 @emits("sort", "argsort")
 def _sort(b: Builder, xs: list[Any], p: dict[str, Any], out: Value, call: Call) -> str:
     axis = int(p["axis"])
