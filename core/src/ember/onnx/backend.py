@@ -39,6 +39,8 @@ class EmberRep(BackendRep):
 
 
 def _host(value: Any) -> Any:
+    if value is None:  # an empty optional
+        return None
     if isinstance(value, list):  # an ONNX sequence
         return [_host(v) for v in value]
     return np.asarray(value.numpy())

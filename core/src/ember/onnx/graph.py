@@ -301,6 +301,8 @@ class OnnxModule(Module):
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _as_tensor(self, value: Any, name: str) -> Any:
+        if value is None:  # an empty ONNX optional
+            return None
         if isinstance(value, list):  # an ONNX sequence
             return [self._as_tensor(v, name) for v in value]
         if isinstance(value, Tensor):

@@ -158,3 +158,52 @@ def _rotary(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     if rank3:
         return y.reshape((y.shape[0], y.shape[1], -1))
     return y.permute((0, 2, 1, 3))
+
+
+def _split_heads(t: Tensor, n: int) -> Tensor:
+    b, s, hd = t.shape
+    return t.reshape((b, s, n, hd // n)).permute((0, 2, 1, 3))
+
+
+@handler("LinearAttention")
+def _linear_attention(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Tensor]:
+    xs = xs + [None] * (6 - len(xs))
+    q, k, v, past, decay, beta = xs[:6]
+    rule = node.attr("update_rule", "gated_delta")
+    qh, kvh = node.attr("q_num_heads"), node.attr("kv_num_heads")
+    if not qh or not kvh or qh % kvh:
+        raise unsupported(node, f"LinearAttention with q_num_heads={qh}, kv_num_heads={kvh}")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating != (decay is not None) or delta != (beta is not None):
+        raise unsupported(node, f"update_rule {rule!r} with these decay/beta inputs")
+    out_dt = q.dtype
+    f32 = "float32"
+    b, t, _ = q.shape
+    dk = q.shape[-1] // qh
+    dv = v.shape[-1] // kvh
+    group = qh // kvh
+    q4, k4, v4 = (_split_heads(a.astype(f32), n) for a, n in ((q, qh), (k, kvh), (v, kvh)))
+    if decay is not None:
+        d4 = decay.astype(f32)
+        if d4.shape[-1] == kvh:
+            d4 = d4.reshape((b, t, kvh, 1)).permute((0, 2, 1, 3))
+        else:
+            d4 = _split_heads(d4, kvh)
+    if beta is not None:
+        b4 = beta.astype(f32).reshape((b, t, beta.shape[-1], 1)).permute((0, 2, 1, 3))
+    state_dt = past.dtype if past is not None else out_dt
+    state = past.astype(f32) if past is not None else em.zeros((b, kvh, dk, dv), dtype=f32, device=q.device)
+    scale = node.attr("scale") or 1.0 / math.sqrt(dk)
+    outs = []
+    for i in range(t):
+        qt, kt, vt = q4[:, :, i, :], k4[:, :, i, :], v4[:, :, i, :]
+        if gating:
+            state = state * em.expand_dims(em.exp(d4[:, :, i, :]), axis=-1)
+        if delta:
+            retrieved = em.squeeze(em.matmul(em.expand_dims(kt, axis=2), state), axis=2)
+            vt = b4[:, :, i, :] * (vt - retrieved)
+        state = state + em.expand_dims(kt, axis=-1) * em.expand_dims(vt, axis=-2)
+        read = em.repeat(state, group, axis=1) if group > 1 else state
+        outs.append(em.squeeze(em.matmul(em.expand_dims(qt, axis=2), read), axis=2) * scale)
+    y = em.stack(outs, axis=2).permute((0, 2, 1, 3)).reshape((b, t, qh * dv))
+    return [y.astype(out_dt), state.astype(state_dt)]

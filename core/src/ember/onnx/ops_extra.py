@@ -669,3 +669,73 @@ def _grid_sample(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
         part = em.take_along_axis(flat, idx_t, axis=2) * w_t
         out = part if out is None else out + part
     return out.reshape((n, c) + tuple(out_spatial))
+
+
+@handler("CausalConvWithState")
+def _causal_conv_with_state(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Tensor]:
+    xs = xs + [None] * (4 - len(xs))
+    x, w, bias, past = xs[:4]
+    act = node.attr("activation", "none")
+    if act not in ("none", "silu", "swish"):
+        raise bad(node, f"activation must be none, silu or swish, got {act!r}")
+    n, c, _ = x.shape
+    k = w.shape[2]
+    if past is None:
+        past = em.zeros((n, c, k - 1), dtype=x.dtype, device=x.device)
+    padded = em.concat([past, x], axis=2)
+    y = em.conv(padded, w, bias, groups=c)
+    if act != "none":
+        y = (y.astype("float32") * em.sigmoid(y.astype("float32"))).astype(x.dtype)
+    total = padded.shape[2]
+    return [y, padded[:, :, total - (k - 1) :]]
+
+
+@handler("MaxUnpool")
+def _max_unpool(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
+    x, index = xs[0], xs[1]
+    kernel = node.attr("kernel_shape")
+    nd = len(kernel)
+    strides = node.attr("strides") or [1] * nd
+    pads = node.attr("pads") or [0] * (2 * nd)
+    inferred = list(x.shape[:2]) + [
+        (x.shape[2 + i] - 1) * strides[i] - (pads[i] + pads[nd + i]) + kernel[i] for i in range(nd)
+    ]
+    total = int(np.prod(inferred))
+    flat = em.zeros((total,), dtype=x.dtype, device=x.device)
+    y = em.index_put(flat, (index.reshape((-1,)).astype("int64"),), x.reshape((-1,))).reshape(tuple(inferred))
+    if len(xs) > 2 and xs[2] is not None:
+        shape = ints(xs[2])
+        widths = [0] * len(shape) + [s - i for s, i in zip(shape, inferred)]
+        return pad_tensor(y, widths, 0, "constant", None, node)
+    return y
+
+
+@handler("SequenceMap")
+def _sequence_map(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Any]:
+    body = node.graphs["body"]
+    first = xs[0]
+    outs: list[list[Any]] = [[] for _ in body.outputs]
+    for i in range(len(first)):
+        args = [x[i] if isinstance(x, list) else x for x in xs]
+        for acc, value in zip(outs, ctx.run_graph(body, args, ctx.env)):
+            acc.append(value)
+    return outs
+
+
+# -- optionals: an empty optional is None -------------------------------------------------------
+@handler("Optional")
+def _optional(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Any]:
+    return [xs[0] if xs else None]
+
+
+@handler("OptionalHasElement")
+def _optional_has(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
+    present = bool(xs) and xs[0] is not None
+    return on(np.asarray(present), ctx.device)
+
+
+@handler("OptionalGetElement")
+def _optional_get(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Any]:
+    if not xs or xs[0] is None:
+        raise bad(node, "the optional is empty")
+    return [xs[0]]

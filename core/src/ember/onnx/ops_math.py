@@ -487,7 +487,32 @@ def _gemm(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
 @handler("Einsum")
 def _einsum(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     eq = node.attr("equation", "").replace(" ", "")
+    if "..." in eq:
+        eq = _expand_ellipsis(eq, [x.ndim for x in xs], node)
     return em.einsum(eq, *xs)
+
+
+def _expand_ellipsis(eq: str, ranks: list[int], node: OnnxNode) -> str:
+    """``eq`` with each ``...`` replaced by letters the equation does not use (ember names every axis)."""
+    lhs, arrow, rhs = eq.partition("->")
+    specs = lhs.split(",")
+    if len(specs) != len(ranks):
+        raise bad(node, f"equation {eq!r} names {len(specs)} operands, the node has {len(ranks)}")
+    free = [ch for ch in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if ch not in eq]
+    width = max((r - (len(sp) - 3) for sp, r in zip(specs, ranks) if "..." in sp), default=0)
+    letters = "".join(free[:width])
+    out = []
+    for sp, r in zip(specs, ranks):
+        if "..." in sp:
+            n = r - (len(sp) - 3)
+            sp = sp.replace("...", letters[width - n :] if n else "")
+        out.append(sp)
+    if arrow:
+        rhs = rhs.replace("...", letters)
+    else:  # implicit output: the broadcast axes, then the letters used once, sorted
+        once = sorted(ch for ch in set("".join(out)) if "".join(out).count(ch) == 1 and ch not in letters)
+        rhs = letters + "".join(once)
+    return ",".join(out) + "->" + rhs
 
 
 @handler("Det")

@@ -348,7 +348,13 @@ def _scatter(x: Tensor, indices: tuple[Tensor, ...], updates: Tensor, reduction:
         return em.index_put(x, indices, updates)
     if reduction == "add":
         return em.index_put(x, indices, updates, accumulate=True)
-    raise unsupported(node, f"scatter with reduction={reduction!r} (ember scatters with none and add)")
+    ufunc = {"mul": np.multiply, "max": np.maximum, "min": np.minimum}.get(reduction)
+    if ufunc is None:
+        raise bad(node, f"reduction must be none, add, mul, max or min, got {reduction!r}")
+    # ember has no multiplying or max/min scatter: these few reductions run on the host
+    out = np.array(host(x), copy=True)
+    ufunc.at(out, tuple(host(i) for i in indices), host(updates))
+    return on(out, x.device)
 
 
 def _scatter_elements(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
