@@ -132,12 +132,25 @@ def test_bad_arguments_name_the_argument():
 
 
 def test_tracing_leaves_the_device_as_it_was():
+    """A lazy hook installed before export is back afterwards, and sees the next op."""
+    from ember.device import set_defer
+
     dev = em.Device.cpu()
-    before = dev._defer
-    em.onnx.export(lambda x: (x * 3.0).relu(), (_x((2,)),), None)
-    assert dev._defer is before
-    y = (em.ones((2,)) * 3.0).relu()
-    assert y.tolist() == [3.0, 3.0]
+    seen = []
+
+    def hook(op, handles, params, shape, dtype):
+        seen.append(op.name)
+        return dev._impls[op.name](*handles, **params)
+
+    set_defer(dev, hook)
+    try:
+        em.onnx.export(lambda x: (x * 3.0).relu(), (_x((2,)),), None)
+        assert dev._defer is hook
+        seen.clear()
+        y = (em.ones((2,)) * 3.0).relu()
+        assert "mul" in seen and y.tolist() == [3.0, 3.0]
+    finally:
+        set_defer(dev, None)
 
 
 def _digits_cnn():

@@ -315,11 +315,12 @@ class _Traced:
 class _TracingTable(dict):
     """A device's implementation table while tracing: every op but ``to_numpy`` looks native."""
 
-    __slots__ = ("real",)
+    __slots__ = ("real", "previous_defer")
 
-    def __init__(self, real: _ImplTable) -> None:
+    def __init__(self, real: _ImplTable, previous_defer: Any) -> None:
         super().__init__()
         self.real = real
+        self.previous_defer = previous_defer
 
     def __missing__(self, name: str) -> Any:
         impl = self.real[name] if name == "to_numpy" else _TRACED
@@ -330,19 +331,30 @@ class _TracingTable(dict):
 _TRACED = _Traced()
 
 
+def _set_impls(state: _DeviceState, impls: Any) -> None:
+    state.impls = impls
+    for dev in _INTERNED.values():
+        if dev._state is state:
+            dev._impls = impls
+
+
 def set_tracer(device: Device, hook: Any) -> Any:
     """Install ``hook`` (the lazy seam's signature) for every op of ``device``'s hardware, with
     each op reported native, so dispatch hands ops to it as the op table defines them (before
     any composite); export traces this way. Returns ``real(name)``, the backend kernel of an op
-    (or None: run its composite). ``hook=None`` restores the device."""
+    (or None: run its composite). ``hook=None`` restores the table and the previous lazy hook."""
     state = device._state
-    real = state.impls.real if isinstance(state.impls, _TracingTable) else state.impls
-    state.impls = _TracingTable(real) if hook is not None else real
-    for dev in _INTERNED.values():
-        if dev._state is state:
-            dev._impls = state.impls
+    current = state.impls
+    if hook is None:
+        if isinstance(current, _TracingTable):
+            _set_impls(state, current.real)
+            set_defer(device, current.previous_defer)
+        return state.impls.__getitem__
+    if isinstance(current, _TracingTable):
+        raise InvalidArgumentError(f"{device.kind}:{device.index} is already being traced; traces do not nest")
+    _set_impls(state, _TracingTable(current, state.defer))
     set_defer(device, hook)
-    return real.__getitem__
+    return current.__getitem__
 
 
 def common_device(op: str, devices: list[Device]) -> Device:

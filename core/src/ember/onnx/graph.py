@@ -56,6 +56,8 @@ def _attr_value(a: AttributeProto, base_dir: str | None, node: str) -> Any:
         return [proto.to_numpy(v, base_dir) for v in a.tensors]
     if t == AttributeProto.GRAPH:
         return a.g
+    if t in (AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
+        return None  # type declarations (Optional's element type): values carry their own types
     kind = AttributeProto.AttributeType.Name(t) if t in AttributeProto.AttributeType.values() else t
     raise OnnxModelError(f"onnx: {node}: attribute {a.name!r} has type {kind}, which ember does not read")
 

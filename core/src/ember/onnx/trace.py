@@ -147,17 +147,17 @@ class _Tracer:
 def trace(fn: Any, args: list[Tensor], named: dict[str, Tensor], device: Device) -> tuple[Trace, Any]:
     """Run ``fn(*args)`` on ``device`` with every op recorded; ``named`` tensors (parameters and
     buffers) are graph initializers under their names. Returns the trace and ``fn``'s result."""
-    real = set_tracer(device, None)
-    to_numpy = real("to_numpy")
-    tracer = _Tracer(device, real, to_numpy)
-    for name, t in named.items():
-        v = tracer.register(t, name)
-        v.data = np.array(np.asarray(to_numpy(t._data)), copy=True)
-        tracer.trace.named[name] = v
-    for i, t in enumerate(args):
-        tracer.trace.inputs.append(tracer.register(t, f"input_{i}"))
-    set_tracer(device, tracer)
+    tracer = _Tracer(device, None, None)
+    real = set_tracer(device, tracer)
     try:
+        tracer.real = real
+        tracer.to_numpy = to_numpy = real("to_numpy")
+        for name, t in named.items():
+            v = tracer.register(t, name)
+            v.data = np.array(np.asarray(to_numpy(t._data)), copy=True)
+            tracer.trace.named[name] = v
+        for i, t in enumerate(args):
+            tracer.trace.inputs.append(tracer.register(t, f"input_{i}"))
         with no_grad():
             result = fn(*args)
     finally:
