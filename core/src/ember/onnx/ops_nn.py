@@ -168,23 +168,15 @@ def _avg_pool(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     xp, kernel, strides, dil = _pool_prepare(node, x, 0.0)
     pool = _window_mean if any(d != 1 for d in dil) else None
     y = pool(xp, kernel, strides, dil) if pool else em.avg_pool(xp, tuple(kernel), stride=tuple(strides))
-    if node.attr("count_include_pad", 0):
-        # the padding counts, the ceil-mode tail past it does not
-        pads = _kernel_args(node, x, kernel)[2]
-        nd = len(kernel)
-        mask = em.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
-        mask = _spatial_pad(mask, pads, 1.0)
-        tail = [xp.shape[2 + i] - mask.shape[2 + i] for i in range(nd)]
-        if any(tail):
-            mask = _spatial_pad(mask, [0] * nd + tail, 0.0)
-    else:
-        mask = em.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
-        pads = _kernel_args(node, x, kernel)[2]
-        nd = len(kernel)
-        mask = _spatial_pad(mask, pads, 0.0)
-        tail = [xp.shape[2 + i] - mask.shape[2 + i] for i in range(nd)]
-        if any(tail):
-            mask = _spatial_pad(mask, [0] * nd + tail, 0.0)
+    # which positions each window's mean counts: the input, the explicit padding when
+    # count_include_pad, never the ceil-mode tail past the padding
+    nd = len(kernel)
+    pads = _kernel_args(node, x, kernel)[2]
+    mask = em.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
+    mask = _spatial_pad(mask, pads, 1.0 if node.attr("count_include_pad", 0) else 0.0)
+    tail = [xp.shape[2 + i] - mask.shape[2 + i] for i in range(nd)]
+    if any(tail):
+        mask = _spatial_pad(mask, [0] * nd + tail, 0.0)
     share = pool(mask, kernel, strides, dil) if pool else em.avg_pool(mask, tuple(kernel), stride=tuple(strides))
     return y / share
 
