@@ -455,18 +455,21 @@ def _nearest(x: np.ndarray, how: str) -> np.ndarray:
     raise ValueError(how)
 
 
+def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with parameter ``a`` at distances ``d``."""
+    d = np.abs(d)
+    return np.where(
+        d <= 1,
+        ((a + 2) * d - (a + 3)) * d * d + 1,
+        np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0),
+    )
+
+
 def _cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
-    """Weights of taps at offsets -1, 0, 1, 2 for fractional position ``t`` (Keys' kernel)."""
-
-    def k(d: np.ndarray) -> np.ndarray:
-        d = np.abs(d)
-        return np.where(
-            d <= 1,
-            ((a + 2) * d - (a + 3)) * d * d + 1,
-            np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0),
-        )
-
-    return np.stack([k(t + 1), k(t), k(1 - t), k(2 - t)], axis=-1)
+    """Weights of taps at offsets -1, 0, 1, 2 for fractional position ``t``."""
+    return np.stack(
+        [_cubic_kernel(t + 1, a), _cubic_kernel(t, a), _cubic_kernel(1 - t, a), _cubic_kernel(2 - t, a)], axis=-1
+    )
 
 
 def _resize_matrix(node: OnnxNode, n: int, m: int, scale: float, roi: tuple[float, float] | None) -> tuple[Any, Any]:
@@ -481,21 +484,33 @@ def _resize_matrix(node: OnnxNode, n: int, m: int, scale: float, roi: tuple[floa
     rows = np.arange(m)
     x0 = np.floor(x)
     t = x - x0
-    if mode == "linear":
+    a = node.attr("cubic_coeff_a", -0.75)
+    if node.attr("antialias", 0) and scale < 1 and mode in ("linear", "cubic"):
+        # a filter stretched by 1/scale: more taps, each weighed at its distance times scale
+        exact = x0 == x
+        x0 = np.where(exact, x0 - 1, x0)  # ONNX takes the left neighbour at exact positions
+        t = x - x0
+        start = int(np.floor((-1 if mode == "linear" else -2) / scale) + 1)
+        offsets = np.arange(start, 2 - start)
+        dist = (offsets[None, :] - t[:, None]) * scale
+        if mode == "linear":
+            weights = np.clip(1 - np.abs(dist), 0, 1)
+        else:
+            weights = _cubic_kernel(dist, a)
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+        taps = [x0 + o for o in offsets]
+    elif mode == "linear":
         taps, weights = [x0, x0 + 1], np.stack([1 - t, t], axis=-1)
-        if node.attr("antialias", 0) and scale < 1:
-            raise unsupported(node, "antialiased downsampling")
     elif mode == "cubic":
-        if node.attr("antialias", 0) and scale < 1:
-            raise unsupported(node, "antialiased downsampling")
         taps = [x0 - 1, x0, x0 + 1, x0 + 2]
-        weights = _cubic_weights(t, node.attr("cubic_coeff_a", -0.75))
-        if node.attr("exclude_outside", 0):
-            inside = np.stack([(p >= 0) & (p <= n - 1) for p in taps], axis=-1)
-            weights = weights * inside
-            weights = weights / weights.sum(axis=-1, keepdims=True)
+        weights = _cubic_weights(t, a)
     else:
         raise bad(node, f"mode must be nearest, linear or cubic, got {mode!r}")
+    if mode == "cubic" and node.attr("exclude_outside", 0):
+        inside = np.stack([(p >= 0) & (p <= n - 1) for p in taps], axis=-1)
+        weights = weights * inside
+        total = weights.sum(axis=-1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
     for j, p in enumerate(taps):
         np.add.at(w, (rows, np.clip(p, 0, n - 1).astype(np.int64)), weights[:, j])
     return w, outside
