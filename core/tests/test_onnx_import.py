@@ -245,3 +245,19 @@ def test_cli_onnx_info_says_what_a_model_holds(tmp_path, capsys):
     assert main(["onnx", "info", str(bad)]) == 1
     assert main(["onnx", "ops"]) == 0
     assert "\nConv\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "shape, match",
+    [([2**20, 2**20], "over ember's limit"), ([4, -2], "negative dimension")],
+)
+def test_shapes_read_from_data_are_bounded(shape, match):
+    """A shape computed from the model's own data (ConstantOfShape here) cannot make ember
+    allocate without bound."""
+    model = _model(
+        [helper.make_node("ConstantOfShape", ["s"], ["y"])],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(OnnxModelError, match=match):
+        em.onnx.from_model(model)(np.asarray(shape, dtype=np.int64))

@@ -12,7 +12,7 @@ import ember as em
 
 from ..tensor import Tensor
 from .registry import Context, OnnxNode, handler
-from .util import bad, const, dtype_of, ints, norm_axis, unsupported
+from .util import bad, checked_shape, const, dtype_of, ints, norm_axis, unsupported
 
 # -- elementwise unary -------------------------------------------------------------------------
 _UNARY = {
@@ -561,5 +561,8 @@ def _dequantize(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
 @handler("Range")
 def _range(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     start, limit, delta = (x.numpy().reshape(()).item() for x in xs)
+    if delta == 0:
+        raise bad(node, "delta is 0")
     n = max(int(math.ceil((limit - start) / delta)), 0)
+    checked_shape((n,), node)
     return em.arange(n, device=xs[0].device).astype(xs[0].dtype) * const(delta, xs[0]) + const(start, xs[0])

@@ -12,7 +12,7 @@ import ember as em
 from ..tensor import Tensor
 from .ops_tensor import pad_tensor
 from .registry import Context, OnnxNode, handler
-from .util import bad, const, host, ints, norm_axis, on, unsupported
+from .util import bad, checked_shape, const, host, ints, norm_axis, on, unsupported
 
 
 # -- padding rules -----------------------------------------------------------------------------
@@ -545,6 +545,7 @@ def _resize(
             rois = [rois[a] for a in axes] if len(rois) == nd else [None] * len(axes)
         if node.attr("coordinate_transformation_mode") == "tf_crop_and_resize" and not sizes:
             outs = [int(math.floor(n * (hi - lo) * s)) for n, (lo, hi), s in zip(in_sizes, rois, scales)]
+    checked_shape([outs[axes.index(i)] if i in axes else d for i, d in enumerate(x.shape)], node)
     extrap = node.attr("extrapolation_value", 0.0)
     y = x
     for a, n, m, s, r in zip(axes, in_sizes, outs, scales, rois):

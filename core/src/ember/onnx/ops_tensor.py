@@ -10,7 +10,7 @@ import ember as em
 
 from ..tensor import Tensor
 from .registry import Context, OnnxNode, handler
-from .util import bad, const, dtype_of, host, ints, norm_axis, on, unsupported
+from .util import bad, checked_shape, const, dtype_of, host, ints, norm_axis, on, unsupported
 
 
 # -- constants and shapes ----------------------------------------------------------------------
@@ -50,7 +50,7 @@ def _size(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
 
 @handler("ConstantOfShape")
 def _constant_of_shape(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
-    shape = tuple(ints(xs[0]))
+    shape = checked_shape(ints(xs[0]), node)
     value = node.attr("value")
     arr = np.zeros((1,), np.float32) if value is None else np.asarray(value).reshape(-1)
     return on(np.full(shape, arr[0], dtype=arr.dtype), ctx.device)
@@ -219,13 +219,15 @@ def slice_tensor(x: Tensor, starts: Any, ends: Any, axes: Any, steps: Any, node:
 def _expand(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     x = xs[0]
     shape = ints(xs[1])
-    target = np.broadcast_shapes(tuple(x.shape), tuple(shape))
+    target = checked_shape(np.broadcast_shapes(tuple(x.shape), tuple(checked_shape(shape, node, "target"))), node)
     return em.broadcast_to(x, target)
 
 
 @handler("Tile")
 def _tile(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
-    return em.tile(xs[0], ints(xs[1]))
+    reps = ints(xs[1])
+    checked_shape([d * r for d, r in zip(xs[0].shape, reps)] + reps[xs[0].ndim :], node)
+    return em.tile(xs[0], reps)
 
 
 def _pad_axis_index(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
@@ -258,6 +260,7 @@ def pad_tensor(x: Tensor, pads: list[int], value: Any, mode: str, axes: list[int
     x = x[tuple(key)]
     lo = [max(v, 0) for v in lo]
     hi = [max(v, 0) for v in hi]
+    checked_shape([d + a + b for d, a, b in zip(x.shape, lo, hi)], node)
     if mode == "constant":
         return em.pad(x, tuple(zip(lo, hi)), value=value)
     if mode not in ("reflect", "edge", "wrap"):
@@ -381,6 +384,7 @@ def _scatter_nd(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
 def _one_hot(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
     indices, depth_t, values = xs
     depth = int(host(depth_t).reshape(-1)[0])
+    checked_shape(tuple(indices.shape) + (depth,), node)
     idx = indices.astype("int64")
     idx = em.where(idx < 0, idx + depth, idx)
     nd = idx.ndim + 1

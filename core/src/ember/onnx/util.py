@@ -13,7 +13,7 @@ from ..tensor import Tensor
 from . import proto
 from .registry import OnnxNode
 
-__all__ = ["host", "ints", "const", "dtype_of", "unsupported", "bad", "norm_axis", "like"]
+__all__ = ["host", "ints", "const", "dtype_of", "unsupported", "bad", "norm_axis", "like", "checked_shape"]
 
 
 def host(t: Tensor) -> np.ndarray:
@@ -70,3 +70,19 @@ def norm_axis(axis: int, ndim: int, node: OnnxNode) -> int:
 def like(x: Tensor, value: float) -> Tensor:
     """A 0-d tensor holding ``value`` in ``x``'s dtype on its device."""
     return const(value, x)
+
+
+def checked_shape(shape: Any, node: OnnxNode, what: str = "output") -> tuple[int, ...]:
+    """A shape read from a model's data, refused when negative or past ember's element limit
+    (a hostile file must not make ember allocate without bound)."""
+    dims = tuple(int(d) for d in shape)
+    count = 1
+    for d in dims:
+        if d < 0:
+            raise bad(node, f"the {what} shape {dims} has a negative dimension")
+        count *= d
+    if count > proto.MAX_TENSOR_ELEMENTS:
+        raise bad(
+            node, f"the {what} shape {dims} has {count} elements, over ember's limit of {proto.MAX_TENSOR_ELEMENTS}"
+        )
+    return dims
