@@ -11,7 +11,7 @@ True
 
 from __future__ import annotations
 
-from . import ops_attention, ops_extra, ops_math, ops_nn, ops_rnn, ops_tensor  # noqa: F401  (registers the op handlers)
+from . import ops_attention, ops_extra, ops_math, ops_nn, ops_rnn, ops_signal, ops_tensor  # noqa: F401  (registers the op handlers)
 from .export import export, to_model
 from .graph import OnnxModule, from_model, load
 from .proto import MAX_MODEL_BYTES, parse_model, read_model
