@@ -3,6 +3,8 @@ onnxruntime on the same inputs, and imported back into ember."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -208,3 +210,32 @@ def test_the_benchmark_workload_models_round_trip(tmp_path):
         32, 4, dim_feedforward=64, dropout=0.0, activation="gelu", batch_first=True, norm_first=True, device=DEV
     )
     _round_trip(tmp_path, w4, (_x((2, 16, 32)),), rtol=1e-4, atol=1e-4)
+
+
+_DEVICES = [d.strip() for d in os.environ.get("EMBER_ONNX_DEVICES", "cpu").split(",") if d.strip()]
+
+
+@pytest.mark.parametrize("spec", _DEVICES)
+def test_export_traces_and_import_runs_on_each_device(spec):
+    """Tracing computes with the device's own kernels; the re-imported model runs there too
+    (EMBER_ONNX_DEVICES, as for the node tests: tox's onnx env adds opencl:0 and wgpu:0)."""
+    dev = em.Device(spec)
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1, device=dev), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 3, device=dev)
+    )
+    x = em.randn((2, 1, 6, 6), device=dev, key=em.random.key(0))
+    proto = em.onnx.export(net, (x,), None)
+    want = net(x).numpy()
+    (got,) = _ort(proto, {"input_0": x.numpy()})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    back = em.onnx.from_model(proto, device=dev)
+    np.testing.assert_allclose(back(x).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_traces_do_not_nest():
+    def outer(x):
+        em.onnx.export(lambda y: y + 1.0, (x,), None)
+        return x
+
+    with pytest.raises(InvalidArgumentError, match="do not nest"):
+        em.onnx.export(outer, (_x((2,)),), None)
