@@ -517,7 +517,12 @@ def _expand_ellipsis(eq: str, ranks: list[int], node: OnnxNode) -> str:
 
 @handler("Det")
 def _det(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
-    raise unsupported(node, "Det (ember has no determinant op yet)")
+    x = xs[0]
+    if not x.dtype.is_floating:
+        raise unsupported(node, f"Det of {x.dtype}")
+    # ember has no determinant op yet (ember-linalg is planned): LU on the host, in float64
+    value = np.linalg.det(np.asarray(x.numpy(), dtype=np.float64))
+    return const(value, x)
 
 
 def _quant_shape(scale: Tensor, x: Tensor, node: OnnxNode) -> Tensor:
