@@ -97,6 +97,49 @@ def test_small_transformer_round_trip(tmp_path):
     _round_trip(tmp_path, Net(), (tokens,), rtol=1e-4, atol=1e-4)
 
 
+_X4 = ((2, 4, 8, 8), 1)
+_SEQ = ((5, 2, 8), 2)
+_LAYERS = {
+    "GroupNorm": (lambda: nn.GroupNorm(2, 4, device=DEV), _X4),
+    "RMSNorm": (lambda: nn.RMSNorm(8, device=DEV), _X4),
+    "ConvTranspose2d": (lambda: nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1, device=DEV), _X4),
+    "AvgPool2d": (lambda: nn.AvgPool2d(3, stride=2, padding=1), _X4),
+    "AdaptiveAvgPool2d": (lambda: nn.AdaptiveAvgPool2d(2), _X4),
+    "AdaptiveMaxPool2d": (lambda: nn.AdaptiveMaxPool2d(1), _X4),
+    "Conv1d": (lambda: nn.Conv1d(4, 2, 3, device=DEV), ((2, 4, 10), 3)),
+    "activations": (
+        lambda: nn.Sequential(nn.SiLU(), nn.Softplus(), nn.Mish(), nn.ELU(), nn.LeakyReLU(), nn.Tanh(), nn.Sigmoid()),
+        _X4,
+    ),
+    "LSTM": (lambda: nn.LSTM(8, 16, device=DEV), _SEQ),
+    "GRU": (lambda: nn.GRU(8, 16, device=DEV), _SEQ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LAYERS))
+def test_layers_round_trip(tmp_path, name):
+    make, (shape, seed) = _LAYERS[name]
+    model = make()
+    x = _x(shape, seed)
+    path = tmp_path / "layer.onnx"
+    em.onnx.export(model, (x,), path)
+    out = model(x)
+    want = [t.numpy() for t in _flat(out)]
+    got = _ort(str(path), {"input_0": x.numpy()})
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    again = em.onnx.load(path, device=DEV)(x)
+    for g, w in zip(_flat(again), want):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5)
+
+
+def _flat(out):
+    if isinstance(out, (tuple, list)):
+        return [t for part in out for t in _flat(part)]
+    return [out]
+
+
 def test_a_function_with_tensor_ops_exports(tmp_path):
     def f(a, b):
         c = em.concat([a * 2.0 - b, em.exp(a)], axis=1)

@@ -162,11 +162,17 @@ def trace(fn: Any, args: list[Tensor], named: dict[str, Tensor], device: Device)
             result = fn(*args)
     finally:
         set_tracer(device, None)
-    outs = result if isinstance(result, (tuple, list)) else [result]
-    for t in outs:
+    for t in _flatten(result):
         if not isinstance(t, Tensor):
             raise InvalidArgumentError(
                 f"onnx.export: the function returned a {type(t).__name__}; return a Tensor or a tuple of Tensors"
             )
         tracer.trace.outputs.append(tracer.value_of(t._data))
     return tracer.trace, result
+
+
+def _flatten(result: Any) -> list[Any]:
+    """A function's outputs, nested tuples and lists flattened in order (LSTM's ``(y, (h, c))``)."""
+    if isinstance(result, (tuple, list)):
+        return [t for part in result for t in _flatten(part)]
+    return [result]
