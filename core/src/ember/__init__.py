@@ -249,6 +249,7 @@ transpose = swapaxes
 #: submodules loaded on first attribute access (kept out of ``import ember``)
 _LAZY_SUBMODULES = {
     "nn",
+    "onnx",
     "optim",
     "data",
     "train",

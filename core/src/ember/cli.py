@@ -1,4 +1,4 @@
-"""The ``ember`` command: ``plugins``, ``devices``, ``doctor``, ``ops``, ``train``, ``--version``."""
+"""The ``ember`` command: ``plugins``, ``devices``, ``doctor``, ``ops``, ``train``, ``onnx``, ``--version``."""
 
 from __future__ import annotations
 
@@ -188,6 +188,17 @@ def cmd_train(args: argparse.Namespace, rest: Sequence[str]) -> int:
     return train_main(list(rest))
 
 
+def cmd_onnx(rest: Sequence[str]) -> int:
+    """Inspect ONNX models and list the ONNX ops ember imports (see ``ember onnx --help``)."""
+    # imported here: ember.onnx needs the optional onnx package, which the other commands do not
+    try:
+        from .onnx.cli import main as onnx_main
+    except ImportError as exc:
+        print(f"ember onnx: {exc}")
+        return 1
+    return onnx_main(list(rest))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ember", description="Ember: one model, any device.")
@@ -201,8 +212,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--device", help="also show which ops this device computes natively, e.g. opencl:0")
     p.add_argument("--markdown", action="store_true", help="print Markdown (docs/ops.md is this without --device)")
     sub.add_parser("train", help="train an example model (ember train --help)", add_help=False)
+    sub.add_parser(
+        "onnx", help="inspect ONNX models, list the ONNX ops ember imports (ember onnx --help)", add_help=False
+    )
     if argv and argv[0] == "train":
         return cmd_train(argparse.Namespace(), argv[1:])
+    if argv and argv[0] == "onnx":
+        return cmd_onnx(argv[1:])
     args = parser.parse_args(argv)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "plugins": cmd_plugins,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .backend import Backend, Capabilities
     from .dtypes import DType
 
-__all__ = ["Device", "common_device", "device_arg", "check_dtype", "invalidate", "set_defer"]
+__all__ = ["Device", "common_device", "device_arg", "check_dtype", "invalidate", "set_defer", "set_tracer"]
 
 
 class _ImplTable(dict):
@@ -317,6 +317,58 @@ def set_defer(device: Device, defer: Any) -> None:
     for dev in _INTERNED.values():
         if dev._state is state:
             dev._defer = defer
+
+
+class _Traced:
+    """Stands for every op's kernel while a tracer is installed: dispatch then calls the hook."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - the hook runs instead
+        raise DeviceUnavailableError("an op reached a traced device without its tracer")
+
+
+class _TracingTable(dict):
+    """A device's implementation table while tracing: every op but ``to_numpy`` looks native."""
+
+    __slots__ = ("real", "previous_defer")
+
+    def __init__(self, real: _ImplTable, previous_defer: Any) -> None:
+        super().__init__()
+        self.real = real
+        self.previous_defer = previous_defer
+
+    def __missing__(self, name: str) -> Any:
+        impl = self.real[name] if name == "to_numpy" else _TRACED
+        self[name] = impl
+        return impl
+
+
+_TRACED = _Traced()
+
+
+def _set_impls(state: _DeviceState, impls: Any) -> None:
+    state.impls = impls
+    for dev in _INTERNED.values():
+        if dev._state is state:
+            dev._impls = impls
+
+
+def set_tracer(device: Device, hook: Any) -> Any:
+    """Install ``hook`` (the lazy seam's signature) for every op of ``device``'s hardware, with
+    each op reported native, so dispatch hands ops to it as the op table defines them (before
+    any composite); export traces this way. Returns ``real(name)``, the backend kernel of an op
+    (or None: run its composite). ``hook=None`` restores the table and the previous lazy hook."""
+    state = device._state
+    current = state.impls
+    if hook is None:
+        if isinstance(current, _TracingTable):
+            _set_impls(state, current.real)
+            set_defer(device, current.previous_defer)
+        return state.impls.__getitem__
+    if isinstance(current, _TracingTable):
+        raise InvalidArgumentError(f"{device.kind}:{device.index} is already being traced; traces do not nest")
+    _set_impls(state, _TracingTable(current, state.defer))
+    set_defer(device, hook)
+    return current.__getitem__
 
 
 def common_device(op: str, devices: list[Device]) -> Device:

@@ -28,6 +28,8 @@ __all__ = [
     "LoaderTimeoutError",
     "DataFileNotFoundError",
     "MissingDependencyError",
+    "OnnxModelError",
+    "UnsupportedOnnxOpError",
 ]
 
 
@@ -114,3 +116,11 @@ class DataFileNotFoundError(EmberError, FileNotFoundError):
 
 class MissingDependencyError(EmberError, ImportError):
     """An optional package a feature needs is not installed; the message says what to install."""
+
+
+class OnnxModelError(EmberError, ValueError):
+    """An ONNX file is malformed, hostile or past ember's limits; the message names the part."""
+
+
+class UnsupportedOnnxOpError(EmberError, NotImplementedError):
+    """ONNX ops ember cannot import or export; the message lists every one, with where it is."""

@@ -173,7 +173,7 @@ def primitives(m: ArrayModule) -> dict[str, Callable[..., Any]]:
             a = xp.real(a)  # complex -> real keeps the real part (numpy would warn that it does)
         if dtype.kind in "iu" and a.dtype.kind in "fV":
             # float -> int truncates toward zero; go through float64 so bfloat16 casts too
-            return xp.trunc(a.astype(xp.float64)).astype(target)
+            return arr(xp.trunc(a.astype(xp.float64))).astype(target)  # a 0-d array stays an array
         return a.astype(target)
 
     # -- reductions --------------------------------------------------------------------------
