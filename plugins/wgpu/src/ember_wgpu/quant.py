@@ -4,12 +4,11 @@ so the float weight is never materialized.
 
 Buffers hold one code per 32-bit element (WGSL has no 8-bit storage: int8 lives as i32, uint8
 as u32, the same widening every wgpu tensor of those dtypes uses). The NF4 levels are a private
-table; absmax values are f32. ``CALLS`` counts launches, so tests can check the kernel ran.
+table; absmax values are f32.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from ember.ops.quant import NF4_LEVELS
@@ -19,10 +18,9 @@ from .kernels import elementwise as ew
 from .kernels.common import ParamBlock, ceil_div, compile_kernel, header, launch, prod
 from .runtime import Runtime
 
-__all__ = ["dequant_matmul", "CALLS"]
+__all__ = ["dequant_matmul"]
 
 #: launches per op name (tests read it)
-CALLS: Counter[str] = Counter()
 
 _PARAMS = ParamBlock(
     [("n", "u32"), ("o", "u32"), ("k", "u32"), ("bs", "u32"), ("x_off", "u32"), ("q_off", "u32"), ("s_off", "u32")]
@@ -63,7 +61,6 @@ def dequant_matmul(
     rt: Runtime, x: WgpuArray, qweight: WgpuArray, scales: WgpuArray, fmt: str, shape: tuple[int, int], block_size: int
 ) -> WgpuArray:
     """``x @ dequantize(qweight, scales).T`` for x of shape (..., in)."""
-    CALLS["dequant_matmul"] += 1
     rows, k = shape
     lead = x.shape[:-1]
     out = rt.empty(lead + (rows,), x.dtype)
