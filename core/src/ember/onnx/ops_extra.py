@@ -16,6 +16,7 @@ import numpy as np
 import ember as em
 
 from ..tensor import Tensor
+from .ops_nn import _conv
 from .ops_tensor import pad_tensor
 from .registry import Context, OnnxNode, handler
 from .util import bad, dtype_of, host, ints, norm_axis, on, unsupported
@@ -43,7 +44,7 @@ def _matmul_integer(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
 
 @handler("ConvInteger")
 def _conv_integer(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
-    from .ops_nn import _conv  # the float convolution computes the exact integer sums here
+    # the float convolution (ops_nn._conv) computes the exact integer sums here
 
     xs = xs + [None] * (4 - len(xs))
     x, w, xz, wz = xs
@@ -85,7 +86,6 @@ def _qlinear_matmul(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
 
 @handler("QLinearConv")
 def _qlinear_conv(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
-    from .ops_nn import _conv
 
     x, x_s, x_z, w, w_s, w_z, y_s, y_z = xs[:8]
     bias = xs[8] if len(xs) > 8 else None

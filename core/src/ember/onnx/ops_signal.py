@@ -12,6 +12,7 @@ import numpy as np
 import ember as em
 
 from ..tensor import Tensor
+from .ops_nn import _cubic_weights
 from .registry import Context, OnnxNode, handler
 from .util import bad, dtype_of, host, ints, norm_axis, on
 
@@ -172,7 +173,6 @@ def _fetch(i: np.ndarray, d: int, padding: str, lo: float, hi: float) -> tuple[n
 
 @handler("GridSample", since=16)
 def _grid_sample(ctx: Context, node: OnnxNode, xs: list[Any]) -> Tensor:
-    from .ops_nn import _cubic_weights
 
     x, grid = xs
     mode = node.attr("mode", "linear" if ctx.opset >= 20 else "bilinear")

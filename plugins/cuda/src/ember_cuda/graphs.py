@@ -26,10 +26,7 @@ __all__ = ["CapturedGraph", "capture"]
 class CapturedGraph:
     """A recorded sequence of kernels with its input and output buffers."""
 
-    def __init__(
-        self, cp: Any, graph: Any, stream: Any, inputs: tuple[Any, ...], outputs: Any, pool: BufferPool[Any]
-    ) -> None:
-        self._cp = cp
+    def __init__(self, graph: Any, stream: Any, inputs: tuple[Any, ...], outputs: Any, pool: BufferPool[Any]) -> None:
         self.pool = pool  # the graph's buffers: kept while the graph lives
         self._graph = graph
         self._stream = stream
@@ -70,4 +67,4 @@ def capture(cp: Any, pools: DevicePools, index: int, fn: Callable[..., Any], inp
             outputs = fn(*static)
         finally:
             graph = stream.end_capture()
-    return CapturedGraph(cp, graph, stream, static, outputs, pool)
+    return CapturedGraph(graph, stream, static, outputs, pool)
