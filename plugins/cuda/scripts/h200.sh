@@ -59,7 +59,7 @@ for step in $STEPS; do
     timeout 300 $PY -m ember.cli train digits --device cuda >"$OUT/train.log" 2>&1
     note "train digits --device cuda: exit $? after $((SECONDS - start)) s; $(grep -i accuracy "$OUT/train.log" | tail -n 1)" ;;
   profile)
-    timeout 120 $PY plugins/cuda/scripts/profile_cuda.py >"$OUT/profile.txt" 2>&1
+    timeout 300 $PY plugins/cuda/scripts/profile_cuda.py ${PROFILE_WORKLOADS:-} >"$OUT/profile.txt" 2>&1
     note "profile: exit $? after $((SECONDS - start)) s" ;;
   bench)
     timeout 420 $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W3 W4 W5 W6} --device cuda:0 --peers torch,cupy \

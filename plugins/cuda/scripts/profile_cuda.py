@@ -1,17 +1,21 @@
-"""Where ember-cuda's time goes on the dispatch-bound and bandwidth-bound workloads (W1, W6).
+"""Where ember-cuda's time goes on the workloads (W1-W6), to explain each ratio to PyTorch.
 
-    python plugins/cuda/scripts/profile_cuda.py          (on a GPU machine, from the repository root)
+    python plugins/cuda/scripts/profile_cuda.py [W1 W2 W3 W4 W6]   (on a GPU machine, repository root)
 
-Prints, in µs per call: CuPy's own allocator vs ember's pool behind ``cupy.empty``, a bare
-RawKernel launch, CuPy's ufunc add, and ember's ``y = y + x`` (W1's step), then the top of a
-cProfile of W1's loop; for W6 the GPU time of each kernel (CUDA events) and its bandwidth.
+W1: in µs per call, CuPy's own allocator vs ember's pool behind ``cupy.empty``, a bare RawKernel
+launch, CuPy's ufunc add, and ember's ``y = y + x`` (W1's step), then the top of a cProfile of
+W1's loop. W2-W4 (GPU sizes): the step's wall time, the GPU time of every dispatched op (CUDA
+events around each kernel, through dispatch's lazy seam), and PyTorch's step and its top CUDA
+kernels (torch.profiler) beside them. W6: the GPU time of each kernel and its bandwidth.
 """
 
 from __future__ import annotations
 
 import cProfile
 import pstats
+import sys
 import time
+from collections import defaultdict
 
 import numpy as np
 
@@ -26,7 +30,79 @@ def per_call(fn, n: int = 20000) -> float:  # noqa: ANN001
     return (time.perf_counter() - t) / n * 1e6
 
 
+def op_profile(workload: str) -> None:
+    """Wall time of one W2-W4 step, the GPU time per dispatched op, and PyTorch's beside it."""
+    import importlib
+
+    from benchmarks.harness import time_case
+    from ember.device import set_defer
+
+    mod = importlib.import_module(f"benchmarks.{ {'W2': 'w2_mlp', 'W3': 'w3_cnn', 'W4': 'w4_transformer'}[workload] }")
+    size = mod.SIZES["gpu"]
+    dev = em.Device.cuda(0)
+    cp = dev.backend.cp
+    case = mod.ember(dev, size)
+    wall = sorted(time_case(case, 3, 10))[5]
+    events: list[tuple[str, object, object]] = []
+    impls = dev._state.impls
+
+    def timed(op, datas, params, shape, dtype):  # noqa: ANN001, ANN202
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        out = impls[op.name](*datas, **params)
+        stop.record()
+        events.append((op.name, start, stop))
+        return out
+
+    set_defer(dev, timed)
+    try:
+        for _ in range(3):
+            case.step()
+        case.sync()
+    finally:
+        set_defer(dev, None)
+    total: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for name, start, stop in events:
+        total[name] += cp.cuda.get_elapsed_time(start, stop) / 3
+        calls[name] += 1
+    gpu = sum(total.values())
+    print(
+        f"\n== {workload} {mod.describe(size)}: ember step {wall * 1e3:.2f} ms wall, {gpu:.2f} ms in kernels "
+        f"({len(events) // 3} dispatched ops); {wall * 1e3 - gpu:.2f} ms not in ember's kernels"
+    )
+    for name in sorted(total, key=total.get, reverse=True)[:14]:
+        print(f"   {name:34s} {total[name]:8.3f} ms  {calls[name] // 3:4d} calls")
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        print("   (no torch: no comparison)")
+        return
+    tcase = mod.torch(torch.device("cuda"), size)
+    twall = sorted(time_case(tcase, 3, 10))[5]
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            tcase.step()
+        tcase.sync()
+    print(f"   torch step {twall * 1e3:.2f} ms wall: ratio {wall / twall:.2f}x; its top CUDA kernels (ms per step):")
+    rows = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)[:10]
+    for e in rows:
+        print(f"   {e.key[:70]:70s} {e.device_time_total / 3e3:8.3f} ms  {e.count // 3:4d} calls")
+
+
 def main() -> None:
+    chosen = sys.argv[1:] or ["W1", "W2", "W3", "W4", "W6"]
+    for workload in ("W2", "W3", "W4"):
+        if workload in chosen:
+            op_profile(workload)
+    if "W1" in chosen:
+        w1_profile()
+    if "W6" in chosen:
+        w6_profile()
+
+
+def w1_profile() -> None:
     dev = em.Device.cuda(0)
     backend = dev.backend
     cp = backend.cp
@@ -57,9 +133,13 @@ def main() -> None:
     for _ in range(5):
         w1()
     prof.disable()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(14)
 
-    # W6: the GPU time of each kernel
+
+def w6_profile() -> None:
+    """W6: the GPU time of each kernel of the chain, and its bandwidth."""
+    dev = em.Device.cuda(0)
+    cp = dev.backend.cp
     size = 1 << 26
     rng = np.random.default_rng(1)
     xs, aa, bb = (em.tensor(rng.standard_normal(size).astype(np.float32), device=dev) for _ in range(3))

@@ -3,6 +3,7 @@ says what is missing. These run everywhere (CI has no GPU); each fakes one missi
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -72,3 +73,21 @@ def test_doctor_prints_the_reason() -> None:
         assert runtime.why_unavailable().split(":")[0] in lines[0]
     else:
         assert lines[0].startswith("[ ok ] cuda:")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed here")
+@pytest.mark.parametrize("head", [32, 64, 96, 128])
+def test_the_attention_kernel_compiles_without_spills(head: int, tmp_path) -> None:  # noqa: ANN001
+    """ptxas must keep the flash kernel's tiles in registers (a spill costs it its speed)."""
+    from ember_cuda.attention import source
+
+    cu = tmp_path / f"fa{head}.cu"
+    cu.write_text(source(head))
+    done = subprocess.run(
+        ["nvcc", "-cubin", "-arch=sm_90", "--resource-usage", "-o", str(tmp_path / "fa.cubin"), str(cu)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "0 bytes spill stores" in done.stderr, done.stderr

@@ -26,9 +26,11 @@ from ember.errors import EmberError
 from ember.memory import MemoryStats, measured_stats
 
 from . import graphs, philox, runtime
+from .attention import flash_attention
 from .errors import CudaError, KernelLaunchError, describe_args
 from .kernels import fast_kernels
 from .memory import DevicePools
+from .quant import quant_kernels
 
 __all__ = ["CudaBackend"]
 
@@ -114,6 +116,9 @@ class CudaBackend(Backend):
             "matmul": "cuBLAS through CuPy; float32 is strict IEEE unless TF32 is switched on (EMBER_CUDA_TF32=1)",
             "conv": "im2col (a strided window view copied once) + cuBLAS batched matmul: CuPy 14 no longer wraps cuDNN",
             "float16/bfloat16": "stored natively; heavy ops compute in float32 and round back",
+            "scaled_dot_product_attention": "a flash-style tiled kernel (float32 compute, head sizes 32/64/96/128, "
+            "no explicit mask); other cases through the shared kernel",
+            "dequant_matmul": "NF4 decoded by a kernel of its own, then cuBLAS; int8 scales the product",
             "memory": "every CuPy allocation goes through ember.memory.BufferPool (CuPy's own pool is not used)",
         }
 
@@ -124,6 +129,8 @@ class CudaBackend(Backend):
         cp = self.cp
         table = {**kernels(_cupy_module(cp)), **super().native_kernels()}
         table.update(fast_kernels(cp, table))
+        table.update(quant_kernels(cp))
+        table["scaled_dot_product_attention"] = flash_attention(cp, table["scaled_dot_product_attention"])
         multi = self.device_count() > 1
         return {op: self._guard(op, fn, multi) for op, fn in table.items()}
 

@@ -1,0 +1,109 @@
+"""The flash-style attention kernel and the NF4/int8 dequantizing kernels of ember-cuda: each
+checked against numpy float64 and checked to have run (their launch counters). They need an
+NVIDIA GPU and CuPy; elsewhere they skip with the reason the backend gives (CI has no GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ember_cuda import attention, quant, runtime
+
+import ember as em
+import ember.nn.functional as F
+from ember.quant import dequant_matmul, dequantize
+from ember.quant.formats import quantize_int8, quantize_nf4
+
+pytestmark = pytest.mark.skipif(
+    runtime.device_count() == 0, reason=f"no CUDA device: {runtime.why_unavailable() or 'unknown'}"
+)
+
+
+def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float) -> np.ndarray:
+    """softmax(q k^T * scale) v in float64; rows with no visible key are NaN, as in softmax."""
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    if causal:
+        n, m = q.shape[-2], k.shape[-2]
+        s = np.where(np.arange(m)[None, :] <= np.arange(n)[:, None] + (m - n), s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+    return np.matmul(p, v)
+
+
+CASES = [  # (q lead, k lead, L, S, head, causal)
+    ((2, 4), (2, 4), 128, 128, 64, False),
+    ((2, 4), (2, 4), 100, 77, 64, False),  # tiles cut short on both axes
+    ((3,), (3,), 65, 200, 32, True),  # causal with more keys than queries
+    ((1, 2), (1, 2), 150, 96, 128, True),  # causal with more queries: the first rows see nothing
+    ((2, 3), (1, 3), 64, 64, 96, False),  # k and v broadcast over the first axis
+    ((), (), 1, 1, 64, False),
+]
+
+
+@pytest.mark.parametrize(("qlead", "klead", "L", "S", "head", "causal"), CASES)
+def test_flash_attention_matches_float64(qlead, klead, L, S, head, causal) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(L * 1000 + S)
+    q = rng.standard_normal(qlead + (L, head)).astype(np.float32)
+    k = rng.standard_normal(klead + (S, head)).astype(np.float32)
+    v = rng.standard_normal(klead + (S, head)).astype(np.float32)
+    before = attention.CALLS["scaled_dot_product_attention"]
+    got = F.scaled_dot_product_attention(*(em.tensor(a, device="cuda:0") for a in (q, k, v)), is_causal=causal).numpy()
+    assert attention.CALLS["scaled_dot_product_attention"] == before + 1, "the flash kernel did not run"
+    want = reference_attention(*(a.astype(np.float64) for a in (q, k, v)), causal, 1 / np.sqrt(head))
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=2e-5)
+
+
+def test_flash_attention_in_bfloat16_and_its_gradient() -> None:
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 2, 70, 64)).astype(np.float32) for _ in range(3))
+    tq, tk, tv = (em.tensor(a, device="cuda:0", requires_grad=True) for a in (q, k, v))
+    out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    cot = rng.standard_normal(out.shape).astype(np.float32)
+    (out * em.tensor(cot, device="cuda:0")).sum().backward()
+    # the gradient goes through the composite rule on the same device: compare with the cpu backend
+    cq, ck, cv = (em.tensor(a, requires_grad=True) for a in (q, k, v))
+    (F.scaled_dot_product_attention(cq, ck, cv, is_causal=True) * em.tensor(cot)).sum().backward()
+    for g, c in ((tq, cq), (tk, ck), (tv, cv)):
+        np.testing.assert_allclose(g.grad.numpy(), c.grad.numpy(), rtol=1e-3, atol=1e-4)
+    half = F.scaled_dot_product_attention(*(em.tensor(a, dtype="bfloat16", device="cuda:0") for a in (q, k, v)))
+    want = reference_attention(*(a.astype(np.float64) for a in (q, k, v)), False, 1 / 8)
+    assert half.dtype == em.bfloat16
+    np.testing.assert_allclose(half.numpy().astype(np.float64), want, atol=3e-2)
+
+
+def test_an_explicit_mask_goes_to_the_shared_kernel() -> None:
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((2, 16, 32)).astype(np.float32) for _ in range(3))
+    mask = rng.random((16, 16)) < 0.8
+    mask[:, 0] = True
+    before = attention.CALLS["scaled_dot_product_attention"]
+    got = F.scaled_dot_product_attention(
+        *(em.tensor(a, device="cuda:0") for a in (q, k, v)), attn_mask=em.tensor(mask, device="cuda:0")
+    ).numpy()
+    assert attention.CALLS["scaled_dot_product_attention"] == before
+    s = np.where(mask, q.astype(np.float64) @ np.swapaxes(k, -1, -2) / np.sqrt(32), -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "nf4"])
+def test_dequantizing_kernels_run_and_decode_exactly(fmt: str) -> None:
+    """The conformance suite checks dequant_matmul's values on every device; here: these kernels
+    are the ones that ran, and the decoded weight is the CPU backend's, bit for bit."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((96, 130)).astype(np.float32)  # 96 * 130 is not a multiple of 64: a short block
+    qw = quantize_int8(w) if fmt == "int8" else quantize_nf4(w, 64)
+    params = {"format": qw.format, "shape": qw.shape, "block_size": qw.block_size or 64}
+    x = rng.standard_normal((5, 130)).astype(np.float32)
+    before = dict(quant.CALLS)
+    on = {d: (em.tensor(qw.qweight, device=d), em.tensor(qw.absmax(), device=d)) for d in ("cpu", "cuda:0")}
+    got_w = dequantize(*on["cuda:0"], dtype=em.float32, **params).numpy()
+    got_y = dequant_matmul(em.tensor(x, device="cuda:0"), *on["cuda:0"], **params).numpy()
+    assert quant.CALLS["dequantize"] == before.get("dequantize", 0) + 1
+    assert quant.CALLS["dequant_matmul"] == before.get("dequant_matmul", 0) + 1
+    want_w = dequantize(*on["cpu"], dtype=em.float32, **params).numpy()
+    np.testing.assert_array_equal(got_w, want_w)
+    np.testing.assert_allclose(got_y, x.astype(np.float64) @ want_w.T.astype(np.float64), rtol=1e-4, atol=1e-4)
