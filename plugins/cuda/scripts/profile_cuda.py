@@ -73,8 +73,10 @@ def op_profile(workload: str) -> None:
     )
     for name in sorted(total, key=total.get, reverse=True)[:14]:
         print(f"   {name:34s} {total[name]:8.3f} ms  {calls[name] // 3:4d} calls")
+    from benchmarks.peers import import_peer
+
     try:
-        import torch
+        torch = import_peer("torch")  # strict float32: no TF32 in matmul or convolution, as the benchmarks
         from torch.profiler import ProfilerActivity, profile
     except ImportError:
         print("   (no torch: no comparison)")
@@ -91,8 +93,62 @@ def op_profile(workload: str) -> None:
         print(f"   {e.key[:70]:70s} {e.device_time_total / 3e3:8.3f} ms  {e.count // 3:4d} calls")
 
 
+def attention_profile() -> None:
+    """W4's attention alone (B32 h16 L512 d64, forward): the flash kernel, the shared kernel
+    (cuBLAS + softmax), and torch's scaled_dot_product_attention in float32."""
+    from ember.array_module.nn import attention as shared
+
+    dev = em.Device.cuda(0)
+    cp = dev.backend.cp
+    flash = dev.backend.implementation("scaled_dot_product_attention")
+    rng = cp.random.default_rng(0)
+    q, k, v = (rng.standard_normal((32, 16, 512, 64), dtype=cp.float32) for _ in range(3))
+
+    def gpu_ms(fn) -> float:  # noqa: ANN001
+        fn()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(10):
+            fn()
+        stop.record()
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) / 10
+
+    flops = 4 * 32 * 16 * 512 * 512 * 64
+    for name, fn in (
+        ("flash kernel", lambda: flash(q, k, v, is_causal=False, scale=0.125)),
+        ("shared kernel (cuBLAS + softmax)", lambda: shared(q, k, v, is_causal=False, scale=0.125)),
+        ("flash kernel, causal", lambda: flash(q, k, v, is_causal=True, scale=0.125)),
+    ):
+        ms = gpu_ms(fn)
+        print(f"attention {name:34s} {ms:7.3f} ms  {flops / ms / 1e9:6.1f} TFLOP/s")
+    err = float(cp.abs(flash(q, k, v, is_causal=False, scale=0.125) - shared(q, k, v, is_causal=False, scale=0.125)).max())
+    print(f"attention flash vs shared: max abs difference {err:.2e}")
+    try:
+        from benchmarks.peers import import_peer
+
+        torch = import_peer("torch")
+    except ImportError:
+        return
+    tq, tk, tv = (torch.from_dlpack(a) for a in (q, k, v))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    sdpa(tq, tk, tv)
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    stop = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        sdpa(tq, tk, tv)
+    stop.record()
+    stop.synchronize()
+    ms = start.elapsed_time(stop) / 10
+    print(f"attention torch sdpa (float32)               {ms:7.3f} ms  {flops / ms / 1e9:6.1f} TFLOP/s")
+
+
 def main() -> None:
     chosen = sys.argv[1:] or ["W1", "W2", "W3", "W4", "W6"]
+    if "W4" in chosen:
+        attention_profile()
     for workload in ("W2", "W3", "W4"):
         if workload in chosen:
             op_profile(workload)

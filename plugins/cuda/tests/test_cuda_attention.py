@@ -59,13 +59,15 @@ def test_flash_attention_matches_float64(qlead, klead, L, S, head, causal) -> No
 def test_flash_attention_in_bfloat16_and_its_gradient() -> None:
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((2, 2, 70, 64)).astype(np.float32) for _ in range(3))
-    tq, tk, tv = (em.tensor(a, device="cuda:0", requires_grad=True) for a in (q, k, v))
+    gpu = em.Device.cuda(0).autodiff()
+    tq, tk, tv = (em.tensor(a, device=gpu, requires_grad=True) for a in (q, k, v))
     out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
     cot = rng.standard_normal(out.shape).astype(np.float32)
-    (out * em.tensor(cot, device="cuda:0")).sum().backward()
+    (out * em.tensor(cot, device=gpu)).sum().backward()
     # the gradient goes through the composite rule on the same device: compare with the cpu backend
-    cq, ck, cv = (em.tensor(a, requires_grad=True) for a in (q, k, v))
-    (F.scaled_dot_product_attention(cq, ck, cv, is_causal=True) * em.tensor(cot)).sum().backward()
+    cpu = em.Device.cpu().autodiff()
+    cq, ck, cv = (em.tensor(a, device=cpu, requires_grad=True) for a in (q, k, v))
+    (F.scaled_dot_product_attention(cq, ck, cv, is_causal=True) * em.tensor(cot, device=cpu)).sum().backward()
     for g, c in ((tq, cq), (tk, ck), (tv, cv)):
         np.testing.assert_allclose(g.grad.numpy(), c.grad.numpy(), rtol=1e-3, atol=1e-4)
     half = F.scaled_dot_product_attention(*(em.tensor(a, dtype="bfloat16", device="cuda:0") for a in (q, k, v)))

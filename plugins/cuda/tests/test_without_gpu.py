@@ -91,3 +91,34 @@ def test_the_attention_kernel_compiles_without_spills(head: int, tmp_path) -> No
     )
     assert done.returncode == 0, done.stderr
     assert "0 bytes spill stores" in done.stderr, done.stderr
+
+
+def _every_kernel_source() -> list[tuple[str, str]]:
+    """(name, CUDA source) of every kernel ember-cuda compiles at run time."""
+    from ember_cuda import attention, kernels, quant
+
+    sources = [(f"attention_d{h}", attention.source(h)) for h in attention.HEAD_SIZES]
+    sources += [(f"nf4_{c}", quant.source(c)) for c in ("float", "double")]
+    for op, expr in {**kernels.BINARY, **kernels.UNARY}.items():
+        forms = ("tt", "ts") if op in kernels.BINARY else ("t",)
+        for dt, ctype in kernels._CTYPES.items():
+            if op in kernels.UNARY and dt not in kernels._FLOATS:
+                continue
+            for form in forms:
+                for vec in (False, True) if dt == "float32" else (False,):
+                    name = f"{op}_{dt}_{form}_{vec}"
+                    sources.append((name, kernels._source(name, ctype, expr, form, vec)))
+    return sources
+
+
+def test_every_kernel_compiles_under_nvrtc() -> None:
+    """CuPy compiles RawKernels with NVRTC (no C headers): compile each source that way here."""
+    from nvrtc import compile_log, library
+
+    lib = library()
+    if lib is None:
+        pytest.skip("the nvidia-cuda-nvrtc wheel is not installed (pip install 'nvidia-cuda-nvrtc==13.*')")
+    failed = {
+        name: log for name, src in _every_kernel_source() if not (done := compile_log(lib, src))[0] for log in [done[1]]
+    }
+    assert not failed, failed

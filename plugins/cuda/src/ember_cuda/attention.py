@@ -40,6 +40,7 @@ _SOURCE = r"""
 #define QS (BM + 4)
 #define KS (BN + 4)
 #define DJ (D / 32)
+#define NEG_INF __int_as_float(0xff800000)  // NVRTC has no math.h, so no INFINITY
 extern "C" __global__ void __launch_bounds__(128)
 ember_flash_attention_d{D}(const float* __restrict__ Q, const float* __restrict__ K, const float* __restrict__ V,
                          float* __restrict__ O, const int L, const int S, const int tiles,
@@ -67,7 +68,7 @@ ember_flash_attention_d{D}(const float* __restrict__ Q, const float* __restrict_
     float mrow[4], lrow[4];
     #pragma unroll
     for (int i = 0; i < 4; ++i) {{
-        mrow[i] = -INFINITY; lrow[i] = 0.f;
+        mrow[i] = NEG_INF; lrow[i] = 0.f;
         #pragma unroll
         for (int c = 0; c < 4 * DJ; ++c) o[i][c] = 0.f;
     }}
@@ -109,18 +110,18 @@ ember_flash_attention_d{D}(const float* __restrict__ Q, const float* __restrict_
         #pragma unroll
         for (int i = 0; i < 4; ++i) {{
             const int r = q0 + 4 * ty + i;
-            float mx = -INFINITY;
+            float mx = NEG_INF;
             #pragma unroll
             for (int j = 0; j < 8; ++j) {{
                 const int n = n0 + 4 * tx + (j >> 2) * 32 + (j & 3);
-                if (n >= S || (causal && n > r + offset)) s[i][j] = -INFINITY;
+                if (n >= S || (causal && n > r + offset)) s[i][j] = NEG_INF;
                 mx = fmaxf(mx, s[i][j]);
             }}
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
             const float mnew = fmaxf(mrow[i], mx);
-            const float muse = mnew == -INFINITY ? 0.f : mnew;  // a row with nothing visible yet stays 0
+            const float muse = mnew == NEG_INF ? 0.f : mnew;  // a row with nothing visible yet stays 0
             const float alpha = exp2f(mrow[i] - muse);
             float sum = 0.f;
             #pragma unroll

@@ -28,7 +28,7 @@ from ember.memory import MemoryStats, measured_stats
 from . import graphs, philox, runtime
 from .attention import flash_attention
 from .errors import CudaError, KernelLaunchError, describe_args
-from .kernels import fast_kernels
+from .kernels import exact_nextafter, fast_kernels
 from .memory import DevicePools
 from .quant import quant_kernels
 
@@ -130,6 +130,7 @@ class CudaBackend(Backend):
         table = {**kernels(_cupy_module(cp)), **super().native_kernels()}
         table.update(fast_kernels(cp, table))
         table.update(quant_kernels(cp))
+        table["nextafter"] = exact_nextafter(cp)
         table["scaled_dot_product_attention"] = flash_attention(cp, table["scaled_dot_product_attention"])
         multi = self.device_count() > 1
         return {op: self._guard(op, fn, multi) for op, fn in table.items()}

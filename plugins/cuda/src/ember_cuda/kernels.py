@@ -122,3 +122,22 @@ def fast_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         return run
 
     return {**{op: binary(op) for op in BINARY}, **{op: unary(op) for op in UNARY}}
+
+
+def exact_nextafter(cp: Any) -> Callable[..., Any]:
+    """``nextafter`` by its definition on the bit patterns: CuPy's flushes subnormals to zero
+    (``nextafter(0, 1)`` gives the smallest normal float32), and misses float16's overflow steps."""
+    itypes = {2: cp.int16, 4: cp.int32, 8: cp.int64}
+
+    def nextafter(a: Any, b: Any) -> Any:
+        a, b = cp.broadcast_arrays(a, cp.asarray(b, dtype=a.dtype))
+        itype = itypes[a.dtype.itemsize]
+        bits = cp.ascontiguousarray(a).view(itype)
+        away = (b > a) == (a > 0)  # one step away from zero adds one to the pattern, toward it subtracts
+        out = cp.where(away, bits + 1, bits - 1).astype(itype, copy=False)
+        sign = itype(-(1 << (8 * a.dtype.itemsize - 1)))
+        out = cp.where(a == 0, cp.where(b > 0, itype(1), sign | itype(1)), out).astype(itype, copy=False)
+        out = out.view(a.dtype)
+        return cp.where(cp.isnan(a) | cp.isnan(b), a.dtype.type(float("nan")), cp.where(a == b, b, out))
+
+    return nextafter

@@ -40,6 +40,11 @@ extern "C" __global__ void %s(const unsigned char* __restrict__ codes, const flo
 _CTYPES = {"float32": "float", "float64": "double"}
 
 
+def source(ctype: str, name: str | None = None) -> str:
+    """The NF4 decoding kernel's CUDA source writing ``ctype`` (float or double)."""
+    return _SOURCE % ((_LEVELS, name or f"ember_nf4_decode_{ctype}") + (ctype,) * 5)
+
+
 def quant_kernels(cp: Any) -> dict[str, Callable[..., Any]]:
     """``dequantize`` and ``dequant_matmul`` over CuPy arrays."""
     compiled: dict[str, Any] = {}
@@ -49,7 +54,7 @@ def quant_kernels(cp: Any) -> dict[str, Callable[..., Any]]:
         k = compiled.get(ctype)
         if k is None:
             name = f"ember_nf4_decode_{ctype}"
-            k = compiled[ctype] = cp.RawKernel(_SOURCE % ((_LEVELS, name) + (ctype,) * 5), name)
+            k = compiled[ctype] = cp.RawKernel(source(ctype, name), name)
         return k
 
     def decode(qweight: Any, scales: Any, format: str, shape: tuple[int, int], block_size: int, compute: Any) -> Any:
