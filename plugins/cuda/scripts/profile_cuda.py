@@ -122,7 +122,8 @@ def attention_profile() -> None:
     ):
         ms = gpu_ms(fn)
         print(f"attention {name:34s} {ms:7.3f} ms  {flops / ms / 1e9:6.1f} TFLOP/s")
-    err = float(cp.abs(flash(q, k, v, is_causal=False, scale=0.125) - shared(q, k, v, is_causal=False, scale=0.125)).max())
+    diff = flash(q, k, v, is_causal=False, scale=0.125) - shared(q, k, v, is_causal=False, scale=0.125)
+    err = float(cp.abs(diff).max())
     print(f"attention flash vs shared: max abs difference {err:.2e}")
     try:
         from benchmarks.peers import import_peer
