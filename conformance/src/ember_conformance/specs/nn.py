@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import ember as em
+from ember.ops.nn import softmax_backward
 
 from ..inputs import Arg, Case, Domain
 from .base import FLOAT, OpSpec, x
@@ -103,8 +104,28 @@ _SOFTMAX_CASES = (
     Case("special", (x((4, 8)),), {"axis": -1}, special=True),
 )
 
+
+def _np_softmax_backward(y, g, axis=-1):
+    return y * (g - np.sum(g * y, axis=axis, keepdims=True))
+
+
+_SOFTMAX_BACKWARD_CASES = (
+    Case("last", (x((3, 5)), x((3, 5))), {"axis": -1}, grad=True),
+    Case("axis0", (x((4, 3, 2)), x((4, 3, 2))), {"axis": 0}, grad=True),
+    Case("rows", (x((2, 3, 70)), x((2, 3, 70), "noncontig")), {"axis": 2}),
+)
+
 NN: tuple[OpSpec, ...] = (
     OpSpec("softmax", em.softmax, _np_softmax, FLOAT, _SOFTMAX_CASES, grad=True, tol=2.0),
+    OpSpec(
+        "softmax_backward",
+        lambda y, g, axis=-1: softmax_backward(y, g, axis),
+        _np_softmax_backward,
+        FLOAT,
+        _SOFTMAX_BACKWARD_CASES,
+        grad=True,
+        tol=2.0,
+    ),
     OpSpec("log_softmax", em.log_softmax, _np_log_softmax, FLOAT, _SOFTMAX_CASES, grad=True, tol=2.0),
     OpSpec(
         "layer_norm",

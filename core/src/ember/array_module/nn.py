@@ -69,6 +69,12 @@ def softmax(a: Any, *, axis: int) -> Any:
 
 
 @_wide
+def softmax_backward(y: Any, g: Any, *, axis: int) -> Any:
+    xp = module_of(y).xp
+    return y * (g - xp.sum(g * y, axis=axis, keepdims=True))
+
+
+@_wide
 def log_softmax(a: Any, *, axis: int) -> Any:
     xp = module_of(a).xp
     s = a - _max_keep(a, axis)
@@ -137,6 +143,7 @@ KERNELS: dict[str, Callable[..., Any]] = {
     "silu": silu,
     "softplus": softplus,
     "softmax": softmax,
+    "softmax_backward": softmax_backward,
     "log_softmax": log_softmax,
     "logsumexp": logsumexp,
     "layer_norm": layer_norm,

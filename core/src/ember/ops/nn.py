@@ -187,7 +187,43 @@ def _softmax(x: Tensor, axis: int) -> Tensor:
 
 
 def _softmax_vjp(g: Tensor, y: Tensor, x: Tensor, axis: int) -> tuple[Any]:
-    return (y * (g - sum(g * y, axis=axis, keepdims=True)),)
+    return (softmax_backward(y, g, axis),)
+
+
+def _softmax_backward(y: Tensor, g: Tensor, axis: int) -> Tensor:
+    return y * (g - sum(g * y, axis=axis, keepdims=True))
+
+
+def _softmax_backward_vjp(c: Tensor, out: Tensor, y: Tensor, g: Tensor, axis: int) -> tuple[Any, ...]:
+    # out = y * (g - <g, y>): d/dg = y * (c - <c, y>); d/dy = c * (g - <g, y>) - g * <c, y>
+    cy = sum(c * y, axis=axis, keepdims=True)
+    gy = (c * (g - sum(g * y, axis=axis, keepdims=True)) - g * cy) if y._rg else None
+    gg = (y * (c - cy)) if g._rg else None
+    return gy, gg
+
+
+#: the gradient of softmax, ``y * (g - sum(g * y, axis))`` for ``y = softmax(x)``: one op, so a
+#: backend can make it one pass (attention's backward spends its largest tensor here)
+SOFTMAX_BACKWARD = define(
+    "softmax_backward",
+    kind="reduction",
+    native="softmax_backward(y, g, *, axis) -> handle  # y * (g - sum(g * y, axis, keepdims))",
+    autocast=FLOAT32,
+    composite=_softmax_backward,
+    vjp=_softmax_backward_vjp,
+)
+
+
+def softmax_backward(y: Any, g: Any, axis: int = -1) -> Tensor:
+    """``y * (g - sum(g * y, axis))``: the vector-Jacobian product of softmax at output ``y``."""
+    y = _float_arg(y, "softmax_backward")
+    g = _tensor_arg(g, "softmax_backward", y)
+    if g._shape != y._shape:
+        raise ShapeError(f"softmax_backward: y {y._shape} and g {g._shape} must have the same shape")
+    if y.ndim == 0:
+        return y * 0.0
+    ax = normalize_axis(axis, y.ndim, "softmax_backward")
+    return apply(SOFTMAX_BACKWARD, (y, g), {"axis": ax}, y._shape, y._dtype)
 
 
 def _log_softmax_vjp(g: Tensor, y: Tensor, x: Tensor, axis: int) -> tuple[Any]:
@@ -561,10 +597,11 @@ def _attention_vjp(
     g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *mask: Tensor, is_causal: bool, scale: float
 ) -> tuple[Any, ...]:
     p = softmax(_scores(q, k, mask, is_causal, scale), axis=-1)
-    p = where(p.isnan(), 0.0, p)
+    if mask or (is_causal and q._shape[-2] > k._shape[-2]):  # only then can a row see no key (NaN)
+        p = where(p.isnan(), 0.0, p)
     gv = matmul(matrix_transpose(p), g) if v._rg else None
     gp = matmul(g, matrix_transpose(v))
-    gs = p * (gp - sum(gp * p, axis=-1, keepdims=True))
+    gs = softmax_backward(p, gp, -1)
     gq = matmul(gs, k) * scale if q._rg else None
     gk = matmul(matrix_transpose(gs), q) * scale if k._rg else None
     gm = (gs,) if mask and mask[0]._rg else tuple(None for _ in mask)

@@ -31,6 +31,7 @@ from .errors import CudaError, KernelLaunchError, describe_args
 from .kernels import exact_nextafter, fast_kernels
 from .memory import DevicePools
 from .quant import quant_kernels
+from .rows import row_kernels
 
 __all__ = ["CudaBackend"]
 
@@ -118,6 +119,8 @@ class CudaBackend(Backend):
             "float16/bfloat16": "stored natively; heavy ops compute in float32 and round back",
             "scaled_dot_product_attention": "a flash-style tiled kernel (float32 compute, head sizes 32/64/96/128, "
             "no explicit mask); other cases through the shared kernel",
+            "softmax": "one warp per row along the last axis (softmax, log_softmax, softmax_backward); other axes "
+            "through CuPy",
             "dequant_matmul": "NF4 decoded by a kernel of its own, then cuBLAS; int8 scales the product",
             "memory": "every CuPy allocation goes through ember.memory.BufferPool (CuPy's own pool is not used)",
         }
@@ -131,6 +134,7 @@ class CudaBackend(Backend):
         table.update(fast_kernels(cp, table))
         table.update(quant_kernels(cp))
         table["nextafter"] = exact_nextafter(cp)
+        table.update(row_kernels(cp, table))
         table["scaled_dot_product_attention"] = flash_attention(cp, table["scaled_dot_product_attention"])
         multi = self.device_count() > 1
         return {op: self._guard(op, fn, multi) for op, fn in table.items()}

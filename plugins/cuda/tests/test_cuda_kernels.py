@@ -1,15 +1,17 @@
-"""The flash-style attention kernel and the NF4/int8 dequantizing kernels of ember-cuda: each
-checked against numpy float64 and checked to have run (their launch counters). They need an
+"""ember-cuda's own kernels: flash-style attention, the NF4/int8 dequantizing kernels, the
+softmax row kernels and the direct launches of the elementwise kernels; each checked against
+numpy float64 and checked to have run (their launch counters). They need an
 NVIDIA GPU and CuPy; elsewhere they skip with the reason the backend gives (CI has no GPU)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from ember_cuda import attention, quant, runtime
+from ember_cuda import attention, kernels, quant, rows, runtime
 
 import ember as em
 import ember.nn.functional as F
+from ember.ops.nn import softmax_backward
 from ember.quant import dequant_matmul, dequantize
 from ember.quant.formats import quantize_int8, quantize_nf4
 
@@ -109,3 +111,63 @@ def test_dequantizing_kernels_run_and_decode_exactly(fmt: str) -> None:
     want_w = dequantize(*on["cpu"], dtype=em.float32, **params).numpy()
     np.testing.assert_array_equal(got_w, want_w)
     np.testing.assert_allclose(got_y, x.astype(np.float64) @ want_w.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(7, 513), (3, 4, 64), (1, 1), (2, 100000)])
+def test_softmax_row_kernels_match_float64(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    x.reshape(-1, shape[-1])[0, :3] = -np.inf  # a few masked entries
+    g = rng.standard_normal(shape).astype(np.float32)
+    before = dict(rows.CALLS)
+    t = em.tensor(x, device="cuda:0")
+    y = em.softmax(t, axis=-1).numpy()
+    ly = em.log_softmax(t, axis=-1).numpy()
+    gy = softmax_backward(em.tensor(y, device="cuda:0"), em.tensor(g, device="cuda:0"), -1).numpy()
+    for op in ("softmax", "log_softmax", "softmax_backward"):
+        assert rows.CALLS[op] == before.get(op, 0) + 1, f"the {op} row kernel did not run"
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(y, want, rtol=2e-6, atol=1e-7)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_allclose(ly, np.log(want), rtol=2e-6, atol=2e-6)
+    y64 = y.astype(np.float64)
+    np.testing.assert_allclose(gy, y64 * (g - (g * y64).sum(-1, keepdims=True)), rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_of_a_fully_masked_row_is_nan_as_on_the_cpu() -> None:
+    x = np.array([[-np.inf, -np.inf], [0.0, 1.0]], dtype=np.float32)
+    got = em.softmax(em.tensor(x, device="cuda:0")).numpy()
+    np.testing.assert_array_equal(got, em.softmax(em.tensor(x)).numpy())
+
+
+def test_elementwise_kernels_launch_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """add/mul/... and the activations reach the GPU through :class:`kernels.Launcher`, on small
+    tensors (one element per thread) and large ones (float4), tensor-tensor and tensor-scalar."""
+    from ember.device import invalidate
+
+    launches = []
+    real = kernels.Launcher.__call__
+    monkeypatch.setattr(kernels.Launcher, "__call__", lambda self, *a: launches.append(a) or real(self, *a))
+    backend = em.Device.cuda(0).backend
+    backend._kernels = None
+    for op in ("add", "mul", "sub", "div", "gelu"):
+        invalidate("cuda", op)
+    rng = np.random.default_rng(5)
+    for n in (5, 64, 4096, 4099):
+        for dt in ("float32", "float64", "int32", "int64"):
+            a = (rng.standard_normal(n) * 100).astype(dt)
+            b = (rng.standard_normal(n) * 100).astype(dt)
+            b[b == 0] = 1
+            ta, tb = em.tensor(a, device="cuda:0"), em.tensor(b, device="cuda:0")
+            np.testing.assert_array_equal((ta + tb).numpy(), a + b)
+            np.testing.assert_array_equal((ta * 3).numpy(), a * a.dtype.type(3))
+            np.testing.assert_array_equal((ta - tb).numpy(), a - b)
+            if dt.startswith("float"):
+                np.testing.assert_allclose((ta / tb).numpy(), a / b, rtol=1e-7 if dt == "float32" else 1e-15)
+                np.testing.assert_allclose((ta * 0.5).numpy(), a * a.dtype.type(0.5), rtol=1e-7)
+    assert len(launches) == 4 * (3 * 4 + 2 * 2), "an elementwise op did not take the direct launch"
+    backend._kernels = None
+    for op in ("add", "mul", "sub", "div", "gelu"):
+        invalidate("cuda", op)
