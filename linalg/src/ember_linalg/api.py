@@ -230,9 +230,7 @@ def solve(x1: Any, x2: Any, /) -> em.Tensor:
     return out[..., 0] if vector else out
 
 
-def solve_triangular(
-    x1: Any, x2: Any, /, *, upper: bool, left: bool = True, unitriangular: bool = False
-) -> em.Tensor:
+def solve_triangular(x1: Any, x2: Any, /, *, upper: bool, left: bool = True, unitriangular: bool = False) -> em.Tensor:
     """``X`` with ``x1 @ X == x2`` (``left``) or ``X @ x1 == x2``, reading only x1's upper or lower triangle."""
     a = _matrix(x1, "solve_triangular", square=True)
     b = _float(x2, "solve_triangular", "x2", like=a)
@@ -302,7 +300,9 @@ def lstsq(a: Any, b: Any, /, *, rcond: Any = None) -> LstsqResult:
         residuals = (r * r).sum(axis=-2)
     else:
         residuals = em.zeros((0,), dtype=a.dtype, device=a.device)
-    return LstsqResult(x[..., 0] if vector else x, residuals[..., 0] if vector and residuals.ndim else residuals, rank, s)
+    if vector and residuals.shape[-1:] == (1,):
+        residuals = residuals[..., 0]
+    return LstsqResult(x[..., 0] if vector else x, residuals, rank, s)
 
 
 def _rhs_rows(a: em.Tensor, b: Any) -> tuple[em.Tensor, bool]:
@@ -331,7 +331,9 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> em.Te
         rows = x.abs().sum(axis=-1)
         out = rows.max(axis=-1) if ord == inf else rows.min(axis=-1)
     else:
-        raise InvalidArgumentError(f"linalg.matrix_norm: ord must be 'fro', 'nuc', 1, -1, 2, -2, inf or -inf, got {ord!r}")
+        raise InvalidArgumentError(
+            f"linalg.matrix_norm: ord must be 'fro', 'nuc', 1, -1, 2, -2, inf or -inf, got {ord!r}"
+        )
     return out[..., None, None] if keepdims else out
 
 
@@ -397,5 +399,3 @@ def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> em.Tensor:
     b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
     out = em.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
     return em.moveaxis(out, -1, back)
-
-

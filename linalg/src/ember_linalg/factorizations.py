@@ -138,7 +138,7 @@ def _qr_vjp(ctx, g):
     gq, gr = unpack(g, qr_shapes(m, n, ctx.params.get("complete", False)))
     if m >= n:
         return (_qr_square_vjp(q, r, gq, gr),)
-    x_r, y_r = r[..., :, :m], r[..., :, m:]
+    x_r = r[..., :, :m]
     gx_r, gy_r = gr[..., :, :m], gr[..., :, m:]
     y = a[..., :, m:]
     gx = _qr_square_vjp(q, x_r, gq + y @ gy_r.mT, gx_r)
