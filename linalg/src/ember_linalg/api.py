@@ -82,6 +82,15 @@ def _float(x: Any, op: str, name: str = "x", like: Any = None) -> em.Tensor:
     return x
 
 
+def _numeric(x: Any, op: str, name: str, like: Any = None) -> em.Tensor:
+    """``x`` as a tensor of a numeric (not boolean) dtype."""
+    if not isinstance(x, em.Tensor):
+        x = em.asarray(x, device=None if like is None else like.device)
+    if x.dtype.kind not in "iufc":
+        raise DTypeError(f"linalg.{op}: {name} must have a numeric dtype, got {x.dtype}")
+    return x
+
+
 def _matrix(x: Any, op: str, square: bool = False) -> em.Tensor:
     x = _float(x, op)
     if x.ndim < 2:
@@ -385,8 +394,8 @@ def matrix_power(x: Any, n: int, /) -> em.Tensor:
 
 def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> em.Tensor:
     """Cross product of 3-vectors along ``axis`` (broadcast over the other axes)."""
-    a = _float(x1, "cross", "x1")
-    b = _float(x2, "cross", "x2", like=a)
+    a = _numeric(x1, "cross", "x1")
+    b = _numeric(x2, "cross", "x2", like=a)
     nd = max(a.ndim, b.ndim)
     if not -min(a.ndim, b.ndim) <= axis < min(a.ndim, b.ndim) or a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"linalg.cross: axis={axis} is out of range for shapes {tuple(a.shape)}, {tuple(b.shape)}")
