@@ -5,7 +5,7 @@
 ... def scaled_tanh_demo(x, scale=2.0):
 ...     return x.tanh() * scale
 >>> scaled_tanh_demo(em.tensor([0.0, 1.0]))  # doctest: +ELLIPSIS
-tensor([0. , 1.5...], dtype=float32, device=cpu:0)
+tensor([0. ..., 1.52...], dtype=float32, device=cpu:0)
 
 The reference (written in ember Tensor ops) runs on every backend and defines the gradient
 unless a ``vjp`` is given. ``@op.kernel("cpu")`` adds a native kernel for one device kind: it

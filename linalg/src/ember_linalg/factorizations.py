@@ -53,10 +53,10 @@ def _rhs(op: str) -> Any:
     def check(a: em.Tensor, b: em.Tensor, **params: Any) -> None:
         _matrix(op, a, square=True)
         n = a.shape[-1]
-        rows = n if params.get("left", True) else None
+        left = params.get("left", True)
         if b.ndim != a.ndim or tuple(b.shape[:-2]) != tuple(a.shape[:-2]):
             raise ShapeError(f"{op}: x2 must have x1's batch shape {tuple(a.shape[:-2])}, got {tuple(b.shape)}")
-        if (b.shape[-2] if rows else b.shape[-1]) != n:
+        if (b.shape[-2] if left else b.shape[-1]) != n:
             raise ShapeError(f"{op}: x2 of shape {tuple(b.shape)} does not match x1 of shape {tuple(a.shape)}")
 
     return check

@@ -18,6 +18,8 @@ __all__ = ["register"]
 
 def _canonical(u: np.ndarray) -> np.ndarray:
     """The sign per column that makes its largest-magnitude entry positive (as reference.canonical_columns)."""
+    if u.size == 0:
+        return np.ones(u.shape[:-2] + (1, u.shape[-1]), dtype=u.dtype)
     top = np.argmax(np.abs(u), axis=-2)[..., None, :]
     return np.where(np.take_along_axis(u, top, axis=-2) < 0, -1.0, 1.0).astype(u.dtype)
 

@@ -20,6 +20,8 @@ def _sym(a: Any) -> Any:
 def _canonical(u: Any) -> Any:
     import cupy
 
+    if u.size == 0:
+        return cupy.ones(u.shape[:-2] + (1, u.shape[-1]), dtype=u.dtype)
     top = cupy.argmax(cupy.abs(u), axis=-2)[..., None, :]
     return cupy.where(cupy.take_along_axis(u, top, axis=-2) < 0, -1.0, 1.0).astype(u.dtype)
 

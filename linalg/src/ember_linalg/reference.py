@@ -51,6 +51,8 @@ def canonical_columns(u: em.Tensor) -> em.Tensor:
 
     Eigenvectors and singular vectors are defined up to sign; fixing it the same way in every
     kernel makes every backend return the same vectors."""
+    if u.shape[-2] == 0 or u.shape[-1] == 0 or 0 in tuple(u.shape):
+        return em.ones(tuple(u.shape[:-2]) + (1, u.shape[-1]), dtype=u.dtype, device=u.device)
     top = em.argmax(u.abs(), axis=-2, keepdims=True)
     return _sign(em.take_along_axis(u, top, axis=-2))
 
