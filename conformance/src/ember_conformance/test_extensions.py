@@ -101,10 +101,12 @@ def test_extension_checks(device):
     assert_close(ext(em.ones((2, 2), device=device)), np.full((2, 2), 2.0), em.float32)
 
 
-def _registered() -> list[str]:
+def _registered() -> list[Any]:
     """Extension ops with samples, after every installed plugin registered its own."""
     get_registry().discover()
-    return sorted(name for name, ext in EXTENSIONS.items() if ext.sample is not None)
+    found = sorted(name for name, ext in EXTENSIONS.items() if ext.sample is not None)
+    why = "no installed extension plugin registers an op with a sample (ember-linalg does)"
+    return found or [pytest.param(None, marks=pytest.mark.skip(reason=why))]
 
 
 def _samples(ext: Any, dtype: em.DType) -> list[tuple[tuple[np.ndarray, ...], dict[str, Any]]]:
