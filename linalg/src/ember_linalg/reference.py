@@ -143,36 +143,41 @@ def _rounds(n: int) -> list[list[tuple[int, int]]]:
     return out
 
 
-def _rotation_tables(n: int, pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Selectors of (a_pp, a_qq, a_pq) from a flattened matrix, and the rotation's placement."""
-    count = len(pairs)
-    select = np.zeros((n * n, 3 * count))
-    diag = np.zeros((count, n * n))
-    off = np.zeros((count, n * n))
-    for i, (p, q) in enumerate(pairs):
-        select[p * n + p, i] = select[q * n + q, count + i] = select[p * n + q, 2 * count + i] = 1.0
-        diag[i, p * n + p] = diag[i, q * n + q] = 1.0
-        off[i, p * n + q], off[i, q * n + p] = 1.0, -1.0
-    return select, diag, off
+def _rotation_indices(n: int, pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Flat positions of (a_pp, a_qq, a_pq) for each pair, and where (c-1, c-1, s, -s) go in J."""
+    pp = [p * n + p for p, _ in pairs]
+    qq = [q * n + q for _, q in pairs]
+    pq = [p * n + q for p, q in pairs]
+    qp = [q * n + p for p, q in pairs]
+    return np.array(pp + qq + pq), np.array(pp + qq + pq + qp)
 
 
 def _jacobi(gram: callable, apply: callable, n: int, like: em.Tensor, sweeps: int) -> None:
-    """Drive cyclic Jacobi: ``gram()`` gives the current symmetric matrix, ``apply(J)`` rotates."""
+    """Drive cyclic Jacobi: ``gram()`` gives the current symmetric matrix, ``apply(J)`` rotates.
+
+    Each step rotates n/2 disjoint pairs at once: their entries are gathered from the flattened
+    matrix and the rotations scattered into one matrix J (O(n) indices per step, no n^2 tables)."""
     batch = tuple(like.shape[:-2])
     eye = em.eye(n, dtype=like.dtype, device=like.device)
-    tables = [(len(p), *(_const(t, like) for t in _rotation_tables(n, p))) for p in _rounds(n) if p]
+    zeros = em.zeros(batch + (n * n,), dtype=like.dtype, device=like.device)
+    steps = []
+    for pairs in _rounds(n):
+        if pairs:
+            read, write = _rotation_indices(n, pairs)
+            steps.append((len(pairs), _index(read, like), em.broadcast_to(_index(write, like), batch + (len(write),))))
     tiny = float(np.finfo(like.dtype.numpy).tiny)
     for _ in range(sweeps):
-        for count, select, diag, off in tables:
-            picked = gram().reshape(batch + (n * n,)) @ select
+        for count, read, write in steps:
+            picked = em.take(gram().reshape(batch + (n * n,)), read, axis=-1)
             app, aqq, apq = picked[..., :count], picked[..., count : 2 * count], picked[..., 2 * count :]
             flat = apq.abs() <= tiny
             tau = (aqq - app) / (2.0 * em.where(flat, 1.0, apq))
             t = _sign(tau) / (tau.abs() + (1.0 + tau * tau).sqrt())
             t = em.where(flat, 0.0, t)
             c = 1.0 / (1.0 + t * t).sqrt()
-            rotation = eye + ((c - 1.0) @ diag + (t * c) @ off).reshape(batch + (n, n))
-            apply(rotation)
+            s = t * c
+            values = em.concat([c - 1.0, c - 1.0, s, -s], axis=-1)
+            apply(eye + em.scatter_add(zeros, write, values, -1).reshape(batch + (n, n)))
 
 
 def eigh(a: em.Tensor) -> tuple[em.Tensor, em.Tensor]:
