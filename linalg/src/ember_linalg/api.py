@@ -24,6 +24,7 @@ from .factorizations import (
     qr_shapes,
     svd_shapes,
 )
+from .core_ops import vector_norm
 from .packing import unpack
 
 __all__ = [
@@ -73,13 +74,26 @@ class LstsqResult(NamedTuple):
     singular_values: em.Tensor
 
 
+_FLOATING = ("float32", "float64", "complex64", "complex128")
+
+
 def _float(x: Any, op: str, name: str = "x", like: Any = None) -> em.Tensor:
-    """``x`` as a floating-point tensor (float32 or float64), else a DTypeError naming ``name``."""
+    """``x`` as a floating-point tensor (real or complex), else a DTypeError naming ``name``."""
     if not isinstance(x, em.Tensor):
         x = em.asarray(x, device=None if like is None else like.device)
-    if x.dtype.name not in ("float32", "float64"):
-        raise DTypeError(f"linalg.{op}: {name} must be float32 or float64, got {x.dtype}")
+    if x.dtype.name not in _FLOATING:
+        raise DTypeError(f"linalg.{op}: {name} must be float32, float64, complex64 or complex128, got {x.dtype}")
     return x
+
+
+def _h(x: em.Tensor) -> em.Tensor:
+    """The conjugate transpose of the last two axes (the transpose for real tensors)."""
+    return em.conj(x).mT if x.dtype.kind == "c" else x.mT
+
+
+def _real(x: em.Tensor) -> em.Tensor:
+    """The real part of a result that is real by construction but travelled packed as complex."""
+    return em.real(x) if x.dtype.kind == "c" else x
 
 
 def _numeric(x: Any, op: str, name: str, like: Any = None) -> em.Tensor:
@@ -113,7 +127,7 @@ def cholesky(x: Any, /, *, upper: bool = False) -> em.Tensor:
             [1., 2.]], dtype=float32, device=cpu:0)
     """
     lower = CHOLESKY(_matrix(x, "cholesky", square=True))
-    return lower.mT if upper else lower
+    return _h(lower) if upper else lower
 
 
 def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
@@ -135,7 +149,7 @@ def eigh(x: Any, /) -> EighResult:
     x = _matrix(x, "eigh", square=True)
     n = x.shape[-1]
     w, v = unpack(EIGH(x), [(n,), (n, n)])
-    return EighResult(w, v)
+    return EighResult(_real(w), v)
 
 
 def eigvalsh(x: Any, /) -> em.Tensor:
@@ -148,7 +162,7 @@ def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
     x = _matrix(x, "svd")
     m, n = x.shape[-2:]
     u, s, vh = unpack(SVD(x, full_matrices=bool(full_matrices)), svd_shapes(m, n, bool(full_matrices)))
-    return SVDResult(u, s, vh)
+    return SVDResult(u, _real(s), vh)
 
 
 def svdvals(x: Any, /) -> em.Tensor:
@@ -183,7 +197,7 @@ def lu_factor(x: Any, /) -> LUFactorResult:
     x = _matrix(x, "lu_factor", square=True)
     p, lower, upper = lu(x)
     packed = em.tril(lower, -1) + upper
-    perm = em.argmax(p, axis=-2)  # P^T x = L U: row i of L U is row perm[i] of x
+    perm = em.argmax(_real(p), axis=-2)  # P^T x = L U: row i of L U is row perm[i] of x
     piv = _pivots(np.asarray(perm.numpy(), dtype=np.int64))
     return LUFactorResult(packed, em.tensor(piv, dtype="int64", device=x.device))
 
@@ -265,7 +279,7 @@ def inv(x: Any, /) -> em.Tensor:
 def slogdet(x: Any, /) -> SlogdetResult:
     """Sign and natural log of the absolute determinant (sign 0 and logabsdet -inf when singular)."""
     out = SLOGDET(_matrix(x, "slogdet", square=True))
-    return SlogdetResult(out[..., 0], out[..., 1])
+    return SlogdetResult(out[..., 0], _real(out[..., 1]))
 
 
 def det(x: Any, /) -> em.Tensor:
@@ -290,7 +304,7 @@ def pinv(x: Any, /, *, rtol: Any = None) -> em.Tensor:
     u, s, vh = svd(x, full_matrices=False)
     keep = s > _cutoff(s, *x.shape[-2:], rtol)
     s_inv = em.where(keep, 1.0 / em.where(keep, s, 1.0), 0.0).astype(x.dtype)
-    return (vh.mT * s_inv[..., None, :]) @ u.mT
+    return (_h(vh) * s_inv[..., None, :]) @ _h(u)
 
 
 def lstsq(a: Any, b: Any, /, *, rcond: Any = None) -> LstsqResult:
@@ -302,11 +316,11 @@ def lstsq(a: Any, b: Any, /, *, rcond: Any = None) -> LstsqResult:
     m, n = a.shape[-2:]
     keep = s > _cutoff(s, m, n, rcond)
     s_inv = em.where(keep, 1.0 / em.where(keep, s, 1.0), 0.0).astype(a.dtype)
-    x = (vh.mT * s_inv[..., None, :]) @ (u.mT @ rhs)
+    x = (_h(vh) * s_inv[..., None, :]) @ (_h(u) @ rhs)
     rank = keep.astype("int64").sum(axis=-1)
     if m > n and bool((rank == n).all()):
         r = rhs - a @ x
-        residuals = (r * r).sum(axis=-2)
+        residuals = (r.abs() * r.abs()).sum(axis=-2)
     else:
         residuals = em.zeros((0,), dtype=a.dtype, device=a.device)
     if vector and residuals.shape[-1:] == (1,):
@@ -329,7 +343,8 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> em.Te
     x = _matrix(x, "matrix_norm")
     inf = float("inf")
     if ord == "fro":
-        out = (x * x).sum(axis=(-2, -1)).sqrt()
+        size = x.abs()
+        out = (size * size).sum(axis=(-2, -1)).sqrt()
     elif ord in ("nuc", 2, -2):
         s = svdvals(x)
         out = s.sum(axis=-1) if ord == "nuc" else (s.max(axis=-1) if ord == 2 else s.min(axis=-1))
@@ -354,10 +369,10 @@ def norm(x: Any, /, ord: Any = None, axis: Any = None, keepdims: bool = False) -
             return matrix_norm(x, keepdims=keepdims, ord=ord)
         if ord is not None and x.ndim != 1:
             raise InvalidArgumentError("linalg.norm: ord needs axis=None only for 1-D or 2-D input; pass axis")
-        out = em.vector_norm(x.reshape((-1,)), ord=2 if ord is None else ord)
+        out = vector_norm(x.reshape((-1,)), ord=2 if ord is None else ord)
         return out.reshape((1,) * x.ndim) if keepdims else out
     if isinstance(axis, int):
-        return em.vector_norm(x, axis=axis, keepdims=keepdims, ord=2 if ord is None else ord)
+        return vector_norm(x, axis=axis, keepdims=keepdims, ord=2 if ord is None else ord)
     axes = tuple(int(a) % x.ndim for a in axis)
     if len(axes) != 2 or axes[0] == axes[1]:
         raise InvalidArgumentError(f"linalg.norm: axis must be an int or two distinct axes, got {axis!r}")

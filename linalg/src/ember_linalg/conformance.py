@@ -259,11 +259,90 @@ def test_em_linalg_gradient(spec: Case, dtype: em.DType, ad_device: em.Device) -
     )
 
 
+# -- complex: forward only (autodiff records real results only), where a native kernel exists ------
+def _complex(*makers: Callable[[np.random.Generator], np.ndarray]) -> Callable[[np.random.Generator], list]:
+    """Complex inputs: each maker's real matrix plus i times a second draw (same conditioning class)."""
+    return lambda rng: [m(rng) + 0.5j * m(rng) for m in makers]
+
+
+def _hermitian_pd(n: int, batch: tuple[int, ...] = (2,)) -> Callable[[np.random.Generator], list]:
+    def make(rng: np.random.Generator) -> list[np.ndarray]:
+        z = rng.standard_normal(batch + (n, n)) + 1j * rng.standard_normal(batch + (n, n))
+        q = np.linalg.qr(z)[0]
+        w = np.linspace(1.0, 4.0, n)
+        return [(q * w[..., None, :]) @ np.conj(np.swapaxes(q, -1, -2))]
+
+    return make
+
+
+def _phase(x: np.ndarray) -> np.ndarray:
+    return np.where(np.abs(x) == 0, 1.0, np.conj(x) / np.where(np.abs(x) == 0, 1.0, np.abs(x)))
+
+
+def _np_eigh_c(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    w, v = np.linalg.eigh((a + np.conj(np.swapaxes(a, -1, -2))) / 2)
+    top = np.take_along_axis(v, np.argmax(np.abs(v), axis=-2)[..., None, :], axis=-2)
+    return w, v * _phase(top)
+
+
+def _np_svd_c(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    d = _phase(np.take_along_axis(u, np.argmax(np.abs(u), axis=-2)[..., None, :], axis=-2))
+    return u * d, s, vh * np.conj(np.swapaxes(d, -1, -2))
+
+
+def _np_qr_c(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    q, r = np.linalg.qr(a)
+    d = _phase(np.diagonal(r, axis1=-2, axis2=-1))
+    return q * np.conj(d)[..., None, :], r * d[..., :, None]
+
+
+#: (case, the dispatched ops it needs native kernels for)
+COMPLEX_CASES = [
+    (Case("solve", _complex(general(2, 3, 3), plain(2, 3, 2)), lambda a, b: _la().solve(a, b), np.linalg.solve),
+     ("linalg_solve",)),
+    (Case("inv", _complex(general(2, 3, 3)), lambda a: _la().inv(a), np.linalg.inv), ("linalg_solve",)),
+    (Case("det", _complex(general(2, 3, 3)), lambda a: _la().det(a), np.linalg.det), ("linalg_slogdet",)),
+    (Case("slogdet", _complex(general(3, 3)), lambda a: tuple(_la().slogdet(a)),
+          lambda a: tuple(np.linalg.slogdet(a))), ("linalg_slogdet",)),
+    (Case("cholesky", _hermitian_pd(3), lambda a: _la().cholesky(a),
+          lambda a: np.linalg.cholesky(a)), ("linalg_cholesky",)),
+    (Case("eigh", _hermitian_pd(3), lambda a: tuple(_la().eigh(a)), _np_eigh_c), ("linalg_eigh",)),
+    (Case("svd", _complex(general(2, 4, 3)), lambda a: tuple(_la().svd(a, full_matrices=False)), _np_svd_c),
+     ("linalg_svd",)),
+    (Case("qr", _complex(general(2, 4, 3)), lambda a: tuple(_la().qr(a)), _np_qr_c), ("linalg_qr",)),
+    (Case("pinv", _complex(general(4, 3)), lambda a: _la().pinv(a), np.linalg.pinv), ("linalg_svd",)),
+    (Case("matrix_norm_fro", _complex(plain(2, 3, 4)), lambda a: _la().matrix_norm(a),
+          lambda a: np.linalg.norm(a, axis=(-2, -1))), ()),
+    (Case("lu", _complex(general(3, 3)), lambda a: tuple(_la().lu(a)), lambda a: scipy.linalg.lu(a)), ("linalg_lu",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [em.complex64, em.complex128], ids=str)
+@pytest.mark.parametrize("spec,ops", COMPLEX_CASES, ids=[c.name for c, _ in COMPLEX_CASES])
+def test_em_linalg_complex(spec: Case, ops: tuple[str, ...], dtype: em.DType, device: em.Device) -> None:
+    from ember.extension import EXTENSIONS
+
+    require_dtype(device, dtype)
+    missing = [op for op in ops if device.kind not in EXTENSIONS[op].kernels]
+    if missing:
+        pytest.skip(f"complex {spec.name} needs native kernels; {device.kind} has none for {', '.join(missing)}")
+    host = [np.asarray(x, dtype=dtype.numpy) for x in spec.inputs(np.random.default_rng(5))]
+    got = _as_list(spec.fn(*[em.tensor(x, dtype=dtype, device=device) for x in host]))
+    want = _as_list(spec.ref(*[x.astype(np.complex128) for x in host]))
+    rtol = 5e-4 if dtype is em.complex64 else 5e-9
+    for i, (g, w) in enumerate(zip(got, want)):
+        w = np.asarray(w)
+        if not (spec.name == "lu" and i == 0):  # P travels in the input's dtype; scipy's is real
+            assert g.dtype.kind == ("f" if np.isrealobj(w) else "c"), f"{spec.name} result {i} is {g.dtype}"
+        np.testing.assert_allclose(g.numpy(), w, rtol=rtol, atol=rtol, err_msg=f"{spec.name} result {i}")
+
+
 def test_em_linalg_errors(device: em.Device) -> None:
     la = _la()
     with pytest.raises(em.errors.ShapeError, match="square"):
         la.inv(em.ones((2, 3), device=device))
-    with pytest.raises(em.errors.DTypeError, match="float32 or float64"):
+    with pytest.raises(em.errors.DTypeError, match="float32, float64"):
         la.det(em.ones((2, 2), dtype="int32", device=device))
     with pytest.raises(em.errors.ShapeError, match="x2"):
         la.solve(em.eye(3, device=device), em.ones((2,), device=device))

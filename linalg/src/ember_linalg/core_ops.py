@@ -27,5 +27,7 @@ def trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> em.Tensor:
 
 
 def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> em.Tensor:
-    """p-norm over ``axis`` (all axes when None)."""
+    """p-norm over ``axis`` (all axes when None); of the magnitudes for complex ``x`` (a real result)."""
+    if isinstance(x, em.Tensor) and x.dtype.kind == "c":
+        x = x.abs()
     return em.vector_norm(x, axis=axis, keepdims=keepdims, ord=ord)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 import ember as em
-from ember.errors import InvalidArgumentError, ShapeError
+from ember.errors import InvalidArgumentError, NotImplementedOpError, ShapeError
 
 from . import reference
 from .packing import pack, unpack
@@ -34,7 +34,18 @@ __all__ = [
     "lu_shapes",
 ]
 
-FLOATS = ("float32", "float64")
+#: what the ops take; complex only where a native kernel runs (the references and vjps are real)
+FLOATS = ("float32", "float64", "complex64", "complex128")
+
+
+def _real_only(op: str, *tensors: em.Tensor) -> None:
+    """The references are written for real matrices: complex input needs a native kernel."""
+    for t in tensors:
+        if t.dtype.kind == "c":
+            raise NotImplementedOpError(
+                f"{op}: complex {t.dtype} input needs a native kernel, and {t.device.kind} has none for it "
+                f"(the Tensor-op reference handles float32/float64; cpu has complex kernels)"
+            )
 
 
 # -- checks and samples ------------------------------------------------------------------------
@@ -94,6 +105,7 @@ def _cholesky_sample(rng: np.random.Generator, dtype: str) -> list[Any]:
 )
 def CHOLESKY(a):  # noqa: N802 - ops are constants of this module
     """Lower Cholesky factor of ``(a + a^T)/2``."""
+    _real_only("cholesky", a)
     return reference.cholesky(a)
 
 
@@ -115,6 +127,7 @@ def qr_shapes(m: int, n: int, complete: bool) -> list[tuple[int, ...]]:
 
 
 def _qr_reference(a, complete=False):
+    _real_only("qr", a)
     q, r = reference.qr(a, complete)
     return pack([q, r], tuple(a.shape[:-2]))
 
@@ -154,6 +167,7 @@ def _qr_square_vjp(q, r, gq, gr):
 
 # -- eigh --------------------------------------------------------------------------------------
 def _eigh_reference(a):
+    _real_only("eigh", a)
     w, v = reference.eigh(a)
     return pack([w, v], tuple(a.shape[:-2]))
 
@@ -187,6 +201,7 @@ def svd_shapes(m: int, n: int, full: bool) -> list[tuple[int, ...]]:
 
 
 def _svd_reference(a, full_matrices=False):
+    _real_only("svd", a)
     u, s, vh = reference.svd(a)
     m, n = a.shape[-2:]
     if full_matrices and m != n:
@@ -246,6 +261,7 @@ def lu_shapes(m: int, n: int) -> list[tuple[int, ...]]:
 
 
 def _lu_reference(a):
+    _real_only("lu", a)
     p, lower, upper, _ = reference.lu(a)
     return pack([p, lower, upper], tuple(a.shape[:-2]))
 
@@ -279,6 +295,7 @@ def _solve_sample(rng: np.random.Generator, dtype: str) -> list[Any]:
 @em.backend_extension("linalg_solve", dtypes=FLOATS, check=_rhs("solve"), sample=_solve_sample, tolerance=20.0)
 def SOLVE(a, b):  # noqa: N802
     """``X`` with ``a @ X == b``."""
+    _real_only("solve", a, b)
     return reference.solve(a, b)
 
 
@@ -304,6 +321,7 @@ def _tri_sample(rng: np.random.Generator, dtype: str) -> list[Any]:
 )
 def SOLVE_TRIANGULAR(a, b, upper=False, left=True, unitriangular=False):  # noqa: N802
     """``X`` with ``a @ X == b`` (or ``X @ a == b``), reading one triangle of ``a``."""
+    _real_only("solve_triangular", a, b)
     return reference.solve_triangular(a, b, upper, left, unitriangular)
 
 
@@ -324,6 +342,7 @@ def _solve_triangular_vjp(ctx, g):
 
 # -- slogdet -----------------------------------------------------------------------------------
 def _slogdet_reference(a):
+    _real_only("slogdet", a)
     sign, logabs = reference.slogdet(a)
     return em.stack([sign, logabs], axis=-1)
 

@@ -16,12 +16,26 @@ from .packing import pack_numpy
 __all__ = ["register"]
 
 
+def _phase(x: np.ndarray) -> np.ndarray:
+    """The unit factor that turns ``x`` real and non-negative: a sign, or conj(x)/|x| for complex."""
+    if np.iscomplexobj(x):
+        size = np.abs(x)
+        return np.where(size == 0, 1.0, np.conj(x) / np.where(size == 0, 1.0, size)).astype(x.dtype)
+    return np.where(x < 0, -1.0, 1.0).astype(x.dtype)
+
+
 def _canonical(u: np.ndarray) -> np.ndarray:
-    """The sign per column that makes its largest-magnitude entry positive (as reference.canonical_columns)."""
+    """Per column, the factor that makes its largest-magnitude entry real and positive (as
+    reference.canonical_columns does for real matrices), shape (..., 1, k)."""
     if u.size == 0:
         return np.ones(u.shape[:-2] + (1, u.shape[-1]), dtype=u.dtype)
     top = np.argmax(np.abs(u), axis=-2)[..., None, :]
-    return np.where(np.take_along_axis(u, top, axis=-2) < 0, -1.0, 1.0).astype(u.dtype)
+    return _phase(np.take_along_axis(u, top, axis=-2))
+
+
+def _hermitian(a: np.ndarray) -> np.ndarray:
+    """``(a + a^H) / 2``."""
+    return (a + np.conj(np.swapaxes(a, -1, -2))) * a.real.dtype.type(0.5)
 
 
 def _lapack(op: str, fn: Callable[[], Any]) -> Any:
@@ -32,21 +46,21 @@ def _lapack(op: str, fn: Callable[[], Any]) -> Any:
 
 
 def _cholesky(backend: Any, a: np.ndarray) -> np.ndarray:
-    sym = (a + np.swapaxes(a, -1, -2)) * a.dtype.type(0.5)
+    sym = _hermitian(a)
     return np.ascontiguousarray(_lapack("cholesky", lambda: np.linalg.cholesky(sym)))
 
 
 def _qr(backend: Any, a: np.ndarray, complete: bool = False) -> np.ndarray:
     q, r = np.linalg.qr(a, mode="complete" if complete else "reduced")
     k = min(a.shape[-2:])
-    d = np.where(np.diagonal(r[..., :k, :k], axis1=-2, axis2=-1) < 0, -1.0, 1.0).astype(a.dtype)
+    d = _phase(np.diagonal(r[..., :k, :k], axis1=-2, axis2=-1))  # Q R = (Q conj(D)) (D R)
     if q.shape[-1] > k:
         d = np.concatenate([d, np.ones(d.shape[:-1] + (q.shape[-1] - k,), dtype=a.dtype)], axis=-1)
-    return pack_numpy([q * d[..., None, :], r * d[..., :, None]], a.shape[:-2], a.dtype)
+    return pack_numpy([q * np.conj(d)[..., None, :], r * d[..., :, None]], a.shape[:-2], a.dtype)
 
 
 def _eigh(backend: Any, a: np.ndarray) -> np.ndarray:
-    w, v = np.linalg.eigh((a + np.swapaxes(a, -1, -2)) * a.dtype.type(0.5))
+    w, v = np.linalg.eigh(_hermitian(a))
     return pack_numpy([w, v * _canonical(v)], a.shape[:-2], a.dtype)
 
 
@@ -55,7 +69,7 @@ def _svd(backend: Any, a: np.ndarray, full_matrices: bool = False) -> np.ndarray
     k = min(a.shape[-2:])
     sign = _canonical(u[..., :, :k])
     u = np.concatenate([u[..., :, :k] * sign, u[..., :, k:]], axis=-1)
-    vh = np.concatenate([vh[..., :k, :] * np.swapaxes(sign, -1, -2), vh[..., k:, :]], axis=-2)
+    vh = np.concatenate([vh[..., :k, :] * np.conj(np.swapaxes(sign, -1, -2)), vh[..., k:, :]], axis=-2)
     return pack_numpy([u, s, vh], a.shape[:-2], a.dtype)
 
 

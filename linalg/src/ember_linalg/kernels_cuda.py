@@ -14,7 +14,7 @@ __all__ = ["register"]
 
 
 def _sym(a: Any) -> Any:
-    return (a + a.swapaxes(-1, -2)) * a.dtype.type(0.5)
+    return (a + a.swapaxes(-1, -2).conj()) * a.real.dtype.type(0.5)
 
 
 def _canonical(u: Any) -> Any:
@@ -22,8 +22,9 @@ def _canonical(u: Any) -> Any:
 
     if u.size == 0:
         return cupy.ones(u.shape[:-2] + (1, u.shape[-1]), dtype=u.dtype)
-    top = cupy.argmax(cupy.abs(u), axis=-2)[..., None, :]
-    return cupy.where(cupy.take_along_axis(u, top, axis=-2) < 0, -1.0, 1.0).astype(u.dtype)
+    top = cupy.take_along_axis(u, cupy.argmax(cupy.abs(u), axis=-2)[..., None, :], axis=-2)
+    size = cupy.abs(top)
+    return cupy.where(size == 0, 1.0, top.conj() / cupy.where(size == 0, 1.0, size)).astype(u.dtype)
 
 
 def _cholesky(backend: Any, a: Any) -> Any:
@@ -46,7 +47,7 @@ def _svd(backend: Any, a: Any, full_matrices: bool = False) -> Any:
     k = min(a.shape[-2:])
     sign = _canonical(u[..., :, :k])
     u = cupy.concatenate([u[..., :, :k] * sign, u[..., :, k:]], axis=-1)
-    vh = cupy.concatenate([vh[..., :k, :] * sign.swapaxes(-1, -2), vh[..., k:, :]], axis=-2)
+    vh = cupy.concatenate([vh[..., :k, :] * sign.swapaxes(-1, -2).conj(), vh[..., k:, :]], axis=-2)
     return pack_numpy([u, s, vh], a.shape[:-2], a.dtype)
 
 
