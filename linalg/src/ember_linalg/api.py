@@ -11,6 +11,7 @@ import numpy as np
 import ember as em
 from ember.errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
 
+from .core_ops import vector_norm
 from .factorizations import (
     CHOLESKY,
     EIGH,
@@ -24,7 +25,6 @@ from .factorizations import (
     qr_shapes,
     svd_shapes,
 )
-from .core_ops import vector_norm
 from .packing import unpack
 
 __all__ = [
