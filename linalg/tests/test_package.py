@@ -32,6 +32,9 @@ def test_ember_plugins_lists_the_ops(capsys):
 
 def test_every_op_has_a_cpu_kernel_a_vjp_and_a_sample():
     for op in ember_linalg.EXTENSION_OPS:
+        if op.name == "linalg_eig":  # forward only, cpu only: no reference to compare a kernel with
+            assert "cpu" in op.kernels and not op.has_vjp and op.sample is None
+            continue
         assert "cpu" in op.kernels, op.name
         assert op.has_vjp, op.name
         assert op.sample is not None, op.name

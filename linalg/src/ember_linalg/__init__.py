@@ -19,7 +19,9 @@ from .api import (
     cholesky,
     cross,
     det,
+    eig,
     eigh,
+    eigvals,
     eigvalsh,
     inv,
     lstsq,
@@ -50,7 +52,8 @@ kernels_cuda.register("cuda")
 __all__ = [
     "EXTENSION_OPS", "LinAlgError",
     "EighResult", "LstsqResult", "LUFactorResult", "LUResult", "QRResult", "SlogdetResult", "SVDResult",
-    "cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "lu", "lu_factor", "lu_solve",
+    "cholesky", "cross", "det", "diagonal", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq", "lu", "lu_factor",
+    "lu_solve",
     "matmul", "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "norm", "outer", "pinv", "qr",
     "slogdet", "solve", "solve_triangular", "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm",
 ]  # fmt: skip

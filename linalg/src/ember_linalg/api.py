@@ -14,6 +14,7 @@ from ember.errors import ArgumentTypeError, DTypeError, InvalidArgumentError, Sh
 from .core_ops import vector_norm
 from .factorizations import (
     CHOLESKY,
+    EIG,
     EIGH,
     LU,
     QR,
@@ -29,7 +30,7 @@ from .packing import unpack
 
 __all__ = [
     "EighResult", "QRResult", "SlogdetResult", "SVDResult", "LUResult", "LUFactorResult", "LstsqResult",
-    "cholesky", "qr", "eigh", "eigvalsh", "svd", "svdvals", "lu", "lu_factor", "lu_solve", "solve",
+    "cholesky", "qr", "eig", "eigvals", "eigh", "eigvalsh", "svd", "svdvals", "lu", "lu_factor", "lu_solve", "solve",
     "solve_triangular", "inv", "det", "slogdet", "pinv", "lstsq", "matrix_norm", "norm", "matrix_rank",
     "matrix_power", "cross",
 ]  # fmt: skip
@@ -150,6 +151,20 @@ def eigh(x: Any, /) -> EighResult:
     n = x.shape[-1]
     w, v = unpack(EIGH(x), [(n,), (n, n)])
     return EighResult(_real(w), v)
+
+
+def eig(x: Any, /) -> EighResult:
+    """Eigenvalues and eigenvectors of a general square matrix, complex (unit-norm vectors, each
+    with its largest-magnitude entry real and positive). Forward only, where a native kernel runs."""
+    x = _matrix(x, "eig", square=True)
+    n = x.shape[-1]
+    w, v = unpack(EIG(x), [(n,), (n, n)])
+    return EighResult(w, v)
+
+
+def eigvals(x: Any, /) -> em.Tensor:
+    """Eigenvalues of a general square matrix, complex."""
+    return eig(x).eigenvalues
 
 
 def eigvalsh(x: Any, /) -> em.Tensor:

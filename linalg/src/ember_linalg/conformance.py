@@ -338,6 +338,26 @@ def test_em_linalg_complex(spec: Case, ops: tuple[str, ...], dtype: em.DType, de
         np.testing.assert_allclose(g.numpy(), w, rtol=rtol, atol=rtol, err_msg=f"{spec.name} result {i}")
 
 
+@pytest.mark.parametrize("dtype", [em.float32, em.float64, em.complex128], ids=str)
+def test_em_linalg_eig(dtype: em.DType, device: em.Device) -> None:
+    """A general eigensolver (complex results): A V == V diag(w), unit vectors, numpy's eigenvalues."""
+    from ember.extension import EXTENSIONS
+
+    require_dtype(device, dtype)
+    if device.kind not in EXTENSIONS["linalg_eig"].kernels:
+        pytest.skip(f"eig runs only where a native kernel exists; {device.kind} has none")
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((2, 4, 4)) + (0.5j * rng.standard_normal((2, 4, 4)) if dtype.kind == "c" else 0)
+    a = a.astype(dtype.numpy)
+    w, v = (t.numpy().astype(np.complex128) for t in _la().eig(em.tensor(a, dtype=dtype, device=device)))
+    tol = 1e-4 if dtype is em.float32 else 1e-10
+    np.testing.assert_allclose(a @ v, v * w[..., None, :], atol=tol * 10)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=-2), 1.0, atol=tol)
+    want = np.linalg.eigvals(a.astype(np.complex128))
+    gap = np.abs(w[..., :, None] - want[..., None, :])  # each eigenvalue near one of numpy's, and back
+    assert gap.min(axis=-1).max() < tol * 10 and gap.min(axis=-2).max() < tol * 10, (w, want)
+
+
 def test_em_linalg_errors(device: em.Device) -> None:
     la = _la()
     with pytest.raises(em.errors.ShapeError, match="square"):

@@ -28,6 +28,7 @@ __all__ = [
     "SOLVE",
     "SOLVE_TRIANGULAR",
     "SLOGDET",
+    "EIG",
     "EXTENSION_OPS",
     "qr_shapes",
     "svd_shapes",
@@ -365,5 +366,15 @@ def _slogdet_vjp(ctx, g):
     return (g[..., 1][..., None, None] * inv_t,)
 
 
+# -- eig (general, complex results) -------------------------------------------------------------
+@em.backend_extension("linalg_eig", dtypes=FLOATS, check=_square("eig"))
+def EIG(a):  # noqa: N802
+    """Eigenvalues and eigenvectors of a general square matrix, packed, in the complex dtype."""
+    raise NotImplementedOpError(
+        f"eig: no Tensor-op reference yet (a general eigensolver with complex results), so it runs only where a "
+        f"native kernel exists (cpu), forward only; {a.device.kind} has none"
+    )
+
+
 #: every op this package registers (what ``ember plugins`` lists)
-EXTENSION_OPS = (CHOLESKY, QR, EIGH, SVD, LU, SOLVE, SOLVE_TRIANGULAR, SLOGDET)
+EXTENSION_OPS = (CHOLESKY, QR, EIGH, SVD, LU, SOLVE, SOLVE_TRIANGULAR, SLOGDET, EIG)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .errors import LinAlgError
-from .factorizations import CHOLESKY, EIGH, LU, QR, SLOGDET, SOLVE, SOLVE_TRIANGULAR, SVD
+from .factorizations import CHOLESKY, EIG, EIGH, LU, QR, SLOGDET, SOLVE, SOLVE_TRIANGULAR, SVD
 from .packing import pack_numpy
 
 __all__ = ["register"]
@@ -105,7 +105,15 @@ def _slogdet(backend: Any, a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.stack([sign, logabs], axis=-1).astype(a.dtype))
 
 
+def _eig(backend: Any, a: np.ndarray) -> np.ndarray:
+    out = np.result_type(a.dtype, np.complex64)
+    w, v = _lapack("eig", lambda: np.linalg.eig(a))
+    v = v.astype(out)
+    return pack_numpy([w, v * _canonical(v)], a.shape[:-2], out)
+
+
 _KERNELS = {
+    EIG: _eig,
     CHOLESKY: _cholesky,
     QR: _qr,
     EIGH: _eigh,

@@ -16,13 +16,13 @@ __all__ = ["pack", "unpack", "pack_numpy"]
 
 def pack(parts: list[em.Tensor], batch: tuple[int, ...]) -> em.Tensor:
     """Flatten each part's trailing (non-batch) axes and concatenate them."""
-    return em.concat([p.reshape(batch + (-1,)) for p in parts], axis=-1)
+    return em.concat([p.reshape(batch + (_trailing(p.shape, batch),)) for p in parts], axis=-1)
 
 
 def pack_numpy(parts: list[np.ndarray], batch: tuple[int, ...], dtype: Any) -> np.ndarray:
     """:func:`pack` for host arrays (what the cpu and cuda kernels return), in ``dtype``."""
     xp = _array_module(parts[0])
-    flat = [xp.reshape(p, batch + (-1,)).astype(dtype, copy=False) for p in parts]
+    flat = [xp.reshape(p, batch + (_trailing(p.shape, batch),)).astype(dtype, copy=False) for p in parts]
     return xp.ascontiguousarray(xp.concatenate(flat, axis=-1))
 
 
@@ -35,6 +35,11 @@ def unpack(packed: em.Tensor, shapes: list[tuple[int, ...]]) -> list[em.Tensor]:
         out.append(packed[..., start : start + size].reshape(batch + tuple(shape)))
         start += size
     return out
+
+
+def _trailing(shape: Any, batch: tuple[int, ...]) -> int:
+    """The size of the non-batch axes, written out (-1 cannot be inferred when the batch is empty)."""
+    return math.prod(tuple(shape)[len(batch) :])
 
 
 def _array_module(a: Any) -> Any:
