@@ -197,6 +197,8 @@ CASES = [
          lambda a: np.linalg.norm(a, axis=(0, 2), keepdims=True)),
     Case("vector_norm_1", _inputs(plain(2, 5)), lambda a: _la().vector_norm(a, axis=-1, ord=1),
          lambda a: np.linalg.norm(a, ord=1, axis=-1)),
+    Case("vector_norm_-1.5", _inputs(plain(2, 5)), lambda a: _la().vector_norm(a, axis=-1, ord=-1.5),
+         lambda a: np.linalg.norm(a, ord=-1.5, axis=-1)),
     Case("matrix_power_3", _inputs(plain(2, 3, 3)), lambda a: _la().matrix_power(a, 3),
          lambda a: np_matrix_power(a, 3)),
     Case("matrix_power_-2", _inputs(general(3, 3)), lambda a: _la().matrix_power(a, -2),

@@ -56,7 +56,8 @@ def _qr(backend: Any, a: np.ndarray, complete: bool = False) -> np.ndarray:
     d = _phase(np.diagonal(r[..., :k, :k], axis1=-2, axis2=-1))  # Q R = (Q conj(D)) (D R)
     if q.shape[-1] > k:
         d = np.concatenate([d, np.ones(d.shape[:-1] + (q.shape[-1] - k,), dtype=a.dtype)], axis=-1)
-    return pack_numpy([q * np.conj(d)[..., None, :], r * d[..., :, None]], a.shape[:-2], a.dtype)
+    # triu again: the zeros below the diagonal stay +0 whatever the sign flip
+    return pack_numpy([q * np.conj(d)[..., None, :], np.triu(r * d[..., :, None])], a.shape[:-2], a.dtype)
 
 
 def _eigh(backend: Any, a: np.ndarray) -> np.ndarray:

@@ -123,7 +123,7 @@ def qr(a: em.Tensor, complete: bool = False) -> tuple[em.Tensor, em.Tensor]:
     d = _sign(em.diagonal(r[..., :k, :k]))  # (..., k)
     if kq > k:
         d = em.concat([d, em.ones(tuple(d.shape[:-1]) + (kq - k,), dtype=a.dtype, device=a.device)], axis=-1)
-    return q * d[..., None, :], r * d[..., :, None]
+    return q * d[..., None, :], em.triu(r * d[..., :, None])
 
 
 def jacobi_sweeps(n: int, dtype: em.DType) -> int:
