@@ -257,7 +257,7 @@ def vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) 
         raise ArgumentTypeError(f"vector_norm: ord must be a number (1, 2, any p, 0 or +-inf), got {ord!r}")
     p = float(ord)
     if p != p:
-        raise InvalidArgumentError(f"vector_norm: ord must be a number, 0 or +-inf, got {ord!r}")
+        raise InvalidArgumentError(f"vector_norm: ord must be a number, not NaN, got {ord!r}")
     # a negative p is the standard's (sum |x|^p)^(1/p) too: a zero entry makes it 0, as numpy
     return (a**p).sum(axis=axes, keepdims=keepdims) ** (1.0 / p)
 
