@@ -263,8 +263,7 @@ _LAZY_SUBMODULES = {
     "shapes",
     "quant",
 }
-#: namespaces provided by separately installed extension plugins (none is released yet: ember-linalg
-#: and ember-signal are planned, and will add their ``ember[...]`` extras when they are)
+#: namespaces provided by separately installed extension plugins, each installed as ``ember[<name>]``
 _EXTENSION_NAMESPACES = {"linalg": "ember_linalg", "signal": "ember_signal"}
 
 
@@ -278,7 +277,7 @@ def __getattr__(name: str) -> Any:
         except ImportError:
             raise errors.EmberAttributeError(
                 f"ember.{name} comes from the {module.replace('_', '-')} extension plugin, which is not "
-                f"installed (it is not released yet)"
+                f'installed: pip install "ember[{name}]"'
             ) from None
     raise errors.EmberAttributeError(f"module 'ember' has no attribute {name!r}")
 

@@ -37,10 +37,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         return 1
     rows = []
     for info in reg.plugins.values():
-        kinds = ", ".join(_served(reg, info, kind) for kind in info.backends) or "-"
+        kinds = ", ".join(_served(reg, info, kind) for kind in info.backends)
+        if info.extensions:
+            kinds = (kinds + "; " if kinds else "") + f"ops: {', '.join(info.extensions)}"
+        kinds = kinds or "-"
         status = info.status if info.status == "ok" else f"{info.status}: {info.error}"
         rows.append([info.name, info.group.split(".")[-1], info.distribution, info.version, kinds, status])
-    print(_table(rows, ["plugin", "kind", "distribution", "version", "devices", "status"]))
+    print(_table(rows, ["plugin", "kind", "distribution", "version", "devices / ops", "status"]))
     failed = [p for p in reg.plugins.values() if p.status == "failed"]
     if failed and args.verbose:
         for p in failed:

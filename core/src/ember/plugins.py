@@ -131,6 +131,8 @@ class PluginInfo:
     error: str = ""
     detail: str = ""
     backends: list[str] = field(default_factory=list)
+    #: names of the extension ops the plugin registered (``registry.add_extensions``)
+    extensions: list[str] = field(default_factory=list)
     #: the name pluggy knows the plugin by: ``name``, or ``name@distribution`` when two
     #: distributions ship an entry point of the same name
     key: str = ""
@@ -178,6 +180,17 @@ class PluginRegistry:
                 )
         if self._current is not None:
             self._current.backends.extend(spec.kinds)
+
+    def add_extensions(self, *extensions: Any) -> None:
+        """Record extension ops (``@backend_extension`` objects) as the current plugin's, so that
+        ``ember plugins`` lists them. Called from a plugin's ``ember_register_extensions`` hook."""
+        who = (self._current.key or self._current.name) if self._current else "<direct>"
+        for ext in extensions:
+            name = getattr(ext, "name", None)
+            if not isinstance(name, str):
+                raise PluginError(f"plugin {who!r}: add_extensions expects @backend_extension ops, got {ext!r}")
+            if self._current is not None and name not in self._current.extensions:
+                self._current.extensions.append(name)
 
     def provider(self, kind: str) -> str | None:
         """The plugin whose backend serves ``kind`` (the highest-priority spec's), or None."""

@@ -232,7 +232,7 @@ L2NORM = define(
 
 
 def vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Tensor:
-    """p-norm over ``axis``: ord 2 (default), 1, inf, -inf, 0, or any positive p."""
+    """p-norm over ``axis``: ord 2 (default), 1, inf, -inf, 0, or any other p (negative included)."""
     x = _tensor_arg(x, "vector_norm")
     if x._dtype.kind != "f":
         raise DTypeError(f"vector_norm: expected a floating-point tensor, got {x._dtype}")
@@ -254,10 +254,11 @@ def vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) 
     if ord == 0:
         return (x != 0).astype(x._dtype).sum(axis=axes, keepdims=keepdims)
     if isinstance(ord, bool) or not isinstance(ord, (int, float)):
-        raise ArgumentTypeError(f"vector_norm: ord must be a number (1, 2, p > 0, 0 or +-inf), got {ord!r}")
+        raise ArgumentTypeError(f"vector_norm: ord must be a number (1, 2, any p, 0 or +-inf), got {ord!r}")
     p = float(ord)
-    if p <= 0:
-        raise InvalidArgumentError(f"vector_norm: ord must be positive, 0 or +-inf, got {ord!r}")
+    if p != p:
+        raise InvalidArgumentError(f"vector_norm: ord must be a number, not NaN, got {ord!r}")
+    # a negative p is the standard's (sum |x|^p)^(1/p) too: a zero entry makes it 0, as numpy
     return (a**p).sum(axis=axes, keepdims=keepdims) ** (1.0 / p)
 
 
