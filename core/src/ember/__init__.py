@@ -263,9 +263,9 @@ _LAZY_SUBMODULES = {
     "shapes",
     "quant",
 }
-#: namespaces provided by separately installed extension plugins (none is released yet: ember-linalg
-#: and ember-signal are planned, and will add their ``ember[...]`` extras when they are)
-_EXTENSION_NAMESPACES = {"linalg": "ember_linalg", "signal": "ember_signal"}
+#: namespaces provided by separately installed extension plugins (ember-signal also gives the
+#: Array API ``fft`` extension; ember-linalg is planned)
+_EXTENSION_NAMESPACES = {"linalg": "ember_linalg", "signal": "ember_signal", "fft": "ember_signal.fft"}
 
 
 def __getattr__(name: str) -> Any:
@@ -277,8 +277,8 @@ def __getattr__(name: str) -> Any:
             return importlib.import_module(module)
         except ImportError:
             raise errors.EmberAttributeError(
-                f"ember.{name} comes from the {module.replace('_', '-')} extension plugin, which is not "
-                f"installed (it is not released yet)"
+                f"ember.{name} comes from the {module.split('.')[0].replace('_', '-')} extension plugin, which "
+                f"is not installed"
             ) from None
     raise errors.EmberAttributeError(f"module 'ember' has no attribute {name!r}")
 
