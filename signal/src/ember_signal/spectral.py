@@ -92,8 +92,17 @@ def stft_pairs(
     return em.moveaxis(spec, -2, -3)
 
 
-def stft(x: Any, n_fft: int, hop_length: int | None = None, win_length: int | None = None, window: Any = None,
-         center: bool = True, pad_mode: str = "reflect", normalized: bool = False, onesided: bool = True) -> Any:  # fmt: skip
+def stft(
+    x: Any,
+    n_fft: int,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    window: Any = None,
+    center: bool = True,
+    pad_mode: str = "reflect",
+    normalized: bool = False,
+    onesided: bool = True,
+) -> Any:
     """Short-time Fourier transform of real ``x`` (..., time): complex (..., freq, frames).
 
     Defaults as torch.stft's except ``window``: a periodic Hann window of ``win_length``
@@ -163,8 +172,17 @@ def istft_pairs(
     return y
 
 
-def istft(spec: Any, n_fft: int, hop_length: int | None = None, win_length: int | None = None, window: Any = None,
-          center: bool = True, normalized: bool = False, onesided: bool = True, length: int | None = None) -> Any:  # fmt: skip
+def istft(
+    spec: Any,
+    n_fft: int,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    window: Any = None,
+    center: bool = True,
+    normalized: bool = False,
+    onesided: bool = True,
+    length: int | None = None,
+) -> Any:
     """Inverse of :func:`stft` (window-envelope-normalised overlap-add): the real signal."""
     return istft_pairs(
         cfft.to_pairs(spec, "istft"), n_fft, hop_length, win_length, window, center, normalized, onesided, length
@@ -180,9 +198,17 @@ def _power(spec: Any, power: float) -> Any:
     return mag2 ** (power / 2.0)
 
 
-def spectrogram(x: Any, n_fft: int, hop_length: int | None = None, win_length: int | None = None,
-                window: Any = None, center: bool = True, pad_mode: str = "reflect", normalized: bool = False,
-                power: float = 2.0) -> Any:  # fmt: skip
+def spectrogram(
+    x: Any,
+    n_fft: int,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    window: Any = None,
+    center: bool = True,
+    pad_mode: str = "reflect",
+    normalized: bool = False,
+    power: float = 2.0,
+) -> Any:
     """|stft(x)|**power, real (..., n_fft//2 + 1, frames)."""
     if not isinstance(power, (int, float)) or isinstance(power, bool) or power <= 0:
         raise InvalidArgumentError(f"spectrogram: power must be a positive number, got {power!r}")
@@ -205,8 +231,18 @@ def _mel_to_hz(m: np.ndarray, scale: str) -> np.ndarray:
     return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
 
 
-def mel_filterbank(n_freqs: int, n_mels: int, sample_rate: float, f_min: float = 0.0, f_max: float | None = None,
-                   norm: str | None = None, mel_scale: str = "htk", *, dtype: Any = None, device: Any = None) -> Any:  # fmt: skip
+def mel_filterbank(
+    n_freqs: int,
+    n_mels: int,
+    sample_rate: float,
+    f_min: float = 0.0,
+    f_max: float | None = None,
+    norm: str | None = None,
+    mel_scale: str = "htk",
+    *,
+    dtype: Any = None,
+    device: Any = None,
+) -> Any:
     """Triangular mel filters as an (n_freqs, n_mels) matrix (torchaudio.functional.melscale_fbanks'
     definition): ``spec.mT @ fb`` maps a power spectrum to mel bands. ``norm="slaney"`` scales
     each filter to unit area; ``mel_scale`` is ``"htk"`` or ``"slaney"``."""
@@ -232,12 +268,25 @@ def mel_filterbank(n_freqs: int, n_mels: int, sample_rate: float, f_min: float =
     return em.tensor(fb, dtype=dtype or em.float32, device=device)
 
 
-def mel_spectrogram(x: Any, sample_rate: float, n_fft: int = 400, hop_length: int | None = None,
-                    win_length: int | None = None, n_mels: int = 128, f_min: float = 0.0, f_max: float | None = None,
-                    window: Any = None, center: bool = True, pad_mode: str = "reflect", power: float = 2.0,
-                    norm: str | None = None, mel_scale: str = "htk") -> Any:  # fmt: skip
+def mel_spectrogram(
+    x: Any,
+    sample_rate: float,
+    n_fft: int = 400,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    n_mels: int = 128,
+    f_min: float = 0.0,
+    f_max: float | None = None,
+    window: Any = None,
+    center: bool = True,
+    pad_mode: str = "reflect",
+    power: float = 2.0,
+    norm: str | None = None,
+    mel_scale: str = "htk",
+) -> Any:
     """The mel-band power spectrogram of ``x``: (..., n_mels, frames)."""
     spec = spectrogram(x, n_fft, hop_length, win_length, window, center, pad_mode, False, power)
-    fb = mel_filterbank(n_fft // 2 + 1, n_mels, sample_rate, f_min, f_max, norm, mel_scale, dtype=spec.dtype,
-                        device=spec.device)  # fmt: skip
+    fb = mel_filterbank(
+        n_fft // 2 + 1, n_mels, sample_rate, f_min, f_max, norm, mel_scale, dtype=spec.dtype, device=spec.device
+    )
     return em.matmul(fb.mT, spec)
