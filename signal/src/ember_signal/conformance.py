@@ -119,7 +119,11 @@ GRAD_CASES = {
     "ihfft": (lambda x: pairs.ihfft(x), lambda x: _pairs_np(np.fft.ihfft(x)), "real"),
     "fftn": (lambda p: pairs.fftn(p), lambda p: _pairs_np(np.fft.fftn(_complex_np(p))), "pairs"),
     "rfftn": (lambda x: pairs.rfftn(x), lambda x: _pairs_np(np.fft.rfftn(x)), "real"),
-    "irfftn": (lambda p: pairs.irfftn(p, s=(4, 6)), lambda p: np.fft.irfftn(_complex_np(p), s=(4, 6), axes=(-2, -1)), "pairs"),
+    "irfftn": (
+        lambda p: pairs.irfftn(p, s=(4, 6)),
+        lambda p: np.fft.irfftn(_complex_np(p), s=(4, 6), axes=(-2, -1)),
+        "pairs",
+    ),
     "bluestein": (lambda p: pairs.fft(p, n=70), lambda p: _pairs_np(np.fft.fft(_complex_np(p), n=70)), "pairs"),
 }
 
