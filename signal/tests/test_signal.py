@@ -3,11 +3,11 @@ that bad arguments raise ember errors naming the argument. (Numerical cases: con
 
 from __future__ import annotations
 
+import ember_signal as sig
 import numpy as np
 import pytest
 
 import ember as em
-import ember_signal as sig
 from ember.backend import EXTENSION_KERNELS
 from ember.errors import AxisError, DTypeError, InvalidArgumentError, ShapeError
 from ember.plugins import get_registry

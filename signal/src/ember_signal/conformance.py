@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ember_conformance.checks import assert_close, check_gradients, widest_float
 
 import ember as em
 import ember_signal as sig
+from ember_conformance.checks import assert_close, check_gradients, widest_float
 from ember_signal import pairs
 from ember_signal.filtering import signal_lfilter
 from ember_signal.transform import signal_dft
@@ -353,7 +353,8 @@ def test_filter_gradients(ad_device):
     x, v = rng.standard_normal((2, 12)), rng.standard_normal(4)
     b, a = np.array([0.3, 0.2, -0.1]), np.array([1.2, -0.4, 0.1])
     cases = [
-        (lambda s, k: sig.convolve(s, k, "same"), lambda s, k: np.stack([np.convolve(r, k, "same") for r in s]), [x, v]),
+        (lambda s, k: sig.convolve(s, k, "same"),
+         lambda s, k: np.stack([np.convolve(r, k, "same") for r in s]), [x, v]),
         (lambda s, k: sig.fftconvolve(s, k[None], "full", axes=1),
          lambda s, k: scipy_signal.fftconvolve(s, k[None], "full", axes=1), [x, v]),
         (lambda s, bb, aa: sig.lfilter(bb, aa, s), lambda s, bb, aa: scipy_signal.lfilter(bb, aa, s), [x, b, a]),
