@@ -44,7 +44,9 @@ def _t(a: np.ndarray, device: Any, dtype: Any, requires_grad: bool = False) -> A
 
 # -- the DFT primitive: the Tensor-op reference (what OpenCL and WGPU run) and the dispatched op -------------
 
-SIZES = [1, 2, 16, 64, 12, 100, 127]  # powers of two: Stockham; <= 64: direct DFT; others: Bluestein
+#: powers of two: Stockham (16, 64: radix 4 only; 2, 8, 128: with a radix-2 stage); other n <= 64: direct DFT;
+#: others: Bluestein
+SIZES = [1, 2, 8, 16, 64, 128, 12, 100, 127]
 
 
 @pytest.mark.parametrize("n", SIZES)
