@@ -264,7 +264,8 @@ _LAZY_SUBMODULES = {
     "quant",
 }
 #: namespaces provided by separately installed extension plugins, each installed as ``ember[<name>]``
-_EXTENSION_NAMESPACES = {"linalg": "ember_linalg", "signal": "ember_signal"}
+#: (ember-signal also gives the Array API ``fft`` extension)
+_EXTENSION_NAMESPACES = {"linalg": "ember_linalg", "signal": "ember_signal", "fft": "ember_signal.fft"}
 
 
 def __getattr__(name: str) -> Any:
@@ -276,8 +277,8 @@ def __getattr__(name: str) -> Any:
             return importlib.import_module(module)
         except ImportError:
             raise errors.EmberAttributeError(
-                f"ember.{name} comes from the {module.replace('_', '-')} extension plugin, which is not "
-                f'installed: pip install "ember[{name}]"'
+                f"ember.{name} comes from the {module.split('.')[0].replace('_', '-')} extension plugin, which is "
+                f'not installed: pip install "ember[{module.split(".")[0].removeprefix("ember_")}]"'
             ) from None
     raise errors.EmberAttributeError(f"module 'ember' has no attribute {name!r}")
 
