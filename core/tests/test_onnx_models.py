@@ -1,0 +1,68 @@
+"""Real architectures exported from PyTorch (``onnx_models.py``), imported by ember, against
+onnxruntime's outputs on the same inputs to 1e-4.
+
+The models are built at test time into ``EMBER_ONNX_MODELS_DIR`` (default: ember's cache
+folder, ``onnx-models/``) and reused while the builder and the package versions stay the same.
+``EMBER_ONNX_DEVICES`` (comma-separated, default ``cpu``) picks the ember devices they run on.
+Needs torch, torchvision, transformers, onnx and onnxruntime (the ``onnx-models`` tox env).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("torch", reason="the real-model ONNX files are exported from torch")
+pytest.importorskip("transformers", reason="the BERT and GPT-2 models come from transformers (with torch)")
+
+import onnx_models  # noqa: E402
+
+import ember as em  # noqa: E402
+
+DEVICES = [d.strip() for d in os.environ.get("EMBER_ONNX_DEVICES", "cpu").split(",") if d.strip()]
+TOL = 1e-4
+
+
+def _cache_root() -> Path:
+    env = os.environ.get("EMBER_ONNX_MODELS_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("EMBER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ember"
+    )
+    return Path(base) / "onnx-models"
+
+
+@pytest.fixture(scope="module")
+def models_dir() -> Path:
+    return onnx_models.build(_cache_root())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", onnx_models.NAMES)
+def test_real_model_matches_onnxruntime(models_dir, name, device):
+    inputs, want = onnx_models.load_case(models_dir, name)
+    model = em.onnx.load(models_dir / f"{name}.onnx", device=device)
+    model.eval()
+    got = model(*inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g = g.numpy()
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL, err_msg=f"{name} on {device}")
+        # and relative to the output's own size, which for some models is well under 1
+        scale = float(np.abs(w).max())
+        assert scale > 0, f"{name}: onnxruntime's output is all zeros; the comparison would say nothing"
+        assert float(np.abs(g - w).max()) <= TOL * scale, f"{name} on {device}: off by more than 1e-4 of its scale"
+
+
+def test_the_set_covers_the_issue_list():
+    # issue 16 point 3: at least 8 real architectures, these among them
+    assert len(onnx_models.NAMES) >= 8
+    assert set(onnx_models.NAMES) == set(onnx_models.BUILDERS)
