@@ -66,3 +66,13 @@ def test_the_set_covers_the_issue_list():
     # issue 16 point 3: at least 8 real architectures, these among them
     assert len(onnx_models.NAMES) >= 8
     assert set(onnx_models.NAMES) == set(onnx_models.BUILDERS)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "unet_small", "vit_tiny", "bert_encoder", "gpt2_decoder"])
+def test_lora_on_a_real_model(models_dir, name):
+    # imported with layers=True, every groups=1 Linear/Conv adapted, 3 SGD steps on the adapters,
+    # then against onnxruntime on the file with the merged weights (test_onnx_lora.check_lora)
+    from test_onnx_lora import check_lora
+
+    inputs, _ = onnx_models.load_case(models_dir, name)
+    check_lora(models_dir / f"{name}.onnx", inputs, steps=3, lr=0.01)
