@@ -43,11 +43,13 @@ def models_dir() -> Path:
     return onnx_models.build(_cache_root())
 
 
+@pytest.mark.parametrize("layers", [False, True], ids=["graph", "layers"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", onnx_models.NAMES)
-def test_real_model_matches_onnxruntime(models_dir, name, device):
+def test_real_model_matches_onnxruntime(models_dir, name, device, layers):
+    # layers=True: Gemm/MatMul/Conv run as nn.Linear/nn.Conv children (ember.onnx.layers)
     inputs, want = onnx_models.load_case(models_dir, name)
-    model = em.onnx.load(models_dir / f"{name}.onnx", device=device)
+    model = em.onnx.load(models_dir / f"{name}.onnx", device=device, layers=layers)
     model.eval()
     got = model(*inputs)
     got = got if isinstance(got, tuple) else (got,)
