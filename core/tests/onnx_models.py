@@ -8,8 +8,11 @@ set builds in seconds. The files are large (ResNet-18 alone is 45 MB), so they a
 ``test_onnx_models.py`` builds them into a cache folder keyed by this file's contents and the
 package versions, and rebuilds only when those change.
 
-Run by hand: ``python core/tests/onnx_models.py OUT_DIR`` writes ``NAME.onnx`` and ``NAME.npz``
-(``in_*`` arrays are the inputs in graph order, ``out_*`` onnxruntime's outputs) for every model.
+Each model is exported twice, by torch's TorchScript exporter (``dynamo=False``, opset 17) and by
+its ``torch.export``-based one (``dynamo=True``, torch's default, opset 18, needs onnxscript): the
+two write different graphs of the same model. Run by hand: ``python core/tests/onnx_models.py
+OUT_DIR [CASE ...]`` writes ``NAME-EXPORTER.onnx`` and ``.npz`` (``in_*`` arrays are the inputs
+in graph order, ``out_*`` onnxruntime's outputs) for every case.
 
 torchvision from PyPI is built against the CUDA torch; beside the CPU torch 2.13 its compiled ops
 (``torchvision::nms`` and friends) do not load, and its import fails while registering their
@@ -29,7 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
+#: the TorchScript exporter's opset, and the dynamo (torch.export) exporter's, whose lowest is 18
 OPSET = 17
+DYNAMO_OPSET = 18
+#: both of torch's exporters: ``torch.onnx.export(dynamo=False)`` and ``dynamo=True`` (torch's default)
+EXPORTERS = ("torchscript", "dynamo")
+#: models exported with their BatchNormalization nodes kept (the rest have them folded into convs)
+KEEP_BATCH_NORM = ("unet_small",)
 #: every model this file builds, in order
 NAMES = [
     "resnet18",
@@ -41,7 +50,7 @@ NAMES = [
     "lstm_tagger",
     "unet_small",
 ]
-_PACKAGES = ("torch", "torchvision", "transformers", "onnx", "onnxruntime", "numpy")
+_PACKAGES = ("torch", "torchvision", "transformers", "onnx", "onnxruntime", "onnxscript", "numpy")
 
 
 def import_torchvision():
@@ -258,22 +267,40 @@ BUILDERS: dict[str, Callable] = {
 }
 
 
-def build_one(name: str, out_dir: Path) -> None:
-    """Export model ``name`` to ``out_dir/NAME.onnx``; its inputs and onnxruntime's outputs to ``NAME.npz``."""
+def case_names() -> list[str]:
+    """Every file this builder writes: ``NAME-EXPORTER`` for each model and exporter."""
+    return [f"{name}-{exporter}" for name in NAMES for exporter in EXPORTERS]
+
+
+def build_one(case: str, out_dir: Path) -> None:
+    """Export ``NAME-EXPORTER`` to ``out_dir/CASE.onnx``; its inputs and onnxruntime's outputs to ``CASE.npz``."""
     import onnx
     import onnxruntime as ort
     import torch
 
+    name, exporter = case.rsplit("-", 1)
+    if name not in BUILDERS or exporter not in EXPORTERS:
+        raise ValueError(f"onnx_models: unknown case {case!r}; the cases are {case_names()}")
     gen = torch.Generator().manual_seed(sum(map(ord, name)))
     torch.manual_seed(sum(map(ord, name)))
     model, inputs, in_names, out_names = BUILDERS[name](gen)
     model.eval()
+    path = out_dir / f"{case}.onnx"
     with torch.no_grad():
         _randomize_norm_stats(model, gen)
-        path = out_dir / f"{name}.onnx"
-        torch.onnx.export(
-            model, inputs, str(path), opset_version=OPSET, input_names=in_names, output_names=out_names, dynamo=False
-        )
+        if exporter == "torchscript":
+            # PRESERVE keeps BatchNormalization nodes (eval mode) where EVAL would fold them into convs
+            keep_bn = name in KEEP_BATCH_NORM
+            mode = torch.onnx.TrainingMode.PRESERVE if keep_bn else torch.onnx.TrainingMode.EVAL
+            torch.onnx.export(
+                model, inputs, str(path), opset_version=OPSET, input_names=in_names, output_names=out_names,
+                dynamo=False, training=mode, do_constant_folding=not keep_bn,
+            )  # fmt: skip
+        else:
+            torch.onnx.export(
+                model, inputs, str(path), opset_version=DYNAMO_OPSET, input_names=in_names, output_names=out_names,
+                dynamo=True, verbose=False,
+            )  # fmt: skip
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     graph_inputs = [i.name for i in sess.get_inputs()]
@@ -281,27 +308,27 @@ def build_one(name: str, out_dir: Path) -> None:
     outs = sess.run(None, feeds)
     arrays = {f"in_{i}_{n}": feeds[n] for i, n in enumerate(graph_inputs)}
     arrays.update({f"out_{i}": o for i, o in enumerate(outs)})
-    np.savez(out_dir / f"{name}.npz", **arrays)
+    np.savez(out_dir / f"{case}.npz", **arrays)
 
 
-def build(out_dir: str | Path, names: list[str] | None = None) -> Path:
-    """Build every model (or ``names``) into ``out_dir/<cache_key>/``, unless already there."""
+def build(out_dir: str | Path, cases: list[str] | None = None) -> Path:
+    """Build every case (or ``cases``) into ``out_dir/<cache_key>/``, unless already there."""
     folder = Path(out_dir) / cache_key()
     folder.mkdir(parents=True, exist_ok=True)
     done_file = folder / "built.json"
     done = json.loads(done_file.read_text()) if done_file.exists() else []
-    for name in names or NAMES:
-        if name in done and (folder / f"{name}.onnx").exists() and (folder / f"{name}.npz").exists():
+    for case in cases or case_names():
+        if case in done and (folder / f"{case}.onnx").exists() and (folder / f"{case}.npz").exists():
             continue
-        build_one(name, folder)
-        done.append(name)
+        build_one(case, folder)
+        done.append(case)
         done_file.write_text(json.dumps(sorted(set(done))))
     return folder
 
 
-def load_case(folder: Path, name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The inputs (graph order) and onnxruntime's outputs saved for ``name``."""
-    with np.load(folder / f"{name}.npz") as z:
+def load_case(folder: Path, case: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The inputs (graph order) and onnxruntime's outputs saved for ``case``."""
+    with np.load(folder / f"{case}.npz") as z:
         ins = sorted((k for k in z.files if k.startswith("in_")), key=lambda k: int(k.split("_")[1]))
         outs = sorted((k for k in z.files if k.startswith("out_")), key=lambda k: int(k.split("_")[1]))
         return [z[k] for k in ins], [z[k] for k in outs]
@@ -309,6 +336,6 @@ def load_case(folder: Path, name: str) -> tuple[list[np.ndarray], list[np.ndarra
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: python core/tests/onnx_models.py OUT_DIR [NAME ...]")
+        sys.exit("usage: python core/tests/onnx_models.py OUT_DIR [NAME-EXPORTER ...]")
     where = build(sys.argv[1], sys.argv[2:] or None)
-    print(f"built {', '.join(sys.argv[2:] or NAMES)} in {where}")
+    print(f"built {', '.join(sys.argv[2:] or case_names())} in {where}")

@@ -4,7 +4,7 @@ onnxruntime's outputs on the same inputs to 1e-4.
 The models are built at test time into ``EMBER_ONNX_MODELS_DIR`` (default: ember's cache
 folder, ``onnx-models/``) and reused while the builder and the package versions stay the same.
 ``EMBER_ONNX_DEVICES`` (comma-separated, default ``cpu``) picks the ember devices they run on.
-Needs torch, torchvision, transformers, onnx and onnxruntime (the ``onnx-models`` tox env).
+Needs torch, torchvision, transformers, onnxscript, onnx and onnxruntime (the ``onnx-models`` tox env).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("torch", reason="the real-model ONNX files are exported from torch")
 pytest.importorskip("transformers", reason="the BERT and GPT-2 models come from transformers (with torch)")
+pytest.importorskip("onnxscript", reason="torch's dynamo ONNX exporter needs onnxscript")
 
 import onnx_models  # noqa: E402
 
@@ -45,7 +46,7 @@ def models_dir() -> Path:
 
 @pytest.mark.parametrize("layers", [False, True], ids=["graph", "layers"])
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", onnx_models.NAMES)
+@pytest.mark.parametrize("name", onnx_models.case_names())
 def test_real_model_matches_onnxruntime(models_dir, name, device, layers):
     # layers=True: Gemm/MatMul/Conv run as nn.Linear/nn.Conv children (ember.onnx.layers)
     inputs, want = onnx_models.load_case(models_dir, name)
@@ -68,9 +69,14 @@ def test_the_set_covers_the_issue_list():
     # issue 16 point 3: at least 8 real architectures, these among them
     assert len(onnx_models.NAMES) >= 8
     assert set(onnx_models.NAMES) == set(onnx_models.BUILDERS)
+    assert len(onnx_models.case_names()) == len(onnx_models.NAMES) * len(onnx_models.EXPORTERS)
 
 
-@pytest.mark.parametrize("name", ["resnet18", "unet_small", "vit_tiny", "bert_encoder", "gpt2_decoder"])
+LORA_CASES = ["resnet18-torchscript", "unet_small-torchscript", "vit_tiny-dynamo", "bert_encoder-torchscript",
+              "gpt2_decoder-dynamo"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", LORA_CASES)
 def test_lora_on_a_real_model(models_dir, name):
     # imported with layers=True, every groups=1 Linear/Conv adapted, 3 SGD steps on the adapters,
     # then against onnxruntime on the file with the merged weights (test_onnx_lora.check_lora)
