@@ -1,5 +1,5 @@
-"""LoRA on an imported ONNX model: ``em.onnx.load(..., layers=True)`` gives Linear and Conv
-children, ``ember.nn.lora.apply_lora`` adapts them, a few SGD steps train only the adapters,
+"""LoRA on an imported ONNX model: ``em.onnx.load(..., layers=True)`` gives Linear, Conv and
+Embedding children, ``ember.nn.lora.apply_lora`` adapts them, a few SGD steps train only the adapters,
 and the adapted model matches onnxruntime running the same file with the merged weights
 ``W + scale * B @ A`` (computed here in numpy) written into its initializers."""
 
@@ -19,7 +19,7 @@ from ember.errors import ArgumentTypeError  # noqa: E402
 from ember.nn import lora  # noqa: E402
 
 RNG = np.random.default_rng(160)
-ADAPTABLE = (nn.Linear, nn.Conv1d, nn.Conv2d)
+ADAPTABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Embedding)
 
 
 def _first(y):
@@ -43,12 +43,14 @@ def _merged_delta(adapter) -> np.ndarray:
     a, b = adapter.A.numpy().astype(np.float64), adapter.B.numpy().astype(np.float64)
     if adapter.kind == "linear":
         return adapter.scale * b @ a
+    if adapter.kind == "embedding":  # A (rank, vocab), B (dim, rank); the table is (vocab, dim)
+        return adapter.scale * (b @ a).T
     flat = b.reshape(b.shape[0], -1) @ a.reshape(a.shape[0], -1)
     return adapter.scale * flat.reshape((b.shape[0],) + a.shape[1:])
 
 
 def check_lora(path, inputs, steps=3, lr=0.05, tol=1e-4):
-    """Import ``path`` with layers, adapt every groups=1 Linear/Conv, train ``steps`` SGD steps on
+    """Import ``path`` with layers, adapt every groups=1 Linear/Conv and every Embedding, train ``steps`` SGD steps on
     the adapters only, and check the result against onnxruntime with merged weights."""
     dev = em.Device.cpu().autodiff()
     plain = em.onnx.load(path, device=dev)
@@ -183,4 +185,5 @@ def test_lora_on_an_exported_ember_transformer(tmp_path):
     path = tmp_path / "tiny_transformer.onnx"
     em.onnx.export(net, (em.tensor(tokens, device=dev),), path)
     model = check_lora(path, [tokens])
-    assert len(lora.lora_layers(model)) >= 3  # the feed-forward and the head at least
+    kinds = [layer.kind for _, layer in lora.lora_layers(model)]
+    assert kinds.count("embedding") == 1 and kinds.count("linear") >= 3, kinds  # the token table, FFN, head

@@ -251,8 +251,9 @@ class OnnxModule(Module):
     """An imported ONNX graph: call it with the graph's inputs, in order (or by name).
 
     Returns one tensor, or a tuple when the graph has several outputs. With ``layers=True``,
-    Gemm, MatMul and Conv nodes with initializer weights run as child ``nn.Linear`` and
-    ``nn.Conv1d``/``Conv2d`` modules (:mod:`ember.onnx.layers`), which LoRA can adapt.
+    Gemm, MatMul, Conv and Gather nodes with initializer weights run as child ``nn.Linear``,
+    ``nn.Conv1d``/``Conv2d`` and ``nn.Embedding`` modules (:mod:`ember.onnx.layers`), which LoRA
+    can adapt.
     """
 
     def __init__(
@@ -353,7 +354,10 @@ class OnnxModule(Module):
             if fn is None:  # pragma: no cover - decode_graph refused the model
                 raise UnsupportedOnnxOpError(f"onnx: no handler for {node.where()}")
             lifted = self._lifted.get(id(node)) if graph is self._graph else None
-            xs = [env[n] if n else None for n in (node.inputs[:1] if lifted else node.inputs)]
+            if lifted:
+                xs = [env[node.inputs[lifted.feed]]]
+            else:
+                xs = [env[n] if n else None for n in node.inputs]
             ctx = Context(dev, opset, self._run_sub, env, self.training)
             node.graphs = subs
             try:
@@ -409,8 +413,8 @@ def load(
     """Load an ONNX model as a module on ``device`` (default: ``EMBER_DEVICE`` or cpu).
 
     Initializers become parameters: trainable when ``device`` has autodiff on. ``layers=True``
-    makes Gemm/MatMul/Conv nodes with initializer weights into ``nn.Linear``/``nn.Conv`` child
-    modules (for LoRA and ``ParamGroup`` selection; :mod:`ember.onnx.layers`).
+    makes Gemm/MatMul/Conv/Gather nodes with initializer weights into ``nn.Linear``/``nn.Conv``/
+    ``nn.Embedding`` child modules (for LoRA and ``ParamGroup`` selection; :mod:`ember.onnx.layers`).
 
     >>> import ember as em
     >>> model = em.onnx.load("model.onnx", device="cpu")  # doctest: +SKIP

@@ -2,8 +2,9 @@
 
 ``Gemm`` and ``MatMul`` with a 2-D initializer weight (or a Transpose of one, as ember's own
 exporter writes Linear) become :class:`~ember.nn.Linear`, and
-``Conv`` over 1 or 2 spatial dims with an initializer weight becomes ``Conv1d``/``Conv2d``, as
-child modules of the imported model. The graph still runs node by node; a lifted node calls its
+``Conv`` over 1 or 2 spatial dims with an initializer weight becomes ``Conv1d``/``Conv2d``, and
+``Gather`` on axis 0 of a 2-D initializer becomes :class:`~ember.nn.Embedding`, as child modules
+of the imported model. The graph still runs node by node; a lifted node calls its
 layer instead of its handler. So :func:`ember.nn.lora.apply_lora`, ``ParamGroup`` and anything
 else that looks for Linear and Conv modules finds them in an imported model.
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..creation import from_numpy
 from ..nn.conv import Conv1d, Conv2d
-from ..nn.linear import Linear
+from ..nn.linear import Embedding, Linear
 from ..nn.module import Module, Parameter
 from .registry import DEFAULT_DOMAINS, OnnxNode
 
@@ -33,12 +34,14 @@ __all__ = ["Lifted", "lift_layers"]
 
 @dataclass
 class Lifted:
-    """A node replaced by ``module`` (a child named ``path``), fed its input ``x``."""
+    """A node replaced by ``module`` (a child named ``path``), called with one of its inputs."""
 
     path: str
     module: Module
     #: ONNX initializer name -> (parameter path, whether ember's layout is its transpose)
     params: dict[str, tuple[str, bool]]
+    #: which of the node's inputs the layer is called with
+    feed: int = 0
 
 
 def _uses(graph: Any) -> dict[str, int]:
@@ -157,7 +160,21 @@ def _conv(
     return layer, params
 
 
-_MAKERS = {"Gemm": _linear, "MatMul": _linear, "Conv": _conv}
+def _embedding(
+    node: OnnxNode, inits: dict[str, np.ndarray], alias: dict[str, str], device: Any, transposed: dict[str, str]
+) -> tuple[Module, dict] | None:
+    w_name = node.inputs[0]
+    w = inits.get(w_name)
+    if w is None or w.ndim != 2 or w.dtype.kind != "f" or node.attr("axis", 0) not in (0, -2):
+        return None
+    layer = Embedding(w.shape[0], w.shape[1], device=device, dtype=str(w.dtype))
+    layer.weight = _set(layer.weight, w, device)
+    return layer, {w_name: ("weight", False)}
+
+
+_MAKERS = {"Gemm": _linear, "MatMul": _linear, "Conv": _conv, "Gather": _embedding}
+#: which of the node's inputs is the layer's input (the rest are its weights)
+_FEED = {"Gemm": 0, "MatMul": 0, "Conv": 0, "Gather": 1}
 
 
 def _aliases(graph: Any) -> dict[str, str]:
@@ -199,10 +216,11 @@ def lift_layers(graph: Any, device: Any, taken: set[str]) -> dict[int, Lifted]:
     shared: dict[str, Parameter] = {}
     for node, _subs in graph.nodes:
         make = _MAKERS.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
-        if make is None or len(node.inputs) < 2 or not node.inputs[0] or uses.get(node.inputs[1], 0) != 1:
+        if make is None or len(node.inputs) < 2 or not all(node.inputs[:2]):
             continue
-        if uses.get(transposed.get(node.inputs[1], ""), 1) != 1:
-            continue  # the transposed initializer is read elsewhere too
+        weight_in = node.inputs[1 - _FEED[node.op_type]]
+        if uses.get(weight_in, 0) != 1 or uses.get(transposed.get(weight_in, ""), 1) != 1:
+            continue  # the weight (or the initializer a Transpose reads) is read elsewhere too
         got = make(node, graph.initializers, alias, device, transposed)
         if got is None:
             continue
@@ -216,5 +234,5 @@ def lift_layers(graph: Any, device: Any, taken: set[str]) -> dict[int, Lifted]:
             if p == "bias":
                 shared[name] = layer.bias
             mine[name] = (f"{path}.{p}", flipped)
-        out[id(node)] = Lifted(path, layer, mine)
+        out[id(node)] = Lifted(path, layer, mine, _FEED[node.op_type])
     return out
