@@ -5,6 +5,8 @@ and the adapted model matches onnxruntime running the same file with the merged 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,8 @@ from ember.errors import ArgumentTypeError  # noqa: E402
 from ember.nn import lora  # noqa: E402
 
 RNG = np.random.default_rng(160)
+#: EMBER_ONNX_DEVICES, as for the node tests (tox's onnx env adds opencl:0 and wgpu:0)
+DEVICES = [d.strip() for d in os.environ.get("EMBER_ONNX_DEVICES", "cpu").split(",") if d.strip()]
 ADAPTABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Embedding)
 
 
@@ -49,10 +53,10 @@ def _merged_delta(adapter) -> np.ndarray:
     return adapter.scale * flat.reshape((b.shape[0],) + a.shape[1:])
 
 
-def check_lora(path, inputs, steps=3, lr=0.05, tol=1e-4):
+def check_lora(path, inputs, steps=3, lr=0.05, tol=1e-4, device="cpu"):
     """Import ``path`` with layers, adapt every groups=1 Linear/Conv and every Embedding, train ``steps`` SGD steps on
     the adapters only, and check the result against onnxruntime with merged weights."""
-    dev = em.Device.cpu().autodiff()
+    dev = em.Device(device).autodiff()
     plain = em.onnx.load(path, device=dev)
     model = em.onnx.load(path, device=dev, layers=True)
     with em.no_grad():
@@ -165,11 +169,12 @@ def _init(path, name):
     return next(t for t in onnx.load(str(path)).graph.initializer if t.name == name)
 
 
-def test_lora_on_an_imported_model_trains_only_adapters_and_matches_merged_reference(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_lora_on_an_imported_model_trains_only_adapters_and_matches_merged_reference(tmp_path, device):
     path = tmp_path / "convmlp.onnx"
     onnx.save(_conv_mlp_model(), path)
     x = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
-    model = check_lora(path, [x])
+    model = check_lora(path, [x], device=device)
     assert {p for p, _ in lora.lora_layers(model)} == {"enc_conv1", "enc_conv2", "head_fc", "head_out"}
 
 
