@@ -28,11 +28,17 @@ def _ort(path_or_model, feeds):
     return sess.run(None, feeds)
 
 
-def _round_trip(tmp_path, model, inputs, rtol=1e-5, atol=1e-5, **kwargs):
-    """Export, check against onnxruntime, re-import into ember; return the ONNX model."""
+def _round_trip(tmp_path, model, inputs, rtol=1e-5, atol=1e-5, identical=False, **kwargs):
+    """Export, check against onnxruntime, re-import into ember; return the ONNX model.
+
+    ``identical``: the re-imported model's outputs must equal the original's bit for bit."""
     path = tmp_path / "model.onnx"
     proto = em.onnx.export(model, inputs, path, **kwargs)
     onnx.checker.check_model(onnx.load(path), full_check=True)
+    read = {name for node in proto.graph.node for name in node.input}
+    params = {n for n, _ in model.named_parameters()} if isinstance(model, nn.Module) else set()
+    unread = [t.name for t in proto.graph.initializer if t.name in params and t.name not in read]
+    assert not unread, f"parameters no node reads (bound to another layer's weights?): {unread}"
     if isinstance(model, nn.Module):
         model.eval()  # export traces in eval mode (and puts a training module back)
     want = model(*inputs)
@@ -45,7 +51,10 @@ def _round_trip(tmp_path, model, inputs, rtol=1e-5, atol=1e-5, **kwargs):
     again = back(*inputs)
     again = again if isinstance(again, tuple) else (again,)
     for w, g in zip(want, again):
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=rtol, atol=atol)
+        if identical:
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+        else:
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=rtol, atol=atol)
     return proto
 
 
@@ -215,7 +224,8 @@ def _digits_cnn():
 
 
 def test_the_digits_cnn_round_trip(tmp_path):
-    _round_trip(tmp_path, _digits_cnn(), (_x((3, 1, 8, 8)),), dynamic_axes={"input_0": [0]}, rtol=1e-4, atol=1e-4)
+    x = _x((3, 1, 8, 8))
+    _round_trip(tmp_path, _digits_cnn(), (x,), dynamic_axes={"input_0": [0]}, rtol=1e-4, atol=1e-4, identical=True)
 
 
 def test_the_reverse_transformer_round_trip(tmp_path):
@@ -223,36 +233,53 @@ def test_the_reverse_transformer_round_trip(tmp_path):
 
     model = ReverseModel(vocab=12, length=10, d_model=32, heads=4, layers=2, device=DEV)
     tokens = em.tensor(np.random.default_rng(3).integers(0, 12, (4, 10)), dtype="int64", device=DEV)
-    _round_trip(tmp_path, model, (tokens,), rtol=1e-4, atol=1e-4)
+    _round_trip(tmp_path, model, (tokens,), rtol=1e-4, atol=1e-4, identical=True)
+
+
+def test_deep_copied_layers_export_their_own_weights(tmp_path):
+    # TransformerEncoder deep-copies its layer, and a copy shares its source's storage; each layer
+    # must still be written with its own initializers, so changing one in the file changes the output
+    from ember.train.tasks import ReverseModel
+
+    model = ReverseModel(vocab=12, length=10, d_model=16, heads=2, layers=2, device=DEV)
+    tokens = em.tensor(np.random.default_rng(4).integers(0, 12, (2, 10)), dtype="int64", device=DEV)
+    proto = _round_trip(tmp_path, model, (tokens,), rtol=1e-4, atol=1e-4, identical=True)
+    back = em.onnx.from_model(proto, device=DEV)
+    before = back(tokens).numpy()
+    key = back.parameter_names["encoder.layers.0.linear1.weight"]
+    with em.no_grad():
+        getattr(back, key).zero_()
+    assert not np.allclose(back(tokens).numpy(), before)
 
 
 def test_the_benchmark_workload_models_round_trip(tmp_path):
-    """W2's MLP, W3's CNN and W4's pre-norm encoder layer (shared/WORKLOADS.md), at small sizes."""
+    """W2's MLP, W3's CNN and W4's pre-norm encoder layer at shared/WORKLOADS.md's CPU sizes
+    (smaller batches: the models are the same)."""
     w2 = nn.Sequential(
-        nn.Linear(784, 64, device=DEV),
+        nn.Linear(784, 1024, device=DEV),
         nn.ReLU(),
-        nn.Linear(64, 64, device=DEV),
+        nn.Linear(1024, 1024, device=DEV),
         nn.ReLU(),
-        nn.Linear(64, 10, device=DEV),
+        nn.Linear(1024, 10, device=DEV),
     )
-    _round_trip(tmp_path, w2, (_x((8, 784)),), rtol=1e-4, atol=1e-4)
+    _round_trip(tmp_path, w2, (_x((8, 784)),), rtol=1e-4, atol=1e-4, identical=True)
     w3 = nn.Sequential(
-        nn.Conv2d(1, 8, 3, padding=1, device=DEV),
+        nn.Conv2d(1, 32, 3, padding=1, device=DEV),
         nn.ReLU(),
         nn.MaxPool2d(2),
-        nn.Conv2d(8, 16, 3, padding=1, device=DEV),
+        nn.Conv2d(32, 64, 3, padding=1, device=DEV),
         nn.ReLU(),
         nn.MaxPool2d(2),
         nn.Flatten(),
-        nn.Linear(16 * 7 * 7, 32, device=DEV),
+        nn.Linear(64 * 7 * 7, 128, device=DEV),
         nn.ReLU(),
-        nn.Linear(32, 10, device=DEV),
+        nn.Linear(128, 10, device=DEV),
     )
-    _round_trip(tmp_path, w3, (_x((2, 1, 28, 28)),), rtol=1e-4, atol=1e-4)
+    _round_trip(tmp_path, w3, (_x((2, 1, 28, 28)),), rtol=1e-4, atol=1e-4, identical=True)
     w4 = nn.TransformerEncoderLayer(
-        32, 4, dim_feedforward=64, dropout=0.0, activation="gelu", batch_first=True, norm_first=True, device=DEV
+        256, 4, dim_feedforward=1024, dropout=0.0, activation="gelu", batch_first=True, norm_first=True, device=DEV
     )
-    _round_trip(tmp_path, w4, (_x((2, 16, 32)),), rtol=1e-4, atol=1e-4)
+    _round_trip(tmp_path, w4, (_x((2, 128, 256)),), rtol=1e-4, atol=1e-4, identical=True)
 
 
 _DEVICES = [d.strip() for d in os.environ.get("EMBER_ONNX_DEVICES", "cpu").split(",") if d.strip()]

@@ -4,6 +4,8 @@ otherwise valid model must give a clean ember error or a result, never a crash."
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -59,13 +61,14 @@ def _hostile_models(draw):
     return model
 
 
-@hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
-@hypothesis.given(_hostile_models(), st.integers(1, 3))
-def test_hostile_models_raise_only_ember_errors(model, batch):
+@hypothesis.settings(max_examples=int(os.environ.get("EMBER_FUZZ_EXAMPLES", "150")), deadline=None, derandomize=True)
+@hypothesis.given(_hostile_models(), st.integers(1, 3), st.booleans())
+def test_hostile_models_raise_only_ember_errors(model, batch, layers):
     """Huge and negative dims, wrong types, unknown names, cycles, bad attributes: a clean error
-    or a result, never a crash (run with more examples locally: docs/onnx.md)."""
+    or a result, never a crash, with and without ``layers=True`` (run with more examples locally:
+    docs/onnx.md)."""
     try:
-        net = em.onnx.from_model(onnx.ModelProto.FromString(model.SerializeToString()))
+        net = em.onnx.from_model(onnx.ModelProto.FromString(model.SerializeToString()), layers=layers)
         net(np.ones((batch, 4), np.float32))
     except EmberError:
         pass

@@ -160,7 +160,7 @@ def export(
     if isinstance(module_or_fn, Module):
         was_training = module_or_fn.training
         module_or_fn.eval()
-        named = {k: v for k, v in module_or_fn.state_dict().items() if isinstance(v, Tensor)}
+        named = {k: v for k, v in module_or_fn.state_dict(keep_vars=True).items() if isinstance(v, Tensor)}
         fn = module_or_fn
     elif callable(module_or_fn):
         was_training = None

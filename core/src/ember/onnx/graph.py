@@ -20,10 +20,11 @@ from onnx import AttributeProto
 
 from ..creation import from_numpy
 from ..device import Device, device_arg
-from ..errors import EmberError, OnnxModelError, UnsupportedOnnxOpError
+from ..errors import ArgumentTypeError, EmberError, OnnxModelError, UnsupportedOnnxOpError
 from ..nn.module import Module, Parameter
 from ..tensor import Tensor
 from . import proto
+from .layers import lift_layers
 from .registry import DEFAULT_DOMAINS, Context, OnnxNode, find
 
 __all__ = ["OnnxModule", "load", "from_model", "decode_graph"]
@@ -249,10 +250,15 @@ def _param_name(name: str, taken: set[str]) -> str:
 class OnnxModule(Module):
     """An imported ONNX graph: call it with the graph's inputs, in order (or by name).
 
-    Returns one tensor, or a tuple when the graph has several outputs.
+    Returns one tensor, or a tuple when the graph has several outputs. With ``layers=True``,
+    Gemm, MatMul, Conv and Gather nodes with initializer weights run as child ``nn.Linear``,
+    ``nn.Conv1d``/``Conv2d`` and ``nn.Embedding`` modules (:mod:`ember.onnx.layers`), which LoRA
+    can adapt.
     """
 
-    def __init__(self, model: onnx.ModelProto, device: Any = None, base_dir: str | None = None) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, device: Any = None, base_dir: str | None = None, *, layers: bool = False
+    ) -> None:
         super().__init__()
         dev = device_arg(device)
         graph, opsets = decode_graph(model, base_dir)
@@ -263,7 +269,23 @@ class OnnxModule(Module):
         self.__dict__["output_names"] = list(graph.outputs)
         names: dict[str, str] = {}
         taken: set[str] = set()
+        lifted = lift_layers(graph, dev, taken) if layers else {}
+        self.__dict__["_lifted"] = lifted
+        transposed: set[str] = set()
+        held: dict[str, tuple[Module, str]] = {}  # ONNX name -> (its layer, attribute), for other readers
+        for item in lifted.values():
+            self.register_module(item.path, item.module)
+            for k, (path, t) in item.params.items():
+                names[k] = path
+                if t:
+                    transposed.add(k)
+                else:
+                    held[k] = (item.module, path.rsplit(".", 1)[1])
+        self.__dict__["transposed_initializers"] = transposed
+        self.__dict__["_held"] = held
         for onnx_name, arr in graph.initializers.items():
+            if onnx_name in names:
+                continue
             key = _param_name(onnx_name, taken)
             names[onnx_name] = key
             t = from_numpy(np.asarray(arr, order="C"), device=dev)
@@ -281,6 +303,12 @@ class OnnxModule(Module):
     def _initial_env(self) -> dict[str, Any]:
         env: dict[str, Any] = {}
         for onnx_name, key in self.parameter_names.items():
+            if onnx_name in self.transposed_initializers:
+                continue  # a lifted layer's weight in ember's layout: only its node reads it, through the layer
+            if onnx_name in self._held:  # a lifted layer's bias or weight, the same Parameter
+                layer, attr = self._held[onnx_name]
+                env[onnx_name] = getattr(layer, attr)
+                continue
             t = self._parameters.get(key)
             env[onnx_name] = t if t is not None else self._buffers.get(key)
         return env
@@ -325,11 +353,15 @@ class OnnxModule(Module):
             fn = find(node.domain, node.op_type, opset)
             if fn is None:  # pragma: no cover - decode_graph refused the model
                 raise UnsupportedOnnxOpError(f"onnx: no handler for {node.where()}")
-            xs = [env[n] if n else None for n in node.inputs]
+            lifted = self._lifted.get(id(node)) if graph is self._graph else None
+            if lifted:
+                xs = [env[node.inputs[lifted.feed]]]
+            else:
+                xs = [env[n] if n else None for n in node.inputs]
             ctx = Context(dev, opset, self._run_sub, env, self.training)
             node.graphs = subs
             try:
-                out = fn(ctx, node, xs)
+                out = getattr(self, lifted.path)(xs[0]) if lifted else fn(ctx, node, xs)
             except EmberError:
                 raise
             except Exception as exc:  # a malformed node the checks above let through; name it
@@ -357,21 +389,37 @@ class OnnxModule(Module):
 
 
 def from_model(
-    model: onnx.ModelProto, device: Any = None, base_dir: str | os.PathLike[str] | None = None
+    model: onnx.ModelProto,
+    device: Any = None,
+    base_dir: str | os.PathLike[str] | None = None,
+    *,
+    layers: bool = False,
 ) -> OnnxModule:
     """An :class:`OnnxModule` from a ModelProto already in memory."""
     if not isinstance(model, onnx.ModelProto):
         raise OnnxModelError(f"onnx.from_model: expected an onnx.ModelProto, got {type(model).__name__}")
-    return OnnxModule(model, device, None if base_dir is None else str(base_dir))
+    if not isinstance(layers, bool):
+        raise ArgumentTypeError(f"onnx.from_model: layers must be True or False, got {layers!r}")
+    return OnnxModule(model, device, None if base_dir is None else str(base_dir), layers=layers)
 
 
-def load(path: str | os.PathLike[str], device: Any = None, *, max_bytes: int = proto.MAX_MODEL_BYTES) -> OnnxModule:
+def load(
+    path: str | os.PathLike[str],
+    device: Any = None,
+    *,
+    max_bytes: int = proto.MAX_MODEL_BYTES,
+    layers: bool = False,
+) -> OnnxModule:
     """Load an ONNX model as a module on ``device`` (default: ``EMBER_DEVICE`` or cpu).
 
-    Initializers become parameters: trainable when ``device`` has autodiff on.
+    Initializers become parameters: trainable when ``device`` has autodiff on. ``layers=True``
+    makes Gemm/MatMul/Conv/Gather nodes with initializer weights into ``nn.Linear``/``nn.Conv``/
+    ``nn.Embedding`` child modules (for LoRA and ``ParamGroup`` selection; :mod:`ember.onnx.layers`).
 
     >>> import ember as em
     >>> model = em.onnx.load("model.onnx", device="cpu")  # doctest: +SKIP
     """
+    if not isinstance(layers, bool):
+        raise ArgumentTypeError(f"onnx.load: layers must be True or False, got {layers!r}")
     model = proto.read_model(path, max_bytes)
-    return OnnxModule(model, device, str(Path(path).resolve().parent))
+    return OnnxModule(model, device, str(Path(path).resolve().parent), layers=layers)

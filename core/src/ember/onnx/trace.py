@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.mode import no_grad
+from ..creation import from_numpy
 from ..device import Device, set_tracer
 from ..dispatch import Op, make_tensor
 from ..dtypes import DType, as_dtype
@@ -144,9 +145,26 @@ class _Tracer:
         return out._data
 
 
+def _unshare(named: dict[str, Tensor]) -> None:
+    """Give each distinct named tensor its own storage handle.
+
+    The tracer knows a value by its backend handle, and a deep copy shares its source's handle
+    (``TransformerEncoder`` copies one layer ``num_layers`` times): without this, every copy
+    would be recorded as the last one's initializer, and the file would bind all the layers to
+    one set of weights. The same tensor under two names (tied weights) stays one handle."""
+    owner: dict[int, Tensor] = {}
+    for t in named.values():
+        first = owner.setdefault(id(t._data), t)
+        if first is not t:
+            with no_grad():  # same values, a handle of its own (clone may keep the handle)
+                t.copy_(from_numpy(np.array(t.numpy(), copy=True), device=t.device))
+            owner[id(t._data)] = t
+
+
 def trace(fn: Any, args: list[Tensor], named: dict[str, Tensor], device: Device) -> tuple[Trace, Any]:
     """Run ``fn(*args)`` on ``device`` with every op recorded; ``named`` tensors (parameters and
     buffers) are graph initializers under their names. Returns the trace and ``fn``'s result."""
+    _unshare(named)
     tracer = _Tracer(device, None, None)
     real = set_tracer(device, tracer)
     try:
