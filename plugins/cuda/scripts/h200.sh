@@ -4,10 +4,10 @@
 # no network, so ember is installed from source without dependencies; scikit-learn (for the
 # digits data) comes as carried wheels in .whl (see the device README).
 # Usage, from the repository root:  bash plugins/cuda/scripts/h200.sh
-#   STEPS="tests conformance train profile bench" (default: all but profile), CONFORMANCE_S (default 420), SHARDS (default 6),
+#   STEPS="tests conformance train profile bench onnx" (default: tests conformance train bench), CONFORMANCE_S (default 420), SHARDS (default 6),
 #   BENCH_WORKLOADS (default "W1 W2 W3 W4 W5 W6"), WARM=1 to keep CuPy's kernel cache between calls.
 # Writes to $OUT: summary.txt, env.txt, tests.log, conformance.log (every shard's), train.log,
-# profile.txt, bench.txt, bench.json.
+# profile.txt, bench.txt, bench.json, onnx.log.
 set -u
 OUT=${OUT:-/tmp/ember-cuda-h200}
 STEPS=${STEPS:-tests conformance train bench}
@@ -24,7 +24,7 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then  # carried wheels (scikit-
   $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/env.txt" 2>&1 \
     && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
-$PY -m pip install -q --no-deps --no-build-isolation -e core -e plugins/cpu -e plugins/cuda -e conformance \
+$PY -m pip install -q --no-deps --no-build-isolation -e core -e plugins/cpu -e plugins/cuda -e conformance -e linalg -e signal \
   >>"$OUT/env.txt" 2>&1 || note "pip install -e failed: see env.txt"
 {
   echo "== git"; git log -1 --format='%H %cd' 2>/dev/null || echo "(no git)"
@@ -65,6 +65,13 @@ for step in $STEPS; do
     timeout 420 $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W3 W4 W5 W6} --device cuda:0 --peers torch,cupy \
       --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
     note "benchmarks: exit $? after $((SECONDS - start)) s" ;;
+  onnx)
+    # the official node tests, import/export round trips and LoRA on imported models, on cuda:0
+    # (onnx and protobuf come as carried wheels; onnxruntime is on the machine)
+    EMBER_ONNX_DEVICES=cuda:0 timeout "${ONNX_S:-240}" $PY -m pytest core/tests/test_onnx_node.py \
+      core/tests/test_onnx_import.py core/tests/test_onnx_export.py core/tests/test_onnx_lora.py -q -rs \
+      -p no:cacheprovider --tb=short >"$OUT/onnx.log" 2>&1
+    note "onnx on cuda:0: exit $? after $((SECONDS - start)) s; $(tail -n 1 "$OUT/onnx.log")" ;;
   *) note "unknown step $step" ;;
   esac
 done
