@@ -906,8 +906,13 @@ _EXCLUDED_WGPU: dict[str, str] = {
 }
 # END EXCLUSIONS wgpu
 
+#: cuda runs cpu's list but for shifts by negative amounts: ember leaves shifts outside
+#: [0, bits) undefined, numpy refuses them, and CuPy's happen to give ONNX's answer (H200 log)
+_CUDA_PASSES = {"test_bitshift_left_int32_negative_shift_cpu", "test_bitshift_left_int8_negative_shift_cpu"}
+_EXCLUDED_CUDA = {name: why for name, why in _EXCLUDED_CPU.items() if name not in _CUDA_PASSES}
+
 #: the excluded tests of each device kind (a kind without its own list uses cpu's)
-_BY_KIND = {"opencl": _EXCLUDED_OPENCL, "wgpu": _EXCLUDED_WGPU}
+_BY_KIND = {"opencl": _EXCLUDED_OPENCL, "wgpu": _EXCLUDED_WGPU, "cuda": _EXCLUDED_CUDA}
 
 
 def excluded(device: str) -> dict[str, str]:

@@ -173,3 +173,17 @@ def test_elementwise_kernels_launch_directly(monkeypatch: pytest.MonkeyPatch) ->
     backend._kernels = None
     for op in ("add", "mul", "sub", "div", "gelu"):
         invalidate("cuda", op)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_remainder_edge_cases_are_numpys(dtype: str) -> None:
+    """Signed zeros, infinite and zero divisors and NaN, as numpy's remainder (ONNX's Mod too)."""
+    v = np.array([0.0, -0.0, 1, -1, 5, -5, 3.5, -3.5, np.inf, -np.inf, np.nan, 1e30, 7, -7])
+    a, b = np.meshgrid(v, np.array([1, -1, 2, -2, 0, -0.0, np.inf, -np.inf, np.nan, 0.3, -0.3, 3]))
+    a, b = a.astype(dtype).ravel(), b.astype(dtype).ravel()
+    got = em.remainder(em.tensor(a, device="cuda:0"), em.tensor(b, device="cuda:0")).numpy()
+    with np.errstate(all="ignore"):
+        want = np.remainder(a, b)
+    np.testing.assert_array_equal(got, want)
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got)[ok], np.signbit(want)[ok])

@@ -28,7 +28,7 @@ from ember.memory import MemoryStats, measured_stats
 from . import graphs, philox, runtime
 from .attention import flash_attention
 from .errors import CudaError, KernelLaunchError, describe_args
-from .kernels import exact_nextafter, fast_kernels
+from .kernels import exact_nextafter, exact_remainder, fast_kernels
 from .memory import DevicePools
 from .quant import quant_kernels
 from .rows import row_kernels
@@ -134,6 +134,7 @@ class CudaBackend(Backend):
         table.update(fast_kernels(cp, table))
         table.update(quant_kernels(cp))
         table["nextafter"] = exact_nextafter(cp)
+        table["remainder"] = exact_remainder(cp, table["remainder"])
         table.update(row_kernels(cp, table))
         table["scaled_dot_product_attention"] = flash_attention(cp, table["scaled_dot_product_attention"])
         multi = self.device_count() > 1

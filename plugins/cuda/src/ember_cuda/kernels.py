@@ -194,3 +194,19 @@ def exact_nextafter(cp: Any) -> Callable[..., Any]:
         return out.view(dtype)
 
     return nextafter
+
+
+def exact_remainder(cp: Any, fallback: Callable[..., Any]) -> Callable[..., Any]:
+    """Floating ``remainder`` as numpy defines it (the sign of the divisor, from ``fmod``): CuPy's
+    loses the sign of zero and gives NaN for a finite dividend over an infinite divisor."""
+
+    def remainder(a: Any, b: Any) -> Any:
+        if a.dtype.kind != "f":
+            return fallback(a, b)
+        b = cp.asarray(b, dtype=a.dtype)
+        mod = cp.fmod(a, b)
+        flip = (mod != 0) & ((b < 0) != (mod < 0))  # NaN compares false: a zero divisor stays NaN
+        out = cp.where(flip, mod + b, mod)
+        return cp.where(mod == 0, cp.copysign(cp.zeros((), a.dtype), b), out).astype(a.dtype, copy=False)
+
+    return remainder
