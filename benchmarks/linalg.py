@@ -1,0 +1,83 @@
+"""``solve`` and ``svd`` of an n x n float32 matrix on one device: ember-linalg (its native kernel
+where the device has one, else its Tensor-op reference) against numpy.linalg on the host.
+
+    python -m benchmarks.linalg [--device cpu] [--n 1024] [--iters 5]
+
+Well-conditioned input from a fixed seed (a random matrix plus n on the diagonal); median of
+``--iters`` timed calls after one warm-up, each ending with the result on the host (so a
+device's synchronize is inside the time). Prints a Markdown row per op.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import ember as em
+
+
+def _median(fn: Callable[[], Any], iters: int) -> float:
+    fn()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--ops", default="solve,svd")
+    args = parser.parse_args()
+    import ember_linalg  # noqa: F401  (em.linalg)
+
+    dev = em.Device(args.device)
+    n = args.n
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((n, n)) + n * np.eye(n)).astype(np.float32)
+    b = rng.standard_normal((n, 8)).astype(np.float32)
+    ta, tb = em.tensor(a, device=dev), em.tensor(b, device=dev)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    cases = {
+        "solve": (
+            lambda: em.linalg.solve(ta, tb).numpy(),
+            lambda: np.linalg.solve(a, b),
+            lambda got: np.max(np.abs(got - np.linalg.solve(a64, b64))) / np.max(np.abs(np.linalg.solve(a64, b64))),
+        ),
+        "svd": (  # the full factorization (reduced U and V^T), as numpy computes it
+            lambda: em.linalg.svd(ta, full_matrices=False).S.numpy(),
+            lambda: np.linalg.svd(a, full_matrices=False),
+            lambda got: np.max(np.abs(got - np.linalg.svd(a64, compute_uv=False))) / np.linalg.norm(a64, 2),
+        ),
+    }
+    paths = {op: _path(op, dev) for op in cases}
+    print(f"{n}x{n} float32 on {dev}, median of {args.iters} (ms)")
+    print("| op | device | path | ember ms | numpy ms | ember / numpy | rel. error vs float64 |")
+    print("|---|---|---|---|---|---|---|")
+    for op in args.ops.split(","):
+        ours, theirs, error = cases[op]
+        err = float(error(ours()))
+        t_ours, t_np = _median(ours, args.iters), _median(theirs, args.iters)
+        ratio = t_ours / t_np
+        print(f"| {op} | {dev} | {paths[op]} | {t_ours * 1e3:.1f} | {t_np * 1e3:.1f} | {ratio:.2f} | {err:.1e} |")
+
+
+def _path(op: str, dev: em.Device) -> str:
+    """'native' when the op's extension has a kernel for the device's kind, else 'reference'."""
+    ext = em.extension.EXTENSIONS.get(f"linalg_{op}")
+    if ext is None:
+        return "composite"
+    return "native" if dev.kind in ext.kernels else "reference"
+
+
+if __name__ == "__main__":
+    main()
