@@ -86,10 +86,16 @@ def test_timeout_argument_is_checked(kwargs, match):
 
 @pytest.mark.parametrize("num_workers", [1, 3])
 def test_ctrl_c_stops_the_run_and_its_threads(num_workers):
-    # interrupt_main runs the SIGINT handler: only the default one raises KeyboardInterrupt (an
-    # imported library or an earlier test that left its own installed would make this test lie)
-    handler = signal.getsignal(signal.SIGINT)
-    assert handler is signal.default_int_handler, f"SIGINT is handled by {handler!r}, not Python's default"
+    # interrupt_main runs the SIGINT handler, and only Python's default raises KeyboardInterrupt; a
+    # process started in the background by a shell inherits SIGINT ignored (POSIX), so set it here
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_run(num_workers)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_run(num_workers: int) -> None:
     ds = _Blocking(n=8, block_at=2)
     loader = DataLoader(ds, batch_size=2, num_workers=num_workers)
     timer = threading.Timer(0.3, _thread.interrupt_main)
