@@ -11,25 +11,12 @@ ending with the result on the host (so a device's synchronize is inside the time
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 import ember as em
 
-
-def _median(fn: Callable[[], Any], iters: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from .harness import median_seconds
 
 
 def main() -> None:
@@ -61,8 +48,8 @@ def main() -> None:
             return p[..., 0] + 1j * p[..., 1]
 
     err = float(np.max(np.abs(run() - want)) / np.max(np.abs(want)))
-    ours = _median(run, args.iters)
-    ref = _median(lambda: np.fft.fft(z), args.iters)
+    ours = median_seconds(run, 3, args.iters)
+    ref = median_seconds(lambda: np.fft.fft(z), 3, args.iters)
     print(f"FFT of 2^{args.log2n} complex points, device {dev}, median of {args.iters} (ms)")
     print("| device | ember form | ember ms | numpy.fft ms | ember / numpy | max rel. error |")
     print("|---|---|---|---|---|---|")

@@ -8,6 +8,7 @@ iterations one by one, synchronizing the device before each clock read; report t
 from __future__ import annotations
 
 import gc
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +58,12 @@ def randn(gen: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) 
 def labels(gen: np.random.Generator, n: int, classes: int) -> np.ndarray:
     """``n`` int64 class labels in ``[0, classes)``."""
     return gen.integers(0, classes, size=n, dtype=np.int64)
+
+
+def median_seconds(fn: Callable[[], Any], warmup: int, iters: int) -> float:
+    """The median of :func:`time_case` for a bare callable whose return already waited for the
+    device (e.g. it reads the result back to the host)."""
+    return statistics.median(time_case(Case(fn, no_sync, dict), warmup, iters))
 
 
 def time_case(case: Case, warmup: int, iters: int) -> list[float]:

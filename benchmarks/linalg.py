@@ -11,24 +11,12 @@ device's synchronize is inside the time). Prints a Markdown row per op.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 import ember as em
 
-
-def _median(fn: Callable[[], Any], iters: int) -> float:
-    fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from .harness import median_seconds
 
 
 def main() -> None:
@@ -66,7 +54,7 @@ def main() -> None:
     for op in args.ops.split(","):
         ours, theirs, error = cases[op]
         err = float(error(ours()))
-        t_ours, t_np = _median(ours, args.iters), _median(theirs, args.iters)
+        t_ours, t_np = median_seconds(ours, 1, args.iters), median_seconds(theirs, 1, args.iters)
         ratio = t_ours / t_np
         print(f"| {op} | {dev} | {paths[op]} | {t_ours * 1e3:.1f} | {t_np * 1e3:.1f} | {ratio:.2f} | {err:.1e} |")
 
