@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 from .tensor import Tensor
 
 # isort: split
-from . import dtypes, errors
+from . import dtypes, errors, lazy
 from .amp import GradScaler, autocast
 from .autodiff.api import backward, grad, value_and_grad
 from .autodiff.mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled

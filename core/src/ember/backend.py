@@ -28,6 +28,7 @@ from .memory import MemoryStats, unmeasured_stats
 
 if TYPE_CHECKING:
     from .device import Device
+    from .lazy.program import FusedProgram
 
 __all__ = [
     "Backend",
@@ -245,8 +246,20 @@ class Backend:
         """
         return unmeasured_stats(f"the {self.name} backend does not report its memory use")
 
+    # -- fusion (backends with ``fusion = True``; DESIGN.md section 7) ---------------------------
+    def fusion_ops(self) -> frozenset[str]:
+        """Elementwise op names (besides ``cast``) this backend's generator compiles into fused
+        programs; the lazy layer defers exactly these."""
+        return frozenset()
+
+    def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[Any]:
+        """Run a :class:`~ember.lazy.program.FusedProgram` over ``shape``: ``operands`` are the
+        handles of its tensor inputs (broadcasting to ``shape``) and the Python numbers of its
+        scalar inputs, in input order; returns one new contiguous handle per output."""
+        raise NotImplementedOpError(f"{self.name} backend sets fusion but does not implement run_fused")
+
     def handle_meta(self, a: Any) -> tuple[tuple[int, ...], str]:
-        """(shape, dtype name) of a handle; needed only by extension kernels' results."""
+        """(shape, dtype name) of a handle; needed by extension kernels' results and by fusion."""
         raise NotImplementedOpError(f"{self.name} backend does not implement handle_meta")
 
     def dlpack(self, a: Any) -> Any:

@@ -7,6 +7,7 @@
 | EMBER_PLUGIN_TIMEOUT | seconds a plugin may take to import or load its backend  | ``60``             |
 | EMBER_CACHE_DIR      | where compiled kernels are cached                        | user cache dir     |
 | EMBER_KERNEL_CACHE   | ``0`` turns the on-disk kernel cache off                 | ``1``              |
+| EMBER_FUSION         | ``0``: fusing backends run every op eagerly (no lazy)    | ``1``              |
 | EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
 | EMBER_WGPU_ADAPTER   | default WGPU adapter index                               | ``0``              |
 
@@ -26,6 +27,7 @@ __all__ = [
     "plugin_timeout",
     "cache_dir",
     "kernel_cache_enabled",
+    "fusion_enabled",
     "opencl_device",
     "wgpu_adapter",
 ]
@@ -71,6 +73,11 @@ def cache_dir() -> Path:
 def kernel_cache_enabled() -> bool:
     """Whether compiled kernels are read from and written to ``cache_dir()`` (``EMBER_KERNEL_CACHE=0``: no)."""
     return _flag("EMBER_KERNEL_CACHE")
+
+
+def fusion_enabled() -> bool:
+    """Whether backends that fuse defer elementwise ops into fused kernels (``EMBER_FUSION=0``: no)."""
+    return _flag("EMBER_FUSION")
 
 
 def _flag(name: str) -> bool:

@@ -19,7 +19,27 @@ if TYPE_CHECKING:
     from .backend import Backend, Capabilities
     from .dtypes import DType
 
-__all__ = ["Device", "common_device", "device_arg", "check_dtype", "invalidate", "set_defer", "set_tracer"]
+__all__ = [
+    "Device",
+    "common_device",
+    "device_arg",
+    "check_dtype",
+    "invalidate",
+    "on_backend_load",
+    "set_defer",
+    "set_tracer",
+]
+
+#: called with the plain Device when its backend instance is made (the lazy layer installs here)
+_ON_LOAD: list[Any] = []
+
+
+def on_backend_load(fn: Any) -> None:
+    """Call ``fn(device)`` whenever a device's backend is loaded (and now for those already loaded)."""
+    _ON_LOAD.append(fn)
+    for (kind, index), state in list(_STATES.items()):
+        if state._backend is not None:
+            fn(Device(kind, index))
 
 
 class _ImplTable(dict):
@@ -73,7 +93,10 @@ class _DeviceState:
                         f"{str(exc).rstrip('.')}. EMBER_DEVICE={spec!r} names this device. {_EMBER_DEVICE_FIX}"
                     ) from None
                 raise
-            self._backend = backend_cls(Device(self.kind, self.index))
+            device = Device(self.kind, self.index)
+            self._backend = backend_cls(device)
+            for fn in _ON_LOAD:
+                fn(device)
         return self._backend
 
 
@@ -250,7 +273,11 @@ class Device:
         return self.backend.capabilities
 
     def synchronize(self) -> None:
-        """Wait until all work queued on this device has finished."""
+        """Wait until all work queued on this device has finished (deferred values held by
+        tensors are computed first)."""
+        flush = getattr(self._state.defer, "realize_pending", None)
+        if flush is not None:
+            flush()
         self.backend.synchronize()
 
     def memory_stats(self) -> dict[str, Any]:

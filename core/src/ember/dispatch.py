@@ -13,9 +13,11 @@ applies autocast:
 - :func:`create` runs ops without tensor inputs (``full``, ``arange``, ``from_numpy``,
   ``random_bits``); :func:`to_host` reads values back; :func:`transfer` moves across devices.
 
-The lazy layer attaches here too: a device whose backend defers work has ``Device._defer``
-set, and :func:`apply`, :func:`binary` and :func:`create` hand the op to it instead of the
-backend's kernel; autodiff and autocast stay here, above it.
+The lazy layer attaches here too: a device whose backend fuses has ``Device._defer`` set to
+an :class:`ember.lazy.Lazy` hook, and :func:`apply`, :func:`binary` and :func:`create` hand
+the op to it instead of the backend's kernel; autodiff and autocast stay here, above it. A
+handle may then be a :class:`~ember.lazy.LazyBuffer`; the roads that hand handles to a
+backend outside the hook (:func:`to_host`, :func:`transfer`, :func:`to_dlpack`) realize it.
 
 The Tensor class lives above this layer (``ember.tensor``) and registers itself with
 :func:`set_tensor_class`; :func:`make_tensor` and :func:`is_tensor` are how the layers below
@@ -37,6 +39,7 @@ from .backend import PRIMITIVE_SIGNATURES
 from .device import check_dtype, common_device
 from .dtypes import DType, as_dtype, bool_, category_error, iinfo, promote_types, scalar_dtype
 from .errors import DTypeError, InvalidArgumentError, NotImplementedOpError, ShapeError
+from .lazy import materialize
 from .shapes import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -66,6 +69,7 @@ __all__ = [
     "scalar_value",
     "effective_dtype",
     "swaps",
+    "realize",
 ]
 
 #: the kinds an op can have; fusion reads them (elementwise chains, a trailing reduction)
@@ -526,13 +530,19 @@ def to_host(x: Tensor) -> np.ndarray:
     impl = dev._impls["to_numpy"]
     if impl is None:
         raise _missing(dev, "to_numpy")
-    return impl(x._data)
+    return impl(materialize(x._data))
+
+
+def realize(x: Tensor) -> Tensor:
+    """Compute ``x`` now if its value was deferred (the lazy layer); returns ``x``."""
+    materialize(x._data)
+    return x
 
 
 def to_dlpack(x: Tensor, dl_device: Any = None) -> Any:
     """An object with ``__dlpack__`` sharing (or copying) ``x``'s memory, from its backend; a
     host copy when the consumer asks for the CPU (``dl_device=(1, 0)``) and the memory is elsewhere."""
-    obj = x._device.backend.dlpack(x._data)
+    obj = x._device.backend.dlpack(materialize(x._data))
     if dl_device is not None and int(dl_device[0]) == 1 and int(obj.__dlpack_device__()[0]) != 1:
         return np.array(to_host(x), copy=True)
     return obj
@@ -552,7 +562,7 @@ def from_dlpack(device: Device, obj: Any) -> Tensor:
 def transfer(op: Op, x: Tensor, device: Device) -> Tensor:
     """``x`` copied to another physical device, directly when the target backend can receive
     from the source (GPU to GPU), else through the host; ``op`` records the move."""
-    direct = device.backend.receive(x._device.backend, x._data)
+    direct = device.backend.receive(x._device.backend, materialize(x._data))
     if direct is not None:
         out = make_tensor(direct, x._shape, x._dtype, device)
     else:

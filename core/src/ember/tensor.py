@@ -267,6 +267,10 @@ class Tensor:
     def _with_device(self, device: Device) -> Tensor:
         return make_tensor(self._data, self._shape, self._dtype, device)
 
+    def realize(self) -> Tensor:
+        """Compute this tensor now if the lazy layer deferred it (fusing devices); returns self."""
+        return dispatch.realize(self)
+
     # -- conversion ----------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """Values as a numpy array (read-only when it shares memory with the tensor)."""

@@ -108,9 +108,9 @@ def w6(em, dev, gpu: bool) -> None:
     ms = median_ms(lambda: em.gelu(x * a + b) * em.sigmoid(x), dev)
     emit(workload="W6", variant="unfused (5 kernels)", device=str(dev), n=n, median_ms=round(ms, 3),
          gbps=round(16 * n / (ms * 1e-3) / 1e9, 1))  # fmt: skip
-    from ember_opencl.codegen import ElementwiseProgram
+    from ember_opencl.codegen import FusedProgram
 
-    prog = ElementwiseProgram(
+    prog = FusedProgram(
         (("float32", "tensor"),) * 3,
         (
             ("mul", "float32", (0, 1)),
@@ -122,7 +122,7 @@ def w6(em, dev, gpu: bool) -> None:
         (7,),
     )
     be = dev.backend
-    ms = median_ms(lambda: be.execute(prog, x._data, a._data, b._data, shape=(n,)), dev)
+    ms = median_ms(lambda: be.run_fused(prog, [x._data, a._data, b._data], shape=(n,)), dev)
     emit(workload="W6", variant="one generated kernel", device=str(dev), n=n, median_ms=round(ms, 3),
          gbps=round(16 * n / (ms * 1e-3) / 1e9, 1))  # fmt: skip
 

@@ -7,15 +7,16 @@ import pytest
 
 import ember as em
 from ember.dtypes import as_dtype
+from ember.lazy import materialize
 from ember_opencl.array import CLArray
-from ember_opencl.codegen import Const, ElementwiseProgram, Layout, elementwise_source
+from ember_opencl.codegen import Const, FusedProgram, Layout, elementwise_source
 
 F32 = em.float32
 
 
-def prog_w6() -> ElementwiseProgram:
+def prog_w6() -> FusedProgram:
     """y = gelu(x * a + b) * sigmoid(x) as one program."""
-    return ElementwiseProgram(
+    return FusedProgram(
         inputs=(("float32", "tensor"), ("float32", "tensor"), ("float32", "tensor")),
         instructions=(
             ("mul", "float32", (0, 1)),
@@ -29,7 +30,7 @@ def prog_w6() -> ElementwiseProgram:
 
 
 def test_single_op_is_a_one_instruction_program():
-    prog = ElementwiseProgram((("float32", "tensor"), ("float32", "scalar")), (("add", "float32", (0, 1)),), (2,))
+    prog = FusedProgram((("float32", "tensor"), ("float32", "scalar")), (("add", "float32", (0, 1)),), (2,))
     src, argtypes = elementwise_source(prog, Layout(1, ("c",), ("c",)))
     assert "__kernel void ember_ew(" in src
     assert "(v0 + v1)" in src
@@ -39,7 +40,7 @@ def test_single_op_is_a_one_instruction_program():
 
 
 def test_layout_modes_and_index_type():
-    prog = ElementwiseProgram((("float16", "tensor"), ("bfloat16", "tensor")), (("cast", "float32", (0,)),), (2,))
+    prog = FusedProgram((("float16", "tensor"), ("bfloat16", "tensor")), (("cast", "float32", (0,)),), (2,))
     src, argtypes = elementwise_source(prog, Layout(2, ("s", "z"), ("c",), index="long", grid_stride=True))
     assert "vload_half(in0_off + c0 * in0_s0 + c1 * in0_s1, in0)" in src
     assert "as_float(((uint)in1[in1_off]) << 16)" in src
@@ -49,7 +50,7 @@ def test_layout_modes_and_index_type():
 
 
 def test_constants_and_helpers():
-    prog = ElementwiseProgram(
+    prog = FusedProgram(
         (("int32", "tensor"),),
         (("floordiv", "int32", (0, Const(3, "int32"))), ("remainder", "int32", (1, Const(-2, "int32")))),
         (2,),
@@ -60,14 +61,14 @@ def test_constants_and_helpers():
 
 
 def test_program_check_rejects_forward_references():
-    bad = ElementwiseProgram((("float32", "tensor"),), (("add", "float32", (0, 2)),), (1,))
+    bad = FusedProgram((("float32", "tensor"),), (("add", "float32", (0, 2)),), (1,))
     with pytest.raises(ValueError, match="not defined before"):
         bad.check()
 
 
 def test_float64_pragma_only_when_used():
-    f32 = ElementwiseProgram((("float32", "tensor"),), (("exp", "float32", (0,)),), (1,))
-    f64 = ElementwiseProgram((("float64", "tensor"),), (("exp", "float64", (0,)),), (1,))
+    f32 = FusedProgram((("float32", "tensor"),), (("exp", "float32", (0,)),), (1,))
+    f64 = FusedProgram((("float64", "tensor"),), (("exp", "float64", (0,)),), (1,))
     assert "cl_khr_fp64" not in elementwise_source(f32, Layout(1, ("c",), ("c",)))[0]
     assert "cl_khr_fp64" in elementwise_source(f64, Layout(1, ("c",), ("c",)))[0]
 
@@ -87,7 +88,7 @@ def test_handles_are_views_of_their_block():
 def test_fused_program_matches_unfused_ops(dev):
     rng = np.random.default_rng(1)
     x, a, b = (em.tensor(rng.standard_normal(1000).astype(np.float32), device=dev) for _ in range(3))
-    (fused,) = dev.backend.execute(prog_w6(), x._data, a._data, b._data, shape=(1000,))
+    (fused,) = dev.backend.run_fused(prog_w6(), [materialize(t._data) for t in (x, a, b)], shape=(1000,))
     got = dev.backend.to_numpy(fused)
     want = (em.gelu(x * a + b) * em.sigmoid(x)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -22,7 +22,7 @@ from ember.views import ViewMovement
 
 from . import conv, indexing, matmul, nn, philox, quant, reduce, sort
 from .array import CLArray
-from .codegen import ElementwiseProgram
+from .codegen import FusedProgram
 from .elementwise import (
     binary_program,
     cast_program,
@@ -32,7 +32,7 @@ from .elementwise import (
     unary_program,
     where_program,
 )
-from .ops_table import BINARY_OPS, BOOL_RESULT, UNARY_OPS
+from .ops_table import BINARY_OPS, BOOL_RESULT, ELEMENTWISE_OPS, UNARY_OPS
 from .runtime import Runtime, describe, device_list
 
 __all__ = ["OpenCLBackend"]
@@ -41,10 +41,14 @@ __all__ = ["OpenCLBackend"]
 _FAST_POW = {2.0: "square", 0.5: "sqrt", -1.0: "reciprocal"}
 
 
+_FUSION_OPS = ELEMENTWISE_OPS | {"cast", "where"}
+
+
 class OpenCLBackend(ViewMovement, Backend):
     """Any OpenCL 1.2+ device through PyOpenCL, with kernels generated per dtype and layout."""
 
     name = "opencl"
+    fusion = True
 
     def __init__(self, device: Any) -> None:
         super().__init__(device)
@@ -87,7 +91,7 @@ class OpenCLBackend(ViewMovement, Backend):
         return {
             "float16/bfloat16": "stored in 16 bits (half via vload_half, bfloat16 as ushort), computed in float",
             "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
-            "fusion": "backend.execute(ElementwiseProgram, ...) compiles whole elementwise chains",
+            "fusion": "elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0 turns it off)",
             "conv": "core's unfold + matmul composite over native unfold/fold kernels",
         }
 
@@ -166,10 +170,13 @@ class OpenCLBackend(ViewMovement, Backend):
             return a
         return run_program(self.rt, cast_program(a.dtype.name, dtype.name), [a], a.shape)[0]
 
-    def execute(self, program: ElementwiseProgram, *operands: Any, shape: tuple[int, ...]) -> list[CLArray]:
-        """Run an elementwise program (a fused chain) over ``shape``; returns its outputs."""
-        program.check()
-        return run_program(self.rt, program, operands, shape)
+    # -- fusion: the lazy layer's regions, compiled by the same generator as single ops --------
+    def fusion_ops(self) -> frozenset[str]:
+        return _FUSION_OPS
+
+    def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[CLArray]:
+        """Run a fused program over ``shape``; returns its outputs."""
+        return run_program(self.rt, program, operands, tuple(shape))
 
     # -- reductions ------------------------------------------------------------------------------
     @native
@@ -323,9 +330,9 @@ class OpenCLBackend(ViewMovement, Backend):
 
 
 @functools.cache
-def _arange_program(work: str, out: str) -> ElementwiseProgram:
+def _arange_program(work: str, out: str) -> FusedProgram:
     """out = cast(start + step * i) computed in ``work`` (float64 where the device has it)."""
-    return ElementwiseProgram(
+    return FusedProgram(
         ((work, "scalar"), (work, "scalar")),
         (
             ("iota", work, ()),

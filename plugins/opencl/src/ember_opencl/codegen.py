@@ -1,10 +1,10 @@
-"""The one elementwise kernel generator: a small SSA program in, OpenCL C out.
+"""The one elementwise kernel generator: a :class:`~ember.lazy.FusedProgram` in, OpenCL C out.
 
-An :class:`ElementwiseProgram` lists typed inputs (tensors read through strides, or scalar
-kernel arguments), instructions ``(op, dtype, args)`` whose args are SSA value numbers or
-:class:`Const` literals, and the values to write out. Inputs are values ``0..n-1``;
-instruction ``j`` defines value ``n + j``. A single op is a one-instruction program; a fused
-chain (DESIGN.md section 7) is a longer one, compiled to the same kind of kernel.
+The program form is core's (``ember.lazy.program``): typed inputs (tensors read through
+strides, or scalar kernel arguments), instructions ``(op, dtype, args)`` whose args are SSA
+value numbers or :class:`~ember.lazy.Const` literals, and the values to write out. A single op
+is a one-instruction program; a region the lazy layer fused is a longer one, compiled to the
+same kind of kernel.
 
 Shapes and strides are kernel arguments, so one compiled kernel serves every shape of the
 same rank and layout: each tensor operand is read as ``c`` (contiguous: ``off + i``),
@@ -18,12 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from ember.lazy.program import Const, FusedProgram
+
 from .cltypes import PREAMBLE_BF16, CType, ctype, literal
 from .ops_table import expression
 
 __all__ = [
     "Const",
-    "ElementwiseProgram",
+    "FusedProgram",
     "Layout",
     "elementwise_source",
     "elementwise_sources",
@@ -31,46 +33,6 @@ __all__ = [
     "unravel",
     "offset_expr",
 ]
-
-
-@dataclass(frozen=True)
-class Const:
-    """A literal argument of an instruction, of dtype ``dtype``."""
-
-    value: bool | int | float
-    dtype: str
-
-
-Arg = int | Const
-
-
-@dataclass(frozen=True)
-class ElementwiseProgram:
-    """Inputs ``(dtype, "tensor" | "scalar")``, instructions ``(op, dtype, args)``, outputs."""
-
-    inputs: tuple[tuple[str, str], ...]
-    instructions: tuple[tuple[str, str, tuple[Arg, ...]], ...]
-    outputs: tuple[int, ...]
-
-    def value_dtypes(self) -> list[str]:
-        """The dtype name of every SSA value (inputs first)."""
-        return [dt for dt, _ in self.inputs] + [dt for _, dt, _ in self.instructions]
-
-    @property
-    def tensor_inputs(self) -> list[int]:
-        return [i for i, (_, kind) in enumerate(self.inputs) if kind == "tensor"]
-
-    def check(self) -> None:
-        """Raise ValueError if a reference points forward or out of range."""
-        n = len(self.inputs)
-        for j, (op, _, args) in enumerate(self.instructions):
-            for a in args:
-                if isinstance(a, int) and not 0 <= a < n + j:
-                    raise ValueError(f"instruction {j} ({op}) refers to value {a}, which is not defined before it")
-        total = n + len(self.instructions)
-        for o in self.outputs:
-            if not 0 <= o < total:
-                raise ValueError(f"output refers to undefined value {o}")
 
 
 @dataclass(frozen=True)
@@ -116,14 +78,14 @@ def offset_expr(name: str, rank: int, prefix: str = "c") -> str:
     return " + ".join(terms)
 
 
-def elementwise_source(prog: ElementwiseProgram, layout: Layout) -> tuple[str, list[Any]]:
+def elementwise_source(prog: FusedProgram, layout: Layout) -> tuple[str, list[Any]]:
     """OpenCL C for ``prog`` under ``layout`` (kernel ``ember_ew``), and its scalar-argument dtypes."""
     source, _, argtypes = elementwise_sources([prog], layout, ["ember_ew"])
     return source, argtypes[0]
 
 
 def elementwise_sources(
-    progs: list[ElementwiseProgram], layout: Layout, names: list[str]
+    progs: list[FusedProgram], layout: Layout, names: list[str]
 ) -> tuple[str, list[str], list[list[Any]]]:
     """One program holding a kernel per element of ``progs`` (named ``names``) under ``layout``.
 
@@ -151,7 +113,7 @@ def elementwise_sources(
     return preamble(dtypes, helpers) + "\n".join(kernels), kept, argtypes
 
 
-def _kernel(prog: ElementwiseProgram, layout: Layout, name: str, helpers: dict[str, str]) -> tuple[str, list[Any]]:
+def _kernel(prog: FusedProgram, layout: Layout, name: str, helpers: dict[str, str]) -> tuple[str, list[Any]]:
     dts = prog.value_dtypes()
     types = [ctype(d) for d in dts]
     idx = layout.index

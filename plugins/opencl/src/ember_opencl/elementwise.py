@@ -11,7 +11,7 @@ from ember.views import View, collapse, contiguous_strides
 
 from .array import CLArray
 from .cltypes import ctype, np_scalar
-from .codegen import Const, ElementwiseProgram, Layout, elementwise_source
+from .codegen import Const, FusedProgram, Layout, elementwise_source
 from .runtime import Runtime
 
 __all__ = [
@@ -62,7 +62,7 @@ _PLANS: dict[Any, _Plan] = {}
 _MAX_PLANS = 8192
 
 
-def _plan(rt: Runtime, prog: ElementwiseProgram, shape: tuple[int, ...], geoms: tuple[Any, ...]) -> _Plan:
+def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: tuple[Any, ...]) -> _Plan:
     """geoms: (shape, strides, offset) of each output, then of each tensor input (unbroadcast)."""
     n = numel(shape)
     n_out = len(prog.outputs)
@@ -93,7 +93,7 @@ def _plan(rt: Runtime, prog: ElementwiseProgram, shape: tuple[int, ...], geoms: 
 
 def run_program(
     rt: Runtime,
-    prog: ElementwiseProgram,
+    prog: FusedProgram,
     operands: Sequence[Any],
     shape: tuple[int, ...],
     outs: Sequence[CLArray] | None = None,
@@ -140,7 +140,7 @@ def run_program(
     return list(outs)
 
 
-def _make(prog: ElementwiseProgram, layout: Layout) -> tuple[str, str, list[Any]]:
+def _make(prog: FusedProgram, layout: Layout) -> tuple[str, str, list[Any]]:
     # one kernel per program: PoCL and NVIDIA compile every kernel of a program at build time,
     # so batching related ops into one build makes cold starts slower, not faster
     source, argtypes = elementwise_source(prog, layout)
@@ -148,26 +148,26 @@ def _make(prog: ElementwiseProgram, layout: Layout) -> tuple[str, str, list[Any]
 
 
 @functools.cache
-def unary_program(op: str, dtype: str, out: str) -> ElementwiseProgram:
-    return ElementwiseProgram(((dtype, "tensor"),), ((op, out, (0,)),), (1,))
+def unary_program(op: str, dtype: str, out: str) -> FusedProgram:
+    return FusedProgram(((dtype, "tensor"),), ((op, out, (0,)),), (1,))
 
 
 @functools.cache
-def binary_program(op: str, dtype: str, out: str, scalar_b: bool) -> ElementwiseProgram:
+def binary_program(op: str, dtype: str, out: str, scalar_b: bool) -> FusedProgram:
     kind = "scalar" if scalar_b else "tensor"
-    return ElementwiseProgram(((dtype, "tensor"), (dtype, kind)), ((op, out, (0, 1)),), (2,))
+    return FusedProgram(((dtype, "tensor"), (dtype, kind)), ((op, out, (0, 1)),), (2,))
 
 
 @functools.cache
-def cast_program(src: str, dst: str) -> ElementwiseProgram:
-    return ElementwiseProgram(((src, "tensor"),), (("cast", dst, (0,)),), (1,))
+def cast_program(src: str, dst: str) -> FusedProgram:
+    return FusedProgram(((src, "tensor"),), (("cast", dst, (0,)),), (1,))
 
 
 @functools.cache
-def where_program(dtype: str, scalar_a: bool = False, scalar_b: bool = False) -> ElementwiseProgram:
+def where_program(dtype: str, scalar_a: bool = False, scalar_b: bool = False) -> FusedProgram:
     ka = "scalar" if scalar_a else "tensor"
     kb = "scalar" if scalar_b else "tensor"
-    return ElementwiseProgram((("bool", "tensor"), (dtype, ka), (dtype, kb)), (("where", dtype, (0, 1, 2)),), (3,))
+    return FusedProgram((("bool", "tensor"), (dtype, ka), (dtype, kb)), (("where", dtype, (0, 1, 2)),), (3,))
 
 
 def contiguous(rt: Runtime, a: CLArray) -> CLArray:

@@ -1,0 +1,357 @@
+"""The lazy layer: elementwise ops deferred into a graph, realized as one fused kernel.
+
+On a device whose backend sets ``fusion`` (and with ``EMBER_FUSION`` on), dispatch hands every
+op to a :class:`Lazy` hook (the ``Device._defer`` seam). An elementwise op the backend's
+generator can express, or a ``full`` of a Python number, becomes a :class:`LazyBuffer` node and
+no kernel runs. A node is realized, its whole unrealized region compiled into one
+:class:`~ember.lazy.program.FusedProgram` and run by ``Backend.run_fused``, when:
+
+- a non-fusable op (a reduction, a matmul, a movement...) takes it as an input,
+- it is read back (``to_numpy``, DLPack, a move to another device) or ``Tensor.realize()``,
+- ``Device.synchronize()`` runs (every node a tensor still holds is realized first),
+- its region would grow past :data:`MAX_REGION` values (kernel size and argument limits).
+
+Values inside a region are computed in registers. A value of the region that something else
+still holds (a tensor the user kept, an autodiff node's saved input) and that has the region's
+shape is written out by the same kernel, so a later use does not recompute it.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .. import config
+from ..device import on_backend_load, set_defer
+from ..errors import InvalidArgumentError
+from .program import FusedProgram
+
+if TYPE_CHECKING:
+    from ..backend import Backend
+    from ..device import Device
+
+__all__ = ["LazyBuffer", "Lazy", "MAX_REGION", "materialize", "realize_all", "fusion", "fusion_enabled", "stats"]
+
+#: the most values (instructions and inputs) one fused region holds before it is realized
+MAX_REGION = 48
+
+_SCALARS = (bool, int, float)
+
+#: numpy computes these scalar powers by the unary op (``pow(-inf, 0.5)`` is NaN, as sqrt's)
+_FAST_POW = {2.0: "square", 0.5: "sqrt", -1.0: "reciprocal"}
+
+
+class LazyBuffer:
+    """A value not computed yet: an op over other lazy values, backend handles and scalars.
+
+    ``real`` is the backend handle once realized; the core stores this object as a tensor's
+    handle, and everything that hands handles to a backend unwraps it (:func:`materialize`).
+    """
+
+    __slots__ = ("owner", "op", "dtype", "shape", "args", "real", "uses", "size", "__weakref__")
+
+    def __init__(self, owner: Lazy, op: str, dtype: str, shape: tuple[int, ...], args: tuple[Any, ...], size: int):
+        self.owner = owner
+        self.op = op  # an elementwise op name, "cast" or "full"
+        self.dtype = dtype  # dtype name of the result
+        self.shape = shape
+        self.args = args  # LazyBuffer | backend handle | Python scalar; None once realized
+        self.real: Any = None
+        self.uses = 0  # how many unrealized nodes hold this one among their args
+        self.size = size  # values in this node's region (an upper bound: shared values count twice)
+
+    def realize(self) -> Any:
+        """The backend handle of this value, computing its region now if needed."""
+        if self.real is None:
+            self.owner.realize(self)
+        return self.real
+
+    def __repr__(self) -> str:
+        state = "realized" if self.real is not None else f"pending, region <= {self.size}"
+        return f"<LazyBuffer {self.op} {self.dtype}{list(self.shape)} {state}>"
+
+
+def materialize(data: Any) -> Any:
+    """``data`` as a backend handle: a lazy value is realized, anything else returned as is."""
+    if type(data) is LazyBuffer:
+        return data.real if data.real is not None else data.realize()
+    return data
+
+
+class Lazy:
+    """The defer hook of one device: builds lazy nodes, realizes regions through the backend."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.state = device._state
+        backend = device.backend
+        self.backend: Backend = backend
+        self.ops: frozenset[str] = frozenset(backend.fusion_ops())
+        self.meta = backend.handle_meta
+        self.run_fused = backend.run_fused
+        self.pending: list[weakref.ref[LazyBuffer]] = []
+        self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0}
+
+    # -- the seam: dispatch calls this for every op on the device -------------------------------
+    def __call__(self, op: Any, datas: list[Any], params: dict[str, Any], shape: Any, dtype: Any) -> Any:
+        name = op.name
+        if shape is not None and dtype.kind != "c":
+            if name in self.ops and op.kind.startswith("elementwise") and (not params or name == "cast"):
+                if name == "pow" and dtype.kind == "f" and type(datas[1]) is float:
+                    fast = _FAST_POW.get(datas[1])
+                    if fast in self.ops:
+                        name, datas = fast, datas[:1]  # numpy's scalar-exponent paths
+                node = self._node(name, datas, params, shape, dtype.name)
+                if node is not None:
+                    return node
+            elif name == "full" and type(params["value"]) in _SCALARS:
+                self.counts["deferred"] += 1
+                return self._track(LazyBuffer(self, "full", dtype.name, tuple(shape), (params["value"],), 1))
+        for i, d in enumerate(datas):
+            if type(d) is LazyBuffer:
+                datas[i] = d.real if d.real is not None else d.realize()
+        return self.state.impls[name](*datas, **params)
+
+    def _node(self, name: str, datas: list[Any], params: dict[str, Any], shape: Any, dtype: str) -> LazyBuffer | None:
+        """A lazy node for an elementwise op, or None when its operands cannot be fused."""
+        size = 1
+        for d in datas:
+            if type(d) is LazyBuffer:
+                size += d.size if d.real is None else 1
+            elif type(d) not in _SCALARS:
+                _, dt = self.meta(d)
+                if dt.startswith("complex"):
+                    return None
+                size += 1
+        args = tuple(datas)
+        if size > MAX_REGION:  # close the regions below this op: it starts a new one
+            args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
+            size = 1 + len(args)
+        for d in args:
+            if type(d) is LazyBuffer and d.real is None:
+                d.uses += 1
+        if name == "cast":
+            dtype = params["dtype"].name
+        self.counts["deferred"] += 1
+        return self._track(LazyBuffer(self, name, dtype, tuple(shape), args, size))
+
+    def _track(self, node: LazyBuffer) -> LazyBuffer:
+        pending = self.pending
+        pending.append(weakref.ref(node))
+        if len(pending) > 4096:
+            self.pending = [r for r in pending if (n := r()) is not None and n.real is None]
+        return node
+
+    # -- realization ---------------------------------------------------------------------------
+    def realize(self, target: LazyBuffer) -> None:
+        """Compute ``target`` and the values of its region that something else still holds."""
+        if target.op == "full":  # a lone constant: the backend's own fill
+            target.real = self.state.impls["full"](shape=target.shape, value=target.args[0], dtype=_dtype(target.dtype))
+            target.args = None
+            return
+        order: list[LazyBuffer] = []
+        _collect(target, order, set())
+        program, operands = self._program(order)
+        outputs = _outputs(order, target)
+        if len(outputs) > 1:
+            number = _values(order, len(program.inputs))
+            program = FusedProgram(program.inputs, program.instructions, tuple(number[id(n)] for n in outputs))
+        results = self.run_fused(program, operands, shape=target.shape)
+        self.counts["kernels"] += 1
+        self.counts["fused_values"] += len(program.instructions)
+        for node, handle in zip(outputs, results):
+            node.real = handle
+            _release(node)
+
+    def _program(self, order: list[LazyBuffer]) -> tuple[FusedProgram, list[Any]]:
+        """The region ``order`` (topological, target last) as a program writing the target."""
+        inputs: list[tuple[str, str]] = []
+        operands: list[Any] = []
+        handles: dict[int, int] = {}  # id(handle) -> input number: a handle read twice is one input
+        number: dict[int, int] = {}  # id(node) -> value number
+        pending_args: list[tuple[LazyBuffer, list[Any]]] = []
+        for node in order:
+            if node.op == "full":  # a broadcast constant: a scalar input, not an instruction
+                inputs.append((node.dtype, "scalar"))
+                operands.append(node.args[0])
+                number[id(node)] = len(inputs) - 1
+                continue
+            refs: list[Any] = []
+            for k, a in enumerate(node.args):
+                if type(a) is LazyBuffer:
+                    if a.real is None:
+                        refs.append(a)
+                        continue
+                    a = a.real
+                elif type(a) in _SCALARS:
+                    inputs.append((_scalar_dtype(node, k), "scalar"))
+                    operands.append(a)
+                    refs.append(len(inputs) - 1)
+                    continue
+                index = handles.get(id(a))
+                if index is None:
+                    inputs.append((self.meta(a)[1], "tensor"))
+                    operands.append(a)
+                    index = handles[id(a)] = len(inputs) - 1
+                refs.append(index)
+            pending_args.append((node, refs))
+        body = []
+        n = len(inputs)
+        for node, refs in pending_args:
+            args = tuple(number[id(r)] if type(r) is LazyBuffer else r for r in refs)
+            number[id(node)] = n + len(body)
+            body.append((node.op, node.dtype, args))
+        return FusedProgram(tuple(inputs), tuple(body), (number[id(order[-1])],)), operands
+
+    def realize_pending(self) -> None:
+        """Realize every pending value that something outside the lazy graph still holds."""
+        live = [n for r in self.pending if (n := r()) is not None and n.real is None]
+        self.pending = []
+        held = _held(live)
+        del live
+        for node in reversed(held):  # the latest first: earlier ones join its kernel as outputs
+            if node.real is None:
+                node.realize()
+
+
+def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
+    """Unrealized nodes of ``node``'s region in topological order (depth first, post-order)."""
+    seen.add(id(node))
+    for a in node.args:
+        if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
+            _collect(a, order, seen)
+    order.append(node)
+
+
+def _values(order: list[LazyBuffer], n_inputs: int) -> dict[int, int]:
+    """id(node) -> SSA value number, as :meth:`Lazy._program` numbers instructions."""
+    number = {}
+    j = n_inputs
+    for node in order:
+        if node.op != "full":
+            number[id(node)] = j
+            j += 1
+    return number
+
+
+def _outputs(order: list[LazyBuffer], target: LazyBuffer) -> list[LazyBuffer]:
+    """``target``, then the region's values of its shape that something outside still holds."""
+    shape = target.shape
+    candidates = [n for n in order if n is not target and n.op != "full" and n.shape == shape]
+    return [target, *_held(candidates, extra=1)]  # extra: the caller's ``order`` holds each too
+
+
+def _held(nodes: list[LazyBuffer], extra: int = 0) -> list[LazyBuffer]:
+    """The nodes that something besides unrealized lazy nodes holds (a tensor, a saved input).
+
+    Counts references: the list and the loop variable are :data:`_BASE` together with
+    getrefcount's own argument; ``extra`` more lists of the caller's; each unrealized consumer
+    adds one (``uses``).
+    """
+    base = _BASE + extra
+    return [n for n in nodes if sys.getrefcount(n) - base > n.uses]
+
+
+def _calibrate() -> int:
+    probe = [object()]
+    return [sys.getrefcount(n) for n in probe][0]
+
+
+#: references :func:`_held` sees to a node nothing else holds (interpreter versions differ)
+_BASE = _calibrate()
+
+
+def _release(node: LazyBuffer) -> None:
+    """Drop a realized node's arguments (their handles may be freed) and its uses of them."""
+    for a in node.args or ():
+        if type(a) is LazyBuffer and a.uses > 0:
+            a.uses -= 1
+    node.args = None
+
+
+def _scalar_dtype(node: LazyBuffer, k: int) -> str:
+    """The dtype a Python scalar argument of ``node`` takes: that of its tensor operand."""
+    if node.op == "cast":
+        raise InvalidArgumentError("cast of a Python scalar cannot be deferred")
+    for a in node.args:
+        if type(a) is LazyBuffer:
+            return a.dtype
+        if type(a) not in _SCALARS:
+            return node.owner.meta(a)[1]
+    return node.dtype  # pragma: no cover - dispatch never defers an op of scalars only
+
+
+def _dtype(name: str) -> Any:
+    from ..dtypes import as_dtype  # noqa: PLC0415 - a leaf module; kept local to the one cold path
+
+    return as_dtype(name)
+
+
+# -- installation -----------------------------------------------------------------------------
+_OVERRIDE: bool | None = None
+
+
+def fusion_enabled() -> bool:
+    """Whether fusing backends defer elementwise ops (``EMBER_FUSION``, or :func:`fusion`)."""
+    return config.fusion_enabled() if _OVERRIDE is None else _OVERRIDE
+
+
+def _install(device: Device) -> None:
+    """Called when a device's backend loads: put the lazy hook on the seam if it fuses."""
+    if device.backend.fusion and fusion_enabled() and device._state.defer is None:
+        set_defer(device, Lazy(device))
+
+
+on_backend_load(_install)
+
+
+class fusion:
+    """``with ember.lazy.fusion(False):`` runs ops eagerly on devices loaded inside the block
+    and on ``device`` if given; ``fusion(True, device)`` turns deferral (back) on for it."""
+
+    def __init__(self, enabled: bool, device: Device | None = None) -> None:
+        self.enabled = bool(enabled)
+        self.device = device
+        self._saved: tuple[bool | None, Any] = (None, None)
+
+    def __enter__(self) -> fusion:
+        global _OVERRIDE
+        previous = self.device._state.defer if self.device is not None else None
+        self._saved = (_OVERRIDE, previous)
+        _OVERRIDE = self.enabled
+        if self.device is not None:
+            _switch(self.device, self.enabled)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        global _OVERRIDE
+        _OVERRIDE, previous = self._saved
+        if self.device is not None:
+            if isinstance(self.device._state.defer, Lazy):
+                self.device._state.defer.realize_pending()
+            set_defer(self.device, previous)
+
+
+def _switch(device: Device, enabled: bool) -> None:
+    current = device._state.defer
+    if isinstance(current, Lazy):
+        current.realize_pending()
+    if enabled and device.backend.fusion:
+        if not isinstance(current, Lazy):
+            set_defer(device, Lazy(device))
+    elif isinstance(current, Lazy):
+        set_defer(device, None)
+
+
+def realize_all(device: Device) -> None:
+    """Realize every pending value on ``device`` that a tensor still holds (before a sync)."""
+    hook = device._state.defer
+    if isinstance(hook, Lazy):
+        hook.realize_pending()
+
+
+def stats(device: Device) -> dict[str, int]:
+    """Counters of ``device``'s lazy layer: ops deferred, fused kernels run, values they computed."""
+    hook = device._state.defer
+    return dict(hook.counts) if isinstance(hook, Lazy) else {"deferred": 0, "kernels": 0, "fused_values": 0}
