@@ -26,6 +26,7 @@ __all__ = [
     "check_dtype",
     "invalidate",
     "on_backend_load",
+    "RUN_FUSED",
     "set_defer",
     "set_tracer",
 ]
@@ -42,8 +43,14 @@ def on_backend_load(fn: Any) -> None:
             fn(Device(kind, index))
 
 
+#: the table entry through which the lazy layer runs fused programs (``Backend.run_fused``),
+#: so that everything a kernel runs through is one table a recorder (``em.jit``) can wrap
+RUN_FUSED = "run_fused"
+
+
 class _ImplTable(dict):
-    """op name -> native implementation (or None), filled on first use of each op.
+    """op name -> native implementation (or None), filled on first use of each op; and
+    :data:`RUN_FUSED` -> the backend's ``run_fused``.
 
     An extension kernel registered for this device kind wins over the backend's own table.
     """
@@ -56,6 +63,9 @@ class _ImplTable(dict):
 
     def __missing__(self, name: str) -> Any:
         backend = self.state.backend
+        if name == RUN_FUSED:
+            self[name] = backend.run_fused
+            return backend.run_fused
         kernel = EXTENSION_KERNELS.get((name, self.state.kind))
         impl = functools.partial(kernel, backend) if kernel is not None else backend.implementation(name)
         self[name] = impl

@@ -23,7 +23,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..device import on_backend_load, set_defer
+from ..device import RUN_FUSED, on_backend_load, set_defer
 from ..errors import InvalidArgumentError
 from .program import FusedProgram
 
@@ -89,7 +89,6 @@ class Lazy:
         self.backend: Backend = backend
         self.ops: frozenset[str] = frozenset(backend.fusion_ops())
         self.meta = backend.handle_meta
-        self.run_fused = backend.run_fused
         self.pending: list[weakref.ref[LazyBuffer]] = []
         self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0}
 
@@ -157,7 +156,7 @@ class Lazy:
         if len(outputs) > 1:
             number = _values(order, len(program.inputs))
             program = FusedProgram(program.inputs, program.instructions, tuple(number[id(n)] for n in outputs))
-        results = self.run_fused(program, operands, shape=target.shape)
+        results = self.state.impls[RUN_FUSED](program, operands, shape=target.shape)
         self.counts["kernels"] += 1
         self.counts["fused_values"] += len(program.instructions)
         for node, handle in zip(outputs, results):
