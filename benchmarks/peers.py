@@ -13,7 +13,16 @@ from typing import Any
 
 from .harness import Case, Unavailable, no_sync
 
-__all__ = ["PEERS", "Impl", "ember_impl", "peer_impl", "torch_sync", "cupy_sync", "import_peer"]
+__all__ = [
+    "PEERS",
+    "Impl",
+    "ember_impl",
+    "ember_unfused_impl",
+    "peer_impl",
+    "torch_sync",
+    "cupy_sync",
+    "import_peer",
+]
 
 #: the peers in table order; numpy runs on the host, cupy on the GPU, torch on either
 PEERS = ("numpy", "torch", "cupy")
@@ -26,6 +35,12 @@ class Impl:
     name: str
     label: str
     build: Callable[[ModuleType, dict[str, int]], Case]
+    #: the workload module's builder this implementation calls (its name, unless it is a variant)
+    builder: str = ""
+
+    @property
+    def builds(self) -> str:
+        return self.builder or self.name
 
 
 def import_peer(name: str) -> ModuleType:
@@ -50,6 +65,25 @@ def _builder(module: ModuleType, name: str) -> Callable[..., Case]:
 def ember_impl(device: Any) -> Impl:
     """Ember on ``device``; training workloads get its autodiff variant."""
     return Impl("ember", f"ember {device}", lambda m, size: _builder(m, "ember")(device, size))
+
+
+def ember_unfused_impl(device: Any) -> Impl:
+    """Ember on ``device`` with the lazy layer off (every op its own kernel): the fused run's
+    baseline, on devices that fuse."""
+
+    def build(m: ModuleType, size: dict[str, int]) -> Case:
+        import ember as em
+
+        with em.lazy.fusion(False, device):  # inputs and parameters made eagerly too
+            case = _builder(m, "ember")(device, size)
+
+        def step() -> Any:
+            with em.lazy.fusion(False, device):
+                return case.step()
+
+        return Case(step, case.sync, case.result)
+
+    return Impl("ember-unfused", f"ember {device} (EMBER_FUSION=0)", build, builder="ember")
 
 
 def peer_impl(name: str, torch_device: str) -> Impl:

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import w1_dispatch, w2_mlp, w3_cnn, w4_transformer, w5_gemm, w6_elementwise
 from .harness import Case, Unavailable, compare, time_case
-from .peers import PEERS, Impl, ember_impl, import_peer, peer_impl
+from .peers import PEERS, Impl, ember_impl, ember_unfused_impl, import_peer, peer_impl
 
 __all__ = ["WORKLOADS", "Settings", "run", "exit_status"]
 
@@ -125,8 +125,11 @@ def _peer_gate(name: str, settings: Settings, gpu_run: bool) -> dict[str, Any] |
 def run(settings: Settings, device: Any, log: Callable[[str], None] = _log) -> list[dict[str, Any]]:
     """Every chosen workload for ember on ``device`` and each peer: one entry per workload."""
     gpu_run = device.kind != "cpu"
-    impls = [ember_impl(device)] + [peer_impl(p, settings.torch_device) for p in settings.peers]
-    gates = {impl.name: _peer_gate(impl.name, settings, gpu_run) for impl in impls[1:]}
+    impls = [ember_impl(device)]
+    if device.capabilities.fusion:  # fused and unfused side by side
+        impls.append(ember_unfused_impl(device))
+    impls += [peer_impl(p, settings.torch_device) for p in settings.peers]
+    gates = {impl.name: _peer_gate(impl.name, settings, gpu_run) for impl in impls if impl.name in PEERS}
     entries = []
     for wid in settings.workloads:
         module = WORKLOADS[wid]
@@ -145,8 +148,8 @@ def run(settings: Settings, device: Any, log: Callable[[str], None] = _log) -> l
         for impl in impls:
             row: dict[str, Any] = {"impl": impl.name, "label": impl.label}
             gate = gates.get(impl.name)
-            if gate is None and not hasattr(module, impl.name):
-                gate = {"status": "n/a", "reason": f"{wid} has no {impl.name} version"}
+            if gate is None and not hasattr(module, impl.builds):
+                gate = {"status": "n/a", "reason": f"{wid} has no {impl.builds} version"}
             if gate is not None:
                 row.update(gate)
                 entry["impls"].append(row)

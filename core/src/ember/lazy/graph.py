@@ -88,6 +88,7 @@ class Lazy:
         backend = device.backend
         self.backend: Backend = backend
         self.ops: frozenset[str] = frozenset(backend.fusion_ops())
+        self.fusable: dict[str, bool] = {}  # op name -> an elementwise op the generator compiles
         self.meta = backend.handle_meta
         self.pending: list[weakref.ref[LazyBuffer]] = []
         self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0}
@@ -96,7 +97,10 @@ class Lazy:
     def __call__(self, op: Any, datas: list[Any], params: dict[str, Any], shape: Any, dtype: Any) -> Any:
         name = op.name
         if shape is not None and dtype.kind != "c":
-            if name in self.ops and op.kind.startswith("elementwise") and (not params or name == "cast"):
+            fusable = self.fusable.get(name)
+            if fusable is None:
+                fusable = self.fusable[name] = name in self.ops and op.kind.startswith("elementwise")
+            if fusable and (not params or name == "cast"):
                 if name == "pow" and dtype.kind == "f" and type(datas[1]) is float:
                     fast = _FAST_POW.get(datas[1])
                     if fast in self.ops:
@@ -118,9 +122,8 @@ class Lazy:
         for d in datas:
             if type(d) is LazyBuffer:
                 size += d.size if d.real is None else 1
-            elif type(d) not in _SCALARS:
-                _, dt = self.meta(d)
-                if dt.startswith("complex"):
+            else:  # a handle or a scalar: one input (kernel argument) each
+                if type(d) not in _SCALARS and self.meta(d)[1].startswith("complex"):
                     return None
                 size += 1
         args = tuple(datas)

@@ -23,6 +23,7 @@ from ..device import Device, set_tracer
 from ..dispatch import Op, make_tensor
 from ..dtypes import DType, as_dtype
 from ..errors import InvalidArgumentError
+from ..lazy import materialize
 from ..tensor import Tensor
 
 __all__ = ["Value", "Call", "Trace", "trace"]
@@ -109,6 +110,7 @@ class _Tracer:
         return v
 
     def __call__(self, op: Op, handles: list[Any], params: dict[str, Any], shape: Any, dtype: Any) -> Any:
+        handles = [materialize(h) for h in handles]  # values deferred before the trace began
         record = self.depth == 0
         if record:
             inputs = [h if type(h) in (int, float, bool) else self.value_of(h) for h in handles]
@@ -164,6 +166,8 @@ def _unshare(named: dict[str, Tensor]) -> None:
 def trace(fn: Any, args: list[Tensor], named: dict[str, Tensor], device: Device) -> tuple[Trace, Any]:
     """Run ``fn(*args)`` on ``device`` with every op recorded; ``named`` tensors (parameters and
     buffers) are graph initializers under their names. Returns the trace and ``fn``'s result."""
+    for t in (*named.values(), *args):  # the tracer knows values by their backend handles
+        t._data = materialize(t._data)
     _unshare(named)
     tracer = _Tracer(device, None, None)
     real = set_tracer(device, tracer)

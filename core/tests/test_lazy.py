@@ -1,0 +1,257 @@
+"""The lazy layer (ember.lazy) on a fusing test backend: what is deferred, how a region becomes
+one FusedProgram, when it is realized, and that results equal the eager ones.
+
+The backend here ("lazyfake") is the CPU backend plus ``fusion = True``: its ``run_fused``
+interprets each program instruction by instruction with the CPU kernels and records every
+program it receives, so the tests can look at the exact programs the layer builds.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from conftest import TwinBackend
+
+import ember as em
+from ember.lazy import FusedProgram, LazyBuffer
+from ember.plugins import BackendSpec, PluginRegistry, get_registry
+
+FUSABLE = frozenset("add sub mul div neg exp tanh sigmoid maximum gt lt where cast logical_and sqrt square pow".split())
+
+
+class LazyFakeBackend(TwinBackend):
+    """The CPU kernels, with fusion: programs are interpreted op by op and recorded."""
+
+    name = "lazyfake"
+    fusion = True
+
+    def __init__(self, device: em.Device) -> None:
+        super().__init__(device)
+        self.programs: list[tuple[FusedProgram, tuple[int, ...]]] = []
+
+    def fusion_ops(self) -> frozenset[str]:
+        return FUSABLE
+
+    def handle_meta(self, a):
+        return a.shape, em.dtypes.as_dtype(a.dtype).name
+
+    def run_fused(self, program, operands, *, shape):
+        program.check()
+        self.programs.append((program, tuple(shape)))
+        values = []
+        for (dt, kind), x in zip(program.inputs, operands):
+            if kind == "tensor":
+                assert isinstance(x, np.ndarray), f"a tensor input is {type(x).__name__}, not a handle"
+                values.append(np.broadcast_to(x, shape))
+            else:
+                assert isinstance(x, (bool, int, float)), f"a scalar input is {type(x).__name__}"
+                values.append(np.full(shape, x, dtype=em.dtypes.as_dtype(dt).numpy))
+        for op, dt, args in program.instructions:
+            xs = [values[a] for a in args]
+            if op == "cast":
+                values.append(self.implementation("cast")(xs[0], dtype=em.dtypes.as_dtype(dt)))
+            else:
+                values.append(np.asarray(self.implementation(op)(*xs)))
+        return [np.ascontiguousarray(values[o]) for o in program.outputs]
+
+
+class LazyFakePlugin:
+    @em.hookimpl
+    def ember_register_backends(self, registry: PluginRegistry) -> None:
+        registry.add_backend(BackendSpec(name="lazyfake", kinds=("lazyfake",), loader=lambda: LazyFakeBackend))
+
+
+@pytest.fixture
+def dev() -> em.Device:
+    reg = get_registry()
+    if "lazyfake" not in reg.specs:
+        reg.discover()
+        reg.register(LazyFakePlugin(), name="lazyfake-test-plugin")
+    d = em.Device("lazyfake:0")
+    d.synchronize()
+    d.backend.programs.clear()
+    return d
+
+
+def arr(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_elementwise_ops_are_deferred_until_read(dev):
+    x = em.tensor(arr(4, 5), device=dev)
+    y = em.exp(x) * 2.0 + x
+    assert type(y._data) is LazyBuffer and dev.backend.programs == []
+    np.testing.assert_allclose(y.numpy(), np.exp(arr(4, 5)) * 2.0 + arr(4, 5), rtol=1e-6)
+    ((program, shape),) = dev.backend.programs
+    assert shape == (4, 5)
+    assert [op for op, _, _ in program.instructions] == ["exp", "mul", "add"]
+    # x is read once although two ops use it; the scalar is a run-time input, not compiled in
+    assert program.inputs == (("float32", "tensor"), ("float32", "scalar"))
+
+
+def test_the_program_form_describes_itself(dev):
+    x = em.tensor(arr(3), device=dev)
+    (em.tanh(x) - 1.0).numpy()
+    ((program, _),) = dev.backend.programs
+    assert program.describe().splitlines() == [
+        "%0 = tensor float32",
+        "%1 = scalar float32",
+        "%2 = tanh(%0) : float32",
+        "%3 = sub(%2, %1) : float32",
+        "out %3",
+    ]
+
+
+def test_broadcasting_region_runs_over_the_result_shape(dev):
+    a, b = arr(3, 1), arr(1, 4, seed=1)
+    ta, tb = em.tensor(a, device=dev), em.tensor(b, device=dev)
+    y = em.maximum(em.sigmoid(ta), tb) * ta
+    np.testing.assert_allclose(y.numpy(), np.maximum(1 / (1 + np.exp(-a)), b) * a, rtol=1e-6)
+    ((_, shape),) = dev.backend.programs
+    assert shape == (3, 4)
+
+
+def test_full_becomes_a_scalar_input(dev):
+    x = em.tensor(arr(5), device=dev)
+    y = 2.0 - x  # the core makes the 2 a 0-d full(); in a region it is a broadcast scalar
+    np.testing.assert_allclose(y.numpy(), 2.0 - arr(5))
+    ((program, _),) = dev.backend.programs
+    assert ("float32", "scalar") in program.inputs and len(program.instructions) == 1
+    z = em.full((2, 3), 7.0, device=dev)  # a lone full is the backend's own fill
+    np.testing.assert_array_equal(z.numpy(), np.full((2, 3), 7.0))
+    assert len(dev.backend.programs) == 1
+
+
+def test_non_fusable_ops_realize_their_inputs_first(dev):
+    x = em.tensor(arr(4, 6), device=dev)
+    s = (x * 3.0).sum(axis=0)
+    assert type(s._data) is not LazyBuffer
+    assert len(dev.backend.programs) == 1
+    np.testing.assert_allclose(s.numpy(), (arr(4, 6) * 3.0).sum(axis=0), rtol=1e-5)
+
+
+def test_held_intermediates_are_extra_outputs(dev):
+    x = em.tensor(arr(8), device=dev)
+    kept = em.exp(x) + 1.0
+    out = em.tanh(kept) * 2.0
+    out.realize()
+    ((program, _),) = dev.backend.programs
+    assert len(program.outputs) == 2, "the intermediate `kept` holds was not written out"
+    np.testing.assert_allclose(kept.numpy(), np.exp(arr(8)) + 1.0, rtol=1e-6)
+    assert len(dev.backend.programs) == 1, "reading `kept` ran another kernel"
+
+
+def test_dropped_intermediates_stay_in_registers(dev):
+    x = em.tensor(arr(8), device=dev)
+    out = em.tanh(em.exp(x) + 1.0) * 2.0
+    out.realize()
+    ((program, _),) = dev.backend.programs
+    assert len(program.outputs) == 1
+
+
+def test_synchronize_realizes_held_values_as_one_kernel(dev):
+    x = em.tensor(arr(6), device=dev)
+    a = x * 2.0
+    b = a + 1.0
+    dev.synchronize()
+    assert len(dev.backend.programs) == 1
+    ((program, _),) = dev.backend.programs
+    assert len(program.outputs) == 2
+    assert a._data.real is not None and b._data.real is not None
+
+
+def test_regions_are_bounded(dev):
+    x = em.tensor(arr(16), device=dev)
+    y = x
+    for _ in range(5 * em.lazy.MAX_REGION):
+        y = y * 1.001 + 0.001
+    want = arr(16).astype(np.float64)
+    for _ in range(5 * em.lazy.MAX_REGION):
+        want = want * 1.001 + 0.001
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
+    sizes = [len(p.inputs) + len(p.instructions) for p, _ in dev.backend.programs]
+    assert len(sizes) >= 5 and max(sizes) <= em.lazy.MAX_REGION + 3
+
+
+def test_dtypes_casts_and_bool_results(dev):
+    xi = np.arange(-6, 6, dtype=np.int32)
+    t = em.tensor(xi, device=dev)
+    mask = (t > 0) & (t < 4)
+    y = em.where(mask, t.astype(em.float32) * 0.5, -1.0)
+    np.testing.assert_array_equal(y.numpy(), np.where((xi > 0) & (xi < 4), xi * 0.5, -1.0).astype(np.float32))
+    dtypes = {dt for p, _ in dev.backend.programs for dt in p.value_dtypes()}
+    assert {"int32", "bool", "float32"} <= dtypes
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_scalar_powers_follow_numpy(dev):
+    x = em.tensor(np.array([-np.inf, -1.0, 4.0], dtype=np.float32), device=dev)
+    np.testing.assert_array_equal((x**0.5).numpy(), np.sqrt(np.array([-np.inf, -1.0, 4.0], dtype=np.float32)))
+    np.testing.assert_array_equal((x**2.0).numpy(), np.array([np.inf, 1.0, 16.0], dtype=np.float32))
+    ops = [op for p, _ in dev.backend.programs for op, _, _ in p.instructions]
+    assert ops == ["sqrt", "square"], ops
+
+
+def test_ops_outside_the_generator_run_eagerly(dev):
+    x = em.tensor(arr(5), device=dev)
+    y = em.sin(x)  # not in this backend's fusion_ops
+    assert type(y._data) is not LazyBuffer
+    np.testing.assert_allclose(y.numpy(), np.sin(arr(5)), rtol=1e-6)
+
+
+def test_fusion_switch_per_device(dev):
+    x = em.tensor(arr(5), device=dev)
+    with em.lazy.fusion(False, dev):
+        y = x * 2.0
+        assert type(y._data) is not LazyBuffer
+    z = x * 2.0
+    assert type(z._data) is LazyBuffer
+    np.testing.assert_array_equal(y.numpy(), z.numpy())
+
+
+def test_gradients_flow_through_deferred_regions(dev):
+    ad = dev.autodiff()
+    xv = arr(3, 4)
+    x = em.tensor(xv, device=ad, requires_grad=True)
+    loss = (em.tanh(x * 2.0) * x).sum()
+    loss.backward()
+    t = np.tanh(xv.astype(np.float64) * 2)
+    np.testing.assert_allclose(x.grad.numpy(), (1 - t**2) * 2 * xv + t, rtol=1e-5, atol=1e-6)
+    assert any(len(p.instructions) > 1 for p, _ in dev.backend.programs), "the backward pass fused nothing"
+
+
+def test_lazy_values_cross_devices_and_dlpack(dev):
+    x = em.tensor(arr(4), device=dev)
+    y = x + 1.0
+    on_cpu = y.to("cpu")
+    np.testing.assert_allclose(on_cpu.numpy(), arr(4) + 1.0)
+    z = x * 3.0
+    np.testing.assert_allclose(np.from_dlpack(z), arr(4) * 3.0)
+
+
+def test_realized_region_releases_its_inputs(dev):
+    x = em.tensor(arr(1000), device=dev)
+    y = em.exp(x) + 1.0
+    y.realize()
+    assert y._data.args is None, "a realized value still holds the handles it was computed from"
+    del x
+    gc.collect()
+    np.testing.assert_allclose(y.numpy(), np.exp(arr(1000)) + 1.0, rtol=1e-6)
+
+
+def test_stats_count_deferred_ops_and_kernels(dev):
+    before = em.lazy.stats(dev)
+    x = em.tensor(arr(4), device=dev)
+    (em.exp(x) * x - 1.0).numpy()
+    after = em.lazy.stats(dev)
+    assert after["deferred"] - before["deferred"] == 3
+    assert after["kernels"] - before["kernels"] == 1
+    assert after["fused_values"] - before["fused_values"] == 3
+
+
+def test_cpu_does_not_fuse():
+    assert not em.Device.cpu().capabilities.fusion
+    y = em.ones(3) * 2.0
+    assert type(y._data) is np.ndarray
