@@ -5,8 +5,10 @@
 #   .whl: pyopencl, pytools, platformdirs, siphash24, wgpu 0.32.0, cffi, pycparser, rendercanvas
 #   .gl:  libvulkan1 and the GL/EGL loaders (apt-get download)
 # Usage, from the repository root:  STEPS="wgpu opencl" bash .ci/h200.sh
-# Writes at most 8 files to $OUT: summary.txt, env.txt, <backend>-conformance.log, <backend>-report.md,
-# bench-<backend>.txt. Each step has its own time limit (CONFORMANCE_S, default 420 s).
+# The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused).
+# Writes at most 8 files to $OUT: summary.txt, env.txt, <backend>-conformance-f<0|1>.log,
+# <backend>-report.md (REPORT=1), bench-<backend>.txt (BENCH=1), start-opencl.txt (START=1: cold and
+# warm time to the first W2 result). Each step has its own time limit (CONFORMANCE_S, default 420 s).
 set -u
 OUT=${OUT:-/tmp/ember-h200}
 STEPS=${STEPS:-wgpu opencl}
@@ -63,13 +65,21 @@ for backend in $STEPS; do
   idx=$(pick "$backend")
   if [ "$idx" -lt 0 ]; then note "$backend: no NVIDIA device found (see env.txt)"; continue; fi
   dev="$backend:$idx"
-  note "$backend: conformance on $dev (limit ${CONFORMANCE_S}s)"
-  start=$SECONDS
-  timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device="$dev" -q -rs -p no:cacheprovider \
-    --tb=short --ember-report="$OUT/$backend-report.md" >"$OUT/$backend-conformance.log" 2>&1
-  note "$backend: exit $? after $((SECONDS - start)) s (124: stopped at the limit); $(tail -n 1 "$OUT/$backend-conformance.log")"
+  for fusion in ${FUSIONS:-1 0}; do  # the suite with the lazy layer on (fused regions) and off
+    note "$backend: conformance on $dev, EMBER_FUSION=$fusion (limit ${CONFORMANCE_S}s)"
+    start=$SECONDS
+    report=()
+    if [ -n "${REPORT:-}" ]; then report=(--ember-report="$OUT/$backend-report.md"); fi
+    EMBER_FUSION=$fusion timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device="$dev" -q -rs \
+      -p no:cacheprovider --tb=short "${report[@]}" >"$OUT/$backend-conformance-f$fusion.log" 2>&1
+    note "$backend: exit $? after $((SECONDS - start)) s (124: stopped at the limit); $(tail -n 1 "$OUT/$backend-conformance-f$fusion.log")"
+  done
+  if [ -n "${START:-}" ] && [ "$backend" = opencl ]; then  # cold and warm time to the first W2 result
+    timeout 120 $PY plugins/opencl/scripts/bench.py --device "$dev" --gpu --only none --start >"$OUT/start-$backend.txt" 2>&1
+    note "$backend: first W2 result: exit $?; $(grep -i 'first' "$OUT/start-$backend.txt" | tr '\n' ' ')"
+  fi
   if [ -n "${BENCH:-}" ]; then
-    timeout 240 $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W6} --device "$dev" --peers torch >"$OUT/bench-$backend.txt" 2>&1
+    timeout "${BENCH_S:-240}" $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W6} --device "$dev" --peers torch >"$OUT/bench-$backend.txt" 2>&1
     note "$backend: benchmarks exit $?"
   fi
 done
