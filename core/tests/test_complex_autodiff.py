@@ -54,6 +54,7 @@ CASES = [
     ("sin_cos", lambda xp, z: xp.real(xp.sin(z)).sum() + xp.imag(xp.cos(z) * z).sum(), (_c(5),)),
     ("tanh", lambda xp, z: xp.abs(xp.tanh(z)).sum(), (_c(5) * 0.5,)),
     ("real_imag", lambda xp, z: (xp.real(z) * xp.imag(z) ** 2).sum(), (_c(5),)),
+    ("angle", lambda xp, z, w: (xp.angle(z * w) * xp.abs(z)).sum(), (_c(5), _c(5))),
     ("sum_mean", lambda xp, z: xp.abs(z.sum(0)).sum() + xp.real(xp.mean(z, 1) ** 2).sum(), (_c(3, 4),)),
     ("prod", lambda xp, z: xp.real(xp.prod(z, 1)).sum() + xp.imag(xp.prod(z, 0)).sum(), (_c(3, 4),)),
     ("movement", lambda xp, z: xp.abs(z.reshape(4, 3)[1:, ::2].mT * z[0, :3]).sum(), (_c(3, 4),)),
@@ -205,6 +206,22 @@ def test_explicit_grad_of_a_complex_output():
     z = em.tensor(zv, device=DEV, requires_grad=True)
     (z * z).backward(grad=em.tensor(v, device=DEV))
     np.testing.assert_allclose(z.grad.numpy(), v * 2 * np.conj(zv), rtol=1e-12)
+
+
+def test_angle_and_abs_at_zero_have_zero_gradient():
+    # PyTorch's choice at the non-differentiable point z = 0 (numbers, not NaN)
+    z = em.tensor(np.array([0j, 1 + 1j]), device=DEV, requires_grad=True)
+    (em.angle(z) + em.abs(z)).sum().backward()
+    want = np.array([0, (1 + 1j) / 2**0.5 + 1j * (1 + 1j) / 2])
+    np.testing.assert_allclose(z.grad.numpy(), want, rtol=1e-12)
+
+
+def test_angle_values_match_numpy():
+    v = np.concatenate([_c(6), [-1 + 0j, 1j, -1j, 0j]])
+    np.testing.assert_allclose(em.angle(em.tensor(v)).numpy(), np.angle(v), rtol=1e-12)
+    x = np.array([-2.0, 0.0, 3.0])
+    np.testing.assert_array_equal(em.angle(em.tensor(x)).numpy(), np.angle(x))
+    assert em.angle(em.tensor(v.astype(np.complex64))).dtype == em.float32
 
 
 def test_integer_tensors_still_have_no_gradients():

@@ -48,7 +48,7 @@ __all__ = [
     "log1p", "sqrt", "rsqrt", "square", "sin", "cos", "tan", "asin", "acos", "atan",
     "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round",
     "trunc", "reciprocal", "isnan", "isinf", "isfinite", "clip", "where", "astype_op",
-    "signbit", "copysign", "nextafter", "conj", "real", "imag",
+    "signbit", "copysign", "nextafter", "conj", "real", "imag", "angle",
 ]  # fmt: skip
 
 #: op name -> (accepted dtypes, result is bool): the elementwise dtype rules, as held by each Op
@@ -149,8 +149,8 @@ def _unary(op: Op, x: Any) -> Tensor:
     return apply(op, (x,), {}, x._shape, out)
 
 
-#: unary ops whose result is real for a complex input (``abs``, ``real``, ``imag``)
-_REAL_RESULT = frozenset(("abs", "real", "imag"))
+#: unary ops whose result is real for a complex input (``abs``, ``real``, ``imag``, ``angle``)
+_REAL_RESULT = frozenset(("abs", "real", "imag", "angle"))
 
 
 def _zero_grad(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
@@ -724,6 +724,25 @@ def real(x: Any, /) -> Tensor:
 def imag(x: Any, /) -> Tensor:
     """The imaginary part, elementwise, as the real dtype of ``x`` (zeros for real tensors)."""
     return _unary(IMAG, x)
+
+
+def _angle_vjp(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
+    if x._dtype.kind != "c":
+        return _zero_grad(g, y, x)  # 0 or pi: piecewise constant
+    # atan2(im, re): d/dre = -im / |z|^2, d/dim = re / |z|^2, so the gradient is g * 1j z / |z|^2
+    # (0 at z = 0, as PyTorch gives)
+    r2 = real(x * conj(x))
+    zero = r2 == 0
+    return (g * where(zero, 0.0, x * 1j / where(zero, 1.0, r2)),)
+
+
+ANGLE = unary_op("angle", FLOAT_OR_COMPLEX, composite=lambda x: atan2(imag(x), real(x)), vjp=_angle_vjp)
+
+
+def angle(x: Any, /) -> Tensor:
+    """The argument of each element in radians, in (-pi, pi], as the real dtype of ``x``
+    (numpy's and PyTorch's ``angle``; 0 or pi for real tensors)."""
+    return _unary(ANGLE, x)
 
 
 # -- sign bits and neighbours (Array API): composites any backend runs; cpu has them natively --
