@@ -464,7 +464,7 @@ ROWS = [
         "int tensor requires_grad_",
         lambda: x23().astype(em.int32).requires_grad_(),
         RuntimeError,
-        r"requires_grad_: only floating-point tensors have gradients",
+        r"requires_grad_: only floating-point and complex tensors have gradients",
     ),
     (
         "grad(f)(list)",

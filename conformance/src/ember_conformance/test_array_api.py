@@ -256,6 +256,7 @@ _CX_UNARY = [
     ("conj", em.conj, np.conj),
     ("real", em.real, np.real),
     ("imag", em.imag, np.imag),
+    ("angle", em.angle, np.angle),
     ("isnan", em.isnan, np.isnan),
     ("isfinite", em.isfinite, np.isfinite),
     ("sum", lambda z: em.sum(z, axis=1), lambda z: np.sum(z, axis=1)),

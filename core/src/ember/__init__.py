@@ -230,7 +230,7 @@ from .transfer import astype, clone, to
 from .dtypes import bool_ as bool  # noqa: A004  (the standard's name; ember.bool_ stays)
 from .dtypes import complex64, complex128, isdtype
 from .inspection import __array_api_version__, __array_namespace_info__
-from .ops.elementwise import conj, copysign, imag, nextafter, real, signbit
+from .ops.elementwise import angle, conj, copysign, imag, nextafter, real, signbit
 from .ops.movement import broadcast_shapes_public as broadcast_shapes
 from .ops.reduction import diff
 from .ops.searching import isin, searchsorted, unique_all, unique_counts, unique_inverse, unique_values

@@ -350,7 +350,7 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
     if _AMP.dtype is not None and op.autocast is not None:
         inputs, dtype = _autocast(op, inputs, dtype)
     record = False
-    if op.differentiable and _GRAD.enabled and (dtype is None or dtype.kind == "f"):
+    if op.differentiable and _GRAD.enabled and (dtype is None or dtype.kind in "fc"):
         for t in inputs:
             if t._rg:
                 record = True
@@ -378,7 +378,7 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
         if shape is None:  # an extension kernel: its result says what it is
             shape, name = dev.backend.handle_meta(handle)
             dtype = as_dtype(name)
-            record = record and dtype.kind == "f"
+            record = record and dtype.kind in "fc"
             shape = tuple(shape)
         out = make_tensor(handle, shape, dtype, dev)
     if record:

@@ -219,9 +219,9 @@ class Tensor:
                 raise AutodiffError("requires_grad_(False) applies to leaves; use .detach() on results of ops")
             self._rg = False
             return self
-        if not self._dtype.is_floating:
+        if self._dtype.kind not in "fc":
             raise AutodiffError(
-                f"requires_grad_: only floating-point tensors have gradients; this one is {self._dtype}"
+                f"requires_grad_: only floating-point and complex tensors have gradients; this one is {self._dtype}"
             )
         dev = self._device
         if not dev.autodiff_enabled:

@@ -156,6 +156,7 @@ UNARY: tuple[OpSpec, ...] = (
     _unary("conj", em.conj, np.conj, NUMERIC, SMALL_INT),
     _unary("real", em.real, np.real, NUMERIC, SMALL_INT),
     _unary("imag", em.imag, np.imag, NUMERIC, SMALL_INT),
+    _unary("angle", em.angle, np.angle, FLOAT, AWAY0),  # 0 or pi on real tensors: its gradient is 0
     _unary("bitwise_invert", em.bitwise_invert, np.invert, INT_OR_BOOL, BITS, grad=False, ops=("bitwise_not",)),
     # activations (elementwise composites with native fast paths)
     _unary("relu", em.relu, _relu, NUMERIC, AWAY0),

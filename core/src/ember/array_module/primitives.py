@@ -92,6 +92,8 @@ def primitives(m: ArrayModule) -> dict[str, Callable[..., Any]]:
         "neg": xp.negative, "abs": xp.abs, "sign": xp.sign, "square": lambda a: xp.multiply(a, a),
     }.items():  # fmt: skip
         k[name] = keep_dtype1(fn)
+    kept_abs = k["abs"]
+    k["abs"] = lambda a: arr(xp.abs(a)) if a.dtype.kind == "c" else kept_abs(a)  # |z| is real
 
     def expm1(a: Any) -> Any:
         """expm1, except that complex infinities and NaNs follow exp(z) - 1 (C99 Annex G, as the

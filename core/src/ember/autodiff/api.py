@@ -21,6 +21,12 @@ __all__ = ["backward", "grad", "value_and_grad"]
 def _seed(out: Tensor, grad: Any, what: str) -> Tensor:
 
     if grad is None:
+        if out._dtype.kind == "c":
+            raise AutodiffError(
+                f"{what}: the output is complex ({out.dtype}); a gradient can be implied only for a real "
+                f"output. Differentiate a real loss of it (e.g. em.abs(z).sum() or em.real(z).sum()), "
+                f"or pass grad= (PyTorch's convention: grad is dL/d(re) + 1j * dL/d(im) of a real L)."
+            )
         if out.size != 1:
             raise AutodiffError(
                 f"{what}: the output has shape {out.shape}; gradients can be implied only for "
@@ -76,8 +82,10 @@ def _prepare(args: Sequence[Any], argnums: tuple[int, ...], what: str) -> tuple[
         x = args[i]
         if not is_tensor(x):
             raise ArgumentTypeError(f"{what}: argument {i} must be a Tensor to differentiate, got {type(x).__name__}")
-        if not x.dtype.is_floating:
-            raise AutodiffError(f"{what}: argument {i} has dtype {x.dtype}; only floating-point tensors have gradients")
+        if x.dtype.kind not in "fc":
+            raise AutodiffError(
+                f"{what}: argument {i} has dtype {x.dtype}; only floating-point and complex tensors have gradients"
+            )
         if x._rg:
             nested = True  # an outer grad is tracing: differentiate through x itself
         else:

@@ -61,6 +61,16 @@ def _sum_to(g: Tensor, shape: tuple[int, ...]) -> Tensor:
     return g.reshape(shape)
 
 
+def _as_input_dtype(g: Tensor, inp: Tensor) -> Tensor:
+    """``g`` in ``inp``'s dtype: a complex gradient reaching a real input keeps its real part
+    (the real input moved only along the real axis; PyTorch does the same)."""
+    if g._dtype.kind == "c" and inp._dtype.kind != "c":
+        from ..ops.elementwise import real  # same layer; imported here, when first needed
+
+        g = real(g)
+    return g if g._dtype is inp._dtype else g.astype(inp._dtype)
+
+
 def run_backward(
     roots: list[Tensor],
     seeds: list[Tensor],
@@ -110,7 +120,7 @@ def run_backward(
                 if gi._shape != inp._shape:
                     gi = _sum_to(gi, inp._shape)
                 if gi._dtype is not inp._dtype:
-                    gi = gi.astype(inp._dtype)
+                    gi = _as_input_dtype(gi, inp)
                 key = id(inp)
                 if (targets is None and inp._node is None) or (targets is not None and key in targets):
                     prev = results.get(key)

@@ -48,7 +48,7 @@ __all__ = [
     "log1p", "sqrt", "rsqrt", "square", "sin", "cos", "tan", "asin", "acos", "atan",
     "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round",
     "trunc", "reciprocal", "isnan", "isinf", "isfinite", "clip", "where", "astype_op",
-    "signbit", "copysign", "nextafter", "conj", "real", "imag",
+    "signbit", "copysign", "nextafter", "conj", "real", "imag", "angle",
 ]  # fmt: skip
 
 #: op name -> (accepted dtypes, result is bool): the elementwise dtype rules, as held by each Op
@@ -64,6 +64,25 @@ def _needs(t: Any) -> bool:
 
 
 _reject = category_error
+
+
+def _cj(v: Any) -> Any:
+    """The conjugate of a derivative factor, for the vjp rules: complex tensors and Python
+    complex numbers are conjugated, real ones pass unchanged (no extra op on a real graph).
+
+    Gradients follow PyTorch's convention (docs/architecture.md): for a real loss L of z = x + iy,
+    ``z.grad = dL/dx + 1j * dL/dy``, so a holomorphic f gives ``grad_in = grad_out * conj(f'(z))``.
+    """
+    if is_tensor(v):
+        return conj(v) if v._dtype.kind == "c" else v
+    if isinstance(v, complex):
+        return v.conjugate()
+    return v
+
+
+def _rsqrt_any(x: Tensor) -> Tensor:
+    """1 / sqrt(x) for real or complex ``x`` (``rsqrt`` is defined for real dtypes only)."""
+    return rsqrt(x) if x._dtype.kind != "c" else reciprocal(sqrt(x))
 
 
 def _tensor_arg(x: Any, op: str, like: Tensor | None = None) -> Tensor:
@@ -130,8 +149,8 @@ def _unary(op: Op, x: Any) -> Tensor:
     return apply(op, (x,), {}, x._shape, out)
 
 
-#: unary ops whose result is real for a complex input (``abs``, ``real``, ``imag``)
-_REAL_RESULT = frozenset(("abs", "real", "imag"))
+#: unary ops whose result is real for a complex input (``abs``, ``real``, ``imag``, ``angle``)
+_REAL_RESULT = frozenset(("abs", "real", "imag", "angle"))
 
 
 def _zero_grad(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
@@ -143,21 +162,32 @@ _LN10 = math.log(10.0)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 NEG = unary_op("neg", NUMERIC_OR_COMPLEX, vjp=lambda g, y, x: (-g,))
-ABS = unary_op("abs", NUMERIC_OR_COMPLEX, vjp=lambda g, y, x: (g * sign(x),))
+
+
+def _abs_vjp(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
+    if x._dtype.kind != "c":
+        return (g * sign(x),)
+    # |z|: the gradient is g * z / |z| (0 at z = 0, as PyTorch's sgn), written with a division
+    # rather than sign() so that it differentiates again (z / |z| is not piecewise constant)
+    zero = y == 0
+    return (g * where(zero, 0.0, x / where(zero, 1.0, y)),)
+
+
+ABS = unary_op("abs", NUMERIC_OR_COMPLEX, vjp=_abs_vjp)
 SIGN = unary_op("sign", NUMERIC_OR_COMPLEX, vjp=_zero_grad)
-EXP = unary_op("exp", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * y,))
-LOG = unary_op("log", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g / x,))
-SQRT = unary_op("sqrt", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * 0.5 / y,))
+EXP = unary_op("exp", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * _cj(y),))
+LOG = unary_op("log", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g / _cj(x),))
+SQRT = unary_op("sqrt", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * 0.5 / _cj(y),))
 RSQRT = unary_op("rsqrt", FLOAT, vjp=lambda g, y, x: (g * -0.5 * y * y * y,))
-SIN = unary_op("sin", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * cos(x),))
-COS = unary_op("cos", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (-g * sin(x),))
-TANH = unary_op("tanh", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * (1 - y * y),))
+SIN = unary_op("sin", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * _cj(cos(x)),))
+COS = unary_op("cos", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (-g * _cj(sin(x)),))
+TANH = unary_op("tanh", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (g * _cj(1 - y * y),))
 ERF = unary_op("erf", FLOAT, vjp=lambda g, y, x: (g * _TWO_OVER_SQRT_PI * exp(-(x * x)),))
 FLOOR = unary_op("floor", NUMERIC, vjp=_zero_grad)
 CEIL = unary_op("ceil", NUMERIC, vjp=_zero_grad)
 ROUND = unary_op("round", NUMERIC_OR_COMPLEX, vjp=_zero_grad)
 TRUNC = unary_op("trunc", NUMERIC, vjp=_zero_grad)
-RECIPROCAL = unary_op("reciprocal", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (-g * y * y,))
+RECIPROCAL = unary_op("reciprocal", FLOAT_OR_COMPLEX, vjp=lambda g, y, x: (-g * _cj(y * y),))
 ISNAN = unary_op("isnan", NUMERIC_OR_COMPLEX, bool_out=True)
 ISINF = unary_op("isinf", NUMERIC_OR_COMPLEX, bool_out=True)
 LOGICAL_NOT = unary_op("logical_not", BOOL, bool_out=True)
@@ -282,48 +312,50 @@ def _asinh(x: Tensor) -> Tensor:
 
 
 EXP2 = unary_op("exp2", FLOAT, composite=lambda x: exp(x * _LN2), vjp=lambda g, y, x: (g * y * _LN2,))
-EXPM1 = unary_op("expm1", FLOAT_OR_COMPLEX, composite=_expm1, vjp=lambda g, y, x: (g * (y + 1),))
-LOG2 = unary_op("log2", FLOAT_OR_COMPLEX, composite=lambda x: log(x) / _LN2, vjp=lambda g, y, x: (g / (x * _LN2),))
-LOG10 = unary_op("log10", FLOAT_OR_COMPLEX, composite=lambda x: log(x) / _LN10, vjp=lambda g, y, x: (g / (x * _LN10),))
-LOG1P = unary_op("log1p", FLOAT_OR_COMPLEX, composite=_log1p, vjp=lambda g, y, x: (g / (1 + x),))
-SQUARE = unary_op("square", NUMERIC_OR_COMPLEX, composite=lambda x: x * x, vjp=lambda g, y, x: (g * 2 * x,))
-TAN = unary_op("tan", FLOAT_OR_COMPLEX, composite=lambda x: sin(x) / cos(x), vjp=lambda g, y, x: (g * (1 + y * y),))
+EXPM1 = unary_op("expm1", FLOAT_OR_COMPLEX, composite=_expm1, vjp=lambda g, y, x: (g * _cj(y + 1),))
+LOG2 = unary_op("log2", FLOAT_OR_COMPLEX, composite=lambda x: log(x) / _LN2, vjp=lambda g, y, x: (g / _cj(x * _LN2),))
+LOG10 = unary_op(
+    "log10", FLOAT_OR_COMPLEX, composite=lambda x: log(x) / _LN10, vjp=lambda g, y, x: (g / _cj(x * _LN10),)
+)
+LOG1P = unary_op("log1p", FLOAT_OR_COMPLEX, composite=_log1p, vjp=lambda g, y, x: (g / _cj(1 + x),))
+SQUARE = unary_op("square", NUMERIC_OR_COMPLEX, composite=lambda x: x * x, vjp=lambda g, y, x: (g * 2 * _cj(x),))
+TAN = unary_op("tan", FLOAT_OR_COMPLEX, composite=lambda x: sin(x) / cos(x), vjp=lambda g, y, x: (g * _cj(1 + y * y),))
 ASIN = unary_op(
     "asin",
     FLOAT_OR_COMPLEX,
     composite=lambda x: atan2(x, sqrt((1 - x) * (1 + x))),
-    vjp=lambda g, y, x: (g * rsqrt((1 - x) * (1 + x)),),
+    vjp=lambda g, y, x: (g * _cj(_rsqrt_any((1 - x) * (1 + x))),),
 )
 ACOS = unary_op(
     "acos",
     FLOAT_OR_COMPLEX,
     composite=lambda x: atan2(sqrt((1 - x) * (1 + x)), x),
-    vjp=lambda g, y, x: (-g * rsqrt((1 - x) * (1 + x)),),
+    vjp=lambda g, y, x: (-g * _cj(_rsqrt_any((1 - x) * (1 + x))),),
 )
 ATAN = unary_op(
     "atan",
     FLOAT_OR_COMPLEX,
     composite=lambda x: atan2(x, ones_like_scalar(x, 1.0)),
-    vjp=lambda g, y, x: (g / (1 + x * x),),
+    vjp=lambda g, y, x: (g / _cj(1 + x * x),),
 )
 SINH = unary_op(
-    "sinh", FLOAT_OR_COMPLEX, composite=lambda x: (expm1(x) - expm1(-x)) * 0.5, vjp=lambda g, y, x: (g * cosh(x),)
+    "sinh", FLOAT_OR_COMPLEX, composite=lambda x: (expm1(x) - expm1(-x)) * 0.5, vjp=lambda g, y, x: (g * _cj(cosh(x)),)
 )
 COSH = unary_op(
-    "cosh", FLOAT_OR_COMPLEX, composite=lambda x: (exp(x) + exp(-x)) * 0.5, vjp=lambda g, y, x: (g * sinh(x),)
+    "cosh", FLOAT_OR_COMPLEX, composite=lambda x: (exp(x) + exp(-x)) * 0.5, vjp=lambda g, y, x: (g * _cj(sinh(x)),)
 )
-ASINH = unary_op("asinh", FLOAT_OR_COMPLEX, composite=_asinh, vjp=lambda g, y, x: (g * rsqrt(x * x + 1),))
+ASINH = unary_op("asinh", FLOAT_OR_COMPLEX, composite=_asinh, vjp=lambda g, y, x: (g * _cj(_rsqrt_any(x * x + 1)),))
 ACOSH = unary_op(
     "acosh",
     FLOAT_OR_COMPLEX,
     composite=lambda x: log(x + sqrt((x - 1) * (x + 1))),
-    vjp=lambda g, y, x: (g * rsqrt((x - 1) * (x + 1)),),
+    vjp=lambda g, y, x: (g * _cj(_rsqrt_any((x - 1) * (x + 1))),),
 )
 ATANH = unary_op(
     "atanh",
     FLOAT_OR_COMPLEX,
     composite=lambda x: 0.5 * log1p(2 * x / (1 - x)),
-    vjp=lambda g, y, x: (g / ((1 - x) * (1 + x)),),
+    vjp=lambda g, y, x: (g / _cj((1 - x) * (1 + x)),),
 )
 ISFINITE = unary_op("isfinite", NUMERIC_OR_COMPLEX, composite=lambda x: logical_not(isnan(x) | isinf(x)), bool_out=True)
 
@@ -438,28 +470,26 @@ def _sub_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
 
 
 def _mul_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
-    return (g * b if _needs(a) else None), (g * a if _needs(b) else None)
+    return (g * _cj(b) if _needs(a) else None), (g * _cj(a) if _needs(b) else None)
 
 
 def _div_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
-    ga = g / b if _needs(a) else None
-    gb = -g * a / (b * b) if _needs(b) else None
+    ga = g / _cj(b) if _needs(a) else None
+    gb = -g * _cj(a / (b * b)) if _needs(b) else None
     return ga, gb
 
 
 def _pow_vjp(g: Tensor, out: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
     ga = gb = None
     if _needs(a):
-        if is_tensor(b):
-            ga = g * b * pow(a, b - 1)
-        elif b == 0:
+        if not is_tensor(b) and b == 0:
             ga = g * 0
         else:
-            ga = g * b * pow(a, b - 1)
+            ga = g * _cj(b * pow(a, b - 1))
     if _needs(b):
         # d/db a**b = a**b log a; define it as 0 where a == 0 (the limit for b > 0)
         safe = where(a == 0, 1, a) if is_tensor(a) else a
-        gb = g * out * log(safe)
+        gb = g * _cj(out * log(safe))
     return ga, gb
 
 
@@ -670,9 +700,15 @@ def _complex_part(name: str, real_input: Any) -> Any:
     return composite
 
 
-CONJ = unary_op("conj", NUMERIC_OR_COMPLEX, composite=_complex_part("conj", lambda x: x), vjp=lambda g, y, x: (g,))
+def _imag_vjp(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
+    # imag(x + iy) = y: dL/dy = g, so the gradient is 1j * g (zero for a real input)
+    return (g * 1j,) if x._dtype.kind == "c" else _zero_grad(g, y, x)
+
+
+# conj(z): the gradient is conj(g); real(z): g itself (a real g, made complex by the graph)
+CONJ = unary_op("conj", NUMERIC_OR_COMPLEX, composite=_complex_part("conj", lambda x: x), vjp=lambda g, y, x: (_cj(g),))
 REAL = unary_op("real", NUMERIC_OR_COMPLEX, composite=_complex_part("real", lambda x: x), vjp=lambda g, y, x: (g,))
-IMAG = unary_op("imag", NUMERIC_OR_COMPLEX, composite=_complex_part("imag", lambda x: full_like(x, 0)), vjp=_zero_grad)
+IMAG = unary_op("imag", NUMERIC_OR_COMPLEX, composite=_complex_part("imag", lambda x: full_like(x, 0)), vjp=_imag_vjp)
 
 
 def conj(x: Any, /) -> Tensor:
@@ -688,6 +724,25 @@ def real(x: Any, /) -> Tensor:
 def imag(x: Any, /) -> Tensor:
     """The imaginary part, elementwise, as the real dtype of ``x`` (zeros for real tensors)."""
     return _unary(IMAG, x)
+
+
+def _angle_vjp(g: Tensor, y: Tensor, x: Tensor) -> tuple[Any]:
+    if x._dtype.kind != "c":
+        return _zero_grad(g, y, x)  # 0 or pi: piecewise constant
+    # atan2(im, re): d/dre = -im / |z|^2, d/dim = re / |z|^2, so the gradient is g * 1j z / |z|^2
+    # (0 at z = 0, as PyTorch gives)
+    r2 = real(x * conj(x))
+    zero = r2 == 0
+    return (g * where(zero, 0.0, x * 1j / where(zero, 1.0, r2)),)
+
+
+ANGLE = unary_op("angle", FLOAT_OR_COMPLEX, composite=lambda x: atan2(imag(x), real(x)), vjp=_angle_vjp)
+
+
+def angle(x: Any, /) -> Tensor:
+    """The argument of each element in radians, in (-pi, pi], as the real dtype of ``x``
+    (numpy's and PyTorch's ``angle``; 0 or pi for real tensors)."""
+    return _unary(ANGLE, x)
 
 
 # -- sign bits and neighbours (Array API): composites any backend runs; cpu has them natively --
@@ -820,8 +875,16 @@ CAST = define(
     "cast",
     kind="elementwise_unary",
     primitive=True,
-    vjp=lambda g, out, x, dtype: (g.astype(x._dtype) if x._dtype.kind == "f" else None,),
+    vjp=lambda g, out, x, dtype: _cast_vjp(g, x),
 )
+
+
+def _cast_vjp(g: Tensor, x: Tensor) -> tuple[Any]:
+    # a real input cast to complex moved along the real axis only: its gradient is real(g)
+    kind = x._dtype.kind
+    if kind == "f":
+        return ((real(g) if g._dtype.kind == "c" else g).astype(x._dtype),)
+    return (g.astype(x._dtype) if kind == "c" else None,)
 
 
 def astype_op(x: Tensor, dtype: DType) -> Tensor:

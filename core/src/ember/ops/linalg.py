@@ -25,9 +25,15 @@ __all__ = [
 
 
 def _matmul_vjp(g: Tensor, out: Tensor, a: Tensor, b: Tensor) -> tuple[Any, Any]:
-    ga = matmul(g, matrix_transpose(b)) if _needs(a) else None
+    need_a, need_b = _needs(a), _needs(b)
+    # complex operands: the adjoints are the conjugate transposes (PyTorch's convention)
+    if a._dtype.kind == "c":
+        a = conj(a)
+    if b._dtype.kind == "c":
+        b = conj(b)
+    ga = matmul(g, matrix_transpose(b)) if need_a else None
     gb = None
-    if _needs(b):
+    if need_b:
         if b.ndim == 2 and g.ndim > 2:  # a weight used by (..., n, k) inputs: one (k, N) @ (N, m) GEMM
             gb = matmul(matrix_transpose(reshape(a, (-1, a._shape[-1]))), reshape(g, (-1, g._shape[-1])))
         else:

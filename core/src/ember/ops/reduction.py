@@ -19,6 +19,7 @@ from .elementwise import (
     NUMERIC_OR_COMPLEX,
     _reject,
     _tensor_arg,
+    conj,
     exp,
     log,
     sqrt,
@@ -55,7 +56,7 @@ def _prod_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...], keepdims
     others = where(is_zero, 1.0, x).prod(axis=axes, keepdims=True)
     safe_x = where(is_zero, 1.0, x)
     grad = where(is_zero, where(zeros == 1, others, 0.0), y / safe_x)
-    return (g * grad,)
+    return (g * (conj(grad) if grad._dtype.kind == "c" else grad),)  # holomorphic: times the conjugate
 
 
 def _extreme_vjp(g: Tensor, out: Tensor, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[Any]:
