@@ -44,6 +44,8 @@ class Layout:
     out_modes: tuple[str, ...]
     index: str = "int"  # "int" or "long"
     grid_stride: bool = False
+    #: 4: each work item does four elements through 128-bit loads and stores (see :func:`vector_ok`)
+    vec: int = 1
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -76,6 +78,20 @@ def offset_expr(name: str, rank: int, prefix: str = "c") -> str:
     """``{name}_off + c0 * {name}_s0 + ...``."""
     terms = [f"{name}_off"] + [f"{prefix}{d} * {name}_s{d}" for d in range(rank)]
     return " + ".join(terms)
+
+
+#: storage types a 4-wide vector load reads as is (the compute type equals the storage type)
+_VECTOR_TYPES = frozenset(["float", "int", "uint"])
+
+
+def vector_ok(prog: FusedProgram, in_modes: tuple[str, ...], out_modes: tuple[str, ...]) -> bool:
+    """Whether ``prog`` can run four elements per work item: every tensor contiguous or one
+    broadcast element, and every tensor and output of a 32-bit type computed as stored."""
+    if any(m not in ("c", "z") for m in (*in_modes, *out_modes)):
+        return False
+    types = prog.value_dtypes()
+    used = [types[i] for i in prog.tensor_inputs] + [types[o] for o in prog.outputs]
+    return all(ctype(dt).storage in _VECTOR_TYPES and ctype(dt).storage == ctype(dt).compute for dt in used)
 
 
 def elementwise_source(prog: FusedProgram, layout: Layout) -> tuple[str, list[Any]]:
@@ -141,6 +157,8 @@ def _kernel(prog: FusedProgram, layout: Layout, name: str, helpers: dict[str, st
     out_types = [types[o] for o in prog.outputs]
     for k, (c, mode) in enumerate(zip(out_types, layout.out_modes)):
         tensor_params(f"out{k}", c, mode, const=False)
+    if layout.vec == 4:
+        return _vector_kernel(prog, layout, name, helpers, types, params, argtypes), argtypes
     tensor_modes = iter(layout.in_modes)
     body: list[str] = []
     for j, (_, kind) in enumerate(prog.inputs):
@@ -154,21 +172,7 @@ def _kernel(prog: FusedProgram, layout: Layout, name: str, helpers: dict[str, st
         tensor_params(f"in{j}", c, mode, const=True)
         where = {"c": f"in{j}_off + i", "z": f"in{j}_off", "s": offset_expr(f"in{j}", rank)}[mode]
         body.append(f"const {c.compute} v{j} = {c.load(f'in{j}', where)};")
-    n_in = len(prog.inputs)
-    for j, (op, _, args) in enumerate(prog.instructions):
-        c = types[n_in + j]
-        if op == "iota":
-            expr = f"(({c.compute})i)"
-        else:
-            typed = []
-            for a in args:
-                if isinstance(a, Const):
-                    ac = ctype(a.dtype)
-                    typed.append((literal(a.value, ac), ac))
-                else:
-                    typed.append((f"v{a}", types[a]))
-            expr = expression(op, typed, c, helpers)
-        body.append(f"const {c.compute} v{n_in + j} = {expr};")
+    body += _instructions(prog, types, helpers, lambda v: f"v{v}", "i")
     for k, (o, mode) in enumerate(zip(prog.outputs, layout.out_modes)):
         c = types[o]
         where = {"c": f"out{k}_off + i", "z": f"out{k}_off", "s": offset_expr(f"out{k}", rank)}[mode]
@@ -185,3 +189,85 @@ def _kernel(prog: FusedProgram, layout: Layout, name: str, helpers: dict[str, st
     lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n", argtypes
+
+
+def _instructions(prog: FusedProgram, types: list[CType], helpers: dict[str, str], name: Any, index: str) -> list[str]:
+    """One statement per instruction; ``name(v)`` spells SSA value ``v``, ``index`` the element index."""
+    n_in = len(prog.inputs)
+    body = []
+    for j, (op, _, args) in enumerate(prog.instructions):
+        c = types[n_in + j]
+        if op == "iota":
+            expr = f"(({c.compute})({index}))"
+        else:
+            typed = []
+            for a in args:
+                if isinstance(a, Const):
+                    ac = ctype(a.dtype)
+                    typed.append((literal(a.value, ac), ac))
+                else:
+                    typed.append((name(a), types[a]))
+            expr = expression(op, typed, c, helpers)
+        body.append(f"const {c.compute} {name(n_in + j)} = {expr};")
+    return body
+
+
+def _vector_kernel(
+    prog: FusedProgram,
+    layout: Layout,
+    name: str,
+    helpers: dict[str, str],
+    types: list[CType],
+    params: list[str],
+    argtypes: list[Any],
+) -> str:
+    """The 4-wide kernel: work item ``q`` reads elements ``4q..4q+3`` of each contiguous tensor
+    with one 128-bit load, computes the program once per lane and stores four results at once.
+    ``n`` stays the element count (a multiple of 4, and every contiguous offset too)."""
+    idx = layout.index
+    tensor_modes = iter(layout.in_modes)
+    head: list[str] = []
+    for j, (_, kind) in enumerate(prog.inputs):
+        c = types[j]
+        if kind == "scalar":
+            params.append(f"const {c.compute} in{j}")
+            argtypes.append(c.np_compute)
+            head.append(f"const {c.compute} v{j} = in{j};")
+            continue
+        mode = next(tensor_modes)
+        params.append(f"__global const {c.storage}* restrict in{j}")
+        argtypes.append(None)
+        params.append(f"const {idx} in{j}_off")
+        argtypes.append(np.dtype(np.int32 if idx == "int" else np.int64))
+        if mode == "z":
+            head.append(f"const {c.compute} v{j} = in{j}[in{j}_off];")
+    lanes = "xyzw"
+    body: list[str] = []
+    tensor_modes = iter(layout.in_modes)
+    vector_inputs = []
+    for j, (_, kind) in enumerate(prog.inputs):
+        if kind == "tensor" and next(tensor_modes) == "c":
+            c = types[j]
+            body.append(f"const {c.storage}4 q{j} = ((__global const {c.storage}4*)(in{j} + in{j}_off))[q];")
+            vector_inputs.append(j)
+    for k, lane in enumerate(lanes):
+
+        def spell(v: int, lane: str = lane) -> str:
+            return f"v{v}_{lane}" if v in vector_inputs or v >= len(prog.inputs) else f"v{v}"
+
+        for j in vector_inputs:
+            body.append(f"const {types[j].compute} v{j}_{lane} = q{j}.{lane};")
+        body += _instructions(prog, types, helpers, spell, f"4 * q + {k}")
+    for k, o in enumerate(prog.outputs):
+        c = types[o]
+        per_lane = o in vector_inputs or o >= len(prog.inputs)
+        parts = ", ".join((f"v{o}_{lane}" if per_lane else f"v{o}") for lane in lanes)
+        body.append(f"((__global {c.storage}4*)(out{k} + out{k}_off))[q] = ({c.storage}4)({parts});")
+    lines = [f"__kernel void {name}(" + ", ".join(params) + ") {"]
+    lines.extend("  " + h for h in head)
+    lines.append(f"  const {idx} nq = n >> 2;")
+    lines.append(f"  for ({idx} q = ({idx})get_global_id(0); q < nq; q += ({idx})get_global_size(0)) {{")
+    lines.extend("    " + b for b in body)
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

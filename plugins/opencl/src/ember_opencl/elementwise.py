@@ -11,7 +11,7 @@ from ember.views import View, collapse, contiguous_strides
 
 from .array import CLArray
 from .cltypes import ctype, np_scalar
-from .codegen import Const, FusedProgram, Layout, elementwise_source
+from .codegen import Const, FusedProgram, Layout, elementwise_source, vector_ok
 from .runtime import Runtime
 
 __all__ = [
@@ -26,6 +26,9 @@ __all__ = [
 ]
 
 _INT_LIMIT = 2**31 - 2**25
+
+#: run the 4-wide kernels on CPU devices too (tests exercise them on PoCL this way)
+VECTOR_ON_CPU = False
 
 
 def _extent(shape: Sequence[int], strides: Sequence[int], offset: int) -> int:
@@ -79,9 +82,10 @@ def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: tuple[
     in_modes = tuple(modes[n_out:])
     rank = len(cshape) if "s" in modes else 1
     big = n >= _INT_LIMIT or any(_extent(cshape, st, off) >= _INT_LIMIT for st, off in zip(cstrides, offsets))
-    layout = Layout(rank, in_modes, out_modes, "long" if big else "int", grid_stride=not rt.is_cpu)
+    vec = 4 if _vectorizable(rt, prog, n, modes, offsets, n_out) else 1
+    layout = Layout(rank, in_modes, out_modes, "long" if big else "int", grid_stride=not rt.is_cpu, vec=vec)
     knl, wg = rt.kernel(("ew", prog, layout), functools.partial(_make, prog, layout))
-    gsize, lsize = rt.grid(n, wg)
+    gsize, lsize = rt.grid(n // vec, wg)
     head = [n, *cshape] if "s" in modes else [n]
     passed = [st if m == "s" else () for st, m in zip(cstrides, modes)]
     dts = prog.value_dtypes()
@@ -89,6 +93,16 @@ def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: tuple[
     in_specs = [("scalar", ctype(dt)) if kind == "scalar" else ("tensor", next(t_iter)) for dt, kind in prog.inputs]
     out_dtypes = [ctype(dts[o]).dtype for o in prog.outputs]
     return _Plan(knl, gsize, lsize, out_dtypes, head, passed[:n_out], in_specs)
+
+
+def _vectorizable(rt: Runtime, prog: FusedProgram, n: int, modes: list[str], offsets: list[int], n_out: int) -> bool:
+    """Four elements per work item on GPUs: 128-bit loads and stores where every contiguous
+    operand starts on a multiple of 4 (PoCL vectorises the scalar kernel itself)."""
+    if (rt.is_cpu and not VECTOR_ON_CPU) or n == 0 or n % 4:
+        return False
+    if any(m == "c" and off % 4 for m, off in zip(modes, offsets)):
+        return False
+    return vector_ok(prog, tuple(modes[n_out:]), tuple(modes[:n_out]))
 
 
 def run_program(
