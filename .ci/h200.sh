@@ -5,7 +5,8 @@
 #   .whl: pyopencl, pytools, platformdirs, siphash24, wgpu 0.32.0, cffi, pycparser, rendercanvas
 #   .gl:  libvulkan1 and the GL/EGL loaders (apt-get download)
 # Usage, from the repository root:  STEPS="wgpu opencl" bash .ci/h200.sh
-# The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused).
+# The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused), in
+# SHARDS parallel processes when SHARDS > 1 (--ember-shard).
 # Writes at most 8 files to $OUT: summary.txt, env.txt, <backend>-conformance-f<0|1>.log,
 # <backend>-report.md (REPORT=1), bench-<backend>.txt (BENCH=1), start-opencl.txt (START=1: cold and
 # warm time to the first W2 result). Each step has its own time limit (CONFORMANCE_S, default 420 s).
@@ -70,9 +71,26 @@ for backend in $STEPS; do
     start=$SECONDS
     report=()
     if [ -n "${REPORT:-}" ]; then report=(--ember-report="$OUT/$backend-report.md"); fi
-    EMBER_FUSION=$fusion timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device="$dev" -q -rs \
-      -p no:cacheprovider --tb=short "${report[@]}" >"$OUT/$backend-conformance-f$fusion.log" 2>&1
-    note "$backend: exit $? after $((SECONDS - start)) s (124: stopped at the limit); $(tail -n 1 "$OUT/$backend-conformance-f$fusion.log")"
+    log="$OUT/$backend-conformance-f$fusion.log"
+    shards=${SHARDS:-1}
+    if [ "$shards" -gt 1 ]; then  # N processes, N kernel compilers: each runs its slice of the cases
+      for ((i = 0; i < shards; i++)); do
+        EMBER_FUSION=$fusion timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device="$dev" -q -rs \
+          -p no:cacheprovider --tb=short --ember-shard="$i/$shards" >"$OUT/shard-$i.log" 2>&1 &
+      done
+      wait
+      : >"$log"
+      for ((i = 0; i < shards; i++)); do
+        note "$backend: EMBER_FUSION=$fusion shard $i/$shards: $(tail -n 1 "$OUT/shard-$i.log")"
+        { echo "===== shard $i/$shards"; cat "$OUT/shard-$i.log"; } >>"$log"
+        rm "$OUT/shard-$i.log"  # the device tool brings back at most 8 files
+      done
+      note "$backend: EMBER_FUSION=$fusion, $shards shards done after $((SECONDS - start)) s"
+    else
+      EMBER_FUSION=$fusion timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device="$dev" -q -rs \
+        -p no:cacheprovider --tb=short "${report[@]}" >"$log" 2>&1
+      note "$backend: exit $? after $((SECONDS - start)) s (124: stopped at the limit); $(tail -n 1 "$log")"
+    fi
   done
   if [ -n "${START:-}" ] && [ "$backend" = opencl ]; then  # cold and warm time to the first W2 result
     timeout 120 $PY plugins/opencl/scripts/bench.py --device "$dev" --gpu --only none --start >"$OUT/start-$backend.txt" 2>&1
