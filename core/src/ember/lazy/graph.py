@@ -154,6 +154,16 @@ class Lazy:
             return
         order: list[LazyBuffer] = []
         _collect(target, order, set())
+        # a held value of another shape cannot be written out by this kernel: compute it on its
+        # own first (else every later use recomputes it, and a parameter's updates would chain)
+        others = [n for n in order if n.op != "full" and n.shape != target.shape]
+        if others:
+            for node in _held(others, extra=1):
+                if node.real is None:
+                    node.realize()
+            del others
+            order = []
+            _collect(target, order, set())
         program, operands = self._program(order)
         outputs = _outputs(order, target)
         if len(outputs) > 1:

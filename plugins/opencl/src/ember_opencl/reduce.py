@@ -175,8 +175,20 @@ def _source(
     return "\n".join(line for line in lines if line) + "\n", types
 
 
-def _make(*spec: Any) -> tuple[str, str, list[Any]]:
-    source, types = _source(*spec)
+def _make(
+    op: str, src: str, dst: str, ro: int, ri: int, idx: str, group: int, tree: int, *flags: bool
+) -> tuple[str, str, list[Any]]:
+    """One program holding both launch shapes of a reduction (a work item per row, and a
+    work-group of ``tree`` per row): the choice follows the shape, so a new batch size that
+    flips it compiles nothing new. Returns the kernel ``group`` asks for (0: per row)."""
+    row_src, types = _source(op, src, dst, ro, ri, idx, 0, *flags)
+    tree_src, tree_types = _source(op, src, dst, ro, ri, idx, tree, *flags)
+    # the second kernel's preamble repeats the first's: keep one copy of each line before it
+    _, _, tree_kernel = tree_src.partition("__kernel void ember_reduce(")
+    tree_kernel = "__kernel void ember_reduce_tree(" + tree_kernel
+    source = row_src + "\n" + tree_kernel
+    if group:
+        return source, "ember_reduce_tree", tree_types
     return source, "ember_reduce", types
 
 
@@ -216,7 +228,8 @@ def _launch(
     src, dst = a.dtype.name, out.dtype.name
     key = ("reduce", op, src, dst, len(osh), len(ish), idx, group, in_idx is not None, out_idx is not None)
     flags = (in_idx is not None, out_idx is not None)
-    knl, wg = rt.kernel(key, lambda: _make(op, src, dst, len(osh), len(ish), idx, group, *flags))
+    tree = _group_size(rt)
+    knl, wg = rt.kernel(key, lambda: _make(op, src, dst, len(osh), len(ish), idx, group, tree, *flags))
     chunk = -(-K // groups_per_row) if group else K
     args: list[Any] = [M, K, chunk, groups_per_row, out.buf]
     if out_idx is not None:
