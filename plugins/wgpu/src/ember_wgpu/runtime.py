@@ -112,6 +112,7 @@ class Runtime:
         self.kernel_cache = KernelCache("wgpu", *adapters.cache_identity(self.adapter))
         self._layouts: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self.kernels: dict[Any, Any] = {}  # generated-kernel cache for the kernel modules
+        self.plans: dict[Any, Any] = {}  # elementwise launches by (program, geometry): kernels/elementwise.py
         self._bg_cache: dict[tuple, Any] = {}
         self._bg_by_uid: dict[int, list[tuple]] = {}
         self._arena = self.device.create_buffer(size=ARENA_BYTES, usage=usage.UNIFORM | usage.COPY_DST)

@@ -107,7 +107,7 @@ def _host_float(value: Any, t: WType) -> float:
     return float(value)
 
 
-def _scalar_words(value: Any, t: WType) -> list[int | float]:
+def scalar_words(value: Any, t: WType) -> list[int | float]:
     if t.cls in "lL":
         v = int(value) & 0xFFFFFFFFFFFFFFFF
         return [v & 0xFFFFFFFF, v >> 32]
@@ -130,8 +130,11 @@ def pack(
     outs: Sequence[Geometry],
     scalars: Sequence[Any],
     lay: Layouts,
+    *,
+    with_scalars: bool = True,
 ) -> bytes:
-    """The parameter block of one launch of ``kernel`` (same order as :func:`generate`)."""
+    """The parameter block of one launch of ``kernel`` (same order as :func:`generate`); without
+    ``with_scalars``, the block up to the scalar words (they come last), unpadded."""
     vec = kernel.vec
     general = "g" in lay[0] or "g" in lay[1]
     values: list[int | float] = [math.prod(shape) // vec]
@@ -146,10 +149,26 @@ def pack(
         if lay_k == "g":
             values.extend(st)
     scalar_types = [types[dt] for dt, kind in program.inputs if kind == "scalar"]
+    if not with_scalars:
+        return struct.pack("<" + kernel.fmt[1 : len(kernel.fmt) - len(_scalars_fmt(scalar_types))], *values)
     for value, t in zip(scalars, scalar_types):
-        values.extend(_scalar_words(value, t))
+        values.extend(scalar_words(value, t))
     data = struct.pack(kernel.fmt, *values)
     return data + bytes(kernel.param_bytes - len(data))
+
+
+def _scalars_fmt(scalar_types: Sequence[WType]) -> str:
+    return "".join(_scalar_fmt(t) for t in scalar_types)
+
+
+def scalar_bytes(scalar_types: Sequence[WType]) -> int:
+    """Bytes the scalar inputs take at the end of the parameter block (4 per word)."""
+    return 4 * len(_scalars_fmt(scalar_types))
+
+
+def pack_scalars(scalar_types: Sequence[WType], words: Sequence[int | float]) -> bytes:
+    """The scalar words of a launch (see :func:`scalar_words`)."""
+    return struct.pack("<" + _scalars_fmt(scalar_types), *words)
 
 
 def _scalar_expr(t: WType, k: int) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ember.dtypes import DType, as_dtype, bool_
 from ember.lazy.program import Const, FusedProgram
+from ember.views import contiguous_strides
 
 from ..codegen import elementwise as gen
 from ..codegen.ops import BOOL_RESULT
@@ -49,6 +50,34 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+#: launch plans kept per runtime before the dict is cleared (a plan is cheap to rebuild)
+MAX_PLANS = 4096
+
+
+class _Plan:
+    """One launch geometry of a program: its pipeline, the parameter block up to the scalars."""
+
+    __slots__ = ("pipe", "name", "head", "scalar_types", "tail", "groups", "out_dtypes")
+
+    def __init__(
+        self,
+        pipe: Any,
+        name: str,
+        head: bytes,
+        scalar_types: list[Any],
+        tail: int,
+        groups: int,
+        out_dtypes: list[DType],
+    ) -> None:
+        self.pipe = pipe
+        self.name = name
+        self.head = head
+        self.scalar_types = scalar_types
+        self.tail = tail
+        self.groups = groups
+        self.out_dtypes = out_dtypes
+
+
 def run_program(
     rt: Runtime,
     program: FusedProgram,
@@ -59,46 +88,94 @@ def run_program(
     """Run ``program`` over ``shape``: tensor operands (handles broadcasting to ``shape``, any
     strides) and Python numbers for scalar inputs, in input order. ``outs`` are destination
     views of ``shape`` (default: new contiguous handles, one per program output)."""
-    if outs is None:
-        dts = program.value_dtypes()
-        outs = [rt.empty(shape, as_dtype(dts[v])) for v in program.outputs]
-    size = math.prod(shape)
-    if size == 0:
-        return list(outs)
     tensors: list[WgpuArray] = []
     scalars: list[Any] = []
-    for (_, kind), x in zip(program.inputs, operands):
-        if kind == "tensor":
+    for x in operands:
+        if isinstance(x, WgpuArray):
             tensors.append(x)
         else:
             scalars.append(x)
-    if len(tensors) + len(outs) > rt.max_storage_buffers:
-        return _run_split(rt, program, operands, shape, outs)
+    key = (
+        program,
+        shape,
+        tuple((x.shape, x.strides, x.offset) for x in tensors),
+        None if outs is None else tuple((o.strides, o.offset) for o in outs),
+    )
+    plan = rt.plans.get(key)
+    if plan is None:
+        if len(tensors) + len(program.outputs) > rt.max_storage_buffers:
+            return _run_split(rt, program, operands, shape, outs)
+        if len(rt.plans) >= MAX_PLANS:
+            rt.plans.clear()
+        plan = rt.plans[key] = _plan(rt, program, tensors, shape, outs)
+    if outs is None:
+        outs = [rt.empty(shape, dt) for dt in plan.out_dtypes]
+    if plan.groups == 0:
+        return list(outs)
+    params = plan.head
+    if scalars:
+        words: list[int | float] = []
+        for value, t in zip(scalars, plan.scalar_types):
+            words.extend(gen.scalar_words(value, t))
+        params += gen.pack_scalars(plan.scalar_types, words)
+    if plan.tail:
+        params += bytes(plan.tail)
+    rt.dispatch(
+        plan.pipe, params, [x.buffer for x in tensors] + [o.buffer for o in outs], (plan.groups, 1, 1), plan.name
+    )
+    return list(outs)
+
+
+def _plan(
+    rt: Runtime,
+    program: FusedProgram,
+    tensors: list[WgpuArray],
+    shape: tuple[int, ...],
+    outs: Sequence[WgpuArray] | None,
+) -> _Plan:
+    """Layouts, vec width, the kernel (compiled once per program and layout class) and the
+    parameter block of this geometry."""
+    dts = program.value_dtypes()
+    out_dtypes = [as_dtype(dts[v]) for v in program.outputs]
+    size = math.prod(shape)
+    scalar_types = [rt.types[dt] for dt, kind in program.inputs if kind == "scalar"]
+    if size == 0:
+        return _Plan(None, "", b"", scalar_types, 0, 0, out_dtypes)
     ins = [(x.broadcast_strides(shape), x.offset) for x in tensors]
-    geo = [(o.strides, o.offset) for o in outs]
+    if outs is None:
+        geo = [(contiguous_strides(shape), 0)] * len(out_dtypes)
+    else:
+        geo = [(o.strides, o.offset) for o in outs]
     lay = gen.layouts(shape, ins, geo)
     vec = gen.vec_width(program, rt.types, size, ins, geo, lay)
     general = "g" in lay[0] or "g" in lay[1]
-    key = ("ew", program, len(shape) if general else 0, vec, lay)
-    found = rt.kernels.get(key)
+    kkey = ("ew", program, len(shape) if general else 0, vec, lay)
+    found = rt.kernels.get(kkey)
     if found is None:
         kernel = gen.generate(program, rt.types, len(shape), lay, vec)
         bindings = ("r",) * kernel.n_tensors + ("w",) * kernel.n_outputs
         name = program.instructions[0][0] if len(program.instructions) == 1 else "fused"
         found = (kernel, rt.pipeline(name, kernel.source, bindings), name)
-        rt.kernels[key] = found
+        rt.kernels[kkey] = found
     kernel, pipe, name = found
-    params = gen.pack(program, rt.types, kernel, shape, ins, geo, scalars, lay)
+    head = gen.pack(program, rt.types, kernel, shape, ins, geo, [], lay, with_scalars=False)
+    tail = kernel.param_bytes - len(head) - gen.scalar_bytes(scalar_types)
     groups = min(-(-(size // vec) // gen.WORKGROUP), MAX_GROUPS)
-    rt.dispatch(pipe, params, [x.buffer for x in tensors] + [o.buffer for o in outs], (groups, 1, 1), name)
-    return list(outs)
+    return _Plan(pipe, name, head, scalar_types, tail, groups, out_dtypes)
 
 
 def _run_split(
-    rt: Runtime, program: FusedProgram, operands: Sequence[Any], shape: tuple[int, ...], outs: Sequence[WgpuArray]
+    rt: Runtime,
+    program: FusedProgram,
+    operands: Sequence[Any],
+    shape: tuple[int, ...],
+    outs: Sequence[WgpuArray] | None,
 ) -> list[WgpuArray]:
     """A program binding more buffers than the adapter allows, run one instruction at a time
     (each through the generator, intermediates in full-size buffers)."""
+    if outs is None:
+        dts = program.value_dtypes()
+        outs = [rt.empty(shape, as_dtype(dts[v])) for v in program.outputs]
     values: list[Any] = list(operands)
     kinds = [kind for _, kind in program.inputs]
     dts = program.value_dtypes()
