@@ -9,31 +9,22 @@ import numpy as np
 import pytest
 
 from ember import dtypes as D
+from ember.lazy.program import Const, FusedProgram
 from ember_wgpu.codegen import elementwise as gen
-from ember_wgpu.codegen.program import Const, Instr, Operand, Out, Program, layout_of
+from ember_wgpu.codegen.elementwise import layout_of
 from ember_wgpu.codegen.wgsl_lib import with_helpers
 from ember_wgpu.kernels import elementwise as ew
 from ember_wgpu.typemap import TypeMap
 
 TYPES = TypeMap(f16_native=True)
+F = "float32"
 
-
-def _gelu_chain(n: int) -> Program:
-    """y = gelu(x * a + b) * sigmoid(x): the W6 fusion probe as one program."""
-    f = D.float32
-    return Program(
-        shape=(n,),
-        inputs=(Operand(f, (1,)), Operand(f, (1,)), Operand(f, (1,))),
-        instrs=(
-            Instr("mul", f, (("in", 0), ("in", 1))),
-            Instr("add", f, (("v", 0), ("in", 2))),
-            Instr("gelu", f, (("v", 1),)),
-            Instr("sigmoid", f, (("in", 0),)),
-            Instr("mul", f, (("v", 2), ("v", 3))),
-        ),
-        outputs=(Out(f, ("v", 4)),),
-        name="w6",
-    )
+#: y = gelu(x * a + b) * sigmoid(x): the W6 fusion probe as one program
+GELU_CHAIN = FusedProgram(
+    ((F, "tensor"), (F, "tensor"), (F, "tensor")),
+    (("mul", F, (0, 1)), ("add", F, (3, 2)), ("gelu", F, (4,)), ("sigmoid", F, (0,)), ("mul", F, (5, 6))),
+    (7,),
+)
 
 
 def test_layout_classes():
@@ -44,55 +35,72 @@ def test_layout_classes():
     assert layout_of((1,), (5,)) == "s"
 
 
-def test_signature_ignores_shapes_and_values():
-    f = D.float32
-    a = Program((4, 5), (Operand(f, (5, 1)),), (Const(f, 1.0),), (Instr("add", f, (("in", 0), ("const", 0))),),
-                (Out(f, ("v", 0)),))  # fmt: skip
-    b = Program((7, 9), (Operand(f, (9, 1), 3),), (Const(f, -2.5),), a.instrs, a.outputs)
-    assert gen.signature(a, 1) == gen.signature(b, 1)
-    c = Program((7, 9), (Operand(f, (1, 7)),), a.consts, a.instrs, a.outputs)  # transposed: general layout
-    assert gen.signature(a, 1) != gen.signature(c, 1)
+def test_layouts_ignore_shapes_and_offsets():
+    """The kernel depends on the program and layout classes, not on shapes or offsets."""
+    a = gen.layouts((4, 5), [((5, 1), 0)], [((5, 1), 0)])
+    b = gen.layouts((7, 9), [((9, 1), 3)], [((9, 1), 0)])
+    assert a == b == (("c",), ("c",))
+    c = gen.layouts((7, 9), [((1, 7), 0)], [((9, 1), 0)])  # transposed: general layout
+    assert c == (("g",), ("c",))
 
 
 def test_pack_matches_format():
-    f = D.float32
-    p = Program((3, 4), (Operand(f, (1, 3), 2),), (Const(D.int64, -(2**40)),), (Instr("identity", f, (("in", 0),)),),
-                (Out(f, ("v", 0)),))  # fmt: skip
-    k = gen.generate(p, TYPES)
-    data = gen.pack(p, TYPES, k)
+    p = FusedProgram(((F, "tensor"), ("int64", "scalar")), (("identity", F, (0,)),), (2,))
+    lay = (("g",), ("c",))
+    k = gen.generate(p, TYPES, 2, lay)
+    data = gen.pack(p, TYPES, k, (3, 4), [((1, 3), 2)], [((4, 1), 0)], [-(2**40)], lay)
     assert len(data) == k.param_bytes and k.param_bytes % 16 == 0
     words = np.frombuffer(data, dtype=np.uint32)
     assert words[0] == 12  # element count
     assert list(words[1:3]) == [3, 4]  # shape (general layout)
     assert words[3] == 2 and list(words[4:6].view(np.int32)) == [1, 3]  # offset, strides
-    lo, hi = words[7], words[8]  # output offset at 6, then the int64 constant
+    lo, hi = words[7], words[8]  # output offset at 6, then the int64 scalar
     assert (int(hi) << 32 | int(lo)) == (-(2**40)) & 0xFFFFFFFFFFFFFFFF
 
 
 def test_vec4_only_when_contiguous_and_divisible():
-    assert gen.vec_width(_gelu_chain(1024), TYPES) == 4
-    assert gen.vec_width(_gelu_chain(1022), TYPES) == 1
-    f = D.float32
-    strided = Program((8,), (Operand(f, (2,)),), (), (Instr("neg", f, (("in", 0),)),), (Out(f, ("v", 0)),))
-    assert gen.vec_width(strided, TYPES) == 1
-    i64 = Program(
-        (8,), (Operand(D.int64, (1,)),), (), (Instr("neg", D.int64, (("in", 0),)),), (Out(D.int64, ("v", 0)),)
+    c3, c1 = [((1,), 0)] * 3, [((1,), 0)]
+    lay = gen.layouts((1024,), c3, c1)
+    assert gen.vec_width(GELU_CHAIN, TYPES, 1024, c3, c1, lay) == 4
+    assert gen.vec_width(GELU_CHAIN, TYPES, 1022, c3, c1, lay) == 1
+    neg = FusedProgram(((F, "tensor"),), (("neg", F, (0,)),), (1,))
+    strided = [((2,), 0)]
+    assert gen.vec_width(neg, TYPES, 8, strided, c1, gen.layouts((8,), strided, c1)) == 1
+    odd = [((1,), 3)]  # an offset that is not a multiple of 4
+    assert gen.vec_width(neg, TYPES, 8, odd, c1, gen.layouts((8,), odd, c1)) == 1
+    i64 = FusedProgram((("int64", "tensor"),), (("neg", "int64", (0,)),), (1,))
+    assert gen.vec_width(i64, TYPES, 8, c1, c1, (("c",), ("c",))) == 1
+
+
+def test_literals_are_bit_exact():
+    """Const literals are compiled in as bit patterns: inf, NaN, -0.0 and float16 rounding hold."""
+    assert gen.literal(Const(float("inf"), F), TYPES) == "bitcast<f32>(0x7f800000u)"
+    assert gen.literal(Const(-0.0, F), TYPES) == "bitcast<f32>(0x80000000u)"
+    assert (
+        gen.literal(Const(0.1, "float16"), TYPES) == f"bitcast<f32>({np.float32(np.float16(0.1)).view(np.uint32):#x}u)"
     )
-    assert gen.vec_width(i64, TYPES) == 1
+    assert gen.literal(Const(-1, "int32"), TYPES) == "bitcast<i32>(0xffffffffu)"
+    assert gen.literal(Const(-(2**40), "int64"), TYPES) == "vec2<u32>(0x0u, 0xffffff00u)"
+    assert gen.literal(Const(True, "bool"), TYPES) == "true"
 
 
 def test_helpers_included_transitively_and_only_when_used():
-    src = gen.generate(_gelu_chain(16), TYPES).source
+    src = gen.generate(GELU_CHAIN, TYPES, 1, (("c",) * 3, ("c",))).source
     assert "fn m_erf" in src and "fn m_sigmoid" in src and "fn m_exp" in src and "fn is_nan" in src
     assert "fn i64_add" not in src and "fn m_log(" not in src
     assert with_helpers("let x = i64_floordiv(a, b);").count("fn u64_divmod") == 1
 
 
-def test_program_check_rejects_forward_refs():
-    f = D.float32
-    bad = Program((2,), (Operand(f, (1,)),), (), (Instr("add", f, (("in", 0), ("v", 1))),), (Out(f, ("v", 0)),))
+def test_generate_rejects_bad_programs():
+    bad = FusedProgram(((F, "tensor"),), (("add", F, (0, 2)),), (1,))
     with pytest.raises(ValueError, match="not defined before"):
-        bad.check()
+        gen.generate(bad, TYPES, 1, (("c",), ("c",)))
+    unknown = FusedProgram(((F, "tensor"),), (("frobnicate", F, (0,)),), (1,))
+    with pytest.raises(ValueError, match="no elementwise op named 'frobnicate'"):
+        gen.generate(unknown, TYPES, 1, (("c",), ("c",)))
+    arity = FusedProgram(((F, "tensor"),), (("add", F, (0,)),), (1,))
+    with pytest.raises(ValueError, match="add takes 2 operands, got 1"):
+        gen.generate(arity, TYPES, 1, (("c",), ("c",)))
 
 
 # -- generated kernels on the device -------------------------------------------------------
@@ -104,8 +112,7 @@ def test_fused_chain_matches_numpy(rt):
     rng = np.random.default_rng(0)
     x, a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(3))
     ins = [rt.upload(v, D.float32) for v in (x, a, b)]
-    out = rt.empty((4096,), D.float32)
-    ew.run_program(rt, _gelu_chain(4096), ins, [out])
+    (out,) = ew.run_program(rt, GELU_CHAIN, ins, (4096,))
     z = x.astype(np.float64) * a + b
     expected = 0.5 * z * (1 + _erf(z / math.sqrt(2))) / (1 + np.exp(-x.astype(np.float64)))
     # 1 + erf(z) cancels for z << 0 in float32 (as on every backend): absolute error ~ eps * |z|
@@ -176,8 +183,7 @@ def test_backend_runs_a_fused_program(dev):
     import ember as em
 
     x = em.tensor(np.linspace(-3, 3, 64, dtype=np.float32), device=dev)
-    program = _gelu_chain(64)
-    (out,) = dev.backend.run_program(program, x._data, x._data, x._data)
+    (out,) = dev.backend.run_fused(GELU_CHAIN, [x._data, x._data, x._data], shape=(64,))
     xs = x.numpy().astype(np.float64)
     z = xs * xs + xs
     expected = 0.5 * z * (1 + _erf(z / math.sqrt(2))) / (1 + np.exp(-xs))

@@ -137,3 +137,39 @@ def test_lost_device_is_reported_at_the_next_sync(rt):
             rt.synchronize()
     finally:
         rt._watcher.lost = None
+
+
+def _stale_cache_steps(pool_cls):  # noqa: ANN001, ANN202
+    """Fill the cache with four stale size classes, then run five steps that each take two
+    buffers of another class and free them; returns (new buffers of that class, the pool)."""
+    from ember.memory import size_class
+
+    made, released = [], []
+
+    def allocate(n: int) -> list[int]:
+        made.append(n)
+        return [n]
+
+    step = size_class(100000)
+    pool = pool_cls(allocate, released.append, cache_limit=2 * step, defer_release=True)
+    stale = [pool.acquire(50000 + 8192 * k) for k in range(4)]
+    del stale
+    pool.trim()
+    assert pool.cached > step  # the stale classes fill most of the cache
+    for _ in range(5):
+        a, b = pool.acquire(100000), pool.acquire(100000)
+        del a, b
+        pool.trim()
+    return made.count(step), pool
+
+
+def test_pool_keeps_the_sizes_in_use_when_its_cache_is_full():
+    """W6 after W1-W5: a cache full of stale sizes must not make every step allocate anew."""
+    from ember.memory import BufferPool
+    from ember_wgpu.runtime import RecentPool
+
+    new, pool = _stale_cache_steps(RecentPool)
+    assert new == 2  # the first step only; then both come from the cache
+    assert pool.hits == 8 and pool.cached <= pool.cache_limit
+    base_new, _ = _stale_cache_steps(BufferPool)
+    assert base_new == 10  # the base pool's policy: every step allocates both anew

@@ -17,11 +17,11 @@ import numpy as np
 
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype
+from ember.lazy.program import FusedProgram
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
 from . import adapters, quant
-from .codegen.program import Program
 from .handle import WgpuArray
 from .kernels import conv, indexing, matmul, nn, pool, random, reduce, scan, sort
 from .kernels import elementwise as ew
@@ -40,6 +40,9 @@ ELEMENTWISE_OPS = frozenset(
     "bitwise_or bitwise_xor".split()
 )
 
+#: what the generator compiles inside a fused region: the elementwise ops, where and cast
+FUSION_OPS = ELEMENTWISE_OPS | {"where", "cast"}
+
 
 class WgpuBackend(ViewMovement, Backend):
     """WebGPU through wgpu-py: Vulkan, Metal or D3D12 adapters."""
@@ -48,6 +51,7 @@ class WgpuBackend(ViewMovement, Backend):
     supported_dtypes = frozenset(dt for dt in ALL_DTYPES if dt.name not in UNSUPPORTED)
     unsupported_dtype_reasons = dict(UNSUPPORTED)
     cheap_readback = False  # work is queued; index kernels read within bounds of the buffer
+    fusion = True  # elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0: off)
 
     def __init__(self, device: Any) -> None:
         super().__init__(device)
@@ -69,6 +73,11 @@ class WgpuBackend(ViewMovement, Backend):
             table[op] = functools.partial(ew.apply_op_args, self.rt, op)
         return table
 
+    def capability_notes(self) -> dict[str, str]:
+        return {
+            "fusion": "elementwise regions run as one generated WGSL kernel (ember.lazy; EMBER_FUSION=0 turns it off)"
+        }
+
     # -- housekeeping ------------------------------------------------------------------------
     def synchronize(self) -> None:
         self.rt.synchronize()
@@ -85,13 +94,14 @@ class WgpuBackend(ViewMovement, Backend):
     def handle_meta(a: WgpuArray) -> tuple[tuple[int, ...], str]:
         return a.shape, a.dtype.name
 
-    def run_program(self, program: Program, *inputs: WgpuArray) -> list[WgpuArray]:
-        """Run an elementwise :class:`~ember_wgpu.codegen.program.Program` (a fused chain) in one
-        kernel; returns its outputs (contiguous, with the program's shape). This is where the
-        lazy-fusion step (DESIGN.md section 7) hands whole chains to the generator."""
-        outs = [self.rt.empty(program.shape, o.dtype) for o in program.outputs]
-        ew.run_program(self.rt, program, inputs, outs)
-        return outs
+    # -- fusion: the lazy layer's regions, compiled by the same generator as single ops --------
+    def fusion_ops(self) -> frozenset[str]:
+        return FUSION_OPS
+
+    def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[WgpuArray]:
+        """Run a fused region in one kernel: tensor operands broadcast to ``shape`` (strided views
+        allowed), Python numbers for scalar inputs; one new contiguous handle per output."""
+        return ew.run_program(self.rt, program, operands, tuple(shape))
 
     # -- transfer and creation -----------------------------------------------------------------
     @native

@@ -1,6 +1,5 @@
-"""WGSL code generation: the elementwise program form, its generator, the op table, helpers."""
+"""WGSL code generation: the elementwise generator (it reads core's FusedProgram), the op table, helpers."""
 
-from .elementwise import Kernel, generate, pack, signature, vec_width
-from .program import Const, Instr, Operand, Out, Program
+from .elementwise import Kernel, generate, layouts, pack, vec_width
 
-__all__ = ["Program", "Operand", "Const", "Instr", "Out", "Kernel", "generate", "pack", "signature", "vec_width"]
+__all__ = ["Kernel", "generate", "layouts", "pack", "vec_width"]

@@ -1,13 +1,15 @@
-"""The one elementwise generator: a :class:`~ember_wgpu.codegen.program.Program` -> WGSL.
+"""The one elementwise generator: an :class:`ember.lazy.program.FusedProgram` -> WGSL.
 
-Every elementwise op (unary, binary, where, cast, copy, fill) and every fused chain goes
-through :func:`generate`. The kernel is a grid-stride loop over the iteration shape. Inputs
-and outputs are bound as storage arrays; their offsets, strides, the shape and scalar values
-are read from a uniform parameter block, so one compiled kernel serves every shape of a rank
-and layout. Layouts per operand: ``c`` (contiguous: index = offset + i), ``s`` (one broadcast
-element), ``g`` (general strides: the loop index is decoded into coordinates once).
+Every elementwise op (unary, binary, where, cast, copy, fill) is a one-instruction program and
+every fused region from the lazy layer a longer one; both go through :func:`generate`, and
+their kernels share one cache. The kernel is a grid-stride loop over the iteration shape.
+Tensor inputs and outputs are bound as storage arrays; their offsets, strides, the shape and
+the values of scalar inputs are read from a uniform parameter block, so one compiled kernel
+serves every shape of a rank and layout. Layouts per tensor: ``c`` (contiguous: index =
+offset + i), ``s`` (one broadcast element), ``g`` (general strides: the loop index is decoded
+into coordinates once). Only ``Const`` literals of the program are compiled into the source.
 
-When every operand is contiguous or broadcast and the element count divides by 4, the kernel
+When every tensor is contiguous or broadcast and the element count divides by 4, the kernel
 is emitted in its ``vec4`` form: 4 elements per iteration through vec4 loads and stores, the
 instructions unrolled per lane (GPU-NOTES.md: ~2-3x the bandwidth of scalar loops).
 """
@@ -15,32 +17,38 @@ instructions unrolled per lane (GPU-NOTES.md: ~2-3x the bandwidth of scalar loop
 from __future__ import annotations
 
 import functools
+import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from ember.lazy.program import Const, FusedProgram
+from ember.views import contiguous_strides
 
 from ..typemap import TypeMap, WType
 from .ops import ARITY, BOOL_RESULT, convert, template
-from .program import Program, Ref
 from .wgsl_lib import with_helpers
 
-__all__ = ["Kernel", "generate", "signature", "pack", "WORKGROUP", "vec_width", "param_field"]
+__all__ = ["Kernel", "generate", "pack", "layouts", "layout_of", "vec_width", "param_field", "WORKGROUP", "Geometry"]
 
 WORKGROUP = 256
 _LANES = "xyzw"
 
-#: layout class of every input and of every output (see Program.layouts)
+#: layout class of every tensor input and of every output (see :func:`layouts`)
 Layouts = tuple[tuple[str, ...], tuple[str, ...]]
+#: a tensor seen over the iteration shape: element strides (0 where broadcast) and element offset
+Geometry = tuple[tuple[int, ...], int]
 
 
 @dataclass(frozen=True)
 class Kernel:
     """Generated WGSL plus how to fill its parameter block."""
 
-    name: str
     source: str
     fmt: str
     param_bytes: int
-    n_inputs: int
+    n_tensors: int
     n_outputs: int
     vec: int
 
@@ -50,74 +58,120 @@ def param_field(k: int) -> str:
     return f"P.w[{k // 4}].{_LANES[k % 4]}"
 
 
-def vec_width(program: Program, types: TypeMap, layouts: Layouts | None = None) -> int:
-    """4 when the program can run on vec4 loads and stores, else 1."""
-    n = program.size
-    if n % 4 or n == 0:
+def layout_of(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
+    """``c``: contiguous over ``shape``; ``s``: one element broadcast; ``g``: general strides."""
+    if strides == contiguous_strides(shape) and any(d != 1 for d in shape):
+        return "c"
+    if all(s == 0 or d == 1 for d, s in zip(shape, strides)):
+        return "s"
+    step = 1
+    for d, s in zip(reversed(shape), reversed(strides)):
+        if d != 1 and s != step:
+            return "g"
+        step *= d
+    return "c"
+
+
+def layouts(shape: tuple[int, ...], ins: Sequence[Geometry], outs: Sequence[Geometry]) -> Layouts:
+    """Layout classes of the tensor inputs and the outputs (an output is ``c`` or ``g``)."""
+    return (
+        tuple(layout_of(shape, st) for st, _ in ins),
+        tuple("c" if layout_of(shape, st) == "c" else "g" for st, _ in outs),
+    )
+
+
+def vec_width(
+    program: FusedProgram, types: TypeMap, size: int, ins: Sequence[Geometry], outs: Sequence[Geometry], lay: Layouts
+) -> int:
+    """4 when the launch can run on vec4 loads and stores, else 1."""
+    if size % 4 or size == 0 or "g" in lay[0] or "g" in lay[1]:
         return 1
-    ins, outs = layouts or program.layouts()
-    if any(lay == "g" for lay in ins) or any(lay == "g" for lay in outs):
-        return 1
-    for op, lay in zip(program.inputs, ins):
-        if types[op.dtype].cls in "lL":
+    dts = program.value_dtypes()
+    for k, lay_k, (_, off) in zip(program.tensor_inputs, lay[0], ins):
+        if types[dts[k]].cls in "lL" or (lay_k == "c" and off % 4):
             return 1
-        if lay == "c" and op.offset % 4:
-            return 1
-    for o in program.outputs:
-        if types[o.dtype].cls in "lL" or o.offset % 4:
+    for v, (_, off) in zip(program.outputs, outs):
+        if types[dts[v]].cls in "lL" or off % 4:
             return 1
     return 4
 
 
-def signature(program: Program, vec: int, layouts: Layouts | None = None) -> tuple:
-    """What the compiled kernel depends on (not shapes, strides, offsets or scalar values)."""
-    ins, outs = layouts or program.layouts()
-    return (
-        len(program.shape),
-        vec,
-        tuple((op.dtype.name, lay) for op, lay in zip(program.inputs, ins)),
-        tuple(c.dtype.name for c in program.consts),
-        tuple((i.op, i.dtype.name, i.args) for i in program.instrs),
-        tuple((o.dtype.name, o.value, lay) for o, lay in zip(program.outputs, outs)),
-    )
-
-
-def _const_fmt(t: WType) -> str:
+def _scalar_fmt(t: WType) -> str:
     return {"f": "f", "i": "i", "u": "I", "b": "I", "l": "II", "L": "II"}[t.cls]
 
 
-def pack(program: Program, types: TypeMap, kernel: Kernel, layouts: Layouts | None = None) -> bytes:
-    """The parameter block of ``program`` for ``kernel`` (same order as :func:`generate`)."""
+def _host_float(value: Any, t: WType) -> float:
+    """``value`` rounded as the dtype holds it (float16 and bfloat16 round before computing)."""
+    if t.name in ("float16", "bfloat16"):
+        return float(t.dtype.numpy.type(value))
+    return float(value)
+
+
+def scalar_words(value: Any, t: WType) -> list[int | float]:
+    if t.cls in "lL":
+        v = int(value) & 0xFFFFFFFFFFFFFFFF
+        return [v & 0xFFFFFFFF, v >> 32]
+    if t.cls == "b":
+        return [1 if value else 0]
+    if t.cls == "f":
+        return [_host_float(value, t)]
+    v = int(value) & 0xFFFFFFFF  # wrapped to 32 bits, as the kernel computes
+    if t.cls == "i" and v >= 1 << 31:
+        v -= 1 << 32
+    return [v]
+
+
+def pack(
+    program: FusedProgram,
+    types: TypeMap,
+    kernel: Kernel,
+    shape: tuple[int, ...],
+    ins: Sequence[Geometry],
+    outs: Sequence[Geometry],
+    scalars: Sequence[Any],
+    lay: Layouts,
+    *,
+    with_scalars: bool = True,
+) -> bytes:
+    """The parameter block of one launch of ``kernel`` (same order as :func:`generate`); without
+    ``with_scalars``, the block up to the scalar words (they come last), unpadded."""
     vec = kernel.vec
-    ins, outs = layouts or program.layouts()
-    general = "g" in ins or "g" in outs
-    values: list[int | float] = [program.size // vec]
+    general = "g" in lay[0] or "g" in lay[1]
+    values: list[int | float] = [math.prod(shape) // vec]
     if general:
-        values.extend(program.shape)
-    for op, lay in zip(program.inputs, ins):
-        values.append(op.offset // vec if lay == "c" else op.offset)
-        if lay == "g":
-            values.extend(op.strides)
-    for o, lay in zip(program.outputs, outs):
-        values.append(o.offset // vec)
-        if lay == "g":
-            values.extend(o.strides)  # type: ignore[arg-type]
-    for c in program.consts:
-        t = types[c.dtype]
-        if t.cls in "lL":
-            v = int(c.value) & 0xFFFFFFFFFFFFFFFF
-            values.extend((v & 0xFFFFFFFF, v >> 32))
-        elif t.cls == "b":
-            values.append(1 if c.value else 0)
-        elif t.cls == "f":
-            values.append(float(c.value))
-        else:
-            values.append(int(c.value))
+        values.extend(shape)
+    for (st, off), lay_k in zip(ins, lay[0]):
+        values.append(off // vec if lay_k == "c" else off)
+        if lay_k == "g":
+            values.extend(st)
+    for (st, off), lay_k in zip(outs, lay[1]):
+        values.append(off // vec)
+        if lay_k == "g":
+            values.extend(st)
+    scalar_types = [types[dt] for dt, kind in program.inputs if kind == "scalar"]
+    if not with_scalars:
+        return struct.pack("<" + kernel.fmt[1 : len(kernel.fmt) - len(_scalars_fmt(scalar_types))], *values)
+    for value, t in zip(scalars, scalar_types):
+        values.extend(scalar_words(value, t))
     data = struct.pack(kernel.fmt, *values)
     return data + bytes(kernel.param_bytes - len(data))
 
 
-def _const_expr(t: WType, k: int) -> str:
+def _scalars_fmt(scalar_types: Sequence[WType]) -> str:
+    return "".join(_scalar_fmt(t) for t in scalar_types)
+
+
+def scalar_bytes(scalar_types: Sequence[WType]) -> int:
+    """Bytes the scalar inputs take at the end of the parameter block (4 per word)."""
+    return 4 * len(_scalars_fmt(scalar_types))
+
+
+def pack_scalars(scalar_types: Sequence[WType], words: Sequence[int | float]) -> bytes:
+    """The scalar words of a launch (see :func:`scalar_words`)."""
+    return struct.pack("<" + _scalars_fmt(scalar_types), *words)
+
+
+def _scalar_expr(t: WType, k: int) -> str:
     if t.cls == "f":
         return f"bitcast<f32>({param_field(k)})"
     if t.cls == "i":
@@ -129,11 +183,31 @@ def _const_expr(t: WType, k: int) -> str:
     return f"vec2<u32>({param_field(k)}, {param_field(k + 1)})"
 
 
-def generate(program: Program, types: TypeMap, vec: int = 1) -> Kernel:
-    """WGSL for ``program``; ``vec`` is 1 or 4 (see :func:`vec_width`)."""
+def literal(c: Const, types: TypeMap) -> str:
+    """A ``Const`` as a WGSL expression of its dtype's compute type (floats bit-exact, inf and NaN too)."""
+    t = types[c.dtype]
+    if t.cls == "f":
+        bits = struct.unpack("<I", struct.pack("<f", _host_float(c.value, t)))[0]
+        return f"bitcast<f32>({bits:#x}u)"
+    if t.cls == "b":
+        return "true" if c.value else "false"
+    if t.cls in "lL":
+        v = int(c.value) & 0xFFFFFFFFFFFFFFFF
+        return f"vec2<u32>({v & 0xFFFFFFFF:#x}u, {v >> 32:#x}u)"
+    v = int(c.value) & 0xFFFFFFFF
+    return f"{v:#x}u" if t.cls == "u" else f"bitcast<i32>({v:#x}u)"
+
+
+def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec: int = 1) -> Kernel:
+    """WGSL for ``program`` over a rank-``rank`` shape with layouts ``lay``; ``vec`` is 1 or 4."""
     program.check()
-    ins, outs = program.layouts()
-    rank = len(program.shape)
+    ins, outs = lay
+    dts = program.value_dtypes()
+    n_in = len(program.inputs)
+    tensors = program.tensor_inputs
+    slot = {k: b for b, k in enumerate(tensors)}  # input number -> tensor binding index
+    if len(ins) != len(tensors) or len(outs) != len(program.outputs):
+        raise ValueError(f"layouts {lay} do not match the program's {len(tensors)} tensors and outputs")
     general = "g" in ins or "g" in outs
     fmt = ["<I"]  # element (or vec4) count
     word = 1
@@ -142,61 +216,52 @@ def generate(program: Program, types: TypeMap, vec: int = 1) -> Kernel:
         dims = [param_field(word + k) for k in range(rank)]
         fmt.append("I" * rank)
         word += rank
-    in_index: list[tuple[str, list[str]]] = []
-    for lay in ins:
+
+    def index_words(lay_k: str) -> tuple[str, list[str]]:
+        nonlocal word
         off = param_field(word)
         fmt.append("I")
         word += 1
         strides: list[str] = []
-        if lay == "g":
+        if lay_k == "g":
             strides = [f"bitcast<i32>({param_field(word + k)})" for k in range(rank)]
             fmt.append("i" * rank)
             word += rank
-        in_index.append((off, strides))
-    out_index: list[tuple[str, list[str]]] = []
-    for lay in outs:
-        off = param_field(word)
-        fmt.append("I")
-        word += 1
-        strides = []
-        if lay == "g":
-            strides = [f"bitcast<i32>({param_field(word + k)})" for k in range(rank)]
-            fmt.append("i" * rank)
-            word += rank
-        out_index.append((off, strides))
-    const_exprs = []
-    for c in program.consts:
-        t = types[c.dtype]
-        const_exprs.append(_const_expr(t, word))
-        f = _const_fmt(t)
-        fmt.append(f)
-        word += len(f)
+        return off, strides
+
+    in_index = [index_words(lay_k) for lay_k in ins]
+    out_index = [index_words(lay_k) for lay_k in outs]
+    pre: list[str] = [f"let n = {param_field(0)};"]
+    for k, (dt, kind) in enumerate(program.inputs):
+        if kind == "scalar":
+            t = types[dt]
+            pre.append(f"let c{k} = {_scalar_expr(t, word)};")
+            f = _scalar_fmt(t)
+            fmt.append(f)
+            word += len(f)
     words = max(4, -(-word // 4) * 4)
 
-    tin = [types[op.dtype] for op in program.inputs]
-    tout = [types[o.dtype] for o in program.outputs]
-    dtypes = [t.dtype for t in tin + tout]
+    tin = [types[dts[k]] for k in tensors]
+    tout = [types[dts[v]] for v in program.outputs]
     decl = []
-    if types.uses_f16(*dtypes):
+    consts = [a.dtype for _, _, args in program.instructions for a in args if isinstance(a, Const)]
+    if types.uses_f16(*dts, *consts):  # any float16 value, also one only computed in between
         decl.append("enable f16;")
     decl.append(f"struct Params {{ w: array<vec4<u32>, {words // 4}> }}")
     decl.append("@group(0) @binding(0) var<uniform> P: Params;")
     binding = 1
-    for i, (t, lay) in enumerate(zip(tin, ins)):
-        elem = f"vec4<{t.storage}>" if vec == 4 and lay == "c" else t.storage
-        decl.append(f"@group(0) @binding({binding}) var<storage, read> in{i}: array<{elem}>;")
+    for b, (t, lay_k) in enumerate(zip(tin, ins)):
+        elem = f"vec4<{t.storage}>" if vec == 4 and lay_k == "c" else t.storage
+        decl.append(f"@group(0) @binding({binding}) var<storage, read> in{b}: array<{elem}>;")
         binding += 1
-    for i, t in enumerate(tout):
+    for o, t in enumerate(tout):
         elem = f"vec4<{t.storage}>" if vec == 4 else t.storage
-        decl.append(f"@group(0) @binding({binding}) var<storage, read_write> out{i}: array<{elem}>;")
+        decl.append(f"@group(0) @binding({binding}) var<storage, read_write> out{o}: array<{elem}>;")
         binding += 1
 
-    pre: list[str] = [f"let n = {param_field(0)};"]
-    for k, expr in enumerate(const_exprs):
-        pre.append(f"let c{k} = {expr};")
-    for i, (t, lay) in enumerate(zip(tin, ins)):
-        if lay == "s":
-            pre.append(f"let s{i} = {t.load(f'in{i}[{in_index[i][0]}]')};")
+    for b, (t, lay_k) in enumerate(zip(tin, ins)):
+        if lay_k == "s":
+            pre.append(f"let s{tensors[b]} = {t.load(f'in{b}[{in_index[b][0]}]')};")
     body: list[str] = []
     if general:
         body.append("var r = i;")
@@ -210,44 +275,38 @@ def generate(program: Program, types: TypeMap, vec: int = 1) -> Kernel:
         terms = " + ".join(f"i32(k{k}) * {s}" for k, s in enumerate(strides))
         return f"u32(i32({off}) + {terms})" if terms else off
 
-    lanes = range(vec) if vec == 4 else [None]
-    for i, lay in enumerate(ins):
-        if lay == "c":
-            body.append(f"let a{i} = in{i}[{in_index[i][0]} + i];")
-        elif lay == "g":
-            body.append(f"let a{i} = in{i}[{strided(*in_index[i])}];")
+    for b, lay_k in enumerate(ins):
+        if lay_k == "c":
+            body.append(f"let a{b} = in{b}[{in_index[b][0]} + i];")
+        elif lay_k == "g":
+            body.append(f"let a{b} = in{b}[{strided(*in_index[b])}];")
 
-    def name(ref: Ref, lane: int | None) -> str:
-        kind, i = ref
+    def name(value: int | Const, lane: int | None) -> str:
+        if isinstance(value, Const):
+            return literal(value, types)
         suffix = "" if lane is None else f"_{lane}"
-        if kind == "const":
-            return f"c{i}"
-        if kind == "in":
-            return f"s{i}" if ins[i] == "s" else f"x{i}{suffix}"
-        return f"v{i}{suffix}"
+        if value >= n_in:
+            return f"v{value}{suffix}"
+        if program.inputs[value][1] == "scalar":
+            return f"c{value}"
+        return f"s{value}" if ins[slot[value]] == "s" else f"x{value}{suffix}"
 
+    lanes: Sequence[int | None] = range(vec) if vec == 4 else [None]
     for lane in lanes:
-        for i, (t, lay) in enumerate(zip(tin, ins)):
-            if lay == "s":
-                continue
-            src = f"a{i}" if lane is None else f"a{i}.{_LANES[lane]}"
-            body.append(f"let {name(('in', i), lane)} = {t.load(src)};")
+        for b, (t, lay_k) in enumerate(zip(tin, ins)):
+            if lay_k != "s":
+                src = f"a{b}" if lane is None else f"a{b}.{_LANES[lane]}"
+                body.append(f"let {name(tensors[b], lane)} = {t.load(src)};")
         namer = functools.partial(name, lane=lane)
-        for j, ins_ in enumerate(program.instrs):
-            body.append(f"let {namer(('v', j))} = {_instr_expr(program, types, j, ins_, namer)};")
-    for o_i, (o, t) in enumerate(zip(program.outputs, tout)):
-        src_t = types[program.dtype_of(o.value)]
+        for j, instr in enumerate(program.instructions):
+            body.append(f"let {namer(n_in + j)} = {_instr_expr(types, dts, j, instr, namer)};")
+    for o, (v, t) in enumerate(zip(program.outputs, tout)):
         if vec == 4:
-            parts = []
-            for lane in range(4):
-                v = name(o.value, lane)
-                parts.append(t.store(convert(v, src_t, t) if src_t.dtype is not t.dtype else v))
-            body.append(f"out{o_i}[{out_index[o_i][0]} + i] = vec4<{t.storage}>({', '.join(parts)});")
+            parts = ", ".join(t.store(name(v, lane)) for lane in range(4))
+            body.append(f"out{o}[{out_index[o][0]} + i] = vec4<{t.storage}>({parts});")
         else:
-            v = name(o.value, None)
-            v = convert(v, src_t, t) if src_t.dtype is not t.dtype else v
-            target = f"{out_index[o_i][0]} + i" if outs[o_i] == "c" else strided(*out_index[o_i])
-            body.append(f"out{o_i}[{target}] = {t.store(v)};")
+            target = f"{out_index[o][0]} + i" if outs[o] == "c" else strided(*out_index[o])
+            body.append(f"out{o}[{target}] = {t.store(name(v, None))};")
 
     main = "\n".join(
         [
@@ -261,32 +320,32 @@ def generate(program: Program, types: TypeMap, vec: int = 1) -> Kernel:
             "}",
         ]
     )
-    helpers = with_helpers(main)
-    source = "\n".join(decl) + "\n" + helpers + "\n" + main + "\n"
-    return Kernel(
-        name=program.name,
-        source=source,
-        fmt="".join(fmt),
-        param_bytes=words * 4,
-        n_inputs=len(program.inputs),
-        n_outputs=len(program.outputs),
-        vec=vec,
-    )
+    source = "\n".join(decl) + "\n" + with_helpers(main) + "\n" + main + "\n"
+    return Kernel(source, "".join(fmt), words * 4, len(tensors), len(program.outputs), vec)
 
 
-def _instr_expr(program: Program, types: TypeMap, j: int, ins, name) -> str:  # type: ignore[no-untyped-def]
-    args = [name(a) for a in ins.args]
-    arg_types = [types[program.dtype_of(a)] for a in ins.args]
-    out_t = types[ins.dtype]
-    if ins.op == "cast":
-        return convert(args[0], arg_types[0], out_t)
-    arity = ARITY.get(ins.op)
+def _instr_expr(types: TypeMap, dts: list[str], j: int, instr: tuple, name: Any) -> str:
+    op, dt, args = instr
+    names = [name(a) for a in args]
+    arg_types = [types[a.dtype if isinstance(a, Const) else dts[a]] for a in args]
+    out_t = types[dt]
+    if op in ("cast", "copy"):
+        if len(args) != 1:
+            raise ValueError(f"instruction {j}: {op} takes 1 operand, got {len(args)}")
+        return names[0] if arg_types[0].dtype is out_t.dtype else convert(names[0], arg_types[0], out_t)
+    arity = ARITY.get(op)
     if arity is None:
-        raise ValueError(f"instruction {j}: no elementwise op named {ins.op!r}")
+        raise ValueError(f"instruction {j}: no elementwise op named {op!r}")
     if len(args) != arity:
-        raise ValueError(f"instruction {j}: {ins.op} takes {arity} operands, got {len(args)}")
-    key_t = arg_types[1] if ins.op == "where" else arg_types[0]
-    expr = template(ins.op, key_t.cls).format(*args)
-    if ins.op in BOOL_RESULT or ins.op == "where":
+        raise ValueError(f"instruction {j}: {op} takes {arity} operands, got {len(args)}")
+    if op == "where":  # a bool condition, both branches in the result's type (a scalar may be typed otherwise)
+        if arg_types[0].cls != "b":
+            names[0] = convert(names[0], arg_types[0], types["bool"])
+        for k in (1, 2):
+            if arg_types[k].dtype is not out_t.dtype:
+                names[k] = convert(names[k], arg_types[k], out_t)
+        return template(op, out_t.cls).format(*names)
+    expr = template(op, arg_types[0].cls).format(*names)
+    if op in BOOL_RESULT:
         return expr
     return out_t.wrap(expr) if out_t.narrow else expr

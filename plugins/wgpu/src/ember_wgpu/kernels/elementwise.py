@@ -1,20 +1,37 @@
-"""Running elementwise programs: ops, casts, copies, fills, all through the one generator."""
+"""Running elementwise programs: fused regions, single ops, casts, copies, fills.
+
+All of them are :class:`ember.lazy.program.FusedProgram` s run by :func:`run_program` through
+the one generator (:mod:`ember_wgpu.codegen.elementwise`); a single op is the one-instruction
+program. Compiled kernels are cached per (program, rank where strides are general, vec width,
+layout classes), never per shape: shapes, strides, offsets and scalar values are parameters.
+"""
 
 from __future__ import annotations
 
-import struct
+import functools
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from ember.dtypes import DType, bool_
+from ember.dtypes import DType, as_dtype, bool_
+from ember.lazy.program import Const, FusedProgram
+from ember.views import contiguous_strides
 
 from ..codegen import elementwise as gen
 from ..codegen.ops import BOOL_RESULT
-from ..codegen.program import Const, Instr, Operand, Out, Program
 from ..handle import WgpuArray
 from ..runtime import Runtime
 
-__all__ = ["run_program", "apply_op", "apply_op_args", "copy_into", "contiguous", "fill", "broadcast_shape", "operand"]
+__all__ = [
+    "run_program",
+    "op_program",
+    "apply_op",
+    "apply_op_args",
+    "copy_into",
+    "contiguous",
+    "fill",
+    "broadcast_shape",
+]
 
 #: cap on workgroups of a grid-stride loop (GPU-NOTES.md: ~4k x 256 saturates an H200)
 MAX_GROUPS = 4096
@@ -33,30 +50,158 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def operand(a: WgpuArray, shape: tuple[int, ...]) -> Operand:
-    """``a`` seen over the iteration ``shape`` (broadcast axes get stride 0)."""
-    return Operand(a.dtype, a.broadcast_strides(shape), a.offset)
+#: launch plans kept per runtime before the dict is cleared (a plan is cheap to rebuild)
+MAX_PLANS = 4096
 
 
-def run_program(rt: Runtime, program: Program, inputs: Sequence[WgpuArray], outputs: Sequence[WgpuArray]) -> None:
-    """Record ``program`` reading ``inputs`` (matching ``program.inputs``) into ``outputs``."""
-    if program.size == 0:
-        return
-    layouts = program.layouts()
-    vec = gen.vec_width(program, rt.types, layouts)
-    key = ("ew", gen.signature(program, vec, layouts))
-    found = rt.kernels.get(key)
+class _Plan:
+    """One launch geometry of a program: its pipeline, the parameter block up to the scalars."""
+
+    __slots__ = ("pipe", "name", "head", "scalar_types", "tail", "groups", "out_dtypes")
+
+    def __init__(
+        self,
+        pipe: Any,
+        name: str,
+        head: bytes,
+        scalar_types: list[Any],
+        tail: int,
+        groups: int,
+        out_dtypes: list[DType],
+    ) -> None:
+        self.pipe = pipe
+        self.name = name
+        self.head = head
+        self.scalar_types = scalar_types
+        self.tail = tail
+        self.groups = groups
+        self.out_dtypes = out_dtypes
+
+
+def run_program(
+    rt: Runtime,
+    program: FusedProgram,
+    operands: Sequence[Any],
+    shape: tuple[int, ...],
+    outs: Sequence[WgpuArray] | None = None,
+) -> list[WgpuArray]:
+    """Run ``program`` over ``shape``: tensor operands (handles broadcasting to ``shape``, any
+    strides) and Python numbers for scalar inputs, in input order. ``outs`` are destination
+    views of ``shape`` (default: new contiguous handles, one per program output)."""
+    tensors: list[WgpuArray] = []
+    scalars: list[Any] = []
+    for x in operands:
+        if isinstance(x, WgpuArray):
+            tensors.append(x)
+        else:
+            scalars.append(x)
+    key = (
+        program,
+        shape,
+        tuple((x.shape, x.strides, x.offset) for x in tensors),
+        None if outs is None else tuple((o.strides, o.offset) for o in outs),
+    )
+    plan = rt.plans.get(key)
+    if plan is None:
+        if len(tensors) + len(program.outputs) > rt.max_storage_buffers:
+            return _run_split(rt, program, operands, shape, outs)
+        if len(rt.plans) >= MAX_PLANS:
+            rt.plans.clear()
+        plan = rt.plans[key] = _plan(rt, program, tensors, shape, outs)
+    if outs is None:
+        outs = [rt.empty(shape, dt) for dt in plan.out_dtypes]
+    if plan.groups == 0:
+        return list(outs)
+    params = plan.head
+    if scalars:
+        words: list[int | float] = []
+        for value, t in zip(scalars, plan.scalar_types):
+            words.extend(gen.scalar_words(value, t))
+        params += gen.pack_scalars(plan.scalar_types, words)
+    if plan.tail:
+        params += bytes(plan.tail)
+    rt.dispatch(
+        plan.pipe, params, [x.buffer for x in tensors] + [o.buffer for o in outs], (plan.groups, 1, 1), plan.name
+    )
+    return list(outs)
+
+
+def _plan(
+    rt: Runtime,
+    program: FusedProgram,
+    tensors: list[WgpuArray],
+    shape: tuple[int, ...],
+    outs: Sequence[WgpuArray] | None,
+) -> _Plan:
+    """Layouts, vec width, the kernel (compiled once per program and layout class) and the
+    parameter block of this geometry."""
+    dts = program.value_dtypes()
+    out_dtypes = [as_dtype(dts[v]) for v in program.outputs]
+    size = math.prod(shape)
+    scalar_types = [rt.types[dt] for dt, kind in program.inputs if kind == "scalar"]
+    if size == 0:
+        return _Plan(None, "", b"", scalar_types, 0, 0, out_dtypes)
+    ins = [(x.broadcast_strides(shape), x.offset) for x in tensors]
+    if outs is None:
+        geo = [(contiguous_strides(shape), 0)] * len(out_dtypes)
+    else:
+        geo = [(o.strides, o.offset) for o in outs]
+    lay = gen.layouts(shape, ins, geo)
+    vec = gen.vec_width(program, rt.types, size, ins, geo, lay)
+    general = "g" in lay[0] or "g" in lay[1]
+    kkey = ("ew", program, len(shape) if general else 0, vec, lay)
+    found = rt.kernels.get(kkey)
     if found is None:
-        kernel = gen.generate(program, rt.types, vec)
-        bindings = ("r",) * kernel.n_inputs + ("w",) * kernel.n_outputs
-        found = (kernel, rt.pipeline(program.name, kernel.source, bindings))
-        rt.kernels[key] = found
-    kernel, pipe = found
-    params = gen.pack(program, rt.types, kernel, layouts)
-    total = program.size // vec
-    groups = min(-(-total // gen.WORKGROUP), MAX_GROUPS)
-    buffers = [a.buffer for a in inputs] + [o.buffer for o in outputs]
-    rt.dispatch(pipe, params, buffers, (groups, 1, 1), program.name)
+        kernel = gen.generate(program, rt.types, len(shape), lay, vec)
+        bindings = ("r",) * kernel.n_tensors + ("w",) * kernel.n_outputs
+        name = program.instructions[0][0] if len(program.instructions) == 1 else "fused"
+        found = (kernel, rt.pipeline(name, kernel.source, bindings), name)
+        rt.kernels[kkey] = found
+    kernel, pipe, name = found
+    head = gen.pack(program, rt.types, kernel, shape, ins, geo, [], lay, with_scalars=False)
+    tail = kernel.param_bytes - len(head) - gen.scalar_bytes(scalar_types)
+    groups = min(-(-(size // vec) // gen.WORKGROUP), MAX_GROUPS)
+    return _Plan(pipe, name, head, scalar_types, tail, groups, out_dtypes)
+
+
+def _run_split(
+    rt: Runtime,
+    program: FusedProgram,
+    operands: Sequence[Any],
+    shape: tuple[int, ...],
+    outs: Sequence[WgpuArray] | None,
+) -> list[WgpuArray]:
+    """A program binding more buffers than the adapter allows, run one instruction at a time
+    (each through the generator, intermediates in full-size buffers)."""
+    if outs is None:
+        dts = program.value_dtypes()
+        outs = [rt.empty(shape, as_dtype(dts[v])) for v in program.outputs]
+    values: list[Any] = list(operands)
+    kinds = [kind for _, kind in program.inputs]
+    dts = program.value_dtypes()
+    for op, dt, args in program.instructions:
+        inputs, refs, ops = [], [], []
+        for a in args:
+            if isinstance(a, Const):
+                refs.append(a)
+                continue
+            refs.append(len(inputs))
+            inputs.append((dts[a], kinds[a]))
+            ops.append(values[a])
+        single = FusedProgram(tuple(inputs), ((op, dt, tuple(refs)),), (len(inputs),))
+        values.append(run_program(rt, single, ops, shape)[0])
+        kinds.append("tensor")
+    for v, out in zip(program.outputs, outs):
+        copy_program = FusedProgram(((dts[v], kinds[v]),), (("copy", dts[v], (0,)),), (1,))
+        run_program(rt, copy_program, [values[v]], shape, [out])
+    return list(outs)
+
+
+@functools.cache
+def op_program(op: str, dtype: str, inputs: tuple[tuple[str, str], ...]) -> FusedProgram:
+    """One elementwise op (or ``cast``/``copy``) over ``inputs`` as a one-instruction program."""
+    n = len(inputs)
+    return FusedProgram(inputs, ((op, dtype, tuple(range(n))),), (n,))
 
 
 def apply_op(rt: Runtime, op: str, args: Sequence[Any], dtype: DType | None = None) -> WgpuArray:
@@ -66,90 +211,13 @@ def apply_op(rt: Runtime, op: str, args: Sequence[Any], dtype: DType | None = No
     like = handles[0].dtype if op != "where" else handles[1 if isinstance(args[1], WgpuArray) else -1].dtype
     if dtype is None:
         dtype = bool_ if op in BOOL_RESULT else like
-    out = rt.empty(shape, dtype)
-    if out.size > 1 and _fast(rt, op, args, handles, shape, like, out):
-        return out
-    inputs: list[WgpuArray] = []
-    operands: list[Operand] = []
-    consts: list[Const] = []
-    refs = []
-    for a in args:
-        if isinstance(a, WgpuArray):
-            refs.append(("in", len(inputs)))
-            inputs.append(a)
-            operands.append(operand(a, shape))
-        else:
-            refs.append(("const", len(consts)))
-            consts.append(Const(like, _scalar(a, like)))
-    program = Program(
-        shape=shape,
-        inputs=tuple(operands),
-        consts=tuple(consts),
-        instrs=(Instr(op, dtype, tuple(refs)),),
-        outputs=(Out(dtype, ("v", 0)),),
-        name=op,
+    inputs = tuple(
+        (a.dtype.name, "tensor")
+        if isinstance(a, WgpuArray)
+        else (bool_.name if op == "where" and k == 0 else like.name, "scalar")
+        for k, a in enumerate(args)
     )
-    run_program(rt, program, inputs, [out])
-    return out
-
-
-def _fast(
-    rt: Runtime,
-    op: str,
-    args: Sequence[Any],
-    handles: list[WgpuArray],
-    shape: tuple[int, ...],
-    like: DType,
-    out: WgpuArray,
-) -> bool:
-    """The hot path of one op on contiguous same-shape operands: no Program is built once its
-    kernel is known (the parameter block is packed straight from the handles)."""
-    strides = out.strides
-    vec = 4 if out.size % 4 == 0 else 1
-    for h in handles:
-        if h.shape != shape or h.strides != strides:
-            return False
-        if h.offset % 4:
-            vec = 1
-    key = (op, out.dtype, vec, tuple(a.dtype if isinstance(a, WgpuArray) else None for a in args))
-    found = rt.kernels.get(key)
-    if found is None:
-        if any(rt.types[h.dtype].cls in "lL" for h in handles) or rt.types[out.dtype].cls in "lL":
-            return False  # 64-bit integers take the general path (no vec4 form)
-        consts = [Const(like, 0) for a in args if not isinstance(a, WgpuArray)]
-        refs, k_in, k_c = [], 0, 0
-        for a in args:
-            if isinstance(a, WgpuArray):
-                refs.append(("in", k_in))
-                k_in += 1
-            else:
-                refs.append(("const", k_c))
-                k_c += 1
-        program = Program(
-            shape=shape,
-            inputs=tuple(Operand(h.dtype, strides, 0) for h in handles),
-            consts=tuple(consts),
-            instrs=(Instr(op, out.dtype, tuple(refs)),),
-            outputs=(Out(out.dtype, ("v", 0)),),
-            name=op,
-        )
-        if gen.vec_width(program, rt.types) != vec:
-            return False
-        kernel = gen.generate(program, rt.types, vec)
-        bindings = ("r",) * kernel.n_inputs + ("w",)
-        found = (rt.pipeline(op, kernel.source, bindings), kernel.fmt, kernel.param_bytes, like.kind == "b")
-        rt.kernels[key] = found
-    pipe, fmt, nbytes, is_bool = found
-    values: list[Any] = [out.size // vec]
-    values += [h.offset // vec for h in handles]
-    values.append(0)
-    for a in args:
-        if not isinstance(a, WgpuArray):
-            values.append(int(bool(a)) if is_bool else _scalar(a, like))
-    data = struct.pack(fmt, *values)
-    groups = min(-(-(out.size // vec) // gen.WORKGROUP), MAX_GROUPS)
-    rt.dispatch(pipe, data + bytes(nbytes - len(data)), [h.buffer for h in handles] + [out.buffer], (groups, 1, 1), op)
-    return True
+    return run_program(rt, op_program(op, dtype.name, inputs), args, shape)[0]
 
 
 def apply_op_args(rt: Runtime, op: str, *args: Any) -> WgpuArray:
@@ -157,28 +225,10 @@ def apply_op_args(rt: Runtime, op: str, *args: Any) -> WgpuArray:
     return apply_op(rt, op, args)
 
 
-def _scalar(value: Any, dtype: DType) -> Any:
-    """A Python scalar as the operand dtype would hold it (numpy's weak-scalar rule)."""
-    if dtype.kind == "f":
-        if dtype.name in ("float16", "bfloat16"):
-            return float(dtype.numpy.type(value))
-        return float(value)
-    if dtype.kind == "b":
-        return bool(value)
-    return int(value)
-
-
 def copy_into(rt: Runtime, src: WgpuArray, dst: WgpuArray) -> None:
     """Write ``src`` (broadcast to ``dst.shape``, cast to its dtype) into the view ``dst``."""
-    shape = dst.shape
-    program = Program(
-        shape=shape,
-        inputs=(operand(src, shape),),
-        instrs=(Instr("cast", dst.dtype, (("in", 0),)),) if src.dtype is not dst.dtype else (),
-        outputs=(Out(dst.dtype, ("v", 0) if src.dtype is not dst.dtype else ("in", 0), dst.strides, dst.offset),),
-        name="copy" if src.dtype is dst.dtype else "cast",
-    )
-    run_program(rt, program, [src], [dst])
+    op = "copy" if src.dtype is dst.dtype else "cast"
+    run_program(rt, op_program(op, dst.dtype.name, ((src.dtype.name, "tensor"),)), [src], dst.shape, [dst])
 
 
 def contiguous(rt: Runtime, a: WgpuArray) -> WgpuArray:
@@ -193,11 +243,5 @@ def contiguous(rt: Runtime, a: WgpuArray) -> WgpuArray:
 def fill(rt: Runtime, shape: tuple[int, ...], value: Any, dtype: DType, out: WgpuArray | None = None) -> WgpuArray:
     """A tensor of ``shape`` filled with ``value`` (or fill the view ``out``)."""
     target = rt.empty(shape, dtype) if out is None else out
-    program = Program(
-        shape=shape,
-        consts=(Const(dtype, _scalar(value, dtype)),),
-        outputs=(Out(dtype, ("const", 0), None if out is None else out.strides, 0 if out is None else out.offset),),
-        name="fill",
-    )
-    run_program(rt, program, [], [target])
+    run_program(rt, op_program("copy", dtype.name, ((dtype.name, "scalar"),)), [value], shape, [target])
     return target

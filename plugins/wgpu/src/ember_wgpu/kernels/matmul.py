@@ -176,8 +176,8 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray) -> WgpuArray:
     if k == 0:
         return ew.fill(rt, out.shape, 0, a.dtype)
     nb = len(batch_shape)
-    sa = ew.operand(a, batch_shape + (m, k)).strides
-    sb = ew.operand(b, batch_shape + (k, n)).strides
+    sa = a.broadcast_strides(batch_shape + (m, k))
+    sb = b.broadcast_strides(batch_shape + (k, n))
     # drop batch axes of size 1; keep the rest (at least one field set for the decode)
     dims = [(d, sa[i], sb[i]) for i, d in enumerate(batch_shape) if d != 1]
     nb = len(dims)

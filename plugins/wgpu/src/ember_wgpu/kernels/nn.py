@@ -9,10 +9,12 @@ row whose max is infinite (shifted by 0) and fully masked attention rows (NaN).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ember.dtypes import DType
+from ember.lazy.program import Const, FusedProgram
 from ember.views import contiguous_strides
 
-from ..codegen.program import Const, Instr, Out, Program
 from ..handle import WgpuArray
 from ..runtime import Runtime
 from ..typemap import WType
@@ -290,32 +292,22 @@ def attention(
     shape = s.shape
     if mask is not None and len(mask.shape) > len(shape):
         shape = ew.broadcast_shape(shape, mask.shape)
-    inputs = [s]
-    ops = [ew.operand(s, shape)]
-    instrs = [Instr("mul", dt, (("in", 0), ("const", 0)))]
-    consts = [Const(dt, float(scale))]
+    d = dt.name
+    inputs: list[tuple[str, str]] = [(d, "tensor"), (d, "scalar")]
+    operands: list[Any] = [s, float(scale)]
+    instrs: list[tuple[str, str, tuple[Any, ...]]] = [("mul", d, (0, 1))]
     if mask is not None:
-        inputs.append(mask)
-        ops.append(ew.operand(mask, shape))
+        inputs.append((mask.dtype.name, "tensor"))
+        operands.append(mask)
         if mask.dtype.kind == "b":
-            consts.append(Const(dt, float("-inf")))
-            instrs.append(Instr("where", dt, (("in", 1), ("v", 0), ("const", 1))))
+            instrs.append(("where", d, (2, 3, Const(float("-inf"), d))))
+        elif mask.dtype is not dt:
+            instrs.append(("cast", d, (2,)))
+            instrs.append(("add", d, (3, 4)))
         else:
-            if mask.dtype is not dt:
-                instrs.append(Instr("cast", dt, (("in", 1),)))
-                instrs.append(Instr("add", dt, (("v", 0), ("v", 1))))
-            else:
-                instrs.append(Instr("add", dt, (("v", 0), ("in", 1))))
-    scaled = rt.empty(shape, dt)
-    program = Program(
-        shape=shape,
-        inputs=tuple(ops),
-        consts=tuple(consts),
-        instrs=tuple(instrs),
-        outputs=(Out(dt, ("v", len(instrs) - 1)),),
-        name="attention_scores",
-    )
-    ew.run_program(rt, program, inputs, [scaled])
+            instrs.append(("add", d, (3, 2)))
+    program = FusedProgram(tuple(inputs), tuple(instrs), (len(inputs) + len(instrs) - 1,))
+    (scaled,) = ew.run_program(rt, program, operands, shape)
     lq, ls = shape[-2], shape[-1]
     p = _softmax_rows(rt, scaled, scaled.size // ls, ls, "softmax", (lq, ls - lq) if is_causal else None)
     return matmul(rt, p, v)
