@@ -325,10 +325,9 @@ def _unary(op: str, x: str, c: CType, helpers: dict[str, str]) -> str:
         return f"({x} * {_helper('sigmoid_f', c, helpers)}({x}))"
     if op == "gelu":  # erfc(-x / sqrt 2) = 1 + erf(x / sqrt 2) without the cancellation for negative x
         return f"({literal(0.5, c)} * {x} * {_math('erfc', c)}(-{x} * {literal(0.7071067811865476, c)}))"
-    if op == "gelu_tanh":
-        k0, k1 = literal(0.7978845608028654, c), literal(0.044715, c)
-        inner = f"{k0} * ({x} + {k1} * {x} * {x} * {x})"
-        return f"({literal(0.5, c)} * {x} * (({T})1 + {_math('tanh', c)}({inner})))"
+    if op == "gelu_tanh":  # 0.5 x (1 + tanh z) = x sigmoid(2z), without the cancellation for negative x
+        k0, k1 = literal(2 * 0.7978845608028654, c), literal(0.044715, c)
+        return f"({x} * {_helper('sigmoid_f', c, helpers)}({k0} * ({x} + {k1} * {x} * {x} * {x})))"
     if op == "softplus":
         return f"(({x} > ({T})0 ? {x} : ({T})0) + {_math('log1p', c)}({_math('exp', c)}(-{_math('fabs', c)}({x}))))"
     raise ValueError(f"unknown unary op {op!r}")
