@@ -334,3 +334,163 @@ def test_a_chain_with_constants_and_where_follows_numpy() -> None:
         want = np.where(x > 0.5, np.floor_divide(x * s, np.maximum(y, -np.inf)), (x < y).astype(np.float32))
     _compare("chain", "float32", got, want.astype(np.float64), [x, y])
     assert (cond == (x > 0.5)).all()
+
+
+# -- the runner and the single-op path, with numpy standing in for CuPy ------------------------
+
+
+class _HostArray(np.ndarray):
+    """A numpy array that answers ``.data.ptr`` as a CuPy array does."""
+
+    @property
+    def data(self) -> object:  # type: ignore[override]
+        return type("Mem", (), {"ptr": self.ctypes.data})()
+
+
+class _FakeCupy:
+    """What FusedKernels and _single_op touch of CuPy, over host memory."""
+
+    def __init__(self) -> None:
+        runtime = type("rt", (), {"getDeviceProperties": staticmethod(lambda i: {"multiProcessorCount": 4})})
+        self.cuda = type("cuda", (), {"runtime": runtime, "Device": staticmethod(lambda: type("d", (), {"id": 0}))})
+        self.sources: list[str] = []
+
+    def empty(self, shape: tuple[int, ...], dtype: object) -> np.ndarray:
+        return np.full(shape, 77, dtype=dtype).view(_HostArray)
+
+    def RawKernel(self, text: str, name: str, options: tuple[str, ...]) -> object:  # noqa: N802 - CuPy's name
+        self.sources.append(text)
+        return text
+
+    broadcast_to = staticmethod(np.broadcast_to)
+    array = staticmethod(np.array)
+    full = staticmethod(np.full)
+
+
+class _Recorder:
+    launches: list[tuple[tuple[object, ...], list[object]]] = []
+
+    def __init__(self, cp: object, kernel: object, types: tuple[object, ...]) -> None:
+        self.types = types
+
+    def __call__(self, blocks: int, threads: int, *values: object) -> None:
+        assert blocks >= 1 and threads == 256
+        for t, v in zip(self.types, values, strict=True):
+            t(v)  # each value fits its ctypes slot (a float in an int slot raises)
+        _Recorder.launches.append((self.types, list(values)))
+
+
+def _read(addr: int, dtype: np.dtype) -> object:
+    return np.frombuffer(ctypes.string_at(addr, dtype.itemsize), dtype=dtype)[0]
+
+
+def test_the_runner_addresses_every_operand_through_its_layout() -> None:
+    """Decode the launch arguments as the kernel would (per mode: i, 0, or coordinates x strides)
+    and read host memory at those addresses: every element is the broadcast operand's."""
+    from ember_cuda.fusion import FusedKernels
+
+    cp = _FakeCupy()
+    kernels = FusedKernels(cp)
+    kernels._launcher = _Recorder
+    base = np.arange(4 * 6 * 5, dtype=np.float32).reshape(4, 6, 5).view(_HostArray)
+    row = np.arange(5, dtype=np.float64).view(_HostArray)
+    ops = [base[:, ::2, :], base[1:2, 0:1, 2:3], row, base.transpose(0, 2, 1)[:, :, 1:4].transpose(0, 2, 1), 2.5]
+    prog = FusedProgram(
+        (("float32", "tensor"), ("float32", "tensor"), ("float64", "tensor"), ("float32", "tensor"))
+        + (("float32", "scalar"),),
+        (("add", "float32", (0, 1)), ("mul", "float32", (5, 3)), ("cast", "float64", (6,)))
+        + (("sub", "float64", (7, 2)),),
+        (8, 5),
+    )
+    shape = (4, 3, 5)
+    _Recorder.launches.clear()
+    outs = kernels.run(prog, ops, shape)
+    assert [o.shape for o in outs] == [shape, shape] and outs[0].dtype == np.float64
+    (key,) = kernels._cache
+    layout = key[1]
+    assert layout.modes == ("s", "z", "s", "s") and layout.index == "int"
+    types, values = _Recorder.launches[-1]
+    n, rank = values[0], layout.rank
+    cshape = values[1 : 1 + rank]
+    assert n == 60 and math.prod(cshape) == 60
+    pos = 1 + rank
+    for j, (_, kind) in enumerate(prog.inputs):
+        if kind == "scalar":
+            assert values[pos] == 2.5
+            pos += 1
+            continue
+        addr = values[pos]
+        mode = layout.modes[prog.tensor_inputs.index(j)]
+        strides = values[pos + 1 : pos + 1 + rank] if mode == "s" else []
+        pos += 1 + len(strides)
+        want = np.broadcast_to(np.asarray(ops[j]), shape).reshape(-1)
+        for i in range(n):
+            coords, rest = [], i
+            for e in reversed(cshape):
+                coords.append(rest % e)
+                rest //= e
+            coords.reverse()
+            off = {"c": i, "z": 0, "s": sum(c * s for c, s in zip(coords, strides))}[mode]
+            assert _read(addr + off * want.dtype.itemsize, want.dtype) == want[i], (j, i)
+    assert values[pos:] == [outs[0].ctypes.data, outs[1].ctypes.data]
+    assert "ember_fused(" in cp.sources[0]
+
+
+def test_the_runner_takes_the_float4_path_and_skips_empty_shapes() -> None:
+    from ember_cuda.fusion import FusedKernels
+
+    cp = _FakeCupy()
+    kernels = FusedKernels(cp)
+    kernels._launcher = _Recorder
+    prog = FusedProgram(
+        (("float32", "tensor"), ("float32", "tensor")), (("mul", "float32", (0, 1)), ("exp", "float32", (2,))), (3,)
+    )
+    x = np.zeros(1024, np.float32).view(_HostArray)
+    one = np.zeros((1, 1), np.float32).view(_HostArray)
+    _Recorder.launches.clear()
+    kernels.run(prog, [x.reshape(32, 32), one], (32, 32))
+    (key,) = kernels._cache
+    assert key[1].vec4 and key[1].modes == ("c", "z")
+    assert "float4" in cp.sources[0]
+    assert len(_Recorder.launches[-1][1]) == 4  # n, two inputs, one output
+    kernels.run(prog, [np.zeros((0, 3), np.float32).view(_HostArray), one], (0, 3))
+    assert len(_Recorder.launches) == 1  # nothing to launch
+
+
+def test_a_single_op_program_calls_the_ops_own_kernel() -> None:
+    """One instruction goes to the native table with eager's arguments: a tensor, the right
+    operand of a binary op as a Python number, anything else as a 0-d array; the result is
+    broadcast to the iteration shape, contiguous, new and of the program's dtype."""
+    from types import SimpleNamespace
+
+    from ember_cuda.backend import CudaBackend
+
+    calls = []
+
+    def impl(op: str) -> object:
+        fn = {"add": np.add, "exp": np.exp, "where": np.where, "copy": None}.get(op)
+        if fn is None:
+            return None
+        return lambda *a, **k: calls.append((op, a)) or fn(*a)
+
+    fake = SimpleNamespace(cp=np, implementation=impl, handle_meta=CudaBackend.handle_meta)
+    fake.full = lambda **k: CudaBackend.full(fake, **k)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    run = CudaBackend._single_op
+    add = FusedProgram((("float32", "tensor"), ("float32", "scalar")), (("add", "float32", (0, 1)),), (2,))
+    np.testing.assert_array_equal(run(fake, add, [x, 2.0], (2, 3)), x + 2)
+    assert type(calls[-1][1][1]) is float
+    radd = FusedProgram((("float32", "scalar"), ("float32", "tensor")), (("add", "float32", (0, 1)),), (2,))
+    run(fake, radd, [2.0, x], (2, 3))
+    assert isinstance(calls[-1][1][0], np.ndarray) and calls[-1][1][0].shape == ()
+    full = FusedProgram((("float32", "scalar"),), (("exp", "float32", (0,)),), (1,))
+    got = run(fake, full, [0.0], (4, 5))
+    assert got.shape == (4, 5) and got.flags.c_contiguous and (got == 1).all()
+    two = FusedProgram((("float32", "tensor"),), (("exp", "float32", (0,)), ("exp", "float32", (1,))), (2,))
+    assert run(fake, two, [x], (2, 3)) is None  # more than one op: the generator's
+    konst = FusedProgram((("float32", "tensor"),), (("add", "float32", (0, Const(1.0, "float32"))),), (1,))
+    assert run(fake, konst, [x], (2, 3)) is None  # literals are the generator's too
+    copy = FusedProgram((("float32", "tensor"),), (("copy", "float32", (0,)),), (1,))
+    assert run(fake, copy, [x], (2, 3)) is None  # no native kernel: the generator's
+    t = run(fake, add, [x.T, 0.0], (3, 2))
+    assert t.flags.c_contiguous
