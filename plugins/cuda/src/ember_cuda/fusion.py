@@ -157,21 +157,22 @@ def scalar_value(value: Any, dtype: str) -> Any:
 
 
 class FusedKernels:
-    """Compiled fused kernels of one device, by (program, layout); a Launcher each."""
+    """Compiled fused kernels of one device, by (program, layout): a Launcher and a grid size each."""
 
     def __init__(self, cp: Any) -> None:
         from .kernels import Launcher  # noqa: PLC0415 - kernels imports CuPy-facing code only
 
         self.cp = cp
         self._launcher = Launcher
-        self._cache: dict[tuple[FusedProgram, Layout], Any] = {}
+        self._cache: dict[tuple[FusedProgram, Layout], tuple[Any, int]] = {}
         self._lock = threading.Lock()
         self.compiled = 0
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        self.max_blocks = int(props["multiProcessorCount"]) * 16
+        self.sms = int(props.get("multiProcessorCount", 100))
 
-    def launcher(self, prog: FusedProgram, layout: Layout) -> Any:
-        """The launcher of ``prog`` under ``layout``, compiling it on first use (CompileException, ValueError)."""
+    def launcher(self, prog: FusedProgram, layout: Layout) -> tuple[Any, int]:
+        """The launcher of ``prog`` under ``layout`` and its most blocks (one resident wave),
+        compiling it on first use (CuPy's CompileException, or ValueError from the generator)."""
         key = (prog, layout)
         found = self._cache.get(key)
         if found is None:
@@ -180,27 +181,40 @@ class FusedKernels:
                 if found is None:
                     text = source(prog, layout)
                     kernel = self.cp.RawKernel(text, KERNEL_NAME, options=COMPILE_OPTIONS)
-                    found = self._launcher(self.cp, kernel, argument_types(prog, layout))
-                    self._cache[key] = found
+                    launch = self._launcher(self.cp, kernel, argument_types(prog, layout))
+                    found = self._cache[key] = (launch, self.sms * self._blocks_per_sm(launch))
                     self.compiled += 1
         return found
+
+    def _blocks_per_sm(self, launch: Any) -> int:
+        """How many THREADS-blocks of the kernel one SM holds at once (8, a full SM, if unknown)."""
+        driver = getattr(self.cp.cuda, "driver", None)
+        occupancy = getattr(driver, "occupancyMaxActiveBlocksPerMultiprocessor", None)
+        function = getattr(launch, "_function", None)
+        if occupancy is None or function is None:
+            return 8
+        try:
+            return max(1, int(occupancy(function, THREADS, 0)))
+        except (TypeError, ValueError, RuntimeError):  # CuPy's driver errors are RuntimeErrors
+            return 8
 
     def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
         """Run ``prog`` over ``shape``: ``operands`` are CuPy arrays and Python numbers in input order."""
         cp = self.cp
         dts = prog.value_dtypes()
         outs = [cp.empty(shape, dtype=_numpy_dtype(dts[o])) for o in prog.outputs]
+        out_ptrs = [int(o.data.ptr) for o in outs]
         tensors = [operands[j] for j in prog.tensor_inputs]
         described = [(tuple(t.shape), tuple(s // t.itemsize for s in t.strides), int(t.data.ptr)) for t in tensors]
         f32 = tuple(dts[j] == "float32" for j in prog.tensor_inputs)
-        p = plan(tuple(shape), described, f32 if all(dts[o] == "float32" for o in prog.outputs) else None)
+        vec4 = all(dts[o] == "float32" for o in prog.outputs) and all(ptr % 16 == 0 for ptr in out_ptrs)
+        p = plan(tuple(shape), described, f32 if vec4 else None)
         if p.n == 0:
             return outs
-        launch = self.launcher(prog, p.layout)
-        values = pack(prog, p, operands, [d[2] for d in described], [int(o.data.ptr) for o in outs])
+        launch, most = self.launcher(prog, p.layout)
+        values = pack(prog, p, operands, [d[2] for d in described], out_ptrs)
         work = p.n // 4 if p.layout.vec4 else p.n
-        blocks = max(1, min((work + THREADS - 1) // THREADS, self.max_blocks))
-        launch(blocks, THREADS, *values)
+        launch(max(1, min((work + THREADS - 1) // THREADS, most)), THREADS, *values)
         return outs
 
 
