@@ -127,6 +127,8 @@ def test_every_kernel_compiles_under_nvrtc() -> None:
 
 #: the dtype classes fused kernels are compiled for in the NVRTC test
 _FUSED_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "bool")
+#: the other integer types, compiled in the contiguous layout only (their C types differ, not their code)
+_FUSED_MORE = ("int8", "int16", "uint16", "uint32", "uint64")
 
 
 def _fused_sources() -> dict[str, list[tuple[str, str]]]:
@@ -141,11 +143,14 @@ def _fused_sources() -> dict[str, list[tuple[str, str]]]:
         "eq ne lt le gt ge isnan isinf isfinite logical_not logical_and logical_or logical_xor".split()
     )
     out: dict[str, list[tuple[str, str]]] = {}
-    for dt in _FUSED_DTYPES:
+    for dt in _FUSED_DTYPES + _FUSED_MORE:
         kernels = out.setdefault(dt, [])
+        more = dt in _FUSED_MORE
 
-        def add(name: str, prog: FusedProgram, layouts: list[Layout], kernels: list = kernels) -> None:
-            for k, layout in enumerate(layouts):
+        def add(
+            name: str, prog: FusedProgram, layouts: list[Layout], kernels: list = kernels, n: int = 1 + 9 * (not more)
+        ) -> None:
+            for k, layout in enumerate(layouts[:n]):
                 try:
                     text = codegen.source(prog, layout, name=f"{name}_{k}")
                 except ValueError:  # the op does not apply to this dtype (core's dtype rules never ask)
@@ -170,7 +175,7 @@ def _fused_sources() -> dict[str, list[tuple[str, str]]]:
             add(f"{op}_{dt}_scalar", scalar, [Layout(("c",), 0, "long long")])
         where = FusedProgram((("bool", "tensor"), (dt, "tensor"), (dt, "scalar")), (("where", dt, (0, 1, 2)),), (3,))
         add(f"where_{dt}", where, [Layout(("s", "c"), 2), Layout(("c", "z"))])
-        for to in _FUSED_DTYPES:
+        for to in _FUSED_DTYPES + _FUSED_MORE:
             add(f"cast_{dt}_{to}", FusedProgram(((dt, "tensor"),), (("cast", to, (0,)),), (1,)), [Layout(("c",))])
     return out
 
