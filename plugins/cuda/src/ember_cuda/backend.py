@@ -32,7 +32,7 @@ from . import graphs, philox, runtime
 from .attention import flash_attention
 from .codegen import FUSION_OPS
 from .errors import CudaError, KernelLaunchError, describe_args
-from .fusion import FusedKernels, scalar_value
+from .fusion import FusedKernels
 from .kernels import exact_nextafter, exact_remainder, fast_kernels
 from .memory import DevicePools
 from .quant import quant_kernels
@@ -103,6 +103,7 @@ class CudaBackend(Backend):
         self.tf32 = False
         self.set_tf32(os.environ.get("EMBER_CUDA_TF32", "") == "1")
         self._fused: FusedKernels | None = None
+        self._multi = self.device_count() > 1
 
     # -- settings ------------------------------------------------------------------------------
     def set_tf32(self, enabled: bool) -> None:
@@ -180,7 +181,7 @@ class CudaBackend(Backend):
         """Run a fused program over ``shape``: one op by its own kernel (the exact eager path),
         more through a generated kernel cached per (program, layout)."""
         shape = tuple(shape)
-        if self.device_count() > 1:
+        if self._multi:
             with self._device, self.stream:
                 return self._run_fused(program, operands, shape)
         return self._run_fused(program, operands, shape)
@@ -215,10 +216,9 @@ class CudaBackend(Backend):
         values = []
         for k, j in enumerate(args):
             value = operands[j]
-            if program.inputs[j][1] == "scalar":
-                value = scalar_value(value, program.inputs[j][0])
-                if not (k == 1 and len(args) == 2):  # eager passes a binary op's right scalar as a number
-                    value = self.full(shape=(), value=value, dtype=_as_dtype(program.inputs[j][0]))
+            # eager passes a binary op's right scalar as the number itself, other scalars as 0-d arrays
+            if program.inputs[j][1] == "scalar" and not (k == 1 and len(args) == 2):
+                value = self.full(shape=(), value=value, dtype=_as_dtype(program.inputs[j][0]))
             values.append(value)
         out = impl(*values, dtype=_as_dtype(dt)) if op == "cast" else impl(*values)
         cp = self.cp
