@@ -98,3 +98,34 @@ def run(prog: FusedProgram, columns: list[np.ndarray]) -> list[np.ndarray]:
         else:
             outs.append(np.array([int(r[k]) for r in rows], dtype=object))
     return outs
+
+
+_KERNEL_PRELUDE = r"""
+struct ember_dim3 { unsigned int x, y, z; };
+static const ember_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+struct alignas(16) float4 { float x, y, z, w; };
+#define __global__
+#define __restrict__ __restrict
+"""
+
+
+class KernelLibrary:
+    """A whole generated kernel built by g++ as a host function: one "thread" whose grid-stride
+    loop walks every element, reading and writing host memory through the same arguments."""
+
+    def __init__(self, source: str, tmp: str) -> None:
+        import ctypes
+
+        src, lib = os.path.join(tmp, "kernel.cpp"), os.path.join(tmp, f"kernel{len(os.listdir(tmp))}.so")
+        with open(src, "w") as f:
+            f.write(_PRELUDE + _KERNEL_PRELUDE + source.replace(PREAMBLE_F16, _F16))
+        subprocess.run(
+            ["g++", "-O1", "-std=c++17", "-shared", "-fPIC", "-o", lib, src], check=True, capture_output=True
+        )
+        self.lib = ctypes.CDLL(lib)
+
+    def function(self, name: str, argtypes: tuple[object, ...]) -> object:
+        fn = getattr(self.lib, name)
+        fn.argtypes = list(argtypes)
+        fn.restype = None
+        return fn

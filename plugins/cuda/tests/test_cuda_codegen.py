@@ -497,3 +497,84 @@ def test_a_single_op_program_calls_the_ops_own_kernel() -> None:
     assert run(fake, copy, [x], (2, 3)) is None  # no native kernel: the generator's
     t = run(fake, add, [x.T, 0.0], (3, 2))
     assert t.flags.c_contiguous
+
+
+class _HostLauncher:
+    """Launches a generated kernel on the host: the source built by g++ (cpu_body.KernelLibrary)."""
+
+    tmp = ""
+
+    def __init__(self, cp: _FakeCupy, kernel: str, types: tuple[object, ...]) -> None:
+        from ember_cuda.codegen import KERNEL_NAME
+
+        self.fn = cpu_body.KernelLibrary(kernel, _HostLauncher.tmp).function(KERNEL_NAME, types)
+
+    def __call__(self, blocks: int, threads: int, *values: object) -> None:
+        self.fn(*values)
+
+
+def _host(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(_HostArray)
+
+
+def _host_case(case: str, rng: np.random.Generator) -> tuple[FusedProgram, tuple[int, ...], list, list]:
+    """(program, shape, operands, numpy's outputs) of one end-to-end case."""
+    x = _host(rng.standard_normal((6, 8, 12)).astype(np.float32))
+    y = _host(rng.standard_normal((6, 8, 12)).astype(np.float32))
+    f32 = (("float32", "tensor"),) * 3
+    if case in ("contiguous", "float4"):
+        body = (("mul", "float32", (0, 2)), ("sub", "float32", (3, 1)), ("exp", "float32", (4,)))
+        prog = FusedProgram(f32[:2] + (("float32", "scalar"),), body, (5, 3))
+        first = x
+        if case == "contiguous":  # contiguous but 4 bytes past an aligned address: no float4
+            first = _host(np.zeros(x.size + 1, np.float32))[1:].reshape(x.shape)
+            first[...] = x
+        x64 = np.asarray(x, np.float64)
+        return prog, x.shape, [first, y, 0.75], [np.exp(x64 * 0.75 - y), x64 * 0.75]
+    if case == "broadcast":
+        row, one = _host(rng.standard_normal(12).astype(np.float32)), _host(np.array([[2.5]], np.float32))
+        body = (("add", "float32", (0, 1)), ("maximum", "float32", (3, 2)))
+        want = np.maximum(np.asarray(x, np.float64) + row, 2.5)
+        return FusedProgram(f32, body, (4,)), x.shape, [x, row, one], [want]
+    if case == "strided":
+        a, b = x.transpose(2, 0, 1)[::2], y[::-1].transpose(2, 0, 1)[1::2]
+        body = (("floordiv", "float32", (0, 1)), ("remainder", "float32", (0, 1)))
+        with np.errstate(all="ignore"):
+            wants = [np.floor_divide(np.asarray(a), np.asarray(b)), np.remainder(np.asarray(a), np.asarray(b))]
+        return FusedProgram(f32[:2], body, (2, 3)), a.shape, [a, b], wants
+    if case == "half":
+        h = _host(rng.standard_normal((5, 7)).astype(np.float16))
+        body = (("mul", "float16", (0, 1)), ("sigmoid", "float16", (2,)), ("cast", "float32", (3,)))
+        prog = FusedProgram((("float16", "tensor"), ("float16", "scalar")), body, (4, 2))
+        prod = np.asarray(h) * np.float16(0.1)
+        sig = (1 / (1 + np.exp(-prod.astype(np.float64)))).astype(np.float16).astype(np.float32)
+        return prog, h.shape, [h, 0.1], [sig, prod]
+    i = _host(rng.integers(-5, 5, (9, 4)).astype(np.int32))
+    body = (("gt", "bool", (0, 1)), ("logical_not", "bool", (2,)))
+    return FusedProgram((("int32", "tensor"), ("int32", "scalar")), body, (3,)), i.shape, [i, 0], [~(np.asarray(i) > 0)]
+
+
+@pytest.mark.skipif(not cpu_body.available(), reason="g++ is not installed (it builds the kernels for the CPU)")
+@pytest.mark.parametrize("case", ["contiguous", "float4", "broadcast", "strided", "half", "bool"])
+def test_whole_kernels_run_on_the_host_give_numpys_values(case: str, tmp_path) -> None:  # noqa: ANN001
+    """The runner end to end (layout, packed arguments, the kernel's index arithmetic and float4
+    path), each generated kernel built for the CPU by g++ and run over host memory."""
+    from ember_cuda.fusion import FusedKernels
+
+    _HostLauncher.tmp = str(tmp_path)
+    kernels = FusedKernels(_FakeCupy())
+    kernels._launcher = _HostLauncher
+    prog, shape, ops, wants = _host_case(case, np.random.default_rng(3))
+    outs = kernels.run(prog, ops, shape)
+    (key,) = kernels._cache
+    assert key[1].vec4 == (case == "float4")
+    modes = {"broadcast": ("c", "s", "z"), "strided": ("s", "s"), "half": ("c",), "bool": ("c",)}
+    assert key[1].modes == modes.get(case, ("c", "c"))
+    for got, want in zip(outs, wants, strict=True):
+        got = np.asarray(got)
+        assert got.shape == tuple(shape)
+        if want.dtype.kind == "f" and case != "strided":
+            assert got.dtype == (np.float16 if want.dtype == np.float16 else np.float32)
+            np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-6 if got.dtype == np.float32 else 1e-3)
+        else:
+            np.testing.assert_array_equal(got, want)
