@@ -555,25 +555,29 @@ def _host_case(case: str, rng: np.random.Generator) -> tuple[FusedProgram, tuple
 
 
 @pytest.mark.skipif(not cpu_body.available(), reason="g++ is not installed (it builds the kernels for the CPU)")
-@pytest.mark.parametrize("case", ["contiguous", "float4", "broadcast", "strided", "half", "bool"])
-def test_whole_kernels_run_on_the_host_give_numpys_values(case: str, tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("case", ["contiguous", "float4", "broadcast", "strided", "wide", "half", "bool"])
+def test_whole_kernels_run_on_the_host_give_numpys_values(case: str, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """The runner end to end (layout, packed arguments, the kernel's index arithmetic and float4
     path), each generated kernel built for the CPU by g++ and run over host memory."""
+    from ember_cuda import fusion
     from ember_cuda.fusion import FusedKernels
 
+    if case == "wide":  # the strided case with 64-bit indices (as past 2^31 elements)
+        monkeypatch.setattr(fusion, "INT32_LIMIT", 8)
     _HostLauncher.tmp = str(tmp_path)
     kernels = FusedKernels(_FakeCupy())
     kernels._launcher = _HostLauncher
-    prog, shape, ops, wants = _host_case(case, np.random.default_rng(3))
+    prog, shape, ops, wants = _host_case("strided" if case == "wide" else case, np.random.default_rng(3))
     outs = kernels.run(prog, ops, shape)
     (key,) = kernels._cache
     assert key[1].vec4 == (case == "float4")
-    modes = {"broadcast": ("c", "s", "z"), "strided": ("s", "s"), "half": ("c",), "bool": ("c",)}
+    modes = {"broadcast": ("c", "s", "z"), "strided": ("s", "s"), "wide": ("s", "s"), "half": ("c",), "bool": ("c",)}
     assert key[1].modes == modes.get(case, ("c", "c"))
+    assert key[1].index == ("long long" if case in ("wide", "float4") else "int")
     for got, want in zip(outs, wants, strict=True):
         got = np.asarray(got)
         assert got.shape == tuple(shape)
-        if want.dtype.kind == "f" and case != "strided":
+        if want.dtype.kind == "f" and case not in ("strided", "wide"):
             assert got.dtype == (np.float16 if want.dtype == np.float16 else np.float32)
             np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-6 if got.dtype == np.float32 else 1e-3)
         else:
