@@ -184,6 +184,7 @@ def test_every_fused_kernel_compiles_under_nvrtc() -> None:
     """Every op x dtype the fusion generator takes, in each layout class, compiles with NVRTC (and
     ptxas: sm_90 is a real architecture). One NVRTC run per dtype, each kernel in a namespace of its own."""
     from ember_cuda import codegen
+    from ember_cuda.fusion import COMPILE_OPTIONS
     from nvrtc import compile_log, library
 
     lib = library()
@@ -198,10 +199,15 @@ def test_every_fused_kernel_compiles_under_nvrtc() -> None:
     failed = {}
     for dt, kernels in sources.items():
         batch = "\n".join(f"namespace {name} {{\n{text}\n}}" for name, text in kernels)
-        ok, log = compile_log(lib, batch)
+        ok, log = compile_log(lib, batch, options=COMPILE_OPTIONS)  # as CuPy is asked to compile them
         if not ok:  # name the kernels that fail
             failed.update(
-                {name: log for name, text in kernels if not (done := compile_log(lib, text))[0] for log in [done[1]]}
+                {
+                    name: log
+                    for name, text in kernels
+                    if not (done := compile_log(lib, text, options=COMPILE_OPTIONS))[0]
+                    for log in [done[1]]
+                }
             )
             failed.setdefault(dt, log)
     assert not failed, failed
