@@ -77,6 +77,14 @@ def test_empty_and_zero_dimensional_iterations() -> None:
     assert p.n == 1 and p.layout.modes == ("c", "c")
 
 
+def test_every_elementwise_op_is_fused_or_says_why() -> None:
+    from ember.dispatch import OPS
+
+    elementwise = {name for name, op in OPS.items() if op.kind.startswith("elementwise")}
+    assert codegen.FUSION_OPS - elementwise == {"copy"}  # the program form's own
+    assert elementwise - codegen.FUSION_OPS == set(codegen.NOT_FUSED)
+
+
 # -- arguments --------------------------------------------------------------------------------
 
 _CHAIN = FusedProgram(
@@ -161,7 +169,8 @@ _REFERENCE = {
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
-    "atan2": np.arctan2, "hypot": np.hypot, "logaddexp": np.logaddexp,
+    "atan2": np.arctan2, "hypot": np.hypot, "logaddexp": np.logaddexp, "copysign": np.copysign,
+    "signbit": np.signbit,
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "round": np.round,
     "trunc": np.trunc, "reciprocal": np.reciprocal, "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
@@ -181,10 +190,10 @@ _REFERENCE = {
 _EXACT = frozenset(
     "floordiv remainder maximum minimum add sub mul div eq ne lt le gt ge logical_and logical_or logical_xor "
     "bitwise_and bitwise_or bitwise_xor neg abs sign floor ceil round trunc reciprocal isnan isinf isfinite "
-    "logical_not bitwise_not square relu sqrt cast chain".split()
+    "logical_not bitwise_not square relu sqrt cast chain copysign signbit".split()
 )
 #: ops where numpy fixes the sign of a zero result
-_SIGNED_ZERO = frozenset("floordiv remainder neg abs floor ceil round trunc".split())
+_SIGNED_ZERO = frozenset("floordiv remainder neg abs floor ceil round trunc copysign".split())
 
 
 def _pairs(dt: str, binary: bool) -> list[np.ndarray]:
@@ -233,7 +242,7 @@ def test_every_op_follows_numpy_on_special_values(dt: str) -> None:
         instructions = []
         for op in ops:
             args = (0, 1) if is_binary else (0,)
-            out_dt = "bool" if op in ("eq ne lt le gt ge isnan isinf isfinite logical_not logical_and "
+            out_dt = "bool" if op in ("eq ne lt le gt ge isnan isinf isfinite signbit logical_not logical_and "
                                       "logical_or logical_xor").split() else dt  # fmt: skip
             instructions.append((op, out_dt, args))
         n = len(inputs)

@@ -140,7 +140,7 @@ def _fused_sources() -> dict[str, list[tuple[str, str]]]:
     from ember.lazy.program import FusedProgram
 
     bool_out = frozenset(
-        "eq ne lt le gt ge isnan isinf isfinite logical_not logical_and logical_or logical_xor".split()
+        "eq ne lt le gt ge isnan isinf isfinite signbit logical_not logical_and logical_or logical_xor".split()
     )
     out: dict[str, list[tuple[str, str]]] = {}
     for dt in _FUSED_DTYPES + _FUSED_MORE:

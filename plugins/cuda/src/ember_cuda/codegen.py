@@ -32,6 +32,7 @@ __all__ = [
     "KERNEL_NAME",
     "Layout",
     "FUSION_OPS",
+    "NOT_FUSED",
     "UNARY_OPS",
     "BINARY_OPS",
     "ctype",
@@ -48,19 +49,29 @@ KERNEL_NAME = "ember_fused"
 UNARY_OPS = frozenset(
     "neg abs sign exp log sqrt rsqrt sin cos tanh erf floor ceil round trunc reciprocal isnan isinf "
     "isfinite logical_not bitwise_not exp2 expm1 log2 log10 log1p tan asin acos atan sinh cosh asinh acosh "
-    "atanh square relu sigmoid gelu gelu_tanh silu softplus".split()
+    "atanh square relu sigmoid gelu gelu_tanh silu softplus signbit".split()
 )
 BINARY_OPS = frozenset(
     "add sub mul div floordiv remainder pow maximum minimum atan2 hypot logaddexp eq ne lt le gt ge "
-    "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor".split()
+    "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor copysign".split()
 )
 #: every op name the generator compiles (ember's elementwise ops, plus the program form's own)
 FUSION_OPS = UNARY_OPS | BINARY_OPS | {"cast", "where", "copy"}
+#: ember's elementwise ops left to their own kernels, and why
+NOT_FUSED = {
+    "bitwise_left_shift": "shifts by the width or more are undefined in C; the op's own kernel defines them",
+    "bitwise_right_shift": "shifts by the width or more are undefined in C; the op's own kernel defines them",
+    "nextafter": "computed on the bit patterns (kernels.exact_nextafter), subnormals included",
+    "clone": "an explicit copy: it stays one",
+    "real": "complex operands, which the lazy layer does not defer",
+    "imag": "complex operands, which the lazy layer does not defer",
+    "conj": "complex operands, which the lazy layer does not defer",
+}
 
 #: ops defined for floating-point operands only (core's dtype rules never send others)
 FLOAT_ONLY = frozenset(
     "exp log sqrt rsqrt sin cos tanh erf exp2 expm1 log2 log10 log1p tan asin acos atan sinh cosh asinh "
-    "acosh atanh reciprocal sigmoid gelu gelu_tanh silu softplus div atan2 hypot logaddexp".split()
+    "acosh atanh reciprocal sigmoid gelu gelu_tanh silu softplus div atan2 hypot logaddexp copysign signbit".split()
 )
 _BITWISE = frozenset("bitwise_and bitwise_or bitwise_xor bitwise_not".split())
 
@@ -315,6 +326,8 @@ def _unary(op: str, x: str, c: CType, helpers: dict[str, str]) -> str:
         return f"((bool){op}({x}))"
     if op == "logical_not":
         return f"(!{x})"
+    if op == "signbit":  # -0.0 and negative NaNs too
+        return f"((bool)signbit({x}))"
     if op == "bitwise_not":
         return f"(!{x})" if k == "b" else f"(({T})~{x})"
     if op == "relu":  # NaN stays NaN, as numpy's maximum(x, 0)
@@ -357,7 +370,7 @@ def _binary(op: str, a: str, b: str, c: CType, helpers: dict[str, str]) -> str:
         sym = ">" if op == "maximum" else "<"
         cond = f"({a} {sym} {b} || isnan({a}))" if f else f"({a} {sym} {b})"
         return f"({cond} ? {a} : {b})"
-    if op in ("atan2", "hypot"):
+    if op in ("atan2", "hypot", "copysign"):
         return f"{_math(op, c)}({a}, {b})"
     if op == "logaddexp":
         return f"{_helper('logaddexp_f', c, helpers)}({a}, {b})"
