@@ -4,13 +4,15 @@
 # no network, so ember is installed from source without dependencies; scikit-learn (for the
 # digits data) comes as carried wheels in .whl (see the device README).
 # Usage, from the repository root:  bash plugins/cuda/scripts/h200.sh
-#   STEPS="tests conformance train profile bench onnx" (default: tests conformance train bench), CONFORMANCE_S (default 420), SHARDS (default 6),
+#   STEPS="tests conformance train profile bench w6 onnx" (default: tests conformance train bench w6),
+#   CONFORMANCE_S (default 420, per fusion mode), SHARDS (default 6), FUSION_MODES (default "1 0": the
+#   conformance suite once with EMBER_FUSION=1, the lazy layer's fused kernels, and once eager),
 #   BENCH_WORKLOADS (default "W1 W2 W3 W4 W5 W6"), WARM=1 to keep CuPy's kernel cache between calls.
-# Writes to $OUT: summary.txt, env.txt, tests.log, conformance.log (every shard's), train.log,
-# profile.txt, bench.txt, bench.json, onnx.log.
+# Writes to $OUT: summary.txt, env.txt, tests.log, conformance.log (every shard of every fusion
+# mode), train.log, profile.txt, bench.txt, bench.json, w6.txt (W6 fused and unfused), onnx.log.
 set -u
 OUT=${OUT:-/tmp/ember-cuda-h200}
-STEPS=${STEPS:-tests conformance train bench}
+STEPS=${STEPS:-tests conformance train bench w6}
 CONFORMANCE_S=${CONFORMANCE_S:-420}
 PY=${PY:-python3}
 mkdir -p "$OUT"
@@ -42,19 +44,22 @@ for step in $STEPS; do
     timeout 300 $PY -m pytest plugins/cuda/tests -q -rs -p no:cacheprovider --tb=short >"$OUT/tests.log" 2>&1
     note "tests: exit $? after $((SECONDS - start)) s; $(tail -n 1 "$OUT/tests.log")" ;;
   conformance)
-    # SHARDS processes share the GPU and CuPy's kernel cache, each compiling its slice's kernels
+    # SHARDS processes share the GPU and CuPy's kernel cache, each compiling its slice's kernels;
+    # the whole suite runs once per fusion mode (EMBER_FUSION=1: elementwise regions fused)
     shards=${SHARDS:-6}
-    for ((i = 0; i < shards; i++)); do
-      timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device=cuda:0 -q -rs -p no:cacheprovider \
-        --tb=short --ember-shard="$i/$shards" >"$OUT/conformance-$i.log" 2>&1 &
+    for fusion in ${FUSION_MODES:-1 0}; do
+      for ((i = 0; i < shards; i++)); do
+        EMBER_FUSION=$fusion timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device=cuda:0 -q \
+          -rs -p no:cacheprovider --tb=short --ember-shard="$i/$shards" >"$OUT/conformance-$i.log" 2>&1 &
+      done
+      wait
+      for ((i = 0; i < shards; i++)); do
+        note "conformance EMBER_FUSION=$fusion shard $i/$shards: $(tail -n 1 "$OUT/conformance-$i.log")"
+        { echo "===== EMBER_FUSION=$fusion shard $i/$shards"; cat "$OUT/conformance-$i.log"; } >>"$OUT/conformance.log"
+        rm "$OUT/conformance-$i.log"  # the device tool brings back at most 8 files
+      done
     done
-    wait
-    for ((i = 0; i < shards; i++)); do
-      note "conformance shard $i/$shards: $(tail -n 1 "$OUT/conformance-$i.log")"
-      { echo "===== shard $i/$shards"; cat "$OUT/conformance-$i.log"; } >>"$OUT/conformance.log"
-      rm "$OUT/conformance-$i.log"  # the device tool brings back at most 8 files
-    done
-    note "conformance: all shards done after $((SECONDS - start)) s" ;;
+    note "conformance: all shards of EMBER_FUSION=${FUSION_MODES:-1 0} done after $((SECONDS - start)) s" ;;
   train)
     timeout 300 $PY -m ember.cli train digits --device cuda >"$OUT/train.log" 2>&1
     note "train digits --device cuda: exit $? after $((SECONDS - start)) s; $(grep -i accuracy "$OUT/train.log" | tail -n 1)" ;;
@@ -65,6 +70,14 @@ for step in $STEPS; do
     timeout 420 $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W3 W4 W5 W6} --device cuda:0 --peers torch,cupy \
       --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
     note "benchmarks: exit $? after $((SECONDS - start)) s" ;;
+  w6)
+    # the elementwise chain fused (one generated kernel, float4) and eager (one kernel per op)
+    for fusion in 1 0; do
+      { echo "===== W6 EMBER_FUSION=$fusion"
+        EMBER_FUSION=$fusion timeout 180 $PY -m benchmarks W6 --device cuda:0 --peers torch,cupy; } >>"$OUT/w6.txt" 2>&1
+      note "w6 EMBER_FUSION=$fusion: exit $?; $(grep 'ember cuda:0' "$OUT/w6.txt" | tail -n 1 | tr -s ' ')"
+    done
+    note "w6: done after $((SECONDS - start)) s" ;;
   onnx)
     # the official node tests, import/export round trips and LoRA on imported models, on cuda:0
     # (onnx and protobuf come as carried wheels; onnxruntime is on the machine)

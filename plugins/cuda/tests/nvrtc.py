@@ -22,14 +22,15 @@ def library() -> ctypes.CDLL | None:
     return None
 
 
-def compile_log(lib: ctypes.CDLL, source: str, arch: str = "sm_90") -> tuple[bool, str]:
-    """(compiled, NVRTC's log) for ``source``."""
+def compile_log(lib: ctypes.CDLL, source: str, arch: str = "sm_90", options: tuple[str, ...] = ()) -> tuple[bool, str]:
+    """(compiled, NVRTC's log) for ``source``, with ``options`` besides the architecture."""
     prog = ctypes.c_void_p()
     rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kernel.cu", 0, None, None)
     if rc:
         return False, f"nvrtcCreateProgram failed ({rc})"
-    opts = (ctypes.c_char_p * 1)(f"--gpu-architecture={arch}".encode())
-    rc = lib.nvrtcCompileProgram(prog, 1, opts)
+    flags = [f"--gpu-architecture={arch}", *options]
+    opts = (ctypes.c_char_p * len(flags))(*(f.encode() for f in flags))
+    rc = lib.nvrtcCompileProgram(prog, len(flags), opts)
     size = ctypes.c_size_t()
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
     log = ctypes.create_string_buffer(size.value)

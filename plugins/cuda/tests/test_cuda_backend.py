@@ -45,7 +45,7 @@ def test_matmul_is_strict_float32_by_default(dev: em.Device) -> None:
 
 def test_memory_stats_count_live_tensors(dev: em.Device) -> None:
     before = dev.memory_stats()["in_use_bytes"]
-    x = em.zeros((1024, 1024), device=dev)  # 4 MiB
+    x = em.zeros((1024, 1024), device=dev).realize()  # 4 MiB (realize: a lazy zeros holds no memory)
     during = dev.memory_stats()["in_use_bytes"]
     assert during - before >= 4 * 2**20
     del x
@@ -58,7 +58,7 @@ def test_memory_stats_count_live_tensors(dev: em.Device) -> None:
 def test_out_of_memory_says_how_much_and_what_to_try(dev: em.Device) -> None:
     total = dev.memory_stats()["extra"]["driver_total_bytes"]
     with pytest.raises(MemoryError, match=r"out of memory allocating .*reserved.*Try a smaller batch") as info:
-        em.zeros((total // 2,), dtype="float32", device=dev)  # twice the GPU's memory
+        em.zeros((total // 2,), dtype="float32", device=dev).realize()  # twice the GPU's memory
     assert isinstance(info.value, EmberError)
 
 
@@ -116,7 +116,7 @@ def test_fused_activation_kernels_run(dev: em.Device, monkeypatch: pytest.Monkey
     want = np.array([0.5 * v * (1 + erf(v / np.sqrt(2))) for v in x.astype(np.float32).astype(np.float64)])
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     assert calls == []  # the fallback never ran for float32
-    em.tensor(x, dtype="float16", device=dev).gelu()
+    em.tensor(x, dtype="float16", device=dev).gelu().realize()  # (a lazy op runs when realized)
     assert len(calls) == 1  # 16-bit floats take the shared path
     backend._kernels = None
     invalidate("cuda", "gelu")

@@ -123,3 +123,91 @@ def test_every_kernel_compiles_under_nvrtc() -> None:
         name: log for name, src in _every_kernel_source() if not (done := compile_log(lib, src))[0] for log in [done[1]]
     }
     assert not failed, failed
+
+
+#: the dtype classes fused kernels are compiled for in the NVRTC test
+_FUSED_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "bool")
+#: the other integer types, compiled in the contiguous layout only (their C types differ, not their code)
+_FUSED_MORE = ("int8", "int16", "uint16", "uint32", "uint64")
+
+
+def _fused_sources() -> dict[str, list[tuple[str, str]]]:
+    """Per dtype, (name, CUDA source) of a generated kernel for every op that applies to it, in
+    contiguous, broadcast, strided, scalar-operand and (float32) float4 layouts, and every cast."""
+    from ember_cuda import codegen
+    from ember_cuda.codegen import Layout
+
+    from ember.lazy.program import FusedProgram
+
+    bool_out = frozenset(
+        "eq ne lt le gt ge isnan isinf isfinite signbit logical_not logical_and logical_or logical_xor".split()
+    )
+    out: dict[str, list[tuple[str, str]]] = {}
+    for dt in _FUSED_DTYPES + _FUSED_MORE:
+        kernels = out.setdefault(dt, [])
+        more = dt in _FUSED_MORE
+
+        def add(
+            name: str, prog: FusedProgram, layouts: list[Layout], kernels: list = kernels, n: int = 1 + 9 * (not more)
+        ) -> None:
+            for k, layout in enumerate(layouts[:n]):
+                try:
+                    text = codegen.source(prog, layout, name=f"{name}_{k}")
+                except ValueError:  # the op does not apply to this dtype (core's dtype rules never ask)
+                    return
+                kernels.append((f"{name}_{k}", text))
+
+        for op in sorted(codegen.UNARY_OPS):
+            rdt = "bool" if op in bool_out else dt
+            prog = FusedProgram(((dt, "tensor"),), ((op, rdt, (0,)),), (1,))
+            layouts = [Layout(("c",)), Layout(("s",), 2, "long long")]
+            if dt == "float32" and rdt == "float32":
+                layouts.append(Layout(("c",), 0, "long long", True))
+            add(f"{op}_{dt}", prog, layouts)
+        for op in sorted(codegen.BINARY_OPS):
+            rdt = "bool" if op in bool_out else dt
+            prog = FusedProgram(((dt, "tensor"), (dt, "tensor")), ((op, rdt, (0, 1)),), (2,))
+            layouts = [Layout(("c", "z")), Layout(("c", "s"), 3, "int")]
+            if dt == "float32" and rdt == "float32":
+                layouts.append(Layout(("c", "z"), 0, "long long", True))
+            add(f"{op}_{dt}", prog, layouts)
+            scalar = FusedProgram(((dt, "tensor"), (dt, "scalar")), ((op, rdt, (0, 1)),), (2,))
+            add(f"{op}_{dt}_scalar", scalar, [Layout(("c",), 0, "long long")])
+        where = FusedProgram((("bool", "tensor"), (dt, "tensor"), (dt, "scalar")), (("where", dt, (0, 1, 2)),), (3,))
+        add(f"where_{dt}", where, [Layout(("s", "c"), 2), Layout(("c", "z"))])
+        for to in _FUSED_DTYPES + _FUSED_MORE:
+            add(f"cast_{dt}_{to}", FusedProgram(((dt, "tensor"),), (("cast", to, (0,)),), (1,)), [Layout(("c",))])
+    return out
+
+
+def test_every_fused_kernel_compiles_under_nvrtc() -> None:
+    """Every op x dtype the fusion generator takes, in each layout class, compiles with NVRTC (and
+    ptxas: sm_90 is a real architecture). One NVRTC run per dtype, each kernel in a namespace of its own."""
+    from ember_cuda import codegen
+    from ember_cuda.fusion import COMPILE_OPTIONS
+    from nvrtc import compile_log, library
+
+    lib = library()
+    if lib is None:
+        pytest.skip("the nvidia-cuda-nvrtc wheel is not installed (pip install 'nvidia-cuda-nvrtc==13.*')")
+    sources = _fused_sources()
+    float_ops = (codegen.UNARY_OPS | codegen.BINARY_OPS) - {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
+    for dt in ("float32", "float16", "bfloat16", "float64"):
+        names = {name for name, _ in sources[dt]}
+        assert all(f"{op}_{dt}_0" in names for op in float_ops), dt  # every float op is generated
+    assert sum(len(v) for v in sources.values()) > 900
+    failed = {}
+    for dt, kernels in sources.items():
+        batch = "\n".join(f"namespace {name} {{\n{text}\n}}" for name, text in kernels)
+        ok, log = compile_log(lib, batch, options=COMPILE_OPTIONS)  # as CuPy is asked to compile them
+        if not ok:  # name the kernels that fail
+            failed.update(
+                {
+                    name: log
+                    for name, text in kernels
+                    if not (done := compile_log(lib, text, options=COMPILE_OPTIONS))[0]
+                    for log in [done[1]]
+                }
+            )
+            failed.setdefault(dt, log)
+    assert not failed, failed

@@ -5,7 +5,8 @@ same code the CPU backend runs over numpy) over CuPy: its ufuncs, reductions and
 matmul. This module adds what is specific to CUDA: creation and host transfer, Philox words
 on the GPU, memory through ``ember.memory`` (``memory.py``), one stream per device
 (``streams.py``), CUDA graph capture (``graphs.py``), direct kernels for the binary ops and
-fused activations (``kernels.py``), DLPack without copies, and errors that name the op.
+fused activations (``kernels.py``), elementwise regions of the lazy layer as one generated
+kernel (``codegen.py``, ``fusion.py``), DLPack without copies, and errors that name the op.
 
 float32 matmul is strict IEEE by default (no TF32), so results match the conformance
 tolerances; ``EMBER_CUDA_TF32=1`` or ``backend.set_tf32(True)`` trades precision for speed.
@@ -22,12 +23,16 @@ import numpy as np
 from ember.array_module import ArrayModule, kernels
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType
+from ember.dtypes import as_dtype as _as_dtype
 from ember.errors import EmberError
+from ember.lazy.program import Const, FusedProgram
 from ember.memory import MemoryStats, measured_stats
 
 from . import graphs, philox, runtime
 from .attention import flash_attention
+from .codegen import FUSION_OPS
 from .errors import CudaError, KernelLaunchError, describe_args
+from .fusion import FusedKernels
 from .kernels import exact_nextafter, exact_remainder, fast_kernels
 from .memory import DevicePools
 from .quant import quant_kernels
@@ -64,6 +69,7 @@ class CudaBackend(Backend):
         for name in ("complex64", "complex128")
     }
     graph_replay = True
+    fusion = True
 
     @classmethod
     def device_count(cls) -> int:
@@ -96,6 +102,8 @@ class CudaBackend(Backend):
         )
         self.tf32 = False
         self.set_tf32(os.environ.get("EMBER_CUDA_TF32", "") == "1")
+        self._fused: FusedKernels | None = None
+        self._multi = self.device_count() > 1
 
     # -- settings ------------------------------------------------------------------------------
     def set_tf32(self, enabled: bool) -> None:
@@ -123,6 +131,8 @@ class CudaBackend(Backend):
             "through CuPy",
             "dequant_matmul": "NF4 decoded by a kernel of its own, then cuBLAS; int8 scales the product",
             "memory": "every CuPy allocation goes through ember.memory.BufferPool (CuPy's own pool is not used)",
+            "fusion": "elementwise regions run as one generated CUDA kernel (ember.lazy; EMBER_FUSION=0 turns it "
+            "off); a region of one op runs that op's own kernel",
         }
 
     # -- the native table ------------------------------------------------------------------------
@@ -162,6 +172,63 @@ class CudaBackend(Backend):
                 return run(*args, **params)
 
         return on_device
+
+    # -- fusion: the lazy layer's regions ------------------------------------------------------
+    def fusion_ops(self) -> frozenset[str]:
+        return FUSION_OPS
+
+    def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[Any]:
+        """Run a fused program over ``shape``: one op by its own kernel (the exact eager path),
+        more through a generated kernel cached per (program, layout)."""
+        shape = tuple(shape)
+        if self._multi:
+            with self._device, self.stream:
+                return self._run_fused(program, operands, shape)
+        return self._run_fused(program, operands, shape)
+
+    def _run_fused(self, program: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
+        single = self._single_op(program, operands, shape)
+        if single is not None:
+            return [single]
+        try:
+            if self._fused is None:
+                self._fused = FusedKernels(self.cp)
+            return self._fused.run(program, operands, shape)
+        except ValueError as exc:
+            raise KernelLaunchError(
+                f"{self.device}: the fused program cannot be written as CUDA C ({exc}):\n{program.describe()}"
+            ) from exc
+        except self._errors as exc:
+            raise KernelLaunchError(
+                f"{self.device}: the fused program failed to compile or run in CUDA over shape {list(shape)} "
+                f"({type(exc).__name__}: {exc}):\n{program.describe()}"
+            ) from exc
+
+    def _single_op(self, program: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> Any:
+        """A one-instruction program through the op's own kernel, or None to generate one."""
+        n = len(program.inputs)
+        if len(program.instructions) != 1 or program.outputs != (n,):
+            return None
+        op, dt, args = program.instructions[0]
+        impl = self.implementation(op)
+        if impl is None or any(isinstance(a, Const) for a in args):
+            return None
+        values = []
+        for k, j in enumerate(args):
+            value = operands[j]
+            # eager passes a binary op's right scalar as the number itself, other scalars as 0-d arrays
+            if program.inputs[j][1] == "scalar" and not (k == 1 and len(args) == 2):
+                value = self.full(shape=(), value=value, dtype=_as_dtype(program.inputs[j][0]))
+            values.append(value)
+        out = impl(*values, dtype=_as_dtype(dt)) if op == "cast" else impl(*values)
+        cp = self.cp
+        if tuple(out.shape) != shape:
+            out = cp.broadcast_to(out, shape)
+        if not out.flags.c_contiguous or any(out is v for v in values):
+            out = cp.array(out, order="C", copy=True)
+        if self.handle_meta(out)[1] != dt:
+            out = out.astype(_as_dtype(dt).numpy)
+        return out
 
     # -- housekeeping ------------------------------------------------------------------------------
     def synchronize(self) -> None:
