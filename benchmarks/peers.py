@@ -13,7 +13,7 @@ from typing import Any
 
 from .harness import Case, Unavailable, no_sync
 
-__all__ = ["PEERS", "Impl", "ember_impl", "peer_impl", "torch_sync", "cupy_sync", "import_peer"]
+__all__ = ["PEERS", "Impl", "ember_impl", "ember_jit_impl", "peer_impl", "torch_sync", "cupy_sync", "import_peer"]
 
 #: the peers in table order; numpy runs on the host, cupy on the GPU, torch on either
 PEERS = ("numpy", "torch", "cupy")
@@ -50,6 +50,12 @@ def _builder(module: ModuleType, name: str) -> Callable[..., Case]:
 def ember_impl(device: Any) -> Impl:
     """Ember on ``device``; training workloads get its autodiff variant."""
     return Impl("ember", f"ember {device}", lambda m, size: _builder(m, "ember")(device, size))
+
+
+def ember_jit_impl(device: Any) -> Impl:
+    """Ember on ``device`` with the step under ``em.jit`` (captured once, then replayed); only
+    workloads with an ``ember_jit`` builder have this row."""
+    return Impl("ember_jit", f"ember {device} em.jit", lambda m, size: _builder(m, "ember_jit")(device, size))
 
 
 def peer_impl(name: str, torch_device: str) -> Impl:

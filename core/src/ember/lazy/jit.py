@@ -185,7 +185,7 @@ class Recorder:
             template[i] = None
         kw = dict(params)
         for k, v in params.items():
-            if type(v) not in _CONSTS and not (type(v) is tuple and all(type(x) in _CONSTS for x in v)):
+            if not _constant(v):
                 raise InvalidArgumentError(
                     f"em.jit: {name}'s keyword {k!r} is a {type(v).__name__}; a captured kernel takes handles "
                     f"only as positional arguments"
@@ -220,6 +220,13 @@ class Recorder:
     def slot_of(self, handle: Any) -> int:
         """The slot a handle (a tensor's, after the run) has: made here, or read."""
         return self.input(materialize(handle))
+
+
+def _constant(v: Any) -> bool:
+    """Whether a keyword parameter holds no handle (numbers, names, dtypes, nested tuples)."""
+    if type(v) in _CONSTS:
+        return True
+    return (type(v) is tuple or type(v) is list) and all(_constant(x) for x in v)
 
 
 def _handle_of(t: Any, attr: str) -> Any:
