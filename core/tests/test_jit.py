@@ -206,3 +206,24 @@ def test_warmup_runs_eagerly_before_capturing() -> None:
     for _ in range(5):
         np.testing.assert_allclose(f(em.tensor([1.5])).numpy(), [3.0])
     assert len(seen) == 3 and f.captures[0].replays == 2
+
+
+def test_a_backend_native_replay_runs_instead_of_the_step_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.lazy.jit import run_steps
+
+    backend = em.Device.cpu().backend
+    launches = []
+
+    def compile_replay(program):
+        def replay(vals):
+            launches.append(len(program.steps))
+            run_steps(program.steps, vals)
+
+        return replay
+
+    monkeypatch.setattr(backend, "compile_replay", compile_replay)
+    f = em.jit(lambda x: x * 2.0 + 1.0)
+    for v in (1.0, 2.0, 3.0):
+        np.testing.assert_allclose(f(em.tensor([v])).numpy(), [2.0 * v + 1.0])
+    assert launches == [2, 2]
+    assert "native (cpu)" in f.describe()

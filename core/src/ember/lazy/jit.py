@@ -279,24 +279,35 @@ class Program:
         self.args = args
         self.readbacks = list(rec.readbacks)
         self.reads = [(slot, t, attr) for slot, (t, attr) in reads.items()]
+        self.sample = dict(rec.external)  # slot -> the handle an input had at capture (shapes for a native replay)
         self.consts = [(slot, h) for slot, h in rec.external.items() if slot not in arg_slots and slot not in reads]
         self.writes = writes
         self.keep = keep
-        self._plan_drops([*keep, *(w[2] for w in writes if w[2] is not None)])
+        self._plan_drops(self.needed())
         self.native: Callable[[list[Any]], None] | None = None
         self.native_backend = ""
+        self.native_note = ""  # why a backend's native replay was not used, if it said
+        self._plan = plan(self.steps)
+
+    def dynamic(self) -> list[int]:
+        """The input slots a replay fills anew each time (arguments and state reads)."""
+        return [*dict.fromkeys(self.args), *(s for s, _, _ in self.reads)]
+
+    def needed(self) -> list[int]:
+        """The slots a replay's caller reads after the steps (results and written state)."""
+        return list(dict.fromkeys([*self.keep, *(w[2] for w in self.writes if w[2] is not None)]))
 
     def compile(self) -> None:
         """Ask the backend for a native replay (``Backend.compile_replay``) when one device ran
         every step; without one (None) the step list is replayed in Python."""
+        self._plan = plan(self.steps)
         devices = {s.device for s in self.steps}
         if len(devices) != 1:
             return
         backend = next(iter(devices)).backend
-        compile_replay = getattr(backend, "compile_replay", None)
-        if compile_replay is not None:
-            self.native = compile_replay(self)
-            self.native_backend = backend.name if self.native is not None else ""
+        compile_replay = getattr(backend, "compile_replay", None)  # Backend's default: None
+        self.native = compile_replay(self) if compile_replay is not None else None
+        self.native_backend = backend.name if self.native is not None else ""
 
     def _plan_drops(self, needed: list[int]) -> None:
         """After each step, the slots no later step (nor the caller) reads: freed early."""
@@ -342,7 +353,7 @@ class Program:
         if self.native is not None:
             self.native(vals)
             return
-        run_steps(self.steps, vals)
+        run_plan(self._plan, vals)
 
     def store(self, vals: list[Any], args: list[Any], make: Callable[[Any, Any], Any]) -> None:
         """Give the updated tensors the handles this replay produced."""
@@ -363,6 +374,8 @@ class Program:
         fused = counts.get(RUN_FUSED, 0)
         ops = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         mode = f"native ({self.native_backend})" if self.native is not None else "step list"
+        if self.native_note:
+            mode += f" ({self.native_note})"
         lines = [
             f"{len(self.steps)} kernels ({fused} fused programs), replay: {mode}",
             f"inputs: {len(self.args)} arguments, {len(self.reads)} state reads, {len(self.consts)} constants; "
@@ -377,20 +390,55 @@ class Program:
 def run_steps(steps: list[Step], vals: list[Any]) -> None:
     """The generic replay: each step's kernel with its slots filled from ``vals``."""
     for step in steps:
-        args = step.args
-        if step.holes or step.nested:
-            args = list(args)
-            for i, s in step.holes:
-                args[i] = vals[s]
-            for i, kind, inner in step.nested:
-                filled = [vals[x.n] if type(x) is _Slot else x for x in inner]
-                args[i] = filled if kind is list else tuple(filled)
-        out = step.kernel(*args, **step.params)
-        outs = step.outs
-        if type(outs) is int:
-            vals[outs] = out
+        _run_one(step, vals)
+
+
+def _run_one(step: Step, vals: list[Any]) -> None:
+    args = step.args
+    if step.holes or step.nested:
+        args = list(args)
+        for i, s in step.holes:
+            args[i] = vals[s]
+        for i, kind, inner in step.nested:
+            filled = [vals[x.n] if type(x) is _Slot else x for x in inner]
+            args[i] = filled if kind is list else tuple(filled)
+    out = step.kernel(*args, **step.params)
+    outs = step.outs
+    if type(outs) is int:
+        vals[outs] = out
+    else:
+        for s, h in zip(outs, out):
+            vals[s] = h
+    for s in step.drops:
+        vals[s] = None
+
+
+def plan(steps: list[Step]) -> list[tuple[Any, ...]]:
+    """The steps as tuples the replay loop unpacks: kind 1 and 2 are kernels of one or two
+    slot arguments and no params (most elementwise ops), kind 0 anything else."""
+    out: list[tuple[Any, ...]] = []
+    for step in steps:
+        simple = not step.params and not step.nested and type(step.outs) is int
+        if simple and len(step.holes) == len(step.args) and len(step.args) in (1, 2):
+            slots = [s for _, s in sorted(step.holes)]
+            if len(slots) == 1:
+                out.append((1, step.kernel, slots[0], 0, step.outs, step.drops))
+            else:
+                out.append((2, step.kernel, slots[0], slots[1], step.outs, step.drops))
         else:
-            for s, h in zip(outs, out):
-                vals[s] = h
-        for s in step.drops:
+            out.append((0, step, 0, 0, 0, ()))
+    return out
+
+
+def run_plan(steps: list[tuple[Any, ...]], vals: list[Any]) -> None:
+    """:func:`run_steps` over :func:`plan`'s tuples: the loop a cpu replay spends its time in."""
+    for kind, kernel, a, b, o, drops in steps:
+        if kind == 2:
+            vals[o] = kernel(vals[a], vals[b])
+        elif kind == 1:
+            vals[o] = kernel(vals[a])
+        else:
+            _run_one(kernel, vals)
+            continue
+        for s in drops:
             vals[s] = None
