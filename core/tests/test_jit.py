@@ -237,3 +237,17 @@ def test_random_draws_are_the_captures_on_every_replay() -> None:
     assert not np.array_equal(first, eager)
     for _ in range(3):
         np.testing.assert_array_equal(f(x).numpy(), first)  # documented: replays reuse the capture's key
+
+
+def test_an_error_inside_the_capture_restores_eager_dispatch() -> None:
+    def bad(x):
+        y = x * 2.0
+        raise ValueError(f"user error after {y.shape}")
+
+    f = em.jit(bad)
+    with pytest.raises(ValueError, match="user error"):
+        f(em.ones((2,)))
+    assert f.captures == []
+    g = em.jit(lambda x: x + 1.0)  # a new capture starts: the tables were given back
+    np.testing.assert_allclose(g(em.ones((2,))).numpy(), [2.0, 2.0])
+    assert g.captures[0].counts() == {"add": 1}

@@ -159,8 +159,8 @@ class Jitted:
         return _rebuild(capture.result, vals, tensors)
 
 
-def _like(handle: Any, like: Any) -> Any:
-    return make_tensor(handle, like._shape, like._dtype, like._device)
+def _like(handle: Any, like: tuple[Any, Any, Any]) -> Any:
+    return make_tensor(handle, *like)
 
 
 def _signature(obj: Any, tensors: list[Any]) -> list[Any]:

@@ -267,11 +267,13 @@ class Program:
                 slot = rec.external_ids.get(id(before))
                 if slot is not None and slot not in arg_slots and slot not in reads:
                     reads[slot] = (t, attr)
-            like = t._grad if attr == "_grad" else None
+            like = None  # a gradient's (shape, dtype, device): what a replay's new grad tensor has
             if attr == "_data":
                 value = rec.slot_of(t._data)
             else:
-                value = None if like is None else rec.slot_of(like._data)
+                g = t._grad
+                value = None if g is None else rec.slot_of(g._data)
+                like = None if g is None else (g._shape, g._dtype, g._device)
             target = ("arg", by_id[id(t)]) if id(t) in by_id else t
             writes.append((target, attr, value, like))
         self.steps = rec.steps
@@ -303,11 +305,13 @@ class Program:
         self._plan = plan(self.steps)
         devices = {s.device for s in self.steps}
         if len(devices) != 1:
+            self.sample = {}
             return
         backend = next(iter(devices)).backend
         compile_replay = getattr(backend, "compile_replay", None)  # Backend's default: None
         self.native = compile_replay(self) if compile_replay is not None else None
         self.native_backend = backend.name if self.native is not None else ""
+        self.sample = {}  # capture-time buffers of arguments and state: not kept past compiling
 
     def _plan_drops(self, needed: list[int]) -> None:
         """After each step, the slots no later step (nor the caller) reads: freed early."""
@@ -336,15 +340,17 @@ class Program:
         for s, h in self.consts:
             vals[s] = h
         for s, t, attr in self.reads:
-            h = _handle_of(t, attr) if attr == "_grad" else materialize(t._data)
+            if attr == "_data":
+                h = materialize(t._data)
+            else:
+                g = t._grad
+                h = None if g is None else materialize(g._data)
             if h is None:
                 raise InvalidArgumentError(
                     f"em.jit replay: a tensor's {attr[1:]} was set at capture and is None now (was "
                     f"zero_grad() called outside the jitted function?); clear it inside the function, "
                     f"or call the function's .reset() to capture again"
                 )
-            if type(h) is LazyBuffer:
-                h = materialize(h)
             vals[s] = h
         return vals
 
