@@ -45,6 +45,8 @@ OPTIMIZERS = {
     "sgd": lambda ps: optim.SGD(ps, lr=0.05),
     "sgd-momentum": lambda ps: optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True),
     "adamw": lambda ps: optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+    "rmsprop-centered-momentum": lambda ps: optim.RMSprop(ps, lr=1e-3, momentum=0.5, centered=True),
+    "adagrad": lambda ps: optim.Adagrad(ps, lr=0.05),
 }
 
 
@@ -71,6 +73,14 @@ def test_training_step_replays_match_eager_step_by_step(name: str) -> None:
     assert capture.counts()["matmul"] >= 2
     # training moved the weights: the replays did update them (not a frozen copy)
     assert float(np.abs(model[0].weight.numpy() - _mlp(0)[0].weight.numpy()).max()) > 1e-3
+
+
+def test_adagrad_lr_decay_is_refused_inside_a_capture() -> None:
+    model = _mlp(0)
+    step = em.jit(_step_fn(model, optim.Adagrad(model.parameters(), lr=0.1, lr_decay=0.01)))
+    x, y = em.ones((4, 5), device=AD), em.zeros((4, 3), device=AD)
+    with pytest.raises(InvalidArgumentError, match="lr_decay"):
+        step(x, y)
 
 
 def test_adam_state_dict_counts_replayed_steps() -> None:
