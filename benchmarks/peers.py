@@ -17,6 +17,7 @@ __all__ = [
     "PEERS",
     "Impl",
     "ember_impl",
+    "ember_jit_impl",
     "ember_unfused_impl",
     "peer_impl",
     "torch_sync",
@@ -84,6 +85,12 @@ def ember_unfused_impl(device: Any) -> Impl:
         return Case(step, case.sync, case.result)
 
     return Impl("ember-unfused", f"ember {device} (EMBER_FUSION=0)", build, builder="ember")
+
+
+def ember_jit_impl(device: Any) -> Impl:
+    """Ember on ``device`` with the step under ``em.jit`` (captured once, then replayed); only
+    workloads with an ``ember_jit`` builder have this row."""
+    return Impl("ember_jit", f"ember {device} em.jit", lambda m, size: _builder(m, "ember_jit")(device, size))
 
 
 def peer_impl(name: str, torch_device: str) -> Impl:

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import w1_dispatch, w2_mlp, w3_cnn, w4_transformer, w5_gemm, w6_elementwise
 from .harness import Case, Unavailable, compare, time_case
-from .peers import PEERS, Impl, ember_impl, ember_unfused_impl, import_peer, peer_impl
+from .peers import PEERS, Impl, ember_impl, ember_jit_impl, ember_unfused_impl, import_peer, peer_impl
 
 __all__ = ["WORKLOADS", "Settings", "run", "exit_status"]
 
@@ -125,7 +125,7 @@ def _peer_gate(name: str, settings: Settings, gpu_run: bool) -> dict[str, Any] |
 def run(settings: Settings, device: Any, log: Callable[[str], None] = _log) -> list[dict[str, Any]]:
     """Every chosen workload for ember on ``device`` and each peer: one entry per workload."""
     gpu_run = device.kind != "cpu"
-    impls = [ember_impl(device)]
+    impls = [ember_impl(device), ember_jit_impl(device)]
     if device.capabilities.fusion:  # fused and unfused side by side
         impls.append(ember_unfused_impl(device))
     impls += [peer_impl(p, settings.torch_device) for p in settings.peers]
@@ -146,6 +146,8 @@ def run(settings: Settings, device: Any, log: Callable[[str], None] = _log) -> l
         }
         ember_check = _check_result(impls[0], module) if settings.check else None
         for impl in impls:
+            if impl.name == "ember_jit" and not hasattr(module, "ember_jit"):
+                continue  # the em.jit row only where the workload has a jitted step
             row: dict[str, Any] = {"impl": impl.name, "label": impl.label}
             gate = gates.get(impl.name)
             if gate is None and not hasattr(module, impl.builds):
@@ -172,7 +174,7 @@ def _add_ratios(entry: dict[str, Any]) -> None:
     ember = rows[0]
     for row in rows[1:]:
         if ember["status"] == "ok" and row["status"] == "ok":
-            row["ember_ratio"] = ember["median_ms"] / row["median_ms"]
+            row["ember_ratio"] = ember["median_ms"] / row["median_ms"]  # on the em.jit row: eager / jit
 
 
 def exit_status(entries: list[dict[str, Any]]) -> int:

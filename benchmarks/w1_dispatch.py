@@ -1,6 +1,7 @@
 """W1 eager dispatch overhead: y = x; 1000 times y = y + x; then materialize y on the host.
 
-Reported per op (µs/op): the time of one iteration divided by the 1000 dependent adds.
+Reported per op (µs/op): the time of one iteration divided by the 1000 dependent adds. The
+``ember_jit`` row runs the same chain captured by ``em.jit`` and replayed.
 """
 
 from __future__ import annotations
@@ -53,6 +54,29 @@ def ember(device: Any, size: dict[str, int]) -> Case:
 
     x = em.tensor(inputs(size), device=device)
     return _case(x, size["ops"], lambda y: y.numpy(), device.synchronize)
+
+
+def ember_jit(device: Any, size: dict[str, int]) -> Case:
+    """The 1000 adds captured once by ``em.jit`` and replayed: kernel calls without dispatch."""
+    import ember as em
+
+    x = em.tensor(inputs(size), device=device)
+    ops = size["ops"]
+
+    @em.jit
+    def chain(x: Any) -> Any:
+        y = x
+        for _ in range(ops):
+            y = y + x
+        return y
+
+    last: dict[str, np.ndarray] = {}
+
+    def step() -> np.ndarray:
+        last["y"] = out = chain(x).numpy()
+        return out
+
+    return Case(step, device.synchronize, lambda: dict(last))
 
 
 def numpy(size: dict[str, int]) -> Case:

@@ -54,6 +54,15 @@ def inputs(size: dict[str, int]) -> tuple[np.ndarray, np.ndarray, dict[str, np.n
 
 
 def ember(device: Any, size: dict[str, int]) -> Case:
+    return _ember(device, size, jit=False)
+
+
+def ember_jit(device: Any, size: dict[str, int]) -> Case:
+    """The same step (forward, backward, SGD update) captured by ``em.jit`` and replayed."""
+    return _ember(device, size, jit=True)
+
+
+def _ember(device: Any, size: dict[str, int], jit: bool) -> Case:
     import ember as em
 
     missing = [name for name in ("conv", "max_pool") if not hasattr(em, name)]
@@ -67,7 +76,7 @@ def ember(device: Any, size: dict[str, int]) -> Case:
     params = {k: em.tensor(v, device=dev).requires_grad_() for k, v in p_np.items()}
     last: dict[str, Any] = {}
 
-    def step() -> Any:
+    def train(x: Any, y: Any) -> Any:
         p = params
         for t in p.values():
             t.grad = None
@@ -79,7 +88,12 @@ def ember(device: Any, size: dict[str, int]) -> Case:
         with em.no_grad():
             for t in p.values():
                 t.copy_(t - LR * t.grad)
-        last["loss"] = loss
+        return loss
+
+    run = em.jit(train) if jit else train
+
+    def step() -> Any:
+        last["loss"] = loss = run(x, y)
         return loss
 
     def result() -> dict[str, np.ndarray]:

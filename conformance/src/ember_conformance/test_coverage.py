@@ -62,6 +62,7 @@ HAND_TESTED = {
     "finfo": "test_creation::test_roundtrip_extremes",
     "iinfo": "test_creation::test_roundtrip_extremes",
     "backend_extension": "test_extensions",
+    "jit": "test_jit",
     "concatenate": "alias of concat",
     "cumsum": "alias of cumulative_sum",
     "permute": "alias of permute_dims",

@@ -76,6 +76,7 @@ from .errors import (
     ShapeError,
 )
 from .extension import backend_extension
+from .jit import jit
 from .ops.conv import conv, conv_transpose, fold, unfold
 from .ops.einsum import einsum
 from .ops.elementwise import (

@@ -34,6 +34,7 @@ from .autodiff.mode import no_grad
 from .device import device_arg
 from .dtypes import DType, as_dtype, bfloat16, float16, float32, float64
 from .errors import ArgumentTypeError, DTypeError, EmberError, InvalidArgumentError
+from .lazy.jit import set_grad
 
 if TYPE_CHECKING:
     from .device import Device
@@ -281,7 +282,7 @@ class GradScaler:
                     key = g._device._state
                     prev = flags.get(key)
                     flags[key] = flag if prev is None else prev + flag
-                    p._grad = g * inv
+                    set_grad(p, g * inv)
         st["found_inf"] = flags
         st["stage"] = _UNSCALED
 

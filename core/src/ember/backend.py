@@ -258,6 +258,13 @@ class Backend:
         scalar inputs, in input order; returns one new contiguous handle per output."""
         raise NotImplementedOpError(f"{self.name} backend sets fusion but does not implement run_fused")
 
+    def compile_replay(self, program: Any) -> Callable[[list[Any]], None] | None:
+        """A native replay of an ``em.jit`` capture (:class:`ember.lazy.jit.Program`, every step
+        on this device): ``replay(vals)`` runs the steps, filling ``vals`` as
+        :func:`ember.lazy.jit.run_steps` does (the slots in ``program.keep`` and the writes at
+        least). None (the default): ember replays the step list in Python."""
+        return None
+
     def handle_meta(self, a: Any) -> tuple[tuple[int, ...], str]:
         """(shape, dtype name) of a handle; needed by extension kernels' results and by fusion."""
         raise NotImplementedOpError(f"{self.name} backend does not implement handle_meta")

@@ -28,6 +28,7 @@ __all__ = [
     "on_backend_load",
     "RUN_FUSED",
     "set_defer",
+    "set_recorder",
     "set_tracer",
 ]
 
@@ -406,6 +407,48 @@ def set_tracer(device: Device, hook: Any) -> Any:
     _set_impls(state, _TracingTable(current, state.defer))
     set_defer(device, hook)
     return current.__getitem__
+
+
+class _RecordingTable(dict):
+    """A device's implementation table while ``em.jit`` captures: each entry is the real one
+    wrapped by the recorder's ``wrap(name, impl)`` (None, a composite, stays None)."""
+
+    __slots__ = ("real", "wrap")
+
+    def __init__(self, real: Any, wrap: Any) -> None:
+        super().__init__()
+        self.real = real
+        self.wrap = wrap
+
+    def __missing__(self, name: str) -> Any:
+        impl = self.real[name]
+        wrapped = None if impl is None else self.wrap(name, impl)
+        self[name] = wrapped
+        return wrapped
+
+
+def set_recorder(wrap: Any) -> list[Any]:
+    """Wrap the implementation table of every loaded device with ``wrap(device, name, impl) ->
+    callable`` (``em.jit`` records each backend call this way); ``wrap=None`` restores the
+    real tables. Returns the devices wrapped (plain variants)."""
+    wrapped = []
+    for (kind, index), state in list(_STATES.items()):
+        current = state.impls
+        if wrap is None:
+            if isinstance(current, _RecordingTable):
+                _set_impls(state, current.real)
+            continue
+        if state._backend is None:
+            continue
+        if isinstance(current, (_RecordingTable, _TracingTable)):
+            what = "captured by em.jit" if isinstance(current, _RecordingTable) else "traced for export"
+            raise InvalidArgumentError(
+                f"{kind}:{index} is already being {what}; em.jit captures do not nest and cannot run inside a trace"
+            )
+        device = Device(kind, index)
+        _set_impls(state, _RecordingTable(current, functools.partial(wrap, device)))
+        wrapped.append(device)
+    return wrapped
 
 
 def common_device(op: str, devices: list[Device]) -> Device:

@@ -19,6 +19,7 @@ from .device import Device
 from .dispatch import make_tensor, set_tensor_class
 from .dtypes import DType
 from .errors import ArgumentTypeError, AutodiffError, InvalidArgumentError
+from .lazy.jit import set_grad
 from .ops.elementwise import (
     abs,
     acos,
@@ -243,7 +244,7 @@ class Tensor:
     def grad(self, value: Tensor | None) -> None:
         if value is not None and not isinstance(value, Tensor):
             raise ArgumentTypeError(f"Tensor.grad: grad must be a Tensor or None, got {type(value).__name__}")
-        self._grad = value
+        set_grad(self, value)
 
     @property
     def is_leaf(self) -> bool:

@@ -10,6 +10,7 @@ from .device import Device, check_dtype
 from .dispatch import apply, define, is_tensor, make_tensor, transfer
 from .dtypes import DType, as_dtype
 from .errors import ArgumentTypeError, AutodiffError, DTypeError
+from .lazy.jit import set_data
 from .ops.elementwise import astype_op
 from .shapes import broadcast_shapes
 
@@ -114,5 +115,5 @@ def copy_(x: Tensor, value: Any) -> Tensor:
         data = src._data
     else:
         data = full(x._shape, value, dtype=x._dtype, device=x._device)._data
-    x._data = data
+    set_data(x, data)
     return x

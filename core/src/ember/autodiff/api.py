@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..creation import ones_like, zeros_like
 from ..dispatch import is_tensor
 from ..errors import ArgumentTypeError, AutodiffError
+from ..lazy.jit import set_grad
 from .graph import run_backward
 from .mode import enable_grad, set_grad_enabled
 
@@ -69,7 +70,7 @@ def backward(
         for leaf, g in results.values():
             if not create_graph:
                 g = g.detach()
-            leaf._grad = g if leaf._grad is None else leaf._grad + g
+            set_grad(leaf, g if leaf._grad is None else leaf._grad + g)
 
 
 def _prepare(args: Sequence[Any], argnums: tuple[int, ...], what: str) -> tuple[list[Any], bool]:

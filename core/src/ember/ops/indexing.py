@@ -14,6 +14,7 @@ from ..creation import tensor as _t
 from ..dispatch import apply, define, is_tensor
 from ..dtypes import bool_, int64
 from ..errors import AutodiffError, DTypeError, EmberIndexError, InvalidArgumentError, ShapeError
+from ..lazy.jit import set_data
 from ..shapes import broadcast_shapes, normalize_axis
 from .elementwise import INT, _tensor_arg, where
 from .movement import broadcast_to, expand_dims, flip, permute_dims, reshape, slice_tensor, stack
@@ -444,4 +445,4 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
         vals = broadcast_to(value.astype(x._dtype) if value._dtype is not x._dtype else value, positions._shape)
         vals = reshape(vals, (-1,))
     updated = index_put(flat, (reshape(positions, (-1,)),), vals)
-    x._data = reshape(updated, x._shape)._data
+    set_data(x, reshape(updated, x._shape)._data)

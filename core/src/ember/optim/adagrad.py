@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InvalidArgumentError
+from ..lazy.jit import capturing
 from .optimizer import Optimizer, ParamsT, _grad, _nonnegative
 
 __all__ = ["Adagrad"]
@@ -71,12 +73,16 @@ class Adagrad(Optimizer):
             state = self._state(p)
             t = state.get("step", 0) + 1
             state["step"] = t
+            if lr_decay and capturing():
+                raise InvalidArgumentError(
+                    "Adagrad(lr_decay=...) inside em.jit: the decayed rate depends on the step count on "
+                    "the host, which a replay does not advance; use lr_decay=0 (or a scheduler outside)"
+                )
             clr = lr / (1.0 + (t - 1) * lr_decay)
-            s = state.get("sum")
+            s = state.get("sum")  # updated in place, so that em.jit replays update it too
             gg = g.square()
             if s is None:
-                s = gg + init if init else gg
+                s = state["sum"] = gg + init if init else gg
             else:
-                s = s + gg
-            state["sum"] = s
+                s.copy_(s + gg)
             p.copy_(p - g / (s.sqrt() + eps) * clr)

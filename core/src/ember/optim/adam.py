@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..creation import full
+from ..dtypes import float32
 from ..errors import InvalidArgumentError
+from ..lazy.jit import capturing, note_state_created
 from ..ops.elementwise import maximum
-from .optimizer import Optimizer, ParamsT, _grad, _nonnegative, _unit
+from .optimizer import Optimizer, ParamsT, _grad, _nonnegative, _own, _unit
 
 __all__ = ["Adam", "AdamW"]
 
@@ -60,6 +63,7 @@ class Adam(Optimizer):
             "decoupled_weight_decay": decoupled_weight_decay,
         }
         super().__init__(params, defaults)
+        self._device_steps = {}
 
     def _check_group(self, group: dict[str, Any]) -> None:
         for key in ("lr", "eps", "weight_decay"):
@@ -69,6 +73,23 @@ class Adam(Optimizer):
             raise InvalidArgumentError(f"{type(self).__name__}: betas must be a pair (beta1, beta2), got {betas!r}")
         _unit(self, betas[0], "beta1 (betas[0])")
         _unit(self, betas[1], "beta2 (betas[1])")
+
+    #: per parameter, the step count on the device that em.jit captures advance (see _captured_update)
+    _device_steps: dict[Any, Any]
+
+    def state_dict(self) -> dict[str, Any]:
+        """As :meth:`Optimizer.state_dict`, with ``step`` read from the device counter of
+        parameters whose steps em.jit replayed."""
+        for p, ts in self._device_steps.items():
+            state = self.state.get(p)
+            if state is not None:
+                state["step"] = int(ts.item())
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        super().load_state_dict(state_dict)
+        for p, ts in self._device_steps.items():
+            ts.copy_(float(self.state.get(p, {}).get("step", 0)))
 
     def _step_group(self, group: dict[str, Any]) -> None:
         lr = float(group["lr"])
@@ -94,17 +115,31 @@ class Adam(Optimizer):
                     base = p * (1.0 - lr * wd)
                 else:
                     g = g + p * wd
+            # the moments are updated in place, so that em.jit replays update them too
             m = state.get("exp_avg")
-            m = g * keep1 if m is None else m * beta1 + g * keep1
-            state["exp_avg"] = m
+            if m is None:
+                m = state["exp_avg"] = g * keep1
+            else:
+                m.copy_(m * beta1 + g * keep1)
             gg = g.square()
             v = state.get("exp_avg_sq")
-            v = gg * keep2 if v is None else v * beta2 + gg * keep2
-            state["exp_avg_sq"] = v
+            if v is None:
+                v = state["exp_avg_sq"] = gg * keep2
+            else:
+                v.copy_(v * beta2 + gg * keep2)
             if amsgrad:
                 vmax = state.get("max_exp_avg_sq")
-                v = v if vmax is None else maximum(vmax, v)
-                state["max_exp_avg_sq"] = v
+                if vmax is None:
+                    vmax = state["max_exp_avg_sq"] = _own(v)
+                else:
+                    vmax.copy_(maximum(vmax, v))
+                v = vmax
+            if capturing():  # the step count must live on the device, or replays would reuse t
+                if lr != 0.0:
+                    _captured_update(self._device_steps, p, base, m, v, t, lr, beta1, beta2, eps)
+                elif base is not p:
+                    p.copy_(base)
+                continue
             step_size = lr / (1.0 - beta1**t)
             if step_size == 0.0:
                 if base is not p:
@@ -112,6 +147,23 @@ class Adam(Optimizer):
                 continue
             c1 = 1.0 / (math.sqrt(1.0 - beta2**t) * step_size)
             p.copy_(base - m / (v.sqrt() * c1 + eps / step_size))
+
+
+def _captured_update(
+    steps: dict[Any, Any], p: Any, base: Any, m: Any, v: Any, t: int, lr: float, beta1: float, beta2: float, eps: float
+) -> None:
+    """Adam's update with the bias corrections computed from a device step counter (float32,
+    one per parameter), as an ``em.jit`` capture needs: a replay advances it."""
+    ts = steps.get(p)
+    if ts is None:
+        ts = steps[p] = full((), float(t - 1), dtype=float32, device=p.device.without_autodiff())
+        note_state_created("Adam device step")
+    ts.copy_(ts + 1.0)
+    step_size = lr / (1.0 - beta1**ts)
+    c1 = 1.0 / ((1.0 - beta2**ts).sqrt() * step_size)
+    if p.dtype is not float32:
+        step_size, c1 = step_size.astype(p.dtype), c1.astype(p.dtype)
+    p.copy_(base - m / (v.sqrt() * c1 + eps / step_size))
 
 
 class AdamW(Adam):

@@ -16,6 +16,7 @@ from ..creation import zeros
 from ..device import Device
 from ..dtypes import DType, float32, float64
 from ..errors import ArgumentTypeError, EmberError, InvalidArgumentError
+from ..lazy.jit import set_grad
 from ..tensor import Tensor
 from .optimizer import _as_tensor
 
@@ -123,7 +124,7 @@ def clip_grad_norm_(
                 if c._dtype is not g._dtype:
                     c = c.astype(g._dtype)
                 cache[key] = c
-            q._grad = g.detach() * c
+            set_grad(q, g.detach() * c)
     return total
 
 
@@ -149,4 +150,4 @@ def clip_grad_value_(parameters: Tensor | Iterable[Any], clip_value: float) -> N
     with no_grad():
         for q in _params(parameters, "clip_grad_value_"):
             if q._grad is not None:
-                q._grad = q._grad.detach().clip(-v, v)
+                set_grad(q, q._grad.detach().clip(-v, v))

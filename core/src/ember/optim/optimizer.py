@@ -21,6 +21,7 @@ import numpy as np
 from ..autodiff.mode import enable_grad, no_grad
 from ..creation import asarray, zeros_like
 from ..errors import ArgumentTypeError, CheckpointError, InvalidArgumentError, MissingMethodError
+from ..lazy.jit import note_state_created, set_grad
 from ..tensor import Tensor
 
 __all__ = ["Optimizer", "OptimizerStateError", "ParamsT"]
@@ -190,6 +191,7 @@ class Optimizer:
         state = self.state.get(p)
         if state is None:
             state = self.state[p] = {}
+            note_state_created(f"{type(self).__name__} state")
         return state
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -200,9 +202,9 @@ class Optimizer:
                 if g is None:
                     continue
                 if set_to_none:
-                    p._grad = None
+                    set_grad(p, None)
                 else:
-                    p._grad = zeros_like(g)
+                    set_grad(p, zeros_like(g))
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -225,8 +227,8 @@ class Optimizer:
         for group in self.param_groups:
             for p in group["params"]:
                 s = self.state.get(p)
-                if s:
-                    state[index[id(p)]] = dict(s)
+                if s:  # new Tensor objects over the current handles: later in-place steps rebind the old ones
+                    state[index[id(p)]] = {k: (v.detach() if isinstance(v, Tensor) else v) for k, v in s.items()}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -327,6 +329,12 @@ def _unit(opt: Optimizer, value: Any, what: str) -> None:
         raise InvalidArgumentError(
             f"{type(opt).__name__}: {what} must be a number in [0, 1), got {value!r}; typical values are 0.9 to 0.999"
         )
+
+
+def _own(t: Tensor) -> Tensor:
+    """``t``'s values in a buffer of their own (``clone`` may share it): state that is later
+    updated in place must not alias the gradient it started from, or em.jit cannot tell them apart."""
+    return t * 1.0
 
 
 def _grad(p: Tensor) -> Tensor | None:

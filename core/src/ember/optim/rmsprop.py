@@ -76,21 +76,28 @@ class RMSprop(Optimizer):
                 g = g + p * wd
             state = self._state(p)
             state["step"] = state.get("step", 0) + 1
+            # the averages are updated in place, so that em.jit replays update them too
             s = state.get("square_avg")
             gg = g.square()
-            s = gg * keep if s is None else s * alpha + gg * keep
-            state["square_avg"] = s
+            if s is None:
+                s = state["square_avg"] = gg * keep
+            else:
+                s.copy_(s * alpha + gg * keep)
             if centered:
                 a = state.get("grad_avg")
-                a = g * keep if a is None else a * alpha + g * keep
-                state["grad_avg"] = a
+                if a is None:
+                    a = state["grad_avg"] = g * keep
+                else:
+                    a.copy_(a * alpha + g * keep)
                 s = s - a.square()
             d = s.sqrt() + eps
             if momentum > 0:
                 buf = state.get("momentum_buffer")
                 q = g / d
-                buf = q if buf is None else buf * momentum + q
-                state["momentum_buffer"] = buf
+                if buf is None:
+                    buf = state["momentum_buffer"] = q
+                else:
+                    buf.copy_(buf * momentum + q)
                 p.copy_(p - buf * lr)
             else:
                 p.copy_(p - g / d * lr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from .optimizer import Optimizer, ParamsT, _grad, _nonnegative
+from .optimizer import Optimizer, ParamsT, _grad, _nonnegative, _own
 
 __all__ = ["SGD"]
 
@@ -73,13 +73,12 @@ class SGD(Optimizer):
                 g = g + p * wd
             if momentum:
                 state = self._state(p)
-                buf = state.get("momentum_buffer")
+                buf = state.get("momentum_buffer")  # updated in place, so that em.jit replays update it
                 if buf is None:
-                    buf = g
+                    buf = state["momentum_buffer"] = _own(g)
                 elif keep != 1.0:
-                    buf = buf * momentum + g * keep
+                    buf.copy_(buf * momentum + g * keep)
                 else:
-                    buf = buf * momentum + g
-                state["momentum_buffer"] = buf
+                    buf.copy_(buf * momentum + g)
                 g = g + buf * momentum if nesterov else buf
             p.copy_(p - g * lr)

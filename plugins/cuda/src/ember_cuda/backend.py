@@ -288,6 +288,10 @@ class CudaBackend(Backend):
         """Record ``fn(*inputs)`` (CuPy arrays in and out) as a CUDA graph: ``.replay(*inputs)``."""
         return graphs.capture(self.cp, self.pools, self.index, fn, inputs)
 
+    def compile_replay(self, program: Any) -> Callable[[list[Any]], None] | None:
+        """An em.jit capture replayed as one CUDA graph (None: not capturable, see graphs.py)."""
+        return graphs.compile_replay(self.cp, self.pools, self.index, program)
+
     # -- transfer and creation -------------------------------------------------------------------
     @native
     def from_numpy(self, array: np.ndarray) -> Any:

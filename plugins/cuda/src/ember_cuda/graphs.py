@@ -20,7 +20,7 @@ from ember.memory import BufferPool
 from .memory import DevicePools
 from .streams import use_stream
 
-__all__ = ["CapturedGraph", "capture"]
+__all__ = ["CapturedGraph", "capture", "compile_replay"]
 
 
 class CapturedGraph:
@@ -68,3 +68,48 @@ def capture(cp: Any, pools: DevicePools, index: int, fn: Callable[..., Any], inp
         finally:
             graph = stream.end_capture()
     return CapturedGraph(graph, stream, static, outputs, pool)
+
+
+def compile_replay(cp: Any, pools: DevicePools, index: int, program: Any) -> Callable[[list[Any]], None] | None:
+    """An ``em.jit`` capture (:class:`ember.lazy.jit.Program`) as one CUDA graph, or None when
+    it cannot be captured (a cuBLAS matmul under CuPy 14, a host sync): then ember replays the
+    step list. The graph reads its inputs from static buffers, refilled before each launch; the
+    results and updated state are copied out of the graph's buffers, which the next launch reuses."""
+    from ember.lazy.jit import run_steps  # noqa: PLC0415 - only when a capture is compiled
+
+    dynamic = program.dynamic()
+    needed = program.needed()
+    stream = cp.cuda.Stream(non_blocking=True)
+    cp.cuda.get_current_stream().synchronize()
+    try:
+        with pools.private(index) as pool, use_stream(stream):
+            static = {s: cp.array(program.sample[s], copy=True) for s in dynamic}
+            base: list[Any] = [None] * program.n
+            for s, h in program.consts:
+                base[s] = h
+            for s, buf in static.items():
+                base[s] = buf
+            run_steps(program.steps, list(base))  # warm-up: kernels compiled, pool buffers cached
+            stream.synchronize()
+            vals = list(base)
+            stream.begin_capture()
+            try:
+                run_steps(program.steps, vals)
+            finally:
+                graph = stream.end_capture()
+    except Exception as exc:  # not capturable: the step list replays instead, and describe() says why
+        program.native_note = f"no CUDA graph: {type(exc).__name__}: {exc}"
+        return None
+    outputs = {s: vals[s] for s in needed}
+
+    def replay(into: list[Any]) -> None:
+        with use_stream(stream):
+            for s, buf in static.items():
+                buf[...] = into[s]
+            graph.launch(stream)
+            for s, out in outputs.items():
+                into[s] = out.copy()
+        stream.synchronize()
+
+    replay.pool = pool  # type: ignore[attr-defined]  # the graph's buffers live as long as the replay
+    return replay
