@@ -66,6 +66,7 @@ NOT_FUSED = {
     "real": "complex operands, which the lazy layer does not defer",
     "imag": "complex operands, which the lazy layer does not defer",
     "conj": "complex operands, which the lazy layer does not defer",
+    "angle": "a composite of atan2 over real and imag, whose ops fuse once it is decomposed",
 }
 
 #: ops defined for floating-point operands only (core's dtype rules never send others)
