@@ -105,9 +105,7 @@ class Lazy:
                     fast = _FAST_POW.get(datas[1])
                     if fast in self.ops:
                         name, datas = fast, datas[:1]  # numpy's scalar-exponent paths
-                node = self._node(name, datas, params, shape, dtype.name)
-                if node is not None:
-                    return node
+                return self._node(name, datas, params, shape, dtype.name)
             elif name == "full" and type(params["value"]) in _SCALARS:
                 self.counts["deferred"] += 1
                 return self._track(LazyBuffer(self, "full", dtype.name, tuple(shape), (params["value"],), 1))
@@ -116,16 +114,11 @@ class Lazy:
                 datas[i] = d.real if d.real is not None else d.realize()
         return self.state.impls[name](*datas, **params)
 
-    def _node(self, name: str, datas: list[Any], params: dict[str, Any], shape: Any, dtype: str) -> LazyBuffer | None:
-        """A lazy node for an elementwise op, or None when its operands cannot be fused."""
+    def _node(self, name: str, datas: list[Any], params: dict[str, Any], shape: Any, dtype: str) -> LazyBuffer:
+        """A lazy node for an elementwise op (operand dtypes are looked at when it is realized)."""
         size = 1
-        for d in datas:
-            if type(d) is LazyBuffer:
-                size += d.size if d.real is None else 1
-            else:  # a handle or a scalar: one input (kernel argument) each
-                if type(d) not in _SCALARS and self.meta(d)[1].startswith("complex"):
-                    return None
-                size += 1
+        for d in datas:  # a handle or a scalar is one input (kernel argument) each
+            size += d.size if type(d) is LazyBuffer and d.real is None else 1
         args = tuple(datas)
         if size > MAX_REGION:  # close the regions below this op: it starts a new one
             args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
@@ -165,6 +158,10 @@ class Lazy:
             order = []
             _collect(target, order, set())
         program, operands = self._program(order)
+        if any(dt.startswith("complex") for dt, _ in program.inputs):
+            del program, operands
+            self._run_eagerly(order)  # a complex operand (abs or real of a complex tensor): no generator has those
+            return
         outputs = _outputs(order, target)
         if len(outputs) > 1:
             number = _values(order, len(program.inputs))
@@ -215,6 +212,18 @@ class Lazy:
             number[id(node)] = n + len(body)
             body.append((node.op, node.dtype, args))
         return FusedProgram(tuple(inputs), tuple(body), (number[id(order[-1])],)), operands
+
+    def _run_eagerly(self, order: list[LazyBuffer]) -> None:
+        """Compute the region op by op with the backend's own kernels, in topological order."""
+        impls = self.state.impls
+        for node in order:
+            if node.op == "full":
+                node.real = impls["full"](shape=node.shape, value=node.args[0], dtype=_dtype(node.dtype))
+            else:
+                args = [a.real if type(a) is LazyBuffer else a for a in node.args]
+                params = {"dtype": _dtype(node.dtype)} if node.op == "cast" else {}
+                node.real = impls[node.op](*args, **params)
+            _release(node)
 
     def realize_pending(self) -> None:
         """Realize every pending value that something outside the lazy graph still holds."""
