@@ -2,8 +2,8 @@
 step after step tracks an eager twin; results of replays match numpy; a new shape captures again.
 
 The twin is the same model trained by eager calls on the same device (the path the rest of the
-suite checks against numpy). Steps: 100 on cpu and cuda; fewer where kernels compile slowly
-(PoCL, lavapipe), since each step compiles nothing new after the capture.
+suite checks against numpy). Steps: 100 on every built-in backend (a replay compiles nothing
+new, so even PoCL and lavapipe take seconds); FEW_STEPS on other kinds.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ember import nn, optim
 
 from .checks import assert_close
 
-STEPS = {"cpu": 100, "cuda": 100}
+STEPS = {"cpu": 100, "cuda": 100, "opencl": 100, "wgpu": 100}
 FEW_STEPS = 6
 
 
