@@ -91,7 +91,8 @@ class Lazy:
         self.fusable: dict[str, bool] = {}  # op name -> an elementwise op the generator compiles
         self.meta = backend.handle_meta
         self.pending: list[weakref.ref[LazyBuffer]] = []
-        self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0}
+        #: ops deferred; fused kernels run; the instructions they computed; regions of one op run by its own kernel
+        self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0}
 
     # -- the seam: dispatch calls this for every op on the device -------------------------------
     def __call__(self, op: Any, datas: list[Any], params: dict[str, Any], shape: Any, dtype: Any) -> Any:
@@ -147,6 +148,10 @@ class Lazy:
             return
         order: list[LazyBuffer] = []
         _collect(target, order, set())
+        if len(order) == 1:  # one op alone: its own kernel, as eager (nothing to fuse, no program to build)
+            self.counts["single"] += 1
+            self._run_eagerly(order)
+            return
         # a held value of another shape cannot be written out by this kernel: compute it on its
         # own first (else every later use recomputes it, and a parameter's updates would chain)
         others = [n for n in order if n.op != "full" and n.shape != target.shape]
@@ -373,6 +378,7 @@ def realize_all(device: Device) -> None:
 
 
 def stats(device: Device) -> dict[str, int]:
-    """Counters of ``device``'s lazy layer: ops deferred, fused kernels run, values they computed."""
+    """Counters of ``device``'s lazy layer: ops deferred, fused kernels run, values they computed,
+    and regions of a single op (run by that op's own kernel, no program built)."""
     hook = device._state.defer
-    return dict(hook.counts) if isinstance(hook, Lazy) else {"deferred": 0, "kernels": 0, "fused_values": 0}
+    return dict(hook.counts) if isinstance(hook, Lazy) else {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0}
