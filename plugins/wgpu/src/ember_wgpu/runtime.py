@@ -107,6 +107,7 @@ class Runtime:
             max_class=self.max_binding,
             defer_release=True,
             on_pressure=self.flush,
+            device=f"wgpu:{index}",
         )
         self._pipelines: dict[str, Pipeline] = {}
         self.kernel_cache = KernelCache("wgpu", *adapters.cache_identity(self.adapter))
