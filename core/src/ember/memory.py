@@ -323,6 +323,7 @@ class BufferPool(Generic[Raw]):
         self._clock = 0
         self._touched: dict[int, int] = {}
         self._gap = 0
+        self._slack = 0  # bytes of live buffers beyond what they count in use (larger buffers reused early)
         self._next_scan = _MIN_IDLE
         self.strategy = ""
         self._keep = True
@@ -387,9 +388,10 @@ class BufferPool(Generic[Raw]):
         if self.strategy == "adaptive" and self.cached:
             target = (max(self._high, self.in_use + size) * (1 + HEADROOM)) // 1
             if self.reserved + size > target:
-                found = self._take_larger(size, avoid)
+                found = self._take_larger(size, avoid, int(target * HEADROOM / 2) - self._slack)
                 if found is not None:
                     self.hits += 1
+                    self._slack += found[1] - size
                     return found
                 self._make_room(self.reserved + size - target, size)
         self.misses += 1
@@ -411,10 +413,12 @@ class BufferPool(Generic[Raw]):
         self.cached -= size
         return raw
 
-    def _take_larger(self, size: int, avoid: Callable[[Raw], bool] | None) -> tuple[Raw, int] | None:
-        """adaptive: the smallest free buffer larger than ``size`` on its side of ``SMALL_LIMIT``."""
+    def _take_larger(self, size: int, avoid: Callable[[Raw], bool] | None, budget: int) -> tuple[Raw, int] | None:
+        """adaptive: the smallest free buffer larger than ``size`` on its side of ``SMALL_LIMIT``, at most
+        ``budget`` bytes larger (the slack it adds stays within half the headroom)."""
         small = size <= SMALL_LIMIT
-        for have in sorted(s for s, b in self._free.items() if b and s > size and (s <= SMALL_LIMIT) == small):
+        fits = (s for s, b in self._free.items() if b and size < s <= size + budget and (s <= SMALL_LIMIT) == small)
+        for have in sorted(fits):
             raw = self._take_free(have, avoid)
             if raw is not None:
                 self._touched[have] = self._clock
@@ -500,6 +504,8 @@ class BufferPool(Generic[Raw]):
             return
         raw, have, counted = entry
         self.in_use -= counted
+        if have != counted:
+            self._slack -= have - counted
         if not self._keep or (self.cache_limit is not None and self.cached + have > self.cache_limit):
             self._doomed.append((raw, have))
             if not self.defer_release:
