@@ -148,8 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workload(s) {', '.join(unknown)}: expected W3 or W4")
     device = em.Device(args.device)
     if not device.memory.pools():
-        parser.error(f"{device} has no ember buffer pool to measure (memory_stats note: {device.memory_stats()['note']})")
-    sizes = "quick" if args.quick else "gpu" if args.gpu_sizes or (device.kind == "cuda" and not args.cpu_sizes) else "cpu"
+        parser.error(
+            f"{device} has no ember buffer pool to measure (memory_stats note: {device.memory_stats()['note']})"
+        )
+    sizes = (
+        "quick" if args.quick else "gpu" if args.gpu_sizes or (device.kind == "cuda" and not args.cpu_sizes) else "cpu"
+    )
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     results: dict[str, list[dict[str, Any]]] = {}
     for wid in args.workloads:
@@ -164,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     text = table(results, str(device), sizes, args.steps)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({"device": str(device), "sizes": sizes, "steps": args.steps, "results": results}, indent=1))
+        args.json.write_text(
+            json.dumps({"device": str(device), "sizes": sizes, "steps": args.steps, "results": results}, indent=1)
+        )
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as f:
             f.write(f"\n## Memory ({time.strftime('%Y-%m-%d')})\n\n{text}\n")

@@ -1,9 +1,10 @@
 """Devices: where a tensor lives and which backend plugin computes it.
 
 A :class:`Device` is a (kind, index) pair plus an autodiff flag. Devices are interned, so
-``Device("cpu") is Device.cpu()``. ``memory=`` chooses the pool strategy of the hardware
-(ember.memory; both variants share it) and still returns the interned device. The autodiff flag is part of the device, as in Burn:
+``Device("cpu") is Device.cpu()``. The autodiff flag is part of the device, as in Burn:
 tensors made on ``dev.autodiff()`` can record a graph, and both variants share one backend.
+``Device(spec, memory="static")`` chooses the pool strategy of the hardware (ember.memory;
+both variants share it, like the backend) and returns the same interned device.
 """
 
 from __future__ import annotations

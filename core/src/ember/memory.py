@@ -29,7 +29,7 @@ Every device's ``memory_stats()`` returns one :class:`MemoryStats` dict:
 | key                   | type                 | meaning                                                   |
 |-----------------------|----------------------|-----------------------------------------------------------|
 | ``reserved_bytes``    | int or None          | bytes taken from the driver, not given back (in use + cached + slack) |
-| ``in_use_bytes``      | int or None          | bytes live tensors asked for, rounded by the strategy (a class for static) |
+| ``in_use_bytes``      | int or None          | bytes live tensors asked for, rounded (static: its class) |
 | ``peak_reserved_bytes`` | int or None        | the largest ``reserved_bytes`` so far (or since ``reset_peaks``) |
 | ``peak_in_use_bytes`` | int or None          | the largest ``in_use_bytes`` so far                       |
 | ``allocations``       | int or None          | buffers allocated from the driver (the pools' misses)     |
@@ -426,7 +426,7 @@ class BufferPool(Generic[Raw]):
         return None
 
     def _make_room(self, excess: int, size: int) -> None:
-        """adaptive: release free buffers, those unused longest first, large before small, until ``excess`` bytes went."""
+        """adaptive: release free buffers (unused longest first, large before small) until ``excess`` bytes went."""
         small = size <= SMALL_LIMIT
         order = sorted(
             (s for s, b in self._free.items() if b),
