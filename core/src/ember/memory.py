@@ -14,7 +14,8 @@ What the pool does then is its *strategy* (docs/memory.md):
   buffers are cached by exact size; small buffers (<= ``SMALL_LIMIT``) live in a pool of their
   own, never handed to large requests nor large ones to them. The pool records its peak in use;
   before a miss would push reserved above ``(1 + HEADROOM)`` times that peak it hands the
-  request a larger free buffer early, else releases the free buffers that sat empty longest.
+  request a larger free buffer early, else releases free buffers (the most recently freed:
+  a training loop needs those again last).
   Buffers that stay empty for twice the longest reuse gap it has seen are released, so
   reserved memory tracks memory in use as the program changes phase.
 
@@ -388,7 +389,7 @@ class BufferPool(Generic[Raw]):
         if self.strategy == "adaptive" and self.cached:
             target = (max(self._high, self.in_use + size) * (1 + HEADROOM)) // 1
             if self.reserved + size > target:
-                found = self._take_larger(size, avoid, int(target * HEADROOM / 2) - self._slack)
+                found = self._take_larger(size, avoid, int(self._high * HEADROOM) - self._slack)
                 if found is not None:
                     self.hits += 1
                     self._slack += found[1] - size
@@ -426,11 +427,13 @@ class BufferPool(Generic[Raw]):
         return None
 
     def _make_room(self, excess: int, size: int) -> None:
-        """adaptive: release free buffers (unused longest first, large before small) until ``excess`` bytes went."""
+        """adaptive: release free buffers until ``excess`` bytes went: large before small (for a large
+        request), and the most recently freed first, which a loop needs again last (the idle scan
+        takes those that stay empty)."""
         small = size <= SMALL_LIMIT
         order = sorted(
             (s for s, b in self._free.items() if b),
-            key=lambda s: ((s <= SMALL_LIMIT) and not small, self._touched.get(s, 0)),
+            key=lambda s: ((s <= SMALL_LIMIT) and not small, -self._touched.get(s, 0)),
         )
         for have in order:
             bucket = self._free[have]
