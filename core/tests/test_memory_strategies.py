@@ -238,7 +238,6 @@ def test_the_default_comes_from_ember_memory(monkeypatch, fresh_choices):
 
 def test_device_memory_argument_switches_the_pools_of_that_device(fresh_choices):
     pool, dev = make("adaptive", device="cpu:0")
-    pool.strategy = "adaptive"
     a = pool.acquire(1000)
     del a
     assert pool.cached == fine_size(1000)

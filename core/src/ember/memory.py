@@ -387,7 +387,7 @@ class BufferPool(Generic[Raw]):
             self._touched[size] = self._clock
             return raw, size
         if self.strategy == "adaptive" and self.cached:
-            target = (max(self._high, self.in_use + size) * (1 + HEADROOM)) // 1
+            target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
             if self.reserved + size > target:
                 found = self._take_larger(size, avoid, int(self._high * HEADROOM) - self._slack)
                 if found is not None:
