@@ -81,6 +81,7 @@ def test_out_of_memory_names_the_strategy_and_what_to_try(pool):
     dev, _ = pool
     em.Device.cuda(0, memory="static")
     total = dev.memory_stats()["extra"]["driver_total_bytes"]
-    with pytest.raises(MemoryError, match=r"out of memory allocating .*reserved \(static\).*memory='exclusive'") as info:
+    expected = r"out of memory allocating .*reserved \(static\).*memory='exclusive'"
+    with pytest.raises(MemoryError, match=expected) as info:
         em.zeros((total // 2,), dtype="float32", device=dev)  # twice the GPU's memory
     assert isinstance(info.value, EmberError)
