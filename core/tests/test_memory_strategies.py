@@ -117,6 +117,19 @@ def test_adaptive_releases_instead_of_growing_past_its_peak():
     del b
 
 
+def test_adaptive_counts_buffers_waiting_for_a_deferred_release_as_gone():
+    pool, dev = make("adaptive", defer_release=True)  # wgpu: released only at the next submit (trim)
+    held = [pool.acquire(4 << 20) for _ in range(2)]
+    del held  # 8 MiB free, peak in use 8 MiB
+    keep = [pool.acquire(SMALL_LIMIT + 512) for _ in range(2)]
+    # the first request makes room (one 4 MiB buffer waits for release); the second fits beside it
+    assert len(pool._doomed) == 1 and dev.releases == 0
+    pool.trim()
+    assert dev.releases == 1 and pool.cached == 4 << 20
+    check_books(pool, dev)
+    del keep
+
+
 def test_adaptive_keeps_small_and_large_buffers_apart():
     pool, dev = make("adaptive")
     keep = pool.acquire(SMALL_LIMIT + 512)

@@ -388,13 +388,15 @@ class BufferPool(Generic[Raw]):
             return raw, size
         if self.strategy == "adaptive" and self.cached:
             target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
-            if self.reserved + size > target:
+            # what is reserved once the buffers waiting for a deferred release (wgpu's, until a submit) go
+            held = self.reserved - sum(s for _, s in self._doomed) if self._doomed else self.reserved
+            if held + size > target:
                 found = self._take_larger(size, avoid, int(self._high * HEADROOM) - self._slack)
                 if found is not None:
                     self.hits += 1
                     self._slack += found[1] - size
                     return found
-                self._make_room(self.reserved + size - target, size)
+                self._make_room(held + size - target, size)
         self.misses += 1
         return self._new(size), size
 
