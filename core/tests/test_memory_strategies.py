@@ -260,6 +260,8 @@ def test_device_memory_argument_switches_the_pools_of_that_device(fresh_choices)
     assert pool.strategy == "static" and pool.cached == 0 and dev.releases == 1  # the cache went first
     assert BufferPool(int, lambda raw: None, device="cpu:0").strategy == "static"  # and new pools follow
     assert em.Device.cpu().autodiff().memory.strategy == "static"  # one choice per hardware
+    em.Device.cpu().autodiff().memory.strategy = "exclusive"  # set through either variant
+    assert pool.strategy == "exclusive" and em.Device.cpu().memory.strategy == "exclusive"
 
 
 def test_a_bad_strategy_names_the_argument(fresh_choices):
