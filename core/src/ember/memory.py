@@ -281,6 +281,8 @@ class BufferPool(Generic[Raw]):
     buffers and tries once more; a second failure raises :class:`~ember.errors.OutOfMemoryError`.
     ``max_class`` caps the rounding (a request that fits under it is never rounded above it).
     ``device`` is the label of the device (``"cuda:0"``) whose strategy the pool follows.
+    ``defer_release``: True keeps every buffer to release until :meth:`trim`; a callable
+    ``busy(raw)`` keeps only those it says are busy (wgpu: referenced by the open batch).
     """
 
     def __init__(
@@ -290,7 +292,7 @@ class BufferPool(Generic[Raw]):
         *,
         cache_limit: int | None = DEFAULT_CACHE_LIMIT,
         max_class: int | None = None,
-        defer_release: bool = False,
+        defer_release: bool | Callable[[Raw], bool] = False,
         on_pressure: Callable[[], None] | None = None,
         strategy: str | None = None,
         device: str | None = None,
@@ -440,13 +442,11 @@ class BufferPool(Generic[Raw]):
         for have in order:
             bucket = self._free[have]
             while bucket and excess > 0:
-                self._doomed.append((bucket.pop(), have))
                 self.cached -= have
                 excess -= have
+                self._retire(bucket.pop(), have)
             if excess <= 0:
                 break
-        if not self.defer_release:
-            self.trim()
 
     def _release_idle(self) -> None:
         """adaptive: release the free buffers of sizes unused for twice the longest reuse gap seen."""
@@ -457,11 +457,10 @@ class BufferPool(Generic[Raw]):
         stale = self._clock - horizon
         for have, bucket in self._free.items():
             if bucket and self._touched.get(have, 0) < stale:
-                self._doomed.extend((raw, have) for raw in bucket)
                 self.cached -= have * len(bucket)
+                for raw in bucket:
+                    self._retire(raw, have)
                 bucket.clear()
-        if not self.defer_release:
-            self.trim()
 
     def _new(self, size: int) -> Raw:
         try:
@@ -512,9 +511,7 @@ class BufferPool(Generic[Raw]):
         if have != counted:
             self._slack -= have - counted
         if not self._keep or (self.cache_limit is not None and self.cached + have > self.cache_limit):
-            self._doomed.append((raw, have))
-            if not self.defer_release:
-                self.trim()
+            self._retire(raw, have)
             return
         bucket = self._free.get(have)
         if bucket is None:
@@ -525,6 +522,16 @@ class BufferPool(Generic[Raw]):
         self._touched[have] = self._clock
 
     # -- giving memory back to the driver -------------------------------------------------------
+    def _retire(self, raw: Raw, size: int) -> None:
+        """Release ``raw`` now, or, with ``defer_release`` (True, or true for it), at the next :meth:`trim`."""
+        defer = self.defer_release
+        if defer is True or (defer and defer(raw)):
+            self._doomed.append((raw, size))
+            return
+        self.reserved -= size
+        self.frees += 1
+        self._release(raw)
+
     def trim(self) -> int:
         """Release the buffers waiting for release (over the cache limit, or emptied); returns how many."""
         doomed, self._doomed = self._doomed, []
@@ -537,13 +544,12 @@ class BufferPool(Generic[Raw]):
     def empty(self) -> int:
         """Release every free buffer (now, or at the next :meth:`trim` with ``defer_release``); returns how many."""
         count = 0
-        for size, bucket in self._free.items():
-            self._doomed.extend((raw, size) for raw in bucket)
-            count += len(bucket)
-        self._free.clear()
+        free, self._free = self._free, {}
         self.cached = 0
-        if not self.defer_release:
-            self.trim()
+        for size, bucket in free.items():
+            for raw in bucket:
+                self._retire(raw, size)
+            count += len(bucket)
         return count
 
     @contextmanager

@@ -100,12 +100,13 @@ class Runtime:
         self._storage_usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
         # A freed buffer is reusable at once: commands recorded later in the batch run after those
         # that used it. Uploads (queue.write_buffer) are not ordered so: they avoid buffers the open
-        # batch references. A buffer is destroyed only after a submit (trim in flush()).
+        # batch references. A buffer the open batch references is destroyed only after the submit
+        # (trim in flush()); any other at once (work already submitted keeps what it uses alive).
         self.pool: BufferPool[Any] = BufferPool(
             self._create_buffer,
             self._destroy_buffer,
             max_class=self.max_binding,
-            defer_release=True,
+            defer_release=self._in_batch,
             on_pressure=self.flush,
             device=f"wgpu:{index}",
         )
