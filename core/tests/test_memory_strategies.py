@@ -130,6 +130,20 @@ def test_adaptive_counts_buffers_waiting_for_a_deferred_release_as_gone():
     del keep
 
 
+def test_adaptive_releases_idle_buffers_at_once_and_keeps_busy_ones_reusable():
+    busy: set[int] = set()
+    pool, dev = make("adaptive", defer_release=busy.__contains__)  # wgpu: busy = in the open batch
+    a, b = pool.acquire(4 << 20), pool.acquire(4 << 20)
+    busy.add(a.raw)
+    busy_raw = a.raw
+    del a, b  # 8 MiB free: one busy, one not
+    keep = pool.acquire(2 << 20)  # making room releases the idle buffer now, never the busy one
+    assert dev.releases == 1 and busy_raw in dev.live and not pool._doomed
+    assert pool.acquire(4 << 20).raw == busy_raw  # still reusable (commands run in order)
+    check_books(pool, dev)
+    del keep
+
+
 def test_adaptive_keeps_small_and_large_buffers_apart():
     pool, dev = make("adaptive")
     keep = pool.acquire(SMALL_LIMIT + 512)

@@ -433,18 +433,23 @@ class BufferPool(Generic[Raw]):
     def _make_room(self, excess: int, size: int) -> None:
         """adaptive: release free buffers until ``excess`` bytes went: large before small (for a large
         request), and the most recently freed first, which a loop needs again last (the idle scan
-        takes those that stay empty)."""
+        takes those that stay empty); never one ``defer_release`` says is busy."""
         small = size <= SMALL_LIMIT
         order = sorted(
             (s for s, b in self._free.items() if b),
             key=lambda s: ((s <= SMALL_LIMIT) and not small, -self._touched.get(s, 0)),
         )
+        busy = self.defer_release if callable(self.defer_release) else None
         for have in order:
             bucket = self._free[have]
-            while bucket and excess > 0:
+            for k in range(len(bucket) - 1, -1, -1):
+                if excess <= 0:
+                    break
+                if busy is not None and busy(bucket[k]):
+                    continue  # released only after the submit: kept, it stays reusable until then
                 self.cached -= have
                 excess -= have
-                self._retire(bucket.pop(), have)
+                self._retire(bucket.pop(k), have)
             if excess <= 0:
                 break
 
