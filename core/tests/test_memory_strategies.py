@@ -144,6 +144,17 @@ def test_adaptive_releases_idle_buffers_at_once_and_keeps_busy_ones_reusable():
     del keep
 
 
+def test_adaptive_submits_when_only_busy_buffers_could_make_room():
+    busy: set[int] = set()
+    pool, dev = make("adaptive", defer_release=busy.__contains__, on_pressure=busy.clear)  # clear: a submit
+    a = pool.acquire(4 << 20)
+    busy.add(a.raw)
+    del a  # 4 MiB free, in the open batch
+    keep = pool.acquire(2 << 20)  # room only by submitting first: then the buffer goes at once
+    assert not busy and dev.releases == 1 and pool.reserved == 2 << 20
+    del keep
+
+
 def test_adaptive_keeps_small_and_large_buffers_apart():
     pool, dev = make("adaptive")
     keep = pool.acquire(SMALL_LIMIT + 512)

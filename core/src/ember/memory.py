@@ -440,6 +440,13 @@ class BufferPool(Generic[Raw]):
             key=lambda s: ((s <= SMALL_LIMIT) and not small, -self._touched.get(s, 0)),
         )
         busy = self.defer_release if callable(self.defer_release) else None
+        excess = self._release_from(order, excess, busy)
+        if excess > 0 and busy is not None and self.on_pressure is not None:
+            self.on_pressure()  # wgpu: submit the open batch; its buffers are then free to release
+            self._release_from([s for s in order if self._free.get(s)], excess, busy)
+
+    def _release_from(self, order: list[int], excess: int, busy: Callable[[Raw], bool] | None) -> int:
+        """Release free buffers of the sizes in ``order`` (not busy ones) until ``excess`` bytes went; the rest."""
         for have in order:
             bucket = self._free[have]
             for k in range(len(bucket) - 1, -1, -1):
@@ -452,6 +459,7 @@ class BufferPool(Generic[Raw]):
                 self._retire(bucket.pop(k), have)
             if excess <= 0:
                 break
+        return excess
 
     def _release_idle(self) -> None:
         """adaptive: release the free buffers of sizes unused for twice the longest reuse gap seen."""
