@@ -35,6 +35,7 @@ class FakeDevice:
 
 def make_pool(device: FakeDevice | None = None, **kw) -> tuple[BufferPool, FakeDevice]:
     device = device or FakeDevice()
+    kw.setdefault("strategy", "static")  # the size-class ladder these tests spell out
     return BufferPool(device.allocate, device.release, **kw), device
 
 

@@ -1,4 +1,5 @@
-"""The ``ember`` command: ``plugins``, ``devices``, ``doctor``, ``ops``, ``train``, ``onnx``, ``--version``."""
+"""The ``ember`` command: ``plugins``, ``devices``, ``doctor``, ``ops``, ``train``, ``onnx``, ``memory-report``,
+``--version``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy
@@ -183,6 +185,41 @@ def cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_memory_report(args: argparse.Namespace) -> int:
+    """Plot reserved vs in-use memory of a run (its ``memory.csv``, written by the MemoryReport
+    callback) as a PNG, and print the peaks."""
+    # imported here so that the other commands neither load nor depend on ember.train
+    from .errors import DataError, DataFileNotFoundError, MissingDependencyError
+    from .train.memory_report import plot_memory, read_memory_csv
+
+    try:
+        rows = read_memory_csv(args.path)
+    except (DataError, DataFileNotFoundError) as exc:
+        print(f"ember memory-report: {exc}")
+        return 1
+    source = args.path / "memory.csv" if args.path.is_dir() else args.path
+    out = args.output or source.with_name("memory.png")
+    measured = [r for r in rows if r.get("in_use_bytes") is not None]
+    if measured:
+        peak_r = max(r.get("peak_reserved_bytes") or r["reserved_bytes"] for r in measured)
+        peak_u = max(r.get("peak_in_use_bytes") or r["in_use_bytes"] for r in measured)
+        ratio = f" ({peak_r / peak_u:.3f}x)" if peak_u else ""
+        print(
+            f"{len(rows)} steps: peak reserved {peak_r / 2**20:.1f} MiB, peak in use {peak_u / 2**20:.1f} MiB{ratio}; "
+            f"at the last step {measured[-1]['reserved_bytes'] / 2**20:.1f} MiB reserved, "
+            f"{measured[-1]['in_use_bytes'] / 2**20:.1f} MiB in use"
+        )
+    else:
+        print(f"{len(rows)} steps, no byte counts: the device does not count its memory")
+    try:
+        path = plot_memory(rows, out, title=args.title or f"memory ({source})")
+    except MissingDependencyError as exc:
+        print(f"ember memory-report: {exc}")
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace, rest: Sequence[str]) -> int:
     """Train one of the bundled example models (see ``ember train --help``)."""
     # imported here so that `ember plugins/devices/doctor` neither load nor depend on ember.train
@@ -214,6 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("ops", help="the op table: kinds, native signatures, autocast policies")
     p.add_argument("--device", help="also show which ops this device computes natively, e.g. opencl:0")
     p.add_argument("--markdown", action="store_true", help="print Markdown (docs/ops.md is this without --device)")
+    p = sub.add_parser("memory-report", help="plot reserved vs in-use memory of a run (memory.csv) as a PNG")
+    p.add_argument("path", type=Path, help="a run directory holding memory.csv, or the CSV itself")
+    p.add_argument("-o", "--output", type=Path, help="the PNG to write (default: memory.png beside the CSV)")
+    p.add_argument("--title", help="the plot's title")
     sub.add_parser("train", help="train an example model (ember train --help)", add_help=False)
     sub.add_parser(
         "onnx", help="inspect ONNX models, list the ONNX ops ember imports (ember onnx --help)", add_help=False
@@ -228,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "devices": cmd_devices,
         "doctor": cmd_doctor,
         "ops": cmd_ops,
+        "memory-report": cmd_memory_report,
     }
     if args.command is None:
         parser.print_help()

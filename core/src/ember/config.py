@@ -8,6 +8,7 @@
 | EMBER_CACHE_DIR      | where compiled kernels are cached                        | user cache dir     |
 | EMBER_KERNEL_CACHE   | ``0`` turns the on-disk kernel cache off                 | ``1``              |
 | EMBER_FUSION         | ``0``: fusing backends run every op eagerly (no lazy)    | ``1``              |
+| EMBER_MEMORY         | device pool strategy: adaptive, static or exclusive      | ``adaptive``       |
 | EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
 | EMBER_WGPU_ADAPTER   | default WGPU adapter index                               | ``0``              |
 
@@ -28,6 +29,8 @@ __all__ = [
     "cache_dir",
     "kernel_cache_enabled",
     "fusion_enabled",
+    "memory_strategy",
+    "MEMORY_STRATEGIES",
     "opencl_device",
     "wgpu_adapter",
 ]
@@ -78,6 +81,22 @@ def kernel_cache_enabled() -> bool:
 def fusion_enabled() -> bool:
     """Whether backends that fuse defer elementwise ops into fused kernels (``EMBER_FUSION=0``: no)."""
     return _flag("EMBER_FUSION")
+
+
+#: the strategies of ember.memory's pools (docs/memory.md), the default first
+MEMORY_STRATEGIES = ("adaptive", "static", "exclusive")
+
+
+def memory_strategy() -> str:
+    """The pool strategy of devices not given one (``EMBER_MEMORY``: adaptive, static or exclusive)."""
+    raw = os.environ.get("EMBER_MEMORY", "").strip().lower()
+    if not raw:
+        return MEMORY_STRATEGIES[0]
+    if raw not in MEMORY_STRATEGIES:
+        raise InvalidArgumentError(
+            f"EMBER_MEMORY={raw!r}: expected one of {', '.join(MEMORY_STRATEGIES)} (unset: adaptive)"
+        )
+    return raw
 
 
 def _flag(name: str) -> bool:

@@ -3,6 +3,8 @@
 A :class:`Device` is a (kind, index) pair plus an autodiff flag. Devices are interned, so
 ``Device("cpu") is Device.cpu()``. The autodiff flag is part of the device, as in Burn:
 tensors made on ``dev.autodiff()`` can record a graph, and both variants share one backend.
+``Device(spec, memory="static")`` chooses the pool strategy of the hardware (ember.memory;
+both variants share it, like the backend) and returns the same interned device.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from . import config
+from . import memory as _memory
 from .backend import EXTENSION_KERNELS
 from .errors import ArgumentTypeError, DeviceMismatchError, DeviceUnavailableError, DTypeError, InvalidArgumentError
 from .plugins import get_registry
@@ -186,7 +189,14 @@ class Device:
     index: int
     autodiff_enabled: bool
 
-    def __new__(cls, spec: str | Device = "cpu", index: int | None = None, *, autodiff: bool = False) -> Device:
+    def __new__(
+        cls, spec: str | Device = "cpu", index: int | None = None, *, autodiff: bool = False, memory: str | None = None
+    ) -> Device:
+        if memory is not None:
+            # a property of the hardware, like its backend: set it, then intern as ever
+            dev = Device(spec, index, autodiff=autodiff)
+            _memory.set_device_strategy(f"{dev.kind}:{dev.index}", memory)
+            return dev
         if isinstance(spec, Device):
             if index is None and not autodiff:
                 return spec
@@ -226,19 +236,19 @@ class Device:
         return Device("cpu", 0)
 
     @staticmethod
-    def cuda(index: int = 0) -> Device:
-        """CUDA GPU ``index`` (the ``ember-cuda`` plugin)."""
-        return Device("cuda", index)
+    def cuda(index: int = 0, *, memory: str | None = None) -> Device:
+        """CUDA GPU ``index`` (the ``ember-cuda`` plugin); ``memory`` as in ``Device(...)``."""
+        return Device("cuda", index, memory=memory)
 
     @staticmethod
-    def opencl(index: int | None = None) -> Device:
+    def opencl(index: int | None = None, *, memory: str | None = None) -> Device:
         """OpenCL device ``index`` (default ``EMBER_OPENCL_DEVICE`` or 0)."""
-        return Device("opencl", index)
+        return Device("opencl", index, memory=memory)
 
     @staticmethod
-    def wgpu(index: int | None = None) -> Device:
+    def wgpu(index: int | None = None, *, memory: str | None = None) -> Device:
         """WebGPU adapter ``index`` (default ``EMBER_WGPU_ADAPTER`` or 0)."""
-        return Device("wgpu", index)
+        return Device("wgpu", index, memory=memory)
 
     @staticmethod
     def remote(address: str) -> Device:
@@ -292,8 +302,16 @@ class Device:
         self.backend.synchronize()
 
     def memory_stats(self) -> dict[str, Any]:
-        """Memory reserved and in use, with peaks, as reported by the backend."""
-        return self.backend.memory_stats()
+        """Memory reserved and in use, with peaks, per pool, and the pools' strategy (ember.memory.MemoryStats)."""
+        stats = self.backend.memory_stats()
+        if "strategy" not in stats:  # a backend written before the key: name what its pools would use
+            stats["strategy"] = self.memory.strategy if stats.get("pools") else None
+        return stats
+
+    @property
+    def memory(self) -> _memory.DeviceMemory:
+        """This hardware's pool strategy (read and set), ``dry_run()`` and ``empty_cache()``."""
+        return _memory.DeviceMemory(f"{self.kind}:{self.index}", lambda: self.backend)
 
     def describe(self) -> dict[str, Any]:
         """Name, vendor, memory and feature flags of this device."""

@@ -30,6 +30,7 @@ __all__ = [
     "MissingDependencyError",
     "OnnxModelError",
     "UnsupportedOnnxOpError",
+    "OutOfMemoryError",
 ]
 
 
@@ -124,3 +125,7 @@ class OnnxModelError(EmberError, ValueError):
 
 class UnsupportedOnnxOpError(EmberError, NotImplementedError):
     """ONNX ops ember cannot import or export; the message lists every one, with where it is."""
+
+
+class OutOfMemoryError(EmberError, MemoryError):
+    """A device pool could not allocate, even after releasing its cached buffers and retrying."""

@@ -381,4 +381,6 @@ def stats(device: Device) -> dict[str, int]:
     """Counters of ``device``'s lazy layer: ops deferred, fused kernels run, values they computed,
     and regions of a single op (run by that op's own kernel, no program built)."""
     hook = device._state.defer
-    return dict(hook.counts) if isinstance(hook, Lazy) else {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0}
+    if isinstance(hook, Lazy):
+        return dict(hook.counts)
+    return {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0}

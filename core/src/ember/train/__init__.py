@@ -3,6 +3,7 @@
 from .checkpoint import Checkpoint, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from .learner import EarlyStopping, Learner, LearnerBuilder
 from .logs import MetricsLog
+from .memory_report import MemoryReport
 from .metrics import F1, MAE, RMSE, Accuracy, Loss, Metric, Perplexity, Precision, Recall, TopKAccuracy
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "RMSE",
     "Perplexity",
     "MetricsLog",
+    "MemoryReport",
     "Checkpoint",
     "save_checkpoint",
     "load_checkpoint",

@@ -412,6 +412,10 @@ class Learner:
                 and (self.epoch % self.checkpoint_every == 0 or self.epoch == self.num_epochs or self.should_stop)
             ):
                 self.save(train_loader)
+        for cb in self.callbacks:
+            close = getattr(cb, "close", None)  # a callback with a last word (MemoryReport's plot)
+            if close is not None:
+                close(self)
         return self.history
 
     def _train_epoch(self, loader: Any, partial: list[dict[str, Any]] | None) -> dict[str, float]:

@@ -8,9 +8,10 @@ every byte ember's process holds on the GPU through CuPy.
 
 Freed buffers are reused at once: every array of a device is written and read on that device's
 one stream, in order (another stream, through ``ember_cuda.use_stream``, must be synchronised by
-its user before buffers cross). Nothing is given back to the driver while training runs
-(``cudaFree`` stalls the GPU): only when an allocation fails, and then the pool releases its free
-buffers and tries once more, or when ``device.backend.empty_cache()`` is called.
+its user before buffers cross). What the pool keeps follows the device's strategy (ember.memory):
+``adaptive``, the default, releases buffers that stay empty; ``static`` gives nothing back while
+training runs (``cudaFree`` stalls the GPU). Either way, when an allocation fails the pool
+releases its free buffers and tries once more; ``device.backend.empty_cache()`` releases them too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ember.memory import Block, BufferPool, size_class
+from ember.memory import Block, BufferPool
 
 from .errors import DeviceMemoryError, human
 
@@ -43,7 +44,11 @@ class DevicePools:
     def pool(self, index: int) -> BufferPool[Any]:
         pool = self._pools.get(index)
         if pool is None:
-            pool = self._pools[index] = BufferPool(self._allocator(index), _release, cache_limit=None)
+            # the strategy is the device's (Device.cuda(i, memory=...) or EMBER_MEMORY); cudaFree
+            # synchronises the GPU, so adaptive's releases are what its step time pays for
+            pool = self._pools[index] = BufferPool(
+                self._allocator(index), _release, cache_limit=None, device=f"cuda:{index}"
+            )
         return pool
 
     def _allocator(self, index: int) -> Any:
@@ -70,8 +75,8 @@ class DevicePools:
         pool = self._private.get(index) or self._pools.get(index) or self.pool(index)
         try:
             block: Block[Any] = pool.acquire(nbytes)
-        except MemoryError:
-            raise self.out_of_memory(index, nbytes) from None
+        except MemoryError as exc:  # the pool released its cache and retried (ember.errors.OutOfMemoryError)
+            raise self.out_of_memory(index, nbytes, exc) from None
         mem = self._unowned(block.raw.ptr, block.nbytes, block, index)
         return self._pointer(mem, 0)
 
@@ -79,22 +84,30 @@ class DevicePools:
     def private(self, index: int) -> Iterator[BufferPool[Any]]:
         """Inside the block, device ``index`` allocates from a new pool of its own (a CUDA graph's:
         the buffers a graph writes on replay must never be handed to other tensors)."""
-        pool: BufferPool[Any] = BufferPool(self._allocator(index), _release, cache_limit=None)
+        # static, and no device label: a graph's buffers are never released while it lives, nor
+        # switched to another strategy by Device(..., memory=)
+        pool: BufferPool[Any] = BufferPool(self._allocator(index), _release, cache_limit=None, strategy="static")
         self._private[index] = pool
         try:
             yield pool
         finally:
             del self._private[index]
 
-    def out_of_memory(self, index: int, nbytes: int) -> DeviceMemoryError:
+    def out_of_memory(self, index: int, nbytes: int, cause: BaseException | None = None) -> DeviceMemoryError:
         pool = self.pool(index)
-        free, total = self._cp.cuda.runtime.memGetInfo()
+        try:
+            free, total = self._cp.cuda.runtime.memGetInfo()
+            gpu = f"the GPU has {human(free)} free of {human(total)}. "
+        except Exception:  # reporting must not fail on a GPU in trouble
+            gpu = ""
+        said = f" The pool: {cause}" if cause is not None and str(cause) else ""
+        fix = "" if pool.strategy == "exclusive" else ", Device.cuda(i, memory='exclusive')"
         return DeviceMemoryError(
-            f"cuda:{index}: out of memory allocating {human(size_class(nbytes))} (asked {nbytes} bytes). "
-            f"ember holds {human(pool.reserved)} reserved, {human(pool.in_use)} of it in live tensors; "
-            f"the GPU has {human(free)} free of {human(total)}. Try a smaller batch or model, free "
-            f"tensors you no longer need (del x), use float16/bfloat16 (em.autocast), or call "
-            f"device.backend.empty_cache() to give cached buffers back."
+            f"cuda:{index}: out of memory allocating {nbytes} bytes. "
+            f"ember holds {human(pool.reserved)} reserved ({pool.strategy}), {human(pool.in_use)} of it in live "
+            f"tensors; {gpu}Try a smaller batch or model, free tensors you no longer need (del x), use "
+            f"float16/bfloat16 (em.autocast){fix}, or call device.backend.empty_cache() to give cached "
+            f"buffers back.{said}"
         )
 
 

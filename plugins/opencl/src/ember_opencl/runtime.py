@@ -101,7 +101,7 @@ class Runtime:
         # the queue is in order: a buffer handed out again is written only after every kernel queued
         # before that still reads it, so a freed buffer is reusable (and releasable) at once; no cache limit
         self.pool: BufferPool[cl.Buffer] = BufferPool(
-            self._allocate, cl.Buffer.release, cache_limit=None, max_class=self.max_alloc
+            self._allocate, cl.Buffer.release, cache_limit=None, max_class=self.max_alloc, device=f"opencl:{index}"
         )
         self.programs = ProgramCache(self.context, device, self.label)
         self.options = self._build_options(device)

@@ -43,45 +43,11 @@ from .errors import (
 from .handle import WgpuArray
 from .typemap import TypeMap
 
-__all__ = ["Runtime", "Pipeline", "RecentPool", "MAX_BATCH", "ARENA_BYTES"]
+__all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
 
 MAX_BATCH = 2048
 ARENA_BYTES = 1 << 22
 _BG_CACHE_LIMIT = 16384
-
-
-class RecentPool(BufferPool[Any]):
-    """ember's buffer pool, keeping the size classes in use when its cache is full.
-
-    The base pool releases a freed buffer that does not fit under ``cache_limit``, however stale
-    the free buffers that fill the cache are. After a workload that leaves the cache full of other
-    sizes, a loop then creates and destroys every buffer it uses on every step: W6 after W1-W5 in
-    one process on the H200 (17 ms, against 1.66 ms in a run without W1, W3 and W4) makes five
-    new 256 MiB buffers per step, each allocated and zero-filled by wgpu (5 pool misses per step,
-    reproduced on lavapipe). Here a freed buffer evicts free buffers of the classes returned least
-    recently instead (their release still waits for the next submit).
-    """
-
-    def _give_back(self, token: int, size: int) -> None:
-        limit = self.cache_limit
-        if limit is not None and self.cached + size > limit and size <= limit and token in self._live:
-            need = self.cached + size - limit
-            for cls in list(self._free):  # dict order: the class returned least recently first
-                if cls == size:
-                    continue
-                bucket = self._free[cls]
-                while bucket and need > 0:
-                    self._doomed.append((bucket.pop(), cls))
-                    self.cached -= cls
-                    need -= cls
-                if not bucket:
-                    del self._free[cls]
-                if need <= 0:
-                    break
-        super()._give_back(token, size)
-        bucket = self._free.pop(size, None)
-        if bucket is not None:
-            self._free[size] = bucket  # most recently returned: evicted last
 
 
 class Pipeline:
@@ -134,13 +100,15 @@ class Runtime:
         self._storage_usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
         # A freed buffer is reusable at once: commands recorded later in the batch run after those
         # that used it. Uploads (queue.write_buffer) are not ordered so: they avoid buffers the open
-        # batch references. A buffer is destroyed only after a submit (trim in flush()).
-        self.pool: BufferPool[Any] = RecentPool(
+        # batch references. A buffer the open batch references is destroyed only after the submit
+        # (trim in flush()); any other at once (work already submitted keeps what it uses alive).
+        self.pool: BufferPool[Any] = BufferPool(
             self._create_buffer,
             self._destroy_buffer,
             max_class=self.max_binding,
-            defer_release=True,
+            defer_release=self._in_batch,
             on_pressure=self.flush,
+            device=f"wgpu:{index}",
         )
         self._pipelines: dict[str, Pipeline] = {}
         self.kernel_cache = KernelCache("wgpu", *adapters.cache_identity(self.adapter))
