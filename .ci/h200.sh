@@ -6,7 +6,8 @@
 #   .gl:  libvulkan1 and the GL/EGL loaders (apt-get download)
 # Usage, from the repository root:  STEPS="wgpu opencl" bash .ci/h200.sh
 # The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused), in
-# SHARDS parallel processes when SHARDS > 1 (--ember-shard).
+# SHARDS parallel processes when SHARDS > 1 (--ember-shard); PYTEST_ARGS (unsharded runs) selects
+# cases, e.g. PYTEST_ARGS="-k nextafter".
 # Writes at most 8 files to $OUT: summary.txt, env.txt, <backend>-conformance-f<0|1>.log,
 # <backend>-report.md (REPORT=1), bench-<backend>.txt (BENCH=1), start-opencl.txt (START=1: cold and
 # warm time to the first W2 result). Each step has its own time limit (CONFORMANCE_S, default 420 s).
@@ -88,7 +89,7 @@ for backend in $STEPS; do
       note "$backend: EMBER_FUSION=$fusion, $shards shards done after $((SECONDS - start)) s"
     else
       EMBER_FUSION=$fusion timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device="$dev" -q -rs \
-        -p no:cacheprovider --tb=short "${report[@]}" >"$log" 2>&1
+        -p no:cacheprovider --tb=short "${report[@]}" ${PYTEST_ARGS:-} >"$log" 2>&1
       note "$backend: exit $? after $((SECONDS - start)) s (124: stopped at the limit); $(tail -n 1 "$log")"
     fi
   done

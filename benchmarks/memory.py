@@ -86,7 +86,7 @@ def run_torch(module: ModuleType, size: dict[str, int], steps: int) -> dict[str,
     gc.collect()
     th.cuda.empty_cache()
     th.cuda.reset_peak_memory_stats()
-    case = module.torch("cuda", size)
+    case = module.torch(th.device("cuda"), size)
     times = []
     for _ in range(steps):
         start = time.perf_counter()

@@ -139,7 +139,8 @@ def test_fifty_training_steps_do_not_leak(ad_device):
     assert in_use[-1] == in_use[4], f"{key} grew from {in_use[4]} after step 5 to {in_use[-1]} after step 50: {in_use}"
     reserved = [s[1] for s in seen]
     if reserved[0] is not None:
-        assert reserved[-1] == reserved[9], f"reserved grew from {reserved[9]} after step 10 to {reserved[-1]}"
+        # reserved memory stops growing after the first steps (a pool may give some back later)
+        assert max(reserved[10:]) <= max(reserved[:10]), f"reserved grew after step 10: {reserved}"
     del model, opt, x, y
     after, _ = _stats(ad_device, key)
     assert after <= baseline, f"{key} is {after} once the model and optimizer are gone, above the baseline {baseline}"

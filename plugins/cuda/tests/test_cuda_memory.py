@@ -83,5 +83,5 @@ def test_out_of_memory_names_the_strategy_and_what_to_try(pool):
     total = dev.memory_stats()["extra"]["driver_total_bytes"]
     expected = r"out of memory allocating .*reserved \(static\).*memory='exclusive'"
     with pytest.raises(MemoryError, match=expected) as info:
-        em.zeros((total // 2,), dtype="float32", device=dev)  # twice the GPU's memory
+        em.zeros((total // 2,), dtype="float32", device=dev).realize()  # twice the GPU's memory (zeros is deferred)
     assert isinstance(info.value, EmberError)
