@@ -36,12 +36,14 @@ def op_profile(workload: str) -> None:
 
     from benchmarks.harness import time_case
     from ember.device import set_defer
+    from ember.lazy import materialize
 
     mod = importlib.import_module(f"benchmarks.{ {'W2': 'w2_mlp', 'W3': 'w3_cnn', 'W4': 'w4_transformer'}[workload] }")
     size = mod.SIZES["gpu"]
     dev = em.Device.cuda(0)
     cp = dev.backend.cp
-    case = mod.ember(dev, size)
+    with em.lazy.fusion(False, dev):  # the per-op profile is of the unfused step: one kernel per op
+        case = mod.ember(dev, size)
     wall = sorted(time_case(case, 3, 10))[5]
     events: list[tuple[str, object, object]] = []
     impls = dev._state.impls
@@ -49,18 +51,19 @@ def op_profile(workload: str) -> None:
     def timed(op, datas, params, shape, dtype):  # noqa: ANN001, ANN202
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         start.record()
-        out = impls[op.name](*datas, **params)
+        out = impls[op.name](*[materialize(d) for d in datas], **params)
         stop.record()
         events.append((op.name, start, stop))
         return out
 
+    previous = dev._state.defer  # the lazy layer's hook: back in place afterwards
     set_defer(dev, timed)
     try:
         for _ in range(3):
             case.step()
         case.sync()
     finally:
-        set_defer(dev, None)
+        set_defer(dev, previous)
     total: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
     for name, start, stop in events:
