@@ -24,6 +24,7 @@ failing command's output.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import versions
+from pip_locked import source_tree_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 600
@@ -207,6 +209,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True, type=Path, help="emptied first; holds dist/ and the venv")
     parser.add_argument("--devices", default="cpu,opencl:0,wgpu:0,checked:0", help="comma-separated device specs")
+    parser.add_argument("--lock-dir", type=Path, help="builds take the install lock (pip_locked.py) in this dir")
     args = parser.parse_args(argv)
     devices = args.devices.split(",")
     kinds = [d.partition(":")[0] for d in devices]
@@ -223,7 +226,9 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
 
     run = Run()
-    built = build(run, config, dist)
+    # building an sdist writes *.egg-info into the source tree, as an editable install does
+    with source_tree_lock(args.lock_dir) if args.lock_dir else contextlib.nullcontext():
+        built = build(run, config, dist)
     artifacts = sorted(str(p) for p in dist.iterdir())
     if artifacts:
         twine = [sys.executable, "-m", "twine", "check", "--strict", *artifacts]
