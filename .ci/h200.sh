@@ -8,7 +8,10 @@
 # The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused), in
 # SHARDS parallel processes when SHARDS > 1 (--ember-shard); PYTEST_ARGS (unsharded runs) selects
 # cases, e.g. PYTEST_ARGS="-k nextafter".
-# Writes at most 8 files to $OUT: summary.txt, env.txt, <backend>-conformance-f<0|1>.log,
+# ONNX=1 runs ember.onnx's tests on each backend's NVIDIA device (node tests, import, export, LoRA;
+# with ONNX_MODELS=FOLDER of files built by core/tests/onnx_models.py also the real architectures);
+# CONFORMANCE=0 leaves the suite out.
+# Writes at most 8 files to $OUT: summary.txt, env.txt, <backend>-conformance-f<0|1>.log, onnx-<backend>.log,
 # <backend>-report.md (REPORT=1), bench-<backend>.txt (BENCH=1), start-opencl.txt (START=1: cold and
 # warm time to the first W2 result). Each step has its own time limit (CONFORMANCE_S, default 420 s).
 set -u
@@ -67,7 +70,9 @@ for backend in $STEPS; do
   idx=$(pick "$backend")
   if [ "$idx" -lt 0 ]; then note "$backend: no NVIDIA device found (see env.txt)"; continue; fi
   dev="$backend:$idx"
-  for fusion in ${FUSIONS:-1 0}; do  # the suite with the lazy layer on (fused regions) and off
+  fusions=${FUSIONS:-1 0}
+  if [ "${CONFORMANCE:-1}" = 0 ]; then fusions=""; fi
+  for fusion in $fusions; do  # the suite with the lazy layer on (fused regions) and off
     note "$backend: conformance on $dev, EMBER_FUSION=$fusion (limit ${CONFORMANCE_S}s)"
     start=$SECONDS
     report=()
@@ -96,6 +101,15 @@ for backend in $STEPS; do
   if [ -n "${START:-}" ] && [ "$backend" = opencl ]; then  # cold and warm time to the first W2 result
     timeout 120 $PY plugins/opencl/scripts/bench.py --device "$dev" --gpu --only none --start >"$OUT/start-$backend.txt" 2>&1
     note "$backend: first W2 result: exit $?; $(grep -i 'first' "$OUT/start-$backend.txt" | tr '\n' ' ')"
+  fi
+  if [ -n "${ONNX:-}" ]; then  # onnx and protobuf come as carried wheels; onnxruntime is on the machine
+    start=$SECONDS
+    models=()
+    if [ -n "${ONNX_MODELS:-}" ]; then models=(core/tests/test_onnx_models.py); fi
+    EMBER_ONNX_DEVICES=$dev EMBER_ONNX_MODELS_PREBUILT=${ONNX_MODELS:-} timeout "${ONNX_S:-300}" $PY -m pytest \
+      core/tests/test_onnx_node.py core/tests/test_onnx_import.py core/tests/test_onnx_export.py \
+      core/tests/test_onnx_lora.py "${models[@]}" -q -rs -p no:cacheprovider --tb=short >"$OUT/onnx-$backend.log" 2>&1
+    note "$backend: onnx on $dev: exit $? after $((SECONDS - start)) s; $(tail -n 1 "$OUT/onnx-$backend.log")"
   fi
   if [ -n "${BENCH:-}" ]; then
     timeout "${BENCH_S:-240}" $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W6} --device "$dev" --peers torch >"$OUT/bench-$backend.txt" 2>&1

@@ -11,6 +11,7 @@ arguments, so a new shape of the same layout compiles nothing.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import threading
 from dataclasses import dataclass
@@ -66,10 +67,33 @@ def plan(
     path is then taken if the count is a multiple of 4, no operand is strided and every
     contiguous operand is float32 at a 16-byte aligned address.
     """
+    modes, cshape, cstrides, reach, n = _geometry(shape, tuple((o[0], o[1]) for o in operands))
+    index = "int" if reach < INT32_LIMIT else "long long"
+    strided = "s" in modes
+    vec4 = (
+        float32 is not None
+        and not strided
+        and n % 4 == 0
+        and n > 0
+        and all(m == "z" or (f and addr % 16 == 0) for m, f, (_, _, addr) in zip(modes, float32, operands))
+    )
+    layout = Layout(modes, len(cshape) if strided else 0, "long long" if vec4 else index, vec4)
+    return Plan(layout, n, cshape, cstrides)
+
+
+@functools.lru_cache(maxsize=4096)
+def _geometry(
+    shape: tuple[int, ...], operands: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+) -> tuple[tuple[str, ...], tuple[int, ...], tuple[tuple[int, ...], ...], int, int]:
+    """The address-free part of :func:`plan`, cached: a training step launches the same few
+    geometries every iteration, and working them out is most of a launch's host time.
+
+    Returns the operand modes, the collapsed shape and strides, the furthest index and the count.
+    """
     n = math.prod(shape)
     rank = len(shape)
     full: list[list[int]] = []
-    for oshape, ostrides, _ in operands:
+    for oshape, ostrides in operands:
         pad = rank - len(oshape)
         st = [0] * pad + [0 if oshape[d] == 1 else ostrides[d] for d in range(len(oshape))]
         full.append(st)
@@ -94,18 +118,8 @@ def plan(
             modes.append("c")
         else:
             modes.append("s")
-    strided = "s" in modes
     reach = max([n] + [sum((e - 1) * abs(s) for e, s in zip(cshape, st)) for st in cstrides])
-    index = "int" if reach < INT32_LIMIT else "long long"
-    vec4 = (
-        float32 is not None
-        and not strided
-        and n % 4 == 0
-        and n > 0
-        and all(m == "z" or (f and addr % 16 == 0) for m, f, (_, _, addr) in zip(modes, float32, operands))
-    )
-    layout = Layout(tuple(modes), len(cshape) if strided else 0, "long long" if vec4 else index, vec4)
-    return Plan(layout, n, tuple(cshape), tuple(tuple(st) for st in cstrides))
+    return tuple(modes), tuple(cshape), tuple(tuple(st) for st in cstrides), reach, n
 
 
 def argument_types(prog: FusedProgram, layout: Layout) -> tuple[Any, ...]:
