@@ -25,6 +25,7 @@ pytest.importorskip("onnx")
 
 import onnx.backend.test  # noqa: E402
 
+import ember as em  # noqa: E402
 from ember.onnx.backend import EmberBackend, backend_for  # noqa: E402
 
 #: the ember devices to run on, comma-separated (tox's onnx env: cpu,opencl:0,wgpu:0)
@@ -914,10 +915,26 @@ _EXCLUDED_CUDA = {name: why for name, why in _EXCLUDED_CPU.items() if name not i
 #: the excluded tests of each device kind (a kind without its own list uses cpu's)
 _BY_KIND = {"opencl": _EXCLUDED_OPENCL, "wgpu": _EXCLUDED_WGPU, "cuda": _EXCLUDED_CUDA}
 
+#: wgpu on NVIDIA's Vulkan driver, beyond the wgpu list (H200 log, 2026-12-02): WGSL bounds f32
+#: division at 2.5 ULP, not correctly rounded, and DynamicQuantizeLinear's x / scale of this test
+#: lands on a .5 that the rounding then sends the other way (25 for 26); lavapipe rounds it exactly
+_WGSL_DIVISION = "numerics: WGSL's float32 division is within 2.5 ULP (NVIDIA's Vulkan); x / scale rounds across a .5"
+_EXCLUDED_BY_VENDOR = {
+    ("wgpu", "NVIDIA"): {
+        "test_dynamicquantizelinear_cpu": _WGSL_DIVISION,
+        "test_dynamicquantizelinear_expanded_cpu": _WGSL_DIVISION,
+    },
+}
+
 
 def excluded(device: str) -> dict[str, str]:
-    """The excluded node tests of ``device`` and their reasons."""
-    return _BY_KIND.get(device.split(":")[0], _EXCLUDED_CPU)
+    """The excluded node tests of ``device`` and their reasons (its kind's list, plus its vendor's)."""
+    kind = device.split(":")[0]
+    table = _BY_KIND.get(kind, _EXCLUDED_CPU)
+    for (k, vendor), extra in _EXCLUDED_BY_VENDOR.items():
+        if k == kind and vendor.upper() in str(em.Device(device).describe().get("vendor", "")).upper():
+            table = {**table, **extra}
+    return table
 
 
 def _backend(device: str) -> type[EmberBackend]:
@@ -969,7 +986,7 @@ def test_exclusions_still_fail(device):
 
 
 def test_every_exclusion_has_a_known_reason():
-    for table in (_EXCLUDED_CPU, _EXCLUDED_OPENCL, _EXCLUDED_WGPU):
+    for table in (_EXCLUDED_CPU, _EXCLUDED_OPENCL, _EXCLUDED_WGPU, *_EXCLUDED_BY_VENDOR.values()):
         for name, reason in table.items():
             assert reason.split(":")[0] in REASONS, f"{name}: reason {reason!r} has no key in REASONS"
 
