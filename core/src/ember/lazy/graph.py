@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..device import RUN_FUSED, on_backend_load, set_defer
+from ..dtypes import as_dtype
 from ..errors import InvalidArgumentError
 from .program import FusedProgram
 
@@ -309,8 +310,6 @@ def _scalar_dtype(node: LazyBuffer, k: int) -> str:
 
 
 def _dtype(name: str) -> Any:
-    from ..dtypes import as_dtype  # noqa: PLC0415 - a leaf module; kept local to the one cold path
-
     return as_dtype(name)
 
 
