@@ -94,8 +94,12 @@ def run_backward(
             for root in roots:
                 if id(root) in targets:
                     results[id(root)] = (root, grads[id(root)])
-        order = _topological(roots)
-        for t in reversed(order):
+        order: list[Tensor | None] = list(_topological(roots))
+        for i in range(len(order) - 1, -1, -1):
+            # the walk lets go of each tensor as it passes it: a tensor nobody else holds (an
+            # intermediate) dies with its node as soon as its inputs' gradients are made
+            t, order[i] = order[i], None
+            assert t is not None
             g = grads.pop(id(t), None)
             if g is None:
                 continue
@@ -112,8 +116,11 @@ def run_backward(
             if vjp is None:
                 raise AutodiffError(f"op {node.op.name!r} has no vjp rule and no composite to differentiate")
             in_grads = vjp(g, t, *inputs, **node.params)
+            del g, t
             if not retain_graph:
+                # what the node saved goes now, not when the walk ends (PyTorch frees saved tensors as it goes)
                 node.inputs = None
+                node.datas = ()
             for inp, gi in zip(inputs, in_grads):
                 if gi is None or not inp._rg:
                     continue
@@ -129,4 +136,7 @@ def run_backward(
                     continue
                 prev = grads.get(key)
                 grads[key] = gi if prev is None else prev + gi
+            # nothing of this node outlives its step: the next vjp runs without its gradients' temporaries
+            del node, inputs, in_grads
+            inp = gi = prev = None
     return results
