@@ -179,6 +179,46 @@ def table(results: dict[str, list[dict[str, Any]]], device: str, sizes: str, ste
     return "\n".join(lines)
 
 
+def _hits(pool: Any, sizes: tuple[int, ...], n: int) -> None:
+    for _ in range(n):
+        for s in sizes:
+            pool.acquire(s)  # the block dies at once: back to the free list
+
+
+def pool_micro(repeats: int = 7, n: int = 20000) -> dict[str, float]:
+    """The pool's own cost, over a fake driver (no device): ns per acquire + release of a size in the
+    free lists (the hot path of every op), and per miss (every size new: carved from a page, or a
+    driver buffer); medians of ``repeats``."""
+    from ember.memory import BufferPool
+
+    counter = iter(range(1 << 62))
+
+    def make(paged: bool) -> Any:
+        sub = (lambda page, offset, nbytes: (page, offset, nbytes)) if paged else None
+        return BufferPool(lambda nbytes: next(counter), lambda raw: None, strategy="adaptive", sub_allocate=sub)
+
+    sizes = (256, 4096, 40000, 3 << 20)
+    small = [512 * (k + 1) for k in range(64)]
+    out: dict[str, float] = {}
+    for paged in (False, True):
+        tag = "_paged" if paged else ""
+        pool = make(paged)
+        _hits(pool, sizes, 1)  # each size once: cached from now on
+        hit, miss = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            _hits(pool, sizes, n)
+            hit.append((time.perf_counter() - start) / (n * len(sizes)))
+            fresh = make(paged)
+            start = time.perf_counter()
+            held = [fresh.acquire(s) for s in small]
+            miss.append((time.perf_counter() - start) / len(small))
+            del held
+        out[f"hit_ns{tag}"] = statistics.median(hit) * 1e9
+        out[f"miss_ns{tag}"] = statistics.median(miss) * 1e9
+    return out
+
+
 def measure(args: argparse.Namespace, device: Any, sizes: str) -> dict[str, list[dict[str, Any]]]:
     """Every workload x strategy on one device (and torch beside on cuda); the JSON is rewritten after each."""
     from ember.memory import STRATEGIES
@@ -321,7 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "memory-out")), help="--h200's folder")
     parser.add_argument("--devices", help="--h200: comma-separated device specs instead of the GPU's")
     parser.add_argument("--device-limit", type=int, default=150, help="--h200: seconds per device (default 150)")
+    parser.add_argument("--pool-micro", action="store_true", help="time the pool itself (fake driver) and exit")
     args = parser.parse_args(argv)
+    if args.pool_micro:
+        micro = pool_micro()
+        print(" ".join(f"{k}={v:.0f}" for k, v in micro.items()), "(median ns per acquire + release)")
+        return 0
     unknown = [w for w in args.workloads if w.upper() not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}: expected W3 or W4")

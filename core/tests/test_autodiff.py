@@ -74,6 +74,44 @@ def test_saved_tensors_are_released_during_backward(monkeypatch, retain):
     np.testing.assert_allclose(x.grad.numpy(), ref, rtol=1e-12)
 
 
+def test_a_product_only_a_bias_add_reads_is_not_kept_until_backward():
+    """add's vjp reads no input value and matmul's none of its output: the node of ``m + b`` keeps a
+    data-less stand-in for ``m``, so the product dies after the forward pass; gradients unchanged."""
+    import weakref
+
+    rng = np.random.default_rng(0)
+    xs, ws, bs = rng.standard_normal((2, 3)), rng.standard_normal((3, 4)), rng.standard_normal(4)
+    x, w, b = leaf(xs), leaf(ws), leaf(bs)
+    m = x @ w
+    gone = weakref.ref(m)
+    y = m + b
+    z = m + 1.0  # a second consumer shares the one stand-in
+    loss = (y * y).sum() + (z * z).sum()
+    assert y._node.inputs[0] is z._node.inputs[0] is not m
+    del m
+    assert gone() is None
+    loss.backward()
+    mr = xs @ ws
+    gy, gz = 2 * (mr + bs), 2 * (mr + 1.0)
+    np.testing.assert_allclose(w.grad.numpy(), xs.T @ (gy + gz), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), (gy + gz) @ ws.T, rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), gy.sum(axis=0), rtol=1e-12)
+
+
+def test_an_output_its_own_vjp_reads_is_kept():
+    """exp's vjp reads its output: a consumer that reads only metadata (add) still keeps the tensor."""
+    import weakref
+
+    x = leaf([0.5, 1.5])
+    e = x.exp()
+    kept = weakref.ref(e)
+    loss = (e + 1.0).sum()
+    del e
+    assert kept() is not None
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([0.5, 1.5]), rtol=1e-12)
+
+
 def test_non_scalar_backward_needs_a_seed():
     x = leaf([1.0, 2.0])
     y = x * 2

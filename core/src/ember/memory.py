@@ -17,7 +17,10 @@ What the pool does then is its *strategy* (docs/memory.md):
   request a larger free buffer early, else releases free buffers (the most recently freed:
   a training loop needs those again last).
   Buffers that stay empty for twice the longest reuse gap it has seen are released, so
-  reserved memory tracks memory in use as the program changes phase.
+  reserved memory tracks memory in use as the program changes phase. Where the backend can
+  address an offset in a buffer (``sub_allocate=``: cuda, opencl), small blocks are carved out
+  of pages (one driver buffer serves many blocks); a block that goes back merges with the free
+  ranges beside it, and a page all of whose blocks came back is released like a free buffer.
 
 The strategy of a new pool is ``strategy=``, else the one chosen for its ``device`` label
 (``Device("opencl:0", memory="static")`` calls :func:`set_device_strategy`), else
@@ -343,6 +346,9 @@ class BufferPool(Generic[Raw]):
     ``device`` is the label of the device (``"cuda:0"``) whose strategy the pool follows.
     ``defer_release``: True keeps every buffer to release until :meth:`trim`; a callable
     ``busy(raw)`` keeps only those it says are busy (wgpu: referenced by the open batch).
+    ``sub_allocate(page, offset, nbytes) -> raw``: a view into a driver buffer, so that adaptive
+    carves small blocks out of pages (offsets a multiple of ``alignment``); ``sub_release(raw)``
+    drops a view (optional). Not with ``defer_release``.
     """
 
     def __init__(
