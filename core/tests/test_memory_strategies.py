@@ -422,3 +422,25 @@ def test_pages_cut_driver_calls_on_a_recorded_trace(name):
         assert pool.peak_reserved < static.peak_reserved
     pool.empty()
     assert dev.live == {}
+
+
+def test_out_of_memory_gives_back_pages_whose_blocks_all_came_back():
+    """Out of memory, cached carved blocks return to their pages and the empty pages to the device
+    before the retry; with nothing to give back the error says so."""
+    dev = FakeDevice(capacity=2 << 20)
+    pool = BufferPool(
+        dev.allocate,
+        dev.release,
+        strategy="adaptive",
+        cache_limit=None,
+        sub_allocate=lambda page, offset, nbytes: (page, offset, nbytes),
+    )
+    small = [pool.acquire(1024) for _ in range(40)]
+    assert dev.allocs == 1 and pool.stats()["pages"] == 1
+    del small  # cached, their page still held
+    big = pool.acquire((2 << 20) - 4096)  # fits only once the page is gone
+    assert pool.stats()["pages"] == 0 and list(dev.live.values()) == [(2 << 20) - 4096]
+    assert pool.reserved == sum(dev.live.values())
+    with pytest.raises(OutOfMemoryError, match="no cached buffers"):
+        pool.acquire(8192)
+    del big
