@@ -95,7 +95,7 @@ SMALL_LIMIT = 1 << 20
 #: larger buffers early or releases empty ones instead of allocating
 HEADROOM = 0.04
 
-#: adaptive with sub-allocation: small requests are carved out of driver buffers (pages) of this size
+#: adaptive with sub-allocation: the largest page small blocks are carved from (a quarter of it at most)
 PAGE_SIZE = 2 << 20
 
 #: adaptive: a size's free buffers are released once unused for this many acquires, at least
@@ -469,7 +469,7 @@ class BufferPool(Generic[Raw]):
             self.hits += 1
             self._touched[size] = self._clock
             return raw, size
-        if self._sub is not None and size <= SMALL_LIMIT and self.strategy == "adaptive":
+        if self._sub is not None and size <= SMALL_LIMIT and self.strategy == "adaptive" and self._carves(size):
             return self._miss_paged(size)
         if self.strategy == "adaptive" and self.cached:
             target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
@@ -494,14 +494,14 @@ class BufferPool(Generic[Raw]):
         found = self._carve(length, small)
         if found is None and self.cached:
             target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
-            if self.reserved + self._page_size(length) > target:
+            if self.reserved + self._page_size() > target:
                 found = self._split_cached(length, small)
                 if found is None:  # make room as without pages: large cached buffers go to the driver
-                    self._make_room(self.reserved + self._page_size(length) - target, size)
-                    self._drop_empty_pages(self.reserved + self._page_size(length) - target)
+                    self._make_room(self.reserved + self._page_size() - target, size)
+                    self._drop_empty_pages(self.reserved + self._page_size() - target)
         if found is None:
             self.misses += 1
-            grow = self._page_size(length)
+            grow = self._page_size()
             page = _Page(self._new(grow), grow, small)
             self._pages.append(page)
             found = self._carve(length, small)
@@ -515,11 +515,15 @@ class BufferPool(Generic[Raw]):
         page.touched = self._clock
         return raw, size
 
-    def _page_size(self, length: int) -> int:
-        """A new page: half the headroom over the peak in use (a power of two, 64 KiB to ``PAGE_SIZE``),
-        so a page's unused tail stays within the headroom, and at least ``length``."""
-        fit = 1 << max(16, int(self._high * HEADROOM / 2).bit_length() - 1)
-        return max(min(fit, PAGE_SIZE), 1 << (length - 1).bit_length())
+    def _page_size(self) -> int:
+        """A new page: half the headroom over the peak in use (a power of two, 16 KiB to ``PAGE_SIZE``),
+        so a page's unused tail stays within the headroom."""
+        return min(PAGE_SIZE, 1 << max(14, int(self._high * HEADROOM / 2).bit_length() - 1))
+
+    def _carves(self, size: int) -> bool:
+        """Whether ``size`` is carved from a page: a quarter of a page at most (a larger block would
+        leave pages too fragmented for reserved to follow in use; it gets a buffer of its own)."""
+        return 4 * size <= self._page_size()
 
     def _carve(self, length: int, small: bool) -> tuple[_Page[Raw], int] | None:
         """The best-fitting free range of ``length`` bytes or more in a page of its kind, split: (page, offset)."""
