@@ -322,7 +322,16 @@ def make_paged(strategy: str = "adaptive", alignment: int = 256) -> tuple[Buffer
         sub_allocate=lambda page, offset, nbytes: (page, offset, nbytes),
         alignment=alignment,
     )
+    warm(pool, dev)
     return pool, dev
+
+
+def warm(pool: BufferPool, dev: FakeDevice) -> None:
+    """A 2 MiB peak in use, then nothing held: pages (32 KiB at that peak) are worth carving."""
+    block = pool.acquire(2 << 20)
+    del block
+    pool.empty()
+    dev.allocs = dev.releases = 0
 
 
 def test_adaptive_carves_many_small_blocks_out_of_one_driver_buffer():
@@ -352,11 +361,11 @@ def test_carved_blocks_are_reused_and_their_ranges_merge_back_into_the_page():
 
 
 def test_large_requests_keep_a_driver_buffer_each():
-    """Past SMALL_LIMIT, or past a quarter of the page the pool would carve from (16 KiB while the
-    peak in use is small), a block is a driver buffer of its own: pages stay unfragmented."""
+    """Past SMALL_LIMIT, or past a quarter of the page the pool would carve from (32 KiB at a 2 MiB
+    peak in use), a block is a driver buffer of its own: pages stay unfragmented."""
     pool, dev = make_paged()
     big = pool.acquire(SMALL_LIMIT + 512)
-    mid = pool.acquire(8192)
+    mid = pool.acquire(9000)
     assert not isinstance(big.raw, tuple) and not isinstance(mid.raw, tuple)
     assert dev.allocs == 2 and pool.carved == 0
     del big, mid
@@ -389,6 +398,7 @@ def test_the_backend_releases_each_view_it_made():
         sub_allocate=lambda page, offset, nbytes: (page, offset, nbytes),
         sub_release=released.append,
     )
+    warm(pool, dev)
     block = pool.acquire(2000)
     raw = block.raw
     del block
@@ -406,12 +416,15 @@ def test_sub_allocation_refuses_deferred_release_and_odd_alignment():
 
 @pytest.mark.parametrize("name", ["w3_batch16.json", "w4_batch4.json"])
 def test_pages_cut_driver_calls_on_a_recorded_trace(name):
-    """The same traces with pages: far fewer driver allocations than one buffer per block, and reserved
-    still below static's; the books balance and everything returns to the pages at the end."""
+    """The same traces with pages: far fewer driver allocations than one buffer per block, reserved still
+    within 5% of the peak in use; the books balance and everything returns to the pages at the end."""
     trace = json.loads((TRACES / name).read_text())
     plain, _ = replay(trace, "adaptive")
     static, _ = replay(trace, "static")
-    pool, dev = make_paged()
+    dev = FakeDevice()
+    pool = BufferPool(
+        dev.allocate, dev.release, strategy="adaptive", cache_limit=None, sub_allocate=lambda p, o, n: (p, o, n)
+    )
     live = {}
     for event in trace["events"]:
         if len(event) == 2:
@@ -419,11 +432,13 @@ def test_pages_cut_driver_calls_on_a_recorded_trace(name):
         else:
             live.pop(event[0], None)
     live.clear()
-    assert pool.misses < plain.misses / 2, (pool.misses, plain.misses)
     assert pool.peak_in_use == plain.peak_in_use
     assert pool.in_use == 0 and pool.reserved == sum(dev.live.values())
-    if name.startswith("w3"):  # (W4's trace peaks at 0.2 MiB: one 64 KiB page is most of it)
-        assert pool.peak_reserved < static.peak_reserved
+    if name.startswith("w3"):
+        assert pool.misses < plain.misses / 2, (pool.misses, plain.misses)
+        assert pool.peak_reserved <= 1.05 * pool.peak_in_use and pool.peak_reserved < static.peak_reserved
+    else:  # W4's trace peaks at 0.2 MiB: below 800 KiB no page fits in the headroom, nothing is carved
+        assert pool.carved == 0 and pool.peak_reserved == plain.peak_reserved
     pool.empty()
     assert dev.live == {}
 
@@ -439,6 +454,7 @@ def test_out_of_memory_gives_back_pages_whose_blocks_all_came_back():
         cache_limit=None,
         sub_allocate=lambda page, offset, nbytes: (page, offset, nbytes),
     )
+    warm(pool, dev)
     small = [pool.acquire(1024) for _ in range(10)]
     assert dev.allocs == 1 and pool.stats()["pages"] == 1
     del small  # cached, their page still held

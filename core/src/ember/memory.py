@@ -521,9 +521,10 @@ class BufferPool(Generic[Raw]):
         return min(PAGE_SIZE, 1 << max(14, int(self._high * HEADROOM / 2).bit_length() - 1))
 
     def _carves(self, size: int) -> bool:
-        """Whether ``size`` is carved from a page: a quarter of a page at most (a larger block would
+        """Whether ``size`` is carved from a page: once the smallest page fits in half the headroom
+        (a peak in use of 800 KiB or more), and a quarter of a page at most (a larger block would
         leave pages too fragmented for reserved to follow in use; it gets a buffer of its own)."""
-        return 4 * size <= self._page_size()
+        return self._high * HEADROOM >= 2 << 14 and 4 * size <= self._page_size()
 
     def _carve(self, length: int, small: bool) -> tuple[_Page[Raw], int] | None:
         """The best-fitting free range of ``length`` bytes or more in a page of its kind, split: (page, offset)."""
