@@ -5,6 +5,7 @@
 #   .whl: pyopencl, pytools, platformdirs, siphash24, wgpu 0.32.0, cffi, pycparser, rendercanvas
 #   .gl:  libvulkan1 and the GL/EGL loaders (apt-get download)
 # Usage, from the repository root:  STEPS="wgpu opencl" bash .ci/h200.sh
+# STEPS=memory: benchmarks/memory.py --h200 (memory strategies on cuda, opencl and wgpu, within 8 minutes).
 # The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused), in
 # SHARDS parallel processes when SHARDS > 1 (--ember-shard); PYTEST_ARGS (unsharded runs) selects
 # cases, e.g. PYTEST_ARGS="-k nextafter".
@@ -67,6 +68,13 @@ EOF
 }
 
 for backend in $STEPS; do
+  if [ "$backend" = memory ]; then  # benchmarks/memory.py: W3, W4 x pool strategies on cuda, opencl, wgpu, beside torch
+    $PY -m pip install -q --no-deps --no-build-isolation -e plugins/cuda >>"$OUT/env.txt" 2>&1
+    timeout "${MEMORY_S:-480}" $PY -m benchmarks.memory --h200 --out "$OUT" --steps 10 --rounds 2 --device-limit 140 \
+      >>"$OUT/memory-log.txt" 2>&1
+    note "memory: exit $? (memory.md, memory-<backend>.json, memory-log.txt)"
+    continue
+  fi
   idx=$(pick "$backend")
   if [ "$idx" -lt 0 ]; then note "$backend: no NVIDIA device found (see env.txt)"; continue; fi
   dev="$backend:$idx"

@@ -31,6 +31,87 @@ def test_graph_is_freed_unless_retained():
         y.backward()
 
 
+def _probe_exp_vjp(monkeypatch, watched: list) -> list:
+    """Wrap exp's vjp to record, each time it runs, which watched tensors are still alive."""
+    from ember.dispatch import OPS
+
+    op, seen = OPS["exp"], []
+    rule = op.vjp
+
+    def probe(*args, **params):
+        seen.append([ref() is not None for ref in watched])
+        return rule(*args, **params)
+
+    monkeypatch.setattr(op, "vjp", probe)
+    return seen
+
+
+def _chain(x):
+    """exp first (its vjp runs last in backward), then intermediates nobody but the graph holds."""
+    import weakref
+
+    a = x.exp()
+    b = a * 3.0
+    c = em.sin(b)
+    refs = [weakref.ref(a), weakref.ref(b), weakref.ref(c)]
+    return (c * c).sum(), refs
+
+
+@pytest.mark.parametrize("retain", [False, True])
+def test_saved_tensors_are_released_during_backward(monkeypatch, retain):
+    """b and c are saved by sin and mul; backward reaches exp (nearest the leaf) after both nodes: by
+    then, unless the graph is retained, neither intermediate is alive any more (not only at the end)."""
+    xs = np.array([0.1, -0.4, 0.7])
+    x = leaf(xs)
+    watched: list = []
+    loss, refs = _chain(x)
+    watched.extend(refs[1:])  # b and c; a is exp's own output, which its vjp receives
+    seen = _probe_exp_vjp(monkeypatch, watched)
+    loss.backward(retain_graph=retain)
+    assert seen == [[retain, retain]]
+    # the gradient is unchanged: d/dx sum(sin(3 e^x)^2) = 2 sin(3e^x) cos(3e^x) 3 e^x, in float64
+    ref = 2 * np.sin(3 * np.exp(xs)) * np.cos(3 * np.exp(xs)) * 3 * np.exp(xs)
+    np.testing.assert_allclose(x.grad.numpy(), ref, rtol=1e-12)
+
+
+def test_a_product_only_a_bias_add_reads_is_not_kept_until_backward():
+    """add's vjp reads no input value and matmul's none of its output: the node of ``m + b`` keeps a
+    data-less stand-in for ``m``, so the product dies after the forward pass; gradients unchanged."""
+    import weakref
+
+    rng = np.random.default_rng(0)
+    xs, ws, bs = rng.standard_normal((2, 3)), rng.standard_normal((3, 4)), rng.standard_normal(4)
+    x, w, b = leaf(xs), leaf(ws), leaf(bs)
+    m = x @ w
+    gone = weakref.ref(m)
+    y = m + b
+    z = m + 1.0  # a second consumer shares the one stand-in
+    loss = (y * y).sum() + (z * z).sum()
+    assert y._node.inputs[0] is z._node.inputs[0] is not m
+    del m
+    assert gone() is None
+    loss.backward()
+    mr = xs @ ws
+    gy, gz = 2 * (mr + bs), 2 * (mr + 1.0)
+    np.testing.assert_allclose(w.grad.numpy(), xs.T @ (gy + gz), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), (gy + gz) @ ws.T, rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), gy.sum(axis=0), rtol=1e-12)
+
+
+def test_an_output_its_own_vjp_reads_is_kept():
+    """exp's vjp reads its output: a consumer that reads only metadata (add) still keeps the tensor."""
+    import weakref
+
+    x = leaf([0.5, 1.5])
+    e = x.exp()
+    kept = weakref.ref(e)
+    loss = (e + 1.0).sum()
+    del e
+    assert kept() is not None
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([0.5, 1.5]), rtol=1e-12)
+
+
 def test_non_scalar_backward_needs_a_seed():
     x = leaf([1.0, 2.0])
     y = x * 2

@@ -308,3 +308,159 @@ def test_stats_name_the_strategy():
     assert stats["strategy"] == "adaptive" and stats["pools"]["device"]["strategy"] == "adaptive"
     assert em.Device.cpu().memory_stats()["strategy"] is None  # numpy owns the CPU backend's memory
     gc.collect()
+
+
+# -- sub-allocation: small blocks carved out of pages ----------------------------------------
+def make_paged(strategy: str = "adaptive", alignment: int = 256) -> tuple[BufferPool, FakeDevice]:
+    """A pool over the fake device whose blocks are (page, offset, nbytes) views, as opencl and cuda give."""
+    dev = FakeDevice()
+    pool = BufferPool(
+        dev.allocate,
+        dev.release,
+        strategy=strategy,
+        cache_limit=None,
+        sub_allocate=lambda page, offset, nbytes: (page, offset, nbytes),
+        alignment=alignment,
+    )
+    warm(pool, dev)
+    return pool, dev
+
+
+def warm(pool: BufferPool, dev: FakeDevice) -> None:
+    """A 2 MiB peak in use, then nothing held: pages (32 KiB at that peak) are worth carving."""
+    block = pool.acquire(2 << 20)
+    del block
+    pool.empty()
+    dev.allocs = dev.releases = 0
+
+
+def test_adaptive_carves_many_small_blocks_out_of_one_driver_buffer():
+    pool, dev = make_paged()
+    blocks = [pool.acquire(n) for n in (100, 3000, 40, 2000, 700)]  # each at most a quarter of a page
+    assert dev.allocs == 1 and pool.stats()["pages"] == 1 and pool.carved == 5
+    spans = sorted((b.raw[1], b.raw[1] + b.raw[2]) for b in blocks)
+    assert all(b.raw[0] == blocks[0].raw[0] for b in blocks)  # one page
+    assert all(start % 256 == 0 for start, _ in spans)  # aligned as asked
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))  # no two blocks overlap
+    assert [b.nbytes for b in blocks] == [fine_size(n) for n in (100, 3000, 40, 2000, 700)]
+    check_books(pool, dev)
+    del blocks
+
+
+def test_carved_blocks_are_reused_and_their_ranges_merge_back_into_the_page():
+    pool, dev = make_paged()
+    a, b, c = pool.acquire(4096), pool.acquire(4096), pool.acquire(4096)
+    where = a.raw
+    del a
+    again = pool.acquire(4096)  # the cached block of that size: no carving, no driver call
+    assert again.raw == where and pool.carved == 3
+    del again, b, c
+    pool.empty()  # every range back in its page, the page empty: released
+    assert dev.live == {} and pool.reserved == 0 and pool.stats()["pages"] == 0
+    check_books(pool, dev)
+
+
+def test_large_requests_keep_a_driver_buffer_each():
+    """Past SMALL_LIMIT, or past a quarter of the page the pool would carve from (32 KiB at a 2 MiB
+    peak in use), a block is a driver buffer of its own: pages stay unfragmented."""
+    pool, dev = make_paged()
+    big = pool.acquire(SMALL_LIMIT + 512)
+    mid = pool.acquire(9000)
+    assert not isinstance(big.raw, tuple) and not isinstance(mid.raw, tuple)
+    assert dev.allocs == 2 and pool.carved == 0
+    del big, mid
+
+
+def test_static_and_exclusive_do_not_carve():
+    for strategy in ("static", "exclusive"):
+        pool, dev = make_paged(strategy)
+        blocks = [pool.acquire(1000) for _ in range(3)]
+        assert dev.allocs == 3 and pool.carved == 0
+        del blocks
+
+
+def test_a_page_empty_under_another_strategy_goes_back_to_the_driver():
+    pool, dev = make_paged()
+    block = pool.acquire(1000)
+    pool.set_strategy("exclusive")
+    del block  # returns to its page, which is now empty; only adaptive keeps empty pages
+    assert dev.live == {} and pool.reserved == 0
+
+
+def test_the_backend_releases_each_view_it_made():
+    dev = FakeDevice()
+    released = []
+    pool = BufferPool(
+        dev.allocate,
+        dev.release,
+        strategy="adaptive",
+        cache_limit=None,
+        sub_allocate=lambda page, offset, nbytes: (page, offset, nbytes),
+        sub_release=released.append,
+    )
+    warm(pool, dev)
+    block = pool.acquire(2000)
+    raw = block.raw
+    del block
+    pool.empty()
+    assert released == [raw] and dev.live == {}
+
+
+def test_sub_allocation_refuses_deferred_release_and_odd_alignment():
+    dev = FakeDevice()
+    with pytest.raises(InvalidArgumentError, match="defer_release"):
+        BufferPool(dev.allocate, dev.release, sub_allocate=lambda p, o, n: p, defer_release=True)
+    with pytest.raises(InvalidArgumentError, match="alignment"):
+        BufferPool(dev.allocate, dev.release, sub_allocate=lambda p, o, n: p, alignment=48)
+
+
+@pytest.mark.parametrize("name", ["w3_batch16.json", "w4_batch4.json"])
+def test_pages_cut_driver_calls_on_a_recorded_trace(name):
+    """The same traces with pages: far fewer driver allocations than one buffer per block, reserved still
+    within 5% of the peak in use; the books balance and everything returns to the pages at the end."""
+    trace = json.loads((TRACES / name).read_text())
+    plain, _ = replay(trace, "adaptive")
+    static, _ = replay(trace, "static")
+    dev = FakeDevice()
+    pool = BufferPool(
+        dev.allocate, dev.release, strategy="adaptive", cache_limit=None, sub_allocate=lambda p, o, n: (p, o, n)
+    )
+    live = {}
+    for event in trace["events"]:
+        if len(event) == 2:
+            live[event[0]] = pool.acquire(event[1])
+        else:
+            live.pop(event[0], None)
+    live.clear()
+    assert pool.peak_in_use == plain.peak_in_use
+    assert pool.in_use == 0 and pool.reserved == sum(dev.live.values())
+    if name.startswith("w3"):
+        assert pool.misses < plain.misses / 2, (pool.misses, plain.misses)
+        assert pool.peak_reserved <= 1.05 * pool.peak_in_use and pool.peak_reserved < static.peak_reserved
+    else:  # W4's trace peaks at 0.2 MiB: below 800 KiB no page fits in the headroom, nothing is carved
+        assert pool.carved == 0 and pool.peak_reserved == plain.peak_reserved
+    pool.empty()
+    assert dev.live == {}
+
+
+def test_out_of_memory_gives_back_pages_whose_blocks_all_came_back():
+    """Out of memory, cached carved blocks return to their pages and the empty pages to the device
+    before the retry; with nothing to give back the error says so."""
+    dev = FakeDevice(capacity=2 << 20)
+    pool = BufferPool(
+        dev.allocate,
+        dev.release,
+        strategy="adaptive",
+        cache_limit=None,
+        sub_allocate=lambda page, offset, nbytes: (page, offset, nbytes),
+    )
+    warm(pool, dev)
+    small = [pool.acquire(1024) for _ in range(10)]
+    assert dev.allocs == 1 and pool.stats()["pages"] == 1
+    del small  # cached, their page still held
+    big = pool.acquire((2 << 20) - 4096)  # fits only once the page is gone
+    assert pool.stats()["pages"] == 0 and list(dev.live.values()) == [(2 << 20) - 4096]
+    assert pool.reserved == sum(dev.live.values())
+    with pytest.raises(OutOfMemoryError, match="no cached buffers"):
+        pool.acquire(8192)
+    del big

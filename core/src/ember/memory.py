@@ -17,7 +17,10 @@ What the pool does then is its *strategy* (docs/memory.md):
   request a larger free buffer early, else releases free buffers (the most recently freed:
   a training loop needs those again last).
   Buffers that stay empty for twice the longest reuse gap it has seen are released, so
-  reserved memory tracks memory in use as the program changes phase.
+  reserved memory tracks memory in use as the program changes phase. Where the backend can
+  address an offset in a buffer (``sub_allocate=``: cuda, opencl), small blocks are carved out
+  of pages (one driver buffer serves many blocks); a block that goes back merges with the free
+  ranges beside it, and a page all of whose blocks came back is released like a free buffer.
 
 The strategy of a new pool is ``strategy=``, else the one chosen for its ``device`` label
 (``Device("opencl:0", memory="static")`` calls :func:`set_device_strategy`), else
@@ -74,6 +77,7 @@ __all__ = [
     "DEFAULT_CACHE_LIMIT",
     "SMALL_LIMIT",
     "HEADROOM",
+    "PAGE_SIZE",
 ]
 
 Raw = TypeVar("Raw")
@@ -90,6 +94,9 @@ SMALL_LIMIT = 1 << 20
 #: adaptive: reserved memory may exceed the peak in use by this fraction before the pool reuses
 #: larger buffers early or releases empty ones instead of allocating
 HEADROOM = 0.04
+
+#: adaptive with sub-allocation: the largest page small blocks are carved from (a quarter of it at most)
+PAGE_SIZE = 2 << 20
 
 #: adaptive: a size's free buffers are released once unused for this many acquires, at least
 _MIN_IDLE = 4096
@@ -116,6 +123,8 @@ class PoolStats(TypedDict):
     frees: int
     cache_limit_bytes: int | None
     small_cached_bytes: int
+    pages: int
+    carved: int
     size_classes: dict[int, SizeClassStats]
 
 
@@ -273,6 +282,60 @@ class Block(Generic[Raw]):
         return f"<Block {self.nbytes} bytes>"
 
 
+class _Page(Generic[Raw]):
+    """One driver buffer that blocks are carved from: its free ranges (offset -> length, and end -> offset
+    to merge neighbours), the bytes carved, and when it was last touched (in the pool's acquires)."""
+
+    __slots__ = ("raw", "size", "small", "free", "ends", "used", "largest", "touched")
+
+    def __init__(self, raw: Raw, size: int, small: bool) -> None:
+        self.raw = raw
+        self.size = size
+        self.small = small
+        self.free: dict[int, int] = {0: size}
+        self.ends: dict[int, int] = {size: 0}
+        self.used = 0
+        self.largest = size
+        self.touched = 0
+
+    def fit(self, length: int) -> tuple[int, int] | None:
+        """The smallest free range of at least ``length`` bytes: (its length, its offset)."""
+        best: tuple[int, int] | None = None
+        for offset, have in self.free.items():
+            if have >= length and (best is None or have < best[0]):
+                best = (have, offset)
+                if have == length:
+                    break
+        return best
+
+    def take(self, offset: int, length: int) -> None:
+        """Carve ``length`` bytes from the start of the free range at ``offset``."""
+        have = self.free.pop(offset)
+        del self.ends[offset + have]
+        if have > length:
+            self.free[offset + length] = have - length
+            self.ends[offset + have] = offset + length
+        self.used += length
+        self.largest = max(self.free.values(), default=0)
+
+    def give(self, offset: int, length: int) -> None:
+        """Return a carved range, merged with the free ranges on either side."""
+        self.used -= length
+        end = offset + length
+        after = self.free.pop(end, None)
+        if after is not None:
+            del self.ends[end + after]
+            end += after
+        before = self.ends.pop(offset, None)
+        if before is not None:
+            del self.free[before]
+            offset = before
+        self.free[offset] = end - offset
+        self.ends[end] = offset
+        if end - offset > self.largest:
+            self.largest = end - offset
+
+
 class BufferPool(Generic[Raw]):
     """Free lists of raw device buffers keyed by size, run by one strategy, with the counters of :class:`PoolStats`.
 
@@ -283,6 +346,9 @@ class BufferPool(Generic[Raw]):
     ``device`` is the label of the device (``"cuda:0"``) whose strategy the pool follows.
     ``defer_release``: True keeps every buffer to release until :meth:`trim`; a callable
     ``busy(raw)`` keeps only those it says are busy (wgpu: referenced by the open batch).
+    ``sub_allocate(page, offset, nbytes) -> raw``: a view into a driver buffer, so that adaptive
+    carves small blocks out of pages (offsets a multiple of ``alignment``); ``sub_release(raw)``
+    drops a view (optional). Not with ``defer_release``.
     """
 
     def __init__(
@@ -296,6 +362,9 @@ class BufferPool(Generic[Raw]):
         on_pressure: Callable[[], None] | None = None,
         strategy: str | None = None,
         device: str | None = None,
+        sub_allocate: Callable[[Raw, int, int], Raw] | None = None,
+        sub_release: Callable[[Raw], None] | None = None,
+        alignment: int = 256,
     ) -> None:
         self._allocate = allocate
         self._release = release
@@ -328,6 +397,18 @@ class BufferPool(Generic[Raw]):
         self._gap = 0
         self._slack = 0  # bytes of live buffers beyond what they count in use (larger buffers reused early)
         self._next_scan = _MIN_IDLE
+        # sub-allocation (adaptive, where the backend can address an offset in a buffer): pages are
+        # driver buffers that blocks are carved from; a retired block's range goes back to its page
+        if sub_allocate is not None and defer_release:
+            raise InvalidArgumentError("BufferPool: sub_allocate= cannot be combined with defer_release=")
+        if alignment < 1 or alignment & (alignment - 1):
+            raise InvalidArgumentError(f"BufferPool: alignment={alignment!r}: expected a power of two")
+        self._sub = sub_allocate
+        self._sub_release = sub_release
+        self.alignment = alignment
+        self._pages: list[_Page[Raw]] = []
+        self._where: dict[int, tuple[_Page[Raw], int, int]] = {}  # id(view) -> (its page, offset, length)
+        self.carved = 0  # blocks carved out of pages (requests served without a driver call)
         self.strategy = ""
         self._keep = True
         self._fine = False
@@ -388,6 +469,8 @@ class BufferPool(Generic[Raw]):
             self.hits += 1
             self._touched[size] = self._clock
             return raw, size
+        if self._sub is not None and size <= SMALL_LIMIT and self.strategy == "adaptive" and self._carves(size):
+            return self._miss_paged(size)
         if self.strategy == "adaptive" and self.cached:
             target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
             # what is reserved once the buffers waiting for a deferred release (wgpu's, until a submit) go
@@ -401,6 +484,98 @@ class BufferPool(Generic[Raw]):
                 self._make_room(held + size - target, size)
         self.misses += 1
         return self._new(size), size
+
+    # -- sub-allocation: blocks carved out of pages --------------------------------------------
+    def _miss_paged(self, size: int) -> tuple[Raw, int]:
+        """adaptive, a small request, with pages: carve ``size`` from a free range; else, past the headroom,
+        return cached small blocks to their pages until a range fits (no driver call); else a new page."""
+        length = -(-size // self.alignment) * self.alignment
+        small = True
+        found = self._carve(length, small)
+        if found is None and self.cached:
+            target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
+            if self.reserved + self._page_size() > target:
+                found = self._split_cached(length, small)
+                if found is None:  # make room as without pages: large cached buffers go to the driver
+                    self._make_room(self.reserved + self._page_size() - target, size)
+                    self._drop_empty_pages(self.reserved + self._page_size() - target)
+        if found is None:
+            self.misses += 1
+            grow = self._page_size()
+            page = _Page(self._new(grow), grow, small)
+            self._pages.append(page)
+            found = self._carve(length, small)
+            assert found is not None  # a new page holds its first block
+        else:
+            self.hits += 1
+        page, offset = found
+        raw = self._sub(page.raw, offset, size)  # type: ignore[misc]
+        self._where[id(raw)] = (page, offset, length)
+        self.carved += 1
+        page.touched = self._clock
+        return raw, size
+
+    def _page_size(self) -> int:
+        """A new page: half the headroom over the peak in use (a power of two, 16 KiB to ``PAGE_SIZE``),
+        so a page's unused tail stays within the headroom."""
+        return min(PAGE_SIZE, 1 << max(14, int(self._high * HEADROOM / 2).bit_length() - 1))
+
+    def _carves(self, size: int) -> bool:
+        """Whether ``size`` is carved from a page: once the smallest page fits in half the headroom
+        (a peak in use of 800 KiB or more), and a quarter of a page at most (a larger block would
+        leave pages too fragmented for reserved to follow in use; it gets a buffer of its own)."""
+        return self._high * HEADROOM >= 2 << 14 and 4 * size <= self._page_size()
+
+    def _carve(self, length: int, small: bool) -> tuple[_Page[Raw], int] | None:
+        """The best-fitting free range of ``length`` bytes or more in a page of its kind, split: (page, offset)."""
+        best: tuple[int, _Page[Raw], int] | None = None
+        for page in self._pages:
+            if page.small is small and page.largest >= length:
+                got = page.fit(length)
+                if got is not None and (best is None or got[0] < best[0]):
+                    best = (got[0], page, got[1])
+                    if got[0] == length:
+                        break
+        if best is None:
+            return None
+        _, page, offset = best
+        page.take(offset, length)
+        return page, offset
+
+    def _split_cached(self, length: int, small: bool) -> tuple[_Page[Raw], int] | None:
+        """Return cached blocks of pages of this kind to their pages, the most recently freed first
+        (a loop needs those again last), until a free range fits ``length``."""
+        order = sorted(
+            (s for s, b in self._free.items() if b and (s <= SMALL_LIMIT) == small),
+            key=lambda s: -self._touched.get(s, 0),
+        )
+        for have in order:
+            bucket = self._free[have]
+            while bucket:
+                self.cached -= have
+                self._retire(bucket.pop(), have)
+                found = self._carve(length, small)
+                if found is not None:
+                    return found
+        return None
+
+    def _drop_empty_pages(self, excess: int | None = None, before: int | None = None) -> int:
+        """Release empty pages (all, or until ``excess`` bytes went; only those untouched since
+        ``before``); returns how many."""
+        count = 0
+        for page in list(self._pages):
+            if excess is not None and excess <= 0:
+                break
+            if page.used or (before is not None and page.touched >= before):
+                continue
+            self._pages.remove(page)
+            self.reserved -= page.size
+            self.frees += 1
+            self._release(page.raw)
+            count += 1
+            if excess is not None:
+                excess -= page.size
+        return count
 
     def _take_free(self, size: int, avoid: Callable[[Raw], bool] | None) -> Raw | None:
         bucket = self._free.get(size)
@@ -474,12 +649,14 @@ class BufferPool(Generic[Raw]):
                 for raw in bucket:
                     self._retire(raw, have)
                 bucket.clear()
+        if self._pages:
+            self._drop_empty_pages(before=stale)
 
     def _new(self, size: int) -> Raw:
         try:
             raw = self._allocate(size)
         except MemoryError as first:
-            freed = self.cached + sum(s for _, s in self._doomed)
+            freed = self.cached + sum(s for _, s in self._doomed) + sum(p.size for p in self._pages if not p.used)
             if not freed:  # nothing cached to give back: retrying cannot help
                 raise self._out_of_memory(size, 0, first) from first
             if self.on_pressure is not None:
@@ -545,6 +722,20 @@ class BufferPool(Generic[Raw]):
     # -- giving memory back to the driver -------------------------------------------------------
     def _retire(self, raw: Raw, size: int) -> None:
         """Release ``raw`` now, or, with ``defer_release`` (True, or true for it), at the next :meth:`trim`."""
+        if self._where:
+            where = self._where.pop(id(raw), None)
+            if where is not None:  # a carved block: its range goes back to its page (no driver call)
+                page, offset, length = where
+                page.give(offset, length)
+                page.touched = self._clock
+                if self._sub_release is not None:
+                    self._sub_release(raw)
+                if not page.used and self.strategy != "adaptive":  # only adaptive keeps empty pages
+                    self._pages.remove(page)
+                    self.reserved -= page.size
+                    self.frees += 1
+                    self._release(page.raw)
+                return
         defer = self.defer_release
         if defer is True or (defer and defer(raw)):
             self._doomed.append((raw, size))
@@ -571,6 +762,8 @@ class BufferPool(Generic[Raw]):
             for raw in bucket:
                 self._retire(raw, size)
             count += len(bucket)
+        if self._pages:
+            self._drop_empty_pages()
         return count
 
     @contextmanager
@@ -588,6 +781,8 @@ class BufferPool(Generic[Raw]):
             target = int(self._high * (1 + HEADROOM))
             if self.reserved > target:
                 self._make_room(self.reserved - target, SMALL_LIMIT + 1)
+                if self._pages:
+                    self._drop_empty_pages(self.reserved - target)
 
     # -- counters ---------------------------------------------------------------------------
     def reset_peaks(self) -> None:
@@ -610,6 +805,8 @@ class BufferPool(Generic[Raw]):
             "frees": self.frees,
             "cache_limit_bytes": self.cache_limit,
             "small_cached_bytes": sum(s * len(b) for s, b in self._free.items() if s <= SMALL_LIMIT),
+            "pages": len(self._pages),
+            "carved": self.carved,
             "size_classes": {
                 s: {"in_use": in_use_count.get(s, 0), "cached": len(self._free.get(s, ()))} for s in sizes
             },

@@ -85,3 +85,25 @@ def test_out_of_memory_names_the_strategy_and_what_to_try(pool):
     with pytest.raises(MemoryError, match=expected) as info:
         em.zeros((total // 2,), dtype="float32", device=dev).realize()  # twice the GPU's memory (zeros is deferred)
     assert isinstance(info.value, EmberError)
+
+
+def test_adaptive_carves_small_tensors_out_of_one_page(pool):
+    """Small blocks are pointer + offset views of one cudaMalloc'd page: few driver allocations, and
+    each tensor keeps its own values (the views do not overlap)."""
+    dev, p = pool
+    em.Device.cuda(0, memory="adaptive")
+    _settle(dev)
+    peak = em.ones((1 << 20,), dtype="float32", device=dev).realize()  # a 4 MiB peak: pages fit in the headroom
+    del peak
+    dev.memory.empty_cache()  # nothing in the free lists: every request below is carved
+    before = dev.memory_stats()
+    carved = p.carved
+    xs = [em.full((64,), float(i), dtype="float32", device=dev).realize() for i in range(32)]  # 256 bytes each
+    stats = dev.memory_stats()
+    assert p.carved - carved >= 32
+    assert stats["allocations"] - before["allocations"] <= 2, stats
+    for i, x in enumerate(xs):
+        np.testing.assert_array_equal(x.numpy(), np.full(64, float(i), np.float32))
+    del xs
+    _settle(dev)
+    assert dev.memory_stats()["in_use_bytes"] == before["in_use_bytes"]

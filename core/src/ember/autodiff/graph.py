@@ -22,14 +22,21 @@ if TYPE_CHECKING:
 __all__ = ["run_backward"]
 
 
+def _vertex(t: Tensor) -> int:
+    """The key of ``t``'s vertex: its node for a computed tensor (which consumers may hold as a
+    stand-in, ember.autodiff.node), itself for a leaf."""
+    node = t._node
+    return id(node) if node is not None else id(t)
+
+
 def _topological(roots: list[Tensor]) -> list[Tensor]:
     """Tensors with a node reachable from ``roots``, each after all its inputs."""
     order: list[Tensor] = []
     seen: set[int] = set()
     for root in roots:
-        if root._node is None or id(root) in seen:
+        if root._node is None or id(root._node) in seen:
             continue
-        seen.add(id(root))
+        seen.add(id(root._node))
         stack: list[tuple[Tensor, int]] = [(root, 0)]
         while stack:
             t, i = stack.pop()
@@ -42,8 +49,8 @@ def _topological(roots: list[Tensor]) -> list[Tensor]:
             if i < len(inputs):
                 stack.append((t, i + 1))
                 child = inputs[i]
-                if child._node is not None and id(child) not in seen:
-                    seen.add(id(child))
+                if child._node is not None and id(child._node) not in seen:
+                    seen.add(id(child._node))
                     stack.append((child, 0))
             else:
                 order.append(t)
@@ -82,21 +89,26 @@ def run_backward(
     """Propagate ``seeds`` from ``roots``; return id(t) -> (t, gradient) for leaves (or ``wrt``)."""
     if retain_graph is None:
         retain_graph = create_graph
-    targets = {id(t) for t in wrt} if wrt is not None else None
+    # gradients are keyed by vertex (_vertex); results by id of the leaf, or of the wrt tensor
+    targets = {_vertex(t): t for t in wrt} if wrt is not None else None
     grads: dict[int, Tensor] = {}
     for root, seed in zip(roots, seeds):
-        prev = grads.get(id(root))
-        grads[id(root)] = seed if prev is None else prev + seed
+        prev = grads.get(_vertex(root))
+        grads[_vertex(root)] = seed if prev is None else prev + seed
     results: dict[int, tuple[Tensor, Tensor]] = {}
     # gradients are computed in the dtypes the forward ops used: outside autocast
     with set_grad_enabled(create_graph), autocast(enabled=False):
         if targets is not None:
             for root in roots:
-                if id(root) in targets:
-                    results[id(root)] = (root, grads[id(root)])
-        order = _topological(roots)
-        for t in reversed(order):
-            g = grads.pop(id(t), None)
+                if _vertex(root) in targets:
+                    results[id(targets[_vertex(root)])] = (targets[_vertex(root)], grads[_vertex(root)])
+        order: list[Tensor | None] = list(_topological(roots))
+        for i in range(len(order) - 1, -1, -1):
+            # the walk lets go of each tensor as it passes it: a tensor nobody else holds (an
+            # intermediate) dies with its node as soon as its inputs' gradients are made
+            t, order[i] = order[i], None
+            assert t is not None
+            g = grads.pop(id(t._node), None)
             if g is None:
                 continue
             node = t._node
@@ -112,8 +124,11 @@ def run_backward(
             if vjp is None:
                 raise AutodiffError(f"op {node.op.name!r} has no vjp rule and no composite to differentiate")
             in_grads = vjp(g, t, *inputs, **node.params)
+            del g, t
             if not retain_graph:
+                # what the node saved goes now, not when the walk ends (PyTorch frees saved tensors as it goes)
                 node.inputs = None
+                node.datas = ()
             for inp, gi in zip(inputs, in_grads):
                 if gi is None or not inp._rg:
                     continue
@@ -121,12 +136,16 @@ def run_backward(
                     gi = _sum_to(gi, inp._shape)
                 if gi._dtype is not inp._dtype:
                     gi = _as_input_dtype(gi, inp)
-                key = id(inp)
+                key = _vertex(inp)
                 if (targets is None and inp._node is None) or (targets is not None and key in targets):
-                    prev = results.get(key)
-                    results[key] = (inp, gi if prev is None else prev[1] + gi)
+                    wanted = inp if targets is None else targets[key]
+                    prev = results.get(id(wanted))
+                    results[id(wanted)] = (wanted, gi if prev is None else prev[1] + gi)
                 if inp._node is None:
                     continue
                 prev = grads.get(key)
                 grads[key] = gi if prev is None else prev + gi
+            # nothing of this node outlives its step: the next vjp runs without its gradients' temporaries
+            del node, inputs, in_grads
+            inp = gi = prev = wanted = None
     return results

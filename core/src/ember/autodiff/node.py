@@ -1,23 +1,74 @@
-"""The graph node: one recorded op application (a leaf type; only dispatch creates nodes)."""
+"""The graph node: one recorded op application (a leaf type; only dispatch creates nodes).
+
+A node keeps what its op's vjp rule reads and no more (PyTorch's saved tensors): an input whose
+value the rule never reads, itself computed by an op whose rule never reads its output, is kept
+as a *stand-in* (the tensor's shape, dtype, device and graph node, no data). So the bias add
+after a matmul does not keep the matmul's product alive until backward, nor a reshape its input.
+The tables below say which rules read what; an op missing from them keeps everything.
+"""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
-__all__ = ["Node"]
+__all__ = ["Node", "INPUTS_UNREAD", "OUTPUT_UNREAD"]
+
+#: ops whose vjp rule reads no input's value: only shapes, dtypes, devices and which need a gradient
+INPUTS_UNREAD = frozenset(
+    {
+        "add", "sub", "neg", "cast", "relu", "avg_pool",
+        "reshape", "permute", "expand", "slice", "pad", "flip", "concat", "sum",
+    }
+)  # fmt: skip
+
+#: ops whose vjp rule never reads the op's output
+OUTPUT_UNREAD = frozenset(
+    {
+        "add", "sub", "neg", "mul", "div", "cast", "where", "matmul", "conv", "gelu", "avg_pool",
+        "layer_norm", "cross_entropy", "scaled_dot_product_attention",
+        "reshape", "permute", "expand", "slice", "pad", "flip", "concat", "sum",
+    }
+)  # fmt: skip
 
 
 class Node:
     """An op applied to input tensors with parameters; ``datas`` are the inputs' handles at
-    record time, so the backward walk can tell an input that was changed in place since."""
+    record time, so the backward walk can tell an input that was changed in place since (a
+    stand-in's is None: its value does not enter the gradient)."""
 
-    __slots__ = ("op", "inputs", "datas", "params")
+    __slots__ = ("op", "inputs", "datas", "params", "_stand_in")
 
     def __init__(self, op: Any, inputs: tuple[Any, ...], params: dict[str, Any]) -> None:
         self.op = op
+        if op.name in INPUTS_UNREAD:
+            inputs = tuple(_stand_in(t) for t in inputs)
         self.inputs: tuple[Any, ...] | None = inputs
         self.datas = tuple(t._data for t in inputs)
         self.params = params
+        self._stand_in: weakref.ref[Any] | None = None  # of this node's output, while consumers hold it
 
     def __repr__(self) -> str:
         return f"<Node {self.op.name}>"
+
+
+def _stand_in(t: Any) -> Any:
+    """``t`` without its data, for a consumer whose rule reads only its metadata; ``t`` itself where
+    ``t``'s own rule reads it (its output) or it is a leaf. One stand-in per tensor, shared by
+    every consumer, so the backward walk meets one vertex (it keys gradients by node)."""
+    node = t._node
+    if node is None or node.op.name not in OUTPUT_UNREAD:
+        return t
+    ref = node._stand_in
+    stub = ref() if ref is not None else None
+    if stub is None:
+        stub = object.__new__(type(t))
+        stub._data = None
+        stub._shape = t._shape
+        stub._dtype = t._dtype
+        stub._device = t._device
+        stub._node = node
+        stub._rg = t._rg
+        stub._grad = None
+        node._stand_in = weakref.ref(stub)  # a weak reference: no cycle between node and stand-in
+    return stub

@@ -88,7 +88,7 @@ RELU = define(
     kind="elementwise_unary",
     native="relu(a) -> handle",
     composite=lambda x: where(x <= 0, 0.0 if x._dtype.kind == "f" else 0, x),  # NaN stays NaN
-    vjp=lambda g, y, x: (where(x > 0, g, 0.0),),
+    vjp=lambda g, y, x: (where(y > 0, g, 0.0),),  # y, not x: the input need not be kept (ember.autodiff.node)
 )
 SIGMOID = define(
     "sigmoid",

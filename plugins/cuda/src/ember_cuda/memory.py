@@ -46,8 +46,14 @@ class DevicePools:
         if pool is None:
             # the strategy is the device's (Device.cuda(i, memory=...) or EMBER_MEMORY); cudaFree
             # synchronises the GPU, so adaptive's releases are what its step time pays for
+            # adaptive carves small blocks out of pages: a block is the page's pointer plus an offset
             pool = self._pools[index] = BufferPool(
-                self._allocator(index), _release, cache_limit=None, device=f"cuda:{index}"
+                self._allocator(index),
+                _release,
+                cache_limit=None,
+                device=f"cuda:{index}",
+                sub_allocate=lambda page, offset, nbytes: self._pointer(page, offset),
+                alignment=512,  # CuPy's allocation unit
             )
         return pool
 

@@ -100,8 +100,17 @@ class Runtime:
         self.max_alloc = int(device.max_mem_alloc_size)
         # the queue is in order: a buffer handed out again is written only after every kernel queued
         # before that still reads it, so a freed buffer is reusable (and releasable) at once; no cache limit
+        # adaptive carves small blocks out of pages as sub-buffers (a cl.Buffer like any other, so the
+        # kernels take them unchanged), aligned as CL_DEVICE_MEM_BASE_ADDR_ALIGN (in bits) requires
         self.pool: BufferPool[cl.Buffer] = BufferPool(
-            self._allocate, cl.Buffer.release, cache_limit=None, max_class=self.max_alloc, device=f"opencl:{index}"
+            self._allocate,
+            cl.Buffer.release,
+            cache_limit=None,
+            max_class=self.max_alloc,
+            device=f"opencl:{index}",
+            sub_allocate=lambda page, offset, nbytes: page.get_sub_region(offset, nbytes),
+            sub_release=cl.Buffer.release,
+            alignment=max(int(device.mem_base_addr_align) // 8, 16),
         )
         self.programs = ProgramCache(self.context, device, self.label)
         self.options = self._build_options(device)
