@@ -85,6 +85,9 @@ class OpenCLBackend(ViewMovement, Backend):
             table[op] = functools.partial(self._unary, op)
         for op in BINARY_OPS:
             table[op] = functools.partial(self._binary, op)
+        if not conv.implicit_wins(self.rt):  # CPU devices: core's unfold + the vector matmul is faster
+            table.pop("conv", None)
+            table.pop("conv_transpose", None)
         return table
 
     def capability_notes(self) -> dict[str, str]:
@@ -92,7 +95,8 @@ class OpenCLBackend(ViewMovement, Backend):
             "float16/bfloat16": "stored in 16 bits (half via vload_half, bfloat16 as ushort), computed in float",
             "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
             "fusion": "elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0 turns it off)",
-            "conv": "implicit GEMM (input gathered in the tiled matmul's loader); weight gradient: unfold + matmul",
+            "conv": "GPUs: implicit GEMM (input gathered in the tiled matmul's loader; weight gradient unfold + "
+            "matmul); CPUs: core's unfold + matmul composite (faster there)",
         }
 
     # -- housekeeping ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ atomics; ties in max pooling route the gradient to the window's first maximum, a
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -243,6 +244,12 @@ def avg_pool(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, d
 
 
 # -- implicit GEMM -----------------------------------------------------------------------
+def implicit_wins(rt: Runtime) -> bool:
+    """Whether conv runs as implicit GEMM here: on GPUs; on CPUs (PoCL) im2col + the vector matmul
+    is ~10x faster, unless ``EMBER_OPENCL_IMPLICIT_CONV=1`` (to test these kernels on a CPU)."""
+    return not rt.is_cpu or os.environ.get("EMBER_OPENCL_IMPLICIT_CONV", "").strip() == "1"
+
+
 def _gather(kind: str, dt: str, nd: int, idx: str) -> Gather:
     """B of the conv GEMM: element (gk = ci * KV + tap, go = output position) read from the input.
 
