@@ -307,7 +307,9 @@ class OpenCLBackend(ViewMovement, Backend):
 
     # -- convolution (implicit GEMM, conv.py) and pooling ------------------------------------------------
     @native
-    def conv(self, x: CLArray, w: CLArray, *bias: CLArray, stride: Any, padding: Any, dilation: Any, groups: int) -> Any:
+    def conv(
+        self, x: CLArray, w: CLArray, *bias: CLArray, stride: Any, padding: Any, dilation: Any, groups: int
+    ) -> Any:
         return conv.conv(self.rt, x, w, bias[0] if bias else None, stride, padding, dilation, groups)
 
     @native

@@ -13,8 +13,9 @@ generator serves implicit-GEMM convolution (:mod:`.conv`): an operand can be a g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -124,10 +125,12 @@ def _loader(which: str, t: Tiling, acc: str, c: Any, kfast: bool, vw: int, gathe
         lines.append(f"  {slot(0)} = v;")
         lines.append("}")
         return lines
+
     def scalar(e: int) -> str:
         g, k = ("go", f"gk + {e}") if kfast else (f"go + {e}", "gk")
         val = c.load(which, f"{base} + ({g}) * {os_} + ({k}) * {ks}")
         return f"{slot(e)} = ({g} < {lim} && {k} < K) ? ({acc}){val} : ({acc})0;"
+
     if vw == 1:
         lines.append("  " + scalar(0))
     else:
@@ -175,8 +178,9 @@ def gemm_source(
     pad = 4 if ch == 4 else 1
     npi = np.dtype(np.int32 if idx == "int" else np.int64)
     params = [f"const {idx} M", f"const {idx} N", f"const {idx} K"]
-    params += [f"__global const {c.storage}* restrict A", f"const {idx} a_off", f"const {idx} a_rs", f"const {idx} a_cs"]
-    params += [f"__global const {c.storage}* restrict B", f"const {idx} b_off", f"const {idx} b_rs", f"const {idx} b_cs"]
+    for x in "AB":
+        params += [f"__global const {c.storage}* restrict {x}"]
+        params += [f"const {idx} {x.lower()}_{f}" for f in ("off", "rs", "cs")]
     params += [f"__global {c.storage}* restrict C"]
     for nm in ("bsh", "bsa", "bsb", "bsc"):
         params += [f"const {idx} {nm}{d}" for d in range(rb)]
@@ -413,10 +417,7 @@ def choose(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
 
 
 def _index_type(out: CLArray, views: list[CLArray]) -> str:
-    ext = max(
-        [out.size]
-        + [v.offset + sum(abs(s) * (d - 1) for d, s in zip(v.shape, v.strides)) for v in views]
-    )
+    ext = max([out.size] + [v.offset + sum(abs(s) * (d - 1) for d, s in zip(v.shape, v.strides)) for v in views])
     return "int" if ext < 2**31 - 2**20 else "long"
 
 
@@ -432,6 +433,7 @@ def launch_tiled(
     args: list[Any],
 ) -> None:
     """Compile (once per key) and launch a tiled-family kernel over an M x N output per batch entry."""
+
     def build() -> tuple[str, str, list[Any]]:
         source, types = make()
         return source, name, types
