@@ -285,6 +285,28 @@ class WgpuBackend(ViewMovement, Backend):
     ) -> WgpuArray:
         return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
 
+    @native  # implicit GEMM (kernels/conv.py); the weight gradient stays core's unfold + matmul
+    def conv(
+        self, x: WgpuArray, w: WgpuArray, *bias: WgpuArray, stride: Any, padding: Any, dilation: Any, groups: int
+    ) -> WgpuArray:
+        b = bias[0] if bias else None
+        return conv.conv(self.rt, x, w, b, tuple(stride), tuple(padding), tuple(dilation), groups)
+
+    @native
+    def conv_transpose(
+        self,
+        x: WgpuArray,
+        w: WgpuArray,
+        *bias: WgpuArray,
+        size: Any,
+        stride: Any,
+        padding: Any,
+        dilation: Any,
+        groups: int,
+    ) -> WgpuArray:
+        b = bias[0] if bias else None
+        return conv.conv_transpose(self.rt, x, w, b, tuple(size), tuple(stride), tuple(padding), tuple(dilation), groups)
+
     @native
     def unfold(
         self,

@@ -21,7 +21,7 @@ from ..typemap import WType
 from . import elementwise as ew
 from .common import ParamBlock, ceil_div, compile_kernel, header, launch, prod
 
-__all__ = ["matmul", "CONFIGS", "Config", "fits", "choose"]
+__all__ = ["matmul", "CONFIGS", "Config", "Gather", "fits", "choose", "tiled"]
 
 
 @dataclass(frozen=True)
@@ -90,13 +90,34 @@ def _batch_decode(nb: int) -> str:
     return "\n    ".join(lines)
 
 
-def _params(nb: int) -> ParamBlock:
+def _params(nb: int, extra: tuple[tuple[str, str], ...] = (), bias: bool = False) -> ParamBlock:
     base = [("m", "u32"), ("n", "u32"), ("k", "u32"), ("batch", "u32"), ("a_off", "u32"), ("b_off", "u32")]
     base += [("sam", "u32"), ("sak", "u32"), ("sbk", "u32"), ("sbn", "u32")]
-    return ParamBlock(base + _batch_fields(nb))
+    tail = [("r_off", "u32"), ("r_s", "u32")] if bias else []
+    return ParamBlock(base + _batch_fields(nb) + list(extra) + tail)
 
 
-def _tiled(t: WType, tout: WType, nb: int, cfg: Config, f16: bool, a_mfast: bool, b_kfast: bool, va: bool, vb: bool):  # type: ignore[no-untyped-def]
+@dataclass(frozen=True)
+class Gather:
+    """B read by WGSL ``code`` that sets ``v`` from ``gk``, ``gn`` (in range) and ``boff``; its params."""
+
+    code: str
+    fields: tuple[tuple[str, str], ...]
+
+
+def _tiled(  # type: ignore[no-untyped-def]
+    t: WType,
+    tout: WType,
+    nb: int,
+    cfg: Config,
+    f16: bool,
+    a_mfast: bool,
+    b_kfast: bool,
+    va: bool,
+    vb: bool,
+    gather: Gather | None = None,
+    bias: bool = False,
+):
     """The tiled kernel of ``cfg``. Shared tiles are k-major (``As[k][m]``, ``Bs[k][n]``) vec4
     rows padded by 4, so a thread reads its TM rows and TN columns with TM/4 + TN/4 vec4 loads.
     ``a_mfast``/``b_kfast``: the operand is transposed in memory, so neighbouring threads load
@@ -108,7 +129,7 @@ def _tiled(t: WType, tout: WType, nb: int, cfg: Config, f16: bool, a_mfast: bool
     ct = {"f": "f32", "i": "i32", "u": "u32"}[t.cls]
     vt = f"vec4<{ct}>"
     zero = {"f": "0.0", "i": "0i", "u": "0u"}[t.cls]
-    params = _params(nb)
+    params = _params(nb, gather.fields if gather else (), bias)
     pa, pb = bm + 4, bn + 4  # row lengths in scalars (multiples of 4)
 
     def unit_loop(units: int, body: str) -> str:
@@ -180,7 +201,7 @@ def _tiled(t: WType, tout: WType, nb: int, cfg: Config, f16: bool, a_mfast: bool
         let gk = k0 + r;
         let gn = n0 + c;
         var v = {zero};
-        if (gk < P.k && gn < P.n) {{ v = {t.load("B[boff + gk * P.sbk + gn * P.sbn]")}; }}
+        if (gk < P.k && gn < P.n) {{ {gather.code if gather else f"v = {t.load('B[boff + gk * P.sbk + gn * P.sbn]')};"} }}
         let s = r * {pb}u + c;
         Bs[s / 4u][s % 4u] = v;"""
         b_units = bn * bk
@@ -199,8 +220,10 @@ def _tiled(t: WType, tout: WType, nb: int, cfg: Config, f16: bool, a_mfast: bool
     stores = []
     for i in range(tm):
         row = f"m0 + ly * {tm}u + {i}u"
+        if bias:
+            stores.append(f"let rb{i} = {t.load(f'R[P.r_off + (grp * P.m + min({row}, P.m - 1u)) * P.r_s]')};")
         for j in range(tn):
-            v = f"acc{i}_{j // 4}.{lanes[j % 4]}"
+            v = f"acc{i}_{j // 4}.{lanes[j % 4]}" + (f" + rb{i}" if bias else "")
             v = tout.wrap(v) if tout.narrow else v
             col = f"n0 + lx * {tn}u + {j}u"
             stores.append(f"if ({row} < P.m && {col} < P.n) {{ C[cbase + ({row}) * P.n + {col}] = {tout.store(v)}; }}")
@@ -210,6 +233,7 @@ def _tiled(t: WType, tout: WType, nb: int, cfg: Config, f16: bool, a_mfast: bool
 @group(0) @binding(1) var<storage, read> A: array<{a_elem}>;
 @group(0) @binding(2) var<storage, read> B: array<{b_elem}>;
 @group(0) @binding(3) var<storage, read_write> C: array<{tout.storage}>;
+{f"@group(0) @binding(4) var<storage, read> R: array<{t.storage}>;" if bias else ""}
 var<workgroup> As: array<{vt}, {bk * pa // 4}>;
 var<workgroup> Bs: array<{vt}, {bk * pb // 4}>;
 @compute @workgroup_size({wx}, {wy})
@@ -222,6 +246,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
   for (var z = wid.z; z < P.batch; z = z + nw.z) {{
     {_batch_decode(nb)}
     let cbase = z * P.m * P.n;
+    {"let grp = c" + str(nb - 1) + ";" if bias else ""}
     {decl_acc}
     for (var k0 = 0u; k0 < P.k; k0 = k0 + {bk}u) {{
     {unit_loop(a_units, a_body)}
@@ -235,7 +260,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     {chr(10).join("    " + s for s in stores).strip()}
   }}
 }}"""
-    return body, params, ("r", "r", "w")
+    return body, params, ("r", "r", "w", "r") if bias else ("r", "r", "w")
 
 
 def _plain(t: WType, nb: int):  # type: ignore[no-untyped-def]
@@ -332,3 +357,6 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None
     groups = (ceil_div(n, cfg.bn), ceil_div(m, cfg.bm), z)
     launch(rt, kernel, values, [a.buffer, b.buffer, out.buffer], groups, "matmul")
     return out
+
+
+tiled = _tiled  # the generator, reused by implicit-GEMM conv (conv.py)
