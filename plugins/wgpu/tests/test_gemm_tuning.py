@@ -59,3 +59,34 @@ def test_cached_choice_is_used(rt, tmp_path, monkeypatch):
     tune.forget(rt)
     assert tune.lookup(rt, "float32", 40, 72, 48) is None
     tune.forget(rt)
+
+
+@pytest.mark.parametrize(
+    "xs, ws, stride, pads, dil, groups",
+    [
+        ((2, 4, 9, 8), (6, 2, 3, 3), (2, 1), ((1, 1), (2, 0)), (1, 2), 2),
+        ((3, 3, 11), (5, 3, 4), (3,), ((2, 1),), (1,), 1),
+    ],
+)
+def test_implicit_conv_and_input_grad(rt, xs, ws, stride, pads, dil, groups):
+    """Against core's unfold + matmul composite on the cpu device in float64 (another algorithm)."""
+    import ember as em
+    from ember_wgpu.kernels import conv
+
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = RNG.standard_normal(ws).astype(np.float32)
+    bias = RNG.standard_normal(ws[0]).astype(np.float32)
+    pad_arg = tuple(lo for lo, _ in pads) if all(lo == hi for lo, hi in pads) else None
+    cpu = em.Device.cpu().autodiff()
+    xc = em.tensor(x.astype(np.float64), device=cpu, requires_grad=True)
+    wc, bc = em.tensor(w.astype(np.float64), device=cpu), em.tensor(bias.astype(np.float64), device=cpu)
+    xp = xc if pad_arg is not None else em.pad(xc, ((0, 0), (0, 0)) + tuple(pads))
+    want = em.conv(xp, wc, bc, stride=stride, padding=pad_arg or 0, dilation=dil, groups=groups)
+    g = RNG.standard_normal(want.shape).astype(np.float32)
+    (want * em.tensor(g.astype(np.float64), device=cpu)).sum().backward()
+    up = lambda a: rt.upload(a, D.float32)  # noqa: E731
+    got = rt.read([conv.conv(rt, up(x), up(w), up(bias), stride, pads, dil, groups, matmul.CONFIGS["odd"])])[0]
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)
+    gx = conv.conv_transpose(rt, up(g), up(w), None, xs[2:], stride, pads, dil, groups, matmul.CONFIGS["odd"])
+    np.testing.assert_allclose(rt.read([gx])[0], xc.grad.numpy(), rtol=1e-4, atol=1e-4)
+    assert {k[1] for k in rt.kernels if k[0] == "conv_igemm"} == {"conv", "transpose"}  # the implicit kernels ran

@@ -23,7 +23,7 @@ from ember.dtypes import as_dtype
 from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble, unravel
-from .matmul import Gather, Tiling, choose, gemm_source, launch_tiled
+from .matmul import Gather, Tiling, choose, fits, gemm_source, launch_tiled
 from .runtime import Runtime
 
 __all__ = ["conv", "conv_transpose", "unfold", "fold", "max_pool", "max_pool_backward", "avg_pool"]
@@ -276,10 +276,12 @@ def _gather(kind: str, dt: str, nd: int, idx: str) -> Gather:
 
 
 def _conv_tiling(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
-    """Few output channels per group make tall thin GEMMs: a 32-row tile wastes less."""
+    """Few output channels per group make short wide GEMMs: a 16- or 32-row tile wastes less."""
     t = choose(rt, dt, M, N, K)
-    if M <= 32 and t.tm > 32 and not rt.is_cpu:
-        return Tiling(32, 128, 16, 4, 8, vw=4, chunk=4, db=True)
+    for rows, small in ((16, Tiling(16, 128, 16, 4, 8, vw=4, chunk=4, db=True)),
+                        (32, Tiling(32, 128, 16, 4, 8, vw=4, chunk=4, db=True))):  # fmt: skip
+        if M <= rows and t.tm > rows and not rt.is_cpu and fits(rt, small, dt):
+            return small
     return t
 
 

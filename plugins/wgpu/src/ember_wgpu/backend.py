@@ -71,6 +71,9 @@ class WgpuBackend(ViewMovement, Backend):
         table = super().native_kernels()
         for op in ELEMENTWISE_OPS:
             table[op] = functools.partial(ew.apply_op_args, self.rt, op)
+        if not conv.implicit_wins(self.rt):  # CPU adapters: core's unfold + matmul composite is faster
+            table.pop("conv", None)
+            table.pop("conv_transpose", None)
         return table
 
     def capability_notes(self) -> dict[str, str]:
@@ -285,7 +288,7 @@ class WgpuBackend(ViewMovement, Backend):
     ) -> WgpuArray:
         return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
 
-    @native  # implicit GEMM (kernels/conv.py); the weight gradient stays core's unfold + matmul
+    @native  # implicit GEMM on GPU adapters (kernels/conv.py); the weight gradient stays unfold + matmul
     def conv(
         self, x: WgpuArray, w: WgpuArray, *bias: WgpuArray, stride: Any, padding: Any, dilation: Any, groups: int
     ) -> WgpuArray:
@@ -305,7 +308,9 @@ class WgpuBackend(ViewMovement, Backend):
         groups: int,
     ) -> WgpuArray:
         b = bias[0] if bias else None
-        return conv.conv_transpose(self.rt, x, w, b, tuple(size), tuple(stride), tuple(padding), tuple(dilation), groups)
+        return conv.conv_transpose(
+            self.rt, x, w, b, tuple(size), tuple(stride), tuple(padding), tuple(dilation), groups
+        )
 
     @native
     def unfold(

@@ -11,6 +11,8 @@ so overlaps add up without atomics and the result is deterministic (conv's weigh
 
 from __future__ import annotations
 
+import os
+
 from ember.dtypes import float32
 
 from ..codegen.ops import convert
@@ -201,12 +203,20 @@ def _gather(kind: str, t: WType, nd: int) -> mm.Gather:
     return mm.Gather(" ".join(lines), tuple(fields))
 
 
+def implicit_wins(rt: Runtime) -> bool:
+    """Whether conv runs as implicit GEMM here: on GPU adapters. On a CPU adapter (lavapipe) the
+    forward pass ties with im2col and the input gradient is 1.5-8x slower (BENCHMARKS.md), so
+    core's unfold + matmul composite stays, unless ``EMBER_WGPU_IMPLICIT_CONV=1`` (for testing)."""
+    cpu = str(rt.adapter.info.get("adapter_type", "")).lower() == "cpu"
+    return not cpu or os.environ.get("EMBER_WGPU_IMPLICIT_CONV", "").strip() == "1"
+
+
 def _conv_config(rt: Runtime, m: int, n: int, k: int, dtype: str) -> mm.Config:
-    """Few output channels per group make tall thin GEMMs: a 32-row tile wastes less."""
+    """Few output channels per group make short wide GEMMs: a 16- or 32-row tile wastes less."""
     cfg = mm.choose(rt, dtype, m, n, k)
-    if m <= 32 and cfg.bm > 32:
-        small = mm.Config(32, 128, 16, 4, 8, True)
-        return small if mm.fits(rt, small) else cfg
+    for rows, small in ((16, mm.Config(16, 128, 16, 4, 8, True)), (32, mm.Config(32, 128, 16, 4, 8, True))):
+        if m <= rows and cfg.bm > rows and mm.fits(rt, small):
+            return small
     return cfg
 
 

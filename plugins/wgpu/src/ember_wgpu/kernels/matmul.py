@@ -195,13 +195,14 @@ def _tiled(  # type: ignore[no-untyped-def]
         b_units = bn * bk // 4
     else:
         b_map = (f"idx % {bk}u", f"idx / {bk}u") if b_kfast else (f"idx / {bn}u", f"idx % {bn}u")
+        b_read = gather.code if gather else f"v = {t.load('B[boff + gk * P.sbk + gn * P.sbn]')};"
         b_body = f"""
         let r = {b_map[0]};
         let c = {b_map[1]};
         let gk = k0 + r;
         let gn = n0 + c;
         var v = {zero};
-        if (gk < P.k && gn < P.n) {{ {gather.code if gather else f"v = {t.load('B[boff + gk * P.sbk + gn * P.sbn]')};"} }}
+        if (gk < P.k && gn < P.n) {{ {b_read} }}
         let s = r * {pb}u + c;
         Bs[s / 4u][s % 4u] = v;"""
         b_units = bn * bk
