@@ -80,7 +80,7 @@ def test_cached_choice_is_used(dev, gpu_like, tmp_path, monkeypatch):
     assert any(k[2] == choice for k in _tiled_keys(rt, "matmul")), "the cached tiling did not run"
     code = (
         "import json, ember as em; from ember_opencl import tune; "
-        "rt = em.Device('opencl:0').backend.rt; t = tune.lookup(rt, 'float32', 40, 70, 50); "
+        f"rt = em.Device('opencl:{rt.index}').backend.rt; t = tune.lookup(rt, 'float32', 40, 70, 50); "
         "print(json.dumps(t.as_dict() if t else None))"
     )
     env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path), "EMBER_AUTOTUNE": "0"}
