@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# GEMM autotuning on first use is a device-time cost the tests must not pay (tune.py; tested there)
+os.environ.setdefault("EMBER_AUTOTUNE", "0")
 
 import ember as em
 

@@ -85,6 +85,9 @@ class OpenCLBackend(ViewMovement, Backend):
             table[op] = functools.partial(self._unary, op)
         for op in BINARY_OPS:
             table[op] = functools.partial(self._binary, op)
+        if not conv.implicit_wins(self.rt):  # CPU devices: core's unfold + the vector matmul is faster
+            table.pop("conv", None)
+            table.pop("conv_transpose", None)
         return table
 
     def capability_notes(self) -> dict[str, str]:
@@ -92,7 +95,8 @@ class OpenCLBackend(ViewMovement, Backend):
             "float16/bfloat16": "stored in 16 bits (half via vload_half, bfloat16 as ushort), computed in float",
             "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
             "fusion": "elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0 turns it off)",
-            "conv": "core's unfold + matmul composite over native unfold/fold kernels",
+            "conv": "GPUs: implicit GEMM (input gathered in the tiled matmul's loader; weight gradient unfold + "
+            "matmul); CPUs: core's unfold + matmul composite (faster there)",
         }
 
     # -- housekeeping ----------------------------------------------------------------------
@@ -301,7 +305,19 @@ class OpenCLBackend(ViewMovement, Backend):
     ) -> CLArray:
         return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
 
-    # -- convolution and pooling (conv itself: core's unfold + matmul composite) ------------------------
+    # -- convolution (implicit GEMM, conv.py) and pooling ------------------------------------------------
+    @native
+    def conv(
+        self, x: CLArray, w: CLArray, *bias: CLArray, stride: Any, padding: Any, dilation: Any, groups: int
+    ) -> Any:
+        return conv.conv(self.rt, x, w, bias[0] if bias else None, stride, padding, dilation, groups)
+
+    @native
+    def conv_transpose(
+        self, x: CLArray, w: CLArray, *bias: CLArray, size: Any, stride: Any, padding: Any, dilation: Any, groups: int
+    ) -> Any:
+        return conv.conv_transpose(self.rt, x, w, bias[0] if bias else None, size, stride, padding, dilation, groups)
+
     @native
     def unfold(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any, value: float) -> CLArray:
         return conv.unfold(self.rt, x, kernel, stride, padding, dilation, value)

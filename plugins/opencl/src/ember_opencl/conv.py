@@ -1,15 +1,19 @@
-"""Window kernels: unfold (im2col), fold (col2im), max/avg pooling and max-pool's gradient.
+"""Window kernels: implicit-GEMM conv and conv_transpose, unfold (im2col), fold (col2im),
+max/avg pooling and max-pool's gradient.
 
 Same signatures as the composites in ``ember.ops.conv``; 1-3 spatial dimensions, inputs read
-through strides. ``conv`` and ``conv_transpose`` stay core composites: unfold/fold here plus
-the tiled matmul. fold and the max-pool gradient are gathers (each output element sums what
-lands on it), so they are deterministic and need no atomics; ties in max pooling route the
-gradient to the window's first maximum, as PyTorch does.
+through strides. ``conv`` is one tiled GEMM per (image, group) whose B operand is gathered
+from the input on the fly (no im2col buffer), bias added in the store; ``conv_transpose`` (the
+input gradient of conv) gathers the same way from its input, keeping only the taps a stride
+lands on. Both reuse the tiled family of :mod:`.matmul`. fold and the max-pool gradient are
+gathers (each output element sums what lands on it), so they are deterministic and need no
+atomics; ties in max pooling route the gradient to the window's first maximum, as PyTorch does.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -19,9 +23,10 @@ from ember.dtypes import as_dtype
 from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble, unravel
+from .matmul import Gather, Tiling, choose, fits, gemm_source, launch_tiled
 from .runtime import Runtime
 
-__all__ = ["unfold", "fold", "max_pool", "max_pool_backward", "avg_pool"]
+__all__ = ["conv", "conv_transpose", "unfold", "fold", "max_pool", "max_pool_backward", "avg_pool"]
 
 Pads = tuple[tuple[int, int], ...]
 L = np.dtype(np.int64)
@@ -235,4 +240,133 @@ def avg_pool(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, d
         knl, wg = _kernel(rt, "avg_pool", x.dtype.name, len(kernel))
         geo = _geo(x.shape[2:], blocks, kernel, stride, ones, padding)
         _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(x), div.buf])
+    return out
+
+
+# -- implicit GEMM -----------------------------------------------------------------------
+def implicit_wins(rt: Runtime) -> bool:
+    """Whether conv runs as implicit GEMM here: on GPUs; on CPUs (PoCL) im2col + the vector matmul
+    is ~10x faster, unless ``EMBER_OPENCL_IMPLICIT_CONV=1`` (to test these kernels on a CPU)."""
+    return not rt.is_cpu or os.environ.get("EMBER_OPENCL_IMPLICIT_CONV", "").strip() == "1"
+
+
+def _gather(kind: str, dt: str, nd: int, idx: str) -> Gather:
+    """B of the conv GEMM: element (gk = ci * KV + tap, go = output position) read from the input.
+
+    ``conv``: input position = out * stride + tap * dilation - pad (zero outside);
+    ``transpose``: the input position b with b * stride + tap * dilation - pad = out, if any."""
+    c = ctype(dt)
+    acc = "float" if c.is_wide_float else c.compute
+    names = ("g_sz", "g_bl", "g_kr", "g_st", "g_dl", "g_lo", "g_sx")
+    params = [f"const {idx} g_kv", f"const {idx} g_cs"] + [f"const {idx} {n}{d}" for n in names for d in range(nd)]
+    npi = np.dtype(np.int32 if idx == "int" else np.int64)
+    code = [f"const {idx} ci = gk / g_kv, kk = gk % g_kv;", *unravel("kk", nd, "g_kr", idx, "wk")]
+    if kind == "conv":  # go runs over the output blocks g_bl, the input is g_sz
+        code += unravel("go", nd, "g_bl", idx, "wq")
+        code += [f"const {idx} p{d} = wq{d} * g_st{d} + wk{d} * g_dl{d} - g_lo{d};" for d in range(nd)]
+        inside = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
+        pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
+    else:  # go runs over the output size g_sz, the input (blocks) is g_bl
+        code += unravel("go", nd, "g_sz", idx, "wq")
+        code += [f"const {idx} t{d} = wq{d} + g_lo{d} - wk{d} * g_dl{d};" for d in range(nd)]
+        inside = " && ".join(f"t{d} >= 0 && t{d} % g_st{d} == 0 && t{d} / g_st{d} < g_bl{d}" for d in range(nd))
+        pos = " + ".join(f"(t{d} / g_st{d}) * g_sx{d}" for d in range(nd))
+    code.append(f"if ({inside}) v = ({acc}){c.load('B', f'b_base + ci * g_cs + {pos}')};")
+    return Gather(tuple(code), tuple(params), (npi,) * len(params))
+
+
+def _conv_tiling(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
+    """Few output channels per group make short wide GEMMs: a 16- or 32-row tile wastes less."""
+    t = choose(rt, dt, M, N, K)
+    for rows, small in ((16, Tiling(16, 128, 16, 4, 8, vw=4, chunk=4, db=True)),
+                        (32, Tiling(32, 128, 16, 4, 8, vw=4, chunk=4, db=True))):  # fmt: skip
+        if M <= rows and t.tm > rows and not rt.is_cpu and fits(rt, small, dt):
+            return small
+    return t
+
+
+def _implicit(
+    rt: Runtime, kind: str, x: CLArray, wmat: CLArray, bias: CLArray | None, out: CLArray, M: int, K: int,
+    geo: list[int], groups: int, tiling: Tiling | None,
+) -> None:  # fmt: skip
+    """Launch the conv GEMM: per (image, group) C[M, N] = A[M, K] @ gather(x)[K, N], A = wmat (G, M, K)."""
+    n, cin = x.shape[:2]
+    nd = x.ndim - 2
+    N = math.prod(out.shape[2:])
+    dt = x.dtype.name
+    cg = cin // groups
+    ext = max(out.size, wmat.size, x.offset + sum(abs(s) * (d - 1) for d, s in zip(x.shape, x.strides)))
+    idx = "int" if ext < 2**31 - 2**20 else "long"
+    t = tiling or _conv_tiling(rt, dt, M, N, K)
+    va = t.vw if dt in ("float32", "float64") else 1
+    gather = _gather(kind, dt, nd, idx)
+    spec = (dt, t, 2, idx, True, True, va, 1, None, gather, bias is not None, f"ember_{kind}_igemm")
+    args = [M, N, K, wmat.buf, wmat.offset, K, 1, x.buf, x.offset, 0, 0, out.buf]
+    args += [n, groups, 0, M * K, x.strides[0], cg * x.strides[1], out.shape[1] * N, M * N]
+    args += [math.prod(geo[2 * nd : 3 * nd]), x.strides[1], *geo, *x.strides[2:]]
+    if bias is not None:
+        args += [bias.buf, bias.offset, bias.strides[0]]
+    key = ("conv_igemm", kind, *spec[:-1])
+    launch_tiled(rt, t, key, lambda: gemm_source(*spec[:-1], name=spec[-1]), spec[-1], M, N, n * groups, args)
+
+
+def _zero_fill(rt: Runtime, out: CLArray, bias: CLArray | None) -> CLArray:
+    """An empty reduction (no input channels): the output is the bias, or zeros."""
+    from .elementwise import copy_into  # noqa: PLC0415
+
+    if bias is None:
+        zero = rt.upload(np.zeros(1, dtype=out.dtype.numpy), out.dtype)
+        copy_into(rt, out, zero.with_layout((), (), 0))
+    else:
+        nd = out.ndim - 2
+        copy_into(rt, out, bias.with_layout(out.shape, (0, bias.strides[0]) + (0,) * nd, bias.offset))
+    return out
+
+
+def conv(
+    rt: Runtime, x: CLArray, w: CLArray, bias: CLArray | None, stride: Any, padding: Pads, dilation: Any,
+    groups: int, tiling: Tiling | None = None,
+) -> CLArray:  # fmt: skip
+    """Convolution (N, C_in, *size) x (C_out, C_in / groups, *kernel) as an implicit GEMM."""
+    from .elementwise import contiguous  # noqa: PLC0415
+
+    n, cin = x.shape[:2]
+    cout = w.shape[0]
+    kernel = tuple(w.shape[2:])
+    blocks = _blocks(x.shape[2:], kernel, tuple(stride), tuple(padding), tuple(dilation))
+    out = rt.empty((n, cout) + blocks, x.dtype)
+    K = (cin // groups) * math.prod(kernel)
+    if out.size == 0:
+        return out
+    if K == 0:
+        return _zero_fill(rt, out, bias)
+    geo = _geo(x.shape[2:], blocks, kernel, tuple(stride), tuple(dilation), tuple(padding))
+    _implicit(rt, "conv", x, contiguous(rt, w), bias, out, cout // groups, K, geo, groups, tiling)
+    return out
+
+
+def conv_transpose(
+    rt: Runtime, x: CLArray, w: CLArray, bias: CLArray | None, size: Any, stride: Any, padding: Pads,
+    dilation: Any, groups: int, tiling: Tiling | None = None,
+) -> CLArray:  # fmt: skip
+    """Transposed convolution (conv's input gradient): x (N, C_in, *blocks), w (C_in, C_out / groups, *kernel)."""
+    from .elementwise import contiguous  # noqa: PLC0415
+
+    n, cin = x.shape[:2]
+    cog = w.shape[1]
+    kernel = tuple(w.shape[2:])
+    kv = math.prod(kernel)
+    size = tuple(size)
+    out = rt.empty((n, cog * groups) + size, x.dtype)
+    cg = cin // groups
+    K = cg * kv
+    if out.size == 0:
+        return out
+    if K == 0:
+        return _zero_fill(rt, out, bias)
+    # A[g][co, ci * KV + tap] = w[g * cg + ci, co, tap]: a (G, C_out/G, C_in/G, KV) copy of the weight
+    wc = contiguous(rt, w)
+    wt = wc.with_layout((groups, cog, cg, kv), (cg * cog * kv, kv, cog * kv, 1), wc.offset)
+    geo = _geo(size, tuple(x.shape[2:]), kernel, tuple(stride), tuple(dilation), tuple(padding))
+    _implicit(rt, "transpose", x, contiguous(rt, wt), bias, out, cog, K, geo, groups, tiling)
     return out

@@ -1,14 +1,19 @@
-"""Batched matmul: a tiled local-memory kernel with register blocking.
+"""Batched matmul: a parameterised family of tiled local-memory kernels, and a CPU vector kernel.
 
-Each work-group computes a ``TM x TN`` tile of C; each work item a ``WM x WN`` block of it,
-strided across the tile so neighbouring items write neighbouring columns. A and B are read
-through their strides (a transposed operand is just other strides, a broadcast batch is
-stride 0), staged ``TK`` columns at a time in local memory; the loader walks whichever
-axis is contiguous so global reads coalesce. 16-bit floats accumulate in float.
+Each work-group computes a ``tm x tn`` tile of C; each work item a ``wm x wn`` block of it, in
+chunks of ``chunk`` rows/columns strided across the tile (chunk 1: neighbouring items write
+neighbouring columns; chunk 4: each item reads float4s from local memory). A and B are read
+through their strides (a transposed operand is just other strides, a broadcast batch is stride
+0), staged ``tk`` deep in local memory (padded rows against bank conflicts; ``db``: two buffers
+and one barrier per step); the loader walks whichever axis is contiguous, ``vw`` elements at a
+time with vector loads where that axis has stride 1. 16-bit floats accumulate in float.
+Which :class:`Tiling` runs is the tuner's choice (:mod:`.tune`), else a heuristic. The same
+generator serves implicit-GEMM convolution (:mod:`.conv`): an operand can be a gather.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,79 +23,267 @@ from ember.shapes import numel
 from ember.views import collapse
 
 from .array import CLArray
-from .cltypes import ctype
+from .cltypes import NP_OF_C, ctype
 from .codegen import preamble, unravel
 from .runtime import Runtime
 
-__all__ = ["Tiling", "matmul", "TILINGS"]
+__all__ = ["Tiling", "matmul", "TILINGS", "gemm_source", "Gather", "local_bytes", "fits"]
 
 _VECTOR_DTYPES = frozenset(["float32", "float64", "int32", "int64", "uint32", "uint64"])
 
 
 @dataclass(frozen=True)
 class Tiling:
-    """Tile of C per work-group (tm x tn), k-step tk, block per work item (wm x wn)."""
+    """Tile of C per work-group (tm x tn), k-step tk, block per work item (wm x wn); global load
+    vector width vw, work-item chunk (1 or 4) and double buffering db."""
 
     tm: int
     tn: int
     tk: int
     wm: int
     wn: int
+    vw: int = 1
+    chunk: int = 1
+    db: bool = False
 
     @property
     def threads(self) -> tuple[int, int]:
         return self.tn // self.wn, self.tm // self.wm
 
+    def valid(self) -> bool:
+        """Whether the tile divides into work items, chunks and vector loads."""
+        ok = self.tm % self.wm == 0 and self.tn % self.wn == 0 and self.chunk in (1, 4)
+        ok = ok and self.wm % self.chunk == 0 and self.wn % self.chunk == 0 and self.vw in (1, 2, 4)
+        return ok and self.tk % self.vw == 0 and self.tm % self.vw == 0 and self.tn % self.vw == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in ("tm", "tn", "tk", "wm", "wn", "vw", "chunk", "db")}
+
 
 TILINGS = {
-    "gpu_large": Tiling(128, 128, 16, 8, 8),
-    "gpu_k8": Tiling(128, 128, 8, 8, 8),
-    "gpu_small": Tiling(64, 64, 16, 4, 4),
+    "gpu_large": Tiling(128, 128, 16, 8, 8, vw=4),
+    "gpu_k8": Tiling(128, 128, 8, 8, 8, vw=4),
+    "gpu_c4db": Tiling(128, 128, 16, 8, 8, vw=4, chunk=4, db=True),
+    "gpu_small": Tiling(64, 64, 16, 4, 4, vw=4),
     "cpu": Tiling(64, 64, 16, 4, 4),
     "tiny": Tiling(16, 16, 16, 1, 1),
+    "odd": Tiling(32, 64, 8, 4, 8, vw=2, chunk=4, db=True),
 }
 
 
-def _source(dt: str, t: Tiling, rb: int, idx: str, a_kfast: bool, b_nfast: bool) -> tuple[str, list[Any]]:
+def _acc_type(dt: str) -> str:
     c = ctype(dt)
-    acc = "float" if c.is_wide_float else c.compute
-    fma = c.kind == "f"
+    return "float" if c.is_wide_float else c.compute
+
+
+def local_bytes(t: Tiling, dt: str) -> int:
+    """Local memory the kernel of ``t`` declares for ``dt``."""
+    pad = 4 if t.chunk == 4 else 1
+    size = NP_OF_C[_acc_type(dt)].itemsize
+    return (2 if t.db else 1) * t.tk * (t.tm + pad + t.tn + pad) * size
+
+
+def fits(rt: Runtime, t: Tiling, dt: str) -> bool:
+    """Whether ``t`` runs on ``rt``'s device for ``dt``: work-group size and local memory."""
+    rtn, rtm = t.threads
+    return t.valid() and rtn * rtm <= rt.max_wg and local_bytes(t, dt) <= rt.local_mem
+
+
+@dataclass(frozen=True)
+class Gather:
+    """An operand read by generated statements instead of strides (implicit-GEMM conv).
+
+    ``code`` sets ``v`` from ``go`` (row of A / column of B) and ``gk``, both in range;
+    ``params`` and ``types`` are the extra kernel arguments it reads."""
+
+    code: tuple[str, ...]
+    params: tuple[str, ...] = ()
+    types: tuple[Any, ...] = ()
+
+
+def _loader(which: str, t: Tiling, acc: str, c: Any, kfast: bool, vw: int, gather: Gather | None) -> list[str]:
+    """Statements staging one tile of A (``which="A"``: As[k][m]) or B (Bs[k][n]) into ``buf``."""
+    to = t.tm if which == "A" else t.tn
+    lim = "M" if which == "A" else "N"
+    base, o0 = ("a_base", "m0") if which == "A" else ("b_base", "n0")
+    os_, ks = ("a_rs", "a_cs") if which == "A" else ("b_cs", "b_rs")
     rtn, rtm = t.threads
     threads = rtn * rtm
+    units = to * t.tk // vw
+    if kfast:
+        per = t.tk // vw
+        head = [f"const int o = l / {per}, k = (l % {per}) * {vw};"]
+        slot = lambda e: f"{which}s[buf][k + {e}][o]"  # noqa: E731
+    else:
+        per = to // vw
+        head = [f"const int k = l / {per}, o = (l % {per}) * {vw};"]
+        slot = lambda e: f"{which}s[buf][k][o + {e}]"  # noqa: E731
+    lines = [f"for (int l = tid; l < {units}; l += {threads}) {{", *("  " + h for h in head)]
+    lines.append(f"  const IDX go = {o0} + o, gk = kb + k;")
+    if gather is not None:
+        lines += [f"  {acc} v = 0;", f"  if (go < {lim} && gk < K) {{", *("    " + s for s in gather.code), "  }"]
+        lines.append(f"  {slot(0)} = v;")
+        lines.append("}")
+        return lines
+
+    def scalar(e: int) -> str:
+        g, k = ("go", f"gk + {e}") if kfast else (f"go + {e}", "gk")
+        val = c.load(which, f"{base} + ({g}) * {os_} + ({k}) * {ks}")
+        return f"{slot(e)} = ({g} < {lim} && {k} < K) ? ({acc}){val} : ({acc})0;"
+
+    if vw == 1:
+        lines.append("  " + scalar(0))
+    else:
+        V = f"{c.compute}{vw}"
+        if kfast:
+            cond, ptr = f"go < {lim} && gk + {vw} <= K", f"{which} + {base} + go * {os_} + gk"
+        else:
+            cond, ptr = f"go + {vw} <= {lim} && gk < K", f"{which} + {base} + go + gk * {ks}"
+        lanes = "0123456789abcdef"
+        lines.append(f"  if ({cond}) {{")
+        lines.append(f"    const {V} w = vload{vw}(0, {ptr});")
+        lines += [f"    {slot(e)} = w.s{lanes[e]};" for e in range(vw)]
+        lines.append("  } else {")
+        lines += ["    " + scalar(e) for e in range(vw)]
+        lines.append("  }")
+    lines.append("}")
+    return lines
+
+
+def gemm_source(
+    dt: str,
+    t: Tiling,
+    rb: int,
+    idx: str,
+    a_kfast: bool,
+    b_nfast: bool,
+    va: int = 1,
+    vb: int = 1,
+    a_gather: Gather | None = None,
+    b_gather: Gather | None = None,
+    bias: bool = False,
+    name: str = "ember_matmul",
+) -> tuple[str, list[Any]]:
+    """OpenCL C of one member of the tiled family, and its scalar argument types.
+
+    Arguments: M, N, K, A + (off, row stride, col stride), B + (off, row, col), C (row-major,
+    written), then per batch dim its extent and the A, B, C strides, then the gathers' params,
+    then with ``bias`` a per-row vector R + (off, stride) added to C (row ``b_last * M + m``:
+    the output channel of a grouped convolution)."""
+    c = ctype(dt)
+    acc = _acc_type(dt)
+    fma = c.kind == "f"
+    rtn, rtm = t.threads
+    ch = t.chunk
+    pad = 4 if ch == 4 else 1
     npi = np.dtype(np.int32 if idx == "int" else np.int64)
     params = [f"const {idx} M", f"const {idx} N", f"const {idx} K"]
-    params += [
-        f"__global const {c.storage}* restrict A",
-        f"const {idx} a_off",
-        f"const {idx} a_rs",
-        f"const {idx} a_cs",
-    ]
-    params += [
-        f"__global const {c.storage}* restrict B",
-        f"const {idx} b_off",
-        f"const {idx} b_rs",
-        f"const {idx} b_cs",
-    ]
+    for x in "AB":
+        params += [f"__global const {c.storage}* restrict {x}"]
+        params += [f"const {idx} {x.lower()}_{f}" for f in ("off", "rs", "cs")]
     params += [f"__global {c.storage}* restrict C"]
-    params += [f"const {idx} bsh{d}" for d in range(rb)]
-    params += [f"const {idx} bsa{d}" for d in range(rb)]
-    params += [f"const {idx} bsb{d}" for d in range(rb)]
-    params += [f"const {idx} bsc{d}" for d in range(rb)]
+    for nm in ("bsh", "bsa", "bsb", "bsc"):
+        params += [f"const {idx} {nm}{d}" for d in range(rb)]
     types: list[Any] = [npi] * 3 + [None, npi, npi, npi] * 2 + [None] + [npi] * (4 * rb)
-    if a_kfast:
-        a_idx = f"const int kk = l % {t.tk}, mm = l / {t.tk};"
-    else:
-        a_idx = f"const int mm = l % {t.tm}, kk = l / {t.tm};"
-    if b_nfast:
-        b_idx = f"const int nn = l % {t.tn}, kk = l / {t.tn};"
-    else:
-        b_idx = f"const int kk = l % {t.tk}, nn = l / {t.tk};"
+    for g in (a_gather, b_gather):
+        if g is not None:
+            params += list(g.params)
+            types += list(g.types)
+    if bias:
+        params += [f"__global const {c.storage}* restrict R", f"const {idx} r_off", f"const {idx} r_s"]
+        types += [None, npi, npi]
     step = "acc[i][j] = fma(ra[i], rb[j], acc[i][j]);" if fma else "acc[i][j] += ra[i] * rb[j];"
     batch = unravel("z", rb, "bsh", idx, "b")
+    nbuf = 2 if t.db else 1
+    align = 4 * (8 if acc in ("double", "long", "ulong") else 4)
+    load_a = _loader("A", t, acc, c, a_kfast, va, a_gather)
+    load_b = _loader("B", t, acc, c, not b_nfast, vb, b_gather)
+    V = f"{acc}4"
+
+    def reads(which: str, n_items: int, threads: int, lid: str, reg: str) -> list[str]:
+        out = []
+        for q in range(n_items // ch):
+            col = f"({lid} + {q * threads}) * {ch}" if ch > 1 else f"{lid} + {q * threads}"
+            if ch == 4:
+                out.append(f"{{ const {V} w = vload4(0, &{which}s[buf][kk][{col}]);")
+                out.append(" ".join(f"{reg}[{q * 4 + e}] = w.s{e};" for e in range(4)) + " }")
+            else:
+                out.append(f"{reg}[{q}] = {which}s[buf][kk][{col}];")
+        return out
+
+    compute = [
+        "#pragma unroll",
+        f"for (int kk = 0; kk < {t.tk}; kk++) {{",
+        f"  {acc} ra[{t.wm}], rb[{t.wn}];",
+        *("  " + s for s in reads("A", t.wm, rtm, "ty", "ra")),
+        *("  " + s for s in reads("B", t.wn, rtn, "tx", "rb")),
+        "  #pragma unroll",
+        f"  for (int i = 0; i < {t.wm}; i++) {{",
+        "    #pragma unroll",
+        f"    for (int j = 0; j < {t.wn}; j++) {{ {step} }}",
+        "  }",
+        "}",
+    ]
+    if t.db:
+        loop = [
+            "int buf = 0;",
+            "{ const IDX kb = 0;",
+            *("  " + s for s in load_a + load_b),
+            "}",
+            "barrier(CLK_LOCAL_MEM_FENCE);",
+            f"for ({idx} k0 = 0; k0 < K; k0 += {t.tk}) {{",
+            f"  if (k0 + {t.tk} < K) {{",
+            f"    const IDX kb = k0 + {t.tk};",
+            "    buf ^= 1;",
+            *("    " + s for s in load_a + load_b),
+            "    buf ^= 1;",
+            "  }",
+            *("  " + s for s in compute),
+            "  barrier(CLK_LOCAL_MEM_FENCE);",
+            "  buf ^= 1;",
+            "}",
+        ]
+    else:
+        loop = [
+            "const int buf = 0;",
+            f"for ({idx} k0 = 0; k0 < K; k0 += {t.tk}) {{",
+            "  const IDX kb = k0;",
+            *("  " + s for s in load_a + load_b),
+            "  barrier(CLK_LOCAL_MEM_FENCE);",
+            *("  " + s for s in compute),
+            "  barrier(CLK_LOCAL_MEM_FENCE);",
+            "}",
+        ]
+    vec_store = ch == 4 and c.storage == acc
+    rows = [f"(ty + {(i // ch) * rtm}) * {ch} + {i % ch}" if ch > 1 else f"ty + {i * rtm}" for i in range(t.wm)]
+    store = [f"{idx} m;"]
+    for i in range(t.wm):
+        store.append(f"m = m0 + {rows[i]};")
+        store.append("if (m < M) {")
+        plus = ""
+        if bias:
+            row = f"r_off + (b{rb - 1} * M + m) * r_s"
+            store.append(f"  const {acc} rbias = ({acc}){c.load('R', row)};")
+            plus = " + rbias"
+        for q in range(t.wn // ch):
+            if ch == 1:
+                store.append(f"  {{ const {idx} n = n0 + tx + {q * rtn};")
+                store.append(f"    if (n < N) {{ {c.store('C', 'c_base + m * N + n', f'acc[{i}][{q}]{plus}')} }} }}")
+                continue
+            store.append(f"  {{ const {idx} n = n0 + (tx + {q * rtn}) * 4;")
+            vals = [f"acc[{i}][{q * 4 + e}]{plus}" for e in range(4)]
+            if vec_store:
+                store.append(f"    if (n + 4 <= N) vstore4(({V})({', '.join(vals)}), 0, C + c_base + m * N + n); else")
+            store.append("    {")
+            for e in range(4):
+                store.append(f"      if (n + {e} < N) {{ {c.store('C', f'c_base + m * N + n + {e}', vals[e])} }}")
+            store.append("    } }")
+        store.append("}")
     lines = [
         preamble({dt}),
+        f"#define IDX {idx}",
         f"__kernel __attribute__((reqd_work_group_size({rtn}, {rtm}, 1)))",
-        "void ember_matmul(" + ", ".join(params) + ") {",
+        f"void {name}(" + ", ".join(params) + ") {",
         "  const int tx = get_local_id(0), ty = get_local_id(1);",
         f"  const int tid = ty * {rtn} + tx;",
         f"  const {idx} n0 = ({idx})get_group_id(0) * {t.tn}, m0 = ({idx})get_group_id(1) * {t.tm};",
@@ -99,53 +292,15 @@ def _source(dt: str, t: Tiling, rb: int, idx: str, a_kfast: bool, b_nfast: bool)
         f"  const {idx} a_base = a_off + " + " + ".join(f"b{d} * bsa{d}" for d in range(rb)) + ";",
         f"  const {idx} b_base = b_off + " + " + ".join(f"b{d} * bsb{d}" for d in range(rb)) + ";",
         f"  const {idx} c_base = " + " + ".join(f"b{d} * bsc{d}" for d in range(rb)) + ";",
-        f"  __local {acc} As[{t.tk}][{t.tm + 1}];",
-        f"  __local {acc} Bs[{t.tk}][{t.tn + 1}];",
+        f"  __local {acc} As[{nbuf}][{t.tk}][{t.tm + pad}] __attribute__((aligned({align})));",
+        f"  __local {acc} Bs[{nbuf}][{t.tk}][{t.tn + pad}] __attribute__((aligned({align})));",
         f"  {acc} acc[{t.wm}][{t.wn}];",
         f"  for (int i = 0; i < {t.wm}; i++) for (int j = 0; j < {t.wn}; j++) acc[i][j] = 0;",
-        f"  for ({idx} k0 = 0; k0 < K; k0 += {t.tk}) {{",
-        f"    for (int l = tid; l < {t.tm * t.tk}; l += {threads}) {{",
-        f"      {a_idx}",
-        f"      const {idx} gm = m0 + mm, gk = k0 + kk;",
-        f"      As[kk][mm] = (gm < M && gk < K) ? ({acc}){c.load('A', 'a_base + gm * a_rs + gk * a_cs')} : ({acc})0;",
-        "    }",
-        f"    for (int l = tid; l < {t.tn * t.tk}; l += {threads}) {{",
-        f"      {b_idx}",
-        f"      const {idx} gn = n0 + nn, gk = k0 + kk;",
-        f"      Bs[kk][nn] = (gn < N && gk < K) ? ({acc}){c.load('B', 'b_base + gk * b_rs + gn * b_cs')} : ({acc})0;",
-        "    }",
-        "    barrier(CLK_LOCAL_MEM_FENCE);",
-        "    #pragma unroll",
-        f"    for (int kk = 0; kk < {t.tk}; kk++) {{",
-        f"      {acc} ra[{t.wm}], rb[{t.wn}];",
-        "      #pragma unroll",
-        f"      for (int i = 0; i < {t.wm}; i++) ra[i] = As[kk][ty + i * {rtm}];",
-        "      #pragma unroll",
-        f"      for (int j = 0; j < {t.wn}; j++) rb[j] = Bs[kk][tx + j * {rtn}];",
-        "      #pragma unroll",
-        f"      for (int i = 0; i < {t.wm}; i++) {{",
-        "        #pragma unroll",
-        f"        for (int j = 0; j < {t.wn}; j++) {{ {step} }}",
-        "      }",
-        "    }",
-        "    barrier(CLK_LOCAL_MEM_FENCE);",
-        "  }",
-        f"  for (int i = 0; i < {t.wm}; i++) {{",
-        f"    const {idx} m = m0 + ty + i * {rtm};",
-        "    if (m >= M) break;",
-        f"    for (int j = 0; j < {t.wn}; j++) {{",
-        f"      const {idx} n = n0 + tx + j * {rtn};",
-        "      if (n < N) { " + c.store("C", "c_base + m * N + n", "acc[i][j]") + " }",
-        "    }",
-        "  }",
+        *("  " + s for s in loop),
+        *("  " + s for s in store),
         "}",
     ]
     return "\n".join(lines) + "\n", types
-
-
-def _make(*spec: Any) -> tuple[str, str, list[Any]]:
-    source, types = _source(*spec)
-    return source, "ember_matmul", types
 
 
 #: CPU devices: no local memory, explicit vectors along N. Each work-group is one work item
@@ -241,6 +396,7 @@ def _make_vector(*spec: Any) -> tuple[str, str, list[Any]]:
 
 
 def _pick(rt: Runtime, M: int, N: int) -> Tiling:
+    """The untuned choice: by device kind and how many tiles the output makes."""
     if rt.is_cpu:
         return TILINGS["cpu"] if M * N >= 64 * 64 else TILINGS["tiny"]
     big = TILINGS["gpu_large"]
@@ -248,6 +404,43 @@ def _pick(rt: Runtime, M: int, N: int) -> Tiling:
     if tiles >= 2 * rt.compute_units:
         return big
     return TILINGS["gpu_small"] if M * N >= 64 * 64 * 4 else TILINGS["tiny"]
+
+
+def choose(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
+    """The tuned tiling for this device, dtype and shape class if one is cached, else :func:`_pick`."""
+    from . import tune  # noqa: PLC0415  (tune imports this module)
+
+    found = tune.lookup(rt, dt, M, N, K)
+    if found is not None and fits(rt, found, dt):
+        return found
+    return _pick(rt, M, N)
+
+
+def _index_type(out: CLArray, views: list[CLArray]) -> str:
+    ext = max([out.size] + [v.offset + sum(abs(s) * (d - 1) for d, s in zip(v.shape, v.strides)) for v in views])
+    return "int" if ext < 2**31 - 2**20 else "long"
+
+
+def launch_tiled(
+    rt: Runtime,
+    t: Tiling,
+    key: tuple[Any, ...],
+    make: Callable[[], tuple[str, list[Any]]],
+    name: str,
+    M: int,
+    N: int,
+    batch: int,
+    args: list[Any],
+) -> None:
+    """Compile (once per key) and launch a tiled-family kernel over an M x N output per batch entry."""
+
+    def build() -> tuple[str, str, list[Any]]:
+        source, types = make()
+        return source, name, types
+
+    knl, _ = rt.kernel(key, build)
+    rtn, rtm = t.threads
+    rt.launch(knl, (-(-N // t.tn) * rtn, -(-M // t.tm) * rtm, batch), (rtn, rtm, 1), args)
 
 
 def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) -> CLArray:
@@ -264,7 +457,8 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
         zero = rt.upload(np.zeros(1, dtype=a.dtype.numpy), a.dtype)
         copy_into(rt, out, zero.with_layout((), (), 0))
         return out
-    vector = tiling is None and rt.is_cpu and a.dtype.name in _VECTOR_DTYPES
+    dt = a.dtype.name
+    vector = tiling is None and rt.is_cpu and dt in _VECTOR_DTYPES
     if vector and b.strides[-1] != 1 and N > 1:
         from .elementwise import contiguous  # noqa: PLC0415
 
@@ -278,13 +472,7 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     b_rs, b_cs = bv.strides[-2:]
     a_kfast = abs(a_cs) <= abs(a_rs) if M > 1 else True
     b_nfast = abs(b_cs) <= abs(b_rs) if K > 1 else True
-    ext = max(
-        out.size,
-        a.offset + sum(abs(s) * (d - 1) for d, s in zip(av.shape, av.strides)),
-        b.offset + sum(abs(s) * (d - 1) for d, s in zip(bv.shape, bv.strides)),
-    )
-    idx = "int" if ext < 2**31 - 2**20 else "long"
-    dt = a.dtype.name
+    idx = _index_type(out, [av, bv])
     args = [M, N, K, av.buf, av.offset, a_rs, a_cs, bv.buf, bv.offset, b_rs, b_cs, out.buf]
     args += [*bsh, *bsa, *bsb, *bsc]
     if vector:
@@ -293,10 +481,10 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
         vw, wn, wm = shape
         rt.launch(knl, (-(-N // (vw * wn)), -(-M // wm), numel(batch)), (1, 1, 1), args)
         return out
-    t = tiling or _pick(rt, M, N)
-    key = ("matmul", dt, t, len(bsh), idx, a_kfast, b_nfast)
-    knl, _ = rt.kernel(key, lambda: _make(dt, t, len(bsh), idx, a_kfast, b_nfast))
-    rtn, rtm = t.threads
-    gsize = (-(-N // t.tn) * rtn, -(-M // t.tm) * rtm, numel(batch))
-    rt.launch(knl, gsize, (rtn, rtm, 1), args)
+    t = tiling or choose(rt, dt, M, N, K)
+    vec_ok = dt in _VECTOR_DTYPES and t.vw > 1
+    va = t.vw if vec_ok and (a_cs == 1 if a_kfast else a_rs == 1) else 1
+    vb = t.vw if vec_ok and (b_rs == 1 if not b_nfast else b_cs == 1) else 1
+    spec = (dt, t, len(bsh), idx, a_kfast, b_nfast, va, vb)
+    launch_tiled(rt, t, ("matmul", *spec), lambda: gemm_source(*spec), "ember_matmul", M, N, numel(batch), args)
     return out

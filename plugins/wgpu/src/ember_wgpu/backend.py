@@ -71,6 +71,9 @@ class WgpuBackend(ViewMovement, Backend):
         table = super().native_kernels()
         for op in ELEMENTWISE_OPS:
             table[op] = functools.partial(ew.apply_op_args, self.rt, op)
+        if not conv.implicit_wins(self.rt):  # CPU adapters: core's unfold + matmul composite is faster
+            table.pop("conv", None)
+            table.pop("conv_transpose", None)
         return table
 
     def capability_notes(self) -> dict[str, str]:
@@ -284,6 +287,30 @@ class WgpuBackend(ViewMovement, Backend):
         self, q: WgpuArray, k: WgpuArray, v: WgpuArray, *mask: WgpuArray, is_causal: bool, scale: float
     ) -> WgpuArray:
         return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
+
+    @native  # implicit GEMM on GPU adapters (kernels/conv.py); the weight gradient stays unfold + matmul
+    def conv(
+        self, x: WgpuArray, w: WgpuArray, *bias: WgpuArray, stride: Any, padding: Any, dilation: Any, groups: int
+    ) -> WgpuArray:
+        b = bias[0] if bias else None
+        return conv.conv(self.rt, x, w, b, tuple(stride), tuple(padding), tuple(dilation), groups)
+
+    @native
+    def conv_transpose(
+        self,
+        x: WgpuArray,
+        w: WgpuArray,
+        *bias: WgpuArray,
+        size: Any,
+        stride: Any,
+        padding: Any,
+        dilation: Any,
+        groups: int,
+    ) -> WgpuArray:
+        b = bias[0] if bias else None
+        return conv.conv_transpose(
+            self.rt, x, w, b, tuple(size), tuple(stride), tuple(padding), tuple(dilation), groups
+        )
 
     @native
     def unfold(

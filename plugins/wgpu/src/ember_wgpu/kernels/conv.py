@@ -1,13 +1,17 @@
-"""unfold (im2col) and fold (its adjoint) for 1-3 spatial dims: the pieces of convolution.
+"""Convolution for 1-3 spatial dims: implicit GEMM for conv and conv_transpose, and the pieces
+of the im2col road, unfold and fold (its adjoint).
 
-With these native, ember's conv composite (unfold, then the tiled matmul) and its gradient
-(fold) run as a handful of dispatches instead of one slice per kernel offset. unfold gives
-each output element one thread that maps it back to an input position (or the padding
-value); fold gives each output position one thread that sums the columns landing on it, so
-overlaps add up without atomics and the result is deterministic.
+conv is one tiled matmul (``matmul.tiled``) per (image, group) whose B operand is gathered from
+the input inside the loader, so no im2col buffer is written; the bias is added in the store.
+conv_transpose (conv's input gradient) gathers the same way, keeping the taps a stride lands on.
+unfold gives each output element one thread that maps it back to an input position (or the
+padding value); fold gives each output position one thread that sums the columns landing on it,
+so overlaps add up without atomics and the result is deterministic (conv's weight gradient).
 """
 
 from __future__ import annotations
+
+import os
 
 from ember.dtypes import float32
 
@@ -16,10 +20,11 @@ from ..handle import WgpuArray
 from ..runtime import Runtime
 from ..typemap import WType
 from . import elementwise as ew
+from . import matmul as mm
 from .common import GROUP_ID, ParamBlock, ceil_div, compile_kernel, grid, header, launch, prod
 from .reduce import combine, identity
 
-__all__ = ["unfold", "fold"]
+__all__ = ["conv", "conv_transpose", "unfold", "fold"]
 
 WG = 256
 
@@ -169,4 +174,136 @@ def fold(
         values.update({f"size{i}": size[i], f"k{i}": kernel[i], f"st{i}": stride[i], f"dil{i}": dilation[i]})
         values.update({f"lo{i}": padding[i][0], f"b{i}": blocks[i], f"sx{i}": 1})
     launch(rt, k, values, [src.buffer, out.buffer], grid(ceil_div(out.size, WG)), "fold")
+    return out
+
+
+# -- implicit GEMM: conv and conv_transpose as the tiled matmul with B gathered from the input ------
+def _gather(kind: str, t: WType, nd: int) -> mm.Gather:
+    """B[gk = ci * KV + tap, gn = output position] read from the input (zero where padded or,
+    for ``transpose``, where no input position lands on the output with this tap)."""
+    fields = [("g_kv", "u32"), ("g_cs", "u32")]
+    for i in range(nd):
+        fields += [(f"g_{n}{i}", "u32") for n in ("sz", "bl", "kr", "st", "dl", "lo", "sx")]
+    lines = ["let ci = gk / P.g_kv;", "var kq = gk % P.g_kv;", "var oq = gn;"]
+    for i in reversed(range(nd)):
+        lines += [f"let wk{i} = kq % P.g_kr{i};", f"kq = kq / P.g_kr{i};"]
+        out_dim = f"P.g_bl{i}" if kind == "conv" else f"P.g_sz{i}"
+        lines += [f"let wq{i} = oq % {out_dim};", f"oq = oq / {out_dim};"]
+    inside, addr = [], "boff + ci * P.g_cs"
+    for i in range(nd):
+        if kind == "conv":
+            lines.append(f"let p{i} = i32(wq{i} * P.g_st{i} + wk{i} * P.g_dl{i}) - i32(P.g_lo{i});")
+            inside.append(f"p{i} >= 0 && p{i} < i32(P.g_sz{i})")
+            addr += f" + u32(max(p{i}, 0)) * P.g_sx{i}"
+        else:
+            lines.append(f"let tp{i} = i32(wq{i} + P.g_lo{i}) - i32(wk{i} * P.g_dl{i});")
+            inside.append(f"tp{i} >= 0 && u32(tp{i}) % P.g_st{i} == 0u && u32(tp{i}) / P.g_st{i} < P.g_bl{i}")
+            addr += f" + (u32(max(tp{i}, 0)) / P.g_st{i}) * P.g_sx{i}"
+    lines.append(f"if ({' && '.join(inside)}) {{ v = {t.load(f'B[{addr}]')}; }}")
+    return mm.Gather(" ".join(lines), tuple(fields))
+
+
+def implicit_wins(rt: Runtime) -> bool:
+    """Whether conv runs as implicit GEMM here: on GPU adapters. On a CPU adapter (lavapipe) the
+    forward pass ties with im2col and the input gradient is 1.5-8x slower (BENCHMARKS.md), so
+    core's unfold + matmul composite stays, unless ``EMBER_WGPU_IMPLICIT_CONV=1`` (for testing)."""
+    cpu = str(rt.adapter.info.get("adapter_type", "")).lower() == "cpu"
+    return not cpu or os.environ.get("EMBER_WGPU_IMPLICIT_CONV", "").strip() == "1"
+
+
+def _conv_config(rt: Runtime, m: int, n: int, k: int, dtype: str) -> mm.Config:
+    """Few output channels per group make short wide GEMMs: a 16- or 32-row tile wastes less."""
+    cfg = mm.choose(rt, dtype, m, n, k)
+    for rows, small in ((16, mm.Config(16, 128, 16, 4, 8, True)), (32, mm.Config(32, 128, 16, 4, 8, True))):
+        if m <= rows and cfg.bm > rows and mm.fits(rt, small):
+            return small
+    return cfg
+
+
+def _implicit(rt: Runtime, kind: str, x: WgpuArray, wmat: WgpuArray, bias: WgpuArray | None, out: WgpuArray,
+              m: int, k: int, geo: dict[str, int], groups: int, config: mm.Config | None) -> None:  # fmt: skip
+    """Per (image, group): out[m, n] = wmat[g][m, :k] @ gather(x)[:k, n]."""
+    nd = x.ndim - 2
+    n_img, cin = x.shape[:2]
+    n = prod(out.shape[2:])
+    t = rt.types[x.dtype]
+    cfg = config or _conv_config(rt, m, n, k, t.name)
+    f16 = rt.types.uses_f16(x.dtype)
+    va = cfg.vec and t.storage == "f32" and k % 4 == 0 and wmat.offset % 4 == 0 and wmat.buffer.size % 16 == 0
+    gather = _gather(kind, t, nd)
+    key = ("conv_igemm", kind, t.name, nd, cfg, va, bias is not None)
+    kernel = compile_kernel(
+        rt, key, lambda: mm.tiled(t, t, 2, cfg, f16, False, False, va, False, gather, bias is not None), f"{kind}_igemm"
+    )
+    cg = cin // groups
+    values = {"m": m, "n": n, "k": k, "batch": n_img * groups, "a_off": wmat.offset, "b_off": x.offset}
+    values.update({"sam": k, "sak": 1, "sbk": 0, "sbn": 0, "d0": n_img, "as0": 0, "bs0": x.strides[0] & 0xFFFFFFFF})
+    values.update({"d1": groups, "as1": m * k, "bs1": (cg * x.strides[1]) & 0xFFFFFFFF})
+    values.update({"g_cs": x.strides[1] & 0xFFFFFFFF, **geo})
+    for i in range(nd):
+        values[f"g_sx{i}"] = x.strides[2 + i] & 0xFFFFFFFF
+    buffers = [wmat.buffer, x.buffer, out.buffer]
+    if bias is not None:
+        values.update({"r_off": bias.offset, "r_s": bias.strides[0] & 0xFFFFFFFF})
+        buffers.append(bias.buffer)
+    groups_xyz = (ceil_div(n, cfg.bn), ceil_div(m, cfg.bm), min(n_img * groups, 65535))
+    launch(rt, kernel, values, buffers, groups_xyz, f"{kind}_igemm")
+
+
+def _geo(size: tuple[int, ...], blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+         dilation: tuple[int, ...], padding: tuple[tuple[int, int], ...]) -> dict[str, int]:  # fmt: skip
+    geo = {"g_kv": prod(kernel)}
+    for i in range(len(kernel)):
+        geo.update({f"g_sz{i}": size[i], f"g_bl{i}": blocks[i], f"g_kr{i}": kernel[i], f"g_st{i}": stride[i]})
+        geo.update({f"g_dl{i}": dilation[i], f"g_lo{i}": padding[i][0]})
+    return geo
+
+
+def _empty_reduction(rt: Runtime, out: WgpuArray, bias: WgpuArray | None) -> WgpuArray:
+    if bias is None:
+        return ew.fill(rt, out.shape, 0, out.dtype, out=out)
+    nd = out.ndim - 2
+    ew.copy_into(rt, bias.with_layout(out.shape, (0, bias.strides[0]) + (0,) * nd, bias.offset), out)
+    return out
+
+
+def conv(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, stride: tuple[int, ...],
+         padding: tuple[tuple[int, int], ...], dilation: tuple[int, ...], groups: int,
+         config: mm.Config | None = None) -> WgpuArray:  # fmt: skip
+    """Convolution (N, C_in, *size) x (C_out, C_in / groups, *kernel) as an implicit GEMM."""
+    n, cin = x.shape[:2]
+    cout, kernel = w.shape[0], tuple(w.shape[2:])
+    size = tuple(x.shape[2:])
+    blocks = tuple(
+        (s + lo + hi - (kk - 1) * d - 1) // st + 1
+        for s, kk, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
+    )
+    out = rt.empty((n, cout) + blocks, x.dtype)
+    k = (cin // groups) * prod(kernel)
+    if out.size == 0:
+        return out
+    if k == 0:
+        return _empty_reduction(rt, out, bias)
+    geo = _geo(size, blocks, kernel, stride, dilation, padding)
+    _implicit(rt, "conv", x, ew.contiguous(rt, w), bias, out, cout // groups, k, geo, groups, config)
+    return out
+
+
+def conv_transpose(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, size: tuple[int, ...],
+                   stride: tuple[int, ...], padding: tuple[tuple[int, int], ...], dilation: tuple[int, ...],
+                   groups: int, config: mm.Config | None = None) -> WgpuArray:  # fmt: skip
+    """Transposed convolution (conv's input gradient): x (N, C_in, *blocks), w (C_in, C_out / groups, *kernel)."""
+    n, cin = x.shape[:2]
+    cog, kernel = w.shape[1], tuple(w.shape[2:])
+    kv = prod(kernel)
+    out = rt.empty((n, cog * groups) + tuple(size), x.dtype)
+    cg = cin // groups
+    if out.size == 0:
+        return out
+    if cg * kv == 0:
+        return _empty_reduction(rt, out, bias)
+    wc = ew.contiguous(rt, w)  # A[g][co, ci * KV + tap] = w[g * cg + ci, co, tap]
+    wt = ew.contiguous(rt, wc.with_layout((groups, cog, cg, kv), (cg * cog * kv, kv, cog * kv, 1), wc.offset))
+    geo = _geo(tuple(size), tuple(x.shape[2:]), kernel, stride, dilation, padding)
+    _implicit(rt, "transpose", x, wt, bias, out, cog, cg * kv, geo, groups, config)
     return out

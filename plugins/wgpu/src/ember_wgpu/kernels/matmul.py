@@ -1,13 +1,19 @@
-"""Batched, broadcasting matmul: a tiled kernel staging A and B tiles in workgroup memory.
+"""Batched, broadcasting matmul: a parameterised family of tiled kernels staging A and B in workgroup memory.
 
-Each 16x16 workgroup computes a BM x BN tile of C; each thread a TM x TN block (rows
-``ty + 16 i``, columns ``tx + 16 j``, so shared-memory reads broadcast and global stores
-coalesce). Operands are read through their strides, so transposed views (``x.mT`` in the
-backward pass) cost no copy; batch axes broadcast with stride 0. Accumulation is f32 for
-float dtypes, exact wrapping arithmetic for integers; 64-bit integers use a plain kernel.
+A :class:`Config` (BM, BN, BK, TM, TN, vec) makes a workgroup of (BN/TN) x (BM/TM) threads
+computing a BM x BN tile of C; each thread a TM x TN block (rows ``ly * TM + i``, columns
+``lx * TN + j``) read as vec4s from the k-major shared tiles (rows padded by 4 against bank
+conflicts). Operands are read through their strides, so transposed views cost no copy; batch
+axes broadcast with stride 0. ``vec``: an operand whose contiguous axis is aligned to 4 is bound
+as ``array<vec4<f32>>`` and loaded 16 bytes at a time. Which config runs is the tuner's choice
+(:mod:`ember_wgpu.tune`), within the adapter's workgroup limits; else a heuristic. Accumulation
+is f32 for float dtypes, exact wrapping arithmetic for integers; 64-bit integers use a plain kernel.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 from ..handle import WgpuArray
 from ..runtime import Runtime
@@ -15,12 +21,58 @@ from ..typemap import WType
 from . import elementwise as ew
 from .common import ParamBlock, ceil_div, compile_kernel, header, launch, prod
 
-__all__ = ["matmul", "CONFIGS"]
+__all__ = ["matmul", "CONFIGS", "Config", "Gather", "fits", "choose", "tiled"]
 
-#: name -> (BM, BN, BK, TM, TN); the workgroup is always 16 x 16. "deep" halves the barriers
-#: of "large" where the adapter has the ~17 KB of workgroup memory it needs
-CONFIGS = {"deep": (128, 128, 16, 8, 8), "large": (128, 128, 8, 8, 8), "small": (64, 64, 16, 4, 4)}
+
+@dataclass(frozen=True)
+class Config:
+    """Tile of C per workgroup (bm x bn), k-step bk, block per thread (tm x tn), vec4 global loads."""
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+    vec: bool = False
+
+    @property
+    def threads(self) -> tuple[int, int]:
+        return self.bn // self.tn, self.bm // self.tm
+
+    def valid(self) -> bool:
+        ok = self.bm % self.tm == 0 and self.bn % self.tn == 0 and self.tm % 4 == 0 and self.tn % 4 == 0
+        return ok and self.bk % 4 == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in ("bm", "bn", "bk", "tm", "tn", "vec")}
+
+
+#: named configs; "deep" halves the barriers of "large" where the adapter has the workgroup memory
+CONFIGS = {
+    "deep": Config(128, 128, 16, 8, 8, True),
+    "large": Config(128, 128, 8, 8, 8, True),
+    "small": Config(64, 64, 16, 4, 4, True),
+    "scalar": Config(64, 64, 16, 4, 4, False),
+    "odd": Config(32, 64, 8, 4, 8, True),
+}
 _MAX_Z = 65535
+
+
+def shared_bytes(c: Config) -> int:
+    return c.bk * (c.bm + 4 + c.bn + 4) * 4
+
+
+def fits(rt: Runtime, c: Config) -> bool:
+    """Whether ``c`` respects the adapter's limits: workgroup memory, invocations and sizes."""
+    wx, wy = c.threads
+    lim = rt.limits
+    return (
+        c.valid()
+        and shared_bytes(c) <= rt.shared_bytes
+        and wx * wy <= int(lim.get("max-compute-invocations-per-workgroup", 256))
+        and wx <= int(lim.get("max-compute-workgroup-size-x", 256))
+        and wy <= int(lim.get("max-compute-workgroup-size-y", 256))
+    )
 
 
 def _batch_fields(nb: int) -> list[tuple[str, str]]:
@@ -38,50 +90,122 @@ def _batch_decode(nb: int) -> str:
     return "\n    ".join(lines)
 
 
-def _params(nb: int) -> ParamBlock:
+def _params(nb: int, extra: tuple[tuple[str, str], ...] = (), bias: bool = False) -> ParamBlock:
     base = [("m", "u32"), ("n", "u32"), ("k", "u32"), ("batch", "u32"), ("a_off", "u32"), ("b_off", "u32")]
     base += [("sam", "u32"), ("sak", "u32"), ("sbk", "u32"), ("sbn", "u32")]
-    return ParamBlock(base + _batch_fields(nb))
+    tail = [("r_off", "u32"), ("r_s", "u32")] if bias else []
+    return ParamBlock(base + _batch_fields(nb) + list(extra) + tail)
 
 
-def _tiled(t: WType, tout: WType, nb: int, config: str, f16: bool, a_mfast: bool, b_kfast: bool):  # type: ignore[no-untyped-def]
-    """The tiled kernel. Shared tiles are stored k-major (``As[k][m]``, ``Bs[k][n]``) as vec4
-    rows padded by 4, so a thread reads its TM rows and TN columns with TM/4 + TN/4 vec4 loads
-    and tile stores hit distinct banks. ``a_mfast``/``b_kfast``: the operand is transposed in
-    memory, so neighbouring threads load along M (for A) or K (for B) to keep reads coalesced."""
-    bm, bn, bk, tm, tn = CONFIGS[config]
+@dataclass(frozen=True)
+class Gather:
+    """B read by WGSL ``code`` that sets ``v`` from ``gk``, ``gn`` (in range) and ``boff``; its params."""
+
+    code: str
+    fields: tuple[tuple[str, str], ...]
+
+
+def _tiled(  # type: ignore[no-untyped-def]
+    t: WType,
+    tout: WType,
+    nb: int,
+    cfg: Config,
+    f16: bool,
+    a_mfast: bool,
+    b_kfast: bool,
+    va: bool,
+    vb: bool,
+    gather: Gather | None = None,
+    bias: bool = False,
+):
+    """The tiled kernel of ``cfg``. Shared tiles are k-major (``As[k][m]``, ``Bs[k][n]``) vec4
+    rows padded by 4, so a thread reads its TM rows and TN columns with TM/4 + TN/4 vec4 loads.
+    ``a_mfast``/``b_kfast``: the operand is transposed in memory, so neighbouring threads load
+    along M (for A) or K (for B) to keep reads coalesced. ``va``/``vb``: that operand is bound as
+    vec4s (its contiguous axis, offset and strides are multiples of 4) and loaded 4 at a time."""
+    bm, bn, bk, tm, tn = cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn
+    wx, wy = cfg.threads
+    nt = wx * wy
     ct = {"f": "f32", "i": "i32", "u": "u32"}[t.cls]
     vt = f"vec4<{ct}>"
     zero = {"f": "0.0", "i": "0i", "u": "0u"}[t.cls]
-    params = _params(nb)
+    params = _params(nb, gather.fields if gather else (), bias)
     pa, pb = bm + 4, bn + 4  # row lengths in scalars (multiples of 4)
-    a_map = (f"idx % {bm}u", f"idx / {bm}u") if a_mfast else (f"idx / {bk}u", f"idx % {bk}u")
-    b_map = (f"idx % {bk}u", f"idx / {bk}u") if b_kfast else (f"idx / {bn}u", f"idx % {bn}u")
-    a_loads, b_loads = [], []
-    for e in range(bm * bk // 256):
-        a_loads.append(f"""{{
-      let idx = t + {e * 256}u;
-      let r = {a_map[0]};
-      let c = {a_map[1]};
-      let gm = m0 + r;
-      let gk = k0 + c;
-      var v = {zero};
-      if (gm < P.m && gk < P.k) {{ v = {t.load("A[aoff + gm * P.sam + gk * P.sak]")}; }}
-      let s = c * {pa}u + r;
-      As[s / 4u][s % 4u] = v;
-    }}""")
-    for e in range(bn * bk // 256):
-        b_loads.append(f"""{{
-      let idx = t + {e * 256}u;
-      let r = {b_map[0]};
-      let c = {b_map[1]};
-      let gk = k0 + r;
-      let gn = n0 + c;
-      var v = {zero};
-      if (gk < P.k && gn < P.n) {{ v = {t.load("B[boff + gk * P.sbk + gn * P.sbn]")}; }}
-      let s = r * {pb}u + c;
-      Bs[s / 4u][s % 4u] = v;
-    }}""")
+
+    def unit_loop(units: int, body: str) -> str:
+        out = []
+        for e in range(ceil_div(units, nt)):
+            guard = f"if (idx < {units}u) " if (e + 1) * nt > units else ""
+            out.append(f"{{\n      let idx = t + {e * nt}u;\n      {guard}{{{body}\n      }}\n    }}")
+        return "\n    ".join(out)
+
+    # A tile (BM x BK) into As[k][m]
+    if va and not a_mfast:  # rows contiguous along k: 4 k at one m
+        a_body = f"""
+        let r = idx / {bk // 4}u;
+        let c = (idx % {bk // 4}u) * 4u;
+        let gm = m0 + r;
+        let gk = k0 + c;
+        var v = {vt}({zero});
+        if (gm < P.m && gk < P.k) {{ v = A[(aoff + gm * P.sam + gk) / 4u]; }}
+        for (var e = 0u; e < 4u; e = e + 1u) {{ let s = (c + e) * {pa}u + r; As[s / 4u][s % 4u] = v[e]; }}"""
+        a_units = bm * bk // 4
+    elif va:  # columns contiguous along m: 4 m at one k
+        a_body = f"""
+        let r = (idx % {bm // 4}u) * 4u;
+        let c = idx / {bm // 4}u;
+        let gm = m0 + r;
+        let gk = k0 + c;
+        var v = {vt}({zero});
+        if (gm < P.m && gk < P.k) {{ v = A[(aoff + gm + gk * P.sak) / 4u]; }}
+        As[(c * {pa}u + r) / 4u] = v;"""
+        a_units = bm * bk // 4
+    else:
+        a_map = (f"idx % {bm}u", f"idx / {bm}u") if a_mfast else (f"idx / {bk}u", f"idx % {bk}u")
+        a_body = f"""
+        let r = {a_map[0]};
+        let c = {a_map[1]};
+        let gm = m0 + r;
+        let gk = k0 + c;
+        var v = {zero};
+        if (gm < P.m && gk < P.k) {{ v = {t.load("A[aoff + gm * P.sam + gk * P.sak]")}; }}
+        let s = c * {pa}u + r;
+        As[s / 4u][s % 4u] = v;"""
+        a_units = bm * bk
+    # B tile (BK x BN) into Bs[k][n]
+    if vb and not b_kfast:  # rows contiguous along n: 4 n at one k
+        b_body = f"""
+        let r = idx / {bn // 4}u;
+        let c = (idx % {bn // 4}u) * 4u;
+        let gk = k0 + r;
+        let gn = n0 + c;
+        var v = {vt}({zero});
+        if (gk < P.k && gn < P.n) {{ v = B[(boff + gk * P.sbk + gn) / 4u]; }}
+        Bs[(r * {pb}u + c) / 4u] = v;"""
+        b_units = bn * bk // 4
+    elif vb:  # columns contiguous along k: 4 k at one n
+        b_body = f"""
+        let r = (idx % {bk // 4}u) * 4u;
+        let c = idx / {bk // 4}u;
+        let gk = k0 + r;
+        let gn = n0 + c;
+        var v = {vt}({zero});
+        if (gk < P.k && gn < P.n) {{ v = B[(boff + gk + gn * P.sbn) / 4u]; }}
+        for (var e = 0u; e < 4u; e = e + 1u) {{ let s = (r + e) * {pb}u + c; Bs[s / 4u][s % 4u] = v[e]; }}"""
+        b_units = bn * bk // 4
+    else:
+        b_map = (f"idx % {bk}u", f"idx / {bk}u") if b_kfast else (f"idx / {bn}u", f"idx % {bn}u")
+        b_read = gather.code if gather else f"v = {t.load('B[boff + gk * P.sbk + gn * P.sbn]')};"
+        b_body = f"""
+        let r = {b_map[0]};
+        let c = {b_map[1]};
+        let gk = k0 + r;
+        let gn = n0 + c;
+        var v = {zero};
+        if (gk < P.k && gn < P.n) {{ {b_read} }}
+        let s = r * {pb}u + c;
+        Bs[s / 4u][s % 4u] = v;"""
+        b_units = bn * bk
     qa, qb = tm // 4, tn // 4
     decl_acc = "\n    ".join(f"var acc{i}_{j} = {vt}({zero});" for i in range(tm) for j in range(qb))
     inner = []
@@ -97,18 +221,23 @@ def _tiled(t: WType, tout: WType, nb: int, config: str, f16: bool, a_mfast: bool
     stores = []
     for i in range(tm):
         row = f"m0 + ly * {tm}u + {i}u"
+        if bias:
+            stores.append(f"let rb{i} = {t.load(f'R[P.r_off + (grp * P.m + min({row}, P.m - 1u)) * P.r_s]')};")
         for j in range(tn):
-            v = f"acc{i}_{j // 4}.{lanes[j % 4]}"
+            v = f"acc{i}_{j // 4}.{lanes[j % 4]}" + (f" + rb{i}" if bias else "")
             v = tout.wrap(v) if tout.narrow else v
             col = f"n0 + lx * {tn}u + {j}u"
             stores.append(f"if ({row} < P.m && {col} < P.n) {{ C[cbase + ({row}) * P.n + {col}] = {tout.store(v)}; }}")
+    a_elem = vt if va else t.storage
+    b_elem = vt if vb else t.storage
     body = f"""{header(f16)}
-@group(0) @binding(1) var<storage, read> A: array<{t.storage}>;
-@group(0) @binding(2) var<storage, read> B: array<{t.storage}>;
+@group(0) @binding(1) var<storage, read> A: array<{a_elem}>;
+@group(0) @binding(2) var<storage, read> B: array<{b_elem}>;
 @group(0) @binding(3) var<storage, read_write> C: array<{tout.storage}>;
+{f"@group(0) @binding(4) var<storage, read> R: array<{t.storage}>;" if bias else ""}
 var<workgroup> As: array<{vt}, {bk * pa // 4}>;
 var<workgroup> Bs: array<{vt}, {bk * pb // 4}>;
-@compute @workgroup_size(16, 16)
+@compute @workgroup_size({wx}, {wy})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
         @builtin(local_invocation_index) t: u32, @builtin(num_workgroups) nw: vec3<u32>) {{
   let m0 = wid.y * {bm}u;
@@ -118,10 +247,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
   for (var z = wid.z; z < P.batch; z = z + nw.z) {{
     {_batch_decode(nb)}
     let cbase = z * P.m * P.n;
+    {"let grp = c" + str(nb - 1) + ";" if bias else ""}
     {decl_acc}
     for (var k0 = 0u; k0 < P.k; k0 = k0 + {bk}u) {{
-    {"".join(a_loads)}
-    {"".join(b_loads)}
+    {unit_loop(a_units, a_body)}
+    {unit_loop(b_units, b_body)}
       workgroupBarrier();
       for (var kk = 0u; kk < {bk}u; kk = kk + 1u) {{
         {chr(10).join("        " + line for line in inner).strip()}
@@ -131,7 +261,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     {chr(10).join("    " + s for s in stores).strip()}
   }}
 }}"""
-    return body, params, ("r", "r", "w")
+    return body, params, ("r", "r", "w", "r") if bias else ("r", "r", "w")
 
 
 def _plain(t: WType, nb: int):  # type: ignore[no-untyped-def]
@@ -160,13 +290,31 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>, @builtin(num_workgroups) nw
     return body, params, ("r", "r", "w")
 
 
-def _shared_bytes(config: str) -> int:
-    bm, bn, bk = CONFIGS[config][:3]
-    return bk * (bm + 4 + bn + 4) * 4
+def _pick(rt: Runtime, m: int, n: int) -> Config:
+    """The untuned choice: big tiles for big outputs, the deepest k-step the adapter's memory allows."""
+    if m >= 512 and n >= 512:
+        return CONFIGS["deep"] if fits(rt, CONFIGS["deep"]) else CONFIGS["large"]
+    return CONFIGS["small"]
 
 
-def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray) -> WgpuArray:
-    """``a @ b`` for (..., M, K) @ (..., K, N) with broadcast batch axes."""
+def choose(rt: Runtime, dtype: str, m: int, n: int, k: int) -> Config:
+    """The tuned config for this adapter, dtype and shape class if one is cached, else :func:`_pick`."""
+    from .. import tune  # noqa: PLC0415  (tune imports this module)
+
+    found = tune.lookup(rt, dtype, m, n, k)
+    return found if found is not None and fits(rt, found) else _pick(rt, m, n)
+
+
+def _vec_ok(arr: WgpuArray, strides: list[int], fast: int, extent: int, dims: list[int]) -> bool:
+    """Whether ``arr`` can be read as vec4s along axis ``fast`` (-1 or -2) of its matmul view."""
+    other = -1 if fast == -2 else -2
+    if strides[fast] != 1 or extent % 4 or arr.offset % 4 or strides[other] % 4:
+        return False
+    return all(s % 4 == 0 for s in dims) and arr.buffer.size % 16 == 0
+
+
+def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None) -> WgpuArray:
+    """``a @ b`` for (..., M, K) @ (..., K, N) with broadcast batch axes (``config``: force a tiling)."""
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch_shape = ew.broadcast_shape(a.shape[:-2], b.shape[:-2])
@@ -194,18 +342,22 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray) -> WgpuArray:
         kernel = compile_kernel(rt, ("matmul64", t.name, nb), lambda: _plain(t, nb), "matmul_int64")
         launch(rt, kernel, values, [a.buffer, b.buffer, out.buffer], (ceil_div(n, 16), ceil_div(m, 16), z), "matmul")
         return out
-    config = "small"
-    if m >= 512 and n >= 512:
-        config = "deep" if rt.shared_bytes >= _shared_bytes("deep") else "large"
-    bm, bn = CONFIGS[config][:2]
+    cfg = config or choose(rt, t.name, m, n, k)
     f16 = rt.types.uses_f16(a.dtype)
     a_mfast = sa[-2] == 1 and sa[-1] != 1
     b_kfast = sb[-2] == 1 and sb[-1] != 1
+    vec = cfg.vec and t.storage in ("f32", "i32", "u32")
+    va = vec and _vec_ok(a, list(sa), -2 if a_mfast else -1, m if a_mfast else k, [d[1] for d in dims])
+    vb = vec and _vec_ok(b, list(sb), -2 if b_kfast else -1, k if b_kfast else n, [d[2] for d in dims])
     kernel = compile_kernel(
         rt,
-        ("matmul", t.name, nb, config, a_mfast, b_kfast),
-        lambda: _tiled(t, t, nb, config, f16, a_mfast, b_kfast),
-        f"matmul_{config}_{t.name}",
+        ("matmul", t.name, nb, cfg, a_mfast, b_kfast, va, vb),
+        lambda: _tiled(t, t, nb, cfg, f16, a_mfast, b_kfast, va, vb),
+        f"matmul_{cfg.bm}x{cfg.bn}x{cfg.bk}_{t.name}",
     )
-    launch(rt, kernel, values, [a.buffer, b.buffer, out.buffer], (ceil_div(n, bn), ceil_div(m, bm), z), "matmul")
+    groups = (ceil_div(n, cfg.bn), ceil_div(m, cfg.bm), z)
+    launch(rt, kernel, values, [a.buffer, b.buffer, out.buffer], groups, "matmul")
     return out
+
+
+tiled = _tiled  # the generator, reused by implicit-GEMM conv (conv.py)

@@ -1,0 +1,118 @@
+"""The tiled GEMM family on edge shapes and dtypes, the tuner's cache, and implicit-GEMM conv,
+against numpy float64. A CPU device picks the vector matmul and im2col conv by itself, so
+these call the kernels directly (few configurations: PoCL compiles each variant)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import conv_reference as ref
+import numpy as np
+import pytest
+
+import ember as em
+from ember_opencl import conv, tune
+from ember_opencl.matmul import TILINGS, Tiling, matmul
+
+RNG = np.random.default_rng(11)
+
+
+def _up(rt, arr):
+    return rt.upload(np.ascontiguousarray(arr), em.dtypes.as_dtype(arr.dtype))
+
+
+def _tiled_keys(rt, kind):
+    return [k for k in rt._kernels if isinstance(k, tuple) and k and k[0] == kind]
+
+
+@pytest.fixture
+def gpu_like(dev):
+    rt = dev.backend.rt
+    saved = rt.is_cpu
+    rt.is_cpu = False
+    yield rt
+    rt.is_cpu = saved
+
+
+@pytest.mark.parametrize(
+    "dtype, sa, sb, tol",
+    [
+        ("float32", (2, 1, 67, 45), (3, 45, 70), 1e-4),  # broadcast batch, edge tiles on every side
+        ("float32", (1, 9), (9, 130), 1e-4),  # one row
+        ("float32", (131, 5), (5, 1), 1e-4),  # one column
+        ("float64", (33, 19), (19, 66), 1e-10),
+        ("float16", (3, 34, 21), (21, 35), 2e-2),
+    ],
+)
+def test_tiled_family_matches_numpy(dev, dtype, sa, sb, tol):
+    """chunk-4, double-buffered, 2-wide vector loads ("odd"), plain and transposed operands."""
+    if dtype == "float64" and "float64" not in {d.name for d in dev.backend.supported_dtypes}:
+        pytest.skip("this OpenCL device has no float64 (cl_khr_fp64)")
+    rt = dev.backend.rt
+    a = RNG.standard_normal(sa).astype(dtype)
+    b = RNG.standard_normal(sb).astype(dtype)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    A, B = _up(rt, a), _up(rt, b)
+    At = _up(rt, np.swapaxes(a, -1, -2)).permute(tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2))
+    for x, y in [(A, B), (At, B)]:
+        got = dev.backend.to_numpy(matmul(rt, x, y, TILINGS["odd"]))
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_cached_choice_is_used(dev, gpu_like, tmp_path, monkeypatch):
+    """tune() stores the winner; a matmul of that shape class then runs it, in this process and
+    (read from disk) in a new one; a corrupt entry reads as untuned."""
+    rt = gpu_like
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    tune.forget(rt)
+    choice = Tiling(32, 32, 8, 2, 4, vw=2, chunk=1, db=True)
+    best, rows = tune.tune(rt, "float32", 40, 70, 50, choices=[choice], budget_s=30, reps=1)
+    assert best == choice and rows[0]["gflops"] > 0, rows
+    tune.forget(rt)
+    a = RNG.standard_normal((40, 50)).astype(np.float32)
+    b = RNG.standard_normal((50, 70)).astype(np.float32)
+    rt._kernels = {k: v for k, v in rt._kernels.items() if not (k[0] == "matmul" and k[1:3] == ("float32", choice))}
+    x, y = em.tensor(a, device=dev), em.tensor(b, device=dev)
+    np.testing.assert_allclose((x @ y).numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert any(k[2] == choice for k in _tiled_keys(rt, "matmul")), "the cached tiling did not run"
+    code = (
+        "import json, ember as em; from ember_opencl import tune; "
+        f"rt = em.Device('opencl:{rt.index}').backend.rt; t = tune.lookup(rt, 'float32', 40, 70, 50); "
+        "print(json.dumps(t.as_dict() if t else None))"
+    )
+    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path), "EMBER_AUTOTUNE": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == choice.as_dict(), out.stderr
+    store = tune.store_for(rt)
+    entry = store.path(tune._key(store, "float32", tune.shape_class(40, 70, 50)))
+    entry.write_bytes(entry.read_bytes()[:10])  # a write torn by a crash
+    tune.forget(rt)
+    assert tune.lookup(rt, "float32", 40, 70, 50) is None
+    tune.forget(rt)
+
+
+CONVS = [  # x shape, w shape, stride, padding (lo, hi), dilation, groups
+    ((2, 4, 9, 8), (6, 2, 3, 3), (2, 1), ((1, 1), (2, 0)), (1, 2), 2),
+    ((3, 3, 11), (5, 3, 4), (3,), ((2, 1),), (1,), 1),
+]
+
+
+@pytest.mark.parametrize("xs, ws, stride, pads, dil, groups", CONVS)
+def test_implicit_conv_and_input_grad(dev, gpu_like, xs, ws, stride, pads, dil, groups):
+    rt = gpu_like
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = RNG.standard_normal(ws).astype(np.float32)
+    bias = RNG.standard_normal(ws[0]).astype(np.float32)
+    want = ref.conv(x, w, bias, stride, pads, dil, groups)
+    y = conv.conv(rt, _up(rt, x), _up(rt, w), _up(rt, bias), stride, pads, dil, groups, TILINGS["odd"])
+    np.testing.assert_allclose(dev.backend.to_numpy(y), want, rtol=1e-4, atol=1e-4)
+    g = RNG.standard_normal(want.shape).astype(np.float32)
+    size = xs[2:]
+    want_gx = ref.conv_transpose(g, w, size, stride, pads, dil, groups)
+    gx = conv.conv_transpose(rt, _up(rt, g), _up(rt, w), None, size, stride, pads, dil, groups, TILINGS["odd"])
+    np.testing.assert_allclose(dev.backend.to_numpy(gx), want_gx, rtol=1e-4, atol=1e-4)
+    assert {k[1] for k in _tiled_keys(rt, "conv_igemm")} == {"conv", "transpose"}  # the implicit kernels ran
+    assert conv.implicit_wins(rt)  # a GPU device takes this path through dispatch

@@ -1,0 +1,92 @@
+"""The parameterised tiled matmul (vec4 loads, odd tiles) against numpy float64, the adapter-limit
+filter, and the tuner's cache (the cached config is the one that runs; a torn entry is ignored)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import dtypes as D
+from ember_wgpu import tune
+from ember_wgpu.kernels import matmul
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.fixture(autouse=True)
+def _no_autotune(monkeypatch):
+    monkeypatch.setenv("EMBER_AUTOTUNE", "0")
+
+
+@pytest.mark.parametrize("m, k, n", [(67, 36, 72), (1, 12, 40), (45, 8, 1)])
+def test_vec4_odd_tile_matches_numpy(rt, m, k, n):
+    """vec4 loads where the contiguous axis is aligned (k=36, n=72), scalar fallbacks elsewhere."""
+    a = RNG.standard_normal((2, m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    cfg = matmul.CONFIGS["odd"]
+    bt = rt.upload(np.ascontiguousarray(b.T), D.float32).permute((1, 0))
+    for B in (rt.upload(b, D.float32), bt):
+        got = rt.read([matmul.matmul(rt, rt.upload(a, D.float32), B, cfg)])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_limits_filter_candidates(rt, monkeypatch):
+    every = [matmul.Config(*spec) for spec in tune._FAMILY]
+    monkeypatch.setattr(rt, "shared_bytes", 8192)
+    kept = tune.candidates(rt)
+    assert kept and all(matmul.shared_bytes(c) <= 8192 for c in kept)
+    assert len(kept) < len(every)
+
+
+def test_cached_choice_is_used(rt, tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    tune.forget(rt)
+    choice = matmul.Config(32, 32, 16, 4, 4, True)
+    best, rows = tune.tune(rt, "float32", 40, 72, 48, choices=[choice], budget_s=30, reps=1)
+    assert best == choice and rows[0]["gflops"] > 0, rows
+    tune.forget(rt)
+    assert tune.lookup(rt, "float32", 40, 72, 48) == choice  # read back from disk
+    rt.kernels = {k: v for k, v in rt.kernels.items() if not (k[0] == "matmul" and choice in k)}
+    a = RNG.standard_normal((40, 48)).astype(np.float32)
+    b = RNG.standard_normal((48, 72)).astype(np.float32)
+    got = rt.read([matmul.matmul(rt, rt.upload(a, D.float32), rt.upload(b, D.float32))])[0]
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert any(k[0] == "matmul" and choice in k for k in rt.kernels), "the cached config did not run"
+    store = tune.store_for(rt)
+    entry = store.path(tune._key(store, "float32", tune.shape_class(40, 72, 48)))
+    entry.write_bytes(entry.read_bytes()[:10])  # a write torn by a crash
+    tune.forget(rt)
+    assert tune.lookup(rt, "float32", 40, 72, 48) is None
+    tune.forget(rt)
+
+
+@pytest.mark.parametrize(
+    "xs, ws, stride, pads, dil, groups",
+    [
+        ((2, 4, 9, 8), (6, 2, 3, 3), (2, 1), ((1, 1), (2, 0)), (1, 2), 2),
+        ((3, 3, 11), (5, 3, 4), (3,), ((2, 1),), (1,), 1),
+    ],
+)
+def test_implicit_conv_and_input_grad(rt, xs, ws, stride, pads, dil, groups):
+    """Against core's unfold + matmul composite on the cpu device in float64 (another algorithm)."""
+    import ember as em
+    from ember_wgpu.kernels import conv
+
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = RNG.standard_normal(ws).astype(np.float32)
+    bias = RNG.standard_normal(ws[0]).astype(np.float32)
+    pad_arg = tuple(lo for lo, _ in pads) if all(lo == hi for lo, hi in pads) else None
+    cpu = em.Device.cpu().autodiff()
+    xc = em.tensor(x.astype(np.float64), device=cpu, requires_grad=True)
+    wc, bc = em.tensor(w.astype(np.float64), device=cpu), em.tensor(bias.astype(np.float64), device=cpu)
+    xp = xc if pad_arg is not None else em.pad(xc, ((0, 0), (0, 0)) + tuple(pads))
+    want = em.conv(xp, wc, bc, stride=stride, padding=pad_arg or 0, dilation=dil, groups=groups)
+    g = RNG.standard_normal(want.shape).astype(np.float32)
+    (want * em.tensor(g.astype(np.float64), device=cpu)).sum().backward()
+    up = lambda a: rt.upload(a, D.float32)  # noqa: E731
+    got = rt.read([conv.conv(rt, up(x), up(w), up(bias), stride, pads, dil, groups, matmul.CONFIGS["odd"])])[0]
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)
+    gx = conv.conv_transpose(rt, up(g), up(w), None, xs[2:], stride, pads, dil, groups, matmul.CONFIGS["odd"])
+    np.testing.assert_allclose(rt.read([gx])[0], xc.grad.numpy(), rtol=1e-4, atol=1e-4)
+    assert {k[1] for k in rt.kernels if k[0] == "conv_igemm"} == {"conv", "transpose"}  # the implicit kernels ran
