@@ -39,7 +39,7 @@ def _close(got: np.ndarray, want: np.ndarray, rtol: float, what: str) -> None:
     if want.dtype.kind == "b":
         np.testing.assert_array_equal(got, want, err_msg=what)
         return
-    for part in ((np.real, np.imag) if want.dtype.kind == "c" else (np.real,)):
+    for part in (np.real, np.imag) if want.dtype.kind == "c" else (np.real,):
         g, w = part(got).astype(np.float64), part(want).astype(np.float64)
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, equal_nan=True, err_msg=f"{what}, {part.__name__}")
 
@@ -47,7 +47,9 @@ def _close(got: np.ndarray, want: np.ndarray, rtol: float, what: str) -> None:
 def _ran(dev: em.Device, op: str, dtype: str) -> bool:
     """Whether a generated elementwise kernel computing ``op`` over ``dtype`` was built."""
     for key in dev.backend.rt._kernels:
-        if key[0] == "ew" and any(i[0] == op and dtype in (i[1], *[d for d, _ in key[1].inputs]) for i in key[1].instructions):
+        if key[0] == "ew" and any(
+            i[0] == op and dtype in (i[1], *[d for d, _ in key[1].inputs]) for i in key[1].instructions
+        ):
             return True
     return False
 
@@ -108,6 +110,14 @@ def test_casts_creation_where_and_layout(dev):
     np.testing.assert_array_equal(em.flip(tm, axis=1)[:, 1:].numpy(), m[:, ::-1][:, 1:])
     np.testing.assert_array_equal(em.concat([tm, tm], axis=0).numpy(), np.concatenate([m, m]))
     np.testing.assert_array_equal(em.take(tm, em.tensor([2, 0], device=dev), axis=1).numpy(), m[:, [2, 0]])
+    idx = np.array([[0, 2, 0], [1, 1, 1]])
+    want = m.copy()
+    for (r, c), v in zip(np.ndindex(idx.shape), m.ravel()):
+        want[r, idx[r, c]] += v
+    got = em.scatter_add(tm, em.tensor(idx, device=dev), tm, axis=1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-15)  # repeats add up (the gathering kernel: no complex atomics)
+    put = em.index_put(tm, (em.tensor([1, 0], device=dev),), em.conj(tm), accumulate=True).numpy()
+    np.testing.assert_allclose(put, m + np.conj(m)[::-1], rtol=1e-15)
 
 
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
