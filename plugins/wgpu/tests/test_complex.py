@@ -89,8 +89,8 @@ def test_casts_creation_where_movement_indexing(dev):
     np.testing.assert_array_equal(t.numpy(), z)  # interleaved as numpy: the transfer is a plain copy
     np.testing.assert_array_equal(em.astype(t, em.float32).numpy(), z.real)
     np.testing.assert_array_equal(em.astype(em.tensor(z.real, device=dev), em.complex64).numpy(), z.real + 0j)
-    np.testing.assert_array_equal(em.astype(em.tensor(np.array([0j, 1j, 0], np.complex64), device=dev), em.bool).numpy(),
-                                  [0, 1, 0])  # fmt: skip
+    flags = em.tensor(np.array([0j, 1j, 0], np.complex64), device=dev)
+    np.testing.assert_array_equal(em.astype(flags, em.bool).numpy(), [0, 1, 0])
     np.testing.assert_array_equal(em.astype(em.tensor([3, -2], device=dev), em.complex64).numpy(), [3 + 0j, -2 + 0j])
     np.testing.assert_array_equal(em.full((3,), 2 - 1j, device=dev).numpy(), np.full(3, 2 - 1j, np.complex64))
     cond = np.array([True, False, True, False, True, False])

@@ -29,7 +29,9 @@ COMPLEX_HELPERS: dict[str, str] = {
     "f_finite": "fn f_finite(x: f32) -> bool { return !(is_nan(x) || is_inf(x)); }",
     "f_signbit": "fn f_signbit(x: f32) -> bool { return (bitcast<u32>(x) & 0x80000000u) != 0u; }",
     # p / +0 spelled out: some drivers' 0 / 0 is 0, not NaN
-    "f_over_zero": f"fn f_over_zero(p: f32) -> f32 {{ return select(copysign({_INF}, p), {_NAN}, p == 0.0 || is_nan(p)); }}",
+    "f_over_zero": f"""fn f_over_zero(p: f32) -> f32 {{
+  return select(copysign({_INF}, p), {_NAN}, p == 0.0 || is_nan(p));
+}}""",
     "c_mul": f"""fn c_mul(a: {_C}, b: {_C}) -> {_C} {{
   return {_C}(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }}""",

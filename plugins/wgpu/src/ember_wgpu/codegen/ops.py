@@ -1,9 +1,10 @@
 """The elementwise op table: for each op, a WGSL expression per compute class.
 
 Classes (see :mod:`ember_wgpu.typemap`): ``f`` f32, ``i`` i32, ``u`` u32, ``b`` bool, ``l``
-emulated int64, ``L`` emulated uint64, ``c`` complex64 as vec2<f32> (:mod:`.complex_lib`). ``{0}``, ``{1}``, ``{2}`` are the operands (always
-plain SSA names, so a template may use one several times). A template is chosen by the class
-of the first operand (the second for ``where``); the result class is the instruction's dtype.
+emulated int64, ``L`` emulated uint64, ``c`` complex64 as vec2<f32> (:mod:`.complex_lib`).
+``{0}``, ``{1}``, ``{2}`` are the operands (always plain SSA names, so a template may use one
+several times). A template is chosen by the class of the first operand (the second for
+``where``); the result class is the instruction's dtype.
 """
 
 from __future__ import annotations

@@ -126,9 +126,10 @@ def _atomic_add(t: WType, target: str, value: str) -> str:
     if t.cls == "c":  # complex64: a float compare-and-swap loop on each part's word
         loops = []
         for part, lane in ((0, "x"), (1, "y")):
-            loops.append(f"""var old{lane} = atomicLoad(&O[2u * tgt + {part}u]);
+            word = f"&O[2u * tgt + {part}u]"
+            loops.append(f"""var old{lane} = atomicLoad({word});
   loop {{
-    let r{lane} = atomicCompareExchangeWeak(&O[2u * tgt + {part}u], old{lane}, bitcast<u32>(bitcast<f32>(old{lane}) + add_v.{lane}));
+    let r{lane} = atomicCompareExchangeWeak({word}, old{lane}, bitcast<u32>(bitcast<f32>(old{lane}) + add_v.{lane}));
     if (r{lane}.exchanged) {{ break; }}
     old{lane} = r{lane}.old_value;
   }}""")
