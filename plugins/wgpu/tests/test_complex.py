@@ -127,3 +127,29 @@ def test_reductions_and_matmul(dev):
     _close((t @ em.tensor(b, device=dev)).numpy(), a @ b.astype(np.complex128), 1e-5, "matmul")
     got = (t[:, :3] @ em.tensor(b, device=dev)[:3].T).numpy()
     _close(got, a[:, :3] @ b[:3].T.astype(np.complex128), 1e-5, "matmul of views")
+
+
+# gradients (PyTorch's convention, z.grad = dL/dx + 1j dL/dy): the same programs on the cpu backend,
+# whose complex gradients core/tests/test_complex_autodiff.py checks against finite differences
+_GRAD_CASES = [
+    ("mul_div", lambda z, w: em.abs(z * w).sum() + em.real(z / w).sum()),
+    ("exp_log_sqrt", lambda z, w: em.real(em.exp(z) * em.log(w)).sum() + em.imag(em.sqrt(z)).sum()),
+    ("trig", lambda z, w: em.real(em.sin(z) + em.cos(w) * em.tanh(z * 0.5)).sum()),
+    ("parts", lambda z, w: (em.real(z) * em.imag(w) ** 2).sum() + (em.angle(z * w) * em.abs(z)).sum()),
+    ("conj_prod", lambda z, w: em.real(z * em.conj(w)).sum() + em.imag(em.prod(z, axis=0)).sum()),
+    ("matmul", lambda z, w: (em.abs(z.reshape(2, 3) @ w.reshape(3, 2)) ** 2).sum()),
+]
+
+
+@pytest.mark.parametrize("name, program", _GRAD_CASES, ids=[c[0] for c in _GRAD_CASES])
+def test_gradients_match_cpu(dev, name, program):
+    rng = np.random.default_rng(9)
+    values = [(rng.uniform(0.5, 1.5, 6) * np.exp(1j * rng.uniform(-2.5, 2.5, 6))).astype(np.complex64) for _ in "zw"]
+    grads = []
+    for device in (dev.autodiff(), em.Device.cpu().autodiff()):
+        inputs = [em.tensor(v, device=device, requires_grad=True) for v in values]
+        program(*inputs).backward()
+        grads.append([t.grad.numpy() for t in inputs])
+    for got, want in zip(*grads):
+        assert got.dtype == np.complex64
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
