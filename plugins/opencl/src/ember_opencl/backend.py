@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 
 from ember.backend import Backend, native
-from ember.dtypes import ALL_DTYPES, DType, as_dtype
+from ember.dtypes import ALL_DTYPES, DType, as_dtype, real_dtype
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
-from . import conv, indexing, matmul, nn, philox, quant, reduce, sort
+from . import complex_matmul, conv, indexing, matmul, nn, philox, quant, reduce, sort
 from .array import CLArray
 from .codegen import FusedProgram
+from .complex import REAL_RESULT
 from .elementwise import (
     binary_program,
     cast_program,
@@ -63,8 +64,11 @@ class OpenCLBackend(ViewMovement, Backend):
         except ImportError:
             dtypes.discard(as_dtype("bfloat16"))
             reasons["bfloat16"] = "bfloat16 needs the ml_dtypes package on the host: pip install ml_dtypes"
-        for name in ("complex64", "complex128"):  # not in ALL_DTYPES, so never in `dtypes`
-            reasons[name] = "OpenCL C has no complex type and ember-opencl does not generate float-pair kernels yet"
+        dtypes.add(as_dtype("complex64"))  # float2 pairs (ember_opencl.complex)
+        if self.rt.fp64:
+            dtypes.add(as_dtype("complex128"))
+        else:
+            reasons["complex128"] = f"{self.rt.label} lacks cl_khr_fp64, and complex128 is a pair of 64-bit floats"
         # instance attributes: what a device supports depends on the device
         self.supported_dtypes = frozenset(dtypes)  # type: ignore[misc]
         self.unsupported_dtype_reasons = reasons  # type: ignore[misc]
@@ -93,6 +97,7 @@ class OpenCLBackend(ViewMovement, Backend):
     def capability_notes(self) -> dict[str, str]:
         return {
             "float16/bfloat16": "stored in 16 bits (half via vload_half, bfloat16 as ushort), computed in float",
+            "complex64/complex128": "float2 / double2 pairs in numpy's layout; matmul is four real matmuls",
             "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
             "fusion": "elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0 turns it off)",
             "conv": "GPUs: implicit GEMM (input gathered in the tiled matmul's loader; weight gradient unfold + "
@@ -151,6 +156,8 @@ class OpenCLBackend(ViewMovement, Backend):
     def _unary(self, op: str, a: CLArray) -> CLArray:
         dt = a.dtype.name
         out = "bool" if op in BOOL_RESULT else dt
+        if op in REAL_RESULT and a.dtype.kind == "c":
+            out = real_dtype(a.dtype).name
         return run_program(self.rt, unary_program(op, dt, out), [a], a.shape)[0]
 
     def _binary(self, op: str, a: CLArray, b: Any) -> CLArray:
@@ -264,6 +271,8 @@ class OpenCLBackend(ViewMovement, Backend):
     # -- linear algebra and sorting -------------------------------------------------------------------
     @native
     def matmul(self, a: CLArray, b: CLArray) -> CLArray:
+        if a.dtype.kind == "c":
+            return complex_matmul.matmul(self.rt, a, b)
         return matmul.matmul(self.rt, a, b)
 
     @native

@@ -1,7 +1,9 @@
 """How each ember dtype lives in OpenCL C: the storage type, the compute type, loads and stores.
 
+complex64 / complex128 are ``float2`` / ``double2`` pairs (see :mod:`.complex`).
 float16 is stored as ``half`` and read with ``vload_half`` / written with ``vstore_half_rte``
-(core OpenCL, no extension needed); bfloat16 is stored as ``ushort`` and widened by a shift.
+(core OpenCL, no extension needed); bcomplex64 / complex128 are ``float2`` / ``double2`` pairs (see :mod:`.complex`).
+float16 is stored as ``ushort`` and widened by a shift.
 Both compute in ``float``, as ember's CPU backend does. bool is a ``uchar`` holding 0 or 1.
 """
 
@@ -29,6 +31,8 @@ NP_OF_C: dict[str, np.dtype] = {
     "float": np.dtype(np.float32),
     "double": np.dtype(np.float64),
     "half": np.dtype(np.float16),
+    "float2": np.dtype(np.complex64),  # complex: (real, imaginary) pairs, numpy's layout
+    "double2": np.dtype(np.complex128),
 }
 
 _TYPES = {
@@ -46,6 +50,8 @@ _TYPES = {
     "bfloat16": ("ushort", "float"),
     "float32": ("float", "float"),
     "float64": ("double", "double"),
+    "complex64": ("float2", "float2"),
+    "complex128": ("double2", "double2"),
 }
 
 PREAMBLE_BF16 = """
@@ -138,8 +144,12 @@ def type_max(c: CType) -> str:
             "int": "INT_MAX", "uint": "UINT_MAX", "long": "LONG_MAX", "ulong": "ULONG_MAX"}[c.compute]  # fmt: skip
 
 
-def literal(value: bool | int | float, c: CType) -> str:
+def literal(value: bool | int | float | complex, c: CType) -> str:
     """``value`` as an OpenCL C literal of ``c``'s compute type."""
+    if c.kind == "c":
+        part = ctype("float32" if c.name == "complex64" else "float64")
+        z = complex(value)
+        return f"(({c.compute})({literal(z.real, part)}, {literal(z.imag, part)}))"
     if c.kind == "f":
         v = float(value)
         if math.isnan(v):
@@ -161,13 +171,13 @@ def literal(value: bool | int | float, c: CType) -> str:
     return f"(({c.compute}){v})"
 
 
-def np_scalar(value: bool | int | float, c: CType) -> np.generic:
+def np_scalar(value: bool | int | float | complex, c: CType) -> np.generic:
     """``value`` rounded to ``c``'s dtype, then held in its compute type (a kernel argument)."""
     if c.name == "bfloat16":
         import ml_dtypes
 
         return np.float32(np.asarray(value, dtype=ml_dtypes.bfloat16))
-    if c.kind == "f":
+    if c.kind in "fc":
         return c.np_compute.type(np.asarray(value, dtype=c.dtype.numpy))
     if c.kind == "b":
         return np.uint8(bool(value))

@@ -21,6 +21,7 @@ import numpy as np
 from ember.lazy.program import Const, FusedProgram
 
 from .cltypes import PREAMBLE_BF16, CType, ctype, literal
+from .complex import library as complex_library
 from .ops_table import expression
 
 __all__ = [
@@ -49,15 +50,19 @@ class Layout:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
+_COMPLEX_PARTS = (("complex64", "float"), ("complex128", "double"))
+
+
 def preamble(dtypes: set[str] | list[str], helpers: dict[str, str] | None = None, atomics64: bool = False) -> str:
     """Pragmas and helper functions a kernel over ``dtypes`` needs."""
     lines = ["#pragma OPENCL FP_CONTRACT OFF"]
-    if "float64" in dtypes:
+    if "float64" in dtypes or "complex128" in dtypes:
         lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
     if atomics64:
         lines.append("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable")
     if "bfloat16" in dtypes:
         lines.append(PREAMBLE_BF16)
+    lines.extend(complex_library(part) for dt, part in _COMPLEX_PARTS if dt in dtypes)
     if helpers:
         lines.extend(helpers.values())
     return "\n".join(lines) + "\n"

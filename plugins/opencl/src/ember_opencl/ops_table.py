@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from . import complex as cx
 from .cltypes import CType, literal
 
 __all__ = ["expression", "HELPERS", "ELEMENTWISE_OPS", "UNARY_OPS", "BINARY_OPS", "BOOL_RESULT"]
@@ -22,7 +23,7 @@ Args = list[tuple[str, CType]]
 UNARY_OPS = frozenset(
     "neg abs sign exp log sqrt rsqrt sin cos tanh erf floor ceil round trunc reciprocal isnan isinf "
     "logical_not bitwise_not exp2 expm1 log2 log10 log1p tan asin acos atan sinh cosh asinh acosh atanh "
-    "square isfinite relu sigmoid gelu gelu_tanh silu softplus".split()
+    "square isfinite relu sigmoid gelu gelu_tanh silu softplus conj real imag angle".split()
 )
 BINARY_OPS = frozenset(
     "add sub mul div floordiv remainder pow maximum minimum atan2 eq ne lt le gt ge logical_and logical_or "
@@ -274,10 +275,28 @@ def _cast(x: str, c: CType, out: CType) -> str:
     return f"(({out.compute})({x}))"
 
 
+#: complex parts; on a real operand: conj and real are the value, imag is 0, angle is atan2(0, x)
+_PARTS = frozenset(["conj", "real", "imag", "angle"])
+
+
+def _real_parts(op: str, x: str, c: CType) -> str:
+    if op in ("conj", "real"):
+        return x
+    if op == "imag":
+        return literal(0, c)
+    if c.kind != "f":
+        raise ValueError(f"angle needs a floating-point or complex operand, got {c.name}")
+    return f"atan2({literal(0, c)}, {x})"
+
+
 def expression(op: str, args: Args, out: CType, helpers: dict[str, str]) -> str:
     """The OpenCL C expression of ``op`` applied to ``args`` (expression, type) pairs."""
     if op == "cast":
+        if args[0][1].kind == "c" or out.kind == "c":
+            return cx.cast(args[0][0], args[0][1], out)
         return _cast(args[0][0], args[0][1], out)
+    if op == "make_complex":  # (real part, imaginary part) -> the pair (complex matmul's last step)
+        return f"(({out.compute})({args[0][0]}, {args[1][0]}))"
     if op == "where":
         (cnd, _), (a, _), (b, _) = args
         return f"({cnd} ? {a} : {b})"
@@ -286,6 +305,10 @@ def expression(op: str, args: Args, out: CType, helpers: dict[str, str]) -> str:
     if op == "fma":
         (a, _), (b, _), (d, _) = args
         return f"({a} * {b} + {d})"
+    if op in _PARTS and args[0][1].kind != "c":
+        return _real_parts(op, args[0][0], args[0][1])
+    if any(c.kind == "c" for _, c in args):
+        return cx.expression(op, args, out)
     if op in FLOAT_ONLY and args[0][1].kind != "f":
         raise ValueError(f"{op} needs floating-point operands, got {args[0][1].name}")
     if op in _BITWISE and args[0][1].kind == "f":

@@ -111,6 +111,8 @@ def _source(
     load = f"const {A} v = ({A}){cin.load('in', 'off')};"
     vi = "in_idx[off]" if idx_in else "(long)k"
     step = _combine(op, "acc", "v", fl, "ai", "vi")
+    if cacc.kind == "c" and op == "prod":  # complex: the pair product from the library (ember_opencl.complex)
+        step = f"acc = ember_cmul_{A[:-1]}(acc, v);"
     ident = _identity(op, acc_name)
     lines = [preamble({src, dst, acc_name}), "__kernel void ember_reduce(" + ", ".join(params) + ") {"]
     if group:

@@ -42,10 +42,30 @@ inline int ember_before(KT xk, IT xi, KT yk, IT yi, IT n) {{
 """
 
 
+def _before_complex(desc: bool) -> str:
+    """numpy's complex order: lexicographic (real, then imaginary) among NaN-free values, then
+    NaN only in the imaginary part (by real part), NaN only in the real part (by imaginary
+    part), then NaN in both; ``desc`` reverses it all but the index tie-break."""
+    cmp = ">" if desc else "<"
+    return f"""
+inline int ember_nan_class(KT k) {{ return (isnan(k.x) ? 2 : 0) + (isnan(k.y) ? 1 : 0); }}
+inline int ember_before(KT xk, IT xi, KT yk, IT yi, IT n) {{
+    if (xi >= n) return 0;
+    if (yi >= n) return 1;
+    const int xc = ember_nan_class(xk), yc = ember_nan_class(yk);
+    if (xc != yc) return xc {cmp} yc;
+    if (xc == 0 || xc == 1) {{ if (xk.x != yk.x) return xk.x {cmp} yk.x; }}
+    if (xc == 0 || xc == 2) {{ if (xk.y != yk.y) return xk.y {cmp} yk.y; }}
+    return xi < yi;
+}}
+"""
+
+
 def _common(src: str, desc: bool, it: str) -> tuple[str, str]:
     c = ctype(src)
     kt = "float" if c.is_wide_float else c.compute
-    head = preamble({src}) + f"#define KT {kt}\n#define IT {it}\n" + _before(desc, c.kind == "f")
+    before = _before_complex(desc) if c.kind == "c" else _before(desc, c.kind == "f")
+    head = preamble({src}) + f"#define KT {kt}\n#define IT {it}\n" + before
     return head, kt
 
 

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from ember.backend import Backend, native
-from ember.dtypes import ALL_DTYPES, DType, as_dtype
+from ember.dtypes import ALL_DTYPES, DType, as_dtype, complex64
 from ember.lazy.program import FusedProgram
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
 from . import adapters, quant
 from .handle import WgpuArray
-from .kernels import conv, indexing, matmul, nn, pool, random, reduce, scan, sort
+from .kernels import complex_matmul, conv, indexing, matmul, nn, pool, random, reduce, scan, sort
 from .kernels import elementwise as ew
 from .runtime import Runtime
 from .typemap import UNSUPPORTED
@@ -37,7 +37,7 @@ ELEMENTWISE_OPS = frozenset(
     "tanh asinh acosh atanh erf floor ceil round trunc reciprocal square isnan isinf isfinite logical_not "
     "bitwise_not relu sigmoid silu softplus gelu gelu_tanh add sub mul div floordiv remainder pow maximum "
     "minimum atan2 hypot logaddexp eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and "
-    "bitwise_or bitwise_xor".split()
+    "bitwise_or bitwise_xor conj real imag angle".split()
 )
 
 #: what the generator compiles inside a fused region: the elementwise ops, where and cast
@@ -48,7 +48,7 @@ class WgpuBackend(ViewMovement, Backend):
     """WebGPU through wgpu-py: Vulkan, Metal or D3D12 adapters."""
 
     name = "wgpu"
-    supported_dtypes = frozenset(dt for dt in ALL_DTYPES if dt.name not in UNSUPPORTED)
+    supported_dtypes = frozenset(dt for dt in (*ALL_DTYPES, complex64) if dt.name not in UNSUPPORTED)
     unsupported_dtype_reasons = dict(UNSUPPORTED)
     cheap_readback = False  # work is queued; index kernels read within bounds of the buffer
     fusion = True  # elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0: off)
@@ -78,7 +78,8 @@ class WgpuBackend(ViewMovement, Backend):
 
     def capability_notes(self) -> dict[str, str]:
         return {
-            "fusion": "elementwise regions run as one generated WGSL kernel (ember.lazy; EMBER_FUSION=0 turns it off)"
+            "fusion": "elementwise regions run as one generated WGSL kernel (ember.lazy; EMBER_FUSION=0 turns it off)",
+            "complex64": "vec2<f32> pairs in numpy's layout; matmul is four real matmuls (no complex128: no f64)",
         }
 
     # -- housekeeping ------------------------------------------------------------------------
@@ -239,6 +240,8 @@ class WgpuBackend(ViewMovement, Backend):
     # -- linear algebra and sorting -------------------------------------------------------------
     @native
     def matmul(self, a: WgpuArray, b: WgpuArray) -> WgpuArray:
+        if a.dtype.kind == "c":
+            return complex_matmul.matmul(self.rt, a, b)
         return matmul.matmul(self.rt, a, b)
 
     @native  # int8 / NF4 weights (ember.quant); the kernel is in quant.py

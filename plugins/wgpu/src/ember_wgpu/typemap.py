@@ -12,9 +12,11 @@ WGSL has f32, f16 (with the ``shader-f16`` feature), i32, u32 and bool, nothing 
 | bool                   | u32 (0 or 1)            | bool                 | b     |
 | int64                  | vec2<u32> (lo, hi)      | emulated 64-bit      | l     |
 | uint64                 | vec2<u32> (lo, hi)      | emulated 64-bit      | L     |
+| complex64              | vec2<f32> (re, im)      | vec2<f32> pairs      | c     |
 
 A vec2<u32> element has numpy int64's little-endian bytes, so 64-bit integers upload and read
-back without conversion. float64 is not supported: WGSL has no 64-bit floats.
+back without conversion; a vec2<f32> is numpy complex64's bytes (see :mod:`.codegen.complex_lib`).
+float64 and complex128 are not supported: WGSL has no 64-bit floats.
 """
 
 from __future__ import annotations
@@ -23,23 +25,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.dtypes import ALL_DTYPES, DType
+from ember.dtypes import ALL_DTYPES, DType, complex64
 
 __all__ = ["WType", "TypeMap", "COMPUTE_TYPE", "CLASS_OF", "UNSUPPORTED"]
 
 #: compute class -> WGSL type of values while computing
-COMPUTE_TYPE = {"f": "f32", "i": "i32", "u": "u32", "b": "bool", "l": "vec2<u32>", "L": "vec2<u32>"}
+COMPUTE_TYPE = {"f": "f32", "i": "i32", "u": "u32", "b": "bool", "l": "vec2<u32>", "L": "vec2<u32>", "c": "vec2<f32>"}
 
 CLASS_OF = {
     "float32": "f", "float16": "f", "bfloat16": "f",
     "int8": "i", "int16": "i", "int32": "i",
     "uint8": "u", "uint16": "u", "uint32": "u",
-    "bool": "b", "int64": "l", "uint64": "L",
+    "bool": "b", "int64": "l", "uint64": "L", "complex64": "c",
 }  # fmt: skip
 
 UNSUPPORTED = {
     "float64": "WGSL has no 64-bit floats",
-    "complex64": "WGSL has no complex type and ember-wgpu does not generate float-pair kernels for one yet",
     "complex128": "WGSL has no 64-bit floats, so no complex128",
 }
 
@@ -108,11 +109,13 @@ class TypeMap:
     def __init__(self, f16_native: bool) -> None:
         self.f16_native = f16_native
         self._types: dict[str, WType] = {}
-        for dt in ALL_DTYPES:
+        for dt in (*ALL_DTYPES, complex64):
             cls = CLASS_OF.get(dt.name)
             if cls is None:
                 continue
-            if cls in "lL":
+            if cls == "c":
+                storage, host = "vec2<f32>", np.dtype(np.complex64)
+            elif cls in "lL":
                 storage, host = "vec2<u32>", np.dtype(dt.name)
             elif cls == "b":
                 storage, host = "u32", np.dtype(np.uint32)

@@ -88,16 +88,16 @@ def vec_width(
         return 1
     dts = program.value_dtypes()
     for k, lay_k, (_, off) in zip(program.tensor_inputs, lay[0], ins):
-        if types[dts[k]].cls in "lL" or (lay_k == "c" and off % 4):
+        if types[dts[k]].cls in "lLc" or (lay_k == "c" and off % 4):
             return 1
     for v, (_, off) in zip(program.outputs, outs):
-        if types[dts[v]].cls in "lL" or off % 4:
+        if types[dts[v]].cls in "lLc" or off % 4:
             return 1
     return 4
 
 
 def _scalar_fmt(t: WType) -> str:
-    return {"f": "f", "i": "i", "u": "I", "b": "I", "l": "II", "L": "II"}[t.cls]
+    return {"f": "f", "i": "i", "u": "I", "b": "I", "l": "II", "L": "II", "c": "ff"}[t.cls]
 
 
 def _host_float(value: Any, t: WType) -> float:
@@ -115,6 +115,9 @@ def scalar_words(value: Any, t: WType) -> list[int | float]:
         return [1 if value else 0]
     if t.cls == "f":
         return [_host_float(value, t)]
+    if t.cls == "c":
+        z = complex(value)
+        return [z.real, z.imag]
     v = int(value) & 0xFFFFFFFF  # wrapped to 32 bits, as the kernel computes
     if t.cls == "i" and v >= 1 << 31:
         v -= 1 << 32
@@ -180,12 +183,18 @@ def _scalar_expr(t: WType, k: int) -> str:
         return param_field(k)
     if t.cls == "b":
         return f"({param_field(k)} != 0u)"
+    if t.cls == "c":
+        return f"vec2<f32>(bitcast<f32>({param_field(k)}), bitcast<f32>({param_field(k + 1)}))"
     return f"vec2<u32>({param_field(k)}, {param_field(k + 1)})"
 
 
 def literal(c: Const, types: TypeMap) -> str:
     """A ``Const`` as a WGSL expression of its dtype's compute type (floats bit-exact, inf and NaN too)."""
     t = types[c.dtype]
+    if t.cls == "c":
+        z = complex(c.value)
+        re, im = (struct.unpack("<I", struct.pack("<f", v))[0] for v in (z.real, z.imag))
+        return f"vec2<f32>(bitcast<f32>({re:#x}u), bitcast<f32>({im:#x}u))"
     if t.cls == "f":
         bits = struct.unpack("<I", struct.pack("<f", _host_float(c.value, t)))[0]
         return f"bitcast<f32>({bits:#x}u)"

@@ -1,14 +1,16 @@
 """The elementwise op table: for each op, a WGSL expression per compute class.
 
 Classes (see :mod:`ember_wgpu.typemap`): ``f`` f32, ``i`` i32, ``u`` u32, ``b`` bool, ``l``
-emulated int64, ``L`` emulated uint64. ``{0}``, ``{1}``, ``{2}`` are the operands (always
-plain SSA names, so a template may use one several times). A template is chosen by the class
-of the first operand (the second for ``where``); the result class is the instruction's dtype.
+emulated int64, ``L`` emulated uint64, ``c`` complex64 as vec2<f32> (:mod:`.complex_lib`).
+``{0}``, ``{1}``, ``{2}`` are the operands (always plain SSA names, so a template may use one
+several times). A template is chosen by the class of the first operand (the second for
+``where``); the result class is the instruction's dtype.
 """
 
 from __future__ import annotations
 
 from ..typemap import WType
+from .complex_lib import TEMPLATES as _COMPLEX
 
 __all__ = ["UNARY", "BINARY", "TERNARY", "BOOL_RESULT", "ARITY", "template", "convert", "OpNotSupported"]
 
@@ -149,8 +151,17 @@ BINARY: dict[str, dict[str, str]] = {
     "bitwise_xor": {**_same("({0} ^ {1})", "iulL"), "b": "({0} != {1})"},
 }
 
+# the parts of a complex number; of a real one: conj and real are the value, imag is 0, angle atan2(0, x)
+UNARY["conj"] = _same("{0}", "fiulL")
+UNARY["real"] = _same("{0}", "fiulL")
+UNARY["imag"] = {"f": "0.0", "i": "0i", "u": "0u", "l": "vec2<u32>(0u, 0u)", "L": "vec2<u32>(0u, 0u)"}
+UNARY["angle"] = _float("m_atan2(0.0, {0})")
+BINARY["make_complex"] = {"f": "vec2<f32>({0}, {1})"}  # (real, imaginary) -> the pair (complex matmul)
+for _op, _tpl in _COMPLEX.items():
+    (UNARY if "{1}" not in _tpl else BINARY)[_op]["c"] = _tpl
+
 TERNARY: dict[str, dict[str, str]] = {
-    "where": _same("select({2}, {1}, {0})"),
+    "where": _same("select({2}, {1}, {0})", "fiulLbc"),
 }
 
 #: ops whose result is bool whatever the operand class
@@ -204,6 +215,19 @@ _CONVERT = {
     ("b", "u"): "select(0u, 1u, {e})",
     ("b", "l"): "vec2<u32>(select(0u, 1u, {e}), 0u)",
     ("b", "L"): "vec2<u32>(select(0u, 1u, {e}), 0u)",
+    # complex -> real keeps the real part (numpy's astype); -> bool: either part non-zero
+    ("c", "f"): "{e}.x",
+    ("c", "i"): "i32({e}.x)",
+    ("c", "u"): "f2u({e}.x)",
+    ("c", "l"): "i64_from_f32({e}.x)",
+    ("c", "L"): "u64_from_f32({e}.x)",
+    ("c", "b"): "(!all({e} == vec2<f32>(0.0, 0.0)))",
+    ("f", "c"): "vec2<f32>({e}, 0.0)",
+    ("i", "c"): "vec2<f32>(f32({e}), 0.0)",
+    ("u", "c"): "vec2<f32>(f32({e}), 0.0)",
+    ("l", "c"): "vec2<f32>(i64_to_f32({e}), 0.0)",
+    ("L", "c"): "vec2<f32>(u64_to_f32({e}), 0.0)",
+    ("b", "c"): "vec2<f32>(select(0.0, 1.0, {e}), 0.0)",
 }
 
 

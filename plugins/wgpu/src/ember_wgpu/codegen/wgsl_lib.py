@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from .complex_lib import COMPLEX_HELPERS
+
 __all__ = ["HELPERS", "with_helpers", "INF", "NEG_INF", "NAN"]
 
 INF = "bitcast<f32>(0x7f800000u)"
@@ -518,6 +520,8 @@ HELPERS: dict[str, str] = {
   return vec2<u32>(u32(t - hi * 4294967296.0), u32(hi));
 }""",
 }
+
+HELPERS.update(COMPLEX_HELPERS)  # complex64 as vec2<f32>
 
 _NAME = re.compile(r"\b([a-z][a-z0-9_]*)\s*\(")
 _DEPS: dict[str, frozenset[str]] = {}

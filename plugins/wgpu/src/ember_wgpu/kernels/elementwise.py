@@ -13,11 +13,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ember.dtypes import DType, as_dtype, bool_
+from ember.dtypes import DType, as_dtype, bool_, real_dtype
 from ember.lazy.program import Const, FusedProgram
 from ember.views import contiguous_strides
 
 from ..codegen import elementwise as gen
+from ..codegen.complex_lib import REAL_RESULT
 from ..codegen.ops import BOOL_RESULT
 from ..handle import WgpuArray
 from ..runtime import Runtime
@@ -211,6 +212,8 @@ def apply_op(rt: Runtime, op: str, args: Sequence[Any], dtype: DType | None = No
     like = handles[0].dtype if op != "where" else handles[1 if isinstance(args[1], WgpuArray) else -1].dtype
     if dtype is None:
         dtype = bool_ if op in BOOL_RESULT else like
+        if op in REAL_RESULT and like.kind == "c":  # abs, real, imag, angle of a complex tensor
+            dtype = real_dtype(like)
     inputs = tuple(
         (a.dtype.name, "tensor")
         if isinstance(a, WgpuArray)

@@ -123,6 +123,17 @@ def _atomic_add(t: WType, target: str, value: str) -> str:
     if (r.exchanged) {{ break; }}
     old = r.old_value;
   }}"""
+    if t.cls == "c":  # complex64: a float compare-and-swap loop on each part's word
+        loops = []
+        for part, lane in ((0, "x"), (1, "y")):
+            word = f"&O[2u * tgt + {part}u]"
+            loops.append(f"""var old{lane} = atomicLoad({word});
+  loop {{
+    let r{lane} = atomicCompareExchangeWeak({word}, old{lane}, bitcast<u32>(bitcast<f32>(old{lane}) + add_v.{lane}));
+    if (r{lane}.exchanged) {{ break; }}
+    old{lane} = r{lane}.old_value;
+  }}""")
+        return f"let tgt = {target};\n  let add_v = {value};\n  " + "\n  ".join(loops)
     return f"""let tgt = {target};
   let add_v = {value};
   let old = atomicAdd(&O[2u * tgt], add_v.x);

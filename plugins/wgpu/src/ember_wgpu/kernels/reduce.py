@@ -37,8 +37,22 @@ HIGHEST = {
     "l": "vec2<u32>(0xffffffffu, 0x7fffffffu)",
     "L": "vec2<u32>(0xffffffffu, 0xffffffffu)",
 }
-_ZERO = {"f": "0.0", "i": "0i", "u": "0u", "l": "vec2<u32>(0u, 0u)", "L": "vec2<u32>(0u, 0u)"}
-_ONE = {"f": "1.0", "i": "1i", "u": "1u", "l": "vec2<u32>(1u, 0u)", "L": "vec2<u32>(1u, 0u)"}
+_ZERO = {
+    "f": "0.0",
+    "i": "0i",
+    "u": "0u",
+    "l": "vec2<u32>(0u, 0u)",
+    "L": "vec2<u32>(0u, 0u)",
+    "c": "vec2<f32>(0.0, 0.0)",
+}
+_ONE = {
+    "f": "1.0",
+    "i": "1i",
+    "u": "1u",
+    "l": "vec2<u32>(1u, 0u)",
+    "L": "vec2<u32>(1u, 0u)",
+    "c": "vec2<f32>(1.0, 0.0)",
+}
 _COMBINE = {"sum": "add", "mean": "add", "prod": "mul", "max": "maximum", "min": "minimum", "any": "maximum"}
 _COMBINE["all"] = "minimum"
 
@@ -88,7 +102,7 @@ def _better(op: str, cls: str) -> str:
 def _build(rt: Runtime, op: str, tin: WType, tout: WType, mode: str):  # type: ignore[no-untyped-def]
     arg = op in ("argmax", "argmin")
     cls = accumulator_type(op, tin)
-    ct = {"f": "f32", "i": "i32", "u": "u32", "l": "vec2<u32>", "L": "vec2<u32>"}[cls]
+    ct = {"f": "f32", "i": "i32", "u": "u32", "l": "vec2<u32>", "L": "vec2<u32>", "c": "vec2<f32>"}[cls]
     load = tin.load("x[{i}]")
     if tin.cls == "b":
         load = f"select(0u, 1u, {load})"

@@ -21,7 +21,7 @@ WG = 256
 
 def _build(t: WType, mode: str, f16: bool):  # type: ignore[no-untyped-def]
     cls = t.cls
-    ct = {"f": "f32", "i": "i32", "u": "u32", "l": "vec2<u32>", "L": "vec2<u32>"}[cls]
+    ct = {"f": "f32", "i": "i32", "u": "u32", "l": "vec2<u32>", "L": "vec2<u32>", "c": "vec2<f32>"}[cls]
     zero = identity("sum", cls)
     load = t.load("x[{i}]")
     add = lambda a, b: combine("sum", cls, a, b)  # noqa: E731

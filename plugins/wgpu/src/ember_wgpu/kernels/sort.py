@@ -38,6 +38,18 @@ def sort_key_wgsl(t: WType) -> str:
         body = "  return vec2<u32>(v, 0u);"
     elif t.cls == "b":
         body = "  return vec2<u32>(select(0u, 1u, v), 0u);"
+    elif t.cls == "c":
+        # (real, imaginary) lexicographically; values with a NaN part after all others, ordered
+        # as numpy orders their classes (NaN imaginary, NaN real, both) but not within a class
+        body = """  let nr = is_nan(v.x);
+  let ni = is_nan(v.y);
+  if (nr || ni) { return vec2<u32>(0xffffffffu, select(0u, 1u, ni) + select(0u, 2u, nr)); }
+  var br = bitcast<u32>(v.x);
+  if (v.x == 0.0) { br = 0u; }
+  var bi = bitcast<u32>(v.y);
+  if (v.y == 0.0) { bi = 0u; }
+  return vec2<u32>(select(br | 0x80000000u, ~br, (br & 0x80000000u) != 0u),
+                   select(bi | 0x80000000u, ~bi, (bi & 0x80000000u) != 0u));"""
     elif t.cls == "l":
         body = "  return vec2<u32>(v.y ^ 0x80000000u, v.x);"
     else:
