@@ -38,8 +38,6 @@ MIN_ELEMENTS = 1 << 16
 
 def numba_missing() -> str | None:
     """None if numba can be imported, else why the cpu backend does not fuse."""
-    if os.environ.get("EMBER_CPU_NUMBA", "1").strip() == "0":
-        return "EMBER_CPU_NUMBA=0"
     if importlib.util.find_spec("numba") is None:
         return "numba is not installed (pip install 'ember-cpu[numba]')"
     return None
@@ -69,7 +67,7 @@ def interpret(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], k
         v = values[o]
         if v.shape != shape:
             v = np.broadcast_to(v, shape)
-        out.append(np.ascontiguousarray(v))
+        out.append(v if v.flags.c_contiguous and v.base is None else np.array(v, order="C"))  # 0-d stays 0-d
     return out
 
 
@@ -125,10 +123,13 @@ class FusedKernels:
         """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input order."""
         shape = tuple(shape)
         n = math.prod(shape)
+        if n < MIN_ELEMENTS:  # first: hashing a program costs more than a small region's numpy ops
+            self.counts["op_by_op"] += 1
+            return interpret(prog, operands, shape, self.kernels)
         why = self._skip.get(prog, "")
         if why == "":
             why = self._skip[prog] = compilable(prog)
-        if n < MIN_ELEMENTS or why is not None:
+        if why is not None:
             self.counts["op_by_op"] += 1
             return interpret(prog, operands, shape, self.kernels)
         dts = prog.value_dtypes()
