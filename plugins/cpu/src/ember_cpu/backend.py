@@ -54,6 +54,9 @@ NO_FUSION = fused.numba_missing()
 #: the process's fused kernels (one host, one cache)
 FUSED = fused.FusedKernels(_KERNELS)
 _FUSION_OPS = fused.fusion_ops(_KERNELS)
+_NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+#: calls of the hand-written numba kernels, by op (tests check that a kernel ran)
+NATIVE_CALLS = {"max_pool_backward": 0}
 
 
 class CpuBackend(Backend):
@@ -142,6 +145,23 @@ class CpuBackend(Backend):
     # int8 / NF4 weights (ember.quant): numpy kernels of this backend's own
     dequant_matmul = native(staticmethod(quant_kernels.dequant_matmul))
     dequantize = native(staticmethod(quant_kernels.dequantize_op))
+
+    # -- training hot paths: numba kernels where numba is installed (ember_cpu.numba_kernels) ----
+    @native
+    def max_pool_backward(
+        self, g: np.ndarray, x: np.ndarray, out: np.ndarray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
+    ) -> np.ndarray:
+        """2-D float32/float64 pools in one parallel numba pass; everything else the numpy kernel."""
+        if NO_FUSION is None and len(kernel) == 2 and x.dtype in _NATIVE_FLOATS and g.dtype == x.dtype:
+            from .numba_kernels import max_pool2d_backward  # noqa: PLC0415 - imports numba
+
+            NATIVE_CALLS["max_pool_backward"] += 1
+            return max_pool2d_backward(
+                np.ascontiguousarray(g), np.ascontiguousarray(x), np.ascontiguousarray(out),
+                kernel, stride, padding, dilation,
+            )  # fmt: skip
+        params = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation}
+        return _KERNELS["max_pool_backward"](g, x, out, **params)
 
     def capability_notes(self) -> dict[str, str]:
         if NO_FUSION is not None:
