@@ -21,9 +21,11 @@ import numpy as np
 from ember.array_module import ArrayModule, kernels
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, COMPLEX_DTYPES, DType
+from ember.lazy.program import FusedProgram
 from ember.memory import MemoryStats, unmeasured_stats
 from ember.random import philox_words
 
+from . import fusion as fused
 from . import quant_kernels
 
 # numpy reports overflow / division by zero / invalid values as warnings; ember's semantics
@@ -47,6 +49,14 @@ def _expit(a: np.ndarray) -> np.ndarray:
 #: numpy as the shared kernels see it
 NUMPY = ArrayModule(xp=np, ndarray=np.ndarray, erf=_erf, expit=_expit, stable_sort={"kind": "stable"})
 _KERNELS = kernels(NUMPY)
+#: why the backend does not fuse (numba missing, or EMBER_CPU_NUMBA=0); None when it does
+NO_FUSION = fused.numba_missing()
+#: the process's fused kernels (one host, one cache)
+FUSED = fused.FusedKernels(_KERNELS)
+_FUSION_OPS = fused.fusion_ops(_KERNELS)
+_NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+#: calls of the hand-written numba kernels, by op (tests check that a kernel ran)
+NATIVE_CALLS = {"max_pool_backward": 0}
 
 
 class CpuBackend(Backend):
@@ -54,6 +64,7 @@ class CpuBackend(Backend):
 
     name = "cpu"
     supported_dtypes = frozenset(ALL_DTYPES + COMPLEX_DTYPES)
+    fusion = NO_FUSION is None
 
     @classmethod
     def device_count(cls) -> int:
@@ -134,6 +145,39 @@ class CpuBackend(Backend):
     # int8 / NF4 weights (ember.quant): numpy kernels of this backend's own
     dequant_matmul = native(staticmethod(quant_kernels.dequant_matmul))
     dequantize = native(staticmethod(quant_kernels.dequantize_op))
+
+    # -- training hot paths: numba kernels where numba is installed (ember_cpu.numba_kernels) ----
+    @native
+    def max_pool_backward(
+        self, g: np.ndarray, x: np.ndarray, out: np.ndarray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
+    ) -> np.ndarray:
+        """2-D float32/float64 pools in one parallel numba pass; everything else the numpy kernel."""
+        if NO_FUSION is None and len(kernel) == 2 and x.dtype in _NATIVE_FLOATS and g.dtype == x.dtype:
+            from .numba_kernels import max_pool2d_backward  # noqa: PLC0415 - imports numba
+
+            NATIVE_CALLS["max_pool_backward"] += 1
+            return max_pool2d_backward(
+                np.ascontiguousarray(g), np.ascontiguousarray(x), np.ascontiguousarray(out),
+                kernel, stride, padding, dilation,
+            )  # fmt: skip
+        params = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation}
+        return _KERNELS["max_pool_backward"](g, x, out, **params)
+
+    def capability_notes(self) -> dict[str, str]:
+        if NO_FUSION is not None:
+            return {"fusion": f"off: {NO_FUSION}; every op runs its own numpy kernel"}
+        return {
+            "fusion": f"elementwise regions of >= {fused.MIN_ELEMENTS} elements run as one numba kernel, "
+            "smaller ones op by op through numpy (ember.lazy; EMBER_FUSION=0 turns it off)"
+        }
+
+    # -- fusion: the lazy layer's regions (ember_cpu.fusion) ------------------------------------
+    def fusion_ops(self) -> frozenset[str]:
+        return _FUSION_OPS
+
+    def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[np.ndarray]:
+        """Run a fused program over ``shape``: one numba kernel, or op by op if it is small."""
+        return FUSED.run(program, operands, tuple(shape))
 
     def native_kernels(self) -> dict[str, Any]:
         """The shared numpy kernels, then this class's ``@native`` methods."""

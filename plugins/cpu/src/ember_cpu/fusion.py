@@ -1,0 +1,196 @@
+"""Running a :class:`~ember.lazy.program.FusedProgram` on numpy arrays: compiled by numba when the
+region is large enough to pay for a parallel loop, op by op through the numpy kernels otherwise.
+
+Small regions (under :data:`MIN_ELEMENTS`), programs over 16-bit floats and programs with an op
+the numba generator lacks run op by op through the same numpy kernels as the unfused path, so
+they give its results exactly and compile nothing (the conformance suite's thousands of small
+programs stay as fast as before). Large regions compile one kernel per (program, layout) with
+numba (:mod:`ember_cpu.numba_codegen`), cached in memory and, through numba's own cache, on
+disk under ``EMBER_CACHE_DIR/cpu-numba`` (``EMBER_KERNEL_CACHE=0`` keeps it in memory only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ember import config
+from ember.dtypes import as_dtype
+from ember.lazy.program import FusedProgram
+from ember.views import collapse
+
+from .numba_codegen import KERNEL_NAME, NUMBA_OPS, Layout, compilable, source
+
+__all__ = ["MIN_ELEMENTS", "FusedKernels", "numba_missing", "fusion_ops", "interpret", "plan"]
+
+#: regions of fewer elements run op by op: a kernel takes 0.3-2 s to compile and a parallel loop
+#: ~10 µs to start, which small regions seldom pay back (at 2^16 the conformance suite's "large"
+#: cases, 67 x 1031, compiled 31 kernels and took 173 s against 93 s unfused; every region of
+#: W2-W6 has 2^17 elements or more)
+MIN_ELEMENTS = 1 << 17
+
+
+def numba_missing() -> str | None:
+    """None if numba can be imported, else why the cpu backend does not fuse."""
+    if importlib.util.find_spec("numba") is None:
+        return "numba is not installed (pip install 'ember-cpu[numba]')"
+    return None
+
+
+def fusion_ops(kernels: dict[str, Callable[..., Any]]) -> frozenset[str]:
+    """The ops the lazy layer may defer: those the numba generator compiles that also have a
+    numpy kernel (the op-by-op path runs every deferred op through it)."""
+    return frozenset(op for op in NUMBA_OPS if op in kernels or op in ("cast", "copy"))
+
+
+def interpret(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], kernels: dict[str, Any]) -> list[Any]:
+    """Run ``prog`` op by op with the numpy ``kernels`` (the unfused path's own), in SSA order."""
+    values: list[Any] = []
+    for (dt, kind), v in zip(prog.inputs, operands):
+        values.append(np.asarray(v, dtype=as_dtype(dt).numpy) if kind == "scalar" else _fit(v, shape))
+    for op, dt, args in prog.instructions:
+        xs = [values[a] if isinstance(a, int) else np.asarray(a.value, dtype=as_dtype(a.dtype).numpy) for a in args]
+        if op == "cast":
+            values.append(kernels["cast"](xs[0], dtype=as_dtype(dt)))
+        elif op == "copy":
+            values.append(np.array(xs[0], copy=True))
+        else:
+            values.append(kernels[op](*xs))
+    out = []
+    for o in prog.outputs:
+        v = values[o]
+        if v.shape != shape:
+            v = np.broadcast_to(v, shape)
+        out.append(v if v.flags.c_contiguous and v.base is None else np.array(v, order="C"))  # 0-d stays 0-d
+    return out
+
+
+def _fit(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``t`` without leading unit axes beyond ``shape``'s rank (a one-element handle of a 0-d
+    value, as em.jit's replays and optimizer states hand in)."""
+    extra = t.ndim - len(shape)
+    if extra > 0 and all(d == 1 for d in t.shape[:extra]):
+        return t.reshape(t.shape[extra:])
+    return t
+
+
+def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tuple[int, ...], list[Any]]:
+    """The layout of iterating ``shape`` over ``tensors`` and the arrays the kernel reads: a flat
+    view (``c``), a one-element view (``z``) or a strided view over the collapsed shape (``s``)."""
+    rank = len(shape)
+    strides = []
+    tensors = [_fit(t, shape) for t in tensors]
+    for t in tensors:
+        pad = rank - t.ndim
+        st = [0] * pad + [0 if t.shape[d] == 1 else t.strides[d] // t.itemsize for d in range(t.ndim)]
+        strides.append(tuple(st))
+    cshape, cstrides = collapse(shape, strides)
+    contiguous = tuple(math.prod(cshape[d + 1 :]) for d in range(len(cshape)))
+    modes: list[str] = []
+    arrays: list[Any] = []
+    for t, st in zip(tensors, cstrides):
+        if all(s == 0 for s in st):
+            modes.append("z")
+            arrays.append(np.lib.stride_tricks.as_strided(t, shape=(1,), strides=(t.itemsize,)))
+        elif st == contiguous:
+            modes.append("c")
+            arrays.append(np.lib.stride_tricks.as_strided(t, shape=(math.prod(cshape),), strides=(t.itemsize,)))
+        else:
+            modes.append("s")
+            arrays.append(np.lib.stride_tricks.as_strided(t, shape=cshape, strides=tuple(s * t.itemsize for s in st)))
+    strided = "s" in modes
+    return Layout(tuple(modes), len(cshape) if strided else 0), cshape, arrays
+
+
+class FusedKernels:
+    """The host's fused kernels by (program, layout), compiled on first use; counts what ran."""
+
+    def __init__(self, kernels: dict[str, Callable[..., Any]]) -> None:
+        self.kernels = kernels
+        self._cache: dict[tuple[FusedProgram, Layout], Any] = {}
+        self._skip: dict[FusedProgram, str | None] = {}
+        self._lock = threading.Lock()
+        #: kernels compiled (or loaded from numba's disk cache), numba launches, op-by-op programs
+        self.counts = {"compiled": 0, "numba": 0, "op_by_op": 0}
+
+    def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
+        """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input order."""
+        shape = tuple(shape)
+        n = math.prod(shape)
+        if n < MIN_ELEMENTS:  # first: hashing a program costs more than a small region's numpy ops
+            self.counts["op_by_op"] += 1
+            return interpret(prog, operands, shape, self.kernels)
+        why = self._skip.get(prog, "")
+        if why == "":
+            why = self._skip[prog] = compilable(prog)
+        if why is not None:
+            self.counts["op_by_op"] += 1
+            return interpret(prog, operands, shape, self.kernels)
+        dts = prog.value_dtypes()
+        tensors = [operands[j] for j in prog.tensor_inputs]
+        layout, cshape, arrays = plan(shape, tensors)
+        fn = self.kernel(prog, layout)
+        args: list[Any] = [n]
+        if layout.rank:
+            args += list(cshape)
+        views = iter(arrays)
+        for (dt, kind), v in zip(prog.inputs, operands):
+            args.append(_scalar(v, dt) if kind == "scalar" else next(views))
+        outs = [np.empty(n, dtype=as_dtype(dts[o]).numpy) for o in prog.outputs]
+        fn(*args, *outs)
+        self.counts["numba"] += 1
+        return [o.reshape(shape) for o in outs]
+
+    def kernel(self, prog: FusedProgram, layout: Layout) -> Any:
+        """The compiled dispatcher of ``prog`` under ``layout`` (generated and imported on first use)."""
+        key = (prog, layout)
+        found = self._cache.get(key)
+        if found is None:
+            with self._lock:
+                found = self._cache.get(key)
+                if found is None:
+                    found = self._cache[key] = _load(prog, layout)
+                    self.counts["compiled"] += 1
+        return found
+
+
+def _scalar(value: Any, dt: str) -> Any:
+    """A Python number as a numpy scalar of the input's dtype (numba types the argument by it)."""
+    return as_dtype(dt).numpy.type(value)
+
+
+def _load(prog: FusedProgram, layout: Layout) -> Any:
+    """Generate the kernel's module and import it: from a file under the cache directory when the
+    on-disk cache is on (numba's ``cache=True`` needs a real source file), else from memory."""
+    disk = config.kernel_cache_enabled()
+    text = source(prog, layout, cache=disk)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    name = f"ember_cpu_fused_{digest}"
+    if disk:
+        folder = config.cache_dir() / "cpu-numba"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{name}.py"
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(text, encoding="utf-8")
+                os.replace(tmp, path)
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # numba's cache locates the function through its module
+            spec.loader.exec_module(module)
+            return getattr(module, KERNEL_NAME)
+        except OSError:
+            text = source(prog, layout, cache=False)  # an unwritable cache: compile in memory
+    namespace: dict[str, Any] = {"__name__": name}
+    exec(compile(text, f"<{name}>", "exec"), namespace)  # noqa: S102 - our own generated source
+    return namespace[KERNEL_NAME]

@@ -1,0 +1,378 @@
+"""Python source for numba from core's :class:`~ember.lazy.program.FusedProgram`: one
+``@njit(parallel=True)`` loop per (program, layout), the host's counterpart of ember-cuda's CUDA C.
+
+The source does not hold shapes: the element count, the collapsed shape (when an input is
+strided) and the inputs come as arguments, so one compiled kernel serves every shape of the
+same layout (:class:`Layout`: a mode per tensor input, ``c`` contiguous and read as ``x[i]``,
+``z`` one broadcast element, ``s`` strided and read through the collapsed index). numba's
+parallel ``prange`` splits the loop over the cores; ``fastmath`` stays off, so ``a * b + c`` is
+two roundings and NaN/inf behave as in numpy.
+
+Semantics follow the unfused numpy kernels (``ember.array_module``): integer arithmetic wraps
+in the operands' width (numba widens to 64 bits, every integer result is cast back), integer
+``floordiv``/``remainder`` floor and give 0 for a zero divisor, float ``floordiv``/``remainder``
+are numpy's ``fmod``-based ones (an infinity over a finite number floors ``a / b``, as ember's
+kernel does), ``maximum``/``minimum`` propagate NaN, ``round`` is half-to-even. Only the
+dtypes numba computes natively are generated (``bool``, the integers, ``float32``/``float64``);
+programs over 16-bit floats run op by op (:mod:`ember_cpu.fusion`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ember.lazy.program import Const, FusedProgram
+
+__all__ = ["Layout", "NUMBA_DTYPES", "NUMBA_OPS", "KERNEL_NAME", "compilable", "source"]
+
+KERNEL_NAME = "ember_fused"
+
+#: dtypes the generator computes in (numba has no float16 arithmetic and no bfloat16)
+NUMBA_DTYPES = frozenset("bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64".split())
+
+#: float functions that are one numpy scalar ufunc call in numba, by ember op name
+_FLOAT_FN = {
+    "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "sin": "np.sin", "cos": "np.cos",
+    "tanh": "np.tanh", "exp2": "np.exp2", "expm1": "np.expm1", "log2": "np.log2", "log10": "np.log10",
+    "log1p": "np.log1p", "tan": "np.tan", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
+    "sinh": "np.sinh", "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh",
+    "atanh": "np.arctanh",
+}  # fmt: skip
+_ROUNDING = {"floor": "np.floor", "ceil": "np.ceil", "trunc": "np.trunc", "round": "np.rint"}
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_ARITH = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+_OTHER_UNARY = frozenset(
+    "neg abs sign rsqrt reciprocal square isnan isinf isfinite logical_not bitwise_not signbit relu "
+    "sigmoid silu gelu gelu_tanh softplus erf".split()
+)
+_OTHER_BINARY = frozenset(
+    "div floordiv remainder pow maximum minimum atan2 hypot copysign logaddexp logical_and logical_or "
+    "logical_xor".split()
+)
+#: every op name the generator compiles
+NUMBA_OPS = frozenset(_FLOAT_FN) | frozenset(_ROUNDING) | frozenset(_CMP) | frozenset(_ARITH)
+NUMBA_OPS |= _OTHER_UNARY | _OTHER_BINARY | {"cast", "where", "copy"}
+
+# helpers, generated once per dtype a program uses them with; ``T`` is the numpy type's name
+_HELPERS = {
+    "sigmoid": """
+@njit(inline="always")
+def ember_sigmoid_T(x):
+    e = np.exp(-abs(x))
+    if x >= 0:
+        return T(1) / (T(1) + e)
+    return e / (T(1) + e)
+""",
+    "floordiv_f": """
+@njit(inline="always")
+def ember_floordiv_T(a, b):
+    if b == 0:
+        return a / b
+    if (math.isinf(a) and not math.isinf(b)) or (math.isinf(b) and not math.isinf(a) and a == a):
+        return np.floor(a / b)
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    if mod != 0:
+        if (b < 0) != (mod < 0):
+            div -= T(1)
+    if div == 0:
+        return np.copysign(T(0), a / b)
+    fl = np.floor(div)
+    if div - fl > T(0.5):
+        fl += T(1)
+    return fl
+""",
+    "remainder_f": """
+@njit(inline="always")
+def ember_remainder_T(a, b):
+    mod = np.fmod(a, b)
+    if b == 0:
+        return mod
+    if mod != 0:
+        if (b < 0) != (mod < 0):
+            mod += b
+    else:
+        mod = np.copysign(T(0), b)
+    return mod
+""",
+    "floordiv_i": """
+@njit(inline="always")
+def ember_floordiv_T(a, b):
+    if b == 0:
+        return T(0)
+    if b == -1:
+        return T(0 - a)
+    q = T(a // b)
+    return q
+""",
+    "remainder_i": """
+@njit(inline="always")
+def ember_remainder_T(a, b):
+    if b == 0 or b == -1:
+        return T(0)
+    return T(a % b)
+""",
+    "pow_i": """
+@njit(inline="always")
+def ember_pow_T(a, b):
+    if b < 0:
+        if a == 1:
+            return T(1)
+        if a == -1:
+            return T(-1) if (b & 1) else T(1)
+        return T(0)
+    r = T(1)
+    while b:
+        if b & 1:
+            r = T(r * a)
+        a = T(a * a)
+        b = b >> 1
+    return r
+""",
+    "logaddexp": """
+@njit(inline="always")
+def ember_logaddexp_T(x, y):
+    if x == y:
+        return x + T(0.6931471805599453)
+    d = x - y
+    if d > 0:
+        return x + np.log1p(np.exp(-d))
+    if d <= 0:
+        return y + np.log1p(np.exp(d))
+    return d
+""",
+}
+
+
+def _np(dt: str) -> str:
+    return "np.bool_" if dt == "bool" else f"np.{dt}"
+
+
+def _kind(dt: str) -> str:
+    return np.dtype(np.bool_ if dt == "bool" else dt).kind
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a kernel's source depends on besides its program: a mode per tensor input (``c``,
+    ``z`` or ``s``, in input order) and the rank of the strided index (0 when none is strided)."""
+
+    modes: tuple[str, ...]
+    rank: int = 0
+
+
+def compilable(prog: FusedProgram) -> str | None:
+    """None if the generator compiles ``prog``, else why not (the op or dtype it lacks)."""
+    for dt in prog.value_dtypes():
+        if dt not in NUMBA_DTYPES:
+            return f"dtype {dt} (numba computes no 16-bit floats)"
+    for op, _, args in prog.instructions:
+        if op not in NUMBA_OPS:
+            return f"op {op}"
+        for a in args:
+            if isinstance(a, Const) and a.dtype not in NUMBA_DTYPES:
+                return f"a constant of dtype {a.dtype}"
+    return None
+
+
+class _Gen:
+    """One program's source: constants and helpers collected while expressions are written."""
+
+    def __init__(self) -> None:
+        self.consts: dict[tuple[str, str], str] = {}
+        self.helpers: dict[str, str] = {}
+
+    def const(self, value: bool | int | float, dt: str) -> str:
+        """A module-level constant of dtype ``dt`` (numba freezes globals with their type)."""
+        if dt == "bool":
+            return "True" if value else "False"
+        key = (repr(float(value)) if _kind(dt) == "f" else repr(int(value)), dt)
+        name = self.consts.get(key)
+        if name is None:
+            name = self.consts[key] = f"K{len(self.consts)}"
+        return name
+
+    def helper(self, key: str, dt: str) -> str:
+        base = key.rsplit("_", 1)[0] if key.endswith(("_f", "_i")) else key
+        fn = f"ember_{base}_{dt}"
+        if fn not in self.helpers:
+            self.helpers[fn] = _HELPERS[key].replace(f"ember_{base}_T", fn).replace("T(", f"{_np(dt)}(")
+        return fn
+
+    def unary(self, op: str, x: str, dt: str) -> str:
+        k, T = _kind(dt), _np(dt)
+        f = k == "f"
+        if op in _FLOAT_FN:
+            return f"{_FLOAT_FN[op]}({x})"
+        if op in _ROUNDING:
+            return f"{_ROUNDING[op]}({x})" if f else x
+        if op == "erf":
+            return f"{T}(math.erf({x}))"
+        if op == "neg":
+            return x if k == "b" else (f"(-{x})" if f else f"{T}(-{x})")
+        if op == "abs":
+            return f"abs({x})" if f else (f"{T}(abs({x}))" if k == "i" else x)
+        if op == "sign":
+            if k == "b":
+                return x
+            zero = x if f else f"{T}(0)"
+            neg = f"{T}(-1) if {x} < 0 else {zero}" if k != "u" else zero
+            return f"({T}(1) if {x} > 0 else ({neg}))"
+        if op == "rsqrt":
+            return f"({T}(1) / np.sqrt({x}))"
+        if op == "reciprocal":
+            return f"({T}(1) / {x})"
+        if op == "square":
+            return x if k == "b" else (f"({x} * {x})" if f else f"{T}({x} * {x})")
+        if op in ("isnan", "isinf", "isfinite"):
+            if not f:
+                return "True" if op == "isfinite" else "False"
+            return f"np.{op}({x})"
+        if op == "logical_not":
+            return f"(not {x})" if k == "b" else f"({x} == 0)"
+        if op == "bitwise_not":
+            return f"(not {x})" if k == "b" else f"{T}(~{x})"
+        if op == "signbit":  # -0.0 and negative NaNs too
+            return f"(math.copysign(1.0, {x}) < 0)"
+        if op == "relu":  # NaN stays NaN, as numpy's maximum(x, 0)
+            return f"({T}(0) if {x} < 0 else {x})"
+        if op == "sigmoid":
+            return f"{self.helper('sigmoid', dt)}({x})"
+        if op == "silu":
+            return f"({x} * {self.helper('sigmoid', dt)}({x}))"
+        if op == "gelu":  # 0.5 x erfc(-x / sqrt 2): no cancellation for negative x
+            half, r2 = self.const(0.5, dt), self.const(0.7071067811865476, dt)
+            return f"({half} * {x} * {T}(math.erfc(-{x} * {r2})))"
+        if op == "gelu_tanh":  # x sigmoid(2z)
+            k0, k1 = self.const(2 * 0.7978845608028654, dt), self.const(0.044715, dt)
+            return f"({x} * {self.helper('sigmoid', dt)}({k0} * ({x} + {k1} * {x} * {x} * {x})))"
+        if op == "softplus":
+            return f"(({x} if {x} > 0 else {T}(0)) + np.log1p(np.exp(-abs({x}))))"
+        raise ValueError(f"unknown unary op {op!r}")
+
+    def binary(self, op: str, a: str, b: str, dt: str) -> str:
+        k, T = _kind(dt), _np(dt)
+        f = k == "f"
+        if op in _CMP:
+            return f"({a} {_CMP[op]} {b})"
+        if k == "b" and op in ("add", "bitwise_or", "maximum", "logical_or"):
+            return f"({a} or {b})"
+        if k == "b" and op in ("mul", "bitwise_and", "minimum", "logical_and"):
+            return f"({a} and {b})"
+        if k == "b" and op in ("bitwise_xor", "logical_xor", "sub"):
+            return f"({a} != {b})"
+        if op in _ARITH:
+            return f"({a} {_ARITH[op]} {b})" if f else f"{T}({a} {_ARITH[op]} {b})"
+        if op == "div":
+            return f"({a} / {b})"
+        if op in ("floordiv", "remainder"):
+            if f:
+                return f"{self.helper(op + '_f', dt)}({a}, {b})"
+            if k == "u":
+                sym = "//" if op == "floordiv" else "%"
+                return f"({T}(0) if {b} == 0 else {T}({a} {sym} {b}))"
+            return f"{self.helper(op + '_i', dt)}({a}, {b})"
+        if op == "pow":
+            return f"np.power({a}, {b})" if f else f"{self.helper('pow_i', dt)}({a}, {b})"
+        if op in ("maximum", "minimum"):
+            sym = ">" if op == "maximum" else "<"
+            cond = f"({a} {sym} {b} or {a} != {a})" if f else f"{a} {sym} {b}"
+            return f"({a} if {cond} else {b})"
+        if op in ("atan2", "hypot", "copysign"):
+            return f"{T}(math.{op}({a}, {b}))"
+        if op == "logaddexp":
+            return f"{self.helper('logaddexp', dt)}({a}, {b})"
+        if op == "logical_and":
+            return f"(({a} != 0) and ({b} != 0))"
+        if op == "logical_or":
+            return f"(({a} != 0) or ({b} != 0))"
+        if op == "logical_xor":
+            return f"(({a} != 0) != ({b} != 0))"
+        raise ValueError(f"unknown binary op {op!r}")
+
+    def expression(self, op: str, args: list[tuple[str, str]], dt: str) -> str:
+        """``op`` over (expression, dtype) pairs, a value of dtype ``dt``."""
+        if op == "copy":
+            return args[0][0]
+        if op == "cast":
+            (x, src), T = args[0], _np(dt)
+            if dt == "bool":
+                return f"({x} != 0)"
+            if _kind(dt) in "iu" and _kind(src) == "f":
+                return f"{T}(np.int64(np.trunc({x})))" if dt != "uint64" else f"{T}(np.trunc({x}))"
+            return f"{T}({x})"
+        if op == "where":
+            (c, _), (a, _), (b, _) = args
+            return f"({a} if {c} else {b})"
+        if len(args) == 1:
+            return self.unary(op, args[0][0], args[0][1])
+        if len(args) == 2:
+            return self.binary(op, args[0][0], args[1][0], args[0][1])
+        raise ValueError(f"op {op!r} with {len(args)} arguments is not elementwise")
+
+
+def source(prog: FusedProgram, layout: Layout, *, cache: bool) -> str:
+    """The module text defining ``ember_fused(n, sh0.., in0.., out0..)`` for ``prog`` under
+    ``layout`` (``cache``: numba's on-disk cache, for a module written to a real file)."""
+    prog.check()
+    if len(layout.modes) != len(prog.tensor_inputs):
+        raise ValueError(f"the layout has {len(layout.modes)} modes for {len(prog.tensor_inputs)} tensor inputs")
+    why = compilable(prog)
+    if why is not None:
+        raise ValueError(f"the numba generator does not compile {why}")
+    gen = _Gen()
+    dts = prog.value_dtypes()
+    n_in = len(prog.inputs)
+    rank = layout.rank
+    strided = "s" in layout.modes
+    params = ["n"] + ([f"sh{d}" for d in range(rank)] if strided else [])
+    before: list[str] = []
+    loads: list[str] = []
+    modes = iter(layout.modes)
+    for j, (_, kind) in enumerate(prog.inputs):
+        params.append(f"in{j}")
+        if kind == "scalar":
+            before.append(f"v{j} = in{j}")
+            continue
+        mode = next(modes)
+        if mode == "z":
+            before.append(f"v{j} = in{j}[0]")
+        elif mode == "c":
+            loads.append(f"v{j} = in{j}[i]")
+        else:
+            loads.append(f"v{j} = in{j}[{', '.join(f'c{d}' for d in range(rank))}]")
+    params += [f"out{k}" for k in range(len(prog.outputs))]
+    body: list[str] = []
+    for j, (op, dt, args) in enumerate(prog.instructions):
+        typed = [(gen.const(a.value, a.dtype), a.dtype) if isinstance(a, Const) else (f"v{a}", dts[a]) for a in args]
+        body.append(f"v{n_in + j} = {gen.expression(op, typed, dt)}")
+    lines = ["import math", "", "import numpy as np", "from numba import njit, prange", ""]
+    for (value, dt), name in gen.consts.items():
+        lines.append(f"{name} = {_np(dt)}({_literal(value)})")
+    lines += [h for h in gen.helpers.values()]
+    flags = "parallel=True, fastmath=False, error_model='numpy', nogil=True" + (", cache=True" if cache else "")
+    lines += ["", f"@njit({flags})", f"def {KERNEL_NAME}({', '.join(params)}):"]
+    lines += ["    " + s for s in before]
+    lines.append("    for i in prange(n):")
+    if strided and rank > 0:
+        rest = "i"  # each quotient a new name: numba refuses writes to a prange index's alias
+        for d in range(rank - 1, 0, -1):
+            lines.append(f"        c{d} = {rest} % sh{d}")
+            lines.append(f"        q{d} = {rest} // sh{d}")
+            rest = f"q{d}"
+        lines.append(f"        c0 = {rest}")
+    lines += ["        " + s for s in loads]
+    lines += ["        " + s for s in body]
+    lines += [f"        out{k}[i] = v{o}" for k, o in enumerate(prog.outputs)]
+    return "\n".join(lines) + "\n"
+
+
+def _literal(text: str) -> str:
+    """A constant's repr as Python source (inf and NaN through float())."""
+    v = float(text) if ("." in text or "e" in text or "n" in text) else None
+    if v is not None and not math.isfinite(v):
+        return f"float({text!r})"
+    return text

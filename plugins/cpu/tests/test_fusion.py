@@ -1,0 +1,216 @@
+"""The cpu backend's fused kernels (numba): each program gives what the unfused numpy kernels
+give, op by op, for every op and dtype class the generator compiles, over contiguous, broadcast
+and strided inputs and scalar arguments; the counters show that a numba kernel ran."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.lazy.program import Const, FusedProgram
+
+pytest.importorskip("numba", reason="the numba kernels need numba (pip install 'ember-cpu[numba]')")
+
+from ember_cpu import fusion  # noqa: E402 - after the skip
+from ember_cpu.backend import _KERNELS, FUSED  # noqa: E402
+
+N = 1 << 12  # under MIN_ELEMENTS: the tests lower the threshold so that small arrays compile
+
+
+@pytest.fixture(autouse=True)
+def _compile_everything(monkeypatch, tmp_path):
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 0)
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+
+
+def _multi(ops: list[tuple[str, tuple[int, ...]]], inputs: tuple[tuple[str, str], ...], dtype_of) -> FusedProgram:
+    """One program whose outputs are ``op(args)`` for each (op, args) (one kernel for many ops)."""
+    n_in = len(inputs)
+    body = tuple((op, dtype_of(op, args), args) for op, args in ops)
+    return FusedProgram(inputs, body, tuple(range(n_in, n_in + len(body))))
+
+
+def _run_both(prog: FusedProgram, operands: list, shape: tuple[int, ...]):
+    before = FUSED.counts["numba"]
+    got = FUSED.run(prog, operands, shape)
+    assert FUSED.counts["numba"] == before + 1, "the program did not run as a numba kernel"
+    want = fusion.interpret(prog, operands, shape, _KERNELS)
+    return got, want
+
+
+def _special(gen: np.random.Generator, dtype, n: int) -> np.ndarray:
+    v = gen.standard_normal(n) * 3
+    v[:8] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, -1.0, 0.5]
+    gen.shuffle(v)
+    return v.astype(dtype)
+
+
+FLOAT_UNARY = (
+    "neg abs sign exp log sqrt rsqrt sin cos tanh erf floor ceil round trunc reciprocal isnan isinf isfinite "
+    "logical_not exp2 expm1 log2 log10 log1p tan asin acos atan sinh cosh asinh acosh atanh square relu "
+    "sigmoid gelu silu softplus signbit"
+).split()
+FLOAT_BINARY = (
+    "add sub mul div floordiv remainder pow maximum minimum atan2 hypot logaddexp copysign eq ne lt le gt ge"
+).split()
+BOOLEAN_RESULTS = frozenset("isnan isinf isfinite logical_not signbit eq ne lt le gt ge".split())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_ops_match_the_numpy_kernels(dtype):
+    gen = np.random.default_rng(0)
+    x = _special(gen, dtype, N).reshape(64, 64)
+    y = _special(gen, dtype, N).reshape(64, 64)
+    inputs = ((dtype, "tensor"), (dtype, "tensor"))
+    ops = [(op, (0,)) for op in FLOAT_UNARY] + [(op, (0, 1)) for op in FLOAT_BINARY]
+
+    def dtype_of(op, _):
+        return "bool" if op in BOOLEAN_RESULTS else dtype
+
+    prog = _multi(ops, inputs, dtype_of)
+    with np.errstate(all="ignore"):
+        got, want = _run_both(prog, [x, y], (64, 64))
+    tol = 2e-6 if dtype == "float32" else 1e-13
+    for (op, _), g, w in zip(ops, got, want):
+        assert g.dtype == w.dtype, op
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=op)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint32"])
+def test_integer_ops_wrap_floor_and_divide_by_zero_as_numpy(dtype):
+    gen = np.random.default_rng(1)
+    info = np.iinfo(dtype)
+    x = gen.integers(info.min, info.max, N, endpoint=True, dtype=dtype)
+    y = gen.integers(max(info.min, -9), 9, N, endpoint=True, dtype=dtype)  # zeros and -1 among them
+    x[:4] = [info.min, info.max, 0, 7]
+    y[:4] = [-1 if info.min else 1, 0, 0, 0]
+    e = gen.integers(0, 5, N, dtype=dtype)
+    inputs = ((dtype, "tensor"), (dtype, "tensor"), (dtype, "tensor"))
+    binary = "add sub mul floordiv remainder maximum minimum bitwise_and bitwise_or bitwise_xor eq ne lt le gt ge"
+    unary = "neg abs sign square bitwise_not logical_not floor round"
+    ops = [(op, (0,)) for op in unary.split()] + [(op, (0, 1)) for op in binary.split()] + [("pow", (1, 2))]
+    ops += [("logical_and", (0, 1)), ("logical_xor", (0, 1))]
+
+    def dtype_of(op, _):
+        return "bool" if op in "eq ne lt le gt ge logical_not logical_and logical_xor".split() else dtype
+
+    prog = _multi(ops, inputs, dtype_of)
+    with np.errstate(all="ignore"):
+        got, want = _run_both(prog, [x, y, e], (N,))
+    for (op, _), g, w in zip(ops, got, want):
+        assert g.dtype == w.dtype, op
+        np.testing.assert_array_equal(g, w, err_msg=op)
+
+
+def test_casts_where_and_booleans():
+    gen = np.random.default_rng(2)
+    f = (gen.standard_normal(N) * 300).astype(np.float32)
+    i = gen.integers(-1000, 1000, N).astype(np.int32)
+    b = gen.random(N) < 0.5
+    inputs = (("float32", "tensor"), ("int32", "tensor"), ("bool", "tensor"))
+    body = (
+        ("cast", "int32", (0,)),  # 3: truncates toward zero
+        ("cast", "int8", (0,)),  # 4: wraps after truncation
+        ("cast", "uint8", (1,)),  # 5
+        ("cast", "float64", (1,)),  # 6
+        ("cast", "bool", (0,)),  # 7
+        ("cast", "float32", (2,)),  # 8
+        ("where", "float32", (2, 0, 8)),  # 9
+        ("logical_or", "bool", (2, 7)),  # 10
+        ("bitwise_xor", "bool", (2, 7)),  # 11
+        ("add", "bool", (2, 7)),  # 12
+        ("cast", "int64", (2,)),  # 13
+    )
+    prog = FusedProgram(inputs, body, tuple(range(3, 14)))
+    with np.errstate(all="ignore"):
+        got, want = _run_both(prog, [f, i, b], (N,))
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype, body[k]
+        np.testing.assert_array_equal(g, w, err_msg=str(body[k]))
+
+
+def test_broadcast_strided_scalar_and_constant_inputs():
+    """Modes c (contiguous), z (one element), s (a transposed view, a broadcast row), scalars and literals."""
+    gen = np.random.default_rng(3)
+    a = gen.standard_normal((48, 40)).astype(np.float32)
+    t = gen.standard_normal((40, 48)).astype(np.float32).T  # strided
+    row = gen.standard_normal((1, 40)).astype(np.float32)  # broadcast along axis 0
+    one = gen.standard_normal((1, 1)).astype(np.float32)
+    inputs = (("float32", "tensor"), ("float32", "tensor"), ("float32", "tensor"), ("float32", "tensor"))
+    inputs += (("float32", "scalar"),)
+    body = (
+        ("mul", "float32", (0, 1)),  # 5
+        ("add", "float32", (5, 2)),  # 6
+        ("mul", "float32", (6, 3)),  # 7
+        ("sub", "float32", (7, 4)),  # 8
+        ("maximum", "float32", (8, Const(0.25, "float32"))),  # 9
+    )
+    prog = FusedProgram(inputs, body, (9, 6))
+    got, want = _run_both(prog, [a, t, row, one, -1.5], (48, 40))
+    ref = np.maximum((a.astype(np.float64) * t + row) * one + 1.5, 0.25)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    np.testing.assert_allclose(got[0], ref, rtol=1e-5, atol=1e-6)
+    assert got[0].flags.c_contiguous and got[1].shape == (48, 40)
+    # a new shape of the same layout compiles nothing; new scalar values are arguments
+    compiled = FUSED.counts["compiled"]
+    b = gen.standard_normal((7, 9)).astype(np.float32)
+    bt = gen.standard_normal((9, 7)).astype(np.float32).T
+    got2, want2 = _run_both(prog, [b, bt, b[:1], b[:1, :1], 3.0], (7, 9))
+    np.testing.assert_allclose(got2[0], want2[0], rtol=1e-6)
+    assert FUSED.counts["compiled"] == compiled
+
+
+def test_a_large_chain_through_the_lazy_layer_is_one_numba_kernel(monkeypatch):
+    """W6's chain on the cpu device, above the threshold, against numpy float64 (erf from math)."""
+    from math import erf
+
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 14)
+    dev = em.Device("cpu")
+    if not dev.capabilities.fusion or not em.lazy.fusion_enabled():
+        pytest.skip("fusion is off for this run (EMBER_FUSION=0)")
+    gen = np.random.default_rng(4)
+    x, a, b = (gen.standard_normal(1 << 15).astype(np.float32) for _ in range(3))
+    tx, ta, tb = (em.tensor(v, device=dev) for v in (x, a, b))
+    before, kernels = FUSED.counts["numba"], em.lazy.stats(dev)["kernels"]
+    got = (em.gelu(tx * ta + tb) * em.sigmoid(tx)).numpy()
+    assert FUSED.counts["numba"] == before + 1
+    assert em.lazy.stats(dev)["kernels"] == kernels + 1
+    t = x.astype(np.float64) * a + b
+    ref = 0.5 * t * (1 + np.vectorize(erf)(t / np.sqrt(2))) / (1 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_small_regions_and_half_floats_run_op_by_op(monkeypatch):
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 10)
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    prog = FusedProgram((("float32", "tensor"),), (("exp", "float32", (0,)),), (1,))
+    before = dict(FUSED.counts)
+    np.testing.assert_array_equal(FUSED.run(prog, [x], (64,))[0], _KERNELS["exp"](x))
+    h = np.linspace(-3, 3, 2048).astype(np.float16)
+    prog16 = FusedProgram((("float16", "tensor"),), (("exp", "float16", (0,)),), (1,))
+    np.testing.assert_array_equal(FUSED.run(prog16, [h], (2048,))[0], _KERNELS["exp"](h))
+    assert FUSED.counts["op_by_op"] == before["op_by_op"] + 2 and FUSED.counts["numba"] == before["numba"]
+
+
+def test_kernels_are_cached_on_disk(tmp_path):
+    prog = FusedProgram((("float64", "tensor"),), (("sin", "float64", (0,)), ("mul", "float64", (1, 1))), (2,))
+    FUSED.run(prog, [np.linspace(0, 1, 100)], (100,))
+    files = list((tmp_path / "cpu-numba").glob("ember_cpu_fused_*.py"))
+    assert files, "no generated source in the cache directory"
+    assert list((tmp_path / "cpu-numba" / "__pycache__").glob("*.nbi")), "numba wrote no cache index"
+
+
+def test_without_numba_the_backend_does_not_fuse_and_says_why():
+    code = (
+        "import sys; sys.modules['numba'] = None;"  # numba cannot be imported in this interpreter
+        "import ember as em; d = em.Device('cpu'); c = d.capabilities;"
+        "print(c.fusion, c.notes['fusion']); x = em.arange(4, dtype=em.float32);"
+        "print((x * 2.0 + 1.0).numpy().tolist())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    note = "off: numba is not installed (pip install 'ember-cpu[numba]'); every op runs its own numpy kernel"
+    assert out.splitlines() == [f"False {note}", "[1.0, 3.0, 5.0, 7.0]"]
