@@ -1,0 +1,230 @@
+"""Native kernels for ``opencl`` devices in OpenCL C, compiled and launched through ember-opencl's
+runtime (``backend.rt``); registered only when ember-opencl is installed, nothing here imports
+pyopencl. The matmul of fused_linear is the backend's own (``backend.implementation("matmul")``),
+followed by one epilogue kernel; an attention call with an explicit mask, or a head size above
+``MAX_HEAD``, goes to the backend's scaled_dot_product_attention. ``CALLS`` counts launches.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from .ops import FUSED_ATTENTION, FUSED_LAYER_NORM_RESIDUAL, FUSED_LINEAR
+from .sources import c_activation
+
+__all__ = ["register", "CALLS", "MAX_HEAD"]
+
+#: launches of each kernel (tests and benchmarks read it)
+CALLS: Counter[str] = Counter()
+#: the largest head size the attention kernel keeps in private memory
+MAX_HEAD = 256
+_CTYPE = {"float32": ("float", np.float32), "float64": ("double", np.float64)}
+
+
+def _pragma(ctype: str) -> str:
+    return "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if ctype == "double" else ""
+
+
+def _n(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+# -- fused_linear: the backend's matmul, then bias + activation in place ------------------------------
+def _epilogue_source(ctype: str, activation: str, bias: bool) -> str:
+    add = "v += b[ob + (i % N)];" if bias else ""
+    return (
+        f"{_pragma(ctype)}#define T {ctype}\n"
+        "__kernel void fused_bias_act(__global T* y, const long oy, __global const T* b, const long ob,\n"
+        "                             const long n, const long N) {\n"
+        "    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {\n"
+        f"        T v = y[oy + i]; {add} y[oy + i] = {c_activation(activation)};\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+def _fused_linear(backend: Any, x: Any, w: Any, *bias: Any, activation: str = "none") -> Any:
+    rt = backend.rt
+    y = backend.make_contiguous(backend.implementation("matmul")(x, w.permute((1, 0))))
+    n = _n(y.shape)
+    if n == 0 or (activation == "none" and not bias):
+        return y
+    ctype, _ = _CTYPE[y.dtype.name]
+    key = ("ember_fused", "bias_act", ctype, activation, bool(bias))
+    argtypes = [None, np.int64, None, np.int64, np.int64, np.int64]
+    knl, wg = rt.kernel(key, lambda: (_epilogue_source(ctype, activation, bool(bias)), "fused_bias_act", argtypes))
+    b = backend.make_contiguous(bias[0]) if bias else y  # an unread stand-in when there is no bias
+    gsize, lsize = rt.grid(n, wg)
+    CALLS["fused_linear"] += 1
+    rt.launch(knl, gsize, lsize, [y.buf, y.offset, b.buf, b.offset, n, y.shape[-1]])
+    return y
+
+
+# -- fused_layer_norm_residual: one work-group per row ------------------------------------------------
+_REDUCE = """
+inline T group_sum(__local T* red, T v) {
+    const int t = get_local_id(0);
+    red[t] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = WG / 2; s > 0; s >>= 1) {
+        if (t < s) red[t] += red[t + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const T r = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+"""
+
+
+def _lnr_source(ctype: str, wg: int) -> str:
+    return (
+        f"{_pragma(ctype)}#define T {ctype}\n#define WG {wg}\n{_REDUCE}"
+        "__kernel void fused_lnr(__global T* out, __global const T* x, const long ox, __global const T* r,\n"
+        "                        const long orr, __global const T* w, const long ow, __global const T* b,\n"
+        "                        const long ob, const long C, const long total, const T eps) {\n"
+        "    __local T red[WG];\n"
+        "    const long row = get_group_id(0);\n"
+        "    const int t = get_local_id(0);\n"
+        "    __global const T* xr = x + ox + row * C;\n"
+        "    __global const T* rr = r + orr + row * C;\n"
+        "    __global T* o = out + row * C;\n"
+        "    __global T* h = out + total + row * C;\n"
+        "    T acc = 0;\n"
+        "    for (long j = t; j < C; j += WG) { const T v = xr[j] + rr[j]; h[j] = v; acc += v; }\n"
+        "    const T mean = group_sum(red, acc) / (T)C;\n"
+        "    T acc2 = 0;\n"  # each work item reads back only the h[j] it wrote: no barrier needed
+        "    for (long j = t; j < C; j += WG) { const T d = h[j] - mean; acc2 += d * d; }\n"
+        "    const T rstd = rsqrt(group_sum(red, acc2) / (T)C + eps);\n"
+        "    for (long j = t; j < C; j += WG) o[j] = (h[j] - mean) * rstd * w[ow + j] + b[ob + j];\n"
+        "}\n"
+    )
+
+
+def _fused_lnr(backend: Any, x: Any, residual: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any:
+    rt = backend.rt
+    x, residual, weight, bias = (backend.make_contiguous(a) for a in (x, residual, weight, bias))
+    out = rt.empty((2, *x.shape), x.dtype)
+    total = _n(x.shape)
+    if total == 0:
+        return out
+    C = x.shape[-1]
+    ctype, host = _CTYPE[x.dtype.name]
+    wg = 64 if rt.is_cpu else 256
+    argtypes = [None, None, np.int64, None, np.int64, None, np.int64, None, np.int64, np.int64, np.int64, host]
+    knl, _ = rt.kernel(("ember_fused", "lnr", ctype, wg), lambda: (_lnr_source(ctype, wg), "fused_lnr", argtypes))
+    rows = total // C
+    CALLS["fused_layer_norm_residual"] += 1
+    args = [out.buf, x.buf, x.offset, residual.buf, residual.offset, weight.buf, weight.offset, bias.buf, bias.offset]
+    rt.launch(knl, (rows * wg,), (wg,), [*args, C, total, host(eps)])
+    return out
+
+
+# -- fused_attention: flash-style forward ----------------------------------------------------------
+def _attention_source(ctype: str, d: int, dv: int, bq: int, bk: int) -> str:
+    """One work item per query, ``bq`` queries per work-group; keys and values stream through local
+    memory ``bk`` rows at a time; a running maximum and sum rescale the output (online softmax)."""
+    return (
+        f"{_pragma(ctype)}#define T {ctype}\n#define D {d}\n#define DV {dv}\n#define BQ {bq}\n#define BK {bk}\n"
+        "__kernel void fused_flash(__global T* out, __global const T* q, const long oq, __global const T* k,\n"
+        "                          const long ok, __global const T* v, const long ov, const int L, const int S,\n"
+        "                          const int tiles, const T scale, const int causal, const int offset) {\n"
+        "    __local T ks[BK * D];\n"
+        "    __local T vs[BK * DV];\n"
+        "    const long bt = get_group_id(0) / tiles;\n"
+        "    const int q0 = (get_group_id(0) % tiles) * BQ, t = get_local_id(0), r = q0 + t;\n"
+        "    __global const T* qb = q + oq + bt * (long)L * D;\n"
+        "    __global const T* kb = k + ok + bt * (long)S * D;\n"
+        "    __global const T* vb = v + ov + bt * (long)S * DV;\n"
+        "    T qr[D], o[DV];\n"
+        "    for (int c = 0; c < D; ++c) qr[c] = r < L ? qb[(long)r * D + c] * scale : (T)0;\n"
+        "    for (int c = 0; c < DV; ++c) o[c] = (T)0;\n"
+        "    T m = -INFINITY, l = (T)0;\n"
+        "    int n_end = S;\n"
+        "    if (causal) { const int last = q0 + BQ + offset; n_end = last < S ? (last > 0 ? last : 0) : S; }\n"
+        "    for (int n0 = 0; n0 < n_end; n0 += BK) {\n"
+        "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "        for (int i = t; i < BK * D; i += BQ) { const int n = n0 + i / D; ks[i] = n < S ? kb[(long)n0 * D + i] : (T)0; }\n"
+        "        for (int i = t; i < BK * DV; i += BQ) { const int n = n0 + i / DV; vs[i] = n < S ? vb[(long)n0 * DV + i] : (T)0; }\n"
+        "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "        if (r < L) {\n"
+        "            for (int j = 0; j < BK; ++j) {\n"
+        "                const int n = n0 + j;\n"
+        "                if (n >= S || (causal && n > r + offset)) break;\n"
+        "                T s = (T)0;\n"
+        "                for (int c = 0; c < D; ++c) s += qr[c] * ks[j * D + c];\n"
+        "                if (s > m) {\n"
+        "                    const T corr = exp(m - s);\n"
+        "                    l *= corr;\n"
+        "                    for (int c = 0; c < DV; ++c) o[c] *= corr;\n"
+        "                    m = s;\n"
+        "                }\n"
+        "                const T p = exp(s - m);\n"
+        "                l += p;\n"
+        "                for (int c = 0; c < DV; ++c) o[c] += p * vs[j * DV + c];\n"
+        "            }\n"
+        "        }\n"
+        "    }\n"
+        "    if (r < L) {\n"
+        "        __global T* ob = out + (bt * (long)L + r) * DV;\n"
+        "        for (int c = 0; c < DV; ++c) ob[c] = o[c] / l;\n"  # no key seen: 0 / 0, NaN as the reference
+        "    }\n"
+        "}\n"
+    )
+
+
+def attention_tiles(d: int, dv: int, budget: int, itemsize: int) -> tuple[int, int]:
+    """(queries per group, keys per step) for head sizes ``d``/``dv``: the key and value tiles
+    within ``budget`` bytes of local memory."""
+    bk = 32
+    while bk > 1 and bk * (d + dv) * itemsize > budget:
+        bk //= 2
+    return 64, bk
+
+
+def _broadcast_inputs(backend: Any, *arrays: Any) -> tuple[tuple[int, ...], list[Any]]:
+    """The common batch shape and each input expanded to it and made contiguous."""
+    lead = tuple(np.broadcast_shapes(*(a.shape[:-2] for a in arrays)))
+    out = []
+    for a in arrays:
+        if a.shape[:-2] != lead:
+            a = a.expand(lead + tuple(a.shape[-2:]))
+        out.append(backend.make_contiguous(a))
+    return lead, out
+
+
+def _fused_attention(backend: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float = 1.0) -> Any:
+    d, dv = q.shape[-1], v.shape[-1]
+    if mask or d > MAX_HEAD or dv > MAX_HEAD or not (q.dtype == k.dtype == v.dtype):
+        return backend.implementation("scaled_dot_product_attention")(q, k, v, *mask, is_causal=is_causal, scale=scale)
+    rt = backend.rt
+    lead, (q, k, v) = _broadcast_inputs(backend, q, k, v)
+    L, S = q.shape[-2], k.shape[-2]
+    out = rt.empty(lead + (L, dv), q.dtype)
+    batch = _n(lead)
+    if batch == 0 or L == 0:
+        return out
+    ctype, host = _CTYPE[q.dtype.name]
+    bq, bk = attention_tiles(d, dv, rt.local_mem // 2, np.dtype(host).itemsize)
+    argtypes = [None, None, np.int64, None, np.int64, None, np.int64, np.int32, np.int32, np.int32, host, np.int32, np.int32]
+    knl, _ = rt.kernel(("ember_fused", "flash", ctype, d, dv, bq, bk),
+                       lambda: (_attention_source(ctype, d, dv, bq, bk), "fused_flash", argtypes))  # fmt: skip
+    tiles = -(-L // bq)
+    CALLS["fused_attention"] += 1
+    args = [out.buf, q.buf, q.offset, k.buf, k.offset, v.buf, v.offset, L, S, tiles, host(scale), int(is_causal), S - L]
+    rt.launch(knl, (batch * tiles * bq,), (bq,), args)
+    return out
+
+
+def register(kind: str = "opencl") -> bool:
+    """Register the OpenCL kernels when ember-opencl is installed; whether they were."""
+    if importlib.util.find_spec("ember_opencl") is None:
+        return False
+    FUSED_LINEAR.kernel(kind)(_fused_linear)
+    FUSED_LAYER_NORM_RESIDUAL.kernel(kind)(_fused_lnr)
+    FUSED_ATTENTION.kernel(kind)(_fused_attention)
+    return True
