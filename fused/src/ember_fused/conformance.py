@@ -54,7 +54,9 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, activatio
     return _act(y if b is None else y + b, activation)
 
 
-def _lnr(x: np.ndarray, r: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> tuple[np.ndarray, np.ndarray]:
+def _lnr(
+    x: np.ndarray, r: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5
+) -> tuple[np.ndarray, np.ndarray]:
     h = x + r
     mu = h.mean(-1, keepdims=True)
     var = ((h - mu) ** 2).mean(-1, keepdims=True)

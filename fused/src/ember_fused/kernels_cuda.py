@@ -111,12 +111,16 @@ def _fused_lnr(backend: Any, x: Any, residual: Any, weight: Any, bias: Any, eps:
     return out
 
 
-def _fused_attention(backend: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float = 1.0) -> Any:
+def _fused_attention(
+    backend: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float = 1.0
+) -> Any:
     run = _attention.get(id(backend))
     if run is None:
         from ember_cuda.attention import flash_attention
 
-        run = _attention[id(backend)] = flash_attention(backend.cp, backend.implementation("scaled_dot_product_attention"))
+        run = _attention[id(backend)] = flash_attention(
+            backend.cp, backend.implementation("scaled_dot_product_attention")
+        )
     CALLS["fused_attention"] += 1
     return run(q, k, v, *mask, is_causal=is_causal, scale=scale)
 

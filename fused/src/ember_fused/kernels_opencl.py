@@ -148,8 +148,10 @@ def _attention_source(ctype: str, d: int, dv: int, bq: int, bk: int) -> str:
         "    if (causal) { const int last = q0 + BQ + offset; n_end = last < S ? (last > 0 ? last : 0) : S; }\n"
         "    for (int n0 = 0; n0 < n_end; n0 += BK) {\n"
         "        barrier(CLK_LOCAL_MEM_FENCE);\n"
-        "        for (int i = t; i < BK * D; i += BQ) { const int n = n0 + i / D; ks[i] = n < S ? kb[(long)n0 * D + i] : (T)0; }\n"
-        "        for (int i = t; i < BK * DV; i += BQ) { const int n = n0 + i / DV; vs[i] = n < S ? vb[(long)n0 * DV + i] : (T)0; }\n"
+        "        for (int i = t; i < BK * D; i += BQ)\n"
+        "            ks[i] = n0 + i / D < S ? kb[(long)n0 * D + i] : (T)0;\n"
+        "        for (int i = t; i < BK * DV; i += BQ)\n"
+        "            vs[i] = n0 + i / DV < S ? vb[(long)n0 * DV + i] : (T)0;\n"
         "        barrier(CLK_LOCAL_MEM_FENCE);\n"
         "        if (r < L) {\n"
         "            for (int j = 0; j < BK; ++j) {\n"
@@ -197,7 +199,9 @@ def _broadcast_inputs(backend: Any, *arrays: Any) -> tuple[tuple[int, ...], list
     return lead, out
 
 
-def _fused_attention(backend: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float = 1.0) -> Any:
+def _fused_attention(
+    backend: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float = 1.0
+) -> Any:
     d, dv = q.shape[-1], v.shape[-1]
     if mask or d > MAX_HEAD or dv > MAX_HEAD or not (q.dtype == k.dtype == v.dtype):
         return backend.implementation("scaled_dot_product_attention")(q, k, v, *mask, is_causal=is_causal, scale=scale)
@@ -210,7 +214,21 @@ def _fused_attention(backend: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal
         return out
     ctype, host = _CTYPE[q.dtype.name]
     bq, bk = attention_tiles(d, dv, rt.local_mem // 2, np.dtype(host).itemsize)
-    argtypes = [None, None, np.int64, None, np.int64, None, np.int64, np.int32, np.int32, np.int32, host, np.int32, np.int32]
+    argtypes = [
+        None,
+        None,
+        np.int64,
+        None,
+        np.int64,
+        None,
+        np.int64,
+        np.int32,
+        np.int32,
+        np.int32,
+        host,
+        np.int32,
+        np.int32,
+    ]
     knl, _ = rt.kernel(("ember_fused", "flash", ctype, d, dv, bq, bk),
                        lambda: (_attention_source(ctype, d, dv, bq, bk), "fused_flash", argtypes))  # fmt: skip
     tiles = -(-L // bq)

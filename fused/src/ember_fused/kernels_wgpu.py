@@ -31,7 +31,8 @@ _WG = 256
 _HELPERS = """fn fused_erf(x: f32) -> f32 {
   let a = abs(x);
   let t = 1.0 / (1.0 + 0.3275911 * a);
-  let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t) * exp(-a * a);
+  let poly = (((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592;
+  let y = 1.0 - poly * t * exp(-a * a);
   return select(-y, y, x >= 0.0);
 }
 fn fused_tanh(x: f32) -> f32 { return tanh(clamp(x, -15.0, 15.0)); }"""
@@ -85,7 +86,10 @@ def _fused_linear(backend: Any, x: Any, w: Any, *bias: Any, activation: str = "n
     if n == 0 or (activation == "none" and not bias):
         return y
     kernel = c.compile_kernel(
-        rt, ("ember_fused", "bias_act", activation, bool(bias)), lambda: _epilogue_build(activation, bool(bias)), "fused_bias_act"
+        rt,
+        ("ember_fused", "bias_act", activation, bool(bias)),
+        lambda: _epilogue_build(activation, bool(bias)),
+        "fused_bias_act",
     )
     buffers = [y.buffer]
     values = {"n": n, "cols": y.shape[-1], "oy": y.offset}
@@ -232,7 +236,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     return body, params, ("r", "r", "r", "w")
 
 
-def _fused_attention(backend: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float = 1.0) -> Any:
+def _fused_attention(
+    backend: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float = 1.0
+) -> Any:
     from .kernels_opencl import _broadcast_inputs
 
     d, dv = q.shape[-1], v.shape[-1]
@@ -248,7 +254,9 @@ def _fused_attention(backend: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal
     if S == 0:  # no key at all: 0 / 0 as the reference
         return backend.implementation("scaled_dot_product_attention")(q, k, v, is_causal=is_causal, scale=scale)
     bq, bk = attention_tiles(d, dv, _WORKGROUP_BYTES, 4)
-    kernel = c.compile_kernel(rt, ("ember_fused", "flash", d, dv, bq, bk), lambda: _attention_build(d, dv, bq, bk), "fused_attention")
+    kernel = c.compile_kernel(
+        rt, ("ember_fused", "flash", d, dv, bq, bk), lambda: _attention_build(d, dv, bq, bk), "fused_attention"
+    )
     tiles = -(-L // bq)
     values = {"L": L, "S": S, "tiles": tiles, "scale": float(scale), "causal": int(is_causal), "off": S - L,
               "oq": q.offset, "ok": k.offset, "ov": v.offset}  # fmt: skip

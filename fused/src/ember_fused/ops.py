@@ -32,7 +32,9 @@ def activation_name(activation: Any) -> str:
     """The canonical name of ``activation`` (None means "none"); an ember error for anything else."""
     name = "none" if activation is None else activation
     if name not in ACTIVATIONS:
-        raise InvalidArgumentError(f"fused_linear: activation must be one of {', '.join(ACTIVATIONS)} or None, got {activation!r}")
+        raise InvalidArgumentError(
+            f"fused_linear: activation must be one of {', '.join(ACTIVATIONS)} or None, got {activation!r}"
+        )
     return name
 
 
@@ -97,9 +99,12 @@ def fused_linear(x: Any, weight: Any, bias: Any = None, activation: Any = None) 
 # -- fused_layer_norm_residual --------------------------------------------------------------------
 def _lnr_check(x: Any, residual: Any, weight: Any, bias: Any, eps: float = 1e-5) -> None:
     if tuple(x.shape) != tuple(residual.shape):
-        raise ShapeError(f"fused_layer_norm_residual: x {tuple(x.shape)} and residual {tuple(residual.shape)} must have one shape")
+        raise ShapeError(
+            f"fused_layer_norm_residual: x {tuple(x.shape)} and residual {tuple(residual.shape)} must have one shape"
+        )
     if x.ndim < 1 or tuple(weight.shape) != (x.shape[-1],) or tuple(bias.shape) != (x.shape[-1],):
-        raise ShapeError(f"fused_layer_norm_residual: weight and bias must have shape ({x.shape[-1] if x.ndim else '?'},), "
+        width = x.shape[-1] if x.ndim else "?"
+        raise ShapeError(f"fused_layer_norm_residual: weight and bias must have shape ({width},), "
                          f"got {tuple(weight.shape)} and {tuple(bias.shape)}")  # fmt: skip
     if not eps > 0:
         raise InvalidArgumentError(f"fused_layer_norm_residual: eps must be positive, got {eps!r}")
@@ -113,9 +118,7 @@ def _lnr_sample(rng: np.random.Generator, dtype: str) -> list[tuple[tuple[np.nda
     ]  # fmt: skip
 
 
-@em.backend_extension(
-    "fused_layer_norm_residual", dtypes=_FLOATS, check=_lnr_check, sample=_lnr_sample, tolerance=4.0
-)
+@em.backend_extension("fused_layer_norm_residual", dtypes=_FLOATS, check=_lnr_check, sample=_lnr_sample, tolerance=4.0)
 def FUSED_LAYER_NORM_RESIDUAL(x: Any, residual: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any:
     """stack([layer_norm(x + residual) * weight + bias, x + residual]): the two results packed."""
     h = x + residual
@@ -170,7 +173,9 @@ def FUSED_ATTENTION(q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False,
     return em.nn.functional.softmax(s, dim=-1) @ v
 
 
-def fused_attention(q: Any, k: Any, v: Any, mask: Any = None, *, is_causal: bool = False, scale: float | None = None) -> Any:
+def fused_attention(
+    q: Any, k: Any, v: Any, mask: Any = None, *, is_causal: bool = False, scale: float | None = None
+) -> Any:
     """softmax(q k^T * scale + mask) v without the score matrix where the device has the flash-style
     kernel (queries in tiles, keys streamed through local memory, online softmax). ``mask`` is
     boolean (True = attend) or additive; the native kernels take ``is_causal`` and hand an explicit
