@@ -124,12 +124,14 @@ def test_fused_linear_layouts(dtype: em.DType, device: em.Device) -> None:
 
 
 # -- fused_layer_norm_residual -------------------------------------------------------------------
-@pytest.mark.parametrize("width", [1, 7, 256, 1000])
+# rows x width: short rows and long ones, few rows (a work-group per row on PoCL too) and many
+@pytest.mark.parametrize("shape", [(3, 2, 1), (3, 2, 7), (3, 2, 256), (3, 2, 1000), (1, 1000), (3, 513)], ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fused_layer_norm_residual(dtype: em.DType, width: int, device: em.Device) -> None:
+def test_fused_layer_norm_residual(dtype: em.DType, shape: tuple[int, ...], device: em.Device) -> None:
     require_dtype(device, dtype)
     rng = np.random.default_rng(2)
-    args = _host(dtype, rng.normal(size=(3, 2, width)), rng.normal(3.0, 1.0, size=(3, 2, width)),
+    width = shape[-1]
+    args = _host(dtype, rng.normal(size=shape), rng.normal(3.0, 1.0, size=shape),
                  rng.uniform(0.5, 2.0, width), rng.normal(size=width))  # fmt: skip
     tensors = _put(dtype, device, *args)
     with _native(fused.ops.FUSED_LAYER_NORM_RESIDUAL, device):

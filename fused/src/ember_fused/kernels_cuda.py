@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from .ops import FUSED_ATTENTION, FUSED_LAYER_NORM_RESIDUAL, FUSED_LINEAR
-from .sources import c_activation
 
 __all__ = ["register", "CALLS", "epilogue_source", "lnr_source"]
 
@@ -24,6 +23,23 @@ _CTYPE = {"float32": ("float", "f"), "float64": ("double", "")}
 _WG = 256
 _compiled: dict[Any, Any] = {}
 _attention: dict[int, Any] = {}
+
+# the epilogue's activations: v is the value in the compute type, {f} the math suffix ("f" for
+# floats, whose C++ overloads NVRTC does not promise without headers, "" for doubles)
+_C_ACT = {
+    "none": "v",
+    "relu": "(v > (T)0 ? v : (T)0)",
+    "gelu": "(T)0.5 * v * ((T)1 + erf{f}(v * (T)0.7071067811865476))",
+    "gelu_tanh": "(T)0.5 * v * ((T)1 + tanh{f}((T)0.7978845608028654 * (v + (T)0.044715 * v * v * v)))",
+    "silu": "v / ((T)1 + exp{f}(-v))",
+    "tanh": "tanh{f}(v)",
+    "sigmoid": "(T)1 / ((T)1 + exp{f}(-v))",
+}
+
+
+def c_activation(activation: str, suffix: str = "") -> str:
+    """The CUDA C expression of ``activation`` applied to ``v`` (of type ``T``)."""
+    return _C_ACT[activation].format(f=suffix)
 
 
 def epilogue_source(dtype: str, activation: str, bias: bool) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from .ops import FUSED_ATTENTION, FUSED_LAYER_NORM_RESIDUAL, FUSED_LINEAR
-from .sources import c_activation
 
 __all__ = ["register", "CALLS", "MAX_HEAD"]
 
@@ -34,14 +33,23 @@ def _n(shape: tuple[int, ...]) -> int:
 
 
 # -- fused_linear: the backend's matmul, then bias + activation in place ------------------------------
-def _epilogue_source(ctype: str, activation: str, bias: bool) -> str:
+def _epilogue_source(dtype: str, activation: str, bias: bool) -> str:
+    """The epilogue, with the activation written by ember-opencl's own elementwise table (the same
+    formulas, helpers and NaN handling as its gelu/silu/... kernels)."""
+    from ember_opencl.cltypes import ctype
+    from ember_opencl.codegen import preamble
+    from ember_opencl.ops_table import expression
+
+    c = ctype(dtype)
+    helpers: dict[str, str] = {}
+    act = "v" if activation == "none" else expression(activation, [("v", c)], c, helpers)
     add = "v += b[ob + (i % N)];" if bias else ""
     return (
-        f"{_pragma(ctype)}#define T {ctype}\n"
+        f"{preamble({dtype}, helpers)}\n#define T {c.compute}\n"
         "__kernel void fused_bias_act(__global T* y, const long oy, __global const T* b, const long ob,\n"
         "                             const long n, const long N) {\n"
         "    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {\n"
-        f"        T v = y[oy + i]; {add} y[oy + i] = {c_activation(activation)};\n"
+        f"        T v = y[oy + i]; {add} y[oy + i] = {act};\n"
         "    }\n"
         "}\n"
     )
@@ -53,10 +61,10 @@ def _fused_linear(backend: Any, x: Any, w: Any, *bias: Any, activation: str = "n
     n = _n(y.shape)
     if n == 0 or (activation == "none" and not bias):
         return y
-    ctype, _ = _CTYPE[y.dtype.name]
-    key = ("ember_fused", "bias_act", ctype, activation, bool(bias))
+    key = ("ember_fused", "bias_act", y.dtype.name, activation, bool(bias))
     argtypes = [None, np.int64, None, np.int64, np.int64, np.int64]
-    knl, wg = rt.kernel(key, lambda: (_epilogue_source(ctype, activation, bool(bias)), "fused_bias_act", argtypes))
+    source = lambda: _epilogue_source(y.dtype.name, activation, bool(bias))  # noqa: E731
+    knl, wg = rt.kernel(key, lambda: (source(), "fused_bias_act", argtypes))
     b = backend.make_contiguous(bias[0]) if bias else y  # an unread stand-in when there is no bias
     gsize, lsize = rt.grid(n, wg)
     CALLS["fused_linear"] += 1
@@ -64,48 +72,54 @@ def _fused_linear(backend: Any, x: Any, w: Any, *bias: Any, activation: str = "n
     return y
 
 
-# -- fused_layer_norm_residual: one work-group per row ------------------------------------------------
-_REDUCE = """
-inline T group_sum(__local T* red, T v) {
-    const int t = get_local_id(0);
-    red[t] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = WG / 2; s > 0; s >>= 1) {
-        if (t < s) red[t] += red[t + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const T r = red[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-"""
-
-
-def _lnr_source(ctype: str, wg: int) -> str:
+# -- fused_layer_norm_residual: a work-group per row (a work item per row on CPUs) ------------------
+def _lnr_source(ctype: str, group: int) -> str:
+    """``group`` work items share a row through local-memory sums; 0: one work item per row, for
+    CPU devices with rows for every core (ember-opencl's own row kernels choose so too)."""
+    step = group or 1
+    if group:
+        head = (
+            f"    __local T red[{group}];\n    const long row = get_group_id(0);\n    const int t = get_local_id(0);\n"
+        )
+        reduce = (
+            "    red[t] = {v};\n"
+            "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"    for (int s = {group // 2}; s > 0; s >>= 1) {{{{\n"
+            "        if (t < s) red[t] += red[t + s];\n"
+            "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+            "    }}\n"
+            "    {v} = red[0];\n"
+            "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+        )
+    else:
+        head = "    const long row = get_global_id(0);\n    if (row >= rows) return;\n    const int t = 0;\n"
+        reduce = ""
     return (
-        f"{_pragma(ctype)}#define T {ctype}\n#define WG {wg}\n{_REDUCE}"
+        f"{_pragma(ctype)}#define T {ctype}\n"
         "__kernel void fused_lnr(__global T* out, __global const T* x, const long ox, __global const T* r,\n"
         "                        const long orr, __global const T* w, const long ow, __global const T* b,\n"
-        "                        const long ob, const long C, const long total, const T eps) {\n"
-        "    __local T red[WG];\n"
-        "    const long row = get_group_id(0);\n"
-        "    const int t = get_local_id(0);\n"
+        "                        const long ob, const long C, const long rows, const T eps) {\n"
+        f"{head}"
         "    __global const T* xr = x + ox + row * C;\n"
         "    __global const T* rr = r + orr + row * C;\n"
         "    __global T* o = out + row * C;\n"
-        "    __global T* h = out + total + row * C;\n"
+        "    __global T* h = out + rows * C + row * C;\n"
         "    T acc = 0;\n"
-        "    for (long j = t; j < C; j += WG) { const T v = xr[j] + rr[j]; h[j] = v; acc += v; }\n"
-        "    const T mean = group_sum(red, acc) / (T)C;\n"
+        f"    for (long j = t; j < C; j += {step}) {{ const T v = xr[j] + rr[j]; h[j] = v; acc += v; }}\n"
+        f"{reduce.format(v='acc')}"
+        "    const T mean = acc / (T)C;\n"
         "    T acc2 = 0;\n"  # each work item reads back only the h[j] it wrote: no barrier needed
-        "    for (long j = t; j < C; j += WG) { const T d = h[j] - mean; acc2 += d * d; }\n"
-        "    const T rstd = rsqrt(group_sum(red, acc2) / (T)C + eps);\n"
-        "    for (long j = t; j < C; j += WG) o[j] = (h[j] - mean) * rstd * w[ow + j] + b[ob + j];\n"
+        f"    for (long j = t; j < C; j += {step}) {{ const T d = h[j] - mean; acc2 += d * d; }}\n"
+        f"{reduce.format(v='acc2')}"
+        "    const T rstd = rsqrt(acc2 / (T)C + eps);\n"
+        f"    for (long j = t; j < C; j += {step}) o[j] = (h[j] - mean) * rstd * w[ow + j] + b[ob + j];\n"
         "}\n"
     )
 
 
 def _fused_lnr(backend: Any, x: Any, residual: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any:
+    from ember_opencl.nn import _row_group  # the backend's own choice of work-group size per row
+
     rt = backend.rt
     x, residual, weight, bias = (backend.make_contiguous(a) for a in (x, residual, weight, bias))
     out = rt.empty((2, *x.shape), x.dtype)
@@ -113,14 +127,20 @@ def _fused_lnr(backend: Any, x: Any, residual: Any, weight: Any, bias: Any, eps:
     if total == 0:
         return out
     C = x.shape[-1]
-    ctype, host = _CTYPE[x.dtype.name]
-    wg = 64 if rt.is_cpu else 256
-    argtypes = [None, None, np.int64, None, np.int64, None, np.int64, None, np.int64, np.int64, np.int64, host]
-    knl, _ = rt.kernel(("ember_fused", "lnr", ctype, wg), lambda: (_lnr_source(ctype, wg), "fused_lnr", argtypes))
     rows = total // C
+    ctype, host = _CTYPE[x.dtype.name]
+    group = _row_group(rt, rows, C)
+    argtypes = [None, None, np.int64, None, np.int64, None, np.int64, None, np.int64, np.int64, np.int64, host]
+    make = lambda: (_lnr_source(ctype, group), "fused_lnr", argtypes)  # noqa: E731
+    knl, wg = rt.kernel(("ember_fused", "lnr", ctype, group), make)
     CALLS["fused_layer_norm_residual"] += 1
     args = [out.buf, x.buf, x.offset, residual.buf, residual.offset, weight.buf, weight.offset, bias.buf, bias.offset]
-    rt.launch(knl, (rows * wg,), (wg,), [*args, C, total, host(eps)])
+    if group:
+        gsize, lsize = (rows * group,), (group,)
+    else:
+        local = min(wg, 64)
+        gsize, lsize = (-(-rows // local) * local,), (local,)
+    rt.launch(knl, gsize, lsize, [*args, C, rows, host(eps)])
     return out
 
 

@@ -26,27 +26,6 @@ MAX_HEAD = 256
 _WORKGROUP_BYTES = 16384
 _WG = 256
 
-# erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32's tolerance); WGSL has no erf.
-# tanh's argument is clamped: some drivers compute it through exp, which overflows to NaN.
-_HELPERS = """fn fused_erf(x: f32) -> f32 {
-  let a = abs(x);
-  let t = 1.0 / (1.0 + 0.3275911 * a);
-  let poly = (((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592;
-  let y = 1.0 - poly * t * exp(-a * a);
-  return select(-y, y, x >= 0.0);
-}
-fn fused_tanh(x: f32) -> f32 { return tanh(clamp(x, -15.0, 15.0)); }"""
-
-_ACT = {
-    "none": "v",
-    "relu": "max(v, 0.0)",
-    "gelu": "0.5 * v * (1.0 + fused_erf(v * 0.7071067811865476))",
-    "gelu_tanh": "0.5 * v * (1.0 + fused_tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))",
-    "silu": "v / (1.0 + exp(-v))",
-    "tanh": "fused_tanh(v)",
-    "sigmoid": "1.0 / (1.0 + exp(-v))",
-}
-
 
 def _common() -> Any:
     from ember_wgpu.kernels import common
@@ -62,11 +41,14 @@ def _n(shape: tuple[int, ...]) -> int:
 def _epilogue_build(activation: str, bias: bool) -> Any:
     c = _common()
     params = c.ParamBlock([("n", "u32"), ("cols", "u32"), ("oy", "u32"), ("ob", "u32")])
+    from ember_wgpu.codegen.ops import template
+
+    # the activation as ember-wgpu's elementwise kernels write it (its helpers come with it)
+    act = "v" if activation == "none" else template(activation, "f").format("v")
     decl = "@group(0) @binding(2) var<storage, read> B: array<f32>;" if bias else ""
     add = "v = v + B[P.ob + i % P.cols];" if bias else ""
     body = f"""@group(0) @binding(1) var<storage, read_write> Y: array<f32>;
 {decl}
-{_HELPERS}
 @compute @workgroup_size({_WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
   {c.GROUP_ID}
@@ -74,7 +56,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   if (i >= P.n) {{ return; }}
   var v = Y[P.oy + i];
   {add}
-  Y[P.oy + i] = {_ACT[activation]};
+  Y[P.oy + i] = {act};
 }}"""
     return body, params, ("w", "r") if bias else ("w",)
 
