@@ -192,21 +192,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       vs[i] = select(0.0, V[vb + min(n, P.S - 1u) * DV + i % DV], n < P.S);
     }}
     workgroupBarrier();
-    if (live) {{
+    if (live) {{  // the tile's scores, its maximum, one rescale, then the sums
+      var sc: array<f32, {bk}>;
+      var mt = m;
       for (var j = 0u; j < BK; j = j + 1u) {{
         let n = u32(n0) + j;
-        if (n >= P.S || (P.causal != 0u && i32(n) > i32(r) + P.off)) {{ break; }}
-        var s = 0.0;
-        for (var c = 0u; c < D; c = c + 1u) {{ s = s + qr[c] * ks[j * D + c]; }}
-        if (s > m) {{
-          let corr = exp(m - s);
-          l = l * corr;
-          for (var c = 0u; c < DV; c = c + 1u) {{ o[c] = o[c] * corr; }}
-          m = s;
+        var s = bitcast<f32>(0xff800000u);
+        if (n < P.S && !(P.causal != 0u && i32(n) > i32(r) + P.off)) {{
+          s = 0.0;
+          for (var c = 0u; c < D; c = c + 1u) {{ s = s + qr[c] * ks[j * D + c]; }}
         }}
-        let p = exp(s - m);
-        l = l + p;
-        for (var c = 0u; c < DV; c = c + 1u) {{ o[c] = o[c] + p * vs[j * DV + c]; }}
+        sc[j] = s;
+        mt = max(mt, s);
+      }}
+      if (mt > bitcast<f32>(0xff800000u)) {{
+        let corr = exp(m - mt);
+        l = l * corr;
+        for (var c = 0u; c < DV; c = c + 1u) {{ o[c] = o[c] * corr; }}
+        m = mt;
+        for (var j = 0u; j < BK; j = j + 1u) {{
+          let p = exp(sc[j] - m);
+          l = l + p;
+          for (var c = 0u; c < DV; c = c + 1u) {{ o[c] = o[c] + p * vs[j * DV + c]; }}
+        }}
       }}
     }}
   }}

@@ -126,6 +126,25 @@ def FUSED_LAYER_NORM_RESIDUAL(x: Any, residual: Any, weight: Any, bias: Any, eps
     return em.stack([out, h], axis=0)
 
 
+@FUSED_LAYER_NORM_RESIDUAL.vjp
+def _lnr_vjp(ctx: em.extension.VjpContext, g: Any) -> tuple[Any, Any, Any, Any]:
+    """The layer-norm backward in Tensor ops from the forward's own ``x + residual`` (the packed
+    output's second half): with it, the forward's kernel runs even when gradients are recorded."""
+    _, _, weight, _ = ctx.inputs
+    eps = float(ctx.params.get("eps", 1e-5))
+    h = ctx.output[1]
+    d = h - h.mean(axis=-1, keepdims=True)
+    rstd = ((d * d).mean(axis=-1, keepdims=True) + eps).rsqrt()
+    xhat = d * rstd
+    g_out, g_h = g[0], g[1]
+    lead = tuple(range(h.ndim - 1))
+    gw = (g_out * xhat).sum(axis=lead) if lead else g_out * xhat
+    gb = g_out.sum(axis=lead) if lead else g_out
+    gxhat = g_out * weight
+    gx = g_h + rstd * (gxhat - gxhat.mean(axis=-1, keepdims=True) - xhat * (gxhat * xhat).mean(axis=-1, keepdims=True))
+    return gx, gx, gw, gb
+
+
 def fused_layer_norm_residual(x: Any, residual: Any, weight: Any, bias: Any, eps: float = 1e-5) -> tuple[Any, Any]:
     """``(layer_norm(x + residual), x + residual)`` over the last axis in one row kernel where the
     device has it: the pre-norm transformer's "add the branch, normalise for the next one"."""

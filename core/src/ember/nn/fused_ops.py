@@ -1,8 +1,8 @@
 """The nn layers' road to an installed extension's fused ops (ember-fused: ``fused_linear``,
 ``fused_layer_norm_residual``, ``fused_attention``). They are looked up in the extension registry
 at call time, so core never imports the extension; a layer takes the fused op only where the
-device kind has its native kernel and no gradient is being recorded (without a custom vjp the
-extension would run its reference, the unfused sequence, anyway), else today's code runs.
+device kind has its native kernel and, for an op without a custom vjp, no gradient is being
+recorded (it would run its reference, the unfused sequence, anyway); else today's code runs.
 ``EMBER_NN_FUSED=0`` turns the road off.
 """
 
@@ -32,7 +32,7 @@ def fused_op(name: str, *tensors: Tensor | None) -> Extension | None:
     for t in present:
         if t.dtype.name not in _FLOATS or t.device != present[0].device:
             return None
-    if is_grad_enabled() and any(t.requires_grad for t in present):
+    if not ext.has_vjp and is_grad_enabled() and any(t.requires_grad for t in present):
         return None
     return ext
 
