@@ -7,8 +7,9 @@ Per device: ``fused_linear(x, w, b, "gelu")`` (the backend's matmul + one epilog
 ``fused_attention`` (flash-style, causal) against ember's ``scaled_dot_product_attention`` and
 torch's. torch runs on ``cuda`` when the device is a cuda one and torch sees a GPU, else on the
 CPU; TF32 is off. float32, inputs from numpy's generator on seed 0; each timed call ends with the
-device's synchronize; the median of ``--iters`` after 3 warm-ups. Each fused result is checked
-against the unfused one first (``max|a - b| / max|b|``), and the path (native kernel or the
+device's synchronize; the median of ``--iters`` after 3 warm-ups, the implementations timed in
+turn within each iteration (so that on a shared machine all see one load). Each fused result is
+checked against the unfused one first (``max|a - b| / max|b|``), and the path (native kernel or the
 Tensor-op reference) is printed. ``EMBER_FUSION`` (ember.lazy's elementwise fusion, on by default)
 applies to the unfused sequences: with it on, the bias + gelu of the unfused linear is already one
 generated kernel, so the comparison is the fused epilogue against ember's generic fusion.
@@ -22,13 +23,13 @@ import json
 import os
 import statistics
 import sys
+import time
 from typing import Any
 
 import numpy as np
 
 import ember as em
 
-from .harness import Case, time_case
 from .report import environment
 
 #: (tokens, in, out) of fused_linear; (rows, width) of the layer norm; (batch, heads, length, head) of attention
@@ -120,6 +121,26 @@ def _torch_attention(torch: Any, where: str, q: np.ndarray, k: np.ndarray, v: np
     return lambda: sdpa(tq, tk, tv, is_causal=True, scale=scale)
 
 
+def _interleaved(steps: dict[str, tuple[Any, Any]], warmup: int, iters: int) -> dict[str, float]:
+    """Median ms of each ``(step, sync)``, timed in turn within every iteration, so that on a
+    shared machine each sees the same load."""
+    for step, sync in steps.values():
+        for _ in range(warmup):
+            out = step()
+            sync()
+            del out
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    clock = time.perf_counter
+    for _ in range(iters):
+        for name, (step, sync) in steps.items():
+            start = clock()
+            out = step()
+            sync()
+            times[name].append(clock() - start)
+            del out
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
+
+
 def run_device(spec: str, size: str, iters: int) -> dict[str, Any]:
     """Every op on one device: times (ms, median), the fused/unfused check, the path taken."""
     device = em.Device(spec)
@@ -133,13 +154,11 @@ def run_device(spec: str, size: str, iters: int) -> dict[str, Any]:
             fused, unfused = case["fused"]().numpy(), case["unfused"]().numpy()
             row["error"] = _err(fused.astype(np.float64), unfused.astype(np.float64))
             row["ok"] = row["error"] <= TOLERANCE
-            for name in ("fused", "unfused"):
-                times = time_case(Case(case[name], device.synchronize, dict), 3, iters)
-                row[f"{name}_ms"] = 1e3 * statistics.median(times)
+            steps = {"fused": (case["fused"], device.synchronize), "unfused": (case["unfused"], device.synchronize)}
             if torch is not None:
-                step = case["torch"](torch, where)
-                row["torch_ms"] = 1e3 * statistics.median(time_case(Case(step, sync_torch, dict), 3, iters))
+                steps["torch"] = (case["torch"](torch, where), sync_torch)
                 row["torch_device"] = where
+            row.update({f"{name}_ms": ms for name, ms in _interleaved(steps, 3, iters).items()})
         except Exception as exc:  # reported, never dropped
             row.update(ok=False, failure=f"{type(exc).__name__}: {exc}")
         rows.append(row)
