@@ -124,8 +124,11 @@ def test_fused_linear_layouts(dtype: em.DType, device: em.Device) -> None:
 
 
 # -- fused_layer_norm_residual -------------------------------------------------------------------
-# rows x width: short rows and long ones, few rows (a work-group per row on PoCL too) and many
-@pytest.mark.parametrize("shape", [(3, 2, 1), (3, 2, 7), (3, 2, 256), (3, 2, 1000), (1, 1000), (3, 513)], ids=str)
+# rows x width: short rows and long ones (past 8 x 256, which wgpu keeps in registers), few rows
+# (a work-group per row on PoCL too) and many
+@pytest.mark.parametrize(
+    "shape", [(3, 2, 1), (3, 2, 7), (3, 2, 256), (3, 2, 1000), (1, 1000), (3, 513), (2, 2100)], ids=str
+)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_fused_layer_norm_residual(dtype: em.DType, shape: tuple[int, ...], device: em.Device) -> None:
     require_dtype(device, dtype)

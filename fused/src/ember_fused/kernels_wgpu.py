@@ -85,7 +85,49 @@ def _fused_linear(backend: Any, x: Any, w: Any, *bias: Any, activation: str = "n
 
 
 # -- fused_layer_norm_residual -------------------------------------------------------------------
-def _lnr_build() -> Any:
+#: the most row elements a thread keeps in registers (rows up to 8 x 256 wide are read once)
+_MAX_PER_THREAD = 8
+
+
+def _lnr_rows(per: int) -> str:
+    """The row's passes: with ``per`` > 0 each thread keeps its ``per`` values of x + residual in
+    registers (one read of the inputs); with 0 (longer rows) it reads back what it wrote."""
+    if per:
+        return f"""  var vals: array<f32, {per}>;
+  var acc = 0.0;
+  for (var k = 0u; k < {per}u; k = k + 1u) {{
+    let j = t + k * {_WG}u;
+    var v = 0.0;
+    if (j < P.len) {{ v = X[P.ox + base + j] + R[P.orr + base + j]; Y[P.total + base + j] = v; }}
+    vals[k] = v;
+    acc = acc + v;
+  }}
+  let mean = group_sum(t, acc) / f32(P.len);
+  var acc2 = 0.0;
+  for (var k = 0u; k < {per}u; k = k + 1u) {{
+    if (t + k * {_WG}u < P.len) {{ let d = vals[k] - mean; acc2 = acc2 + d * d; }}
+  }}
+  let rstd = inverseSqrt(group_sum(t, acc2) / f32(P.len) + P.eps);
+  for (var k = 0u; k < {per}u; k = k + 1u) {{
+    let j = t + k * {_WG}u;
+    if (j < P.len) {{ Y[base + j] = (vals[k] - mean) * rstd * W[P.ow + j] + Bb[P.ob + j]; }}
+  }}"""
+    return f"""  var acc = 0.0;
+  for (var j = t; j < P.len; j = j + {_WG}u) {{
+    let v = X[P.ox + base + j] + R[P.orr + base + j];
+    Y[P.total + base + j] = v;
+    acc = acc + v;
+  }}
+  let mean = group_sum(t, acc) / f32(P.len);
+  var acc2 = 0.0;
+  for (var j = t; j < P.len; j = j + {_WG}u) {{ let d = Y[P.total + base + j] - mean; acc2 = acc2 + d * d; }}
+  let rstd = inverseSqrt(group_sum(t, acc2) / f32(P.len) + P.eps);
+  for (var j = t; j < P.len; j = j + {_WG}u) {{
+    Y[base + j] = (Y[P.total + base + j] - mean) * rstd * W[P.ow + j] + Bb[P.ob + j];
+  }}"""
+
+
+def _lnr_build(per: int) -> Any:
     c = _common()
     params = c.ParamBlock([("rows", "u32"), ("len", "u32"), ("total", "u32"), ("ox", "u32"), ("orr", "u32"),
                            ("ow", "u32"), ("ob", "u32"), ("eps", "f32")])  # fmt: skip
@@ -112,19 +154,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let row = gid_lin;
   if (row >= P.rows) {{ return; }}
   let base = row * P.len;
-  var acc = 0.0;
-  for (var j = t; j < P.len; j = j + {_WG}u) {{
-    let v = X[P.ox + base + j] + R[P.orr + base + j];
-    Y[P.total + base + j] = v;
-    acc = acc + v;
-  }}
-  let mean = group_sum(t, acc) / f32(P.len);
-  var acc2 = 0.0;
-  for (var j = t; j < P.len; j = j + {_WG}u) {{ let d = Y[P.total + base + j] - mean; acc2 = acc2 + d * d; }}
-  let rstd = inverseSqrt(group_sum(t, acc2) / f32(P.len) + P.eps);
-  for (var j = t; j < P.len; j = j + {_WG}u) {{
-    Y[base + j] = (Y[P.total + base + j] - mean) * rstd * W[P.ow + j] + Bb[P.ob + j];
-  }}
+{_lnr_rows(per)}
 }}"""
     return body, params, ("r", "r", "r", "r", "w")
 
@@ -137,7 +167,9 @@ def _fused_lnr(backend: Any, x: Any, residual: Any, weight: Any, bias: Any, eps:
     if total == 0:
         return out
     C = x.shape[-1]
-    kernel = c.compile_kernel(rt, ("ember_fused", "lnr"), _lnr_build, "fused_layer_norm_residual")
+    per = -(-C // _WG)
+    per = per if per <= _MAX_PER_THREAD else 0
+    kernel = c.compile_kernel(rt, ("ember_fused", "lnr", per), lambda: _lnr_build(per), "fused_layer_norm_residual")
     values = {"rows": total // C, "len": C, "total": total, "ox": x.offset, "orr": residual.offset,
               "ow": weight.offset, "ob": bias.offset, "eps": float(eps)}  # fmt: skip
     CALLS["fused_layer_norm_residual"] += 1
