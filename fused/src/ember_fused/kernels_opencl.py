@@ -43,13 +43,17 @@ def _epilogue_source(dtype: str, activation: str, bias: bool) -> str:
     c = ctype(dtype)
     helpers: dict[str, str] = {}
     act = "v" if activation == "none" else expression(activation, [("v", c)], c, helpers)
-    add = "v += b[ob + (i % N)];" if bias else ""
+    add = "v += b[ob + j];" if bias else ""
+    # a 2-D launch, columns x rows: the bias index is the column, no 64-bit division per element
     return (
         f"{preamble({dtype}, helpers)}\n#define T {c.compute}\n"
         "__kernel void fused_bias_act(__global T* restrict y, const long oy, __global const T* restrict b,\n"
-        "                             const long ob, const long n, const long N) {\n"
-        "    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {\n"
-        f"        T v = y[oy + i]; {add} y[oy + i] = {act};\n"
+        "                             const long ob, const long M, const long N) {\n"
+        "    const long j = get_global_id(0);\n"
+        "    if (j >= N) return;\n"
+        "    for (long r = get_global_id(1); r < M; r += get_global_size(1)) {\n"
+        "        const long i = oy + r * N + j;\n"
+        f"        T v = y[i]; {add} y[i] = {act};\n"
         "    }\n"
         "}\n"
     )
@@ -66,9 +70,12 @@ def _fused_linear(backend: Any, x: Any, w: Any, *bias: Any, activation: str = "n
     source = lambda: _epilogue_source(y.dtype.name, activation, bool(bias))  # noqa: E731
     knl, wg = rt.kernel(key, lambda: (source(), "fused_bias_act", argtypes))
     b = backend.make_contiguous(bias[0]) if bias else y  # an unread stand-in when there is no bias
-    gsize, lsize = rt.grid(n, wg)
+    N = y.shape[-1]
+    M = n // N
+    local = min(wg, 64 if rt.is_cpu else 256, 1 << max(N - 1, 0).bit_length())
+    rows = M if rt.is_cpu else min(M, max(1, rt.compute_units * 32 * 256 // (local * -(-N // local))))
     CALLS["fused_linear"] += 1
-    rt.launch(knl, gsize, lsize, [y.buf, y.offset, b.buf, b.offset, n, y.shape[-1]])
+    rt.launch(knl, (-(-N // local) * local, rows), (local, 1), [y.buf, y.offset, b.buf, b.offset, M, N])
     return y
 
 
