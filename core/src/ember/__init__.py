@@ -266,7 +266,12 @@ _LAZY_SUBMODULES = {
 }
 #: namespaces provided by separately installed extension plugins, each installed as ``ember[<name>]``
 #: (ember-signal also gives the Array API ``fft`` extension)
-_EXTENSION_NAMESPACES = {"linalg": "ember_linalg", "signal": "ember_signal", "fft": "ember_signal.fft"}
+_EXTENSION_NAMESPACES = {
+    "linalg": "ember_linalg",
+    "signal": "ember_signal",
+    "fft": "ember_signal.fft",
+    "fused": "ember_fused",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -8,6 +8,7 @@
 | EMBER_CACHE_DIR      | where compiled kernels are cached                        | user cache dir     |
 | EMBER_KERNEL_CACHE   | ``0`` turns the on-disk kernel cache off                 | ``1``              |
 | EMBER_FUSION         | ``0``: fusing backends run every op eagerly (no lazy)    | ``1``              |
+| EMBER_NN_FUSED       | ``0``: nn layers never call installed fused ops          | ``1``              |
 | EMBER_MEMORY         | device pool strategy: adaptive, static or exclusive      | ``adaptive``       |
 | EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
 | EMBER_WGPU_ADAPTER   | default WGPU adapter index                               | ``0``              |
@@ -28,6 +29,7 @@ __all__ = [
     "plugin_timeout",
     "cache_dir",
     "kernel_cache_enabled",
+    "nn_fused_enabled",
     "fusion_enabled",
     "memory_strategy",
     "MEMORY_STRATEGIES",
@@ -81,6 +83,12 @@ def kernel_cache_enabled() -> bool:
 def fusion_enabled() -> bool:
     """Whether backends that fuse defer elementwise ops into fused kernels (``EMBER_FUSION=0``: no)."""
     return _flag("EMBER_FUSION")
+
+
+def nn_fused_enabled() -> bool:
+    """Whether nn layers call an installed extension's fused ops (ember-fused) where the device has
+    their kernel (``EMBER_NN_FUSED=0``: no, always the unfused sequence)."""
+    return _flag("EMBER_NN_FUSED")
 
 
 #: the strategies of ember.memory's pools (docs/memory.md), the default first

@@ -12,7 +12,7 @@ from ..ops.linalg import matmul
 from ..ops.movement import expand_dims, squeeze
 from ..tensor import Tensor
 from . import functional as F
-from . import init
+from . import fused_ops, init
 from ._util import new_param
 from .config import Config
 from .linear import Linear
@@ -203,7 +203,8 @@ class MultiHeadAttention(Module):
             if need_weights:
                 weights = p.mean(axis=1) if average_attn_weights else p
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            # ember-fused's flash-style fused_attention where installed and the device has it
+            out = fused_ops.attention(q, k, v, mask, F.scaled_dot_product_attention)
         out = self.out_proj(out.permute((0, 2, 1, 3)).reshape((n, lq, self.embed_dim)))
         if not batched:
             out = squeeze(out, 0)

@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor
 from . import functional as F
+from . import fused_ops
 from .attention import MultiHeadAttention
 from .config import Config, as_config
 from .containers import ModuleList
@@ -74,7 +75,9 @@ class _Layer(Module):
 
     def _ff_block(self, x: Tensor) -> Tensor:
         act = _ACTIVATIONS[self.activation]
-        return self.dropout2(self.linear2(self.dropout(act(self.linear1(x)))))
+        # fused_ops: ember-fused's fused_linear where installed and the device has it
+        h = fused_ops.linear_activation(x, self.linear1, self.activation, act)
+        return self.dropout2(self.linear2(self.dropout(h)))
 
     def _sa_block(self, x: Tensor, mask: Any, padding: Any, causal: bool) -> Tensor:
         out, _ = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=causal)
@@ -121,11 +124,13 @@ class TransformerEncoderLayer(_Layer):
         is_causal: bool = False,
     ) -> Tensor:
         x = src
+        # fused_ops.add_norm: (norm(x + branch), x + branch), ember-fused's row kernel where installed
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
-            return x + self._ff_block(self.norm2(x))
-        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
-        return self.norm2(x + self._ff_block(x))
+            normed, x = fused_ops.add_norm(self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal), x,
+                                           self.norm2)  # fmt: skip
+            return x + self._ff_block(normed)
+        x = fused_ops.add_norm(self._sa_block(x, src_mask, src_key_padding_mask, is_causal), x, self.norm1)[0]
+        return fused_ops.add_norm(self._ff_block(x), x, self.norm2)[0]
 
 
 class TransformerDecoderLayer(_Layer):
