@@ -27,6 +27,11 @@ _UNARY["expm1"] = lambda z: np.where(np.isfinite(z) & (z != 0), np.expm1(z), np.
 _CPU_OWN = {"tanh", "reciprocal"}
 
 
+#: ops ember_conformance's test_array_api checks in complex64 on every device that holds it
+_CONFORMANCE = set("negative abs sign exp log sqrt sin cos tanh square reciprocal conj real imag angle isnan "
+                   "isfinite round".split())  # fmt: skip
+
+
 def _random(n: int, seed: int, scale: float = 2.0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return rng.uniform(-scale, scale, n) + 1j * rng.uniform(-scale, scale, n)
@@ -61,6 +66,8 @@ def test_unary_special_values_match_numpy(dev, cpu, name):
     got = fn(em.tensor(z, device=dev)).numpy()
     want = fn(em.tensor(z, device=cpu)).numpy() if name in _CPU_OWN else _UNARY[name](z)
     _close(got, want, 1e-12, f"{name} complex128")
+    if name in _CONFORMANCE:
+        return  # its complex64 kernel is the conformance suite's to check (PoCL compiles each: CI time)
     small = z[np.isfinite(z)][-16:].astype(np.complex64)  # complex64: ordinary values, float precision
     _close(fn(em.tensor(small, device=dev)).numpy(), _UNARY[name](small.astype(np.complex128)), 2e-6, name)
 
@@ -149,7 +156,7 @@ _GRAD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("dtype", ["complex128"])  # complex64 gradients: the wgpu plugin's tests
 @pytest.mark.parametrize("name, program", _GRAD_CASES, ids=[c[0] for c in _GRAD_CASES])
 def test_gradients_match_cpu(dev, name, program, dtype):
     rng = np.random.default_rng(9)
