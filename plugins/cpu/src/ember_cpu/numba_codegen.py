@@ -132,6 +132,24 @@ def ember_pow_T(a, b):
         b = b >> 1
     return r
 """,
+    # erfc with relative error < 1.2e-7 (the Chebyshev fit of Numerical Recipes' erfcc), in
+    # float64: float32 results to an ulp or two at ~4x the speed of numba's math.erfc
+    "erfc_fast": """
+@njit(inline="always")
+def ember_erfc_fast_T(x):
+    z = abs(np.float64(x))
+    t = 1.0 / (1.0 + 0.5 * z)
+    p = -0.82215223 + t * 0.17087277
+    p = 1.48851587 + t * p
+    p = -1.13520398 + t * p
+    p = 0.27886807 + t * p
+    p = -0.18628806 + t * p
+    p = 0.09678418 + t * p
+    p = 0.37409196 + t * p
+    p = 1.00002368 + t * p
+    r = t * math.exp(-z * z - 1.26551223 + t * p)
+    return T(r if x >= 0 else 2.0 - r)
+""",
     "logaddexp": """
 @njit(inline="always")
 def ember_logaddexp_T(x, y):
@@ -245,6 +263,8 @@ class _Gen:
             return f"({x} * {self.helper('sigmoid', dt)}({x}))"
         if op == "gelu":  # 0.5 x erfc(-x / sqrt 2): no cancellation for negative x
             half, r2 = self.const(0.5, dt), self.const(0.7071067811865476, dt)
+            if dt == "float32":  # numba's math.erfc costs ~35 ns an element; the fit, ~8
+                return f"({half} * {x} * {self.helper('erfc_fast', dt)}(-{x} * {r2}))"
             return f"({half} * {x} * {T}(math.erfc(-{x} * {r2})))"
         if op == "gelu_tanh":  # x sigmoid(2z)
             k0, k1 = self.const(2 * 0.7978845608028654, dt), self.const(0.044715, dt)
