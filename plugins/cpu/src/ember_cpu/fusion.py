@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -183,11 +184,12 @@ def _load(prog: FusedProgram, layout: Layout) -> Any:
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(text, encoding="utf-8")
                 os.replace(tmp, path)
-            spec = importlib.util.spec_from_file_location(name, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
+            # run the text generated here, never what the file holds now (another process could
+            # have changed it since); the file only names the code, as numba's cache needs
+            module = types.ModuleType(name)
+            module.__file__ = str(path)
             sys.modules[name] = module  # numba's cache locates the function through its module
-            spec.loader.exec_module(module)
+            exec(compile(text, str(path), "exec"), module.__dict__)  # noqa: S102 - our own generated source
             return getattr(module, KERNEL_NAME)
         except OSError:
             text = source(prog, layout, cache=False)  # an unwritable cache: compile in memory
