@@ -10,7 +10,8 @@
 # SHARDS parallel processes when SHARDS > 1 (--ember-shard); PYTEST_ARGS (unsharded runs) selects
 # cases, e.g. PYTEST_ARGS="-k nextafter".
 # ONNX=1 runs ember.onnx's tests on each backend's NVIDIA device (node tests, import, export, LoRA;
-# with ONNX_MODELS=FOLDER of files built by core/tests/onnx_models.py also the real architectures);
+# with ONNX_MODELS=FOLDER of files built by core/tests/onnx_models.py also the real architectures;
+# ONNX_TESTS="" leaves the four out, ONNX_TESTS="FILES" runs those instead);
 # CONFORMANCE=0 leaves the suite out.
 # Writes at most 8 files to $OUT: summary.txt, env.txt, <backend>-conformance-f<0|1>.log, onnx-<backend>.log,
 # <backend>-report.md (REPORT=1), bench-<backend>.txt (BENCH=1), start-opencl.txt (START=1: cold and
@@ -115,8 +116,8 @@ for backend in $STEPS; do
     models=()
     if [ -n "${ONNX_MODELS:-}" ]; then models=(core/tests/test_onnx_models.py); fi
     EMBER_ONNX_DEVICES=$dev EMBER_ONNX_MODELS_PREBUILT=${ONNX_MODELS:-} timeout "${ONNX_S:-300}" $PY -m pytest \
-      core/tests/test_onnx_node.py core/tests/test_onnx_import.py core/tests/test_onnx_export.py \
-      core/tests/test_onnx_lora.py "${models[@]}" -q -rs -p no:cacheprovider --tb=short >"$OUT/onnx-$backend.log" 2>&1
+      ${ONNX_TESTS-core/tests/test_onnx_node.py core/tests/test_onnx_import.py core/tests/test_onnx_export.py \
+      core/tests/test_onnx_lora.py} "${models[@]}" -q -rs -p no:cacheprovider --tb=short >"$OUT/onnx-$backend.log" 2>&1
     note "$backend: onnx on $dev: exit $? after $((SECONDS - start)) s; $(tail -n 1 "$OUT/onnx-$backend.log")"
   fi
   if [ -n "${BENCH:-}" ]; then

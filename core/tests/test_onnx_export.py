@@ -50,8 +50,13 @@ def _round_trip(tmp_path, model, inputs, rtol=1e-5, atol=1e-5, identical=False, 
     back = em.onnx.load(path, device=DEV)
     again = back(*inputs)
     again = again if isinstance(again, tuple) else (again,)
+    # bit for bit when every op runs its own kernel; fused regions (cpu with numba) are built from
+    # each graph's own op sequence, so a value can differ in its last bit (gelu vs Erf's pieces)
+    fused = DEV.capabilities.fusion and em.lazy.fusion_enabled()
     for w, g in zip(want, again):
-        if identical:
+        if identical and fused:
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+        elif identical:
             np.testing.assert_array_equal(g.numpy(), w.numpy())
         else:
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=rtol, atol=atol)
@@ -196,6 +201,8 @@ def test_tracing_leaves_the_device_as_it_was():
         seen.append(op.name)
         return dev._impls[op.name](*handles, **params)
 
+    dev.backend  # loaded first: loading installs the lazy layer's hook where cpu fuses (numba)
+    previous = dev._defer
     set_defer(dev, hook)
     try:
         em.onnx.export(lambda x: (x * 3.0).relu(), (_x((2,)),), None)
@@ -204,7 +211,7 @@ def test_tracing_leaves_the_device_as_it_was():
         y = (em.ones((2,)) * 3.0).relu()
         assert "mul" in seen and y.tolist() == [3.0, 3.0]
     finally:
-        set_defer(dev, None)
+        set_defer(dev, previous)
 
 
 def _digits_cnn():

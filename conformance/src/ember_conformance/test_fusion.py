@@ -40,6 +40,12 @@ def _fuses(device: em.Device) -> bool:
     return bool(device.capabilities.fusion) and em.lazy.fusion_enabled()
 
 
+def _at_least(device: em.Device, n: int) -> int:
+    """``n``, or the backend's ``fusion_min_elements`` if larger: a case sized so that its ops
+    are deferred on a backend that runs small ops at once (cpu with numba)."""
+    return max(n, device.capabilities.fusion_min_elements)
+
+
 def _require_fusion(device: em.Device) -> None:
     if not device.capabilities.fusion:
         pytest.skip(f"the {device.backend.name} backend does not fuse (capabilities.fusion is False)")
@@ -51,10 +57,13 @@ def _kernels(device: em.Device) -> int:
     return em.lazy.stats(device)["kernels"]
 
 
-def _random_program(seed: int):
-    """A random elementwise DAG over three inputs of broadcasting shapes, as (ember fn, numpy fn)."""
+def _random_program(seed: int, batch: int = 1):
+    """A random elementwise DAG over three inputs of broadcasting shapes, as (ember fn, numpy fn);
+    ``batch`` > 1 adds a leading axis of that size to every input."""
     gen = np.random.default_rng(seed)
-    shapes = [(4, 1, 6), (5, 6), (1, 5, 1)]
+    shapes = [(4, 1, 6), (1, 5, 6), (1, 5, 1)]
+    if batch > 1:
+        shapes = [(batch, *s) for s in shapes]
     steps = []
     n_values = 3
     for _ in range(int(gen.integers(4, 12))):
@@ -103,7 +112,8 @@ def _random_program(seed: int):
 
 @pytest.mark.parametrize("seed", RNG_SEEDS)
 def test_random_chain_matches_numpy_and_unfused(device, seed):
-    run, inputs = _random_program(seed)
+    # batch: the smallest input that most ops read (4 x 6) at least fusion_min_elements large
+    run, inputs = _random_program(seed, batch=-(-_at_least(device, 24) // 24))
     want = run(inputs, "np")
     xs = [em.tensor(v.astype(np.float32), device=device) for v in inputs]
     before = _kernels(device)
@@ -123,7 +133,7 @@ def test_random_chain_matches_numpy_and_unfused(device, seed):
 def test_a_chain_runs_as_one_kernel(device):
     _require_fusion(device)
     gen = np.random.default_rng(7)
-    x, a, b = (gen.standard_normal(1000).astype(np.float32) for _ in range(3))
+    x, a, b = (gen.standard_normal(_at_least(device, 1000)).astype(np.float32) for _ in range(3))
     tx, ta, tb = (em.tensor(v, device=device) for v in (x, a, b))
     before = _kernels(device)
     y = em.gelu(tx * ta + tb) * em.sigmoid(tx)
@@ -139,7 +149,8 @@ def test_a_chain_runs_as_one_kernel(device):
 
 def test_values_held_elsewhere_come_out_of_the_same_kernel(device):
     _require_fusion(device)
-    x = em.tensor(np.linspace(-2, 2, 64, dtype=np.float32), device=device)
+    n = _at_least(device, 64)
+    x = em.tensor(np.linspace(-2, 2, n, dtype=np.float32), device=device)
     before = _kernels(device)
     mid = em.exp(x) * 2.0  # kept by this test: written out by the kernel that computes `out`
     out = em.tanh(mid) + 1.0
@@ -147,19 +158,20 @@ def test_values_held_elsewhere_come_out_of_the_same_kernel(device):
     assert _kernels(device) == before + 1
     got_mid = mid.numpy()
     assert _kernels(device) == before + 1, "the held intermediate was computed a second time"
-    xd = np.linspace(-2, 2, 64)
+    xd = np.linspace(-2, 2, n)
     np.testing.assert_allclose(got_mid, np.exp(xd) * 2, rtol=1e-5)
     np.testing.assert_allclose(got_out, np.tanh(np.exp(xd) * 2) + 1, rtol=1e-5)
 
 
 def test_synchronize_computes_what_tensors_hold(device):
     _require_fusion(device)
-    x = em.tensor(np.arange(10, dtype=np.float32), device=device)
+    n = _at_least(device, 10)
+    x = em.tensor(np.arange(n, dtype=np.float32), device=device)
     y = x * 3.0 + 1.0
     before = _kernels(device)
     device.synchronize()
     assert _kernels(device) == before + 1, "synchronize() left a held value unrealized"
-    np.testing.assert_array_equal(y.numpy(), np.arange(10) * 3.0 + 1.0)
+    np.testing.assert_array_equal(y.numpy(), np.arange(n) * 3.0 + 1.0)
 
 
 def test_non_fusable_op_realizes_its_inputs(device):

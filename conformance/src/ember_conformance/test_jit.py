@@ -81,5 +81,5 @@ def test_jit_replays_compute_new_inputs_and_recapture_new_shapes(device):
         assert_close(out, np.tanh(a64 @ b64) * 2.0 + a64.sum(axis=1, keepdims=True), em.float32, scale=4.0)
     assert seen == [(3, 4), (5, 4)]
     assert [c.replays for c in f.captures] == [2, 1]
-    if device.capabilities.fusion and em.lazy.fusion_enabled():
+    if device.capabilities.fusion and em.lazy.fusion_enabled() and device.capabilities.fusion_min_elements <= 6:
         assert f.captures[0].counts().get("run_fused", 0) >= 1  # the fused region replays as one kernel

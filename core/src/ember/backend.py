@@ -122,6 +122,8 @@ class Capabilities:
     native_ops: frozenset[str]
     unsupported_dtypes: dict[str, str] = field(default_factory=dict)
     fusion: bool = False
+    #: elementwise ops with fewer result elements run eagerly unless an operand is deferred
+    fusion_min_elements: int = 0
     graph_replay: bool = False
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -143,6 +145,9 @@ class Backend:
     #: reason per unsupported dtype name, e.g. ``{"float64": "WGSL has no 64-bit floats"}``
     unsupported_dtype_reasons: ClassVar[dict[str, str]] = {}
     fusion: ClassVar[bool] = False
+    #: an elementwise op whose result has fewer elements runs eagerly, unless one of its operands
+    #: is already deferred (a backend whose fused kernels only pay off on large regions sets it)
+    fusion_min_elements: ClassVar[int] = 0
     graph_replay: ClassVar[bool] = False
     #: True when results are ready as ops return (reading a value back costs no stall). Backends
     #: that queue work set False: the core then skips host-side index range checks, and their
@@ -226,6 +231,7 @@ class Backend:
             native_ops=frozenset(native_ops),
             unsupported_dtypes=reasons,
             fusion=self.fusion,
+            fusion_min_elements=self.fusion_min_elements,
             graph_replay=self.graph_replay,
             notes=self.capability_notes(),
         )

@@ -81,12 +81,13 @@ for step in $STEPS; do
   onnx)
     # the official node tests, import/export round trips and LoRA on imported models, on cuda:0
     # (onnx and protobuf come as carried wheels; onnxruntime is on the machine)
-    # ONNX_MODELS=FOLDER (files built by core/tests/onnx_models.py) adds the real architectures
+    # ONNX_MODELS=FOLDER (files built by core/tests/onnx_models.py) adds the real architectures;
+    # ONNX_TESTS="" runs only those (ONNX_TESTS names other test files in place of the four)
     models=()
     if [ -n "${ONNX_MODELS:-}" ]; then models=(core/tests/test_onnx_models.py); fi
     EMBER_ONNX_DEVICES=cuda:0 EMBER_ONNX_MODELS_PREBUILT=${ONNX_MODELS:-} timeout "${ONNX_S:-240}" $PY -m pytest \
-      core/tests/test_onnx_node.py core/tests/test_onnx_import.py core/tests/test_onnx_export.py \
-      core/tests/test_onnx_lora.py "${models[@]}" -q -rs -p no:cacheprovider --tb=short >"$OUT/onnx.log" 2>&1
+      ${ONNX_TESTS-core/tests/test_onnx_node.py core/tests/test_onnx_import.py core/tests/test_onnx_export.py \
+      core/tests/test_onnx_lora.py} "${models[@]}" -q -rs -p no:cacheprovider --tb=short >"$OUT/onnx.log" 2>&1
     note "onnx on cuda:0: exit $? after $((SECONDS - start)) s; $(tail -n 1 "$OUT/onnx.log")" ;;
   *) note "unknown step $step" ;;
   esac

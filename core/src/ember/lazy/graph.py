@@ -11,6 +11,9 @@ no kernel runs. A node is realized, its whole unrealized region compiled into on
 - ``Device.synchronize()`` runs (every node a tensor still holds is realized first),
 - its region would grow past :data:`MAX_REGION` values (kernel size and argument limits).
 
+A backend whose fused kernels pay off only on large regions (cpu: numba's parallel loops) sets
+``fusion_min_elements``: an op with a smaller result and no deferred operand then runs at once.
+
 Values inside a region are computed in registers. A value of the region that something else
 still holds (a tensor the user kept, an autodiff node's saved input) and that has the region's
 shape is written out by the same kernel, so a later use does not recompute it.
@@ -18,6 +21,7 @@ shape is written out by the same kernel, so a later use does not recompute it.
 
 from __future__ import annotations
 
+import math
 import sys
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -103,12 +107,18 @@ class Lazy:
             if fusable is None:
                 fusable = self.fusable[name] = name in self.ops and op.kind.startswith("elementwise")
             if fusable and (not params or name == "cast"):
+                if self.backend.fusion_min_elements and _small(datas, shape, self.backend.fusion_min_elements):
+                    return self.state.impls[name](*datas, **params)
                 if name == "pow" and dtype.kind == "f" and type(datas[1]) is float:
                     fast = _FAST_POW.get(datas[1])
                     if fast in self.ops:
                         name, datas = fast, datas[:1]  # numpy's scalar-exponent paths
                 return self._node(name, datas, params, shape, dtype.name)
-            elif name == "full" and type(params["value"]) in _SCALARS:
+            elif (
+                name == "full"
+                and type(params["value"]) in _SCALARS
+                and not (self.backend.fusion_min_elements and math.prod(shape) < self.backend.fusion_min_elements)
+            ):
                 self.counts["deferred"] += 1
                 return self._track(LazyBuffer(self, "full", dtype.name, tuple(shape), (params["value"],), 1))
         for i, d in enumerate(datas):
@@ -240,6 +250,14 @@ class Lazy:
         for node in reversed(held):  # the latest first: earlier ones join its kernel as outputs
             if node.real is None:
                 node.realize()
+
+
+def _small(datas: list[Any], shape: Any, least: int) -> bool:
+    """True when an op of result ``shape`` is below ``least`` elements and no operand is deferred
+    (a small op after a deferred one joins its region: it may be a large region's tail)."""
+    if math.prod(shape) >= least:
+        return False
+    return not any(type(d) is LazyBuffer and d.real is None for d in datas)
 
 
 def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:

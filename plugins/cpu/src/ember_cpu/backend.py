@@ -66,6 +66,11 @@ class CpuBackend(Backend):
     supported_dtypes = frozenset(ALL_DTYPES + COMPLEX_DTYPES)
     fusion = NO_FUSION is None
 
+    @property
+    def fusion_min_elements(self) -> int:  # type: ignore[override]
+        """Smaller ops run eagerly through numpy: deferring them costs more than it saves."""
+        return fused.MIN_ELEMENTS
+
     @classmethod
     def device_count(cls) -> int:
         return 1
@@ -167,8 +172,8 @@ class CpuBackend(Backend):
         if NO_FUSION is not None:
             return {"fusion": f"off: {NO_FUSION}; every op runs its own numpy kernel"}
         return {
-            "fusion": f"elementwise regions of >= {fused.MIN_ELEMENTS} elements run as one numba kernel, "
-            "smaller ones op by op through numpy (ember.lazy; EMBER_FUSION=0 turns it off)"
+            "fusion": f"elementwise ops of >= {fused.MIN_ELEMENTS} elements are deferred and run as one numba "
+            "kernel per region, smaller ones at once through numpy (ember.lazy; EMBER_FUSION=0 turns it off)"
         }
 
     # -- fusion: the lazy layer's regions (ember_cpu.fusion) ------------------------------------
