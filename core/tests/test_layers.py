@@ -85,7 +85,7 @@ class _Recorder:
 def test_lazy_seam_sees_every_kind_of_op_and_autodiff_stays_above_it():
     dev = em.Device("cpu")
     rec = _Recorder(dev)
-    dev.backend  # loaded first: loading installs the lazy layer's hook where cpu fuses (numba)
+    _ = dev.backend  # loaded first: loading installs the lazy layer's hook where cpu fuses (numba)
     previous = dev._defer
     set_defer(dev, rec)
     try:

@@ -201,7 +201,7 @@ def test_tracing_leaves_the_device_as_it_was():
         seen.append(op.name)
         return dev._impls[op.name](*handles, **params)
 
-    dev.backend  # loaded first: loading installs the lazy layer's hook where cpu fuses (numba)
+    _ = dev.backend  # loaded first: loading installs the lazy layer's hook where cpu fuses (numba)
     previous = dev._defer
     set_defer(dev, hook)
     try:
