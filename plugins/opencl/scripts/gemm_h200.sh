@@ -5,7 +5,8 @@
 #   3. `python -m benchmarks W5 W3 --peers torch` on opencl and wgpu (reading the tuned choices).
 # Carried as .ci/h200.sh expects (.whl wheels, .gl Vulkan loader). Usage, from the repository root:
 #   OUT=/some/dir bash plugins/opencl/scripts/gemm_h200.sh
-# Writes to $OUT: summary.txt, env.txt, tests-<backend>.log, tune-<backend>.txt/.json, bench-<backend>.txt/.json.
+# Writes 8 files to $OUT (the device tool brings back at most 8): summary.txt, env.txt, tests-<backend>.log,
+# tune-<backend>.txt, bench-<backend>.txt (the JSON forms stay in /tmp).
 set -u
 OUT=${OUT:-/tmp/ember-gemm}
 mkdir -p "$OUT"
@@ -60,9 +61,9 @@ for backend in opencl wgpu; do
     >"$OUT/tests-$backend.log" 2>&1
   note "$backend: kernel tests on $dev exit $? ($(tail -1 "$OUT/tests-$backend.log"))"
   timeout 90 $PY -m "ember_$backend.tune" --device "$idx" --shape 4096 --shape 1024 --budget 30 \
-    --json "$OUT/tune-$backend.json" >"$OUT/tune-$backend.txt" 2>&1
+    --json "/tmp/tune-$backend.json" >"$OUT/tune-$backend.txt" 2>&1
   note "$backend: tuner exit $? ($(grep -c GFLOP "$OUT/tune-$backend.txt") timings)"
-  timeout 90 $PY -m benchmarks W5 W3 --device "$dev" --peers torch --json "$OUT/bench-$backend.json" \
+  timeout 90 $PY -m benchmarks W5 W3 --device "$dev" --peers torch --json "/tmp/bench-$backend.json" \
     >"$OUT/bench-$backend.txt" 2>&1
   note "$backend: benchmarks W5 W3 exit $?"
 done
