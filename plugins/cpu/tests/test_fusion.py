@@ -172,6 +172,7 @@ def test_a_large_chain_through_the_lazy_layer_is_one_numba_kernel(monkeypatch):
     dev = em.Device("cpu")
     if not dev.capabilities.fusion or not em.lazy.fusion_enabled():
         pytest.skip("fusion is off for this run (EMBER_FUSION=0)")
+    monkeypatch.setattr(dev._defer, "least", 1 << 14)  # the lazy layer's copy of the threshold
     gen = np.random.default_rng(4)
     x, a, b = (gen.standard_normal(1 << 15).astype(np.float32) for _ in range(3))
     tx, ta, tb = (em.tensor(v, device=dev) for v in (x, a, b))

@@ -93,6 +93,8 @@ class Lazy:
         backend = device.backend
         self.backend: Backend = backend
         self.ops: frozenset[str] = frozenset(backend.fusion_ops())
+        #: ops with fewer result elements and no deferred operand run at once (Backend.fusion_min_elements)
+        self.least: int = backend.fusion_min_elements
         self.fusable: dict[str, bool] = {}  # op name -> an elementwise op the generator compiles
         self.meta = backend.handle_meta
         self.pending: list[weakref.ref[LazyBuffer]] = []
@@ -107,8 +109,13 @@ class Lazy:
             if fusable is None:
                 fusable = self.fusable[name] = name in self.ops and op.kind.startswith("elementwise")
             if fusable and (not params or name == "cast"):
-                if self.backend.fusion_min_elements and _small(datas, shape, self.backend.fusion_min_elements):
-                    return self.state.impls[name](*datas, **params)
+                least = self.least
+                if least and math.prod(shape) < least:
+                    for d in datas:  # a small op after a deferred one joins its region (a large region's tail)
+                        if type(d) is LazyBuffer and d.real is None:
+                            break
+                    else:
+                        return self.state.impls[name](*datas, **params)
                 if name == "pow" and dtype.kind == "f" and type(datas[1]) is float:
                     fast = _FAST_POW.get(datas[1])
                     if fast in self.ops:
@@ -117,7 +124,7 @@ class Lazy:
             elif (
                 name == "full"
                 and type(params["value"]) in _SCALARS
-                and not (self.backend.fusion_min_elements and math.prod(shape) < self.backend.fusion_min_elements)
+                and not (self.least and math.prod(shape) < self.least)
             ):
                 self.counts["deferred"] += 1
                 return self._track(LazyBuffer(self, "full", dtype.name, tuple(shape), (params["value"],), 1))
@@ -250,14 +257,6 @@ class Lazy:
         for node in reversed(held):  # the latest first: earlier ones join its kernel as outputs
             if node.real is None:
                 node.realize()
-
-
-def _small(datas: list[Any], shape: Any, least: int) -> bool:
-    """True when an op of result ``shape`` is below ``least`` elements and no operand is deferred
-    (a small op after a deferred one joins its region: it may be a large region's tail)."""
-    if math.prod(shape) >= least:
-        return False
-    return not any(type(d) is LazyBuffer and d.real is None for d in datas)
 
 
 def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:

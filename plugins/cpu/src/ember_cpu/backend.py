@@ -65,11 +65,8 @@ class CpuBackend(Backend):
     name = "cpu"
     supported_dtypes = frozenset(ALL_DTYPES + COMPLEX_DTYPES)
     fusion = NO_FUSION is None
-
-    @property
-    def fusion_min_elements(self) -> int:  # type: ignore[override]
-        """Smaller ops run eagerly through numpy: deferring them costs more than it saves."""
-        return fused.MIN_ELEMENTS
+    #: smaller ops run at once through numpy: deferring them costs more than it saves
+    fusion_min_elements = fused.MIN_ELEMENTS
 
     @classmethod
     def device_count(cls) -> int:
