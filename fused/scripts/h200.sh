@@ -7,8 +7,12 @@
 # From the repository root, with the carried .whl (pyopencl + pytools, platformdirs, siphash24;
 # wgpu 0.32.0 + cffi, pycparser, rendercanvas) and .gl (the Vulkan loader debs), see GPU-NOTES.md:
 #     bash fused/scripts/h200.sh
-# Writes to $OUT: summary.txt, env.txt, conformance-{cuda,opencl,wgpu}.log, bench.txt,
-# bench.json, bench-unfused.txt, bench-unfused.json. Each step has a time limit (at most 9 minutes in all; about 5 expected).
+# K (default "fused") selects the extension conformance cases with -k; K="" runs every registered
+# extension's (ember-fused, ember-linalg, ember-signal: all three are installed). EXT_BENCH=1 adds
+# benchmarks.fft (2^20 points) and benchmarks.linalg (solve, svd of 1024x1024) on each device.
+# Writes at most 8 files to $OUT (what the device tool brings back): summary.txt, env.txt,
+# conformance-{cuda,opencl,wgpu}.log, bench.txt, bench-unfused.txt, ext-bench.txt (EXT_BENCH=1);
+# the JSON forms stay in /tmp. Each step has a time limit (at most 9 minutes in all; about 5 expected).
 set -u
 OUT=${OUT:-/tmp/ember-fused-h200}
 PY=${PY:-python3}
@@ -39,7 +43,7 @@ fi
 
 # -- 2. ember from the working tree ------------------------------------------------------------
 $PY -m pip install -q --no-deps --no-build-isolation -e core -e plugins/cpu -e plugins/cuda -e plugins/opencl \
-  -e plugins/wgpu -e conformance -e fused >>"$OUT/env.txt" 2>&1 || note "pip install -e failed: see env.txt"
+  -e plugins/wgpu -e conformance -e fused -e linalg -e signal >>"$OUT/env.txt" 2>&1 || note "pip install -e failed: see env.txt"
 {
   echo "== git"; git log -1 --format='%H %cd' 2>/dev/null || echo "(no git)"
   echo "== nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
@@ -67,20 +71,29 @@ DEVICES="cuda:0"
 [ -n "$WGPU" ] && DEVICES="$DEVICES,$WGPU" || note "no NVIDIA Vulkan adapter (was .gl carried and unpacked?)"
 note "devices: $DEVICES"
 
-# -- 4. conformance: every fused-op case and the automatic extension checks, -k fused -------------
+# -- 4. conformance: every fused-op case and the automatic extension checks, -k "$K" ---------------
 for dev in ${DEVICES//,/ }; do
   kind=${dev%%:*}
   if [ "$kind" = wgpu ]; then export EMBER_WGPU_ADAPTER=${dev#*:}; fi
   timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance.test_extensions ember_fused.conformance \
-    --ember-device="$dev" -k fused -q -rs -p no:cacheprovider >"$OUT/conformance-$kind.log" 2>&1
+    --ember-device="$dev" -k "${K-fused}" -q -rs -p no:cacheprovider >"$OUT/conformance-$kind.log" 2>&1
   note "conformance $dev: rc=$? $(tail -1 "$OUT/conformance-$kind.log")"
 done
 
 # -- 5. fused vs unfused vs torch, with ember.lazy's fusion on (default) and off ---------------------
-timeout "$BENCH_S" $PY -m benchmarks.fused --devices "$DEVICES" --sizes gpu --iters 20 --json "$OUT/bench.json" \
+timeout "$BENCH_S" $PY -m benchmarks.fused --devices "$DEVICES" --sizes gpu --iters 20 --json /tmp/bench.json \
   >"$OUT/bench.txt" 2>&1
 note "bench (EMBER_FUSION=1): rc=$?"
 EMBER_FUSION=0 timeout "$BENCH_S" $PY -m benchmarks.fused --devices "$DEVICES" --sizes gpu --iters 20 \
-  --json "$OUT/bench-unfused.json" >"$OUT/bench-unfused.txt" 2>&1
+  --json /tmp/bench-unfused.json >"$OUT/bench-unfused.txt" 2>&1
 note "bench (EMBER_FUSION=0): rc=$?"
 cat "$OUT/bench.txt" "$OUT/bench-unfused.txt" >>"$OUT/summary.txt"
+if [ -n "${EXT_BENCH:-}" ]; then  # FFT of 2^20 points and 1024x1024 solve/svd, per device
+  for dev in ${DEVICES//,/ }; do
+    kind=${dev%%:*}
+    if [ "$kind" = wgpu ]; then export EMBER_WGPU_ADAPTER=${dev#*:}; fi
+    { echo "== $dev"; timeout 60 $PY -m benchmarks.fft --device "$dev" --iters 10; timeout 90 $PY -m benchmarks.linalg --device "$dev" --iters 3; } \
+      >>"$OUT/ext-bench.txt" 2>&1
+    note "ext bench $dev: rc=$?"
+  done
+fi
