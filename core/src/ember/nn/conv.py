@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import InvalidArgumentError, NotImplementedOpError
 from ..shapes import as_int, as_ints
@@ -128,11 +128,10 @@ class _ConvNd(Module):
         return fn(x, self.weight, self.bias, name=name, **self._params())
 
 
-class Conv1d(_ConvNd):
-    """1-D convolution of (N, C_in, L) -> (N, C_out, L_out); weight (C_out, C_in / groups, k)."""
+class _Conv(_ConvNd):
+    """The constructor Conv1d and Conv2d share: the arguments of their config, then device and dtype."""
 
-    config_class = Conv1dConfig
-    nd = 1
+    config_class: ClassVar[type[_ConvConfig]]
 
     def __init__(
         self,
@@ -148,13 +147,20 @@ class Conv1d(_ConvNd):
         device: Any = None,
         dtype: Any = None,
     ) -> None:
-        cfg = Conv1dConfig(
+        cfg = self.config_class(
             in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode
         )
         super().__init__(cfg, **cfg.kwargs(), device=device, dtype=dtype)
 
 
-class Conv2d(_ConvNd):
+class Conv1d(_Conv):
+    """1-D convolution of (N, C_in, L) -> (N, C_out, L_out); weight (C_out, C_in / groups, k)."""
+
+    config_class = Conv1dConfig
+    nd = 1
+
+
+class Conv2d(_Conv):
     """2-D convolution of (N, C_in, H, W) -> (N, C_out, H_out, W_out); weight (C_out, C_in / groups, kh, kw).
 
     >>> import ember as em
@@ -165,25 +171,6 @@ class Conv2d(_ConvNd):
 
     config_class = Conv2dConfig
     nd = 2
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: Any,
-        stride: Any = 1,
-        padding: Any = 0,
-        dilation: Any = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        cfg = Conv2dConfig(
-            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode
-        )
-        super().__init__(cfg, **cfg.kwargs(), device=device, dtype=dtype)
 
 
 @dataclass
@@ -210,75 +197,51 @@ class ConvTranspose2dConfig(_ConvTransposeConfig):
     """Transposed 2-D convolution (the gradient of Conv2d with respect to its input)."""
 
 
-class ConvTranspose1d(_ConvNd):
+class _ConvTranspose(_ConvNd):
+    """The constructor ConvTranspose1d and ConvTranspose2d share (PyTorch's argument order)."""
+
+    config_class: ClassVar[type[_ConvTransposeConfig]]
+    transposed = True
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        output_padding: Any = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: Any = 1,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        cfg = self.config_class(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            output_padding,
+            groups,
+            bias,
+            dilation,
+            padding_mode,
+        )
+        super().__init__(cfg, **cfg.kwargs(), device=device, dtype=dtype)
+
+
+class ConvTranspose1d(_ConvTranspose):
     """Transposed 1-D convolution; weight (C_in, C_out / groups, k)."""
 
     config_class = ConvTranspose1dConfig
     nd = 1
-    transposed = True
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: Any,
-        stride: Any = 1,
-        padding: Any = 0,
-        output_padding: Any = 0,
-        groups: int = 1,
-        bias: bool = True,
-        dilation: Any = 1,
-        padding_mode: str = "zeros",
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        cfg = ConvTranspose1dConfig(
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding,
-            output_padding,
-            groups,
-            bias,
-            dilation,
-            padding_mode,
-        )
-        super().__init__(cfg, **cfg.kwargs(), device=device, dtype=dtype)
 
 
-class ConvTranspose2d(_ConvNd):
+class ConvTranspose2d(_ConvTranspose):
     """Transposed 2-D convolution (N, C_in, H, W) -> (N, C_out, H_out, W_out); weight (C_in, C_out / groups, kh, kw)."""
 
     config_class = ConvTranspose2dConfig
     nd = 2
-    transposed = True
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: Any,
-        stride: Any = 1,
-        padding: Any = 0,
-        output_padding: Any = 0,
-        groups: int = 1,
-        bias: bool = True,
-        dilation: Any = 1,
-        padding_mode: str = "zeros",
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        cfg = ConvTranspose2dConfig(
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding,
-            output_padding,
-            groups,
-            bias,
-            dilation,
-            padding_mode,
-        )
-        super().__init__(cfg, **cfg.kwargs(), device=device, dtype=dtype)

@@ -88,6 +88,15 @@ def _conv(x: Tensor, weight: Tensor, bias: Any, nd: int, name: str, transposed: 
     return squeeze(out, 0) if added else out
 
 
+def _conv_transpose(
+    x: Tensor, weight: Tensor, bias: Any, nd: int, name: str, stride: Any, padding: Any, output_padding: Any,
+    groups: int, dilation: Any,
+) -> Tensor:  # fmt: skip
+    """The transposed convolution of conv_transpose1d/2d (their argument order)."""
+    params = {"stride": stride, "padding": padding, "output_padding": output_padding, "dilation": dilation}
+    return _conv(x, weight, bias, nd, name, True, groups=groups, **params)
+
+
 def conv1d(
     x: Tensor,
     weight: Tensor,
@@ -131,19 +140,7 @@ def conv_transpose1d(
     name: str = "conv_transpose1d",
 ) -> Tensor:
     """Transposed 1-D convolution; weight (C_in, C_out / groups, k)."""
-    return _conv(
-        x,
-        weight,
-        bias,
-        1,
-        name,
-        True,
-        stride=stride,
-        padding=padding,
-        output_padding=output_padding,
-        dilation=dilation,
-        groups=groups,
-    )
+    return _conv_transpose(x, weight, bias, 1, name, stride, padding, output_padding, groups, dilation)
 
 
 def conv_transpose2d(
@@ -159,19 +156,7 @@ def conv_transpose2d(
     name: str = "conv_transpose2d",
 ) -> Tensor:
     """Transposed 2-D convolution; weight (C_in, C_out / groups, kh, kw)."""
-    return _conv(
-        x,
-        weight,
-        bias,
-        2,
-        name,
-        True,
-        stride=stride,
-        padding=padding,
-        output_padding=output_padding,
-        dilation=dilation,
-        groups=groups,
-    )
+    return _conv_transpose(x, weight, bias, 2, name, stride, padding, output_padding, groups, dilation)
 
 
 # -- pooling -----------------------------------------------------------------------------
@@ -185,6 +170,24 @@ def _pool(x: Tensor, nd: int, name: str, fn: Callable[..., Tensor], *args: Any, 
     return squeeze(out, 0) if added else out
 
 
+def _max_pool(
+    x: Tensor, nd: int, name: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool
+) -> Tensor:
+    """``max_pool`` of an nd-D input with int arguments spread over the nd axes (max_pool1d/2d)."""
+    k, st, pad, dil = (_tuple(v, nd) for v in (kernel_size, stride, padding, dilation))
+    return _pool(x, nd, name, max_pool, k, stride=st, padding=pad, dilation=dil, ceil_mode=ceil_mode)
+
+
+def _avg_pool(
+    x: Tensor, nd: int, name: str, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool, count_include_pad: bool
+) -> Tensor:
+    """``avg_pool`` of an nd-D input with int arguments spread over the nd axes (avg_pool1d/2d)."""
+    k, st, pad = (_tuple(v, nd) for v in (kernel_size, stride, padding))
+    return _pool(
+        x, nd, name, avg_pool, k, stride=st, padding=pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad
+    )
+
+
 def max_pool1d(
     x: Tensor,
     kernel_size: Any,
@@ -195,17 +198,7 @@ def max_pool1d(
     *,
     name: str = "max_pool1d",
 ) -> Tensor:
-    return _pool(
-        x,
-        1,
-        name,
-        max_pool,
-        _tuple(kernel_size, 1),
-        stride=_tuple(stride, 1),
-        padding=_tuple(padding, 1),
-        dilation=_tuple(dilation, 1),
-        ceil_mode=ceil_mode,
-    )
+    return _max_pool(x, 1, name, kernel_size, stride, padding, dilation, ceil_mode)
 
 
 def max_pool2d(
@@ -219,17 +212,7 @@ def max_pool2d(
     name: str = "max_pool2d",
 ) -> Tensor:
     """Max over (kh, kw) windows of (N, C, H, W) (stride defaults to the kernel size)."""
-    return _pool(
-        x,
-        2,
-        name,
-        max_pool,
-        _tuple(kernel_size, 2),
-        stride=_tuple(stride, 2),
-        padding=_tuple(padding, 2),
-        dilation=_tuple(dilation, 2),
-        ceil_mode=ceil_mode,
-    )
+    return _max_pool(x, 2, name, kernel_size, stride, padding, dilation, ceil_mode)
 
 
 def avg_pool1d(
@@ -242,17 +225,7 @@ def avg_pool1d(
     *,
     name: str = "avg_pool1d",
 ) -> Tensor:
-    return _pool(
-        x,
-        1,
-        name,
-        avg_pool,
-        _tuple(kernel_size, 1),
-        stride=_tuple(stride, 1),
-        padding=_tuple(padding, 1),
-        ceil_mode=ceil_mode,
-        count_include_pad=count_include_pad,
-    )
+    return _avg_pool(x, 1, name, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
 def avg_pool2d(
@@ -266,32 +239,24 @@ def avg_pool2d(
     name: str = "avg_pool2d",
 ) -> Tensor:
     """Mean over (kh, kw) windows of (N, C, H, W)."""
-    return _pool(
-        x,
-        2,
-        name,
-        avg_pool,
-        _tuple(kernel_size, 2),
-        stride=_tuple(stride, 2),
-        padding=_tuple(padding, 2),
-        ceil_mode=ceil_mode,
-        count_include_pad=count_include_pad,
-    )
+    return _avg_pool(x, 2, name, kernel_size, stride, padding, ceil_mode, count_include_pad)
+
+
+def _adaptive_pool(x: Tensor, output_size: Any, name: str, fn: Callable[..., Tensor]) -> Tensor:
+    """``fn`` (adaptive_avg_pool / adaptive_max_pool) to (H_out, W_out); ``None`` keeps that axis."""
+    x_ = _tensor_arg(x, name)
+    size = _tuple(output_size, 2)
+    size = tuple(x_.shape[-2 + i] if s is None else s for i, s in enumerate(size))
+    return _pool(x_, 2, name, fn, size)
 
 
 def adaptive_avg_pool2d(x: Tensor, output_size: Any, *, name: str = "adaptive_avg_pool2d") -> Tensor:
     """Mean pooling to a fixed (H_out, W_out); ``None`` in output_size keeps that axis."""
-    x_ = _tensor_arg(x, name)
-    size = _tuple(output_size, 2)
-    size = tuple(x_.shape[-2 + i] if s is None else s for i, s in enumerate(size))
-    return _pool(x_, 2, name, adaptive_avg_pool, size)
+    return _adaptive_pool(x, output_size, name, adaptive_avg_pool)
 
 
 def adaptive_max_pool2d(x: Tensor, output_size: Any, *, name: str = "adaptive_max_pool2d") -> Tensor:
-    x_ = _tensor_arg(x, name)
-    size = _tuple(output_size, 2)
-    size = tuple(x_.shape[-2 + i] if s is None else s for i, s in enumerate(size))
-    return _pool(x_, 2, name, adaptive_max_pool, size)
+    return _adaptive_pool(x, output_size, name, adaptive_max_pool)
 
 
 def interpolate(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..tensor import Tensor
 from . import functional as F
@@ -37,43 +38,36 @@ class MaxPool2dConfig(_MaxPoolConfig):
 
 
 class _MaxPool(Module):
-    def __init__(self, config: _MaxPoolConfig) -> None:
+    """The constructor and forward MaxPool1d and MaxPool2d share; ``function`` is their F.max_pool*d."""
+
+    config_class: ClassVar[type[_MaxPoolConfig]]
+    function: ClassVar[Callable[..., Tensor]]
+
+    def __init__(
+        self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False
+    ) -> None:
         super().__init__()
-        self._config = config
+        self._config = config = self.config_class(kernel_size, stride, padding, dilation, ceil_mode)
         self.kernel_size, self.stride, self.padding = config.kernel_size, config.stride, config.padding
         self.dilation, self.ceil_mode = config.dilation, config.ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        name = type(self).__name__
+        return self.function(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, name=name)
 
 
 class MaxPool1d(_MaxPool):
     """Max over windows of (N, C, L)."""
 
     config_class = MaxPool1dConfig
-
-    def __init__(
-        self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False
-    ) -> None:
-        super().__init__(MaxPool1dConfig(kernel_size, stride, padding, dilation, ceil_mode))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.max_pool1d(
-            x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, name="MaxPool1d"
-        )
+    function = staticmethod(F.max_pool1d)
 
 
 class MaxPool2d(_MaxPool):
     """Max over (kh, kw) windows of (N, C, H, W)."""
 
     config_class = MaxPool2dConfig
-
-    def __init__(
-        self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False
-    ) -> None:
-        super().__init__(MaxPool2dConfig(kernel_size, stride, padding, dilation, ceil_mode))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(
-            x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, name="MaxPool2d"
-        )
+    function = staticmethod(F.max_pool2d)
 
 
 @dataclass
@@ -96,53 +90,58 @@ class AvgPool2dConfig(_AvgPoolConfig):
 
 
 class _AvgPool(Module):
-    def __init__(self, config: _AvgPoolConfig) -> None:
+    """The constructor and forward AvgPool1d and AvgPool2d share; ``function`` is their F.avg_pool*d."""
+
+    config_class: ClassVar[type[_AvgPoolConfig]]
+    function: ClassVar[Callable[..., Tensor]]
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ) -> None:
         super().__init__()
-        self._config = config
+        self._config = config = self.config_class(kernel_size, stride, padding, ceil_mode, count_include_pad)
         self.kernel_size, self.stride, self.padding = config.kernel_size, config.stride, config.padding
         self.ceil_mode, self.count_include_pad = config.ceil_mode, config.count_include_pad
+
+    def forward(self, x: Tensor) -> Tensor:
+        name = type(self).__name__
+        return self.function(
+            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad, name=name
+        )
 
 
 class AvgPool1d(_AvgPool):
     """Mean over windows of (N, C, L)."""
 
     config_class = AvgPool1dConfig
-
-    def __init__(
-        self,
-        kernel_size: Any,
-        stride: Any = None,
-        padding: Any = 0,
-        ceil_mode: bool = False,
-        count_include_pad: bool = True,
-    ) -> None:
-        super().__init__(AvgPool1dConfig(kernel_size, stride, padding, ceil_mode, count_include_pad))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.avg_pool1d(
-            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad, name="AvgPool1d"
-        )
+    function = staticmethod(F.avg_pool1d)
 
 
 class AvgPool2d(_AvgPool):
     """Mean over (kh, kw) windows of (N, C, H, W)."""
 
     config_class = AvgPool2dConfig
+    function = staticmethod(F.avg_pool2d)
 
-    def __init__(
-        self,
-        kernel_size: Any,
-        stride: Any = None,
-        padding: Any = 0,
-        ceil_mode: bool = False,
-        count_include_pad: bool = True,
-    ) -> None:
-        super().__init__(AvgPool2dConfig(kernel_size, stride, padding, ceil_mode, count_include_pad))
+
+class _AdaptivePool(Module):
+    """The constructor and forward AdaptiveAvgPool2d and AdaptiveMaxPool2d share."""
+
+    config_class: ClassVar[type[AdaptiveAvgPool2dConfig | AdaptiveMaxPool2dConfig]]
+    function: ClassVar[Callable[..., Tensor]]
+
+    def __init__(self, output_size: Any) -> None:
+        super().__init__()
+        self._config = self.config_class(output_size)
+        self.output_size = output_size
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.avg_pool2d(
-            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad, name="AvgPool2d"
-        )
+        return self.function(x, self.output_size, name=type(self).__name__)
 
 
 @dataclass
@@ -152,18 +151,11 @@ class AdaptiveAvgPool2dConfig(Config):
     output_size: int | tuple[int | None, int | None]
 
 
-class AdaptiveAvgPool2d(Module):
+class AdaptiveAvgPool2d(_AdaptivePool):
     """Mean pooling of (N, C, H, W) to a fixed (H_out, W_out) whatever the input size."""
 
     config_class = AdaptiveAvgPool2dConfig
-
-    def __init__(self, output_size: Any) -> None:
-        super().__init__()
-        self._config = AdaptiveAvgPool2dConfig(output_size)
-        self.output_size = output_size
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.adaptive_avg_pool2d(x, self.output_size, name="AdaptiveAvgPool2d")
+    function = staticmethod(F.adaptive_avg_pool2d)
 
 
 @dataclass
@@ -173,15 +165,8 @@ class AdaptiveMaxPool2dConfig(Config):
     output_size: int | tuple[int | None, int | None]
 
 
-class AdaptiveMaxPool2d(Module):
+class AdaptiveMaxPool2d(_AdaptivePool):
     """Max pooling of (N, C, H, W) to a fixed (H_out, W_out) whatever the input size."""
 
     config_class = AdaptiveMaxPool2dConfig
-
-    def __init__(self, output_size: Any) -> None:
-        super().__init__()
-        self._config = AdaptiveMaxPool2dConfig(output_size)
-        self.output_size = output_size
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.adaptive_max_pool2d(x, self.output_size, name="AdaptiveMaxPool2d")
+    function = staticmethod(F.adaptive_max_pool2d)

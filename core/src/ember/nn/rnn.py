@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..creation import zeros
 from ..errors import InvalidArgumentError, MissingMethodError, ShapeError
@@ -148,10 +148,38 @@ class _RNNBase(Module):
                 layer_input = F.dropout(layer_input, self.dropout, True)
         return layer_input, [stack(f, 0) for f in finals]
 
+    def _forward_h(self, x: Tensor, hx: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``output, h_n`` of a layer whose only state is h (GRU, RNN)."""
+        seq, batched = self._check_input(x)
+        state = [self._initial(hx, seq.shape[1], batched, seq, "h_0")]
+        out, (h,) = self._finish(*self._run(seq, state), batched)
+        return out, h
+
     def _finish(self, out: Tensor, states: list[Tensor], batched: bool) -> tuple[Tensor, list[Tensor]]:
         if not batched:
             return squeeze(out, 1), [squeeze(s, 1) for s in states]
         return (out.swapaxes(0, 1) if self.batch_first else out), states
+
+
+class _GatedRNN(_RNNBase):
+    """The constructor LSTM and GRU share: the fields of their config, then device and dtype."""
+
+    config_class: ClassVar[type[_RNNConfig]]
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        cfg = self.config_class(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional)
+        super().__init__(cfg, device, dtype)
 
 
 def _split(t: Tensor, parts: int) -> list[Tensor]:
@@ -159,7 +187,7 @@ def _split(t: Tensor, parts: int) -> list[Tensor]:
     return [t[..., i * h : (i + 1) * h] for i in range(parts)]
 
 
-class LSTM(_RNNBase):
+class LSTM(_GatedRNN):
     """Multi-layer LSTM: ``output, (h_n, c_n) = lstm(x, (h_0, c_0))``.
 
     ``x`` is (L, N, input_size), or (N, L, input_size) with ``batch_first``, or unbatched
@@ -175,21 +203,6 @@ class LSTM(_RNNBase):
     config_class = LSTMConfig
     gates = 4
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        bidirectional: bool = False,
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        cfg = LSTMConfig(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional)
-        super().__init__(cfg, device, dtype)
-
     def _cell(self, xw: Tensor, hw: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         i, f, g, o = _split(xw + hw, 4)
         c = F.sigmoid(f) * state[1] + F.sigmoid(i) * g.tanh()
@@ -204,7 +217,7 @@ class LSTM(_RNNBase):
         return out, (h, c)
 
 
-class GRU(_RNNBase):
+class GRU(_GatedRNN):
     """Multi-layer GRU: ``output, h_n = gru(x, h_0)``; shapes as for LSTM.
 
     r = sigmoid(W_ir x + b_ir + W_hr h + b_hr), z likewise,
@@ -213,21 +226,6 @@ class GRU(_RNNBase):
 
     config_class = GRUConfig
     gates = 3
-
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        bidirectional: bool = False,
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        cfg = GRUConfig(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional)
-        super().__init__(cfg, device, dtype)
 
     def _cell(self, xw: Tensor, hw: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         xr, xz, xn = _split(xw, 3)
@@ -238,10 +236,7 @@ class GRU(_RNNBase):
         return ((1.0 - z) * n + z * state[0],)
 
     def forward(self, x: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        seq, batched = self._check_input(x)
-        state = [self._initial(hx, seq.shape[1], batched, seq, "h_0")]
-        out, (h,) = self._finish(*self._run(seq, state), batched)
-        return out, h
+        return self._forward_h(x, hx)
 
 
 class RNN(_RNNBase):
@@ -274,7 +269,4 @@ class RNN(_RNNBase):
         return (F.relu(pre) if self.nonlinearity == "relu" else pre.tanh(),)
 
     def forward(self, x: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        seq, batched = self._check_input(x)
-        state = [self._initial(hx, seq.shape[1], batched, seq, "h_0")]
-        out, (h,) = self._finish(*self._run(seq, state), batched)
-        return out, h
+        return self._forward_h(x, hx)

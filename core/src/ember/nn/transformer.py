@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor
@@ -51,8 +51,29 @@ class TransformerDecoderLayerConfig(_LayerConfig):
 class _Layer(Module):
     """The parts shared by encoder and decoder layers: attention, feed-forward, norms, dropouts."""
 
-    def __init__(self, config: _LayerConfig, device: Any, dtype: Any, decoder: bool) -> None:
+    config_class: ClassVar[type[_LayerConfig]]
+    #: whether the layer attends over an encoder memory (a second attention, norm and dropout)
+    decoder = False
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
+        config = self.config_class(
+            d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first, bias
+        )
+        decoder = self.decoder
         if config.activation not in _ACTIVATIONS:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: activation must be 'relu' or 'gelu', got {config.activation!r}"
@@ -97,25 +118,6 @@ class TransformerEncoderLayer(_Layer):
 
     config_class = TransformerEncoderLayerConfig
 
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str = "relu",
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        cfg = TransformerEncoderLayerConfig(
-            d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first, bias
-        )
-        super().__init__(cfg, device, dtype, decoder=False)
-
     def forward(
         self,
         src: Tensor,
@@ -137,25 +139,7 @@ class TransformerDecoderLayer(_Layer):
     """One decoder block: masked self-attention, attention over ``memory``, feed-forward."""
 
     config_class = TransformerDecoderLayerConfig
-
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str = "relu",
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        cfg = TransformerDecoderLayerConfig(
-            d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first, bias
-        )
-        super().__init__(cfg, device, dtype, decoder=True)
+    decoder = True
 
     def _ff_block(self, x: Tensor) -> Tensor:
         act = _ACTIVATIONS[self.activation]
@@ -199,6 +183,22 @@ def _norm(norm: Any, device: Any, dtype: Any) -> Module | None:
     return norm.init(device, dtype) if isinstance(norm, Config) else norm
 
 
+class _Stack(Module):
+    """What TransformerEncoder and TransformerDecoder share: the layers, the optional norm, the config."""
+
+    config_class: ClassVar[type[TransformerEncoderConfig | TransformerDecoderConfig]]
+
+    def __init__(self, layer: Any, num_layers: int, norm: Any, device: Any, dtype: Any) -> None:
+        super().__init__()
+        self.num_layers = num_layers
+        self.layers = _stack(layer, num_layers, device, dtype)
+        self.register_module("norm", _norm(norm, device, dtype))
+
+    def config(self) -> TransformerEncoderConfig | TransformerDecoderConfig:
+        norm = self.norm.config() if self.norm is not None else None
+        return self.config_class(self.layers[0].config(), self.num_layers, norm)  # type: ignore[arg-type]
+
+
 @dataclass
 class TransformerEncoderConfig(Config):
     """num_layers encoder layers built from encoder_layer (each initialised independently), then an optional norm."""
@@ -212,7 +212,7 @@ class TransformerEncoderConfig(Config):
         self.norm = as_config(self.norm, LayerNormConfig)
 
 
-class TransformerEncoder(Module):
+class TransformerEncoder(_Stack):
     """A stack of encoder layers. ``encoder_layer`` is a layer (copied ``num_layers`` times, as in
     PyTorch, so all start equal) or a TransformerEncoderLayerConfig (each layer initialised afresh).
     """
@@ -227,14 +227,7 @@ class TransformerEncoder(Module):
         device: Any = None,
         dtype: Any = None,
     ) -> None:
-        super().__init__()
-        self.num_layers = num_layers
-        self.layers = _stack(encoder_layer, num_layers, device, dtype)
-        self.register_module("norm", _norm(norm, device, dtype))
-
-    def config(self) -> TransformerEncoderConfig:
-        norm = self.norm.config() if self.norm is not None else None
-        return TransformerEncoderConfig(self.layers[0].config(), self.num_layers, norm)  # type: ignore[arg-type]
+        super().__init__(encoder_layer, num_layers, norm, device, dtype)
 
     def forward(
         self,
@@ -262,7 +255,7 @@ class TransformerDecoderConfig(Config):
         self.norm = as_config(self.norm, LayerNormConfig)
 
 
-class TransformerDecoder(Module):
+class TransformerDecoder(_Stack):
     """A stack of decoder layers (``decoder_layer`` copied, or built from a config per layer)."""
 
     config_class = TransformerDecoderConfig
@@ -275,14 +268,7 @@ class TransformerDecoder(Module):
         device: Any = None,
         dtype: Any = None,
     ) -> None:
-        super().__init__()
-        self.num_layers = num_layers
-        self.layers = _stack(decoder_layer, num_layers, device, dtype)
-        self.register_module("norm", _norm(norm, device, dtype))
-
-    def config(self) -> TransformerDecoderConfig:
-        norm = self.norm.config() if self.norm is not None else None
-        return TransformerDecoderConfig(self.layers[0].config(), self.num_layers, norm)  # type: ignore[arg-type]
+        super().__init__(decoder_layer, num_layers, norm, device, dtype)
 
     def forward(
         self,

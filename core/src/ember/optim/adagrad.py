@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..lazy.jit import capturing
-from .optimizer import Optimizer, ParamsT, _grad, _nonnegative
+from .optimizer import Optimizer, ParamsT
 
 __all__ = ["Adagrad"]
 
@@ -29,6 +29,7 @@ class Adagrad(Optimizer):
     """
 
     state_keys = frozenset({"step", "sum"})
+    nonnegative = ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
 
     def __init__(
         self,
@@ -51,25 +52,12 @@ class Adagrad(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _check_group(self, group: dict[str, Any]) -> None:
-        for key in ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
-            _nonnegative(self, group, key)
-
     def _step_group(self, group: dict[str, Any]) -> None:
         lr = float(group["lr"])
         lr_decay = float(group["lr_decay"])
-        wd = float(group["weight_decay"])
         init = float(group["initial_accumulator_value"])
         eps = float(group["eps"])
-        maximize = bool(group["maximize"])
-        for p in group["params"]:
-            g = _grad(p)
-            if g is None:
-                continue
-            if maximize:
-                g = -g
-            if wd:
-                g = g + p * wd
+        for p, g in self._grads(group):
             state = self._state(p)
             t = state.get("step", 0) + 1
             state["step"] = t

@@ -11,7 +11,7 @@ from ..dtypes import float32
 from ..errors import InvalidArgumentError
 from ..lazy.jit import capturing, note_state_created
 from ..ops.elementwise import maximum
-from .optimizer import Optimizer, ParamsT, _grad, _nonnegative, _own, _unit
+from .optimizer import Optimizer, ParamsT, _own, _running_average, _unit
 
 __all__ = ["Adam", "AdamW"]
 
@@ -40,6 +40,7 @@ class Adam(Optimizer):
     """
 
     state_keys = frozenset({"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"})
+    nonnegative = ("lr", "eps", "weight_decay")
 
     def __init__(
         self,
@@ -66,8 +67,7 @@ class Adam(Optimizer):
         self._device_steps = {}
 
     def _check_group(self, group: dict[str, Any]) -> None:
-        for key in ("lr", "eps", "weight_decay"):
-            _nonnegative(self, group, key)
+        super()._check_group(group)
         betas = group["betas"]
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise InvalidArgumentError(f"{type(self).__name__}: betas must be a pair (beta1, beta2), got {betas!r}")
@@ -97,36 +97,14 @@ class Adam(Optimizer):
         eps = float(group["eps"])
         wd = float(group["weight_decay"])
         amsgrad = bool(group["amsgrad"])
-        maximize = bool(group["maximize"])
         decoupled = bool(group["decoupled_weight_decay"])
-        keep1, keep2 = 1.0 - beta1, 1.0 - beta2
-        for p in group["params"]:
-            g = _grad(p)
-            if g is None:
-                continue
-            if maximize:
-                g = -g
+        for p, g in self._grads(group, decay=not decoupled):
             state = self._state(p)
             t = state.get("step", 0) + 1
             state["step"] = t
-            base = p
-            if wd:
-                if decoupled:
-                    base = p * (1.0 - lr * wd)
-                else:
-                    g = g + p * wd
-            # the moments are updated in place, so that em.jit replays update them too
-            m = state.get("exp_avg")
-            if m is None:
-                m = state["exp_avg"] = g * keep1
-            else:
-                m.copy_(m * beta1 + g * keep1)
-            gg = g.square()
-            v = state.get("exp_avg_sq")
-            if v is None:
-                v = state["exp_avg_sq"] = gg * keep2
-            else:
-                v.copy_(v * beta2 + gg * keep2)
+            base = p * (1.0 - lr * wd) if wd and decoupled else p
+            m = _running_average(state, "exp_avg", g, beta1)
+            v = _running_average(state, "exp_avg_sq", g.square(), beta2)
             if amsgrad:
                 vmax = state.get("max_exp_avg_sq")
                 if vmax is None:

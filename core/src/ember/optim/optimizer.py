@@ -6,14 +6,15 @@ step counts). ``step()`` reads ``p.grad`` of every parameter and replaces the pa
 values with ``p.copy_(...)`` under ``no_grad``: tensors are values, so an update rebinds the
 parameter's data and never mutates a buffer another tensor shares.
 
-Subclasses implement ``_step_group(group)`` and name their per-parameter state keys in
-``state_keys``. Hyperparameters are read once per group as Python floats, so an update
+Subclasses implement ``_step_group(group)`` (iterating ``_grads(group)``), name their
+per-parameter state keys in ``state_keys`` and the hyperparameters that must be >= 0 in
+``nonnegative``. Hyperparameters are read once per group as Python floats, so an update
 creates no tensors besides its results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -119,6 +120,8 @@ class Optimizer:
 
     #: the per-parameter state entries this optimizer keeps (checked by load_state_dict)
     state_keys: ClassVar[frozenset[str]] = frozenset()
+    #: the hyperparameters that must be numbers >= 0 (checked for every group)
+    nonnegative: ClassVar[tuple[str, ...]] = ("lr",)
 
     def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
@@ -166,7 +169,8 @@ class Optimizer:
 
     def _check_group(self, group: dict[str, Any]) -> None:
         """Raise ValueError for an invalid hyperparameter of ``group`` (subclasses extend)."""
-        _nonnegative(self, group, "lr")
+        for key in self.nonnegative:
+            _nonnegative(self, group, key)
 
     # -- the update --------------------------------------------------------------------------
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -186,6 +190,21 @@ class Optimizer:
 
     def _step_group(self, group: dict[str, Any]) -> None:
         raise MissingMethodError(f"{type(self).__name__} does not implement _step_group")
+
+    def _grads(self, group: dict[str, Any], *, decay: bool = True) -> Iterator[tuple[Tensor, Tensor]]:
+        """(parameter, gradient) for the parameters of ``group`` that have one: the gradient negated
+        under ``maximize`` and, with ``decay``, plus ``weight_decay * p`` (L2, coupled)."""
+        maximize = bool(group.get("maximize", False))
+        wd = float(group.get("weight_decay", 0.0)) if decay else 0.0
+        for p in group["params"]:
+            g = _grad(p)
+            if g is None:
+                continue
+            if maximize:
+                g = -g
+            if wd:
+                g = g + p * wd
+            yield p, g
 
     def _state(self, p: Tensor) -> dict[str, Any]:
         state = self.state.get(p)
@@ -329,6 +348,18 @@ def _unit(opt: Optimizer, value: Any, what: str) -> None:
         raise InvalidArgumentError(
             f"{type(opt).__name__}: {what} must be a number in [0, 1), got {value!r}; typical values are 0.9 to 0.999"
         )
+
+
+def _running_average(state: dict[str, Any], key: str, x: Tensor, decay: float) -> Tensor:
+    """``state[key] = decay * state[key] + (1 - decay) * x`` (``(1 - decay) * x`` at first), updated
+    in place so that em.jit replays update it too; returns the average."""
+    keep = 1.0 - decay
+    avg = state.get(key)
+    if avg is None:
+        avg = state[key] = x * keep
+    else:
+        avg.copy_(avg * decay + x * keep)
+    return avg
 
 
 def _own(t: Tensor) -> Tensor:

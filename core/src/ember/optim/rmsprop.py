@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, ParamsT, _grad, _nonnegative
+from .optimizer import Optimizer, ParamsT, _running_average
 
 __all__ = ["RMSprop"]
 
@@ -29,6 +29,7 @@ class RMSprop(Optimizer):
     """
 
     state_keys = frozenset({"step", "square_avg", "grad_avg", "momentum_buffer"})
+    nonnegative = ("lr", "alpha", "eps", "weight_decay", "momentum")
 
     def __init__(
         self,
@@ -53,43 +54,18 @@ class RMSprop(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _check_group(self, group: dict[str, Any]) -> None:
-        for key in ("lr", "alpha", "eps", "weight_decay", "momentum"):
-            _nonnegative(self, group, key)
-
     def _step_group(self, group: dict[str, Any]) -> None:
         lr = float(group["lr"])
         alpha = float(group["alpha"])
-        keep = 1.0 - alpha
         eps = float(group["eps"])
-        wd = float(group["weight_decay"])
         momentum = float(group["momentum"])
         centered = bool(group["centered"])
-        maximize = bool(group["maximize"])
-        for p in group["params"]:
-            g = _grad(p)
-            if g is None:
-                continue
-            if maximize:
-                g = -g
-            if wd:
-                g = g + p * wd
+        for p, g in self._grads(group):
             state = self._state(p)
             state["step"] = state.get("step", 0) + 1
-            # the averages are updated in place, so that em.jit replays update them too
-            s = state.get("square_avg")
-            gg = g.square()
-            if s is None:
-                s = state["square_avg"] = gg * keep
-            else:
-                s.copy_(s * alpha + gg * keep)
+            s = _running_average(state, "square_avg", g.square(), alpha)
             if centered:
-                a = state.get("grad_avg")
-                if a is None:
-                    a = state["grad_avg"] = g * keep
-                else:
-                    a.copy_(a * alpha + g * keep)
-                s = s - a.square()
+                s = s - _running_average(state, "grad_avg", g, alpha).square()
             d = s.sqrt() + eps
             if momentum > 0:
                 buf = state.get("momentum_buffer")

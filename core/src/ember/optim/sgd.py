@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from .optimizer import Optimizer, ParamsT, _grad, _nonnegative, _own
+from .optimizer import Optimizer, ParamsT, _own
 
 __all__ = ["SGD"]
 
@@ -28,6 +28,7 @@ class SGD(Optimizer):
     """
 
     state_keys = frozenset({"momentum_buffer"})
+    nonnegative = ("lr", "momentum", "weight_decay")
 
     def __init__(
         self,
@@ -51,8 +52,7 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any]) -> None:
-        for key in ("lr", "momentum", "weight_decay"):
-            _nonnegative(self, group, key)
+        super()._check_group(group)
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise InvalidArgumentError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
@@ -60,17 +60,8 @@ class SGD(Optimizer):
         lr = float(group["lr"])
         momentum = float(group["momentum"])
         keep = 1.0 - float(group["dampening"])
-        wd = float(group["weight_decay"])
         nesterov = bool(group["nesterov"])
-        maximize = bool(group["maximize"])
-        for p in group["params"]:
-            g = _grad(p)
-            if g is None:
-                continue
-            if maximize:
-                g = -g
-            if wd:
-                g = g + p * wd
+        for p, g in self._grads(group):
             if momentum:
                 state = self._state(p)
                 buf = state.get("momentum_buffer")  # updated in place, so that em.jit replays update it

@@ -1,0 +1,314 @@
+"""The host side of a backend's GEMM tuner: shape classes, the timing loop, the on-disk choices, the CLI.
+
+A backend subclasses :class:`GemmTuner` with what is specific to its API (its tile config type and
+family, the limits filter, how a product is run, synchronised and read back, the device's identity)
+and keeps one instance per process. Choices live in a :class:`ember.kernel_cache.KernelCache` per
+(device, driver); one is kept per (dtype, shape class), the class bucketing each of M, N and K as
+small (< 128), medium (< 2048) or large. A torn or corrupt entry reads as "not tuned". A large GEMM
+(M N K >= 2**30) on a GPU with no cached choice is tuned on first use within
+``EMBER_AUTOTUNE_BUDGET`` seconds (default 20) unless ``EMBER_AUTOTUNE=0``. Every candidate is
+checked against numpy on an odd shape before it is timed, so a miscompiled one is never chosen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from .dtypes import as_dtype
+from .kernel_cache import KernelCache
+
+__all__ = ["GemmTuner", "TileConfig", "shape_class", "parse_shape", "autotune_enabled", "AUTOTUNE_FLOPS"]
+
+AUTOTUNE_FLOPS = 2**30
+_DEFAULT_SHAPES = [(4096, 4096, 4096), (1024, 1024, 1024), (256, 256, 256)]
+
+
+class TileConfig(Protocol):
+    """What the tuner needs of a backend's tile config: a validity check and a JSON-able dict."""
+
+    def valid(self) -> bool: ...
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R")
+C = TypeVar("C", bound=TileConfig)
+
+
+def _bucket(x: int) -> str:
+    return "s" if x < 128 else "m" if x < 2048 else "l"
+
+
+def shape_class(M: int, N: int, K: int) -> str:
+    """``"lll"`` for 4096^3, ``"sll"`` for a 64-row GEMM...: small / medium / large per M, N, K."""
+    return _bucket(M) + _bucket(N) + _bucket(K)
+
+
+def autotune_enabled() -> bool:
+    """Whether a large untuned GEMM may be tuned on first use (``EMBER_AUTOTUNE``, default on)."""
+    return os.environ.get("EMBER_AUTOTUNE", "1").strip() not in ("0", "off", "false", "no")
+
+
+def _autotune_budget() -> float:
+    return float(os.environ.get("EMBER_AUTOTUNE_BUDGET", "20") or 20)
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``"N"`` or ``"MxNxK"`` as (M, N, K), for the ``--shape`` option of a tuner's CLI."""
+    parts = [int(p) for p in text.lower().replace("x", " ").split()]
+    if len(parts) == 1:
+        parts *= 3
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"shape must be N or MxNxK, got {text!r}")
+    return parts[0], parts[1], parts[2]
+
+
+def _error_text(exc: Exception) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
+class GemmTuner(Generic[R, C]):
+    """One backend's tuner; the methods that raise ``NotImplementedError`` are its API-specific part."""
+
+    #: the backend's name: the store is ``<backend>-tuning``, the CLI ``python -m ember_<backend>.tune``
+    backend: str = ""
+    #: what the CLI tunes ("OpenCL device"), and its ``--device`` help
+    device_kind: str = "device"
+    device_help: str = "device index"
+    #: the backend's tile config type (built from a family tuple or from its stored ``as_dict()``)
+    config_type: Callable[..., C]
+    #: the searched family: argument tuples of ``config_type``
+    family: Sequence[tuple[Any, ...]] = ()
+    #: the key a stored choice and a timing row hold the config under
+    entry: str = "config"
+
+    def __init__(self) -> None:
+        self._stores: weakref.WeakKeyDictionary[Any, KernelCache] = weakref.WeakKeyDictionary()
+        self._memo: weakref.WeakKeyDictionary[Any, dict[str, C | None]] = weakref.WeakKeyDictionary()
+        self._busy: set[int] = set()
+
+    # -- the backend's part -------------------------------------------------------------
+    def fits(self, rt: R, c: C, dt: str) -> bool:
+        """Whether ``rt`` can run ``c`` for ``dt``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement fits")
+
+    def identity(self, rt: R) -> tuple[str, str]:
+        """(device name, driver version) naming ``rt``'s store."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement identity")
+
+    def is_cpu(self, rt: R) -> bool:
+        """Whether ``rt`` is a CPU device (never tuned on first use)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement is_cpu")
+
+    def matmul(self, rt: R, a: Any, b: Any, c: C) -> Any:
+        """``a @ b`` on the device with config ``c``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement matmul")
+
+    def sync(self, rt: R) -> None:
+        """Wait until the device has finished what was queued."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement sync")
+
+    def download(self, rt: R, arr: Any) -> np.ndarray:
+        """A device result as a numpy array."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement download")
+
+    def check_shape(self, c: C) -> tuple[int, int, int]:
+        """(M, K, N) of the odd, edge-heavy product each candidate must get right."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement check_shape")
+
+    def host_dtype(self, dt: str) -> np.dtype:
+        """The numpy dtype test operands are drawn in for ``dt``."""
+        return np.dtype(dt)
+
+    def label(self, rt: R, args: argparse.Namespace) -> str:
+        """How the CLI names the device."""
+        return f"device {args.device}"
+
+    def runtime(self, args: argparse.Namespace) -> R:
+        """The runtime the CLI tunes."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement runtime")
+
+    def add_arguments(self, ap: argparse.ArgumentParser) -> None:
+        """Backend-specific CLI options (none by default)."""
+
+    def skip(self, rt: R, args: argparse.Namespace) -> str | None:
+        """A reason the CLI does not tune ``rt``, or None."""
+        return None
+
+    # -- shared -------------------------------------------------------------------------
+    def candidates(self, rt: R, dt: str) -> list[C]:
+        """The family's configs that ``rt`` can run for ``dt``."""
+        return [c for c in (self.config_type(*spec) for spec in self.family) if self.fits(rt, c, dt)]
+
+    def store_for(self, rt: R) -> KernelCache:
+        """The tuning store of ``rt``'s device (one per runtime)."""
+        found = self._stores.get(rt)
+        if found is None:
+            found = self._stores[rt] = KernelCache(f"{self.backend}-tuning", *self.identity(rt))
+        return found
+
+    def key(self, store: KernelCache, dt: str, cls: str) -> Any:
+        """The store key of the choice for (``dt``, ``cls``)."""
+        return store.key(f"ember-{self.backend} gemm tuning v1\n{dt}\n{cls}")
+
+    def forget(self, rt: R) -> None:
+        """Drop what this process remembers of the disk store (the next lookup reads it again)."""
+        self._memo.pop(rt, None)
+
+    def read(self, rt: R, dt: str, cls: str) -> C | None:
+        """The stored choice for (``dt``, ``cls``), None when there is none or it is unreadable."""
+        memo = self._memo.setdefault(rt, {})
+        name = f"{dt}:{cls}"
+        if name in memo:
+            return memo[name]
+        store = self.store_for(rt)
+        payload = store.load(self.key(store, dt, cls))
+        found = None
+        if payload is not None:
+            try:
+                found = self.config_type(**json.loads(payload)[self.entry])
+            except (ValueError, TypeError, KeyError):
+                found = None
+            if found is not None and not found.valid():
+                found = None
+        memo[name] = found
+        return found
+
+    def lookup(self, rt: R, dt: str, M: int, N: int, K: int) -> C | None:
+        """The cached config for this shape's class, tuning a large GPU GEMM on first use (bounded)."""
+        found = self.read(rt, dt, shape_class(M, N, K))
+        if found is not None or id(rt) in self._busy or self.is_cpu(rt):
+            return found
+        if M * N * K >= AUTOTUNE_FLOPS and autotune_enabled():
+            found, _ = self.tune(rt, dt, M, N, K, budget_s=_autotune_budget())
+        return found
+
+    def record(self, rt: R, dt: str, cls: str, c: C, gflops: float | None = None) -> bool:
+        """Store ``c`` as the choice for (``dt``, ``cls``) on this device; False when the store is off."""
+        store = self.store_for(rt)
+        payload = {self.entry: c.as_dict(), "gflops": gflops, "dtype": dt, "class": cls, "when": time.time()}
+        self._memo.setdefault(rt, {})[f"{dt}:{cls}"] = c
+        return store.store(self.key(store, dt, cls), json.dumps(payload).encode())
+
+    def check(self, rt: R, dt: str, c: C) -> bool:
+        """Whether ``c`` computes an odd-shaped, edge-heavy product right (against numpy float64)."""
+        rng = np.random.default_rng(0)
+        npdt = self.host_dtype(dt)
+        m, k, n = self.check_shape(c)
+        a = rng.standard_normal((m, k)).astype(npdt)
+        b = rng.standard_normal((k, n)).astype(npdt)
+        got = self.download(rt, self.matmul(rt, rt.upload(a, as_dtype(dt)), rt.upload(b, as_dtype(dt)), c))  # type: ignore[attr-defined]
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        tol = 1e-2 if npdt.itemsize <= 2 else 1e-4
+        return bool(np.allclose(got.astype(np.float64), want, rtol=tol, atol=tol * 10))
+
+    def time(self, rt: R, c: C, a: Any, b: Any, reps: int) -> float:
+        """The best of ``reps`` timed runs of ``a @ b`` with ``c``, after one to compile and warm."""
+        self.matmul(rt, a, b, c)
+        self.sync(rt)
+        best = float("inf")
+        for _ in range(reps):
+            start = time.perf_counter()
+            self.matmul(rt, a, b, c)
+            self.sync(rt)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    def tune(
+        self,
+        rt: R,
+        dt: str,
+        M: int,
+        N: int,
+        K: int,
+        *,
+        choices: list[C] | None = None,
+        budget_s: float = 60.0,
+        reps: int = 3,
+        save: bool = True,
+    ) -> tuple[C | None, list[dict[str, Any]]]:
+        """Time ``choices`` (default :meth:`candidates`) on an M x N x K GEMM; store and return the fastest.
+
+        Stops starting candidates once ``budget_s`` has passed (the best so far wins). Returns the
+        winner (None if no candidate ran) and one row per candidate: config, seconds, GFLOP/s or error."""
+        choices = self.candidates(rt, dt) if choices is None else [c for c in choices if self.fits(rt, c, dt)]
+        rows: list[dict[str, Any]] = []
+        start = time.perf_counter()
+        self._busy.add(id(rt))
+        try:
+            rng = np.random.default_rng(1)
+            npdt = self.host_dtype(dt)
+            a = rt.upload(rng.standard_normal((M, K)).astype(npdt), as_dtype(dt))  # type: ignore[attr-defined]
+            b = rt.upload(rng.standard_normal((K, N)).astype(npdt), as_dtype(dt))  # type: ignore[attr-defined]
+            best: tuple[float, C] | None = None
+            for c in choices:
+                if rows and time.perf_counter() - start > budget_s:
+                    break
+                row: dict[str, Any] = {self.entry: c.as_dict()}
+                try:
+                    if not self.check(rt, dt, c):
+                        row["error"] = "wrong result"
+                    else:
+                        sec = self.time(rt, c, a, b, reps)
+                        row["seconds"] = sec
+                        row["gflops"] = 2.0 * M * N * K / sec / 1e9
+                        if best is None or sec < best[0]:
+                            best = (sec, c)
+                except Exception as exc:  # a candidate the driver cannot build or run is skipped
+                    row["error"] = _error_text(exc)
+                rows.append(row)
+        finally:
+            self._busy.discard(id(rt))
+        if best is None:
+            return None, rows
+        if save:
+            self.record(rt, dt, shape_class(M, N, K), best[1], 2.0 * M * N * K / best[0] / 1e9)
+        return best[1], rows
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """The tuner's CLI: tune GEMM on one device for the given shapes and cache the choices."""
+        prog = f"python -m ember_{self.backend}.tune"
+        ap = argparse.ArgumentParser(
+            prog=prog, description=f"``{prog}``: tune GEMM on one {self.device_kind} and cache the choices."
+        )
+        ap.add_argument("--device", type=int, default=0, help=self.device_help)
+        ap.add_argument("--dtype", default="float32")
+        shapes_help = "N or MxNxK (repeatable); default 4096, 1024, 256"
+        ap.add_argument("--shape", type=parse_shape, action="append", help=shapes_help)
+        ap.add_argument("--budget", type=float, default=60.0, help="seconds per shape")
+        ap.add_argument("--reps", type=int, default=3)
+        self.add_arguments(ap)
+        ap.add_argument("--json", help="write every timing here")
+        args = ap.parse_args(argv)
+        rt = self.runtime(args)
+        reason = self.skip(rt, args)
+        if reason is not None:
+            print(reason)
+            return 0
+        device, driver = self.identity(rt)
+        report: dict[str, Any] = {"device": device, "driver": driver, "runs": []}
+        label = self.label(rt, args)
+        for M, N, K in args.shape or _DEFAULT_SHAPES:
+            best, rows = self.tune(rt, args.dtype, M, N, K, budget_s=args.budget, reps=args.reps)
+            cls = shape_class(M, N, K)
+            print(f"{label} {args.dtype} {M}x{N}x{K} (class {cls}):")
+            for row in sorted(rows, key=lambda r: -r.get("gflops", 0)):
+                what = f"{row['gflops']:9.1f} GFLOP/s" if "gflops" in row else row["error"]
+                print(f"  {what}  {row[self.entry]}")
+            chosen = best.as_dict() if best else None
+            print(f"  -> {chosen or 'nothing ran'}")
+            report["runs"].append({"shape": [M, N, K], "class": cls, "rows": rows, "best": chosen})
+        print(f"cached in {self.store_for(rt).directory}")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1)
+        return 0
