@@ -14,7 +14,8 @@ import ember as em
 
 from .checks import require_dtype
 
-_COMPLEX = ("complex64", "complex128")
+#: DType values, so --ember-dtypes selects these cases as it does every other dtype-parametrized case
+_COMPLEX = (em.complex64, em.complex128)
 _PARTS = [0.0, -0.0, 0.5, -1.5, 3.0, np.inf, -np.inf, np.nan]
 #: every pair of special parts
 _GRID = np.array([complex(a, b) for a in _PARTS for b in _PARTS])
@@ -68,7 +69,7 @@ def _close(got: np.ndarray, want: np.ndarray, rtol: float, what: str) -> None:
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, equal_nan=True, err_msg=f"{what}, {part.__name__}")
 
 
-@pytest.mark.parametrize("dtype", _COMPLEX)
+@pytest.mark.parametrize("dtype", _COMPLEX, ids=str)
 @pytest.mark.parametrize("name", sorted(_UNARY))
 def test_complex_unary_special_values(device, dtype, name):
     dt = _dtype(device, dtype)
@@ -76,10 +77,10 @@ def test_complex_unary_special_values(device, dtype, name):
     got = getattr(em, name)(em.tensor(z, device=device)).numpy()
     with np.errstate(all="ignore"):
         want = _UNARY[name](z.astype(np.complex128))
-    _close(got, want, 3e-6 if dtype == "complex64" else 1e-12, f"{name} {dtype}")
+    _close(got, want, 3e-6 if dtype == em.complex64 else 1e-12, f"{name} {dtype}")
 
 
-@pytest.mark.parametrize("dtype", _COMPLEX)
+@pytest.mark.parametrize("dtype", _COMPLEX, ids=str)
 @pytest.mark.parametrize("name, ref", _BINARY, ids=[b[0] for b in _BINARY])
 def test_complex_binary_special_values(device, dtype, name, ref):
     dt = _dtype(device, dtype)
@@ -87,7 +88,7 @@ def test_complex_binary_special_values(device, dtype, name, ref):
     b = np.concatenate([_random(12, 3), [2, 0, -3, 0.5 + 0j, 1, 2]]).astype(dt.numpy)
     b[1] = a[1]
     fn = getattr(em, name)
-    rtol = 1e-5 if dtype == "complex64" else 1e-12
+    rtol = 1e-5 if dtype == em.complex64 else 1e-12
     a128, b128 = a.astype(np.complex128), b.astype(np.complex128)
     with np.errstate(all="ignore"):
         want, want_scalar = ref(a128, b128), ref(a128, 0.5 - 2j)
@@ -95,7 +96,7 @@ def test_complex_binary_special_values(device, dtype, name, ref):
     _close(fn(em.tensor(a, device=device), 0.5 - 2j).numpy(), want_scalar, rtol, f"{name} with a scalar")
 
 
-@pytest.mark.parametrize("dtype", _COMPLEX)
+@pytest.mark.parametrize("dtype", _COMPLEX, ids=str)
 def test_complex_casts_creation_where_movement_indexing(device, dtype):
     dt = _dtype(device, dtype)
     real = em.dtypes.real_dtype(dt)
@@ -126,7 +127,7 @@ def test_complex_casts_creation_where_movement_indexing(device, dtype):
     want = m.astype(np.complex128)
     for (r, c), v in zip(np.ndindex(idx.shape), m.ravel()):
         want[r, idx[r, c]] += v
-    rtol = 1e-6 if dtype == "complex64" else 1e-15
+    rtol = 1e-6 if dtype == em.complex64 else 1e-15
     got = em.scatter_add(tm, em.tensor(idx, device=device), tm, axis=1).numpy()
     np.testing.assert_allclose(got, want, rtol=rtol)  # repeats add up
     put = em.index_put(tm, (em.tensor([1, 0], device=device),), em.conj(tm), accumulate=True).numpy()
@@ -135,10 +136,10 @@ def test_complex_casts_creation_where_movement_indexing(device, dtype):
     np.testing.assert_array_equal(em.unique_values(em.tensor(vals, device=device)).numpy(), np.unique(vals))
 
 
-@pytest.mark.parametrize("dtype", _COMPLEX)
+@pytest.mark.parametrize("dtype", _COMPLEX, ids=str)
 def test_complex_reductions_and_matmul(device, dtype):
     dt = _dtype(device, dtype)
-    rtol = 1e-5 if dtype == "complex64" else 1e-11
+    rtol = 1e-5 if dtype == em.complex64 else 1e-11
     a = _random(60, 6).reshape(5, 12).astype(dt.numpy)
     t = em.tensor(a, device=device)
     a = a.astype(np.complex128)
@@ -184,7 +185,7 @@ def _central_differences(program: Callable[..., em.Tensor], values: list[np.ndar
     return grads
 
 
-@pytest.mark.parametrize("dtype", _COMPLEX)
+@pytest.mark.parametrize("dtype", _COMPLEX, ids=str)
 @pytest.mark.parametrize("name, program", _GRAD_CASES, ids=[c[0] for c in _GRAD_CASES])
 def test_complex_gradients_match_central_differences(ad_device, dtype, name, program):
     dt = _dtype(ad_device, dtype)
@@ -193,7 +194,7 @@ def test_complex_gradients_match_central_differences(ad_device, dtype, name, pro
     values = [v.astype(dt.numpy).astype(np.complex128) for v in values]  # the points the device sees
     inputs = [em.tensor(v.astype(dt.numpy), device=ad_device, requires_grad=True) for v in values]
     program(*inputs).backward()
-    tol = 2e-5 if dtype == "complex64" else 1e-6
+    tol = 2e-5 if dtype == em.complex64 else 1e-6
     for t, want in zip(inputs, _central_differences(program, values)):
         got = t.grad.numpy()
         assert got.dtype == dt.numpy, f"{name}: gradient dtype {got.dtype}"
