@@ -108,3 +108,17 @@ def test_rfft_through_the_kernel(kind):
     assert sum(CALLS[kind].values()) > 0
     want = np.fft.rfft(x)
     _check(got, np.stack([want.real, want.imag], axis=-1), em.float32, 200)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_half_precision_computed_in_float32(kind):
+    """float16 input is cast to float32, transformed and cast back: the result is float16 and off
+    numpy by about the rounding of its values (a few float16 ulps of the spectrum's size)."""
+    device = _device(kind)
+    if not device.capabilities.supports(em.float16):
+        pytest.skip(f"{kind}:0 holds no float16")
+    z = np.random.default_rng(5).standard_normal((2, 64, 2))
+    out = signal_dft(em.tensor(z, dtype=em.float16, device=device), inverse=True, scale=0.5)
+    assert out.dtype is em.float16
+    want = _want(z.astype(np.float16).astype(np.float64), True, 0.5)
+    np.testing.assert_allclose(np.asarray(out.numpy(), np.float64), want, rtol=0, atol=4e-3 * np.abs(want).max())
