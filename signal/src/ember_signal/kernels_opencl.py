@@ -25,6 +25,9 @@ _CTYPE = {"float32": ("float", np.float32), "float64": ("double", np.float64)}
 # on GPUs: the runtime's rt.grid); src/dst are (re, im) pairs, ``os`` the source's element offset
 _SOURCE = """{pragma}#define T {ctype}
 #define GRID(total) for (long g = get_global_id(0); g < (total); g += get_global_size(0))
+/* (vr, vi) = src[a] * w^j, the root's imaginary part times sg */
+#define TWID(vr, vi, a, j) const T vr##_ = src[a], vi##_ = src[(a) + 1], vr##w = tw[j], vi##w = sg * tw[(j) + 1]; \
+    const T vr = vr##_ * vr##w - vi##_ * vi##w, vi = vr##_ * vi##w + vi##_ * vr##w;
 
 /* one radix-2 stage: pairs of length-c DFTs at i and i + n/2 merge into one of length 2c */
 __kernel void sig_dft_r2(__global T* restrict dst, __global const T* restrict src, const long os,
@@ -55,15 +58,11 @@ __kernel void sig_dft_r4(__global T* restrict dst, __global const T* restrict sr
         const long base = (g >> (ln - 2)) << ln;
         const int i = (int)(g & (q - 1)), k = i & (c - 1);
         const long x = os + 2 * (base + i);
-        T r[4], m[4];
-        r[0] = src[x]; m[0] = src[x + 1];
-        for (int p = 1; p < 4; ++p) {{
-            const long a = x + 2 * (long)p * q, j = 2 * (long)(p * k * ts);
-            const T vr = src[a], vi = src[a + 1], wr = tw[j], wi = sg * tw[j + 1];
-            r[p] = vr * wr - vi * wi; m[p] = vr * wi + vi * wr;
-        }}
-        const T ar = r[0] + r[2], ai = m[0] + m[2], br = r[0] - r[2], bi = m[0] - m[2];
-        const T cr = r[1] + r[3], ci = m[1] + m[3], dr = r[1] - r[3], di = m[1] - m[3];
+        const long s1 = 2 * (long)q, j1 = 2 * (long)(k * ts);
+        const T r0 = src[x], m0 = src[x + 1];
+        TWID(r1, m1, x + s1, j1) TWID(r2, m2, x + 2 * s1, 2 * j1) TWID(r3, m3, x + 3 * s1, 3 * j1)
+        const T ar = r0 + r2, ai = m0 + m2, br = r0 - r2, bi = m0 - m2;
+        const T cr = r1 + r3, ci = m1 + m3, dr = r1 - r3, di = m1 - m3;
         const long y = 2 * (base + ((long)(i >> lc) << (lc + 2)) + k), s = 2 * (long)c;
         dst[y] = (ar + cr) * scale;              dst[y + 1] = (ai + ci) * scale;
         dst[y + s] = (br - sg * di) * scale;     dst[y + s + 1] = (bi + sg * dr) * scale;
