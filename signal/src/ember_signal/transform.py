@@ -6,8 +6,9 @@ autodiff records real results only: on pairs the op runs, and differentiates, ev
 reference is written in ember Tensor ops: a Stockham radix-4 FFT (log4(n) vectorised stages,
 one radix-2 stage for odd powers) for powers of two, a direct DFT by matmul for short other
 lengths, and Bluestein's chirp-z algorithm (three power-of-two FFTs, one of them precomputed)
-for long ones. The cpu kernel calls numpy.fft, the cuda one cupy.fft (cuFFT). The gradient of
-a DFT is the DFT of the opposite sign with the same scale.
+for long ones. The cpu kernel calls numpy.fft, the cuda one cupy.fft (cuFFT); opencl and wgpu
+run generated kernels of the same algorithms (kernels_opencl.py, kernels_wgpu.py). The gradient
+of a DFT is the DFT of the opposite sign with the same scale.
 """
 
 from __future__ import annotations
