@@ -42,7 +42,7 @@ def _t(a: np.ndarray, device: Any, dtype: Any, requires_grad: bool = False) -> A
     return em.tensor(a, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-# -- the DFT primitive: the Tensor-op reference (what OpenCL and WGPU run) and the dispatched op -------------
+# -- the DFT primitive: the Tensor-op reference and the dispatched op (numpy.fft, cuFFT, generated kernels) --
 
 #: powers of two: Stockham (16, 64: radix 4 only; 2, 8, 128: with a radix-2 stage); other n <= 64: direct DFT;
 #: others: Bluestein

@@ -6,8 +6,9 @@ autodiff records real results only: on pairs the op runs, and differentiates, ev
 reference is written in ember Tensor ops: a Stockham radix-4 FFT (log4(n) vectorised stages,
 one radix-2 stage for odd powers) for powers of two, a direct DFT by matmul for short other
 lengths, and Bluestein's chirp-z algorithm (three power-of-two FFTs, one of them precomputed)
-for long ones. The cpu kernel calls numpy.fft, the cuda one cupy.fft (cuFFT). The gradient of
-a DFT is the DFT of the opposite sign with the same scale.
+for long ones. The cpu kernel calls numpy.fft, the cuda one cupy.fft (cuFFT); opencl and wgpu
+run generated kernels of the same algorithms (kernels_opencl.py, kernels_wgpu.py). The gradient
+of a DFT is the DFT of the opposite sign with the same scale.
 """
 
 from __future__ import annotations
@@ -148,7 +149,15 @@ def _transform(re: Any, im: Any, sign: int) -> tuple[Any, Any]:
     return _bluestein(re, im, sign)
 
 
-@em.backend_extension("signal_dft")
+def _sample(rng: np.random.Generator, dtype: str) -> list[tuple[tuple[np.ndarray, ...], dict[str, Any]]]:
+    """Inputs the conformance suite runs every native kernel (and the gradient) on: each path of the
+    reference (n = 1, radix-4 only, radix 4 and 2, direct, Bluestein), both signs, a scale."""
+    shapes = [((2, 1, 2), False, 1.0), ((2, 16, 2), False, 1.0), ((3, 8, 2), True, 0.5), ((2, 12, 2), True, 1.0),
+              ((1, 100, 2), False, 0.25)]  # fmt: skip
+    return [((rng.standard_normal(s),), {"inverse": inv, "scale": sc}) for s, inv, sc in shapes]
+
+
+@em.backend_extension("signal_dft", sample=_sample, tolerance=100.0)
 def signal_dft(x: Any, inverse: bool = False, scale: float = 1.0) -> Any:
     """DFT along axis -2 of (real, imag) pairs ``x`` of shape (..., n, 2), times ``scale``;
     ``inverse`` flips the sign of the exponent (no 1/n: the caller's ``scale`` says it)."""
@@ -200,3 +209,11 @@ def dft_pairs(p: Any, axis: int, inverse: bool, scale: float) -> Any:
         p = em.moveaxis(p, axis, last)
     out = signal_dft(p, inverse=inverse, scale=float(scale))
     return em.moveaxis(out, last, axis) if axis != last else out
+
+
+# the generated kernels of opencl and wgpu, registered where those backends are installed (they import
+# neither pyopencl nor wgpu until a kernel runs)
+from . import kernels_opencl, kernels_wgpu  # noqa: E402
+
+kernels_opencl.register(signal_dft)
+kernels_wgpu.register(signal_dft)
