@@ -8,10 +8,10 @@
 # wgpu 0.32.0 + cffi, pycparser, rendercanvas) and .gl (the Vulkan loader debs), see GPU-NOTES.md:
 #     bash fused/scripts/h200.sh
 # K (default "fused") selects the extension conformance cases with -k; K="" runs every registered
-# extension's (ember-fused, ember-linalg, ember-signal: all three are installed). EXT_BENCH=1 adds
-# benchmarks.fft (2^20 points) and benchmarks.linalg (solve, svd of 1024x1024) on each device.
+# extension's (ember-fused, ember-linalg, ember-signal: all three are installed). EXT_BENCH="fft linalg"
+# adds benchmarks.fft (2^20 points) and benchmarks.linalg (solve, svd of 1024x1024) on each device.
 # Writes at most 8 files to $OUT (what the device tool brings back): summary.txt, env.txt,
-# conformance-{cuda,opencl,wgpu}.log, bench.txt, bench-unfused.txt, ext-bench.txt (EXT_BENCH=1);
+# conformance-{cuda,opencl,wgpu}.log, bench.txt, bench-unfused.txt (UNFUSED=0: not run), ext-bench.txt (EXT_BENCH);
 # the JSON forms stay in /tmp. Each step has a time limit (at most 9 minutes in all; about 5 expected).
 set -u
 OUT=${OUT:-/tmp/ember-fused-h200}
@@ -84,16 +84,19 @@ done
 timeout "$BENCH_S" $PY -m benchmarks.fused --devices "$DEVICES" --sizes gpu --iters 20 --json /tmp/bench.json \
   >"$OUT/bench.txt" 2>&1
 note "bench (EMBER_FUSION=1): rc=$?"
-EMBER_FUSION=0 timeout "$BENCH_S" $PY -m benchmarks.fused --devices "$DEVICES" --sizes gpu --iters 20 \
-  --json /tmp/bench-unfused.json >"$OUT/bench-unfused.txt" 2>&1
-note "bench (EMBER_FUSION=0): rc=$?"
-cat "$OUT/bench.txt" "$OUT/bench-unfused.txt" >>"$OUT/summary.txt"
-if [ -n "${EXT_BENCH:-}" ]; then  # FFT of 2^20 points and 1024x1024 solve/svd, per device
+if [ "${UNFUSED:-1}" = 1 ]; then  # UNFUSED=0 leaves the EMBER_FUSION=0 run out
+  EMBER_FUSION=0 timeout "$BENCH_S" $PY -m benchmarks.fused --devices "$DEVICES" --sizes gpu --iters 20 \
+    --json /tmp/bench-unfused.json >"$OUT/bench-unfused.txt" 2>&1
+  note "bench (EMBER_FUSION=0): rc=$?"
+fi
+cat "$OUT/bench.txt" >>"$OUT/summary.txt"
+# EXT_BENCH="fft linalg" (either or both): benchmarks.fft (2^20 points) and benchmarks.linalg
+# (solve, svd of 1024x1024) on each device, EXT_S seconds each at most
+for bench in ${EXT_BENCH:-}; do
   for dev in ${DEVICES//,/ }; do
     kind=${dev%%:*}
     if [ "$kind" = wgpu ]; then export EMBER_WGPU_ADAPTER=${dev#*:}; fi
-    { echo "== $dev"; timeout 60 $PY -m benchmarks.fft --device "$dev" --iters 10; timeout 90 $PY -m benchmarks.linalg --device "$dev" --iters 3; } \
-      >>"$OUT/ext-bench.txt" 2>&1
-    note "ext bench $dev: rc=$?"
+    { echo "== $bench $dev"; timeout "${EXT_S:-60}" $PY -m "benchmarks.$bench" --device "$dev" --iters 5; } >>"$OUT/ext-bench.txt" 2>&1
+    note "$bench bench $dev: rc=$?"
   done
-fi
+done
