@@ -1,0 +1,164 @@
+"""The free lists of a pool: taking a cached buffer (of its size, or larger), giving a dead
+block's buffer back, and releasing cached buffers to the driver (over the cache limit, to make
+room under adaptive's headroom, idle ones, or all of them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic
+
+from .strategies import _MIN_IDLE, SMALL_LIMIT, Raw
+
+
+class _FreeLists(Generic[Raw]):
+    """BufferPool's free lists (``_free``: size -> raw buffers) and the buffers waiting for release (``_doomed``)."""
+
+    def _take_free(self, size: int, avoid: Callable[[Raw], bool] | None) -> Raw | None:
+        bucket = self._free.get(size)
+        if not bucket:
+            return None
+        if avoid is None:
+            raw = bucket.pop()
+        else:
+            for k in range(len(bucket) - 1, -1, -1):
+                if not avoid(bucket[k]):
+                    raw = bucket.pop(k)
+                    break
+            else:
+                return None
+        self.cached -= size
+        return raw
+
+    def _take_larger(self, size: int, avoid: Callable[[Raw], bool] | None, budget: int) -> tuple[Raw, int] | None:
+        """adaptive: the smallest free buffer larger than ``size`` on its side of ``SMALL_LIMIT``, at most
+        ``budget`` bytes larger (the slack it adds stays within half the headroom)."""
+        small = size <= SMALL_LIMIT
+        fits = (s for s, b in self._free.items() if b and size < s <= size + budget and (s <= SMALL_LIMIT) == small)
+        for have in sorted(fits):
+            raw = self._take_free(have, avoid)
+            if raw is not None:
+                self._touched[have] = self._clock
+                return raw, have
+        return None
+
+    def _make_room(self, excess: int, size: int) -> None:
+        """adaptive: release free buffers until ``excess`` bytes went: large before small (for a large
+        request), and the most recently freed first, which a loop needs again last (the idle scan
+        takes those that stay empty); never one ``defer_release`` says is busy."""
+        small = size <= SMALL_LIMIT
+        order = sorted(
+            (s for s, b in self._free.items() if b),
+            key=lambda s: ((s <= SMALL_LIMIT) and not small, -self._touched.get(s, 0)),
+        )
+        busy = self.defer_release if callable(self.defer_release) else None
+        excess = self._release_from(order, excess, busy)
+        if excess > 0 and busy is not None and self.on_pressure is not None:
+            self.on_pressure()  # wgpu: submit the open batch; its buffers are then free to release
+            self._release_from([s for s in order if self._free.get(s)], excess, busy)
+
+    def _release_from(self, order: list[int], excess: int, busy: Callable[[Raw], bool] | None) -> int:
+        """Release free buffers of the sizes in ``order`` (not busy ones) until ``excess`` bytes went; the rest."""
+        for have in order:
+            bucket = self._free[have]
+            for k in range(len(bucket) - 1, -1, -1):
+                if excess <= 0:
+                    break
+                if busy is not None and busy(bucket[k]):
+                    continue  # released only after the submit: kept, it stays reusable until then
+                self.cached -= have
+                excess -= have
+                self._retire(bucket.pop(k), have)
+            if excess <= 0:
+                break
+        return excess
+
+    def _release_idle(self) -> None:
+        """adaptive: release the free buffers of sizes unused for twice the longest reuse gap seen."""
+        horizon = max(_MIN_IDLE, 2 * self._gap)
+        self._next_scan = self._clock + horizon // 2
+        if self.strategy != "adaptive" or not self.cached:
+            return
+        stale = self._clock - horizon
+        for have, bucket in self._free.items():
+            if bucket and self._touched.get(have, 0) < stale:
+                self.cached -= have * len(bucket)
+                for raw in bucket:
+                    self._retire(raw, have)
+                bucket.clear()
+        if self._pages:
+            self._drop_empty_pages(before=stale)
+
+    def _give_back(self, token: int) -> None:
+        """Called by a dying block: its buffer goes to the free list, or to release."""
+        entry = self._live.pop(token, None)
+        if entry is None:
+            return
+        raw, have, counted = entry
+        self.in_use -= counted
+        if have != counted:
+            self._slack -= have - counted
+        limit = self.cache_limit
+        if self._keep and limit is not None and self.cached + have > limit and have <= limit:
+            # a full cache gives up the sizes returned least recently, not the buffer a loop is
+            # using now (else a loop after a workload that filled the cache with other sizes makes
+            # and destroys every buffer on every step: W6 after W4 on wgpu, 1.66 -> 17 ms)
+            stale = sorted((c for c, b in self._free.items() if b and c != have), key=lambda c: self._touched.get(c, 0))
+            busy = self.defer_release if callable(self.defer_release) else None
+            self._release_from(stale, self.cached + have - limit, busy)
+        if not self._keep or (limit is not None and self.cached + have > limit):
+            self._retire(raw, have)
+            return
+        bucket = self._free.get(have)
+        if bucket is None:
+            self._free[have] = [raw]
+        else:
+            bucket.append(raw)
+        self.cached += have
+        self._touched[have] = self._clock
+
+    # -- giving memory back to the driver -------------------------------------------------------
+    def _retire(self, raw: Raw, size: int) -> None:
+        """Release ``raw`` now, or, with ``defer_release`` (True, or true for it), at the next :meth:`trim`."""
+        if self._where:
+            where = self._where.pop(id(raw), None)
+            if where is not None:  # a carved block: its range goes back to its page (no driver call)
+                page, offset, length = where
+                page.give(offset, length)
+                page.touched = self._clock
+                if self._sub_release is not None:
+                    self._sub_release(raw)
+                if not page.used and self.strategy != "adaptive":  # only adaptive keeps empty pages
+                    self._pages.remove(page)
+                    self.reserved -= page.size
+                    self.frees += 1
+                    self._release(page.raw)
+                return
+        defer = self.defer_release
+        if defer is True or (defer and defer(raw)):
+            self._doomed.append((raw, size))
+            return
+        self.reserved -= size
+        self.frees += 1
+        self._release(raw)
+
+    def trim(self) -> int:
+        """Release the buffers waiting for release (over the cache limit, or emptied); returns how many."""
+        doomed, self._doomed = self._doomed, []
+        for raw, size in doomed:
+            self.reserved -= size
+            self.frees += 1
+            self._release(raw)
+        return len(doomed)
+
+    def empty(self) -> int:
+        """Release every free buffer (now, or at the next :meth:`trim` with ``defer_release``); returns how many."""
+        count = 0
+        free, self._free = self._free, {}
+        self.cached = 0
+        for size, bucket in free.items():
+            for raw in bucket:
+                self._retire(raw, size)
+            count += len(bucket)
+        if self._pages:
+            self._drop_empty_pages()
+        return count

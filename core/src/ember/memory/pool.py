@@ -1,0 +1,229 @@
+"""The buffer pool: :class:`BufferPool` hands out :class:`Block` s, each owning one raw buffer
+that returns to the pool when the block is collected; what the pool keeps follows its strategy.
+
+Its parts by concern: the free lists (:mod:`.freelists`), pages and sub-allocation
+(:mod:`.pages`), driver allocations and out of memory (:mod:`.oom`), and the counters (:mod:`.stats`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Generic
+
+from .. import config
+from ..errors import InvalidArgumentError
+from .freelists import _FreeLists
+from .oom import _Allocation
+from .pages import _Pages
+from .stats import _Counters
+from .strategies import (
+    _CLASSES,
+    _FINE,
+    _MIN_IDLE,
+    DEFAULT_CACHE_LIMIT,
+    HEADROOM,
+    SMALL_LIMIT,
+    Raw,
+    _check_strategy,
+    _class_of,
+    _fine_of,
+)
+
+if TYPE_CHECKING:
+    from .pages import _Page
+
+__all__ = ["Block", "BufferPool"]
+
+
+class Block(Generic[Raw]):
+    """One pooled buffer (``raw``, ``nbytes`` of it usable); it returns to its pool when collected."""
+
+    __slots__ = ("raw", "nbytes", "_pool", "_token", "__weakref__")
+
+    def __init__(self, raw: Raw, nbytes: int, pool: BufferPool[Raw], token: int) -> None:
+        self.raw = raw
+        self.nbytes = nbytes
+        self._pool = pool
+        self._token = token
+
+    def __del__(self) -> None:
+        try:
+            self._pool._give_back(self._token)
+        except Exception:  # interpreter shutdown: the device may be gone already
+            pass
+
+    def __repr__(self) -> str:
+        return f"<Block {self.nbytes} bytes>"
+
+
+class BufferPool(_FreeLists[Raw], _Pages[Raw], _Allocation[Raw], _Counters, Generic[Raw]):
+    """Free lists of raw device buffers keyed by size, run by one strategy, with the counters of :class:`PoolStats`.
+
+    ``allocate(nbytes)`` must raise :class:`MemoryError` (or a subclass) when the device is
+    full: the pool then calls ``on_pressure()`` (e.g. submit queued work), releases its free
+    buffers and tries once more; a second failure raises :class:`~ember.errors.OutOfMemoryError`.
+    ``max_class`` caps the rounding (a request that fits under it is never rounded above it).
+    ``device`` is the label of the device (``"cuda:0"``) whose strategy the pool follows.
+    ``defer_release``: True keeps every buffer to release until :meth:`trim`; a callable
+    ``busy(raw)`` keeps only those it says are busy (wgpu: referenced by the open batch).
+    ``sub_allocate(page, offset, nbytes) -> raw``: a view into a driver buffer, so that adaptive
+    carves small blocks out of pages (offsets a multiple of ``alignment``); ``sub_release(raw)``
+    drops a view (optional). Not with ``defer_release``.
+    """
+
+    def __init__(
+        self,
+        allocate: Callable[[int], Raw],
+        release: Callable[[Raw], None],
+        *,
+        cache_limit: int | None = DEFAULT_CACHE_LIMIT,
+        max_class: int | None = None,
+        defer_release: bool | Callable[[Raw], bool] = False,
+        on_pressure: Callable[[], None] | None = None,
+        strategy: str | None = None,
+        device: str | None = None,
+        sub_allocate: Callable[[Raw, int, int], Raw] | None = None,
+        sub_release: Callable[[Raw], None] | None = None,
+        alignment: int = 256,
+    ) -> None:
+        self._allocate = allocate
+        self._release = release
+        #: bytes of free buffers kept for reuse (None: no limit; 0: release every freed buffer)
+        self.cache_limit = cache_limit
+        self.max_class = max_class
+        self.defer_release = defer_release
+        self.on_pressure = on_pressure
+        self.device = device
+        self._free: dict[int, list[Raw]] = {}
+        self._doomed: list[tuple[Raw, int]] = []  # waiting for release (over the limit, or emptied)
+        # every buffer handed out, by token -> (raw, its size, the bytes counted in use): a raw buffer
+        # is never garbage itself, so when a block dies inside a reference cycle the collector cannot
+        # free the buffer while the pool takes it back
+        self._live: dict[int, tuple[Raw, int, int]] = {}
+        self._tokens = itertools.count()
+        self.reserved = 0
+        self.in_use = 0
+        self.cached = 0
+        self.peak_reserved = 0
+        self.peak_in_use = 0
+        self.hits = 0
+        self.misses = 0
+        self.frees = 0
+        # adaptive's record: the peak in use it plans for (not reset by reset_peaks), when each
+        # size's free list was last touched (in acquires), and the longest reuse gap seen
+        self._high = 0
+        self._clock = 0
+        self._touched: dict[int, int] = {}
+        self._gap = 0
+        self._slack = 0  # bytes of live buffers beyond what they count in use (larger buffers reused early)
+        self._next_scan = _MIN_IDLE
+        # sub-allocation (adaptive, where the backend can address an offset in a buffer): pages are
+        # driver buffers that blocks are carved from; a retired block's range goes back to its page
+        if sub_allocate is not None and defer_release:
+            raise InvalidArgumentError("BufferPool: sub_allocate= cannot be combined with defer_release=")
+        if alignment < 1 or alignment & (alignment - 1):
+            raise InvalidArgumentError(f"BufferPool: alignment={alignment!r}: expected a power of two")
+        self._sub = sub_allocate
+        self._sub_release = sub_release
+        self.alignment = alignment
+        self._pages: list[_Page[Raw]] = []
+        self._where: dict[int, tuple[_Page[Raw], int, int]] = {}  # id(view) -> (its page, offset, length)
+        self.carved = 0  # blocks carved out of pages (requests served without a driver call)
+        self.strategy = ""
+        self._keep = True
+        self._fine = False
+        # the per-device registry is ember.memory's own state (it imports this module: imported here)
+        from . import _add_pool, device_strategy
+
+        self.set_strategy(strategy or (device_strategy(device) if device is not None else config.memory_strategy()))
+        if device is not None:
+            _add_pool(device, self)
+
+    def set_strategy(self, strategy: str) -> None:
+        """Switch to ``strategy`` (``STRATEGIES``); free buffers are released first, live ones come back under it."""
+        name = _check_strategy(strategy, "strategy")
+        if name == self.strategy:
+            return
+        self.empty()
+        self.strategy = name
+        self._keep = name != "exclusive"  # cache freed buffers
+        self._fine = name != "static"  # round finely (else the size-class ladder)
+        self._high = self.in_use
+
+    # -- handing out and taking back ---------------------------------------------------------
+    def acquire(self, nbytes: int, avoid: Callable[[Raw], bool] | None = None) -> Block[Raw]:
+        """A block of at least ``nbytes``: a free buffer of its size unless ``avoid(raw)`` is true, else a new one."""
+        # every device op of every pooled backend comes through here: the common case (a free
+        # buffer of a size seen before) is a few dict and list operations, nothing more
+        if self._fine:
+            size = _FINE.get(nbytes) or _fine_of(nbytes)
+        else:
+            size = _CLASSES.get(nbytes) or _class_of(nbytes)
+            if self.max_class is not None and size > self.max_class >= nbytes:
+                size = -(-max(nbytes, 1) // 16) * 16
+        clock = self._clock = self._clock + 1
+        bucket = self._free.get(size) if avoid is None else None
+        if bucket:
+            raw = bucket.pop()
+            self.cached -= size
+            self.hits += 1
+            gap = clock - self._touched.get(size, clock)
+            if gap > self._gap:
+                self._gap = gap
+            self._touched[size] = clock
+            have = size
+        else:
+            raw, have = self._miss(size, avoid)
+        in_use = self.in_use = self.in_use + size
+        if in_use > self.peak_in_use:
+            self.peak_in_use = in_use
+        if in_use > self._high:
+            self._high = in_use
+        if clock >= self._next_scan:
+            self._release_idle()
+        token = next(self._tokens)
+        self._live[token] = (raw, have, size)
+        return Block(raw, have, self, token)
+
+    def _miss(self, size: int, avoid: Callable[[Raw], bool] | None) -> tuple[Raw, int]:
+        """No free buffer of ``size`` (that ``avoid`` allows): reuse, make room, or allocate; -> (raw, its size)."""
+        raw = self._take_free(size, avoid) if avoid is not None else None
+        if raw is not None:
+            self.hits += 1
+            self._touched[size] = self._clock
+            return raw, size
+        if self._sub is not None and size <= SMALL_LIMIT and self.strategy == "adaptive" and self._carves(size):
+            return self._miss_paged(size)
+        if self.strategy == "adaptive" and self.cached:
+            target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
+            # what is reserved once the buffers waiting for a deferred release (wgpu's, until a submit) go
+            held = self.reserved - sum(s for _, s in self._doomed) if self._doomed else self.reserved
+            if held + size > target:
+                found = self._take_larger(size, avoid, int(self._high * HEADROOM) - self._slack)
+                if found is not None:
+                    self.hits += 1
+                    self._slack += found[1] - size
+                    return found
+                self._make_room(held + size - target, size)
+        self.misses += 1
+        return self._new(size), size
+
+    @contextmanager
+    def dry_run(self) -> Iterator[None]:
+        """Measure the peak in use of the code inside; afterwards adaptive plans for exactly that peak
+        (its headroom above it) and releases cached buffers beyond it. Nothing needs this: adaptive
+        learns the peak as the program runs; a dry run fixes it before training starts."""
+        start, self._high = self._high, self.in_use
+        try:
+            yield
+        except BaseException:
+            self._high = max(start, self._high)
+            raise
+        if self.strategy == "adaptive":
+            target = int(self._high * (1 + HEADROOM))
+            if self.reserved > target:
+                self._make_room(self.reserved - target, SMALL_LIMIT + 1)
+                if self._pages:
+                    self._drop_empty_pages(self.reserved - target)
