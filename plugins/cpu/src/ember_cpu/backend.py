@@ -232,7 +232,7 @@ class CpuBackend(Backend):
     @native
     def layer_norm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray, *, eps: float) -> np.ndarray:
         """Over one trailing axis of float32/float64: one numba pass per row; else the numpy kernel."""
-        if w.ndim != 1 or x.ndim < 1 or not _numba_floats(x, w, b):
+        if w.ndim != 1 or x.ndim < 1 or x.shape[-1] == 0 or not _numba_floats(x, w, b):
             return _KERNELS["layer_norm"](x, w, b, eps=eps)
         NATIVE_CALLS["layer_norm"] += 1
         rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
@@ -242,7 +242,7 @@ class CpuBackend(Backend):
     @native
     def layer_norm_backward(self, g: np.ndarray, x: np.ndarray, w: np.ndarray, *, eps: float) -> np.ndarray:
         """Over one trailing axis of float32/float64: one numba pass per row; else the numpy composite."""
-        if w.ndim != 1 or x.ndim < 1 or not _numba_floats(g, x, w):
+        if w.ndim != 1 or x.ndim < 1 or x.shape[-1] == 0 or not _numba_floats(g, x, w):
             return _layer_norm_backward_numpy(g, x, w, eps)
         NATIVE_CALLS["layer_norm_backward"] += 1
         n = x.shape[-1]
