@@ -53,3 +53,118 @@ def test_max_pool_backward_matches_a_float64_reference(kernel, stride, padding, 
     k, s, d = (kernel,) * 2, (stride,) * 2, (dilation,) * 2
     want = _max_pool_grad_reference(xv.astype(np.float64), gv.astype(np.float64), k, s, ((padding,) * 2,) * 2, d)
     np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6, atol=1e-6)
+
+
+def _col2im_reference(cols, size, kernel, stride, padding, dilation):
+    """Loop in float64: column (c, u, v) x (i, j) adds into pixel (i*s - p + u*d, j*s - p + v*d)."""
+    n, ckk, _ = cols.shape
+    c = ckk // (kernel[0] * kernel[1])
+    oh = (size[0] + 2 * padding - dilation * (kernel[0] - 1) - 1) // stride + 1
+    ow = (size[1] + 2 * padding - dilation * (kernel[1] - 1) - 1) // stride + 1
+    out = np.zeros((n, c) + tuple(size), dtype=np.float64)
+    for b, ch, u, v, i, j in itertools.product(
+        range(n), range(c), range(kernel[0]), range(kernel[1]), range(oh), range(ow)
+    ):
+        y, xx = i * stride - padding + u * dilation, j * stride - padding + v * dilation
+        if 0 <= y < size[0] and 0 <= xx < size[1]:
+            out[b, ch, y, xx] += cols[b, (ch * kernel[0] + u) * kernel[1] + v, i * ow + j]
+    return out
+
+
+@pytest.mark.parametrize(("kernel", "stride", "padding", "dilation"), [((3, 3), 1, 1, 1), ((2, 3), 2, 1, 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fold_matches_a_float64_reference(kernel, stride, padding, dilation, dtype):
+    gen = np.random.default_rng(1)
+    size = (7, 6)
+    oh = (size[0] + 2 * padding - dilation * (kernel[0] - 1) - 1) // stride + 1
+    ow = (size[1] + 2 * padding - dilation * (kernel[1] - 1) - 1) // stride + 1
+    cols = gen.standard_normal((2, 3 * kernel[0] * kernel[1], oh * ow)).astype(dtype)
+    before = NATIVE_CALLS["fold"]
+    y = em.fold(em.tensor(cols, device="cpu"), size, kernel, stride=stride, padding=padding, dilation=dilation)
+    got = y.numpy()
+    assert NATIVE_CALLS["fold"] == before + 1, "the numba fold did not run"
+    want = _col2im_reference(cols.astype(np.float64), size, kernel, stride, padding, dilation)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _conv_input_grad_reference(g, w, size, stride, padding, groups):
+    """Loop in float64: each output gradient flows back to the inputs its window read."""
+    n, cout, oh, ow = g.shape
+    _, cg, kh, kw = w.shape
+    gx = np.zeros((n, cg * groups) + tuple(size), dtype=np.float64)
+    for b, co, i, j, ci, u, v in itertools.product(
+        range(n), range(cout), range(oh), range(ow), range(cg), range(kh), range(kw)
+    ):
+        y, xx = i * stride - padding + u, j * stride - padding + v
+        if 0 <= y < size[0] and 0 <= xx < size[1]:
+            gx[b, (co // (cout // groups)) * cg + ci, y, xx] += w[co, ci, u, v] * g[b, co, i, j]
+    return gx
+
+
+@pytest.mark.parametrize(("stride", "padding", "groups"), [(1, 1, 1), (2, 0, 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_input_gradient_runs_the_numba_col2im(stride, padding, groups, dtype):
+    gen = np.random.default_rng(2)
+    xv = gen.standard_normal((2, 4, 7, 6)).astype(dtype)
+    wv = gen.standard_normal((6, 4 // groups, 3, 3)).astype(dtype)
+    dev = em.Device("cpu").autodiff()
+    x = em.tensor(xv, device=dev, requires_grad=True)
+    y = em.conv(x, em.tensor(wv, device=dev), stride=stride, padding=padding, groups=groups)
+    gv = gen.standard_normal(y.shape).astype(dtype)
+    before = NATIVE_CALLS["conv_transpose"]
+    (y * em.tensor(gv, device=dev)).sum().backward()
+    assert NATIVE_CALLS["conv_transpose"] == before + 1, "the numba conv_transpose did not run"
+    want = _conv_input_grad_reference(gv.astype(np.float64), wv.astype(np.float64), (7, 6), stride, padding, groups)
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def _layer_norm_reference(x, w, b, g, eps):
+    """float64 layer norm over the last axis, and its gradients for x, w and b at cotangent g."""
+    mu = x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps)
+    xhat = (x - mu) * rstd
+    gh = g * w
+    gx = rstd * (gh - gh.mean(axis=-1, keepdims=True) - xhat * (gh * xhat).mean(axis=-1, keepdims=True))
+    lead = tuple(range(x.ndim - 1))
+    return xhat * w + b, gx, (g * xhat).sum(axis=lead), g.sum(axis=lead)
+
+
+def _layer_norm_step(dtype, shape=(3, 5, 33), eps=1e-5):
+    gen = np.random.default_rng(3)
+    xv = (gen.standard_normal(shape) * 2.0 + 0.5).astype(dtype)
+    wv, bv = (gen.standard_normal(shape[-1:]).astype(dtype) for _ in range(2))
+    gv = gen.standard_normal(shape).astype(dtype)
+    dev = em.Device("cpu").autodiff()
+    x, w, b = (em.tensor(v, device=dev, requires_grad=True) for v in (xv, wv, bv))
+    y = em.layer_norm(x, shape[-1], w, b, eps=eps)
+    (y * em.tensor(gv, device=dev)).sum().backward()
+    got = (y.detach().numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy())
+    want = _layer_norm_reference(*(v.astype(np.float64) for v in (xv, wv, bv, gv)), eps)
+    return got, want
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_forward_and_gradients_run_the_numba_kernels(dtype):
+    before = dict(NATIVE_CALLS)
+    got, want = _layer_norm_step(dtype)
+    # the forward, and the backward's normalised input for the weight gradient
+    assert NATIVE_CALLS["layer_norm"] == before["layer_norm"] + 2, "the numba layer norm did not run"
+    assert NATIVE_CALLS["layer_norm_backward"] == before["layer_norm_backward"] + 1, "its backward did not run"
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for name, a, b in zip(("y", "grad x", "grad w", "grad b"), got, want):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=name)
+
+
+def test_without_numba_the_numpy_kernels_run(monkeypatch):
+    from ember_cpu import backend  # noqa: PLC0415 - the module whose switch the test turns
+
+    monkeypatch.setattr(backend, "NO_FUSION", "numba switched off for this test")
+    before = dict(NATIVE_CALLS)
+    got, want = _layer_norm_step(np.float64)
+    gen = np.random.default_rng(4)
+    cols = gen.standard_normal((2, 27, 42))
+    folded = em.fold(em.tensor(cols, device="cpu"), (7, 6), 3, padding=1).numpy()
+    assert NATIVE_CALLS == before, "a numba kernel ran although numba is switched off"
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(folded, _col2im_reference(cols, (7, 6), (3, 3), 1, 1, 1), rtol=1e-12, atol=1e-12)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import ember as em
-from ember.ops.nn import softmax_backward
+from ember.ops.nn import layer_norm_backward, softmax_backward
 
 from ..inputs import Arg, Case, Domain
 from .base import FLOAT, OpSpec, x
@@ -36,6 +36,14 @@ def _np_normalize(a, axes, eps):
 def _np_layer_norm(a, w=None, b=None, eps=1e-5, n=1):
     y = _np_normalize(a, tuple(range(a.ndim - n, a.ndim)), eps)
     return y * (1.0 if w is None else w) + (0.0 if b is None else b)
+
+
+def _np_layer_norm_backward(g, a, w, eps=1e-5):
+    axes = tuple(range(a.ndim - w.ndim, a.ndim))
+    mu = np.mean(a, axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(np.mean((a - mu) ** 2, axis=axes, keepdims=True) + eps)
+    xhat, gh = (a - mu) * rstd, g * w
+    return rstd * (gh - np.mean(gh, axis=axes, keepdims=True) - xhat * np.mean(gh * xhat, axis=axes, keepdims=True))
 
 
 def _np_rms_norm(a, w, eps=1e-6):
@@ -148,6 +156,20 @@ NN: tuple[OpSpec, ...] = (
         FLOAT,
         (Case("last", (x((3, 6)),), grad=True),),
         ops=("layer_norm",),
+        grad=True,
+        tol=4.0,
+    ),
+    OpSpec(
+        "layer_norm_backward",
+        lambda g, a, w: layer_norm_backward(g, a, w),
+        _np_layer_norm_backward,
+        FLOAT,
+        (
+            Case("last", (x((2, 3, 4)), x((2, 3, 4)), x((4,))), grad=True),
+            Case("last2", (x((2, 3, 4)), x((2, 3, 4)), x((3, 4))), grad=True),
+            Case("noncontig", (x((3, 5)), x((3, 5), "noncontig"), x((5,), "flipped"))),
+            Case("large", (x((64, 1024)), x((64, 1024)), x((1024,)))),
+        ),
         grad=True,
         tol=4.0,
     ),

@@ -302,13 +302,47 @@ def _layer_axes(x: Tensor, n: int) -> tuple[int, ...]:
     return tuple(range(x.ndim - n, x.ndim))
 
 
+def _layer_norm_backward(g: Tensor, x: Tensor, w: Tensor, eps: float) -> Tensor:
+    return _normalize_vjp(g, x, w, w, _layer_axes(x, w.ndim), eps)[0]
+
+
+#: the gradient of layer norm with respect to its input, ``rstd * (g*w - mean(g*w) - xhat *
+#: mean(g*w*xhat))`` over weight.ndim trailing axes: one op, so a backend can make it one pass
+LAYER_NORM_BACKWARD = define(
+    "layer_norm_backward",
+    kind="other",
+    native="layer_norm_backward(g, x, weight, *, eps) -> handle  # d layer_norm / d x",
+    autocast=FLOAT32,
+    composite=_layer_norm_backward,
+)
+
+
+def layer_norm_backward(g: Any, x: Any, weight: Any, eps: float = 1e-5) -> Tensor:
+    """The vector-Jacobian product of ``layer_norm`` with respect to ``x``, at cotangent ``g``."""
+    x = _float_arg(x, "layer_norm_backward")
+    g = _tensor_arg(g, "layer_norm_backward", x)
+    w = _tensor_arg(weight, "layer_norm_backward", x)
+    if g._shape != x._shape:
+        raise ShapeError(f"layer_norm_backward: x {x._shape} and g {g._shape} must have the same shape")
+    if w.ndim > x.ndim or x._shape[x.ndim - w.ndim :] != w._shape:
+        raise ShapeError(f"layer_norm_backward: weight {w._shape} must match the trailing axes of x {x._shape}")
+    return apply(LAYER_NORM_BACKWARD, (g, x, w), {"eps": float(eps)}, x._shape, x._dtype)
+
+
+def _layer_norm_vjp(g: Tensor, y: Tensor, x: Tensor, w: Tensor, b: Tensor, eps: float) -> tuple[Any, Any, Any]:
+    # xhat is layer_norm without affine parameters: one op (a backend's native pass), not five
+    gx = layer_norm_backward(g, x, w, eps) if x._rg else None
+    gw = g * layer_norm(x, w._shape, eps=eps) if w._rg else None
+    return gx, gw, (g if b._rg else None)
+
+
 LAYER_NORM = define(
     "layer_norm",
     kind="other",
     native="layer_norm(x, weight, bias, *, eps) -> handle  # over weight.ndim trailing axes",
     autocast=FLOAT32,
     composite=lambda x, w, b, eps: _normalize(x, _layer_axes(x, w.ndim), eps)[0] * w + b,
-    vjp=lambda g, y, x, w, b, eps: _normalize_vjp(g, x, w, b, _layer_axes(x, w.ndim), eps),
+    vjp=_layer_norm_vjp,
 )
 
 

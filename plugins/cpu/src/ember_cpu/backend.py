@@ -56,7 +56,33 @@ FUSED = fused.FusedKernels(_KERNELS)
 _FUSION_OPS = fused.fusion_ops(_KERNELS)
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: calls of the hand-written numba kernels, by op (tests check that a kernel ran)
-NATIVE_CALLS = {"max_pool_backward": 0}
+NATIVE_CALLS = {"max_pool_backward": 0, "conv_transpose": 0, "fold": 0, "layer_norm": 0, "layer_norm_backward": 0}
+
+
+def _numba_floats(*arrays: np.ndarray) -> bool:
+    """Whether the numba kernels take these arrays: numba installed, one float32/float64 dtype."""
+    dt = arrays[0].dtype
+    return NO_FUSION is None and dt in _NATIVE_FLOATS and all(a.dtype == dt for a in arrays)
+
+
+def _layer_norm_backward_numpy(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """The input gradient of layer norm over ``w.ndim`` trailing axes (16-bit floats in float32)."""
+    dt = x.dtype
+    if dt.itemsize == 2:
+        g, x, w = (a.astype(np.float32) for a in (g, x, w))
+    axes = tuple(range(x.ndim - w.ndim, x.ndim))
+    d = x - x.mean(axis=axes, keepdims=True)
+    rstd = (1.0 / np.sqrt((d * d).mean(axis=axes, keepdims=True) + eps)).astype(x.dtype, copy=False)
+    xhat = d * rstd
+    gh = g * w
+    gx = rstd * (gh - gh.mean(axis=axes, keepdims=True) - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
+    return gx.astype(dt, copy=False)
+
+
+def _numba() -> Any:
+    from . import numba_kernels  # noqa: PLC0415 - imports numba
+
+    return numba_kernels
 
 
 class CpuBackend(Backend):
@@ -164,6 +190,64 @@ class CpuBackend(Backend):
             )  # fmt: skip
         params = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation}
         return _KERNELS["max_pool_backward"](g, x, out, **params)
+
+    @native
+    def conv_transpose(
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        *bias: np.ndarray,
+        size: Any,
+        stride: Any,
+        padding: Any,
+        dilation: Any,
+        groups: int,
+    ) -> np.ndarray:
+        """2-D float transposed convolutions (a convolution's input gradient): one batched BLAS
+        matmul, then a numba col2im; else the numpy kernel."""
+        params = {"size": size, "stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+        if x.ndim != 4 or not _numba_floats(x, w, *bias):
+            return _KERNELS["conv_transpose"](x, w, *bias, **params)
+        NATIVE_CALLS["conv_transpose"] += 1
+        n, cin = x.shape[:2]
+        wm = w.reshape(groups, cin // groups, -1).transpose(0, 2, 1)  # (G, Cout/G * K, Cin/G)
+        cols = np.matmul(wm, x.reshape(n, groups, cin // groups, -1))  # (N, G, Cout/G * K, L)
+        cols = np.ascontiguousarray(cols).reshape(n, -1, cols.shape[3])
+        y = _numba().col2im2d(cols, tuple(size), w.shape[2:], stride, padding, dilation, blocks=x.shape[2:])
+        if bias:
+            y += bias[0].reshape(1, -1, 1, 1)
+        return y
+
+    @native
+    def fold(self, cols: np.ndarray, *, size: Any, kernel: Any, stride: Any, padding: Any, dilation: Any) -> np.ndarray:
+        """2-D float col2im in one numba pass; else the numpy kernel."""
+        if len(kernel) != 2 or not _numba_floats(cols):
+            return _KERNELS["fold"](cols, size=size, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+        NATIVE_CALLS["fold"] += 1
+        return _numba().col2im2d(np.ascontiguousarray(cols), tuple(size), tuple(kernel), stride, padding, dilation)
+
+    @native
+    def layer_norm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray, *, eps: float) -> np.ndarray:
+        """Over one trailing axis of float32/float64: one numba pass per row; else the numpy kernel."""
+        if w.ndim != 1 or x.ndim < 1 or x.shape[-1] == 0 or not _numba_floats(x, w, b):
+            return _KERNELS["layer_norm"](x, w, b, eps=eps)
+        NATIVE_CALLS["layer_norm"] += 1
+        rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        out = _numba().layer_norm_rows(rows, np.ascontiguousarray(w), np.ascontiguousarray(b), float(eps))
+        return out.reshape(x.shape)
+
+    @native
+    def layer_norm_backward(self, g: np.ndarray, x: np.ndarray, w: np.ndarray, *, eps: float) -> np.ndarray:
+        """Over one trailing axis of float32/float64: one numba pass per row; else the numpy composite."""
+        if w.ndim != 1 or x.ndim < 1 or x.shape[-1] == 0 or not _numba_floats(g, x, w):
+            return _layer_norm_backward_numpy(g, x, w, eps)
+        NATIVE_CALLS["layer_norm_backward"] += 1
+        n = x.shape[-1]
+        rows = np.ascontiguousarray(x).reshape(-1, n)
+        gx = _numba().layer_norm_backward_rows(
+            np.ascontiguousarray(g).reshape(-1, n), rows, np.ascontiguousarray(w), eps
+        )
+        return gx.reshape(x.shape)
 
     def capability_notes(self) -> dict[str, str]:
         if NO_FUSION is not None:

@@ -4,14 +4,28 @@
 kernel offsets in row-major order, padding as -inf), exactly as the shared numpy kernel
 (``ember.array_module.conv.max_pool_backward``) does, in one pass over the output instead of
 one strided pass per kernel offset; planes (sample, channel) run in parallel.
+
+``col2im2d`` is the 2-D fold (the column layout of ``ember.array_module.conv.unfold``: rows
+``c * kh * kw + u * kw + v``, columns ``i * ow + j``) in one pass, instead of the numpy kernel's
+padded buffer and one strided add per kernel offset; a transposed convolution (a convolution's
+input gradient) runs it after its BLAS matmul. (An im2col kernel lost to numpy's strided copy.)
+
+``layer_norm_rows`` normalises each row of a (rows, n) array: a pass for the mean, one for the
+variance, one for the result, accumulating in float64; ``layer_norm_backward_rows`` is its
+input gradient in four passes per row (mean, variance, the two means of the rule, the result).
+
+The last three run on one thread: BLAS holds both cores around them, and a parallel region paid
+more in waiting for descheduled threads than it saved on the shared 2-core machine measured.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["max_pool2d_backward"]
+__all__ = ["col2im2d", "layer_norm_backward_rows", "layer_norm_rows", "max_pool2d_backward", "window_blocks"]
 
 
 @njit(parallel=True, fastmath=False, cache=True, nogil=True)
@@ -56,3 +70,111 @@ def max_pool2d_backward(
         dilation[0], dilation[1],
     )  # fmt: skip
     return grad
+
+
+@njit(fastmath=False, cache=True, nogil=True)
+def _col2im2d(cols, out, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):  # pragma: no cover - numba
+    n, c, h, w = out.shape
+    for b in range(n):
+        for ch in range(c):
+            for u in range(kh):
+                for v in range(kw):
+                    row = (ch * kh + u) * kw + v
+                    off = v * dw - pw  # column of block j: j * sw + off, kept inside [0, w)
+                    j0 = max(0, (-off + sw - 1) // sw)
+                    j1 = min(ow, (w - 1 - off) // sw + 1)
+                    for i in range(oh):
+                        y = i * sh - ph + u * dh
+                        if y < 0 or y >= h:
+                            continue
+                        base = i * ow
+                        for j in range(j0, j1):
+                            out[b, ch, y, j * sw + off] += cols[b, row, base + j]
+
+
+def window_blocks(
+    size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], padding: Any, dilation: tuple[int, ...]
+) -> tuple[int, ...]:
+    """How many windows fit along each spatial axis of ``size`` (padded)."""
+    return tuple(
+        (sz + lo + hi - d * (k - 1) - 1) // s + 1
+        for sz, (lo, hi), k, s, d in zip(size, padding, kernel, stride, dilation)
+    )
+
+
+def col2im2d(
+    cols: np.ndarray,
+    size: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[tuple[int, int], tuple[int, int]],
+    dilation: tuple[int, int],
+    blocks: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """(N, C * kh * kw, oh * ow) -> (N, C, *size), overlapping windows summed (unfold's adjoint);
+    ``blocks`` (oh, ow) defaults to the windows that fit in ``size``."""
+    n = cols.shape[0]
+    c = cols.shape[1] // (kernel[0] * kernel[1])
+    oh, ow = blocks if blocks is not None else window_blocks(size, kernel, stride, padding, dilation)
+    out = np.zeros((n, c) + tuple(size), dtype=cols.dtype)
+    _col2im2d(
+        cols, out, kernel[0], kernel[1], stride[0], stride[1], padding[0][0], padding[1][0], dilation[0], dilation[1],
+        oh, ow,
+    )  # fmt: skip
+    return out
+
+
+@njit(fastmath=False, cache=True, nogil=True)
+def _layer_norm_rows(x, w, b, out, eps):  # pragma: no cover - numba
+    rows, n = x.shape
+    for r in range(rows):
+        s = 0.0
+        for k in range(n):
+            s += x[r, k]
+        mu = s / n
+        q = 0.0
+        for k in range(n):
+            d = x[r, k] - mu
+            q += d * d
+        rstd = 1.0 / np.sqrt(q / n + eps)
+        for k in range(n):
+            out[r, k] = (x[r, k] - mu) * rstd * w[k] + b[k]
+
+
+def layer_norm_rows(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """Layer norm of each row of ``x`` (rows, n) with weight and bias (n,), statistics in float64."""
+    out = np.empty_like(x)
+    _layer_norm_rows(x, w, b, out, eps)
+    return out
+
+
+@njit(fastmath=False, cache=True, nogil=True)
+def _layer_norm_backward_rows(g, x, w, out, eps):  # pragma: no cover - numba
+    rows, n = x.shape
+    for r in range(rows):
+        s = 0.0
+        for k in range(n):
+            s += x[r, k]
+        mu = s / n
+        q = 0.0
+        for k in range(n):
+            d = x[r, k] - mu
+            q += d * d
+        rstd = 1.0 / np.sqrt(q / n + eps)
+        m1 = 0.0
+        m2 = 0.0
+        for k in range(n):
+            gh = g[r, k] * w[k]
+            m1 += gh
+            m2 += gh * (x[r, k] - mu) * rstd
+        m1 /= n
+        m2 /= n
+        for k in range(n):
+            out[r, k] = rstd * (g[r, k] * w[k] - m1 - (x[r, k] - mu) * rstd * m2)
+
+
+def layer_norm_backward_rows(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """The gradient of :func:`layer_norm_rows` with respect to ``x`` at cotangent ``g`` (rows, n)."""
+    out = np.empty_like(x)
+    _layer_norm_backward_rows(g, x, w, out, eps)
+    return out
