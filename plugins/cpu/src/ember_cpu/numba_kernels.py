@@ -3,7 +3,8 @@
 ``max_pool2d_backward`` routes each window's gradient to the window's first maximum (the
 kernel offsets in row-major order, padding as -inf), exactly as the shared numpy kernel
 (``ember.array_module.conv.max_pool_backward``) does, in one pass over the output instead of
-one strided pass per kernel offset; planes (sample, channel) run in parallel.
+one strided pass per kernel offset; planes (sample, channel) run in parallel only with
+``EMBER_CPU_NUMBA_PARALLEL=1`` (as the fused loops: serial by default).
 
 ``col2im2d`` is the 2-D fold (the column layout of ``ember.array_module.conv.unfold``: rows
 ``c * kh * kw + u * kw + v``, columns ``i * ow + j``) in one pass, instead of the numpy kernel's
@@ -14,7 +15,7 @@ input gradient) runs it after its BLAS matmul. (An im2col kernel lost to numpy's
 variance, one for the result, accumulating in float64; ``layer_norm_backward_rows`` is its
 input gradient in four passes per row (mean, variance, the two means of the rule, the result).
 
-The last three run on one thread: BLAS holds both cores around them, and a parallel region paid
+The last three always run on one thread: BLAS holds both cores around them, and a parallel region paid
 more in waiting for descheduled threads than it saved on the shared 2-core machine measured.
 """
 
@@ -25,10 +26,12 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from .numba_codegen import PARALLEL
+
 __all__ = ["col2im2d", "layer_norm_backward_rows", "layer_norm_rows", "max_pool2d_backward", "window_blocks"]
 
 
-@njit(parallel=True, fastmath=False, cache=True, nogil=True)
+@njit(parallel=PARALLEL, fastmath=False, cache=True, nogil=True)
 def _max_pool2d_backward(g, x, out, grad, kh, kw, sh, sw, ph, pw, dh, dw):  # pragma: no cover - numba
     n, c, h, w = x.shape
     oh, ow = out.shape[2], out.shape[3]
