@@ -285,6 +285,13 @@ def _layer_norm(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Tensor]:
     eps = node.attr("epsilon", 1e-5)
     axes = tuple(range(axis, x.ndim))
     stash = node.attr("stash_type", 1)
+    shape = tuple(x.shape[axis:])
+    only_y = not any(node.outputs[1:])  # Mean and InvStdDev unused: ember's own layer_norm op,
+    # so an exported ember model comes back bit for bit and a backend's native kernel runs
+    if only_y and x.dtype.name in ("float32", "float64") and tuple(scale.shape) == shape:
+        if bias is not None and tuple(bias.shape) != shape:
+            bias = em.broadcast_to(bias, shape)
+        return [em.nn.functional.layer_norm(x, shape, scale, bias, eps=eps)]
     xc = x.astype("float32") if stash == 1 and x.dtype.name in ("float16", "bfloat16") else x
     mu = em.mean(xc, axis=axes, keepdims=True)
     v = em.mean((xc - mu) ** 2, axis=axes, keepdims=True)

@@ -233,7 +233,9 @@ class CpuBackend(Backend):
             return _KERNELS["layer_norm"](x, w, b, eps=eps)
         NATIVE_CALLS["layer_norm"] += 1
         rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
-        out = _numba().layer_norm_rows(rows, np.ascontiguousarray(w), np.ascontiguousarray(b), float(eps))
+        # eps in x's dtype, as the composite adds it (float32(1e-5) is what an ONNX file holds)
+        eps = float(x.dtype.type(eps))
+        out = _numba().layer_norm_rows(rows, np.ascontiguousarray(w), np.ascontiguousarray(b), eps)
         return out.reshape(x.shape)
 
     @native
@@ -242,6 +244,7 @@ class CpuBackend(Backend):
         if w.ndim != 1 or x.ndim < 1 or x.shape[-1] == 0 or not _numba_floats(g, x, w):
             return _layer_norm_backward_numpy(g, x, w, eps)
         NATIVE_CALLS["layer_norm_backward"] += 1
+        eps = float(x.dtype.type(eps))  # in x's dtype, as the forward kernel and the composite
         n = x.shape[-1]
         rows = np.ascontiguousarray(x).reshape(-1, n)
         gx = _numba().layer_norm_backward_rows(
