@@ -11,6 +11,7 @@ DFT for short lengths that are not powers of two). Bluestein is built from the s
 from __future__ import annotations
 
 import functools
+import importlib.util
 import weakref
 from collections import OrderedDict
 from typing import Any, Protocol
@@ -19,7 +20,7 @@ import numpy as np
 
 from .transform import DIRECT_MAX, _bluestein_constants, _is_pow2
 
-__all__ = ["Launcher", "transform", "stages", "tables_for"]
+__all__ = ["Launcher", "register_when_installed", "run_pairs", "transform", "stages", "tables_for"]
 
 #: tables kept per device (least recently used dropped first)
 _TABLES_PER_DEVICE = 32
@@ -112,3 +113,25 @@ def transform(k: Launcher, src: Any, dst: Any, rows: int, n: int, inverse: bool,
         k.chirp(b, a, spec, rows, m, m, m, 1.0)
         _fft(k, a, b, rows, m, 1, 1.0, dtype)
         k.chirp(b, dst, w, rows, m, n, n, scale)
+
+
+def run_pairs(backend: Any, x: Any, work: Any, launcher: Launcher, inverse: bool, scale: float) -> Any:
+    """The body both backends' ``signal_dft`` kernels share: ``x`` (..., n, 2) in the working
+    dtype ``work`` (cast there and back when it differs), contiguous, transformed row by row."""
+    cast = backend.implementation("cast")
+    src = backend.make_contiguous(x if x.dtype == work else cast(x, dtype=work))
+    out = backend.rt.empty(tuple(src.shape), work)
+    n = src.shape[-2]
+    rows = int(np.prod(src.shape[:-2], dtype=np.int64))
+    if rows and n:
+        transform(launcher, (src, src.offset), (out, 0), rows, n, inverse, scale, work.name)
+    return out if x.dtype == work else cast(out, dtype=x.dtype)
+
+
+def register_when_installed(op: Any, kind: str, distribution: str, kernel: Any) -> bool:
+    """Register ``kernel`` as ``op``'s native kernel for ``kind`` when the backend's package
+    ``distribution`` is installed (it is not imported here); whether it was."""
+    if importlib.util.find_spec(distribution) is None:
+        return False
+    op.kernel(kind)(kernel)
+    return True

@@ -7,7 +7,6 @@ ember-opencl is installed; nothing here imports pyopencl. ``CALLS`` counts launc
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
 from typing import Any
 
@@ -177,19 +176,9 @@ def _signal_dft_opencl(backend: Any, x: Any, inverse: bool = False, scale: float
     import ember as em
 
     work = em.float64 if x.dtype.name == "float64" and backend.rt.fp64 else em.float32
-    cast = backend.implementation("cast")
-    src = backend.make_contiguous(x if x.dtype == work else cast(x, dtype=work))
-    out = backend.rt.empty(tuple(src.shape), work)
-    n = src.shape[-2]
-    rows = int(np.prod(src.shape[:-2], dtype=np.int64))
-    if rows and n:
-        _dft_native.transform(_Launcher(backend, work), (src, src.offset), (out, 0), rows, n, inverse, scale, work.name)
-    return out if x.dtype == work else cast(out, dtype=x.dtype)
+    return _dft_native.run_pairs(backend, x, work, _Launcher(backend, work), inverse, scale)
 
 
 def register(op: Any, kind: str = "opencl") -> bool:
     """Register the kernel for ``kind`` when ember-opencl is installed; whether it was."""
-    if importlib.util.find_spec("ember_opencl") is None:
-        return False
-    op.kernel(kind)(_signal_dft_opencl)
-    return True
+    return _dft_native.register_when_installed(op, kind, "ember_opencl", _signal_dft_opencl)

@@ -8,7 +8,6 @@ imported inside the kernel. ``CALLS`` counts launches by kernel.
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
 from typing import Any
 
@@ -213,19 +212,9 @@ def _signal_dft_wgpu(backend: Any, x: Any, inverse: bool = False, scale: float =
     import ember as em
 
     work = em.float32
-    cast = backend.implementation("cast")
-    src = backend.make_contiguous(x if x.dtype == work else cast(x, dtype=work))
-    out = backend.rt.empty(tuple(src.shape), work)
-    n = src.shape[-2]
-    rows = int(np.prod(src.shape[:-2], dtype=np.int64))
-    if rows and n:
-        _dft_native.transform(_Launcher(backend, work), (src, src.offset), (out, 0), rows, n, inverse, scale, work.name)
-    return out if x.dtype == work else cast(out, dtype=x.dtype)
+    return _dft_native.run_pairs(backend, x, work, _Launcher(backend, work), inverse, scale)
 
 
 def register(op: Any, kind: str = "wgpu") -> bool:
     """Register the kernel for ``kind`` when ember-wgpu is installed; whether it was."""
-    if importlib.util.find_spec("ember_wgpu") is None:
-        return False
-    op.kernel(kind)(_signal_dft_wgpu)
-    return True
+    return _dft_native.register_when_installed(op, kind, "ember_wgpu", _signal_dft_wgpu)
