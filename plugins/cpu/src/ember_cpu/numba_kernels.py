@@ -128,18 +128,24 @@ def col2im2d(
 
 
 @njit(fastmath=False, cache=True, nogil=True)
+def _row_stats(x, r, n, eps):  # pragma: no cover - numba
+    """Mean and 1/sqrt(variance + eps) of row ``r``, accumulated in float64 (two passes)."""
+    s = 0.0
+    for k in range(n):
+        s += x[r, k]
+    mu = s / n
+    q = 0.0
+    for k in range(n):
+        d = x[r, k] - mu
+        q += d * d
+    return mu, 1.0 / np.sqrt(q / n + eps)
+
+
+@njit(fastmath=False, cache=True, nogil=True)
 def _layer_norm_rows(x, w, b, out, eps):  # pragma: no cover - numba
     rows, n = x.shape
     for r in range(rows):
-        s = 0.0
-        for k in range(n):
-            s += x[r, k]
-        mu = s / n
-        q = 0.0
-        for k in range(n):
-            d = x[r, k] - mu
-            q += d * d
-        rstd = 1.0 / np.sqrt(q / n + eps)
+        mu, rstd = _row_stats(x, r, n, eps)
         for k in range(n):
             out[r, k] = (x[r, k] - mu) * rstd * w[k] + b[k]
 
@@ -155,15 +161,7 @@ def layer_norm_rows(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> 
 def _layer_norm_backward_rows(g, x, w, out, eps):  # pragma: no cover - numba
     rows, n = x.shape
     for r in range(rows):
-        s = 0.0
-        for k in range(n):
-            s += x[r, k]
-        mu = s / n
-        q = 0.0
-        for k in range(n):
-            d = x[r, k] - mu
-            q += d * d
-        rstd = 1.0 / np.sqrt(q / n + eps)
+        mu, rstd = _row_stats(x, r, n, eps)
         m1 = 0.0
         m2 = 0.0
         for k in range(n):
