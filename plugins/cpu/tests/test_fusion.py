@@ -4,6 +4,7 @@ and strided inputs and scalar arguments; the counters show that a numba kernel r
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -215,3 +216,26 @@ def test_without_numba_the_backend_does_not_fuse_and_says_why():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     note = "off: numba is not installed (pip install 'ember-cpu[numba]'); every op runs its own numpy kernel"
     assert out.splitlines() == [f"False {note}", "[1.0, 3.0, 5.0, 7.0]"]
+
+
+def test_ember_cpu_numba_0_switches_fusion_and_the_numba_kernels_off():
+    """In a fresh process (the switch is read at import): no fusion, no numba kernel, numpy results."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, ember as em\n"
+        "from ember_cpu import backend as b\n"
+        "d = em.Device.cpu()\n"
+        "assert not d.capabilities.fusion, d.capabilities\n"
+        "assert 'EMBER_CPU_NUMBA=0' in d.capabilities.notes['fusion']\n"
+        "x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)\n"
+        "y = em.nn.functional.layer_norm(em.tensor(x), (8,)).numpy()\n"
+        "x64 = x.astype(np.float64)\n"
+        "ref = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)\n"
+        "np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)\n"
+        "assert sum(b.NATIVE_CALLS.values()) == 0, b.NATIVE_CALLS\n"
+    )
+    env = {**os.environ, "EMBER_CPU_NUMBA": "0"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

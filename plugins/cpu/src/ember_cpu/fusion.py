@@ -40,7 +40,10 @@ MIN_ELEMENTS = 1 << 17
 
 
 def numba_missing() -> str | None:
-    """None if numba can be imported, else why the cpu backend does not fuse."""
+    """None if numba can be imported and is not switched off, else why the cpu backend neither
+    fuses nor runs its numba kernels."""
+    if os.environ.get("EMBER_CPU_NUMBA", "1") == "0":
+        return "EMBER_CPU_NUMBA=0 switches numba off"
     if importlib.util.find_spec("numba") is None:
         return "numba is not installed (pip install 'ember-cpu[numba]')"
     return None
