@@ -291,11 +291,13 @@ def _normalize_vjp(
     xhat, rstd = _normalize(x, axes, eps)
     gw = g * xhat if w._rg else None
     gb = g if b._rg else None
-    gx = None
-    if x._rg:
-        gh = g * w
-        gx = rstd * (gh - mean(gh, axis=axes, keepdims=True) - xhat * mean(gh * xhat, axis=axes, keepdims=True))
+    gx = _normalized_input_grad(g, w, xhat, rstd, axes) if x._rg else None
     return gx, gw, gb
+
+
+def _normalized_input_grad(g: Tensor, w: Tensor, xhat: Tensor, rstd: Tensor, axes: tuple[int, ...]) -> Tensor:
+    gh = g * w
+    return rstd * (gh - mean(gh, axis=axes, keepdims=True) - xhat * mean(gh * xhat, axis=axes, keepdims=True))
 
 
 def _layer_axes(x: Tensor, n: int) -> tuple[int, ...]:
@@ -303,7 +305,9 @@ def _layer_axes(x: Tensor, n: int) -> tuple[int, ...]:
 
 
 def _layer_norm_backward(g: Tensor, x: Tensor, w: Tensor, eps: float) -> Tensor:
-    return _normalize_vjp(g, x, w, w, _layer_axes(x, w.ndim), eps)[0]
+    axes = _layer_axes(x, w.ndim)
+    xhat, rstd = _normalize(x, axes, eps)
+    return _normalized_input_grad(g, w, xhat, rstd, axes)  # whether or not x records gradients
 
 
 #: the gradient of layer norm with respect to its input, ``rstd * (g*w - mean(g*w) - xhat *
