@@ -6,6 +6,8 @@
 #   .gl:  libvulkan1 and the GL/EGL loaders (apt-get download)
 # Usage, from the repository root:  STEPS="wgpu opencl" bash .ci/h200.sh
 # STEPS=memory: benchmarks/memory.py --h200 (memory strategies on cuda, opencl and wgpu, within 8 minutes).
+# STEPS=w6: benchmarks/w6_sweep.py, W6 under each backend's grid-stride cap (W6_CUDA, W6_OPENCL, W6_WGPU
+# give the values) on cuda, opencl and wgpu, into w6-sweep.txt (about 3 minutes).
 # The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused), in
 # SHARDS parallel processes when SHARDS > 1 (--ember-shard); PYTEST_ARGS (unsharded runs) selects
 # cases, e.g. PYTEST_ARGS="-k nextafter".
@@ -74,6 +76,18 @@ for backend in $STEPS; do
     timeout "${MEMORY_S:-480}" $PY -m benchmarks.memory --h200 --out "$OUT" --steps 10 --rounds 2 --device-limit 140 \
       >>"$OUT/memory-log.txt" 2>&1
     note "memory: exit $? (memory.md, memory-<backend>.json, memory-log.txt)"
+    continue
+  fi
+  if [ "$backend" = w6 ]; then  # benchmarks/w6_sweep.py: W6 under each backend's grid-stride cap
+    $PY -m pip install -q --no-deps --no-build-isolation -e plugins/cuda >>"$OUT/env.txt" 2>&1
+    ocl=$(pick opencl); vk=$(pick wgpu)
+    { timeout 150 $PY -m benchmarks.w6_sweep --device cuda:0 --attr ember_cuda.fusion:WAVES --values ${W6_CUDA:-1,2,4,8,16,64}
+      [ "$ocl" -ge 0 ] && timeout 150 $PY -m benchmarks.w6_sweep --device "opencl:$ocl" \
+        --attr ember_opencl.runtime:GROUPS_PER_CU --values ${W6_OPENCL:-8,16,32,64,128,512}
+      [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk timeout 150 $PY -m benchmarks.w6_sweep --device "wgpu:$vk" \
+        --attr ember_wgpu.kernels.elementwise:MAX_GROUPS --values ${W6_WGPU:-1024,4096,8192,16384,32768,65535}
+    } >"$OUT/w6-sweep.txt" 2>&1
+    note "w6 sweep: exit $? (w6-sweep.txt)"
     continue
   fi
   idx=$(pick "$backend")

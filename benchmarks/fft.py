@@ -1,11 +1,13 @@
 """FFT of 2^20 complex points on one device: ember (``ember.fft.fft`` where the device holds
 complex64, else the (real, imag) pairs form ``ember_signal.pairs.fft``, the Tensor-op Stockham
-reference off cpu) against numpy.fft on the host.
+reference off cpu) against numpy.fft on the host and, on cuda, cuFFT called directly through CuPy.
 
     python -m benchmarks.fft [--device cpu] [--log2n 20] [--iters 20]
 
 complex64 input from a fixed seed; median of ``--iters`` timed calls after 3 warm-ups, each
-ending with the result on the host (so a device's synchronize is inside the time).
+ending with the result on the host (so a device's synchronize is inside the time). The CuPy
+column times ``cupy.fft.fft`` on the same points already on the GPU, ending with ``.get()`` too,
+so it is ember's cost over the library it calls; "-" where CuPy or a CUDA device is absent.
 """
 
 from __future__ import annotations
@@ -50,10 +52,30 @@ def main() -> None:
     err = float(np.max(np.abs(run() - want)) / np.max(np.abs(want)))
     ours = median_seconds(run, 3, args.iters)
     ref = median_seconds(lambda: np.fft.fft(z), 3, args.iters)
+    peer = cupy_seconds(dev, lambda cp: cp.asarray(z), lambda cp, zd: cp.fft.fft(zd).get(), args.iters)
+    shown = "-" if peer is None else f"{peer * 1e3:.2f}"
+    ratio = "-" if peer is None else f"{ours / peer:.2f}"
     print(f"FFT of 2^{args.log2n} complex points, device {dev}, median of {args.iters} (ms)")
-    print("| device | ember form | ember ms | numpy.fft ms | ember / numpy | max rel. error |")
-    print("|---|---|---|---|---|---|")
-    print(f"| {dev} | {form} | {ours * 1e3:.2f} | {ref * 1e3:.2f} | {ours / ref:.2f} | {err:.1e} |")
+    head = "| device | ember form | ember ms | numpy.fft ms | ember / numpy | cupy.fft ms | ember / cupy"
+    print(f"{head} | max rel. error |")
+    print("|---|---|---|---|---|---|---|---|")
+    row = f"| {dev} | {form} | {ours * 1e3:.2f} | {ref * 1e3:.2f} | {ours / ref:.2f} | {shown} | {ratio}"
+    print(f"{row} | {err:.1e} |")
+
+
+def cupy_seconds(dev: em.Device, upload, call, iters: int, warmup: int = 3) -> float | None:
+    """Median seconds of ``call(cupy, data)`` on the GPU of a cuda device, ``data = upload(cupy)``;
+    None off cuda or without CuPy (the peer column of benchmarks.fft and benchmarks.linalg)."""
+    if dev.kind != "cuda":
+        return None
+    try:
+        import cupy as cp
+    except ImportError:
+        return None
+    with cp.cuda.Device(dev.index):
+        data = upload(cp)
+        cp.cuda.Device().synchronize()
+        return median_seconds(lambda: call(cp, data), warmup, iters)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """``solve`` and ``svd`` of an n x n float32 matrix on one device: ember-linalg (its native kernel
-where the device has one, else its Tensor-op reference) against numpy.linalg on the host.
+where the device has one, else its Tensor-op reference) against numpy.linalg on the host and,
+on cuda, cupy.linalg (cuSOLVER) called directly on the same matrices.
 
     python -m benchmarks.linalg [--device cpu] [--n 1024] [--iters 5]
 
@@ -16,6 +17,7 @@ import numpy as np
 
 import ember as em
 
+from .fft import cupy_seconds
 from .harness import median_seconds
 
 
@@ -49,14 +51,23 @@ def main() -> None:
     }
     paths = {op: _path(op, dev) for op in cases}
     print(f"{n}x{n} float32 on {dev}, median of {args.iters} (ms)")
-    print("| op | device | path | ember ms | numpy ms | ember / numpy | rel. error vs float64 |")
-    print("|---|---|---|---|---|---|---|")
+    peers = {  # cupy.linalg on the GPU, the result brought to the host like ember's
+        "solve": lambda cp, ab: cp.linalg.solve(*ab).get(),
+        "svd": lambda cp, ab: cp.linalg.svd(ab[0], full_matrices=False, compute_uv=True)[1].get(),
+    }
+    head = "| op | device | path | ember ms | numpy ms | ember / numpy | cupy ms | ember / cupy"
+    print(f"{head} | rel. error vs float64 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for op in args.ops.split(","):
         ours, theirs, error = cases[op]
         err = float(error(ours()))
         t_ours, t_np = median_seconds(ours, 1, args.iters), median_seconds(theirs, 1, args.iters)
-        ratio = t_ours / t_np
-        print(f"| {op} | {dev} | {paths[op]} | {t_ours * 1e3:.1f} | {t_np * 1e3:.1f} | {ratio:.2f} | {err:.1e} |")
+        t_cp = cupy_seconds(dev, lambda cp: (cp.asarray(a), cp.asarray(b)), peers[op], args.iters, warmup=1)
+        cp_ms = "-" if t_cp is None else f"{t_cp * 1e3:.1f}"
+        cp_ratio = "-" if t_cp is None else f"{t_ours / t_cp:.2f}"
+        row = f"| {op} | {dev} | {paths[op]} | {t_ours * 1e3:.1f} | {t_np * 1e3:.1f} | {t_ours / t_np:.2f}"
+        row += f" | {cp_ms} | {cp_ratio}"
+        print(f"{row} | {err:.1e} |")
 
 
 def _path(op: str, dev: em.Device) -> str:

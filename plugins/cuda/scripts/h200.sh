@@ -7,7 +7,8 @@
 #   STEPS="tests conformance train profile bench w6 onnx" (default: tests conformance train bench w6),
 #   CONFORMANCE_S (default 420, per fusion mode), SHARDS (default 6), FUSION_MODES (default "1 0": the
 #   conformance suite once with EMBER_FUSION=1, the lazy layer's fused kernels, and once eager),
-#   BENCH_WORKLOADS (default "W1 W2 W3 W4 W5 W6"), WARM=1 to keep CuPy's kernel cache between calls.
+#   BENCH_WORKLOADS (default "W1 W2 W3 W4 W5 W6"), WARM=1 to keep CuPy's kernel cache between calls,
+#   CONFORMANCE_ARGS (more pytest arguments, e.g. --ember-dtypes=complex64,complex128).
 # Writes to $OUT: summary.txt, env.txt, tests.log, conformance.log (every shard of every fusion
 # mode), train.log, profile.txt, bench.txt, bench.json, w6.txt (W6 fused and unfused), onnx.log.
 set -u
@@ -50,7 +51,7 @@ for step in $STEPS; do
     for fusion in ${FUSION_MODES:-1 0}; do
       for ((i = 0; i < shards; i++)); do
         EMBER_FUSION=$fusion timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device=cuda:0 -q \
-          -rs -p no:cacheprovider --tb=short --ember-shard="$i/$shards" >"$OUT/conformance-$i.log" 2>&1 &
+          -rs -p no:cacheprovider --tb=short --ember-shard="$i/$shards" ${CONFORMANCE_ARGS:-} >"$OUT/conformance-$i.log" 2>&1 &
       done
       wait
       for ((i = 0; i < shards; i++)); do

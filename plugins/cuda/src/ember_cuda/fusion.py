@@ -30,6 +30,10 @@ INT32_LIMIT = 2**31 - 2**24
 #: fused code keeps a * b + c as two roundings, as numpy computes it
 COMPILE_OPTIONS = ("--std=c++17", "--fmad=false")
 THREADS = 256
+#: a grid-stride launch is capped at this many resident waves of blocks: W6 (2^26 float32) on the H200
+#: ran 0.306 / 0.297 / 0.275 / 0.281 ms per kernel at 1 / 4 / 8 / 16 waves (benchmarks/w6_sweep.py,
+#: plugins/cuda/logs/h200-2026-12-02-w6/run1/): more blocks keep more loads in flight
+WAVES = 8
 
 _SCALAR_CTYPES = {
     "bool": ctypes.c_bool,
@@ -228,7 +232,7 @@ class FusedKernels:
         launch, most = self.launcher(prog, p.layout)
         values = pack(prog, p, operands, [d[2] for d in described], out_ptrs)
         work = p.n // 4 if p.layout.vec4 else p.n
-        launch(max(1, min((work + THREADS - 1) // THREADS, most)), THREADS, *values)
+        launch(max(1, min((work + THREADS - 1) // THREADS, most * WAVES)), THREADS, *values)
         return outs
 
 

@@ -25,6 +25,11 @@ from .errors import DeviceMemoryError, driver_errors, no_platform_error, transla
 
 __all__ = ["device_list", "describe", "Runtime"]
 
+#: a grid-stride launch on a GPU is capped at this many work-groups per compute unit: W6 (2^26
+#: float32) through NVIDIA's OpenCL on the H200 ran 0.346 / 0.276 / 0.264 ms per kernel at 8 / 32 / 128
+#: (benchmarks/w6_sweep.py, plugins/cuda/logs/h200-2026-12-02-w6/run1/)
+GROUPS_PER_CU = 128
+
 
 @functools.lru_cache(maxsize=1)
 def device_list() -> tuple[tuple[Any, Any], ...]:
@@ -159,7 +164,7 @@ class Runtime:
         local = min(wg, 64 if self.is_cpu else 256)
         groups = -(-n // local)
         if not self.is_cpu:
-            groups = min(groups, self.compute_units * 32)
+            groups = min(groups, self.compute_units * GROUPS_PER_CU)
         return (groups * local,), (local,)
 
     # -- memory -------------------------------------------------------------------------
