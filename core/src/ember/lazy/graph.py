@@ -41,6 +41,16 @@ __all__ = ["LazyBuffer", "Lazy", "MAX_REGION", "materialize", "realize_all", "fu
 #: the most values (instructions and inputs) one fused region holds before it is realized
 MAX_REGION = 48
 
+#: pending references kept before the dead ones are dropped (doubles while live ones stay)
+_COMPACT_AT = 4096
+
+#: region structure (inputs, instructions, outputs) -> its program, so a repeated region builds
+#: no new one and backends' caches keyed by the program hit by identity
+_PROGRAMS: dict[tuple[Any, ...], FusedProgram] = {}
+_MAX_PROGRAMS = 4096
+#: the interned programs that read a complex operand (no generator compiles those)
+_COMPLEX: set[int] = set()
+
 _SCALARS = (bool, int, float)
 
 #: numpy computes these scalar powers by the unary op (``pow(-inf, 0.5)`` is NaN, as sqrt's)
@@ -98,6 +108,7 @@ class Lazy:
         self.fusable: dict[str, bool] = {}  # op name -> an elementwise op the generator compiles
         self.meta = backend.handle_meta
         self.pending: list[weakref.ref[LazyBuffer]] = []
+        self._compact_at = _COMPACT_AT  # pending's length that triggers dropping dead references
         #: ops deferred; fused kernels run; the instructions they computed; regions of one op run by its own kernel
         self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0}
 
@@ -153,8 +164,9 @@ class Lazy:
     def _track(self, node: LazyBuffer) -> LazyBuffer:
         pending = self.pending
         pending.append(weakref.ref(node))
-        if len(pending) > 4096:
-            self.pending = [r for r in pending if (n := r()) is not None and n.real is None]
+        if len(pending) > self._compact_at:  # drop the dead and realized; grow the bound with what stays
+            self.pending = pending = [r for r in pending if (n := r()) is not None and n.real is None]
+            self._compact_at = max(_COMPACT_AT, 2 * len(pending))
         return node
 
     # -- realization ---------------------------------------------------------------------------
@@ -181,14 +193,14 @@ class Lazy:
             order = []
             _collect(target, order, set())
         program, operands = self._program(order)
-        if any(dt.startswith("complex") for dt, _ in program.inputs):
+        if id(program) in _COMPLEX:
             del program, operands
             self._run_eagerly(order)  # a complex operand (abs or real of a complex tensor): no generator has those
             return
         outputs = _outputs(order, target)
         if len(outputs) > 1:
             number = _values(order, len(program.inputs))
-            program = FusedProgram(program.inputs, program.instructions, tuple(number[id(n)] for n in outputs))
+            program = _interned(program.inputs, program.instructions, tuple(number[id(n)] for n in outputs))
         results = self.state.impls[RUN_FUSED](program, operands, shape=target.shape)
         self.counts["kernels"] += 1
         self.counts["fused_values"] += len(program.instructions)
@@ -201,40 +213,39 @@ class Lazy:
         inputs: list[tuple[str, str]] = []
         operands: list[Any] = []
         handles: dict[int, int] = {}  # id(handle) -> input number: a handle read twice is one input
-        number: dict[int, int] = {}  # id(node) -> value number
-        pending_args: list[tuple[LazyBuffer, list[Any]]] = []
+        number: dict[int, int] = {}  # id(node) -> input number (a constant) or -1 - instruction number
+        nodes: list[tuple[LazyBuffer, list[Any]]] = []
+        meta = self.meta
         for node in order:
             if node.op == "full":  # a broadcast constant: a scalar input, not an instruction
+                number[id(node)] = len(inputs)
                 inputs.append((node.dtype, "scalar"))
                 operands.append(node.args[0])
-                number[id(node)] = len(inputs) - 1
                 continue
             refs: list[Any] = []
             for k, a in enumerate(node.args):
-                if type(a) is LazyBuffer:
+                ta = type(a)
+                if ta is LazyBuffer:
                     if a.real is None:
-                        refs.append(a)
+                        refs.append(number[id(a)])
                         continue
                     a = a.real
-                elif type(a) in _SCALARS:
+                elif ta in _SCALARS:
+                    refs.append(len(inputs))
                     inputs.append((_scalar_dtype(node, k), "scalar"))
                     operands.append(a)
-                    refs.append(len(inputs) - 1)
                     continue
                 index = handles.get(id(a))
                 if index is None:
-                    inputs.append((self.meta(a)[1], "tensor"))
+                    index = handles[id(a)] = len(inputs)
+                    inputs.append((meta(a)[1], "tensor"))
                     operands.append(a)
-                    index = handles[id(a)] = len(inputs) - 1
                 refs.append(index)
-            pending_args.append((node, refs))
-        body = []
+            number[id(node)] = -1 - len(nodes)
+            nodes.append((node, refs))
         n = len(inputs)
-        for node, refs in pending_args:
-            args = tuple(number[id(r)] if type(r) is LazyBuffer else r for r in refs)
-            number[id(node)] = n + len(body)
-            body.append((node.op, node.dtype, args))
-        return FusedProgram(tuple(inputs), tuple(body), (number[id(order[-1])],)), operands
+        body = tuple([(node.op, node.dtype, tuple([r if r >= 0 else n - 1 - r for r in refs])) for node, refs in nodes])
+        return _interned(tuple(inputs), body, (n + len(body) - 1,)), operands
 
     def _run_eagerly(self, order: list[LazyBuffer]) -> None:
         """Compute the region op by op with the backend's own kernels, in topological order."""
@@ -257,6 +268,20 @@ class Lazy:
         for node in reversed(held):  # the latest first: earlier ones join its kernel as outputs
             if node.real is None:
                 node.realize()
+
+
+def _interned(inputs: tuple[Any, ...], body: tuple[Any, ...], outputs: tuple[int, ...]) -> FusedProgram:
+    """The one program object of this structure (made on first sight)."""
+    key = (inputs, body, outputs)
+    program = _PROGRAMS.get(key)
+    if program is None:
+        if len(_PROGRAMS) >= _MAX_PROGRAMS:
+            _PROGRAMS.clear()
+            _COMPLEX.clear()
+        program = _PROGRAMS[key] = FusedProgram(inputs, body, outputs)
+        if any(dt.startswith("complex") for dt, _ in inputs):
+            _COMPLEX.add(id(program))
+    return program
 
 
 def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:

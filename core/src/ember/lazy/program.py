@@ -44,6 +44,18 @@ class FusedProgram:
     instructions: tuple[tuple[str, str, tuple[Arg, ...]], ...]
     outputs: tuple[int, ...]
 
+    def __hash__(self) -> int:
+        # backends key their kernel and launch-plan caches by the program on every launch:
+        # hash the nested tuples once per program, not once per lookup
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.inputs, self.instructions, self.outputs))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"inputs": self.inputs, "instructions": self.instructions, "outputs": self.outputs}  # str hashes differ per process
+
     def value_dtypes(self) -> list[str]:
         """The dtype name of every SSA value (inputs first)."""
         return [dt for dt, _ in self.inputs] + [dt for _, dt, _ in self.instructions]
