@@ -54,7 +54,8 @@ class FusedProgram:
         return h
 
     def __getstate__(self) -> dict[str, object]:
-        return {"inputs": self.inputs, "instructions": self.instructions, "outputs": self.outputs}  # str hashes differ per process
+        # the cached hash stays behind: string hashes differ from process to process
+        return {"inputs": self.inputs, "instructions": self.instructions, "outputs": self.outputs}
 
     def value_dtypes(self) -> list[str]:
         """The dtype name of every SSA value (inputs first)."""
