@@ -8,6 +8,8 @@
 # STEPS=memory: benchmarks/memory.py --h200 (memory strategies on cuda, opencl and wgpu, within 8 minutes).
 # STEPS=w6: benchmarks/w6_sweep.py, W6 under each backend's grid-stride cap (W6_CUDA, W6_OPENCL, W6_WGPU
 # give the values) on cuda, opencl and wgpu, into w6-sweep.txt (about 3 minutes).
+# STEPS=probe: plugins/wgpu/scripts/w6_probe.py, the fused W6 WGSL kernel beside variants of its
+# source (which piece costs bandwidth), into w6-probe.txt.
 # The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused), in
 # SHARDS parallel processes when SHARDS > 1 (--ember-shard); PYTEST_ARGS (unsharded runs) selects
 # cases, e.g. PYTEST_ARGS="-k nextafter".
@@ -88,6 +90,12 @@ for backend in $STEPS; do
         --attr ember_wgpu.kernels.elementwise:MAX_GROUPS --values ${W6_WGPU:-1024,4096,8192,16384,32768,65535}
     } >"$OUT/w6-sweep.txt" 2>&1
     note "w6 sweep: exit $? (w6-sweep.txt)"
+    continue
+  fi
+  if [ "$backend" = probe ]; then  # plugins/wgpu/scripts/w6_probe.py: the fused W6 WGSL kernel beside variants of its text
+    vk=$(pick wgpu)
+    EMBER_WGPU_ADAPTER=$vk timeout 150 $PY plugins/wgpu/scripts/w6_probe.py --device "wgpu:$vk" >"$OUT/w6-probe.txt" 2>&1
+    note "w6 probe: exit $? (w6-probe.txt)"
     continue
   fi
   idx=$(pick "$backend")
