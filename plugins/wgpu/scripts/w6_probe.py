@@ -30,9 +30,12 @@ def _variants(source: str) -> dict[str, str]:
     out["builtin exp, no erf"] = re.sub(r"(?<!fn )\bm_erf\(", "tanh(", out["builtin exp"])
     # the body of every lane: the plain sum of the three inputs (the bandwidth ceiling of 3 in, 1 out)
     lanes = re.sub(r"let v(\d)_(\d) = .*;", lambda m: f"let v{m.group(1)}_{m.group(2)} = x0_{m.group(2)};", source)
-    out["sum only"] = re.sub(
-        r"let v7_(\d) = .*;", lambda m: f"let v7_{m.group(1)} = x0_{m.group(1)} + x1_{m.group(1)} + x2_{m.group(1)};", lanes
-    )
+
+    def total(m: re.Match[str]) -> str:
+        k = m.group(1)
+        return f"let v7_{k} = x0_{k} + x1_{k} + x2_{k};"
+
+    out["sum only"] = re.sub(r"let v7_(\d) = .*;", total, lanes)
     return out
 
 
@@ -78,7 +81,8 @@ def main() -> None:
         if label == "generated":
             reference = result
         err = float(np.max(np.abs(result - reference))) if reference is not None else float("nan")
-        print(f"{label:24s} {per * 1e3:8.3f} ms  {16 * args.n / per / 1e12:6.2f} TB/s  max|diff vs generated| {err:.2e}")
+        tbs = 16 * args.n / per / 1e12
+        print(f"{label:24s} {per * 1e3:8.3f} ms  {tbs:6.2f} TB/s  max|diff vs generated| {err:.2e}")
     for groups in (1024, 4096, 16384, 65535):
         rt.dispatch(pipe, params, buffers, (groups, 1, 1), "generated")
         rt.synchronize()
