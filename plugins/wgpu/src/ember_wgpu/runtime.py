@@ -131,6 +131,11 @@ class Runtime:
         self._watcher = _LostWatcher()
         logging.getLogger("wgpu").addHandler(self._watcher)
         self._sync_buf = self._create_buffer(16)
+        # a persistent mappable buffer: a sync copies 4 bytes into it in the last submit and maps it
+        # (queue.read_buffer made, filled, mapped and destroyed a new buffer in a submit of its own)
+        self._sync_stage = self.device.create_buffer(
+            size=16, usage=self.wgpu.BufferUsage.MAP_READ | self.wgpu.BufferUsage.COPY_DST
+        )
 
     # -- buffers ---------------------------------------------------------------------------
     def _create_buffer(self, size: int) -> Any:
@@ -296,10 +301,16 @@ class Runtime:
             self._bg_by_uid.setdefault(uid, []).append(key)
         return bg
 
-    def flush(self) -> None:
-        """Submit everything recorded so far (no wait)."""
+    def flush(self, fence: bool = False) -> None:
+        """Submit everything recorded so far (no wait); ``fence`` ends the submit with a copy into
+        the sync buffer, which is mappable once everything submitted has run."""
         self._check_lost()
         if self._pass is None:
+            if fence:
+                encoder = self.device.create_command_encoder()
+                encoder.copy_buffer_to_buffer(self._sync_buf, 0, self._sync_stage, 0, 4)
+                self.queue.submit([encoder.finish()])
+                self.submits += 1
             self.pool.trim()
             return
         self._pass.end()
@@ -311,6 +322,8 @@ class Runtime:
         self._arena_used = 0
         self._count = 0
         self._names = []
+        if fence:
+            encoder.copy_buffer_to_buffer(self._sync_buf, 0, self._sync_stage, 0, 4)
         try:
             command_buffer = encoder.finish()
         except self.wgpu.GPUError as exc:
@@ -385,8 +398,9 @@ class Runtime:
 
     def synchronize(self) -> None:
         """Submit and wait until the device has finished all work recorded so far."""
-        self.flush()
-        self.queue.read_buffer(self._sync_buf, 0, 4)
+        self.flush(fence=True)
+        self._sync_stage.map_sync(self.wgpu.MapMode.READ)  # resolves once the fence's submit has run
+        self._sync_stage.unmap()
         self._check_lost()
 
     def stats(self) -> dict[str, Any]:
