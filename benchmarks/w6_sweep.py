@@ -49,6 +49,26 @@ def _one(device: str, attr: str, value: int, n: int, iters: int, chain: int) -> 
     return {"value": value, "step_s": step, "pipelined_s": piped}
 
 
+def _profile(device: str, n: int, iters: int) -> None:
+    """The top of a cProfile of ``iters`` synchronized W6 steps: where the host's time per step goes."""
+    import cProfile
+    import pstats
+
+    import ember as em
+
+    case = w6.ember(em.Device(device), {"n": n})
+    time_case(case, 3, 10)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(iters):
+        out = case.step()
+        case.sync()
+    profile.disable()
+    del out
+    print(f"cProfile of {iters} synchronized W6 steps on {device}, n={n} (per-call times include the profiler's own)")
+    pstats.Stats(profile).sort_stats("tottime").print_stats(22)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", required=True)
@@ -58,7 +78,13 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--chain", type=int, default=20)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--profile", action="store_true", help="print a cProfile of the synchronized steps (the host's share of each)"
+    )
     args = parser.parse_args()
+    if args.profile:
+        _profile(args.device, args.n, args.iters)
+        return
     if args.one:
         print(json.dumps(_one(args.device, args.attr, int(args.values), args.n, args.iters, args.chain)))
         return
