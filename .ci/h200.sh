@@ -7,7 +7,8 @@
 # Usage, from the repository root:  STEPS="wgpu opencl" bash .ci/h200.sh
 # STEPS=memory: benchmarks/memory.py --h200 (memory strategies on cuda, opencl and wgpu, within 8 minutes).
 # STEPS=w6: benchmarks/w6_sweep.py, W6 under each backend's grid-stride cap (W6_CUDA, W6_OPENCL, W6_WGPU
-# give the values) on cuda, opencl and wgpu, into w6-sweep.txt (about 3 minutes).
+# give the values) on cuda, opencl and wgpu, into w6-sweep.txt (about 3 minutes); W6_PROFILE=1 adds a
+# cProfile of synchronized W6 steps on each (w6-profile.txt).
 # STEPS=probe: plugins/wgpu/scripts/w6_probe.py, the fused W6 WGSL kernel beside variants of its
 # source (which piece costs bandwidth), into w6-probe.txt.
 # The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused), in
@@ -90,6 +91,13 @@ for backend in $STEPS; do
         --attr ember_wgpu.kernels.elementwise:MAX_GROUPS --values ${W6_WGPU:-1024,4096,8192,16384,32768,65535}
     } >"$OUT/w6-sweep.txt" 2>&1
     note "w6 sweep: exit $? (w6-sweep.txt)"
+    if [ -n "${W6_PROFILE:-}" ]; then  # where the host's time per synchronized step goes
+      { timeout 100 $PY -m benchmarks.w6_sweep --device cuda:0 --profile --iters 200
+        [ "$ocl" -ge 0 ] && timeout 100 $PY -m benchmarks.w6_sweep --device "opencl:$ocl" --profile --iters 200
+        [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk timeout 100 $PY -m benchmarks.w6_sweep --device "wgpu:$vk" --profile --iters 200
+      } >"$OUT/w6-profile.txt" 2>&1
+      note "w6 profile: exit $? (w6-profile.txt)"
+    fi
     continue
   fi
   if [ "$backend" = probe ]; then  # plugins/wgpu/scripts/w6_probe.py: the fused W6 WGSL kernel beside variants of its text
