@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from . import conv, nn, primitives
-from .registry import ArrayModule, module_of, register
+from .registry import ArrayModule, array_meta, module_of, register
 
-__all__ = ["ArrayModule", "register", "module_of", "kernels"]
+__all__ = ["ArrayModule", "register", "module_of", "array_meta", "kernels"]
 
 
 def kernels(module: ArrayModule) -> dict[str, Callable[..., Any]]:

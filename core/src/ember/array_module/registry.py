@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ArrayModule", "register", "module_of"]
+__all__ = ["ArrayModule", "register", "module_of", "array_meta"]
 
 
 @dataclass(frozen=True)
@@ -35,3 +35,17 @@ def register(module: ArrayModule) -> ArrayModule:
 def module_of(a: Any) -> ArrayModule:
     """The registered library of array ``a``."""
     return _MODULES[type(a)]
+
+
+#: numpy dtype -> ember dtype name: ``dtype.name`` is computed in Python on every call, and the
+#: lazy layer asks for it once per operand of every fused region
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def array_meta(a: Any) -> tuple[tuple[int, ...], str]:
+    """``(shape, ember dtype name)`` of a numpy-compatible array (a backend's ``handle_meta``)."""
+    dt = a.dtype
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = _DTYPE_NAMES[dt] = "bool" if dt.kind == "b" else dt.name
+    return a.shape, name

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.array_module import ArrayModule, kernels
+from ember.array_module import ArrayModule, array_meta, kernels
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, COMPLEX_DTYPES, DType
 from ember.lazy.program import FusedProgram
@@ -135,9 +135,7 @@ class CpuBackend(Backend):
         note = "host memory is managed by numpy, without a pool; extra['peak_rss_bytes'] is the process's peak RSS"
         return unmeasured_stats(note, extra={"peak_rss_bytes": peak})
 
-    @staticmethod
-    def handle_meta(a: np.ndarray) -> tuple[tuple[int, ...], str]:
-        return a.shape, ("bool" if a.dtype == np.bool_ else a.dtype.name)
+    handle_meta = staticmethod(array_meta)
 
     def dlpack(self, a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a)

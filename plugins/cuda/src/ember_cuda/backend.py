@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ember.array_module import ArrayModule, kernels
+from ember.array_module import ArrayModule, array_meta, kernels
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType
 from ember.dtypes import as_dtype as _as_dtype
@@ -256,9 +256,7 @@ class CudaBackend(Backend):
         self.pool.empty()
         self.pool.trim()
 
-    @staticmethod
-    def handle_meta(a: Any) -> tuple[tuple[int, ...], str]:
-        return tuple(a.shape), ("bool" if a.dtype == np.bool_ else a.dtype.name)
+    handle_meta = staticmethod(array_meta)
 
     def dlpack(self, a: Any) -> Any:
         """The CuPy array itself: consumers (PyTorch, CuPy, JAX) share its memory."""
