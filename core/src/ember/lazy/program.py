@@ -21,6 +21,7 @@ serves every shape of the same rank and layout class (the program is its own cac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 __all__ = ["Const", "FusedProgram", "Arg"]
 
@@ -45,8 +46,8 @@ class FusedProgram:
     outputs: tuple[int, ...]
 
     def __hash__(self) -> int:
-        # backends key their kernel and launch-plan caches by the program on every launch:
-        # hash the nested tuples once per program, not once per lookup
+        # backends key their kernel and launch-plan caches by the program on every launch (and the
+        # lazy layer hands the same object for the same region): hash the nested tuples once
         h = self.__dict__.get("_hash")
         if h is None:
             h = hash((self.inputs, self.instructions, self.outputs))
@@ -58,12 +59,16 @@ class FusedProgram:
         return {"inputs": self.inputs, "instructions": self.instructions, "outputs": self.outputs}
 
     def value_dtypes(self) -> list[str]:
-        """The dtype name of every SSA value (inputs first)."""
+        """The dtype name of every SSA value (inputs first); computed once, not to be modified."""
+        return self._value_dtypes
+
+    @cached_property
+    def _value_dtypes(self) -> list[str]:
         return [dt for dt, _ in self.inputs] + [dt for _, dt, _ in self.instructions]
 
-    @property
+    @cached_property
     def tensor_inputs(self) -> list[int]:
-        """Positions of the tensor inputs (the handles a launch reads)."""
+        """Positions of the tensor inputs (the handles a launch reads); computed once."""
         return [i for i, (_, kind) in enumerate(self.inputs) if kind == "tensor"]
 
     def check(self) -> None:
