@@ -260,8 +260,8 @@ def test_out_of_memory_with_nothing_cached_does_not_retry():
 # -- choosing a strategy --------------------------------------------------------------------
 @pytest.fixture
 def fresh_choices(monkeypatch):
-    monkeypatch.setattr(memory, "_DEVICE_STRATEGY", {})
-    monkeypatch.setattr(memory, "_DEVICE_POOLS", {})
+    monkeypatch.setattr(memory.registry, "_DEVICE_STRATEGY", {})
+    monkeypatch.setattr(memory.registry, "_DEVICE_POOLS", {})
 
 
 def test_the_default_comes_from_ember_memory(monkeypatch, fresh_choices):

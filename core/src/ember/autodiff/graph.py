@@ -107,7 +107,8 @@ def run_backward(
             # the walk lets go of each tensor as it passes it: a tensor nobody else holds (an
             # intermediate) dies with its node as soon as its inputs' gradients are made
             t, order[i] = order[i], None
-            assert t is not None
+            if t is None:  # each entry is visited once, walking down: a None means the order was corrupted
+                raise AutodiffError(f"backward: the graph walk reached entry {i} twice; report this as a bug")
             g = grads.pop(id(t._node), None)
             if g is None:
                 continue
