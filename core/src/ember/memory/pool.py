@@ -32,7 +32,7 @@ from .strategies import (
     _fine_of,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: _Page types the pool's page list
     from .pages import _Page
 
 __all__ = ["Block", "BufferPool"]

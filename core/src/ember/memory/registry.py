@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from .strategies import _check_strategy
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: .pool imports this module (a cycle)
     from .pool import BufferPool
 
 __all__ = ["set_device_strategy", "device_strategy", "device_pools"]
