@@ -19,6 +19,7 @@ import numpy as np
 import ember as em
 
 from .harness import median_seconds
+from .peers import cupy_seconds
 
 
 def main() -> None:
@@ -61,21 +62,6 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     row = f"| {dev} | {form} | {ours * 1e3:.2f} | {ref * 1e3:.2f} | {ours / ref:.2f} | {shown} | {ratio}"
     print(f"{row} | {err:.1e} |")
-
-
-def cupy_seconds(dev: em.Device, upload, call, iters: int, warmup: int = 3) -> float | None:
-    """Median seconds of ``call(cupy, data)`` on the GPU of a cuda device, ``data = upload(cupy)``;
-    None off cuda or without CuPy (the peer column of benchmarks.fft and benchmarks.linalg)."""
-    if dev.kind != "cuda":
-        return None
-    try:
-        import cupy as cp
-    except ImportError:
-        return None
-    with cp.cuda.Device(dev.index):
-        data = upload(cp)
-        cp.cuda.Device().synchronize()
-        return median_seconds(lambda: call(cp, data), warmup, iters)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ import numpy as np
 
 import ember as em
 
-from .fft import cupy_seconds
 from .harness import median_seconds
+from .peers import cupy_seconds
 
 
 def main() -> None:

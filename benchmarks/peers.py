@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .harness import Case, Unavailable, no_sync
+from .harness import Case, Unavailable, median_seconds, no_sync
 
 __all__ = [
     "PEERS",
@@ -21,6 +21,7 @@ __all__ = [
     "ember_unfused_impl",
     "peer_impl",
     "torch_sync",
+    "cupy_seconds",
     "cupy_sync",
     "import_peer",
 ]
@@ -119,6 +120,21 @@ def torch_sync(device: Any) -> Callable[[], None]:
     import torch
 
     return lambda: torch.cuda.synchronize(device)
+
+
+def cupy_seconds(dev: Any, upload, call, iters: int, warmup: int = 3) -> float | None:
+    """Median seconds of ``call(cupy, data)`` on the GPU of a cuda device, ``data = upload(cupy)``;
+    None off cuda or without CuPy (the peer column of benchmarks.fft and benchmarks.linalg)."""
+    if dev.kind != "cuda":
+        return None
+    try:
+        import cupy as cp
+    except ImportError:
+        return None
+    with cp.cuda.Device(dev.index):
+        data = upload(cp)
+        cp.cuda.Device().synchronize()
+        return median_seconds(lambda: call(cp, data), warmup, iters)
 
 
 def cupy_sync() -> Callable[[], None]:

@@ -200,9 +200,10 @@ def replay(trace: dict, strategy: str) -> tuple[BufferPool, FakeDevice]:
     return pool, dev
 
 
-@pytest.mark.parametrize("name", ["w3_batch16.json", "w4_batch4.json"])
+@pytest.mark.parametrize("name", ["w3_batch16.json", "w4_batch4.json", "w3_batch64_steps.json", "w4_cpu_steps.json"])
 def test_adaptive_reserves_at_most_5_percent_over_its_peak_in_use_on_a_recorded_trace(name):
-    """Traces of four training steps of W3 / W4 recorded on opencl:0 (request sizes and frees, in order)."""
+    """Traces of W3 / W4 training steps recorded on opencl:0 (request sizes and frees, in order): four steps
+    at small sizes, and eight steps at W3 batch 64 and W4's CPU sizes (their step_starts mark the steps)."""
     trace = json.loads((TRACES / name).read_text())
     adaptive, dev = replay(trace, "adaptive")
     static, _ = replay(trace, "static")
@@ -260,8 +261,8 @@ def test_out_of_memory_with_nothing_cached_does_not_retry():
 # -- choosing a strategy --------------------------------------------------------------------
 @pytest.fixture
 def fresh_choices(monkeypatch):
-    monkeypatch.setattr(memory, "_DEVICE_STRATEGY", {})
-    monkeypatch.setattr(memory, "_DEVICE_POOLS", {})
+    monkeypatch.setattr(memory.registry, "_DEVICE_STRATEGY", {})
+    monkeypatch.setattr(memory.registry, "_DEVICE_POOLS", {})
 
 
 def test_the_default_comes_from_ember_memory(monkeypatch, fresh_choices):
@@ -357,6 +358,17 @@ def test_carved_blocks_are_reused_and_their_ranges_merge_back_into_the_page():
     del again, b, c
     pool.empty()  # every range back in its page, the page empty: released
     assert dev.live == {} and pool.reserved == 0 and pool.stats()["pages"] == 0
+    check_books(pool, dev)
+
+
+def test_an_alignment_larger_than_a_page_gets_a_page_that_holds_the_block():
+    """A backend whose alignment (64 KiB) passes the page the pool would carve from (32 KiB at a 2 MiB peak
+    in use) gets a page as large as the aligned block, so a small request still succeeds."""
+    pool, dev = make_paged(alignment=1 << 16)
+    block = pool.acquire(1000)
+    assert isinstance(block.raw, tuple) and block.raw[1] == 0 and pool.carved == 1
+    assert dev.allocs == 1 and max(dev.live.values()) >= 1 << 16
+    del block
     check_books(pool, dev)
 
 

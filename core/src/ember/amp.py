@@ -36,7 +36,7 @@ from .dtypes import DType, as_dtype, bfloat16, float16, float32, float64
 from .errors import ArgumentTypeError, DTypeError, EmberError, InvalidArgumentError
 from .lazy.jit import set_grad
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above; nothing here needs Device at run time
     from .device import Device
     from .tensor import Tensor
 

@@ -26,7 +26,7 @@ from .dtypes import ALL_DTYPES, COMPLEX_DTYPES, DType
 from .errors import NotImplementedOpError
 from .memory import MemoryStats, unmeasured_stats
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.device and ember.lazy are layers above
     from .device import Device
     from .lazy.program import FusedProgram
 

@@ -15,6 +15,7 @@ import numpy
 
 from . import __version__, config
 from .device import Device
+from .errors import DataError, DataFileNotFoundError, MissingDependencyError
 from .kernel_cache import cache_stats
 from .ops import table as op_table
 from .plugins import contained, get_registry
@@ -189,7 +190,6 @@ def cmd_memory_report(args: argparse.Namespace) -> int:
     """Plot reserved vs in-use memory of a run (its ``memory.csv``, written by the MemoryReport
     callback) as a PNG, and print the peaks."""
     # imported here so that the other commands neither load nor depend on ember.train
-    from .errors import DataError, DataFileNotFoundError, MissingDependencyError
     from .train.memory_report import plot_memory, read_memory_csv
 
     try:

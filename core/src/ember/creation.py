@@ -14,7 +14,7 @@ from .dtypes import DType, as_dtype, bool_, default_complex, default_float, defa
 from .errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
 from .shapes import as_int, as_shape
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor imports this module (a runtime import is a cycle)
     from .tensor import Tensor
 
 __all__ = [

@@ -18,7 +18,7 @@ from .backend import EXTENSION_KERNELS
 from .errors import ArgumentTypeError, DeviceMismatchError, DeviceUnavailableError, DTypeError, InvalidArgumentError
 from .plugins import get_registry
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: nothing here needs Backend, Capabilities or DType at run time
     from .backend import Backend, Capabilities
     from .dtypes import DType
 

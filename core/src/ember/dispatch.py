@@ -42,7 +42,7 @@ from .errors import DTypeError, InvalidArgumentError, NotImplementedOpError, Sha
 from .lazy import materialize
 from .shapes import broadcast_shapes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above; Device is not needed at run time
     from .device import Device
     from .tensor import Tensor
 

@@ -21,7 +21,7 @@ import pluggy
 from . import config
 from .errors import DeviceUnavailableError, PluginError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: nothing in the registry needs Backend at run time
     from .backend import Backend
 
 __all__ = [

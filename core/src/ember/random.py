@@ -25,7 +25,7 @@ from .errors import ArgumentTypeError, DTypeError, InvalidArgumentError
 from .ops.movement import concat
 from .shapes import as_shape, numel
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor imports this module through ops.nn (a cycle)
     from .tensor import Tensor
 
 __all__ = [

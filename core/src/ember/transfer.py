@@ -14,7 +14,7 @@ from .lazy.jit import set_data
 from .ops.elementwise import astype_op
 from .shapes import broadcast_shapes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor imports this module (a runtime import is a cycle)
     from .tensor import Tensor
 
 __all__ = ["to", "astype", "clone", "copy_"]

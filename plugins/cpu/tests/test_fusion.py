@@ -206,6 +206,48 @@ def test_kernels_are_cached_on_disk(tmp_path):
     assert list((tmp_path / "cpu-numba" / "__pycache__").glob("*.nbi")), "numba wrote no cache index"
 
 
+def test_a_tampered_cache_file_is_never_run(tmp_path):
+    """What runs is the source generated in this process: a cache file rewritten by someone else (here
+    to write a marker file and return zeros) neither executes nor changes the result, and numba's disk
+    cache still serves the kernel (the file is rewritten with the same text and stamp)."""
+    prog = FusedProgram((("float64", "tensor"),), (("exp", "float64", (0,)), ("add", "float64", (1, 0))), (2,))
+    x = np.linspace(-2, 2, 300)
+    fusion.FusedKernels(_KERNELS).run(prog, [x], (300,))
+    (path,) = (tmp_path / "cpu-numba").glob("ember_cpu_fused_*.py")
+    marker = tmp_path / "tampered-code-ran"
+    path.write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        f"{fusion.KERNEL_NAME} = lambda *args: args[-1].fill(0.0)\n"
+        "def __getattr__(name):\n"
+        f"    open({str(marker)!r}, 'w').close()\n",
+        encoding="utf-8",
+    )
+    fresh = fusion.FusedKernels(_KERNELS)  # nothing in memory: loads the kernel again
+    (got,) = fresh.run(prog, [x], (300,))
+    assert fresh.counts["compiled"] == 1 and fresh.counts["numba"] == 1, "the program did not run as a numba kernel"
+    assert not marker.exists(), "code read from the cache directory ran"
+    np.testing.assert_allclose(got, np.exp(x) + x, rtol=1e-12)
+    assert fusion.KERNEL_NAME in path.read_text(encoding="utf-8") and "tampered" not in path.read_text()
+    (dispatcher,) = fresh._cache.values()
+    assert sum(dispatcher.stats.cache_hits.values()) == 1, "numba compiled again instead of using its cache"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX file modes: the check is skipped on Windows")
+def test_a_cache_folder_everyone_can_write_is_not_used(tmp_path):
+    """numba loads compiled kernels from the folder: with one that anyone can write, the kernel compiles
+    in memory and nothing is written there."""
+    folder = tmp_path / "cpu-numba"
+    folder.mkdir()
+    folder.chmod(0o777)
+    prog = FusedProgram((("float64", "tensor"),), (("cos", "float64", (0,)), ("mul", "float64", (1, 0))), (2,))
+    x = np.linspace(-2, 2, 300)
+    kernels = fusion.FusedKernels(_KERNELS)
+    (got,) = kernels.run(prog, [x], (300,))
+    assert kernels.counts["numba"] == 1, "the program did not run as a numba kernel"
+    np.testing.assert_allclose(got, np.cos(x) * x, rtol=1e-12)
+    assert list(folder.iterdir()) == []
+
+
 def test_without_numba_the_backend_does_not_fuse_and_says_why():
     code = (
         "import sys; sys.modules['numba'] = None;"  # numba cannot be imported in this interpreter

@@ -13,7 +13,7 @@ from ..lazy.jit import set_grad
 from .graph import run_backward
 from .mode import enable_grad, set_grad_enabled
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor imports this module (a runtime import is a cycle)
     from ..tensor import Tensor
 
 __all__ = ["backward", "grad", "value_and_grad"]

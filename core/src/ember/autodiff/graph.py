@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from ..amp import autocast
 from ..errors import AutodiffError
+from ..ops.elementwise import real
 from .mode import set_grad_enabled
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor imports this module through autodiff.api (a cycle)
     from ..tensor import Tensor
 
 __all__ = ["run_backward"]
@@ -72,8 +73,6 @@ def _as_input_dtype(g: Tensor, inp: Tensor) -> Tensor:
     """``g`` in ``inp``'s dtype: a complex gradient reaching a real input keeps its real part
     (the real input moved only along the real axis; PyTorch does the same)."""
     if g._dtype.kind == "c" and inp._dtype.kind != "c":
-        from ..ops.elementwise import real  # same layer; imported here, when first needed
-
         g = real(g)
     return g if g._dtype is inp._dtype else g.astype(inp._dtype)
 
@@ -107,7 +106,8 @@ def run_backward(
             # the walk lets go of each tensor as it passes it: a tensor nobody else holds (an
             # intermediate) dies with its node as soon as its inputs' gradients are made
             t, order[i] = order[i], None
-            assert t is not None
+            if t is None:  # each entry is visited once, walking down: a None means the order was corrupted
+                raise AutodiffError(f"backward: the graph walk reached entry {i} twice; report this as a bug")
             g = grads.pop(id(t._node), None)
             if g is None:
                 continue

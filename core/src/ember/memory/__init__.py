@@ -48,20 +48,20 @@ A backend that cannot measure (numpy manages the CPU backend's memory) returns
 pools the top-level peaks are the sum of the pools' peaks: an upper bound, exact for one pool.
 
 The package's modules, by concern: :mod:`.strategies` (names, tunables, rounding), :mod:`.pool`
-(the pool and its blocks), :mod:`.freelists`, :mod:`.pages` (sub-allocation), :mod:`.oom` and
-:mod:`.stats` (the schema). This module is their index, and holds which strategy each device's
-pools follow and which pools each device has (:func:`set_device_strategy`, :class:`DeviceMemory`).
+(the pool and its blocks), :mod:`.freelists`, :mod:`.pages` (sub-allocation), :mod:`.oom`,
+:mod:`.stats` (the schema) and :mod:`.registry` (which strategy each device's pools follow, and
+which pools each device has: :func:`set_device_strategy`). This module is their index, and holds
+:class:`DeviceMemory`.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .. import config
 from .pool import Block, BufferPool
+from .registry import device_pools, device_strategy, set_device_strategy
 from .stats import MemoryStats, PoolStats, SizeClassStats, measured_stats, unmeasured_stats
 from .strategies import (  # noqa: F401  (Raw re-exported: the type of a raw buffer)
     DEFAULT_CACHE_LIMIT,
@@ -70,7 +70,6 @@ from .strategies import (  # noqa: F401  (Raw re-exported: the type of a raw buf
     SMALL_LIMIT,
     STRATEGIES,
     Raw,
-    _check_strategy,
     fine_size,
     size_class,
 )
@@ -96,30 +95,6 @@ __all__ = [
 ]
 
 
-# -- the strategy of each device, and the pools of each device -------------------------------
-_DEVICE_STRATEGY: dict[str, str] = {}
-_DEVICE_POOLS: dict[str, weakref.WeakSet[BufferPool[Any]]] = {}
-
-
-def _add_pool(device: str, pool: BufferPool[Any]) -> None:
-    """Record a new pool of ``device`` (BufferPool does, when it is made with ``device=``)."""
-    _DEVICE_POOLS.setdefault(device, weakref.WeakSet()).add(pool)
-
-
-def set_device_strategy(device: str, strategy: str) -> None:
-    """Use ``strategy`` for the pools of ``device`` (a label such as ``"opencl:0"``): those made
-    from now on, and those that exist (their cached buffers are released first)."""
-    name = _check_strategy(strategy, "memory")
-    _DEVICE_STRATEGY[device] = name
-    for pool in list(_DEVICE_POOLS.get(device, ())):
-        pool.set_strategy(name)
-
-
-def device_strategy(device: str) -> str:
-    """The strategy the pools of ``device`` use: the one set for it, else ``EMBER_MEMORY``."""
-    return _DEVICE_STRATEGY.get(device) or config.memory_strategy()
-
-
 class DeviceMemory:
     """``Device.memory``: the strategy of one device's pools, a dry run, and releasing the cache."""
 
@@ -132,7 +107,7 @@ class DeviceMemory:
     def pools(self) -> list[BufferPool[Any]]:
         """The pools the device's backend made (none for a backend ember does not pool)."""
         self._load()
-        return list(_DEVICE_POOLS.get(self.device, ()))
+        return device_pools(self.device)
 
     @property
     def strategy(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Generic
 
+from ..errors import EmberError
 from .strategies import HEADROOM, PAGE_SIZE, SMALL_LIMIT, Raw
 
 
@@ -81,11 +82,12 @@ class _Pages(Generic[Raw]):
                     self._drop_empty_pages(self.reserved + self._page_size() - target)
         if found is None:
             self.misses += 1
-            grow = self._page_size()
+            grow = max(self._page_size(), length)  # a backend's large alignment cannot outgrow the page
             page = _Page(self._new(grow), grow, small)
             self._pages.append(page)
             found = self._carve(length, small)
-            assert found is not None  # a new page holds its first block
+            if found is None:  # a new page is at least as large as the block: its one free range fits
+                raise EmberError(f"BufferPool: a new page of {grow} bytes did not hold a block of {length} bytes")
         else:
             self.hits += 1
         page, offset = found

@@ -17,6 +17,7 @@ from ..errors import InvalidArgumentError
 from .freelists import _FreeLists
 from .oom import _Allocation
 from .pages import _Pages
+from .registry import _add_pool, device_strategy
 from .stats import _Counters
 from .strategies import (
     _CLASSES,
@@ -31,7 +32,7 @@ from .strategies import (
     _fine_of,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: _Page types the pool's page list
     from .pages import _Page
 
 __all__ = ["Block", "BufferPool"]
@@ -134,9 +135,6 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Allocation[Raw], _Counters, Gene
         self.strategy = ""
         self._keep = True
         self._fine = False
-        # the per-device registry is ember.memory's own state (it imports this module: imported here)
-        from . import _add_pool, device_strategy
-
         self.set_strategy(strategy or (device_strategy(device) if device is not None else config.memory_strategy()))
         if device is not None:
             _add_pool(device, self)

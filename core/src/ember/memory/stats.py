@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from .strategies import SMALL_LIMIT
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: .pool imports this module (a cycle)
     from .pool import BufferPool
 
 __all__ = ["SizeClassStats", "PoolStats", "MemoryStats", "measured_stats", "unmeasured_stats"]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ArgumentTypeError, EmberKeyError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: each of nn.config and nn.module names the other
     from .module import Module
 
 __all__ = ["Config", "config_from_dict"]

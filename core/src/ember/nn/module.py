@@ -37,7 +37,7 @@ from ..dtypes import DType, as_dtype
 from ..errors import ArgumentTypeError, CheckpointError, EmberAttributeError, EmberKeyError, MissingMethodError
 from ..tensor import Tensor, make_tensor
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: each of nn.config and nn.module names the other
     from .config import Config
 
 __all__ = ["Module", "Parameter", "StateDictError", "LoadResult"]

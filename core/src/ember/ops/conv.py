@@ -25,7 +25,7 @@ from .linalg import matmul, matrix_transpose
 from .movement import concat, expand_dims, pad, reshape, slice_tensor, squeeze
 from .reduction import sum as reduce_sum
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 __all__ = ["conv", "conv_transpose", "unfold", "fold"]

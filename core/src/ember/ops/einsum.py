@@ -10,7 +10,7 @@ from .elementwise import _tensor_arg
 from .linalg import diagonal
 from .movement import permute_dims, reshape
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 

@@ -19,7 +19,7 @@ from ..shapes import broadcast_shapes, normalize_axis
 from .elementwise import INT, _tensor_arg, where
 from .movement import broadcast_to, expand_dims, flip, permute_dims, reshape, slice_tensor, stack
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 __all__ = [

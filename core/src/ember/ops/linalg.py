@@ -15,7 +15,7 @@ from .elementwise import NUMERIC, NUMERIC_OR_COMPLEX, _needs, _reject, _tensor_a
 from .indexing import scatter_add, take_along_axis
 from .movement import permute_dims, reshape, slice_tensor, swapaxes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 __all__ = [

@@ -14,7 +14,7 @@ from ..errors import ArgumentTypeError, InvalidArgumentError, ShapeError
 from ..shapes import as_int, as_ints, as_shape, broadcast_shapes, infer_reshape, normalize_axes, normalize_axis
 from .elementwise import _tensor_arg, where
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 __all__ = [

@@ -33,7 +33,7 @@ from .linalg import matmul, matrix_transpose
 from .movement import expand_dims
 from .reduction import logsumexp, max, mean, sum
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 __all__ = [

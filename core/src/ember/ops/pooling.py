@@ -40,7 +40,7 @@ from .reduction import argmax, mean
 from .reduction import max as reduce_max
 from .reduction import sum as reduce_sum
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 __all__ = [

@@ -30,7 +30,7 @@ from .indexing import take
 from .linalg import linear, matmul
 from .movement import reshape, slice_tensor
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 __all__ = [

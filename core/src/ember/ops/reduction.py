@@ -27,7 +27,7 @@ from .elementwise import (
 )
 from .movement import broadcast_to, concat, pad, slice_tensor
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 __all__ = [

@@ -21,7 +21,7 @@ from .linalg import argsort, sort
 from .movement import concat, reshape
 from .reduction import cumulative_sum
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
 __all__ = [

@@ -171,6 +171,20 @@ def _scalar(value: Any, dt: str) -> Any:
     return as_dtype(dt).numpy.type(value)
 
 
+#: the modification time every generated file gets: older numba releases stamp a cached function by its
+#: source file's (mtime, size) (newer ones by a hash of its text), so rewriting the same text keeps the stamp
+_SOURCE_MTIME_NS = 1_000_000_000 * 10**9
+
+
+def _private(folder: os.PathLike[str]) -> bool:
+    """Whether ``folder`` is this user's and not writable by everyone (numba loads its cached kernels
+    from there); a group-writable one passes, as a umask of 002 (one group per user) makes them."""
+    if not hasattr(os, "geteuid"):  # no POSIX owners (Windows): the user's cache directory is trusted
+        return True
+    st = os.stat(folder)
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o002
+
+
 def _load(prog: FusedProgram, layout: Layout) -> Any:
     """Generate the kernel's module and import it: from a file under the cache directory when the
     on-disk cache is on (numba's ``cache=True`` needs a real source file), else from memory."""
@@ -181,21 +195,23 @@ def _load(prog: FusedProgram, layout: Layout) -> Any:
     if disk:
         folder = config.cache_dir() / "cpu-numba"
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not _private(folder):
+                raise PermissionError(f"{folder} is not this user's or is writable by everyone")
+            # the file is written from the text generated here every time and never read back:
+            # it only names the code for numba's cache; what runs is this process's own text
             path = folder / f"{name}.py"
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(text, encoding="utf-8")
-                os.replace(tmp, path)
-            # run the text generated here, never what the file holds now (another process could
-            # have changed it since); the file only names the code, as numba's cache needs
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.utime(tmp, ns=(_SOURCE_MTIME_NS, _SOURCE_MTIME_NS))
+            os.replace(tmp, path)
             module = types.ModuleType(name)
             module.__file__ = str(path)
             sys.modules[name] = module  # numba's cache locates the function through its module
             exec(compile(text, str(path), "exec"), module.__dict__)  # noqa: S102 - our own generated source
             return getattr(module, KERNEL_NAME)
-        except OSError:
-            text = source(prog, layout, cache=False)  # an unwritable cache: compile in memory
+        except OSError:  # an unwritable or shared cache folder: compile in memory
+            text = source(prog, layout, cache=False)
     namespace: dict[str, Any] = {"__name__": name}
     exec(compile(text, f"<{name}>", "exec"), namespace)  # noqa: S102 - our own generated source
     return namespace[KERNEL_NAME]

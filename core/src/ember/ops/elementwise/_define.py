@@ -10,7 +10,7 @@ from ...dispatch import Op, apply, define, is_tensor, operand_message, swaps
 from ...dtypes import DType, bool_, category_error, real_dtype
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = ["RULES", "unary_op", "binary_op", "ones_like_scalar", "full_like_int"]

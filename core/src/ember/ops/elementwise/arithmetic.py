@@ -12,7 +12,7 @@ from ._define import _needs, _reject, _tensor_arg, _unary, _zero_grad, binary_op
 from .complex import _cj
 from .selection import where
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = [

@@ -12,7 +12,7 @@ from .arithmetic import floor_divide, minimum
 from .exponential import pow
 from .selection import where
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = [

@@ -8,7 +8,7 @@ from ...dispatch import apply, define
 from ...dtypes import DType
 from .complex import real
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = ["astype_op"]

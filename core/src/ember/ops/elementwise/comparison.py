@@ -9,7 +9,7 @@ from ...dispatch import binary
 from ...dtypes import ANY_OR_COMPLEX, BOOL, NUMERIC, NUMERIC_OR_COMPLEX
 from ._define import _unary, binary_op, unary_op
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = [

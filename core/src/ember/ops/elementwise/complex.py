@@ -11,7 +11,7 @@ from ...dtypes import NUMERIC_OR_COMPLEX
 from ...errors import NotImplementedOpError
 from ._define import _unary, _zero_grad, unary_op
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = ["conj", "real", "imag"]

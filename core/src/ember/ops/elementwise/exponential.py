@@ -14,7 +14,7 @@ from .comparison import isinf
 from .complex import _cj
 from .selection import where
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = ["pow", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logaddexp", "erf"]

@@ -16,7 +16,7 @@ from .exponential import log2, pow
 from .rounding import floor
 from .selection import where
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = ["signbit", "copysign", "nextafter"]

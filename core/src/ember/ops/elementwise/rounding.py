@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ...dtypes import NUMERIC, NUMERIC_OR_COMPLEX
 from ._define import _unary, _zero_grad, unary_op
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = ["floor", "ceil", "round", "trunc"]

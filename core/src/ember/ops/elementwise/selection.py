@@ -12,7 +12,7 @@ from ...errors import DTypeError
 from ...shapes import broadcast_shapes
 from ._define import _tensor_arg, ones_like_scalar
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = ["where"]

@@ -15,7 +15,7 @@ from .complex import _cj, conj, imag, real
 from .exponential import _rsqrt_any, exp, expm1, log, log1p, sqrt
 from .selection import where
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ...tensor import Tensor
 
 __all__ = [
