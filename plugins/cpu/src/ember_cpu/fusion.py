@@ -7,6 +7,11 @@ they give its results exactly and compile nothing (the conformance suite's thous
 programs stay as fast as before). Large regions compile one kernel per (program, layout) with
 numba (:mod:`ember_cpu.numba_codegen`), cached in memory and, through numba's own cache, on
 disk under ``EMBER_CACHE_DIR/cpu-numba`` (``EMBER_KERNEL_CACHE=0`` keeps it in memory only).
+
+A program with a trailing reduction (``FusedProgram.reduce``) runs the same way: large ones as
+one numba loop nest that folds each row into an accumulator (:func:`reduce_plan`,
+:func:`ember_cpu.numba_codegen.reduce_source`), small or 16-bit ones op by op and then through
+the unfused path's own reduction kernel, which gives its results exactly.
 """
 
 from __future__ import annotations
@@ -28,9 +33,21 @@ from ember.dtypes import as_dtype
 from ember.lazy.program import FusedProgram
 from ember.views import collapse
 
-from .numba_codegen import KERNEL_NAME, NUMBA_OPS, Layout, compilable, source
+from .numba_codegen import (
+    KERNEL_NAME,
+    NUMBA_OPS,
+    NUMBA_REDUCTIONS,
+    Layout,
+    RowLayout,
+    compilable,
+    reduce_source,
+    source,
+)
 
-__all__ = ["MIN_ELEMENTS", "FusedKernels", "numba_missing", "fusion_ops", "interpret", "plan"]
+__all__ = ["MIN_ELEMENTS", "FUSION_REDUCTIONS", "FusedKernels", "numba_missing", "fusion_ops", "interpret", "plan"]
+
+#: the reductions run_fused computes at the end of a program (Backend.fusion_reductions)
+FUSION_REDUCTIONS = NUMBA_REDUCTIONS
 
 #: regions of fewer elements run op by op: a kernel takes 0.3-2 s to compile and a parallel loop
 #: ~10 µs to start, which small regions seldom pay back (at 2^16 the conformance suite's "large"
@@ -74,6 +91,12 @@ def interpret(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], k
         if v.shape != shape:
             v = np.broadcast_to(v, shape)
         out.append(v if v.flags.c_contiguous and v.base is None else np.array(v, order="C"))  # 0-d stays 0-d
+    r = prog.reduce
+    if r is not None:  # the unfused path's reduction kernel, over the value at full size
+        v = values[r.value]
+        if v.shape != shape:
+            v = np.broadcast_to(v, shape)
+        out.append(np.asarray(kernels[r.op](v, axes=r.axes, keepdims=r.keepdims), order="C"))  # 0-d stays 0-d
     return out
 
 
@@ -114,16 +137,51 @@ def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tup
     return Layout(tuple(modes), len(cshape) if strided else 0), cshape, arrays
 
 
+def reduce_plan(
+    shape: tuple[int, ...], axes: tuple[int, ...], tensors: list[np.ndarray], outs: list[np.ndarray], red: np.ndarray
+) -> tuple[RowLayout, tuple[int, ...], tuple[int, ...], list[Any], list[Any], Any]:
+    """The loop nest of reducing ``axes`` of ``shape``: the kept and the reduced axes each
+    collapsed over every tensor and full-size output; returns the layout, the two collapsed
+    shapes, the views the kernel reads and writes (indexed ``[kept.., reduced..]``) and the
+    reduced result viewed over the kept axes."""
+    rank = len(shape)
+    kept = [d for d in range(rank) if d not in axes]
+    tensors = [_fit(t, shape) for t in tensors]
+    strides = []
+    for t in [*tensors, *outs]:
+        pad = rank - t.ndim
+        strides.append([0] * pad + [0 if t.shape[d] == 1 else t.strides[d] // t.itemsize for d in range(t.ndim)])
+    kshape, kst = collapse(tuple(shape[d] for d in kept), [tuple(st[d] for d in kept) for st in strides])
+    rshape, rst = collapse(tuple(shape[d] for d in axes), [tuple(st[d] for d in axes) for st in strides])
+    modes: list[str] = []
+    views: list[Any] = []
+    for k, t in enumerate([*tensors, *outs]):
+        st = kst[k] + rst[k]
+        if k < len(tensors) and all(s == 0 for s in st):
+            modes.append("z")
+            views.append(np.lib.stride_tricks.as_strided(t, shape=(1,), strides=(t.itemsize,)))
+        else:
+            if k < len(tensors):
+                modes.append("s")
+            views.append(
+                np.lib.stride_tricks.as_strided(t, shape=kshape + rshape, strides=tuple(s * t.itemsize for s in st))
+            )
+    n = len(tensors)
+    red_view = red.reshape(kshape)
+    return RowLayout(tuple(modes), len(kshape), len(rshape)), kshape, rshape, views[:n], views[n:], red_view
+
+
 class FusedKernels:
     """The host's fused kernels by (program, layout), compiled on first use; counts what ran."""
 
     def __init__(self, kernels: dict[str, Callable[..., Any]]) -> None:
         self.kernels = kernels
-        self._cache: dict[tuple[FusedProgram, Layout], Any] = {}
+        self._cache: dict[tuple[FusedProgram, Layout | RowLayout], Any] = {}
         self._skip: dict[FusedProgram, str | None] = {}
         self._lock = threading.Lock()
-        #: kernels compiled (or loaded from numba's disk cache), numba launches, op-by-op programs
-        self.counts = {"compiled": 0, "numba": 0, "op_by_op": 0}
+        #: kernels compiled (or loaded from numba's disk cache), numba launches (those that also
+        #: reduced: numba_reduce), op-by-op programs
+        self.counts = {"compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0}
 
     def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
         """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input order."""
@@ -140,6 +198,8 @@ class FusedKernels:
             return interpret(prog, operands, shape, self.kernels)
         dts = prog.value_dtypes()
         tensors = [operands[j] for j in prog.tensor_inputs]
+        if prog.reduce is not None:
+            return self._run_reduce(prog, operands, shape, tensors, dts)
         layout, cshape, arrays = plan(shape, tensors)
         fn = self.kernel(prog, layout)
         args: list[Any] = [n]
@@ -153,9 +213,28 @@ class FusedKernels:
         self.counts["numba"] += 1
         return [o.reshape(shape) for o in outs]
 
-    def kernel(self, prog: FusedProgram, layout: Layout) -> Any:
+    def _run_reduce(
+        self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], tensors: list[Any], dts: list[str]
+    ) -> list[Any]:
+        """One numba loop nest computing the program and folding its reduced value row by row."""
+        r = prog.reduce
+        assert r is not None
+        outs = [np.empty(shape, dtype=as_dtype(dts[o]).numpy) for o in prog.outputs]
+        red = np.empty(r.shape(shape), dtype=as_dtype(dts[r.value]).numpy)
+        layout, kshape, rshape, views, out_views, red_view = reduce_plan(shape, r.axes, tensors, outs, red)
+        fn = self.kernel(prog, layout)
+        args: list[Any] = [*kshape, *rshape]
+        it = iter(views)
+        for (dt, kind), v in zip(prog.inputs, operands):
+            args.append(_scalar(v, dt) if kind == "scalar" else next(it))
+        fn(*args, *out_views, red_view)
+        self.counts["numba"] += 1
+        self.counts["numba_reduce"] += 1
+        return [*outs, red]
+
+    def kernel(self, prog: FusedProgram, layout: Layout | RowLayout) -> Any:
         """The compiled dispatcher of ``prog`` under ``layout`` (generated and imported on first use)."""
-        key = (prog, layout)
+        key = (prog, layout)  # a RowLayout for a program with a reduction
         found = self._cache.get(key)
         if found is None:
             with self._lock:
@@ -185,11 +264,17 @@ def _private(folder: os.PathLike[str]) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & 0o002
 
 
-def _load(prog: FusedProgram, layout: Layout) -> Any:
+def _source(prog: FusedProgram, layout: Layout | RowLayout, *, cache: bool) -> str:
+    if isinstance(layout, RowLayout):
+        return reduce_source(prog, layout, cache=cache)
+    return source(prog, layout, cache=cache)
+
+
+def _load(prog: FusedProgram, layout: Layout | RowLayout) -> Any:
     """Generate the kernel's module and import it: from a file under the cache directory when the
     on-disk cache is on (numba's ``cache=True`` needs a real source file), else from memory."""
     disk = config.kernel_cache_enabled()
-    text = source(prog, layout, cache=disk)
+    text = _source(prog, layout, cache=disk)
     digest = hashlib.sha256(text.encode()).hexdigest()[:24]
     name = f"ember_cpu_fused_{digest}"
     if disk:
@@ -211,7 +296,7 @@ def _load(prog: FusedProgram, layout: Layout) -> Any:
             exec(compile(text, str(path), "exec"), module.__dict__)  # noqa: S102 - our own generated source
             return getattr(module, KERNEL_NAME)
         except OSError:  # an unwritable or shared cache folder: compile in memory
-            text = source(prog, layout, cache=False)
+            text = _source(prog, layout, cache=False)
     namespace: dict[str, Any] = {"__name__": name}
     exec(compile(text, f"<{name}>", "exec"), namespace)  # noqa: S102 - our own generated source
     return namespace[KERNEL_NAME]

@@ -20,7 +20,7 @@ from ember.dtypes import ALL_DTYPES, DType, as_dtype, real_dtype
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
-from . import complex_matmul, conv, indexing, matmul, nn, philox, quant, reduce, sort
+from . import complex_matmul, conv, fused_reduce, indexing, matmul, nn, philox, quant, reduce, sort
 from .array import CLArray
 from .codegen import FusedProgram
 from .complex import REAL_RESULT
@@ -50,6 +50,8 @@ class OpenCLBackend(ViewMovement, Backend):
 
     name = "opencl"
     fusion = True
+    #: a reduction of a deferred region runs in the region's kernel (ember_opencl.fused_reduce)
+    fusion_reductions = fused_reduce.FUSION_REDUCTIONS
 
     def __init__(self, device: Any) -> None:
         super().__init__(device)
@@ -186,7 +188,9 @@ class OpenCLBackend(ViewMovement, Backend):
         return _FUSION_OPS
 
     def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[CLArray]:
-        """Run a fused program over ``shape``; returns its outputs."""
+        """Run a fused program over ``shape``; returns its outputs (then its reduced value)."""
+        if program.reduce is not None:
+            return fused_reduce.run_reduce(self.rt, program, operands, tuple(shape))
         return run_program(self.rt, program, operands, tuple(shape))
 
     # -- reductions ------------------------------------------------------------------------------
