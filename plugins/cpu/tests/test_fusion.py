@@ -351,11 +351,42 @@ def test_a_reduction_through_the_lazy_layer_is_one_numba_kernel(monkeypatch):
     x, a = gen.standard_normal((256, 128)).astype(np.float32), gen.standard_normal(128).astype(np.float32)
     tx, ta = em.tensor(x, device=dev), em.tensor(a, device=dev)
     before, stats = dict(FUSED.counts), em.lazy.stats(dev)
-    got = ((tx * ta + 0.5).exp()).sum(axis=-1).numpy()
+    got = ((tx * ta + 0.5) * tx).sum(axis=-1).numpy()
     assert FUSED.counts["numba_reduce"] == before["numba_reduce"] + 1
     assert FUSED.counts["numba"] == before["numba"] + 1, "a second kernel ran"
     assert em.lazy.stats(dev)["reductions"] == stats["reductions"] + 1
-    np.testing.assert_allclose(got, np.exp(x.astype(np.float64) * a + 0.5).sum(axis=-1), rtol=1e-6)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(got, ((x64 * a + 0.5) * x64).sum(axis=-1), rtol=1e-5, atol=1e-4)
+    # exp is a scalar libm call in numba: the region runs tile by tile through numpy's SIMD loops
+    before = dict(FUSED.counts)
+    got = ((tx * ta + 0.5).exp()).sum(axis=-1).numpy()
+    assert FUSED.counts["tiled"] == before["tiled"] + 1 and FUSED.counts["numba"] == before["numba"]
+    assert em.lazy.stats(dev)["reductions"] == stats["reductions"] + 2
+    np.testing.assert_allclose(got, np.exp(x64 * a + 0.5).sum(axis=-1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean"])
+@pytest.mark.parametrize(
+    ("shape", "axes", "keepdims"),
+    [((6, 5, 7), (2,), False), ((6, 5, 7), (0,), True), ((6, 5, 7), (1,), False), ((6, 5, 7), (0, 1, 2), False),
+     ((300,), (0,), False)],
+)  # fmt: skip
+def test_tiled_reductions_match_numpy(monkeypatch, op, shape, axes, keepdims):
+    monkeypatch.setattr(fusion, "TILE", 16)  # many tiles, split reduced axes and kept ones
+    gen = np.random.default_rng(3)
+    x = gen.uniform(0.5, 1.5, shape).astype(np.float32)
+    a = gen.uniform(0.5, 1.5, shape[-1:]).astype(np.float32)
+    inputs = (("float32", "tensor"), ("float32", "tensor"), ("float32", "scalar"))
+    body = (("mul", "float32", (0, 1)), ("add", "float32", (3, 2)), ("tanh", "float32", (4,)))
+    prog = FusedProgram(inputs, body, (4,), Reduce(op, 5, axes, keepdims))
+    before = FUSED.counts["tiled"]
+    full, red = FUSED.run(prog, [x, a, 0.25], shape)
+    assert FUSED.counts["tiled"] == before + 1, "the reduction did not run tile by tile"
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(full, x64 * a + 0.25, rtol=1e-6)
+    ref = getattr(np, op)(np.tanh(x64 * a + 0.25), axis=axes, keepdims=keepdims)
+    assert red.shape == ref.shape and red.dtype == np.float32
+    np.testing.assert_allclose(red, ref, rtol=1e-5)
 
 
 def test_half_float_reductions_run_op_by_op_with_the_unfused_kernels():

@@ -35,6 +35,7 @@ from ember.views import collapse
 
 from .numba_codegen import (
     KERNEL_NAME,
+    LIBM_OPS,
     NUMBA_OPS,
     NUMBA_REDUCTIONS,
     Layout,
@@ -74,17 +75,8 @@ def fusion_ops(kernels: dict[str, Callable[..., Any]]) -> frozenset[str]:
 
 def interpret(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], kernels: dict[str, Any]) -> list[Any]:
     """Run ``prog`` op by op with the numpy ``kernels`` (the unfused path's own), in SSA order."""
-    values: list[Any] = []
-    for (dt, kind), v in zip(prog.inputs, operands):
-        values.append(np.asarray(v, dtype=as_dtype(dt).numpy) if kind == "scalar" else _fit(v, shape))
-    for op, dt, args in prog.instructions:
-        xs = [values[a] if isinstance(a, int) else np.asarray(a.value, dtype=as_dtype(a.dtype).numpy) for a in args]
-        if op == "cast":
-            values.append(kernels["cast"](xs[0], dtype=as_dtype(dt)))
-        elif op == "copy":
-            values.append(np.array(xs[0], copy=True))
-        else:
-            values.append(kernels[op](*xs))
+    fitted = [_fit(v, shape) if kind == "tensor" else v for (_, kind), v in zip(prog.inputs, operands)]
+    values = _evaluate(prog, fitted, kernels)
     out = []
     for o in prog.outputs:
         v = values[o]
@@ -98,6 +90,85 @@ def interpret(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], k
             v = np.broadcast_to(v, shape)
         out.append(np.asarray(kernels[r.op](v, axes=r.axes, keepdims=r.keepdims), order="C"))  # 0-d stays 0-d
     return out
+
+
+def _evaluate(prog: FusedProgram, operands: list[Any], kernels: dict[str, Any]) -> list[Any]:
+    """Every SSA value of ``prog`` computed op by op by the numpy ``kernels`` (inputs first)."""
+    values: list[Any] = []
+    for (dt, kind), v in zip(prog.inputs, operands):
+        values.append(np.asarray(v, dtype=as_dtype(dt).numpy) if kind == "scalar" else v)
+    for op, dt, args in prog.instructions:
+        xs = [values[a] if isinstance(a, int) else np.asarray(a.value, dtype=as_dtype(a.dtype).numpy) for a in args]
+        if op == "cast":
+            values.append(kernels["cast"](xs[0], dtype=as_dtype(dt)))
+        elif op == "copy":
+            values.append(np.array(xs[0], copy=True))
+        else:
+            values.append(kernels[op](*xs))
+    return values
+
+
+#: elements of one tile of :func:`tiled_reduce`: a value of the tile fits a core's L2 (256 KiB
+#: of float32), and a tile is long enough that the ~10 us of its numpy calls stay small
+TILE = 1 << 16
+
+
+_UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _start(op: str, dtype: np.dtype) -> Any:
+    """The value an accumulator of ``op`` starts from."""
+    if op in ("sum", "mean"):
+        return 0
+    if op == "prod":
+        return 1
+    if dtype.kind == "f":
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if op == "max" else info.max
+
+
+def tiled_reduce(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], kernels: dict[str, Any]) -> list[Any]:
+    """Run ``prog`` (with a trailing reduction) tile by tile: each tile of :data:`TILE` elements
+    is computed op by op by the numpy ``kernels`` (their SIMD loops) while it sits in cache,
+    reduced, and folded into the result, so no full-size value but the held outputs is written.
+    Tiles split the outermost axes; a tile reducing a kept slice gives that slice's unfused
+    result exactly, partial results of a split reduced axis combine (float32 sums in float64)."""
+    r = prog.reduce
+    assert r is not None
+    rank = len(shape)
+    d = next(k for k in range(rank) if math.prod(shape[k + 1 :]) <= TILE)
+    step = max(1, TILE // math.prod(shape[d + 1 :]))
+    full = [
+        np.broadcast_to(_fit(v, shape), shape) if kind == "tensor" else v for (_, kind), v in zip(prog.inputs, operands)
+    ]
+    dts = prog.value_dtypes()
+    outs = [np.empty(shape, dtype=as_dtype(dts[o]).numpy) for o in prog.outputs]
+    vdt = as_dtype(dts[r.value]).numpy
+    split = d in r.axes or any(a < d for a in r.axes)  # some result gets partials of several tiles
+    adt = np.dtype(np.float64) if r.op in ("sum", "mean") and vdt == np.float32 and split else vdt
+    keep_shape = tuple(1 if k in r.axes else n for k, n in enumerate(shape))
+    acc = np.full(keep_shape, _start(r.op, adt), dtype=adt) if split else np.empty(keep_shape, dtype=vdt)
+    fold = _UFUNCS[r.op]
+    tensor = [kind == "tensor" for _, kind in prog.inputs]
+    for head in np.ndindex(*shape[:d]):
+        for c0 in range(0, shape[d], step):
+            at = tuple(slice(i, i + 1) for i in head) + (slice(c0, min(shape[d], c0 + step)),)
+            to = tuple(slice(0, 1) if k in r.axes else s for k, s in enumerate(at))
+            values = _evaluate(prog, [v[at] if t else v for v, t in zip(full, tensor)], kernels)
+            for k, o in enumerate(prog.outputs):
+                outs[k][at] = values[o]
+            v = values[r.value]
+            tile = tuple(s.stop - s.start for s in at) + shape[d + 1 :]
+            part = fold.reduce(v if v.shape == tile else np.broadcast_to(v, tile), axis=r.axes, keepdims=True)
+            if split:
+                fold(acc[to], part, out=acc[to])
+            else:
+                acc[to] = part
+    if r.op == "mean":
+        acc = acc / math.prod(shape[k] for k in r.axes)
+    red = acc.astype(vdt, copy=False)
+    return [*outs, red if r.keepdims else red.reshape(r.shape(shape))]
 
 
 def _fit(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -180,8 +251,8 @@ class FusedKernels:
         self._skip: dict[FusedProgram, str | None] = {}
         self._lock = threading.Lock()
         #: kernels compiled (or loaded from numba's disk cache), numba launches (those that also
-        #: reduced: numba_reduce), op-by-op programs
-        self.counts = {"compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0}
+        #: reduced, op-by-op programs, reductions run tile by tile (tiled_reduce)
+        self.counts = {"compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0, "tiled": 0}
 
     def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
         """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input order."""
@@ -199,6 +270,9 @@ class FusedKernels:
         dts = prog.value_dtypes()
         tensors = [operands[j] for j in prog.tensor_inputs]
         if prog.reduce is not None:
+            if any(op in LIBM_OPS for op, _, _ in prog.instructions):  # numpy's SIMD loops win
+                self.counts["tiled"] += 1
+                return tiled_reduce(prog, operands, shape, self.kernels)
             return self._run_reduce(prog, operands, shape, tensors, dts)
         layout, cshape, arrays = plan(shape, tensors)
         fn = self.kernel(prog, layout)
