@@ -41,20 +41,23 @@ def test_source_folds_in_registers_and_combines_in_local_memory():
 
 
 CASES = [
-    # (shape, axes, keepdims, the launch shape PoCL takes)
-    ((256, 48), (1,), False, "per_item"),  # many rows
-    ((3, 400), (1,), True, "group"),  # few long rows: a work-group each
-    ((4, 6, 5000), (0, 1, 2), False, "chunked"),  # everything into one value: chunks, then a second pass
-    ((40, 3, 30), (0, 2), True, None),  # the middle axis kept, strided rows
+    # (shape, axes, keepdims, the launch shape of a CPU device's plan, of a GPU's)
+    ((256, 48), (1,), False, "per_item", "group"),  # many short rows
+    ((3, 400), (1,), True, "per_item", "group"),  # few long rows: a work-group each on a GPU
+    ((4, 6, 5000), (0, 1, 2), False, "chunked", "chunked"),  # one value: chunks, then a second pass
+    ((40, 3, 30), (0, 2), True, None, None),  # the middle axis kept, strided rows
 ]
 
 
-@pytest.mark.parametrize(("shape", "axes", "keepdims", "launch"), CASES)
+@pytest.mark.parametrize(("shape", "axes", "keepdims", "cpu_launch", "gpu_launch"), CASES)
 @pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
-def test_launch_shapes_match_numpy(dev, shape, axes, keepdims, launch, op):
+@pytest.mark.parametrize("plan", ["device", "gpu"])
+def test_launch_shapes_match_numpy(dev, monkeypatch, shape, axes, keepdims, cpu_launch, gpu_launch, op, plan):
     rt = dev.backend.rt
-    if launch == "per_item" and shape[0] < 2 * rt.compute_units:
-        pytest.skip("this device has too many compute units for the per-item case")
+    monkeypatch.setattr(fused_reduce, "_PLANS", {})
+    if plan == "gpu":  # a GPU's plan (work-groups striding a row) run on this device too
+        monkeypatch.setattr(rt, "is_cpu", False)
+    launch = cpu_launch if rt.is_cpu else gpu_launch
     gen = np.random.default_rng(2)
     x = gen.standard_normal(shape).astype(np.float32)
     a = gen.standard_normal(shape[-1:]).astype(np.float32)
@@ -65,7 +68,7 @@ def test_launch_shapes_match_numpy(dev, shape, axes, keepdims, launch, op):
     full, red = dev.backend.run_fused(prog, [*h, s], shape=shape)
     ran = {k: fused_reduce.COUNTS[k] - before[k] for k in before}
     assert sum(ran.values()) == 1, f"launches {ran}: not one fused kernel"
-    if launch is not None and rt.is_cpu:
+    if launch is not None:
         assert ran[launch] == 1, f"expected the {launch} kernel, got {ran}"
     v = np.tanh(x.astype(np.float64) * a + s) * s + 1
     np.testing.assert_allclose(dev.backend.to_numpy(full), v, rtol=2e-6, atol=1e-6)

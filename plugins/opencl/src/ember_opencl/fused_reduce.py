@@ -2,10 +2,11 @@
 elementwise program and reduces its value, so the full-size value never reaches memory.
 
 The iteration shape splits into the kept axes (collapsed over every operand: ``M`` rows) and
-the reduced axes (collapsed: ``K`` elements a row). As :mod:`.reduce` does, a row is either one
-work item's loop (many rows) or a work-group's, combined in a local-memory tree; a few long
-rows split into ``G`` chunks a row whose partial results (in the accumulator dtype) a second,
-small reduction of :mod:`.reduce` combines. Tensors are read, and full-size outputs written,
+the reduced axes (collapsed: ``K`` elements a row). On a GPU, as :mod:`.reduce` does, a row is
+either one work item's loop (many rows) or a work-group's, combined in a local-memory tree. On
+a CPU (PoCL runs a work-group on one thread) a row is always one work item's loop, which reads
+it in order. Where rows are few, a row splits into ``G`` chunks whose partial results (in the
+accumulator dtype) a second, small reduction of :mod:`.reduce` combines. Tensors are read, and full-size outputs written,
 at ``base(row) + sum(q_d * stride_d)`` with every shape and stride a kernel argument, so one
 compiled kernel serves every shape of the same collapsed ranks. 16-bit floats accumulate in
 float32; the reduced value is rounded to its dtype first, as the unfused path stores it.
@@ -36,6 +37,11 @@ __all__ = ["FUSION_REDUCTIONS", "COUNTS", "run_reduce", "reduce_source"]
 FUSION_REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
 
 _KERNEL = "ember_fused_reduce"
+
+#: on a CPU device: work items a compute unit gets (rows split into chunks when there are fewer
+#: rows), and the fewest elements of a chunk (a chunk's partial result takes a second pass)
+CPU_ITEMS_PER_CU = 16
+CPU_MIN_CHUNK = 1 << 14
 
 #: launches by shape: a work item per row, a work-group per row, chunked rows (tests check what ran)
 COUNTS = {"per_item": 0, "group": 0, "chunked": 0}
@@ -154,9 +160,16 @@ def reduce_source(
             f"  const {idx} k1 = min(K, k0 + chunk);",
             f"  for ({idx} k = k0 + lid; k < k1; k += {group}) {{",
         ]
-    else:
-        lines += [f"  const {idx} row = get_global_id(0);", "  if (row >= M) return;"]
-        k_loop = [f"  for ({idx} k = 0; k < K; k++) {{"]
+    else:  # a work item per (row, chunk): a contiguous run of K, read in order
+        lines += [
+            f"  const {idx} g = get_global_id(0);",
+            "  if (g >= M * G) return;",
+            f"  const {idx} row = g / G, part = g % G;",
+        ]
+        k_loop = [
+            f"  const {idx} k1 = min(K, (part + 1) * chunk);",
+            f"  for ({idx} k = part * chunk; k < k1; k++) {{",
+        ]
     lines += ["  " + s for s in unravel("row", ro, "osh", idx, "o")]
     lines += ["  " + s for s in head + row_bases]
     lines.append(f"  {A} acc = {ident};")
@@ -182,7 +195,7 @@ def reduce_source(
         at = "g"
     else:
         lines.append("  {")
-        at = "row"
+        at = "g"
     result = f"acc / ({A})K" if r.op == "mean" and not partial else "acc"
     lines.append("    " + cred.store("red", at, result))
     lines += ["  }", "}"]
@@ -218,24 +231,30 @@ def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: Sequen
     M, K = numel(osh), numel(ish)
     span = max(off + sum(abs(s) * (d - 1) for d, s in zip(osh + ish, a + b)) for off, a, b in zip(offsets, ost, ist))
     idx = "int" if max(span, M, K, numel(shape)) < 2**31 - 2**20 else "long"
-    if rt.is_cpu:
-        per_item = M >= 2 * rt.compute_units
-    else:
-        per_item = M >= 8192 and not (len(ish) == 1 and all(abs(b[0]) <= 1 for b in ist) and K > 64)
     group, G = 0, 1
-    if not (per_item or K <= 32):
+    if rt.is_cpu:
+        # A CPU runs a work-group on one thread, its work items one after another: a work item
+        # per row (or per chunk of a row, when rows are few) that reads its run of K in order. A
+        # work-group striding a row by its size touched one float per cache line per work item,
+        # and lost to the unfused kernels (docs/fusion.md).
+        target = rt.compute_units * CPU_ITEMS_PER_CU
+        if M < target:
+            G = max(1, min(-(-target // M), K // CPU_MIN_CHUNK))
+    elif not (M >= 8192 and not (len(ish) == 1 and all(abs(b[0]) <= 1 for b in ist) and K > 64) or K <= 32):
         group = _group_size(rt)
-        target = rt.compute_units * (4 if rt.is_cpu else 16)
-        G = max(1, min(-(-target // M), K // (group * 4)))
+        G = max(1, min(-(-(rt.compute_units * 16) // M), K // (group * 4)))
     partial = G > 1
     key = ("fused_reduce", prog, modes, len(osh), len(ish), idx, group, partial)
     knl, wg = rt.kernel(key, lambda: _make(prog, modes, len(osh), len(ish), idx, group, partial))
+    items = M * G
     if group:
-        gsize, lsize = (M * G * group,), (group,)
-    else:
+        gsize, lsize = (items * group,), (group,)
+    else:  # on a CPU, at least a few work-groups a compute unit (each runs on one thread)
         local = min(wg, 64 if rt.is_cpu else 128)
-        gsize, lsize = (-(-M // local) * local,), (local,)
-    chunk = -(-K // G) if group else K
+        if rt.is_cpu:
+            local = max(1, min(local, items // (rt.compute_units * 4)))
+        gsize, lsize = (-(-items // local) * local,), (local,)
+    chunk = -(-K // G)
     head = [M, K, chunk, G, *osh, *ish]
     specs = [(off, a, b) for off, a, b in zip(offsets, ost, ist)]
     t_iter = iter(specs[:n_in])
