@@ -6,8 +6,8 @@ the reduced axes (collapsed: ``K`` elements a row). On a GPU, as :mod:`.reduce` 
 either one work item's loop (many rows) or a work-group's, combined in a local-memory tree. On
 a CPU (PoCL runs a work-group on one thread) a row is always one work item's loop, which reads
 it in order. Where rows are few, a row splits into ``G`` chunks whose partial results (in the
-accumulator dtype) a second, small reduction of :mod:`.reduce` combines. Tensors are read, and full-size outputs written,
-at ``base(row) + sum(q_d * stride_d)`` with every shape and stride a kernel argument, so one
+accumulator dtype) a second, small reduction of :mod:`.reduce` combines. Tensors are read, and
+full-size outputs written, at ``base(row) + sum(q_d * stride_d)`` with every shape and stride a kernel argument, so one
 compiled kernel serves every shape of the same collapsed ranks. 16-bit floats accumulate in
 float32; the reduced value is rounded to its dtype first, as the unfused path stores it.
 """
