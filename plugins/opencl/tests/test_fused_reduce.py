@@ -101,3 +101,23 @@ def test_float16_sums_accumulate_in_float32(dev):
     (red,) = dev.backend.run_fused(prog, [h], shape=x.shape)
     # a float16 accumulator stops at 2048 (2048 + 1 rounds back to 2048)
     np.testing.assert_array_equal(dev.backend.to_numpy(red), np.array([4096, 4096], dtype=np.float16))
+
+
+def test_few_long_rows_of_a_libm_op_are_declined_on_a_cpu(dev, monkeypatch):
+    rt = dev.backend.rt
+    monkeypatch.setattr(fused_reduce, "_PLANS", {})
+    gen = np.random.default_rng(6)
+    n = fused_reduce.CPU_DECLINE_ELEMENTS // 2
+    x = gen.standard_normal((2, n)).astype(np.float32)
+    a = gen.standard_normal(n).astype(np.float32)
+    h = [materialize(em.tensor(v, device=dev)._data) for v in (x, a)]
+    x64 = x.astype(np.float64)
+    for is_cpu in (True, False):  # a CPU's plan declines (the region's kernel, then the reduction's); a GPU's fuses
+        monkeypatch.setattr(rt, "is_cpu", is_cpu)
+        before = dict(fused_reduce.COUNTS)
+        full, red = dev.backend.run_fused(_chain("float32", "sum", (1,), False, full=True), [*h, 0.5], shape=x.shape)
+        ran = {k: fused_reduce.COUNTS[k] - before[k] for k in before}
+        assert ran["declined"] == (1 if is_cpu else 0) and sum(ran.values()) == 1, ran
+        v = np.tanh(x64 * a + 0.5) * 0.5 + 1
+        np.testing.assert_allclose(dev.backend.to_numpy(red), v.sum(1), rtol=2e-5)
+        np.testing.assert_allclose(dev.backend.to_numpy(full), v, rtol=2e-6, atol=1e-6)

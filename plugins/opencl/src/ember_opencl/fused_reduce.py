@@ -43,8 +43,19 @@ _KERNEL = "ember_fused_reduce"
 CPU_ITEMS_PER_CU = 16
 CPU_MIN_CHUNK = 1 << 14
 
-#: launches by shape: a work item per row, a work-group per row, chunked rows (tests check what ran)
-COUNTS = {"per_item": 0, "group": 0, "chunked": 0}
+#: launches by shape: a work item per row, a work-group per row, chunked rows; programs declined
+#: (run as the region's kernel, then the reduction's: see run_reduce) (tests check what ran)
+COUNTS = {"per_item": 0, "group": 0, "chunked": 0, "declined": 0}
+
+#: ops a CPU device computes per work item as a scalar libm call, and across work items as SIMD
+#: calls: a program with one, over few long rows, is declined on a CPU (PoCL, 2^22 elements:
+#: 42 ms fused in chunks, 27 ms as the region's kernel then the reduction's, 86 ms unfused)
+#: (smaller regions stay one launch: two cost more than the scalar loop loses)
+CPU_DECLINE_ELEMENTS = 1 << 18
+LIBM_OPS = frozenset(
+    "exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
+    "sigmoid silu gelu gelu_tanh softplus erf pow atan2 hypot logaddexp".split()
+)
 
 
 def _acc(op: str, dt: str) -> str:
@@ -274,6 +285,15 @@ def run_reduce(rt: Runtime, prog: FusedProgram, operands: Sequence[Any], shape: 
     """Run ``prog`` (with ``prog.reduce`` set) over ``shape``: its full-size outputs, then the reduced value."""
     r = prog.reduce
     assert r is not None and numel(shape) > 0
+    rows = numel([n for d, n in enumerate(shape) if d not in r.axes])
+    few = rows < rt.compute_units * CPU_ITEMS_PER_CU and numel(shape) >= CPU_DECLINE_ELEMENTS
+    if rt.is_cpu and few and any(op in LIBM_OPS for op, _, _ in prog.instructions):
+        # declined: few long rows of a libm op run faster as the region's kernel (SIMD across
+        # work items), then the reduction kernel, than as chunks each a scalar loop (docs/fusion.md)
+        COUNTS["declined"] += 1
+        whole = FusedProgram(prog.inputs, prog.instructions, (*prog.outputs, r.value))
+        *outs, value = run_program(rt, whole, operands, shape)
+        return [*outs, reduce_rows(rt, r.op, value, r.axes, r.keepdims)]
     dts = prog.value_dtypes()
     tensors = [x for (_, kind), x in zip(prog.inputs, operands) if kind == "tensor"]
     key = (rt, prog, shape, tuple((x.shape, x.strides, x.offset) for x in tensors))
