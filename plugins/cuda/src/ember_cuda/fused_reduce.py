@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from ember.dtypes import as_dtype
 from ember.lazy.program import FusedProgram
+from ember.views import collapse
 
 from .codegen import CType, ctype, device_source, literal
 from .fusion import _SCALAR_CTYPES, COMPILE_OPTIONS, scalar_value
@@ -204,8 +206,6 @@ def finish_source(op: str, value_dtype: str) -> str:
 
 
 def _collapse(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[Any, ...]:
-    from ember.views import collapse  # noqa: PLC0415 - a leaf module
-
     kept = [d for d in range(len(shape)) if d not in axes]
     osh, ost = collapse(tuple(shape[d] for d in kept), [tuple(st[d] for d in kept) for st in strides])
     ish, ist = collapse(tuple(shape[d] for d in axes), [tuple(st[d] for d in axes) for st in strides])
@@ -236,8 +236,6 @@ class FusedReductions:
 
     def run(self, prog: FusedProgram, operands: Sequence[Any], shape: tuple[int, ...]) -> list[Any]:
         """Run ``prog`` (with ``prog.reduce`` set) over ``shape``: its full-size outputs, then the reduced value."""
-        from ember.dtypes import as_dtype  # noqa: PLC0415 - a leaf module
-
         cp = self.cp
         r = prog.reduce
         if r is None:
