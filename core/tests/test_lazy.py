@@ -447,3 +447,29 @@ def test_the_reduce_field_is_checked_hashed_and_optional():
         FusedProgram(*base, ()).check()  # neither outputs nor a reduction
     with pytest.raises(ValueError):
         Reduce("sum", 1, (3,)).shape((2, 2))
+
+
+
+def test_fuse_reduce_off_keeps_reductions_out_of_regions(rdev, monkeypatch):
+    """EMBER_FUSE_REDUCE=0: the region still fuses into one program, the reduction runs after it."""
+    from ember.lazy.graph import _switch
+
+    xv, av = arr(6, 8), arr(8, seed=1)
+    x, a = em.tensor(xv, device=rdev), em.tensor(av, device=rdev)
+    monkeypatch.setenv("EMBER_FUSE_REDUCE", "0")
+    _switch(rdev, False)
+    _switch(rdev, True)  # a new lazy layer reads the setting
+    try:
+        rdev.backend.programs.clear()
+        got = (x * a + 0.5).exp().sum(axis=-1).numpy()
+        ((program, shape),) = rdev.backend.programs
+        assert program.reduce is None and shape == (6, 8)
+        np.testing.assert_allclose(got, np.exp(xv.astype(np.float64) * av + 0.5).sum(axis=-1), rtol=1e-5)
+    finally:
+        monkeypatch.setenv("EMBER_FUSE_REDUCE", "1")
+        _switch(rdev, False)
+        _switch(rdev, True)
+    rdev.backend.programs.clear()
+    (x * a + 0.5).exp().sum(axis=-1).numpy()
+    ((program, _),) = rdev.backend.programs
+    assert program.reduce is not None, "with the setting back on the reduction joins the region again"

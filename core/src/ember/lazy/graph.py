@@ -117,7 +117,9 @@ class Lazy:
         #: ops with fewer result elements and no deferred operand run at once (Backend.fusion_min_elements)
         self.least: int = backend.fusion_min_elements
         #: reductions the backend computes at the end of a fused program (Backend.fusion_reductions)
-        self.reductions: frozenset[str] = frozenset(backend.fusion_reductions) & REDUCE_OPS
+        self.reductions: frozenset[str] = (
+            frozenset(backend.fusion_reductions) & REDUCE_OPS if config.fuse_reductions_enabled() else frozenset()
+        )
         self.fusable: dict[str, bool] = {}  # op name -> an elementwise op the generator compiles
         self.meta = backend.handle_meta
         self.pending: list[weakref.ref[LazyBuffer]] = []
