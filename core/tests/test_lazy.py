@@ -449,7 +449,6 @@ def test_the_reduce_field_is_checked_hashed_and_optional():
         Reduce("sum", 1, (3,)).shape((2, 2))
 
 
-
 def test_fuse_reduce_off_keeps_reductions_out_of_regions(rdev, monkeypatch):
     """EMBER_FUSE_REDUCE=0: the region still fuses into one program, the reduction runs after it."""
     from ember.lazy.graph import _switch
