@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ember.dtypes import as_dtype
-from ember_opencl import elementwise, reduce, runtime
+from ember_opencl import reduce, runtime
 from ember_opencl.cache import ProgramCache
 from ember_opencl.elementwise import binary_program, run_program, unary_program
 
@@ -80,22 +80,27 @@ def test_binary_family_on_strided_operands(rt, monkeypatch):
     assert rt.programs.stats["builds"] == 2
 
 
-def test_never_grouping_builds_each_kernel_alone(rt, monkeypatch):
-    monkeypatch.setattr(runtime, "FAMILY_AFTER", 10**9)
+def test_without_families_each_kernel_builds_alone(rt, monkeypatch):
+    monkeypatch.setattr(runtime, "FAMILIES", False)
     a = rt.upload(X, F32)
     for op in UNARY:
         _unary(rt, op, a)
     assert rt.programs.stats["builds"] == len(UNARY)
+    for op in ("sum", "max", "min", "prod"):
+        reduce.reduce(rt, op, a, (1,), False)
+    assert rt.programs.stats["builds"] == len(UNARY) + 4
 
 
-def test_reduction_family(rt, monkeypatch):
-    monkeypatch.setattr(runtime, "FAMILY_AFTER", 0)
+def test_reductions_come_in_pairs(rt):
     a = rt.upload(X, F32)
     x64 = X.astype(np.float64)
+    builds = []
     for op, fn in (("sum", np.sum), ("max", np.max), ("min", np.min), ("prod", np.prod)):
-        got = rt.download(reduce.reduce(rt, op, a, (1,), False))
-        np.testing.assert_allclose(got, fn(x64, axis=1), rtol=2e-6)
-    assert rt.programs.stats["builds"] == 1
+        for axis in (0, 1):
+            got = rt.download(reduce.reduce(rt, op, a, (axis,), False))
+            np.testing.assert_allclose(got, fn(x64, axis=axis), rtol=2e-6)
+        builds.append(rt.programs.stats["builds"])
+    assert builds == [1, 2, 2, 2]  # sum with prod at once, then max with min
 
 
 def test_a_family_that_fails_to_build_falls_back_to_single_kernels(rt, monkeypatch):
@@ -135,7 +140,7 @@ def test_family_binaries_round_trip_through_the_disk_cache(dev, tmp_path):
     second = _child(dev.index, str(tmp_path))
     assert second["cache"]["builds"] == 0 and second["cache"]["disk_loads"] == first["cache"]["builds"]
     # exp alone then the exp group (sqrt in it); add alone then the arithmetic group (mul); x - 1.0
-    # alone; sum alone then the reductions' group (max): 7 programs for 8 kernels
+    # alone; sum with prod, max with min: 7 programs for 8 kernels
     assert first["cache"]["builds"] == 7, first["cache"]
     x = np.linspace(0.5, 2.0, 24).reshape(4, 6)
     want = [np.exp(x), np.log(x), np.sqrt(x), x + x, x * x, x - 1.0, x.sum(axis=0), x.max(axis=1)]

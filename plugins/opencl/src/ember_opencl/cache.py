@@ -64,6 +64,10 @@ class ProgramCache:
             self._programs[(source, options)] = prg
             return prg
 
+    def holds(self, source: str, options: str = "") -> bool:
+        """Whether ``source`` is built (or loaded) in this process already."""
+        return (source, options) in self._programs
+
     def _load(self, key: Any, options: str) -> cl.Program | None:
         start = time.perf_counter()
         binary = self.disk.load(key)

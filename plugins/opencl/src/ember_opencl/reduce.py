@@ -204,8 +204,9 @@ def _make(
     return source, "ember_reduce", types
 
 
-#: reductions compiled together (both launch shapes of each): they share source and result dtypes
-_GROUPS = (("sum", "prod", "max", "min"), ("any", "all"), ("argmax", "argmin"))
+#: reductions compiled together (both launch shapes of each), at the first miss: pairs with one
+#: result dtype, which programs tend to use together (max and min of labels; sum and prod)
+_GROUPS = (("sum", "prod"), ("max", "min"), ("any", "all"), ("argmax", "argmin"))
 
 
 def _family(
@@ -228,7 +229,7 @@ def _family(
         acc = {_acc_dtype(o, as_dtype(src)) for o in group if o not in _ARG}
         return preamble({src, dst, *acc}) + "\n".join(kernels), members
 
-    return Family(("reduce", group, src, dst, ro, ri, idx, tree, flags), make)
+    return Family(("reduce", group, src, dst, ro, ri, idx, tree, flags), make, after=0)
 
 
 def reduce_layout(

@@ -24,21 +24,25 @@ from .cache import ProgramCache
 from .cltypes import ctype
 from .errors import DeviceMemoryError, KernelBuildError, driver_errors, no_platform_error, translate
 
-__all__ = ["device_list", "describe", "Runtime", "Family", "FAMILY_AFTER"]
+__all__ = ["device_list", "describe", "Runtime", "Family", "FAMILIES", "FAMILY_AFTER"]
 
-#: a kernel's siblings (the other ops of its group, same dtypes and layout) are built as one program
-#: once this many of them were built alone: 0 builds the group at the first miss, a large number never.
-#: PoCL: one build costs ~0.2 s whatever its size, but storing its binary ~0.09 s per kernel, so a
-#: group pays when a third of it or more is used (docs/opencl-cold-start.md has the measurements)
+#: whether sibling kernels (the other ops of a kernel's group, same dtypes and layout) are built as
+#: one program (:class:`Family`); False: every kernel its own program, as before
+FAMILIES = True
+#: a group is built once this many of its kernels were built alone (0: at the first miss). PoCL: a
+#: build costs ~0.2 s whatever its size, but reading its binary back ~0.09 s per kernel, so a group of
+#: six pays when three or more are used (docs/opencl-cold-start.md has the measurements)
 FAMILY_AFTER = 1
 
 
 @dataclass(frozen=True)
 class Family:
-    """Sibling kernels compiled together: ``make()`` returns (source, [(kernel key, name, argtypes)])."""
+    """Sibling kernels compiled together: ``make()`` returns (source, [(kernel key, name, argtypes)]);
+    ``after`` overrides :data:`FAMILY_AFTER` (a pair of ops is worth building together at once)."""
 
     key: Any
     make: Callable[[], tuple[str, list[tuple[Any, str, list[Any]]]]] = field(compare=False)
+    after: int | None = None
 
 
 #: a grid-stride launch on a GPU is capped at this many work-groups per compute unit: W6 (2^26
@@ -163,12 +167,13 @@ class Runtime:
         if found is not None:
             return found
         member = self._members.pop(key, None)
-        if member is None and family is not None:
-            member = self._from_family(key, family)
+        if member is None:
+            source, name, argtypes = make()
+            if family is not None and FAMILIES and not self.programs.holds(source, self.options):
+                member = self._from_family(key, family)
         if member is not None:
             prg, name, argtypes = member
         else:
-            source, name, argtypes = make()
             prg = self.programs.program(source, self.options)
         with driver_errors(f"creating kernel {name}", self.label):
             knl = cl.Kernel(prg, name)
@@ -183,7 +188,7 @@ class Runtime:
         touches = self._family_touches.get(family.key, 0)
         if touches < 0:  # built already (this key was not in it), or its build failed
             return None
-        if touches < FAMILY_AFTER:
+        if touches < (FAMILY_AFTER if family.after is None else family.after):
             self._family_touches[family.key] = touches + 1
             return None
         source, members = family.make()
