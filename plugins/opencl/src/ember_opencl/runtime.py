@@ -31,7 +31,7 @@ __all__ = ["device_list", "describe", "Runtime", "Family", "FAMILIES", "FAMILY_A
 FAMILIES = True
 #: a group is built once this many of its kernels were built alone (0: at the first miss). PoCL: a
 #: build costs ~0.2 s whatever its size, but reading its binary back ~0.09 s per kernel, so a group of
-#: six pays when three or more are used (docs/opencl-cold-start.md has the measurements)
+#: six pays when three or more are used (plugins/opencl/README.md, *Cold start*, has the measurements)
 FAMILY_AFTER = 1
 
 
