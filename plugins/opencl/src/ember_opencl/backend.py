@@ -10,6 +10,7 @@ ops are views. Everything is queued on one in-order queue; ``to_numpy`` waits fo
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -61,9 +62,9 @@ class OpenCLBackend(ViewMovement, Backend):
         if not self.rt.fp64:
             dtypes.discard(as_dtype("float64"))
             reasons["float64"] = f"{self.rt.label} lacks cl_khr_fp64 (no 64-bit floats)"
-        try:
-            import ml_dtypes  # noqa: F401  (bfloat16 tensors cross to the host as ml_dtypes arrays)
-        except ImportError:
+        # bfloat16 tensors cross to the host as ml_dtypes arrays; look for the package without
+        # importing it (1.5-2.5 s on the 2-core CI machine): ember.dtypes imports it on first use
+        if importlib.util.find_spec("ml_dtypes") is None:
             dtypes.discard(as_dtype("bfloat16"))
             reasons["bfloat16"] = "bfloat16 needs the ml_dtypes package on the host: pip install ml_dtypes"
         dtypes.add(as_dtype("complex64"))  # float2 pairs (ember_opencl.complex)
