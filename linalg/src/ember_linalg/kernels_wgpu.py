@@ -1,0 +1,3 @@
+"""placeholder"""
+def register(kind: str = "wgpu") -> bool:
+    return False
