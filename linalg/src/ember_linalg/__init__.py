@@ -2,7 +2,8 @@
 
 Factorizations and solvers are ``@backend_extension`` ops: a reference in ember Tensor ops runs on
 every backend, native kernels run where they exist (LAPACK through numpy/scipy on cpu, cuSOLVER
-through CuPy on cuda, generated Jacobi-SVD and LU kernels on opencl and wgpu), and each has its gradient rule. Importing the package registers them.
+through CuPy on cuda, generated Jacobi-SVD and LU kernels on opencl and wgpu), and each has its
+gradient rule. Importing the package registers them.
 """
 
 from __future__ import annotations

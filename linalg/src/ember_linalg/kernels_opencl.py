@@ -33,9 +33,10 @@ _SOURCE = """{pragma}#define T {ctype}
         barrier(CLK_LOCAL_MEM_FENCE); }}
 
 /* the largest |x[i * step]| over lo <= i < hi, first index on ties, into (bv[0], bi[0]) */
-#define ARGMAX(x, step, lo, hi) {{ T best = -1; int at = lo; \\
-    for (int i = lo + t; i < (hi); i += WG) {{ const T v = fabs((x)[(long)i * (step)]); if (v > best) {{ best = v; at = i; }} }} \\
-    bv[t] = best; bi[t] = at; barrier(CLK_LOCAL_MEM_FENCE); \\
+#define ARGMAX(x, step, lo, hi) {{ T best = -1; int ix = lo; \\
+    for (int i = lo + t; i < (hi); i += WG) {{ \\
+        const T v = fabs((x)[(long)i * (step)]); if (v > best) {{ best = v; ix = i; }} }} \\
+    bv[t] = best; bi[t] = ix; barrier(CLK_LOCAL_MEM_FENCE); \\
     for (int h = WG / 2; h > 0; h >>= 1) {{ \\
         if (t < h && (bv[t + h] > bv[t] || (bv[t + h] == bv[t] && bi[t + h] < bi[t]))) {{ \\
             bv[t] = bv[t + h]; bi[t] = bi[t + h]; }} \\
@@ -145,7 +146,9 @@ __kernel void la_lu_pivot(__global T* restrict w, __global int* restrict perm, _
         for (int c = t; c < wd; c += WG) {{
             const T u = x[(long)j * wd + c]; x[(long)j * wd + c] = x[(long)p * wd + c]; x[(long)p * wd + c] = u;
         }}
-        if (t == 0) {{ const int e = perm[b * m + j]; perm[b * m + j] = perm[b * m + p]; perm[b * m + p] = e; sgn[b] = -sgn[b]; }}
+        if (t == 0) {{
+            const int e = perm[b * m + j]; perm[b * m + j] = perm[b * m + p]; perm[b * m + p] = e; sgn[b] = -sgn[b];
+        }}
     }}
     barrier(CLK_GLOBAL_MEM_FENCE);
     const T pivot = x[(long)j * wd + j], safe = pivot == 0 ? (T)1 : pivot;

@@ -62,7 +62,7 @@ _ARGMAX = f"""
     workgroupBarrier();
   }}"""
 
-_SUMS = f"var<workgroup> sa: array<f32, {_WG}>;\nvar<workgroup> sb: array<f32, {_WG}>;\nvar<workgroup> sg: array<f32, {_WG}>;"
+_SUMS = "\n".join(f"var<workgroup> {v}: array<f32, {_WG}>;" for v in ("sa", "sb", "sg"))
 _ARGS = f"var<workgroup> bv: array<f32, {_WG}>;\nvar<workgroup> bi: array<u32, {_WG}>;"
 
 # name: (bindings [(var, element type, access)], params, head, body)
