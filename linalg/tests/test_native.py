@@ -233,3 +233,15 @@ def test_strided_input_and_gradient(kind):
     la.svdvals(leaf).sum().backward()  # d(nuclear norm)/da = U V^T
     u, _, vh = np.linalg.svd(a)
     np.testing.assert_allclose(leaf.grad.numpy(), u @ vh, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_complex_input_says_it_needs_the_cpu(kind):
+    dev = _device(kind)
+    try:
+        z = em.tensor(np.eye(2) * (1 + 1j), dtype="complex64", device=dev)
+    except em.errors.EmberError:
+        pytest.skip(f"{kind}:0 holds no complex64")
+    with pytest.raises(em.errors.NotImplementedOpError, match="cpu"):
+        la.solve(z, z).numpy()
+    assert ("linalg_svd", kind) in _native.REAL_ONLY

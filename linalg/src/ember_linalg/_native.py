@@ -28,12 +28,26 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ember.errors import NotImplementedOpError
+
 from .reference import _rounds
 
-__all__ = ["Launcher", "svd", "lu", "solve", "slogdet", "register_when_installed", "SWEEP_CAP"]
+__all__ = [
+    "Launcher",
+    "svd",
+    "lu",
+    "solve",
+    "slogdet",
+    "register_when_installed",
+    "real_only",
+    "SWEEP_CAP",
+    "REAL_ONLY",
+]
 
 #: most Jacobi sweeps per SVD (quadratic convergence takes well under that for any sane input)
 SWEEP_CAP = 40
+#: (op name, device kind) of the kernels here: real dtypes only (complex input raises, as the reference does)
+REAL_ONLY: set[tuple[str, str]] = set()
 _PAIRS: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
 
 
@@ -199,4 +213,15 @@ def register_when_installed(ops: dict[Any, Any], kind: str, distribution: str) -
         return False
     for op, fn in ops.items():
         op.kernel(kind)(fn)
+        REAL_ONLY.add((op.name, kind))
     return True
+
+
+def real_only(op: str, kind: str, *handles: Any) -> None:
+    """Complex input has no kernel here (nor a reference): say so and what to do instead."""
+    for h in handles:
+        if h.dtype.kind == "c":
+            raise NotImplementedOpError(
+                f"{op}: complex {h.dtype} input has no {kind} kernel (the native {kind} kernels and the Tensor-op "
+                f"reference are real: float32/float64); compute it on the cpu (x.to('cpu')), which has complex kernels"
+            )

@@ -404,21 +404,25 @@ def _launcher(backend: Any, *handles: Any) -> tuple[_Launcher, list[Any]]:
 
 
 def _svd(backend: Any, a: Any, full_matrices: bool = False) -> Any:
+    _native.real_only("svd", "wgpu", a)
     k, (a,) = _launcher(backend, a)
     return _native.svd(k, a, full_matrices)
 
 
 def _lu(backend: Any, a: Any) -> Any:
+    _native.real_only("lu", "wgpu", a)
     k, (a,) = _launcher(backend, a)
     return _native.lu(k, a)
 
 
 def _solve(backend: Any, a: Any, b: Any) -> Any:
+    _native.real_only("solve", "wgpu", a, b)
     k, (a, b) = _launcher(backend, a, b)
     return _native.solve(k, a, b)
 
 
 def _slogdet(backend: Any, a: Any) -> Any:
+    _native.real_only("slogdet", "wgpu", a)
     k, (a,) = _launcher(backend, a)
     return _native.slogdet(k, a)
 
