@@ -8,10 +8,12 @@ A backend supplies the primitives of :class:`Launcher` (buffers, and one launch 
   buffer (tall: the columns of A; wide: the rows, i.e. the SVD of A^T as the reference does) and V^T
   = I; ``jacobi_round`` rotates the n/2 disjoint column pairs of one round-robin round, one
   work-group per pair (three dot products by a local reduction, then the rotation of both columns
-  and of both rows of V^T), keeping the largest |cos| between the pair's columns per slot; n-1
-  rounds make a sweep, after which that measure is read back once. ``col_norms`` then gives the
-  singular values, the host sorts them, and ``svd_finish`` writes U, S and Vh packed, with U's
-  columns normalised and their signs canonical (as reference.canonical_columns).
+  and of both rows of V^T unless |cos| between them is below tol = sqrt(m) eps), keeping the largest
+  |cos| per slot; n-1 rounds (n for odd n) make a sweep, after which that measure is read back once:
+  the loop stops when no pair was rotated, or when the measure stalls at rounding noise (< 8 tol).
+  ``col_norms`` then gives the singular values, the host sorts them, and ``svd_finish`` writes U,
+  S and Vh packed, with U's columns normalised and their signs canonical (as
+  reference.canonical_columns).
 - LU with partial pivoting on ``[A | B]``: per column ``lu_pivot`` (one work-group per matrix:
   pivot search, row swap, scaling of the column below the pivot) and ``lu_update`` (the rank-1
   update of the trailing rows, the right-hand sides included, so the forward substitution comes
@@ -124,11 +126,15 @@ def svd(k: Launcher, a: Any, full_matrices: bool = False) -> Any:
             conv = k.empty((batch * half,))
             eps = float(np.finfo(k.dtype.numpy).eps)
             tol = eps * math.sqrt(la)
+            last = math.inf
             for _ in range(SWEEP_CAP):
                 for rnd in range(rounds):
                     k.jacobi_round(at, vt, pairs, conv, batch, nc, la, half, rnd, tol)
-                if not float(np.max(k.download(conv))) > tol:  # (NaN input stops too)
+                worst = float(np.max(k.download(conv)))
+                # converged: no pair was rotated (NaN input stops too); or stuck at rounding noise near tol
+                if not worst > tol or (worst <= 8.0 * tol and worst >= 0.5 * last):
                     break
+                last = worst
         s = k.empty((batch * nc,))
         k.col_norms(at, s, batch * nc, la)
         values = k.download(s).reshape(batch, nc)

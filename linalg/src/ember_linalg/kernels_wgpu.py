@@ -20,7 +20,9 @@ __all__ = ["register", "CALLS"]
 
 #: launches of each kernel (tests and benchmarks read it)
 CALLS: Counter[str] = Counter()
-_WG = 256
+#: workgroup size, filled in per adapter when a kernel is built: 256 on GPUs, 64 on CPU adapters
+#: (lavapipe runs a 256-wide workgroup with barriers about 4x slower than a 64-wide one)
+_WG = "@WG@"
 
 # element kernels: one invocation per item; reduction kernels: one workgroup per matrix, pair or column
 _ELEMENT = f"""@compute @workgroup_size({_WG})
@@ -35,32 +37,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let grp = gid_lin;
   if (grp >= P.groups) {{ return; }}"""
 
-_REDUCE3 = f"""
+_REDUCE3 = """
   sa[t] = av;
   sb[t] = bv;
   sg[t] = gv;
   workgroupBarrier();
-  for (var h = {_WG // 2}u; h > 0u; h = h >> 1u) {{
-    if (t < h) {{
+  for (var h = @HALF@u; h > 0u; h = h >> 1u) {
+    if (t < h) {
       sa[t] = sa[t] + sa[t + h];
       sb[t] = sb[t] + sb[t + h];
       sg[t] = sg[t] + sg[t + h];
-    }}
+    }
     workgroupBarrier();
-  }}"""
+  }"""
 
 # the largest |value| of each invocation's items (best, ix) reduced to (bv[0], bi[0]), first index on ties
-_ARGMAX = f"""
+_ARGMAX = """
   bv[t] = best;
   bi[t] = ix;
   workgroupBarrier();
-  for (var h = {_WG // 2}u; h > 0u; h = h >> 1u) {{
-    if (t < h && (bv[t + h] > bv[t] || (bv[t + h] == bv[t] && bi[t + h] < bi[t]))) {{
+  for (var h = @HALF@u; h > 0u; h = h >> 1u) {
+    if (t < h && (bv[t + h] > bv[t] || (bv[t + h] == bv[t] && bi[t + h] < bi[t]))) {
       bv[t] = bv[t + h];
       bi[t] = bi[t + h];
-    }}
+    }
     workgroupBarrier();
-  }}"""
+  }"""
 
 _SUMS = "\n".join(f"var<workgroup> {v}: array<f32, {_WG}>;" for v in ("sa", "sb", "sg"))
 _ARGS = f"var<workgroup> bv: array<f32, {_WG}>;\nvar<workgroup> bi: array<u32, {_WG}>;"
@@ -313,6 +315,7 @@ class _Launcher:
         import ember as em
 
         self.c, self.rt, self.dtype, self.int32 = _common(), backend.rt, dtype, em.int32
+        self.wg = 64 if self.rt.adapter.info.get("adapter_type") == "CPU" else 256
 
     def _build(self, name: str) -> Any:
         bindings, fields, head, body = _KERNELS[name]
@@ -322,13 +325,14 @@ class _Launcher:
             for i, (var, ty, acc) in enumerate(bindings)
         )
         source = io + "\n" + head.replace("{gid}", self.c.GROUP_ID) + body
+        source = source.replace("@WG@", str(self.wg)).replace("@HALF@", str(self.wg // 2))
         return source, params, tuple("w" if acc == "w" else "r" for _, _, acc in bindings)
 
     def _run(self, name: str, items: int, per_group: int, buffers: list[Any], values: dict[str, Any]) -> None:
         if items <= 0:
             return
         c, label = self.c, f"linalg_{name}"
-        kernel = c.compile_kernel(self.rt, ("ember_linalg", name), lambda: self._build(name), label)
+        kernel = c.compile_kernel(self.rt, ("ember_linalg", name, self.wg), lambda: self._build(name), label)
         CALLS[label] += 1
         groups = c.ceil_div(items, per_group)
         values.setdefault("groups", groups)
@@ -336,7 +340,7 @@ class _Launcher:
 
     def _grid(self, name: str, total: int, buffers: list[Any], values: dict[str, Any]) -> None:
         values["total"] = total
-        self._run(name, total, _WG, buffers, values)
+        self._run(name, total, self.wg, buffers, values)
 
     def _groups(self, name: str, groups: int, buffers: list[Any], values: dict[str, Any]) -> None:
         self._run(name, groups, 1, buffers, values)
