@@ -245,3 +245,14 @@ def test_complex_input_says_it_needs_the_cpu(kind):
     with pytest.raises(em.errors.NotImplementedOpError, match="cpu"):
         la.solve(z, z).numpy()
     assert ("linalg_svd", kind) in _native.REAL_ONLY
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_empty_matrices(kind):
+    dev = _device(kind)
+    u, s, vh = la.svd(em.zeros((2, 0, 3), device=dev), full_matrices=False)
+    assert (u.shape, s.shape, vh.shape) == ((2, 0, 0), (2, 0), (2, 0, 3))
+    assert tuple(la.solve(em.zeros((0, 3, 3), device=dev), em.zeros((0, 3, 2), device=dev)).shape) == (0, 3, 2)
+    sign, logabs = la.slogdet(em.zeros((2, 0, 0), device=dev))
+    np.testing.assert_array_equal(sign.numpy(), [1.0, 1.0])  # numpy: det of 0x0 is 1
+    np.testing.assert_array_equal(logabs.numpy(), [0.0, 0.0])

@@ -205,6 +205,8 @@ def solve(k: Launcher, a: Any, b: Any) -> Any:
 
 def slogdet(k: Launcher, a: Any) -> Any:
     """``linalg_slogdet``: (sign, log|det|) stacked on a last axis of 2."""
+    if a.shape[-1] == 0:  # the determinant of a 0x0 matrix is 1
+        return k.upload(np.broadcast_to(np.array([1.0, 0.0]), tuple(a.shape[:-2]) + (2,)))
     w, _, sgn, batch, n, _, _ = _factor(k, a)
     out = k.empty(tuple(a.shape[:-2]) + (2,))
     if batch:
