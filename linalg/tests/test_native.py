@@ -14,7 +14,7 @@ import scipy.linalg
 import ember as em
 import ember_linalg as la
 from ember_linalg import _native, kernels_opencl, kernels_wgpu
-from ember_linalg.factorizations import LU, SLOGDET, SOLVE, SVD
+from ember_linalg.factorizations import LU, SLOGDET, SOLVE, SOLVE_TRIANGULAR, SVD
 
 KINDS = [
     pytest.param(
@@ -78,7 +78,7 @@ def _spread(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 def test_registered_for_both_kinds():
     for kind in ("opencl", "wgpu"):
         installed = importlib.util.find_spec(f"ember_{kind}") is not None
-        for op in (SVD, LU, SOLVE, SLOGDET):
+        for op in (SVD, LU, SOLVE, SLOGDET, SOLVE_TRIANGULAR):
             assert (kind in op.kernels) == installed, (op.name, kind)
 
 
@@ -256,3 +256,35 @@ def test_empty_matrices(kind):
     sign, logabs = la.slogdet(em.zeros((2, 0, 0), device=dev))
     np.testing.assert_array_equal(sign.numpy(), [1.0, 1.0])  # numpy: det of 0x0 is 1
     np.testing.assert_array_equal(logabs.numpy(), [0.0, 0.0])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("n", [1, 5, 70])
+def test_solve_triangular_and_lu_solve(kind, n):
+    """Every (upper, left, unitriangular) form against numpy on the triangle; lu_solve goes through it."""
+    dev = _device(kind)
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((2, n, n)) + 3 * np.eye(n)
+    for upper in (True, False):
+        for left in (True, False):
+            for unit in (True, False):
+                b = rng.standard_normal((2, n, 3) if left else (2, 3, n))
+                t = np.triu(a) if upper else np.tril(a)
+                if unit:
+                    t[:, range(n), range(n)] = 1.0
+                if left:
+                    want = np.linalg.solve(t, b)
+                else:
+                    want = np.swapaxes(np.linalg.solve(np.swapaxes(t, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
+                before = _count(kind, "back_finish")
+                got = la.solve_triangular(
+                    em.tensor(a, dtype="float32", device=dev), em.tensor(b, dtype="float32", device=dev),
+                    upper=upper, left=left, unitriangular=unit,
+                ).numpy()  # fmt: skip
+                assert _ran(kind, "back_finish", before)
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * max(1.0, np.abs(want).max()))
+    b = rng.standard_normal((n, 2))
+    got = la.lu_solve(
+        la.lu_factor(em.tensor(a[0], dtype="float32", device=dev)), em.tensor(b, dtype="float32", device=dev)
+    )
+    np.testing.assert_allclose(got.numpy(), np.linalg.solve(a[0], b), atol=1e-4)

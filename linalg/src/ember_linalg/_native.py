@@ -18,7 +18,8 @@ A backend supplies the primitives of :class:`Launcher` (buffers, and one launch 
   pivot search, row swap, scaling of the column below the pivot) and ``lu_update`` (the rank-1
   update of the trailing rows, the right-hand sides included, so the forward substitution comes
   free); ``lu_pack`` writes P, L, U; ``back_step`` per column and ``back_finish`` solve U X = Y;
-  ``logdet`` reads the diagonal.
+  ``logdet`` reads the diagonal. ``solve_triangular`` copies [A | B] (``tri_init``, transposed for
+  X A = B) and runs the same substitution launches, upward or downward.
 """
 
 from __future__ import annotations
@@ -76,8 +77,13 @@ class Launcher(Protocol):
     def lu_pivot(self, w: Any, perm: Any, sgn: Any, batch: int, m: int, wd: int, j: int) -> None: ...
     def lu_update(self, w: Any, batch: int, m: int, wd: int, j: int) -> None: ...
     def lu_pack(self, w: Any, perm: Any, out: Any, batch: int, m: int, n: int, wd: int) -> None: ...
-    def back_step(self, w: Any, batch: int, n: int, r: int, j: int) -> None: ...
-    def back_finish(self, w: Any, out: Any, batch: int, n: int, r: int) -> None: ...
+    def tri_init(self, a: Any, b: Any, w: Any, batch: int, n: int, r: int, tr: bool) -> None: ...
+    def back_step(
+        self, w: Any, batch: int, n: int, r: int, j: int, lower: bool = False, unit: bool = False
+    ) -> None: ...
+    def back_finish(
+        self, w: Any, out: Any, batch: int, n: int, r: int, unit: bool = False, tr: bool = False
+    ) -> None: ...
     def logdet(self, w: Any, sgn: Any, out: Any, batch: int, n: int) -> None: ...
 
 
@@ -200,6 +206,23 @@ def solve(k: Launcher, a: Any, b: Any) -> Any:
         for j in range(n - 1, 0, -1):
             k.back_step(w, batch, n, r, j)
         k.back_finish(w, out, batch, n, r)
+    return out
+
+
+def solve_triangular(k: Launcher, a: Any, b: Any, upper: bool, left: bool, unit: bool) -> Any:
+    """``linalg_solve_triangular``: X with A X = B (left) or X A = B, reading one triangle of A; the
+    right-hand form solves A^T X^T = B^T (copied transposed, the triangle flipped)."""
+    n = a.shape[-1]
+    _, batch = _batch(tuple(a.shape))
+    r = b.shape[-1] if left else b.shape[-2]
+    out = k.empty(tuple(b.shape))
+    if batch and n and r:
+        w = k.empty((batch * n * (n + r),))
+        k.tri_init(a, b, w, batch, n, r, not left)
+        lower = (not upper) if left else upper
+        for j in range(n - 1) if lower else range(n - 1, 0, -1):
+            k.back_step(w, batch, n, r, j, lower, unit)
+        k.back_finish(w, out, batch, n, r, unit, not left)
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .factorizations import LU, SLOGDET, SOLVE, SVD
+from .factorizations import LU, SLOGDET, SOLVE, SOLVE_TRIANGULAR, SVD
 
 __all__ = ["register", "CALLS"]
 
@@ -187,24 +187,39 @@ __kernel void la_lu_pack(__global const T* restrict w, __global const int* restr
     }}
 }}
 
-/* back substitution, column j of U: y[i] -= u[i, j] y[j] / u[j, j] for i < j (y: w's last r columns) */
-__kernel void la_back(__global T* restrict w, const long total, const int j, const int n, const int r) {{
-    const long wd = n + r, per = (long)j * r;
+/* w (batch, n, n + r) <- [A | B], or [A^T | B^T] (tr: B is (r, n)), for a triangular solve */
+__kernel void la_tri_init(__global T* restrict w, __global const T* restrict a, const long ao,
+                          __global const T* restrict rhs, const long bo, const long total, const int n, const int r,
+                          const int tr) {{
+    const long wd = n + r, per = n * wd;
     GRID(total) {{
-        const long b = g / per, q = g - b * per, i = q / r, c = q - i * r;
-        __global T* x = w + b * n * wd;
-        x[i * wd + n + c] -= x[i * wd + j] * (x[(long)j * wd + n + c] / x[(long)j * wd + j]);
+        const long b = g / per, q = g - b * per, i = q / wd, c = q - i * wd;
+        w[g] = c < n ? a[ao + b * n * (long)n + (tr ? c * n + i : i * n + c)]
+                     : rhs[bo + b * n * (long)r + (tr ? (c - n) * n + i : i * r + (c - n))];
     }}
 }}
 
-/* out (batch, n, r) <- y[i] / u[i, i] */
+/* substitution, column j of the triangle: y[i] -= t[i, j] y[j] / t[j, j] for i < j (upper) or i > j
+   (lower), y being w's last r columns; t[j, j] taken as 1 when unit */
+__kernel void la_back(__global T* restrict w, const long total, const int j, const int n, const int r,
+                      const int lower, const int unit) {{
+    const long wd = n + r, per = (long)(lower ? n - 1 - j : j) * r, i0 = lower ? j + 1 : 0;
+    GRID(total) {{
+        const long b = g / per, q = g - b * per, i = i0 + q / r, c = q - (q / r) * r;
+        __global T* x = w + b * n * wd;
+        const T d = unit ? (T)1 : x[(long)j * wd + j];
+        x[i * wd + n + c] -= x[i * wd + j] * (x[(long)j * wd + n + c] / d);
+    }}
+}}
+
+/* out (batch, n, r), or (batch, r, n) when tr, <- y[i] / t[i, i] (1 when unit) */
 __kernel void la_back_finish(__global const T* restrict w, __global T* restrict out, const long total, const int n,
-                             const int r) {{
+                             const int r, const int unit, const int tr) {{
     const long wd = n + r, per = (long)n * r;
     GRID(total) {{
         const long b = g / per, q = g - b * per, i = q / r, c = q - i * r;
         __global const T* x = w + b * n * wd;
-        out[g] = x[i * wd + n + c] / x[i * wd + i];
+        out[tr ? b * per + c * n + i : g] = x[i * wd + n + c] / (unit ? (T)1 : x[i * wd + i]);
     }}
 }}
 
@@ -248,8 +263,9 @@ class _Launcher:
             "la_lu_pivot": [None, None, None, i, i, i],
             "la_lu_update": [None, L, i, i, i],
             "la_lu_pack": [None, None, None, L, i, i, i],
-            "la_back": [None, L, i, i, i],
-            "la_back_finish": [None, None, L, i, i],
+            "la_tri_init": [None, None, L, None, L, L, i, i, i],
+            "la_back": [None, L, i, i, i, i, i],
+            "la_back_finish": [None, None, L, i, i, i, i],
             "la_logdet": [None, None, None, L, i],
         }[name]
         pragma = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if self.ctype == "double" else ""
@@ -324,13 +340,17 @@ class _Launcher:
         total = batch * (m * m + m * k + k * n)
         self._grid("la_lu_pack", total, [w.buf, perm.buf, out.buf, total, m, n, wd])
 
-    def back_step(self, w: Any, batch: int, n: int, r: int, j: int) -> None:
-        total = batch * j * r
-        self._grid("la_back", total, [w.buf, total, j, n, r])
+    def tri_init(self, a: Any, b: Any, w: Any, batch: int, n: int, r: int, tr: bool) -> None:
+        total = batch * n * (n + r)
+        self._grid("la_tri_init", total, [w.buf, a.buf, a.offset, b.buf, b.offset, total, n, r, int(tr)])
 
-    def back_finish(self, w: Any, out: Any, batch: int, n: int, r: int) -> None:
+    def back_step(self, w: Any, batch: int, n: int, r: int, j: int, lower: bool = False, unit: bool = False) -> None:
+        total = batch * (n - 1 - j if lower else j) * r
+        self._grid("la_back", total, [w.buf, total, j, n, r, int(lower), int(unit)])
+
+    def back_finish(self, w: Any, out: Any, batch: int, n: int, r: int, unit: bool = False, tr: bool = False) -> None:
         total = batch * n * r
-        self._grid("la_back_finish", total, [w.buf, out.buf, total, n, r])
+        self._grid("la_back_finish", total, [w.buf, out.buf, total, n, r, int(unit), int(tr)])
 
     def logdet(self, w: Any, sgn: Any, out: Any, batch: int, n: int) -> None:
         self._grid("la_logdet", batch, [w.buf, sgn.buf, out.buf, batch, n])
@@ -366,7 +386,15 @@ def _slogdet(backend: Any, a: Any) -> Any:
     return _native.slogdet(k, a)
 
 
+def _solve_triangular(
+    backend: Any, a: Any, b: Any, upper: bool = False, left: bool = True, unitriangular: bool = False
+) -> Any:
+    _native.real_only("solve_triangular", "opencl", a, b)
+    k, (a, b) = _launcher(backend, a, b)
+    return _native.solve_triangular(k, a, b, upper, left, unitriangular)
+
+
 def register(kind: str = "opencl") -> bool:
     """Register the kernels for ``kind`` when ember-opencl is installed; whether they were."""
-    ops = {SVD: _svd, LU: _lu, SOLVE: _solve, SLOGDET: _slogdet}
+    ops = {SVD: _svd, LU: _lu, SOLVE: _solve, SLOGDET: _slogdet, SOLVE_TRIANGULAR: _solve_triangular}
     return _native.register_when_installed(ops, kind, "ember_opencl")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .factorizations import LU, SLOGDET, SOLVE, SVD
+from .factorizations import LU, SLOGDET, SOLVE, SOLVE_TRIANGULAR, SVD
 
 __all__ = ["register", "CALLS"]
 
@@ -261,20 +261,38 @@ fn yv(j: u32, ao: u32, vo: u32, sd: f32) -> f32 {
   }
   O[g] = v;
 }"""),
-    # back substitution, column j of U: y[i] -= U[i, j] y[j] / U[j, j] for i < j (y: W's last r columns)
-    "back": ([("W", "f32", "w")], ["total", "j", "n", "r"], _ELEMENT, """
+    # W (batch, n, n + r) <- [A | B], or [A^T | B^T] (tr: B is (r, n)), for a triangular solve
+    "tri_init": ([("W", "f32", "w"), ("A", "f32", "r"), ("B", "f32", "r")], ["total", "ao", "bo", "n", "r", "tr"],
+                 _ELEMENT, """
   let wd = P.n + P.r;
-  let per = P.j * P.r;
+  let per = P.n * wd;
   let b = g / per;
   let q = g - b * per;
-  let i = q / P.r;
-  let c = q - i * P.r;
+  let i = q / wd;
+  let c = q - i * wd;
+  if (c < P.n) {
+    W[g] = A[P.ao + b * P.n * P.n + select(i * P.n + c, c * P.n + i, P.tr != 0u)];
+  } else {
+    W[g] = B[P.bo + b * P.n * P.r + select(i * P.r + c - P.n, (c - P.n) * P.n + i, P.tr != 0u)];
+  }
+}"""),
+    # substitution, column j of the triangle: y[i] -= T[i, j] y[j] / T[j, j] for i < j (upper) or i > j
+    # (lower), y being W's last r columns; T[j, j] taken as 1 when unit
+    "back": ([("W", "f32", "w")], ["total", "j", "n", "r", "lower", "unit"], _ELEMENT, """
+  let wd = P.n + P.r;
+  let lower = P.lower != 0u;
+  let per = select(P.j, P.n - 1u - P.j, lower) * P.r;
+  let b = g / per;
+  let q = g - b * per;
+  let i = select(0u, P.j + 1u, lower) + q / P.r;
+  let c = q % P.r;
   let base = b * P.n * wd;
-  let y = W[base + P.j * wd + P.n + c] / W[base + P.j * wd + P.j];
+  let d = select(W[base + P.j * wd + P.j], 1.0, P.unit != 0u);
+  let y = W[base + P.j * wd + P.n + c] / d;
   W[base + i * wd + P.n + c] = W[base + i * wd + P.n + c] - W[base + i * wd + P.j] * y;
 }"""),
-    # O (batch, n, r) <- y[i] / U[i, i]
-    "back_finish": ([("W", "f32", "r"), ("O", "f32", "w")], ["total", "n", "r"], _ELEMENT, """
+    # O (batch, n, r), or (batch, r, n) when tr, <- y[i] / T[i, i] (1 when unit)
+    "back_finish": ([("W", "f32", "r"), ("O", "f32", "w")], ["total", "n", "r", "unit", "tr"], _ELEMENT, """
   let wd = P.n + P.r;
   let per = P.n * P.r;
   let b = g / per;
@@ -282,7 +300,8 @@ fn yv(j: u32, ao: u32, vo: u32, sd: f32) -> f32 {
   let i = q / P.r;
   let c = q - i * P.r;
   let base = b * P.n * wd;
-  O[g] = W[base + i * wd + P.n + c] / W[base + i * wd + i];
+  let d = select(W[base + i * wd + i], 1.0, P.unit != 0u);
+  O[select(g, b * per + c * P.n + i, P.tr != 0u)] = W[base + i * wd + P.n + c] / d;
 }"""),
     # O (batch, 2) <- (sign, log|det|) from U's diagonal and the permutation's sign
     "logdet": ([("W", "f32", "r"), ("SG", "f32", "r"), ("O", "f32", "w")], ["total", "n"], _ELEMENT, """
@@ -392,11 +411,17 @@ class _Launcher:
         k = min(m, n)
         self._grid("lu_pack", batch * (m * m + m * k + k * n), [w, perm, out], {"m": m, "n": n, "wd": wd})
 
-    def back_step(self, w: Any, batch: int, n: int, r: int, j: int) -> None:
-        self._grid("back", batch * j * r, [w], {"j": j, "n": n, "r": r})
+    def tri_init(self, a: Any, b: Any, w: Any, batch: int, n: int, r: int, tr: bool) -> None:
+        values = {"ao": a.offset, "bo": b.offset, "n": n, "r": r, "tr": int(tr)}
+        self._grid("tri_init", batch * n * (n + r), [w, a, b], values)
 
-    def back_finish(self, w: Any, out: Any, batch: int, n: int, r: int) -> None:
-        self._grid("back_finish", batch * n * r, [w, out], {"n": n, "r": r})
+    def back_step(self, w: Any, batch: int, n: int, r: int, j: int, lower: bool = False, unit: bool = False) -> None:
+        rows = n - 1 - j if lower else j
+        values = {"j": j, "n": n, "r": r, "lower": int(lower), "unit": int(unit)}
+        self._grid("back", batch * rows * r, [w], values)
+
+    def back_finish(self, w: Any, out: Any, batch: int, n: int, r: int, unit: bool = False, tr: bool = False) -> None:
+        self._grid("back_finish", batch * n * r, [w, out], {"n": n, "r": r, "unit": int(unit), "tr": int(tr)})
 
     def logdet(self, w: Any, sgn: Any, out: Any, batch: int, n: int) -> None:
         self._grid("logdet", batch, [w, sgn, out], {"n": n})
@@ -431,7 +456,15 @@ def _slogdet(backend: Any, a: Any) -> Any:
     return _native.slogdet(k, a)
 
 
+def _solve_triangular(
+    backend: Any, a: Any, b: Any, upper: bool = False, left: bool = True, unitriangular: bool = False
+) -> Any:
+    _native.real_only("solve_triangular", "wgpu", a, b)
+    k, (a, b) = _launcher(backend, a, b)
+    return _native.solve_triangular(k, a, b, upper, left, unitriangular)
+
+
 def register(kind: str = "wgpu") -> bool:
     """Register the kernels for ``kind`` when ember-wgpu is installed; whether they were."""
-    ops = {SVD: _svd, LU: _lu, SOLVE: _solve, SLOGDET: _slogdet}
+    ops = {SVD: _svd, LU: _lu, SOLVE: _solve, SLOGDET: _slogdet, SOLVE_TRIANGULAR: _solve_triangular}
     return _native.register_when_installed(ops, kind, "ember_wgpu")
