@@ -48,7 +48,7 @@ def peers(sizes: list[int], reps: int) -> list[dict[str, Any]]:
         for n in sizes:
             a = cp.random.standard_normal((n, n), dtype=cp.float32)
             b = cp.random.standard_normal((n, n), dtype=cp.float32)
-            sec = _best(lambda: cp.matmul(a, b), cp.cuda.Device().synchronize, reps)
+            sec = _best(lambda a=a, b=b: cp.matmul(a, b), cp.cuda.Device().synchronize, reps)
             rows.append({"impl": "cuBLAS (cupy)", "n": n, "seconds": sec, "tflops": 2 * n**3 / sec / 1e12})
             del a, b
         cp.get_default_memory_pool().free_all_blocks()
@@ -62,7 +62,7 @@ def peers(sizes: list[int], reps: int) -> list[dict[str, Any]]:
         for n in sizes:
             a = torch.randn(n, n, device="cuda")
             b = torch.randn(n, n, device="cuda")
-            sec = _best(lambda: torch.matmul(a, b), torch.cuda.synchronize, reps)
+            sec = _best(lambda a=a, b=b: torch.matmul(a, b), torch.cuda.synchronize, reps)
             rows.append({"impl": "torch.matmul", "n": n, "seconds": sec, "tflops": 2 * n**3 / sec / 1e12})
             del a, b
         torch.cuda.empty_cache()
@@ -71,12 +71,15 @@ def peers(sizes: list[int], reps: int) -> list[dict[str, Any]]:
     return rows
 
 
-def sweep(backend: str, device: int, sizes: list[int], reps: int, budget: float, save: bool) -> dict[str, Any]:
-    """Time ``LARGE`` of ``ember_<backend>.tune`` at each size; record the winner over the two largest."""
+def sweep(
+    backend: str, device: int, sizes: list[int], reps: int, budget: float, save: bool, limit: int | None = None
+) -> dict[str, Any]:
+    """Time ``LARGE`` of ``ember_<backend>.tune`` (its first ``limit``) at each size; record the winner
+    over the two largest sizes for the shape class of the largest."""
     tune = importlib.import_module(f"ember_{backend}.tune")
     tuner = tune._TUNER
     rt = tuner.runtime(argparse.Namespace(device=device))
-    choices = [tuner.config_type(*spec) for spec in tune.LARGE]
+    choices = [tuner.config_type(*spec) for spec in tune.LARGE[:limit]]
     kept = [c for c in choices if tuner.fits(rt, c, "float32")]
     out: dict[str, Any] = {"backend": backend, "device": list(tuner.identity(rt)), "rows": []}
     out["skipped"] = [c.as_dict() for c in choices if c not in kept]
@@ -158,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 2048])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--budget", type=float, default=30.0, help="seconds per size before no new candidate starts")
+    ap.add_argument("--limit", type=int, help="time only the first LIMIT candidates (a quick check of the sweep)")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-save", action="store_true", help="do not record the winner in the tuning cache")
     ap.add_argument("--json", help="write the results here")
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {}
     if not args.no_peers:
         out["peers"] = peers(sorted(args.sizes), args.reps)
-    out.update(sweep(args.backend, args.device, args.sizes, args.reps, args.budget, not args.no_save))
+    out.update(sweep(args.backend, args.device, args.sizes, args.reps, args.budget, not args.no_save, args.limit))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
