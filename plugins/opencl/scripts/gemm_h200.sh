@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11 (GEMM speed) on the H200 device machine, one command, about 4-5 minutes (at most ~7.5 by the limits):
+# Issue 11 (GEMM speed) on the H200 device machine, one command, about 4-5 minutes (at most ~9.5 by its time limits):
 #   OUT=$OUT bash plugins/opencl/scripts/gemm_h200.sh        (from the repository root; carry .whl and .gl)
 # Per backend (opencl, then wgpu), on its NVIDIA device:
 #   1. the candidate tests (every tiling of the tuner's family against numpy float64, the tuner's filter),
@@ -74,18 +74,18 @@ for backend in opencl wgpu; do
   dev="$backend:$idx"
   if [ "$DRY" = 0 ]; then
     echo "== $backend" >>"$OUT/tests.log"
-    EMBER_OPENCL_DEVICE=$idx EMBER_WGPU_DEVICE=$idx timeout 75 $PY -m pytest -q -p no:cacheprovider --tb=short \
+    EMBER_OPENCL_DEVICE=$idx EMBER_WGPU_DEVICE=$idx timeout 60 $PY -m pytest -q -p no:cacheprovider --tb=short \
       "plugins/$backend/tests/test_gemm_tuning.py" -k "every_candidate or drops or cached" >>"$OUT/tests.log" 2>&1
     note "$backend: candidate tests on $dev exit $? ($(tail -1 "$OUT/tests.log"))"
   fi
   peers=()
   [ "$backend" = wgpu ] && [ ${#SWEEPS[@]} -gt 0 ] && peers=(--no-peers)  # cuBLAS timed once, with opencl
   echo "== $backend" >>"$TMP/sweep-log.txt"
-  timeout 110 $PY -m benchmarks.gemm_sweep --backend "$backend" --device "$idx" --sizes "${SIZES[@]}" "${SWEEP[@]}" \
+  timeout 100 $PY -m benchmarks.gemm_sweep --backend "$backend" --device "$idx" --sizes "${SIZES[@]}" "${SWEEP[@]}" \
     "${peers[@]}" --json "$TMP/sweep-$backend.json" >>"$TMP/sweep-log.txt" 2>&1
   note "$backend: gemm sweep exit $? ($(grep -c TFLOP "$TMP/sweep-log.txt") timings so far; $(grep winner: "$TMP/sweep-log.txt" | tail -1))"
   SWEEPS+=("$TMP/sweep-$backend.json")
-  choice=$(EMBER_AUTOTUNE=0 timeout 60 $PY -c "
+  choice=$(EMBER_AUTOTUNE=0 timeout 30 $PY -c "
 import argparse
 from ember_$backend import tune
 rt = tune._TUNER.runtime(argparse.Namespace(device=$idx))
@@ -94,7 +94,7 @@ c = tune.lookup(rt, 'float32', n, n, n)
 print(f'class {tune.shape_class(n, n, n)}: {c.as_dict() if c else None}')
 " 2>&1 | tail -1)
   note "$backend: the tuning cache at ${LOOKUP}^3 (what W5's matmul reads): $choice"
-  timeout 75 $PY -m benchmarks W5 --device "$dev" "${BENCH[@]}" --json "$TMP/bench-$backend.json" \
+  timeout 70 $PY -m benchmarks W5 --device "$dev" "${BENCH[@]}" --json "$TMP/bench-$backend.json" \
     >"$OUT/bench-$backend.txt" 2>&1
   note "$backend: benchmarks W5 exit $? ($(grep '^W5 ' "$OUT/bench-$backend.txt" | tr '\n' ';'))"
   BENCHES+=("$TMP/bench-$backend.json")
