@@ -96,7 +96,7 @@ print(f'class {tune.shape_class(n, n, n)}: {c.as_dict() if c else None}')
   note "$backend: the tuning cache at ${LOOKUP}^3 (what W5's matmul reads): $choice"
   timeout 70 $PY -m benchmarks W5 --device "$dev" "${BENCH[@]}" --json "$TMP/bench-$backend.json" \
     >"$OUT/bench-$backend.txt" 2>&1
-  note "$backend: benchmarks W5 exit $? ($(grep '^W5 ' "$OUT/bench-$backend.txt" | tr '\n' ';'))"
+  note "$backend: benchmarks W5 exit $? ($(grep -E '^W5 .* ms$' "$OUT/bench-$backend.txt" | tr '\n' ';'))"
   BENCHES+=("$TMP/bench-$backend.json")
 done
 merge='import json, os, sys; json.dump([json.load(open(p)) for p in sys.argv[2:] if os.path.exists(p)], open(sys.argv[1], "w"), indent=1)'
