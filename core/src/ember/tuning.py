@@ -25,7 +25,7 @@ import numpy as np
 from .dtypes import as_dtype
 from .kernel_cache import KernelCache
 
-__all__ = ["GemmTuner", "TileConfig", "shape_class", "parse_shape", "autotune_enabled", "AUTOTUNE_FLOPS"]
+__all__ = ["GemmTuner", "TileConfig", "shape_class", "parse_shape", "autotune_enabled", "AUTOTUNE_FLOPS", "covering"]
 
 AUTOTUNE_FLOPS = 2**30
 _DEFAULT_SHAPES = [(4096, 4096, 4096), (1024, 1024, 1024), (256, 256, 256)]
@@ -45,6 +45,19 @@ C = TypeVar("C", bound=TileConfig)
 
 def _bucket(x: int) -> str:
     return "s" if x < 128 else "m" if x < 2048 else "l"
+
+
+def covering(configs: list[C], options: tuple[str, ...] | None = None) -> list[C]:
+    """A few of ``configs`` that together take every value of each of ``options`` (default: every
+    option) at least once, picked in order: what a device too slow to compile them all checks."""
+    seen: set[tuple[str, Any]] = set()
+    chosen: list[C] = []
+    for config in configs:
+        values = {(k, v) for k, v in config.as_dict().items() if options is None or k in options}
+        if not values <= seen:
+            chosen.append(config)
+            seen |= values
+    return chosen
 
 
 def shape_class(M: int, N: int, K: int) -> str:
