@@ -71,6 +71,8 @@ def run_ember(module: ModuleType, device: Any, size: dict[str, int], strategy: s
         times.append(time.perf_counter() - start)
         del out
     stats = dev.memory_stats()
+    pools = _pools(dev)
+    plan = {k: sum(getattr(p, k, 0) for p in pools) for k in ("planned", "plan_drops", "plan_refusals")}
     del case
     gc.collect()
     dev.synchronize()
@@ -83,6 +85,7 @@ def run_ember(module: ModuleType, device: Any, size: dict[str, int], strategy: s
         "frees": stats["frees"] - (base["frees"] or 0),
         "median_step_s": statistics.median(times[1:] or times),
         "first_step_s": times[0],
+        **plan,  # adaptive's step plan: blocks served from its arena, plans dropped, plans refused
     }
 
 

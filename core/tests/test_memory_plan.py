@@ -16,9 +16,20 @@ TRACES = Path(__file__).parent / "memory_traces"
 
 
 def paged() -> tuple[BufferPool, FakeDevice]:
+    """A pool over the fake device whose blocks are (page, offset, nbytes) views; ``dev.views`` counts the
+    views made and ``dev.dropped`` those the pool dropped (each made view is dropped once its buffer goes)."""
     dev = FakeDevice()
+    dev.views = dev.dropped = 0
+
+    def view(page, offset, nbytes):
+        dev.views += 1
+        return (page, offset, nbytes, dev.views)
+
+    def drop(raw):
+        dev.dropped += 1
+
     pool = BufferPool(
-        dev.allocate, dev.release, strategy="adaptive", cache_limit=None, sub_allocate=lambda p, o, n: (p, o, n)
+        dev.allocate, dev.release, strategy="adaptive", cache_limit=None, sub_allocate=view, sub_release=drop
     )
     return pool, dev
 
@@ -67,6 +78,7 @@ def test_a_repeating_step_runs_without_driver_calls_within_the_headroom(name):
     assert pool.in_use == 0 and pool.reserved == sum(dev.live.values())  # nothing leaked
     pool.empty()
     assert dev.live == {} and pool.reserved == 0  # the arena goes back once its blocks are dead
+    assert dev.dropped == dev.views  # and every view of it (made once per position, reused every step)
 
 
 def test_a_plan_that_would_pass_the_headroom_is_not_made():

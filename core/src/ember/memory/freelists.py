@@ -95,12 +95,20 @@ class _FreeLists(Generic[Raw]):
             return
         raw, have, counted = entry
         self.in_use -= counted
+        planned = self._planned_of
+        if planned:  # a step plan's block: its range of the arena is free again (no driver call)
+            got = planned.pop(token, None)
+            if got is not None:
+                arena, r = got
+                arena.live &= ~(1 << r)
+                arena.count -= 1
+                if not arena.count and arena is not self._arena:
+                    self._retire_arena(arena)
+                return
         if self._learn:  # when it died, in requests: the lifetime a step plan places it by
             i = token - self._base
             if 0 <= i < len(self._freed):
                 self._freed[i] = self._next_token
-        if self._planned_of and self._plan_give_back(token, raw):
-            return
         if have != counted:
             self._slack -= have - counted
         limit = self.cache_limit

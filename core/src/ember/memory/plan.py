@@ -7,6 +7,12 @@ each at the lowest offset free over its lifetime), and from then on hands each r
 step its planned range of the arena: no driver call, and reserved is the plan's extent, which is
 the step's peak in use (blocks that outlive a step keep the pool's other paths).
 
+The switch-over stays within adaptive's headroom: the plan starts at the position of the step where
+least is in use (the blocks of the step before it, in other buffers, weigh least while the arena
+waits for them), and is made only if the arena plus the most the period holds outside it fits
+``1 + HEADROOM`` times the peak in use; else the pool keeps its ordinary paths and looks again
+after 8 more periods.
+
 A request whose size is not the planned one means the program changed: the plan is dropped (the
 arena goes once its blocks are dead) and the pool records again. A planned range still held by a
 block kept longer than it was last time is not handed out twice: that request takes the pool's
@@ -28,7 +34,7 @@ class _Plan:
     """A placement of one period of requests: per position, its size and (planned blocks) its offset,
     its length, and the positions whose ranges overlap it; ``extent`` is the arena's size."""
 
-    __slots__ = ("period", "sizes", "offsets", "lengths", "lives", "overlaps", "extent", "planned")
+    __slots__ = ("period", "sizes", "offsets", "lengths", "lives", "overlaps", "masks", "extent", "planned")
 
     def __init__(self, sizes: list[int], lifetimes: list[int | None], alignment: int) -> None:
         p = self.period = len(sizes)
@@ -68,6 +74,14 @@ class _Plan:
                 if hi2 > lo:
                     near.append(i)
             self.overlaps[j] = tuple(near)
+        # per position, the bit of itself and of every position whose range overlaps it: one AND with the
+        # arena's live bits says whether the range is free (the hot path: no loop over the overlaps)
+        self.masks = [0] * p
+        for j in order:
+            mask = 1 << j
+            for i in self.overlaps[j]:
+                mask |= 1 << i
+            self.masks[j] = mask
 
 
 def make_plan(sizes: list[int], lifetimes: list[int | None], alignment: int) -> _Plan:
@@ -108,12 +122,14 @@ def quietest(sizes: list[int], lifetimes: list[int | None]) -> int:
 class _Arena(Generic[Raw]):
     """The driver buffer a plan's blocks are carved from, and which positions hold a live block."""
 
-    __slots__ = ("raw", "size", "live", "count")
+    # live: a bit per position holding a live block; views: each position's view of the arena, made once
+    __slots__ = ("raw", "size", "live", "count", "views")
 
     def __init__(self, raw: Raw, size: int, period: int) -> None:
         self.raw = raw
         self.size = size
-        self.live = [False] * period
+        self.live = 0
+        self.views: list[Raw | None] = [None] * period
         self.count = 0
 
 
@@ -143,6 +159,12 @@ class _Planner(Generic[Raw]):
                 self._release_arena(arena)
 
     def _release_arena(self, arena: _Arena[Raw]) -> None:
+        """Give an arena (none of its blocks alive) back to the driver, its views first."""
+        if self._sub_release is not None:
+            for view in arena.views:
+                if view is not None:
+                    self._sub_release(view)
+        arena.views = []
         self.reserved -= arena.size
         self.frees += 1
         self._release(arena.raw)
@@ -166,16 +188,19 @@ class _Planner(Generic[Raw]):
         seq.append(size)
         self._freed.append(-1)
         self._uses.append(self.in_use)
-        if n < 2:
-            return
-        key = (seq[n - 2], seq[n - 1], size)
         p = self._cand
-        if p and seq[n - p] == size:
+        if p and seq[n - p] == size:  # the candidate holds: the common case, no key to look up
             self._run += 1
         else:
+            if n < 2:
+                return
+            key = (seq[n - 2], seq[n - 1], size)
             q = self._last.get(key)
+            self._last[key] = n
             p = n - q if q is not None else 0
-            if not MIN_PERIOD <= p <= MAX_PERIOD:
+            if 0 < p < MIN_PERIOD:  # a short loop: plan a whole number of its laps
+                p *= -(-MIN_PERIOD // p)
+            if p > MAX_PERIOD:
                 p = 0
             run = 0
             if p:  # how far back the repeat already goes
@@ -184,7 +209,6 @@ class _Planner(Generic[Raw]):
                     run += 1
                     k -= 1
             self._cand, self._run = p, run
-        self._last[key] = n
         if p and self._run > p:
             self._make_plan(n + 1 - 2 * p, p)
 
@@ -265,15 +289,17 @@ class _Planner(Generic[Raw]):
         offset = plan.offsets[r]
         if offset is None or arena is None:
             return None
-        live = arena.live
-        if live[r] or any(live[i] for i in plan.overlaps[r]):
+        if arena.live & plan.masks[r]:
             self.plan_misses += 1  # a block held longer than last time: this one takes another path
             return None
-        live[r] = True
+        arena.live |= 1 << r
         arena.count += 1
         self._planned_of[token] = (arena, r)
         self.planned += 1
-        return self._sub(arena.raw, offset, size)  # type: ignore[misc,no-any-return]
+        view = arena.views[r]
+        if view is None:
+            view = arena.views[r] = self._sub(arena.raw, offset, size)  # type: ignore[misc]
+        return view
 
     def _activate(self, plan: _Plan) -> None:
         """The plan's first position is next: free buffers go back to the driver, then the arena comes."""
@@ -283,17 +309,7 @@ class _Planner(Generic[Raw]):
         self._active = True
         self._first_lap = True
 
-    def _plan_give_back(self, token: int, raw: Raw) -> bool:
-        """A dying block: if it was planned its range is free again (no driver call); True if it was."""
-        got = self._planned_of.pop(token, None)
-        if got is None:
-            return False
-        arena, r = got
-        arena.live[r] = False
-        arena.count -= 1
-        if self._sub_release is not None:
-            self._sub_release(raw)
-        if not arena.count and arena is not self._arena:
-            self._retired.remove(arena)
-            self._release_arena(arena)
-        return True
+    def _retire_arena(self, arena: _Arena[Raw]) -> None:
+        """The last block of a dropped plan's arena died: the arena goes back to the driver."""
+        self._retired.remove(arena)
+        self._release_arena(arena)

@@ -178,9 +178,23 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         token = self._next_token
         self._next_token = token + 1
         if self._learn:
-            if self._plan is None:
+            plan = self._plan
+            if plan is None:
                 self._record(size, token)
             elif avoid is None:
+                r = self._ppos
+                arena = self._arena
+                # a step plan's common case, inline: the planned size, past the lap's start, its range free
+                if r and plan.sizes[r] == size and arena is not None and not arena.live & plan.masks[r]:
+                    view = arena.views[r]
+                    if view is not None:
+                        self._ppos = r + 1 if r + 1 < plan.period else 0
+                        arena.live |= 1 << r
+                        arena.count += 1
+                        self._planned_of[token] = (arena, r)
+                        self.planned += 1
+                        self.hits += 1
+                        return self._hand_out(view, size, size, token)
                 raw = self._plan_acquire(size, token)
                 if raw is not None:
                     self.hits += 1
@@ -197,9 +211,15 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
             have = size
         else:
             raw, have = self._miss(size, avoid)
+        in_use = self.in_use = self.in_use + size  # _hand_out, inline: this is the hot path
+        if in_use > self.peak_in_use:
+            self.peak_in_use = in_use
+        if in_use > self._high:
+            self._high = in_use
         if clock >= self._next_scan:
             self._release_idle()
-        return self._hand_out(raw, have, size, token)
+        self._live[token] = (raw, have, size)
+        return Block(raw, have, self, token)
 
     def _hand_out(self, raw: Raw, have: int, size: int, token: int) -> Block[Raw]:
         """Count ``size`` in use and wrap ``raw`` (``have`` bytes) in the block of ``token``."""
