@@ -124,3 +124,23 @@ def test_the_plan_is_dropped_when_steps_stop_repeating(name):
     assert pool.in_use == base == 0 and pool.reserved == sum(dev.live.values())
     pool.empty()
     assert dev.live == {} and pool.reserved == 0
+
+
+def test_an_arena_the_device_cannot_hold_leaves_the_ordinary_paths_serving():
+    """A device that refuses any buffer over 8 MiB (the W4 step's arena is ~21 MiB, its largest block 4 MiB):
+    no error reaches the program, the plan is refused and every request is served as without a plan."""
+    trace = json.loads((TRACES / "w4_cpu_steps.json").read_text())
+    pool, dev = paged()
+    allocate = dev.allocate
+
+    def refuse_large(nbytes: int) -> int:
+        if nbytes > 8 << 20:
+            raise MemoryError(f"fake device: {nbytes} bytes refused")
+        return allocate(nbytes)
+
+    pool._allocate = refuse_large
+    live: dict = {}
+    run_steps(pool, dev, steps_of(trace), live)
+    assert pool.planned == 0 and pool.plan_refusals >= 1 and max(dev.live.values()) <= 8 << 20
+    live.clear()
+    assert pool.in_use == 0 and pool.reserved == sum(dev.live.values())

@@ -304,8 +304,15 @@ class _Planner(Generic[Raw]):
     def _activate(self, plan: _Plan) -> None:
         """The plan's first position is next: free buffers go back to the driver, then the arena comes."""
         self._empty_free()
+        try:
+            raw = self._new(plan.extent)
+        except MemoryError:  # the device cannot hold the arena: the ordinary paths serve this request
+            self.plan_refusals += 1
+            self._plan_reset()
+            self._hold = self._next_token + 8 * plan.period
+            return
         self.misses += 1
-        self._arena = _Arena(self._new(plan.extent), plan.extent, plan.period)
+        self._arena = _Arena(raw, plan.extent, plan.period)
         self._active = True
         self._first_lap = True
 
