@@ -2,7 +2,10 @@
 where the device has one, else its Tensor-op reference) against numpy.linalg on the host and,
 on cuda, cupy.linalg (cuSOLVER) called directly on the same matrices.
 
-    python -m benchmarks.linalg [--device cpu] [--n 1024] [--iters 5]
+    python -m benchmarks.linalg [--device cpu] [--n 1024] [--iters 5] [--reference]
+
+``--reference`` drops the device kind's native linalg kernels for the run, so the Tensor-op
+reference is timed (the "before" of a native kernel; slow: use a small --n and --iters 1).
 
 Well-conditioned input from a fixed seed (a random matrix plus n on the diagonal); median of
 ``--iters`` timed calls after one warm-up, each ending with the result on the host (so a
@@ -27,10 +30,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--ops", default="solve,svd")
+    parser.add_argument("--reference", action="store_true", help="time the Tensor-op reference, not the native kernel")
     args = parser.parse_args()
     import ember_linalg  # noqa: F401  (em.linalg)
 
     dev = em.Device(args.device)
+    if args.reference:
+        _drop_native(dev.kind)
     n = args.n
     rng = np.random.default_rng(0)
     a = (rng.standard_normal((n, n)) + n * np.eye(n)).astype(np.float32)
@@ -68,6 +74,16 @@ def main() -> None:
         row = f"| {op} | {dev} | {paths[op]} | {t_ours * 1e3:.1f} | {t_np * 1e3:.1f} | {t_ours / t_np:.2f}"
         row += f" | {cp_ms} | {cp_ratio}"
         print(f"{row} | {err:.1e} |")
+
+
+def _drop_native(kind: str) -> None:
+    """Unregister every linalg kernel for ``kind`` (this process only): the references run."""
+    from ember.backend import EXTENSION_KERNELS
+    from ember.device import invalidate
+
+    for name, k in [key for key in EXTENSION_KERNELS if key[0].startswith("linalg_") and key[1] == kind]:
+        del EXTENSION_KERNELS[(name, k)]
+        invalidate(k, name)
 
 
 def _path(op: str, dev: em.Device) -> str:

@@ -4,6 +4,9 @@ one FusedProgram, when it is realized, and that results equal the eager ones.
 The backend here ("lazyfake") is the CPU backend plus ``fusion = True``: its ``run_fused``
 interprets each program instruction by instruction with the CPU kernels and records every
 program it receives, so the tests can look at the exact programs the layer builds.
+"lazyreduce" is the same backend declaring ``fusion_reductions``: a reduction of a deferred
+region reaches it as one program with a trailing ``Reduce``, which it computes with the CPU
+reduction kernels (so its results equal the eager ones exactly).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from conftest import TwinBackend
 import ember as em
 from ember.dtypes import ALL_DTYPES, COMPLEX_DTYPES
 from ember.lazy import FusedProgram, LazyBuffer
+from ember.lazy.program import Reduce
 from ember.plugins import BackendSpec, PluginRegistry, get_registry
 
 FUSABLE = frozenset("add sub mul div neg exp tanh sigmoid maximum gt lt where cast logical_and sqrt square pow".split())
@@ -56,25 +60,47 @@ class LazyFakeBackend(TwinBackend):
                 values.append(self.implementation("cast")(xs[0], dtype=em.dtypes.as_dtype(dt)))
             else:
                 values.append(np.asarray(self.implementation(op)(*xs)))
-        return [np.ascontiguousarray(values[o]) for o in program.outputs]
+        out = [np.ascontiguousarray(values[o]) for o in program.outputs]
+        r = program.reduce
+        if r is not None:
+            reduced = self.implementation(r.op)(np.ascontiguousarray(values[r.value]), axes=r.axes, keepdims=r.keepdims)
+            out.append(np.asarray(reduced, order="C"))
+        return out
+
+
+class LazyReduceBackend(LazyFakeBackend):
+    """lazyfake that also takes programs ending with a reduction."""
+
+    name = "lazyreduce"
+    fusion_reductions = frozenset({"sum", "prod", "max", "min", "mean"})
 
 
 class LazyFakePlugin:
     @em.hookimpl
     def ember_register_backends(self, registry: PluginRegistry) -> None:
         registry.add_backend(BackendSpec(name="lazyfake", kinds=("lazyfake",), loader=lambda: LazyFakeBackend))
+        registry.add_backend(BackendSpec(name="lazyreduce", kinds=("lazyreduce",), loader=lambda: LazyReduceBackend))
 
 
-@pytest.fixture
-def dev() -> em.Device:
+def _device(kind: str) -> em.Device:
     reg = get_registry()
     if "lazyfake" not in reg.specs:
         reg.discover()
         reg.register(LazyFakePlugin(), name="lazyfake-test-plugin")
-    d = em.Device("lazyfake:0")
+    d = em.Device(f"{kind}:0")
     d.synchronize()
     d.backend.programs.clear()
     return d
+
+
+@pytest.fixture
+def dev() -> em.Device:
+    return _device("lazyfake")
+
+
+@pytest.fixture
+def rdev() -> em.Device:
+    return _device("lazyreduce")
 
 
 def arr(*shape, seed=0):
@@ -273,3 +299,176 @@ def test_complex_operands_run_op_by_op(dev):
     r = em.abs(z) * 2.0 + 1.0  # abs of a complex tensor: a real result over a complex operand
     np.testing.assert_allclose(r.numpy(), np.abs(np.array([3 + 4j, -1j, 2.0])) * 2.0 + 1.0, rtol=1e-6)
     assert all(dt != "complex64" for p, _ in dev.backend.programs for dt, _ in p.inputs)
+
+
+# -- trailing reductions (Backend.fusion_reductions) -----------------------------------------------
+def _eager(dev, fn):
+    with em.lazy.fusion(False, dev):
+        return fn().numpy()
+
+
+def test_a_reduction_of_a_region_is_one_program(rdev):
+    xv, av = arr(6, 8), arr(8, seed=1)
+    x, a = em.tensor(xv, device=rdev), em.tensor(av, device=rdev)
+    before = em.lazy.stats(rdev)
+    s = (x * a + 0.5).exp().sum(axis=-1)
+    assert type(s._data) is LazyBuffer and rdev.backend.programs == [], "the reduction ran before it was read"
+    got = s.numpy()
+    ((program, shape),) = rdev.backend.programs
+    assert shape == (6, 8), "the kernel iterates over the region's shape, not the reduced one"
+    assert program.outputs == () and program.reduce == Reduce("sum", 5, (1,), False)
+    assert program.describe().splitlines()[-1] == "reduce sum(%5, axes=(1,)) : float32"
+    after = em.lazy.stats(rdev)
+    assert after["kernels"] - before["kernels"] == 1 and after["reductions"] - before["reductions"] == 1
+    np.testing.assert_array_equal(got, _eager(rdev, lambda: (x * a + 0.5).exp().sum(axis=-1)))
+    np.testing.assert_allclose(got, np.exp(xv.astype(np.float64) * av + 0.5).sum(axis=-1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean"])
+@pytest.mark.parametrize(("axis", "keepdims"), [(-1, False), (1, True), ((0, 2), False), (None, True)])
+def test_fused_reductions_equal_the_unfused_ones(rdev, op, axis, keepdims):
+    xv = arr(3, 4, 5) * 0.3
+    x = em.tensor(xv, device=rdev)
+
+    def run():
+        return getattr(em.tanh(x) * 0.5 + 1.0, op)(axis=axis, keepdims=keepdims)
+
+    before = em.lazy.stats(rdev)["reductions"]
+    got = run().numpy()
+    assert em.lazy.stats(rdev)["reductions"] == before + 1
+    ((program, _),) = rdev.backend.programs
+    assert program.reduce is not None and program.reduce.op == op and program.reduce.keepdims is keepdims
+    want = _eager(rdev, run)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    ref = getattr(np, op)(np.tanh(xv.astype(np.float64)) * 0.5 + 1.0, axis=axis, keepdims=keepdims)
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+def test_held_values_of_a_reduced_region_are_full_size_outputs(rdev):
+    x = em.tensor(arr(5, 7), device=rdev)
+    kept = em.exp(x) * 2.0  # held here: the reducing kernel writes it out too
+    s = (kept + 1.0).max(axis=0)
+    got = s.numpy()
+    ((program, _),) = rdev.backend.programs
+    assert len(program.outputs) == 1 and program.reduce is not None and program.reduce.value not in program.outputs
+    np.testing.assert_array_equal(kept.numpy(), _eager(rdev, lambda: em.exp(x) * 2.0))
+    assert len(rdev.backend.programs) == 1, "reading the held value ran another kernel"
+    np.testing.assert_array_equal(got, (np.exp(arr(5, 7)) * 2.0 + 1.0).max(axis=0))
+
+
+def test_integer_and_bool_sums_cast_in_the_program(rdev):
+    xi = np.arange(-10, 14, dtype=np.int32).reshape(4, 6)
+    t = em.tensor(xi, device=rdev)
+    s = (t * 3 - 1).sum(axis=1)  # the core casts to int64 first: that cast is part of the region
+    c = (t > 2).sum()
+    assert s.dtype == em.int64 and c.dtype == em.int64
+    np.testing.assert_array_equal(s.numpy(), (xi.astype(np.int64) * 3 - 1).sum(axis=1))
+    np.testing.assert_array_equal(c.numpy(), (xi > 2).sum())
+    programs = [p for p, _ in rdev.backend.programs]
+    assert len(programs) == 2 and all(p.reduce is not None for p in programs)
+    assert all(p.instructions[-1][:2] == ("cast", "int64") for p in programs)
+
+
+def test_float16_reductions_keep_the_unfused_rules(rdev):
+    xv = arr(4, 64).astype(np.float16)
+    x = em.tensor(xv, device=rdev)
+    got = (x * 0.5 + 1.0).sum(axis=-1)
+    assert got.dtype == em.float16
+    np.testing.assert_array_equal(got.numpy(), _eager(rdev, lambda: (x * 0.5 + 1.0).sum(axis=-1)))
+    ((program, _),) = rdev.backend.programs
+    assert program.reduce is not None and program.value_dtypes()[program.reduce.value] == "float16"
+    assert program.reduce.accumulator("float16") == "float32"
+
+
+def test_a_reduced_value_feeds_later_regions(rdev):
+    xv = arr(3, 9)
+    x = em.tensor(xv, device=rdev)
+    e = em.exp(x)
+    y = e / e.sum(axis=-1, keepdims=True)  # softmax: the sum's kernel writes e out (it is held)
+    got = y.numpy()
+    kinds = [p.reduce is not None for p, _ in rdev.backend.programs]
+    assert kinds == [True], "the division should read the reduced value and the written-out e"
+    ex = np.exp(xv.astype(np.float64))
+    np.testing.assert_allclose(got, ex / ex.sum(axis=-1, keepdims=True), rtol=1e-5)
+
+
+def test_a_reduction_after_its_region_was_read(rdev):
+    x = em.tensor(arr(4, 4), device=rdev)
+    e = em.exp(x) + 1.0
+    s = e.min(axis=1)
+    e.numpy()  # the region runs on its own first; the deferred min then reduces its result
+    np.testing.assert_array_equal(s.numpy(), (np.exp(arr(4, 4)) + 1.0).min(axis=1))
+    assert [p.reduce for p, _ in rdev.backend.programs] == [None]
+
+
+def test_gradients_through_a_fused_reduction(rdev):
+    ad = rdev.autodiff()
+    xv, av = arr(4, 6), arr(6, seed=2)
+    x = em.tensor(xv, device=ad, requires_grad=True)
+    a = em.tensor(av, device=ad, requires_grad=True)
+    loss = (em.tanh(x * a).max(axis=-1) + (x * x).sum(axis=-1)).sum()
+    loss.backward()
+    t = np.tanh(xv.astype(np.float64) * av)
+    hit = t == t.max(axis=-1, keepdims=True)
+    np.testing.assert_allclose(x.grad.numpy(), hit * (1 - t**2) * av + 2 * xv, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a.grad.numpy(), (hit * (1 - t**2) * xv).sum(axis=0), rtol=1e-4, atol=1e-5)
+    assert any(p.reduce is not None for p, _ in rdev.backend.programs), "no reduction was fused"
+
+
+def test_backends_without_the_capability_get_no_reductions(dev):
+    assert dev.capabilities.fusion_reductions == frozenset()
+    x = em.tensor(arr(4, 5), device=dev)
+    s = (em.exp(x) * 3.0).sum(axis=0)
+    assert type(s._data) is not LazyBuffer
+    assert [p.reduce for p, _ in dev.backend.programs] == [None]
+
+
+def test_the_reduce_field_is_checked_hashed_and_optional():
+    base = ((("float32", "tensor"),), (("exp", "float32", (0,)),))
+    assert FusedProgram(*base, (1,)) == FusedProgram(*base, (1,), None)  # today's programs are unchanged
+    with_sum = FusedProgram(*base, (), Reduce("sum", 1, (0, 2)))
+    assert hash(with_sum) == hash(FusedProgram(*base, (), Reduce("sum", 1, (0, 2))))
+    assert with_sum != FusedProgram(*base, (), Reduce("sum", 1, (0, 2), keepdims=True))
+    with_sum.check()
+    assert with_sum.result_dtypes() == ["float32"]
+    assert Reduce("sum", 1, (0, 2)).shape((3, 4, 5)) == (4,)
+    assert Reduce("max", 1, (1,), True).shape((3, 4, 5)) == (3, 1, 5)
+    bad = [
+        Reduce("median", 1, (0,)),
+        Reduce("sum", 2, (0,)),
+        Reduce("sum", 1, ()),
+        Reduce("sum", 1, (1, 0)),
+    ]
+    for r in bad:
+        with pytest.raises(ValueError):
+            FusedProgram(*base, (), r).check()
+    with pytest.raises(ValueError):
+        FusedProgram(*base, ()).check()  # neither outputs nor a reduction
+    with pytest.raises(ValueError):
+        Reduce("sum", 1, (3,)).shape((2, 2))
+
+
+def test_fuse_reduce_off_keeps_reductions_out_of_regions(rdev, monkeypatch):
+    """EMBER_FUSE_REDUCE=0: the region still fuses into one program, the reduction runs after it."""
+    from ember.lazy.graph import _switch
+
+    xv, av = arr(6, 8), arr(8, seed=1)
+    x, a = em.tensor(xv, device=rdev), em.tensor(av, device=rdev)
+    monkeypatch.setenv("EMBER_FUSE_REDUCE", "0")
+    _switch(rdev, False)
+    _switch(rdev, True)  # a new lazy layer reads the setting
+    try:
+        rdev.backend.programs.clear()
+        got = (x * a + 0.5).exp().sum(axis=-1).numpy()
+        ((program, shape),) = rdev.backend.programs
+        assert program.reduce is None and shape == (6, 8)
+        np.testing.assert_allclose(got, np.exp(xv.astype(np.float64) * av + 0.5).sum(axis=-1), rtol=1e-5)
+    finally:
+        monkeypatch.setenv("EMBER_FUSE_REDUCE", "1")
+        _switch(rdev, False)
+        _switch(rdev, True)
+    rdev.backend.programs.clear()
+    (x * a + 0.5).exp().sum(axis=-1).numpy()
+    ((program, _),) = rdev.backend.programs
+    assert program.reduce is not None, "with the setting back on the reduction joins the region again"

@@ -14,6 +14,8 @@ import pytest
 
 import ember as em
 
+from .checks import require_dtype
+
 RNG_SEEDS = range(6)
 
 #: unary ops of the random chains: ember op, numpy float64 reference, a domain-safe input map
@@ -229,3 +231,122 @@ def test_scalar_values_are_kernel_arguments(device):
     x = em.tensor(np.arange(8, dtype=np.float32), device=device)
     for c in (0.5, 1.5, -3.0):
         np.testing.assert_allclose((em.exp(x * c) + c).numpy(), np.exp(np.arange(8) * c) + c, rtol=1e-5)
+
+
+# -- a trailing reduction in the region's kernel (capabilities.fusion_reductions) ---------------
+REDUCTIONS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "mean": np.mean}
+#: (op, axis, keepdims) over a 3-D region: every op over the last axis, then a middle axis, two
+#: trailing, all and the first, each with one or two ops (each case compiles a kernel: the
+#: PoCL run is CI's longest, so not every op with every axis)
+REDUCE_CASES = [(op, -1, False) for op in sorted(REDUCTIONS)] + [
+    ("sum", 1, False),
+    ("max", (1, 2), True),
+    ("prod", None, False),
+    ("mean", None, False),
+    ("min", 0, True),
+]
+
+
+def _fuses_reduction(device: em.Device, op: str) -> bool:
+    """Whether ``op`` of a deferred region runs in the region's kernel (``mean``: through ``sum``
+    where the backend's mean is ember's composite, sum then a scale). Where it does not, the
+    cases still check the eager results, and only the kernel counts are left out."""
+    caps = device.capabilities
+    need = "sum" if op == "mean" and "mean" not in caps.fusion_reductions else op
+    return _fuses(device) and need in caps.fusion_reductions
+
+
+def _region_shape(device: em.Device) -> tuple[int, int, int]:
+    """A 3-D region of at least ``fusion_min_elements`` elements, rows long enough for a work-group."""
+    return (4, 8, max(96, -(-device.capabilities.fusion_min_elements // 32)))
+
+
+def _reduced_once(device: em.Device, fn):
+    """``fn()``'s value, and whether it ran as one fused kernel that reduced (lazy layer counts)."""
+    before = em.lazy.stats(device)
+    got = fn().numpy()
+    after = em.lazy.stats(device)
+    return got, after["kernels"] - before["kernels"], after["reductions"] - before["reductions"]
+
+
+@pytest.mark.parametrize(("op", "axis", "keepdims"), REDUCE_CASES)
+def test_fused_reduction_matches_numpy_and_unfused(device, op, axis, keepdims):
+    gen = np.random.default_rng(17)
+    shape = _region_shape(device)
+    x, a = gen.standard_normal(shape).astype(np.float32), gen.standard_normal(shape[-1:]).astype(np.float32)
+    tx, ta = em.tensor(x, device=device), em.tensor(a, device=device)
+    # values near 1 so that a product over the whole region stays finite
+    scale = 1e-3 if op == "prod" else 0.25
+
+    def run():
+        return getattr(em.tanh(tx * ta + 0.5) * scale + 1.0, op)(axis=axis, keepdims=keepdims)
+
+    got, kernels, reduced = _reduced_once(device, run)
+    with em.lazy.fusion(False, device):
+        eager = run().numpy()
+    ref = REDUCTIONS[op](np.tanh(x.astype(np.float64) * a + 0.5) * scale + 1.0, axis=axis, keepdims=keepdims)
+    assert got.shape == ref.shape == eager.shape and got.dtype == eager.dtype == np.float32
+    rtol = {"prod": 2e-3, "sum": 2e-4, "mean": 2e-4}.get(op, 2e-5)
+    np.testing.assert_allclose(got, ref, rtol=rtol)
+    np.testing.assert_allclose(got, eager, rtol=rtol)
+    if _fuses_reduction(device, op):
+        assert reduced == 1, f"{op} did not run in the region's kernel"
+        assert kernels == 1, f"{kernels} fused kernels for one region and its {op}"
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_fused_integer_and_bool_reductions_are_exact(device, op):
+    fused = _fuses_reduction(device, op)
+    gen = np.random.default_rng(5)
+    shape = _region_shape(device)
+    xi = gen.integers(-1000, 1000, shape).astype(np.int32)
+    t = em.tensor(xi, device=device)
+    got, kernels, reduced = _reduced_once(device, lambda: getattr(t * 3 + 7, op)(axis=-1))
+    want = REDUCTIONS[op](xi.astype(np.int64) * 3 + 7, axis=-1)
+    assert got.dtype == (np.int64 if op == "sum" else np.int32), "the unfused dtype rules changed"
+    np.testing.assert_array_equal(got, want)
+    assert not fused or (kernels, reduced) == (1, 1)
+    if op == "sum":  # booleans count in int64
+        got, kernels, reduced = _reduced_once(device, lambda: (t > 10).sum(axis=(0, 2)))
+        assert got.dtype == np.int64 and (not fused or (kernels, reduced) == (1, 1))
+        np.testing.assert_array_equal(got, (xi > 10).sum(axis=(0, 2)))
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+def test_fused_float16_reductions_accumulate_as_unfused(device, op):
+    require_dtype(device, em.float16)
+    gen = np.random.default_rng(9)
+    shape = _region_shape(device)
+    x = gen.uniform(0.0, 1.0, shape).astype(np.float16)
+    t = em.tensor(x, device=device)
+
+    def run():
+        return getattr(t * 0.5 + 0.25, op)(axis=-1)
+
+    got, kernels, reduced = _reduced_once(device, run)
+    with em.lazy.fusion(False, device):
+        eager = run().numpy()
+    # a float16 accumulator would be off by far more than this over rows of >= 96 values
+    ref = REDUCTIONS[op](x.astype(np.float64) * 0.5 + 0.25, axis=-1)
+    assert got.dtype == eager.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=2e-3)
+    np.testing.assert_allclose(got.astype(np.float64), eager.astype(np.float64), rtol=2e-3)
+    assert not _fuses_reduction(device, op) or (kernels, reduced) == (1, 1)
+
+
+def test_a_reduced_region_writes_the_values_still_held(device):
+    gen = np.random.default_rng(3)
+    shape = _region_shape(device)
+    x = gen.standard_normal(shape).astype(np.float32)
+    t = em.tensor(x, device=device)
+    e = em.exp(t * 0.5)  # held: the summing kernel writes it out too
+    before = em.lazy.stats(device)
+    total = e.sum(axis=-1, keepdims=True)
+    soft = (e / total).numpy()
+    after = em.lazy.stats(device)
+    if _fuses_reduction(device, "sum"):
+        ran = (after["kernels"] - before["kernels"], after["reductions"] - before["reductions"])
+        assert ran == (1, 1), "the held value was not written out by the kernel that reduced it"
+    ex = np.exp(x.astype(np.float64) * 0.5)
+    np.testing.assert_allclose(e.numpy(), ex, rtol=1e-5)
+    np.testing.assert_allclose(soft, ex / ex.sum(axis=-1, keepdims=True), rtol=1e-4)

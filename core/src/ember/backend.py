@@ -124,6 +124,8 @@ class Capabilities:
     fusion: bool = False
     #: elementwise ops with fewer result elements run eagerly unless an operand is deferred
     fusion_min_elements: int = 0
+    #: reductions (sum prod max min mean) that ``run_fused`` computes at the end of a fused program
+    fusion_reductions: frozenset[str] = frozenset()
     graph_replay: bool = False
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -148,6 +150,9 @@ class Backend:
     #: an elementwise op whose result has fewer elements runs eagerly, unless one of its operands
     #: is already deferred (a backend whose fused kernels only pay off on large regions sets it)
     fusion_min_elements: ClassVar[int] = 0
+    #: reductions ``run_fused`` can end a program with (``FusedProgram.reduce``): the lazy layer
+    #: then runs ``region.sum(axis)`` as one kernel; empty: the region is realized, then reduced
+    fusion_reductions: ClassVar[frozenset[str]] = frozenset()
     graph_replay: ClassVar[bool] = False
     #: True when results are ready as ops return (reading a value back costs no stall). Backends
     #: that queue work set False: the core then skips host-side index range checks, and their
@@ -232,6 +237,7 @@ class Backend:
             unsupported_dtypes=reasons,
             fusion=self.fusion,
             fusion_min_elements=self.fusion_min_elements,
+            fusion_reductions=frozenset(self.fusion_reductions) if self.fusion else frozenset(),
             graph_replay=self.graph_replay,
             notes=self.capability_notes(),
         )
@@ -261,7 +267,8 @@ class Backend:
     def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[Any]:
         """Run a :class:`~ember.lazy.program.FusedProgram` over ``shape``: ``operands`` are the
         handles of its tensor inputs (broadcasting to ``shape``) and the Python numbers of its
-        scalar inputs, in input order; returns one new contiguous handle per output."""
+        scalar inputs, in input order; returns one new contiguous handle per output, then, if
+        ``program.reduce`` is set (an op of :attr:`fusion_reductions`), the reduced value's."""
         raise NotImplementedOpError(f"{self.name} backend sets fusion but does not implement run_fused")
 
     def compile_replay(self, program: Any) -> Callable[[list[Any]], None] | None:

@@ -8,6 +8,7 @@
 | EMBER_CACHE_DIR      | where compiled kernels are cached                        | user cache dir     |
 | EMBER_KERNEL_CACHE   | ``0`` turns the on-disk kernel cache off                 | ``1``              |
 | EMBER_FUSION         | ``0``: fusing backends run every op eagerly (no lazy)    | ``1``              |
+| EMBER_FUSE_REDUCE    | ``0``: no reduction joins a fused region's kernel        | ``1``              |
 | EMBER_NN_FUSED       | ``0``: nn layers never call installed fused ops          | ``1``              |
 | EMBER_MEMORY         | device pool strategy: adaptive, static or exclusive      | ``adaptive``       |
 | EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
@@ -31,6 +32,7 @@ __all__ = [
     "kernel_cache_enabled",
     "nn_fused_enabled",
     "fusion_enabled",
+    "fuse_reductions_enabled",
     "memory_strategy",
     "MEMORY_STRATEGIES",
     "opencl_device",
@@ -83,6 +85,12 @@ def kernel_cache_enabled() -> bool:
 def fusion_enabled() -> bool:
     """Whether backends that fuse defer elementwise ops into fused kernels (``EMBER_FUSION=0``: no)."""
     return _flag("EMBER_FUSION")
+
+
+def fuse_reductions_enabled() -> bool:
+    """Whether a trailing reduction joins its region's fused kernel where the backend offers it
+    (``EMBER_FUSE_REDUCE=0``: no, the region is realized and the reduction kernel runs after)."""
+    return _flag("EMBER_FUSE_REDUCE")
 
 
 def nn_fused_enabled() -> bool:

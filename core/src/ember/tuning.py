@@ -125,6 +125,11 @@ class GemmTuner(Generic[R, C]):
         """(M, K, N) of the odd, edge-heavy product each candidate must get right."""
         raise NotImplementedError(f"{type(self).__name__} does not implement check_shape")
 
+    def check_shapes(self, c: C) -> list[tuple[int, int, int]]:
+        """Every (M, K, N) a candidate must get right (default: :meth:`check_shape`); a backend whose
+        kernels vary with the operands' alignment lists one shape per variant."""
+        return [self.check_shape(c)]
+
     def host_dtype(self, dt: str) -> np.dtype:
         """The numpy dtype test operands are drawn in for ``dt``."""
         return np.dtype(dt)
@@ -200,16 +205,18 @@ class GemmTuner(Generic[R, C]):
         return store.store(self.key(store, dt, cls), json.dumps(payload).encode())
 
     def check(self, rt: R, dt: str, c: C) -> bool:
-        """Whether ``c`` computes an odd-shaped, edge-heavy product right (against numpy float64)."""
+        """Whether ``c`` computes odd-shaped, edge-heavy products right (against numpy float64)."""
         rng = np.random.default_rng(0)
         npdt = self.host_dtype(dt)
-        m, k, n = self.check_shape(c)
-        a = rng.standard_normal((m, k)).astype(npdt)
-        b = rng.standard_normal((k, n)).astype(npdt)
-        got = self.download(rt, self.matmul(rt, rt.upload(a, as_dtype(dt)), rt.upload(b, as_dtype(dt)), c))  # type: ignore[attr-defined]
-        want = a.astype(np.float64) @ b.astype(np.float64)
         tol = 1e-2 if npdt.itemsize <= 2 else 1e-4
-        return bool(np.allclose(got.astype(np.float64), want, rtol=tol, atol=tol * 10))
+        for m, k, n in self.check_shapes(c):
+            a = rng.standard_normal((m, k)).astype(npdt)
+            b = rng.standard_normal((k, n)).astype(npdt)
+            got = self.download(rt, self.matmul(rt, rt.upload(a, as_dtype(dt)), rt.upload(b, as_dtype(dt)), c))  # type: ignore[attr-defined]
+            want = a.astype(np.float64) @ b.astype(np.float64)
+            if not np.allclose(got.astype(np.float64), want, rtol=tol, atol=tol * 10):
+                return False
+        return True
 
     def time(self, rt: R, c: C, a: Any, b: Any, reps: int) -> float:
         """The best of ``reps`` timed runs of ``a @ b`` with ``c``, after one to compile and warm."""

@@ -2,12 +2,13 @@
 
 Factorizations and solvers are ``@backend_extension`` ops: a reference in ember Tensor ops runs on
 every backend, native kernels run where they exist (LAPACK through numpy/scipy on cpu, cuSOLVER
-through CuPy on cuda), and each has its gradient rule. Importing the package registers them.
+through CuPy on cuda, generated Jacobi-SVD and LU kernels on opencl and wgpu), and each has its
+gradient rule. Importing the package registers them.
 """
 
 from __future__ import annotations
 
-from . import kernels_cpu, kernels_cuda
+from . import kernels_cpu, kernels_cuda, kernels_opencl, kernels_wgpu
 from .api import (
     EighResult,
     LstsqResult,
@@ -48,6 +49,8 @@ __version__ = "0.1.0"
 
 kernels_cpu.register("cpu")
 kernels_cuda.register("cuda")
+kernels_opencl.register("opencl")
+kernels_wgpu.register("wgpu")
 
 __all__ = [
     "EXTENSION_OPS", "LinAlgError",

@@ -281,3 +281,119 @@ def test_ember_cpu_numba_0_switches_fusion_and_the_numba_kernels_off():
     env = {**os.environ, "EMBER_CPU_NUMBA": "0"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# -- programs with a trailing reduction (FusedProgram.reduce) ------------------------------------
+from ember.lazy.program import Reduce  # noqa: E402
+
+
+def _reduce_program(dtype: str, op: str, axes: tuple[int, ...], keepdims: bool, write_full: bool) -> FusedProgram:
+    """exp-free chain ``(x * a + s) * x`` (float) or ``x * a + s`` (int), reduced; optionally the
+    chain's value written out at full size too."""
+    inputs = ((dtype, "tensor"), (dtype, "tensor"), (dtype, "scalar"))
+    body: tuple = (("mul", dtype, (0, 1)), ("add", dtype, (3, 2)))
+    if dtype.startswith("float"):
+        body += (("mul", dtype, (4, 0)),)
+    last = len(inputs) + len(body) - 1
+    return FusedProgram(inputs, body, (last,) if write_full else (), Reduce(op, last, axes, keepdims))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean"])
+@pytest.mark.parametrize(("axes", "keepdims"), [((2,), False), ((0,), True), ((1,), False), ((0, 1, 2), False)])
+def test_reductions_match_the_numpy_kernels(dtype, op, axes, keepdims):
+    if op == "mean" and not dtype.startswith("float"):
+        pytest.skip("mean takes floats")
+    gen = np.random.default_rng(1)
+    shape = (5, 6, 7)
+    if dtype.startswith("float"):
+        x = gen.uniform(0.5, 1.5, shape).astype(dtype)
+        a = gen.uniform(0.5, 1.5, (1, 6, 1)).astype(dtype)  # broadcast
+        s = 0.25
+    else:
+        x = gen.integers(-50, 50, shape).astype(dtype)
+        a = gen.integers(-3, 4, (1, 6, 1)).astype(dtype)
+        s = 3
+    xt = np.ascontiguousarray(x.transpose(2, 1, 0)).transpose(2, 1, 0)  # a strided input
+    prog = _reduce_program(dtype, op, axes, keepdims, write_full=True)
+    before = FUSED.counts["numba_reduce"]
+    got = FUSED.run(prog, [xt, a, s], shape)
+    assert FUSED.counts["numba_reduce"] == before + 1, "the reduction did not run as a numba kernel"
+    want = fusion.interpret(prog, [x, a, s], shape, _KERNELS)
+    assert [g.shape for g in got] == [w.shape for w in want] and [g.dtype for g in got] == [w.dtype for w in want]
+    np.testing.assert_array_equal(got[0], want[0])  # the full-size output: the same ops, one rounding each
+    if dtype.startswith("float"):
+        x64, a64 = x.astype(np.float64), a.astype(np.float64)
+        ref = getattr(np, op)((x64 * a64 + s) * x64, axis=axes, keepdims=keepdims)
+        rtol = 1e-5 if dtype == "float32" else 1e-12
+        np.testing.assert_allclose(got[1], ref, rtol=rtol)
+        np.testing.assert_allclose(got[1], want[1], rtol=rtol)
+    else:  # integers wrap in their width, as numpy's kernels do
+        np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_reductions_propagate_nan_and_start_from_the_identity():
+    x = np.array([[1.0, np.nan, 3.0], [-np.inf, -np.inf, -np.inf], [2.0, 5.0, -1.0]], dtype=np.float32)
+    for op in ("max", "min", "sum"):
+        prog = FusedProgram((("float32", "tensor"),), (("copy", "float32", (0,)),), (), Reduce(op, 1, (1,)))
+        (got,) = FUSED.run(prog, [x], x.shape)
+        np.testing.assert_array_equal(got, _KERNELS[op](x, axes=(1,), keepdims=False))
+
+
+def test_a_reduction_through_the_lazy_layer_is_one_numba_kernel(monkeypatch):
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 14)
+    dev = em.Device("cpu")
+    if not dev.capabilities.fusion or not em.lazy.fusion_enabled():
+        pytest.skip("fusion is off for this run (EMBER_FUSION=0)")
+    assert {"sum", "max", "mean"} <= dev.capabilities.fusion_reductions
+    monkeypatch.setattr(dev._defer, "least", 1 << 14)
+    gen = np.random.default_rng(8)
+    x, a = gen.standard_normal((256, 128)).astype(np.float32), gen.standard_normal(128).astype(np.float32)
+    tx, ta = em.tensor(x, device=dev), em.tensor(a, device=dev)
+    before, stats = dict(FUSED.counts), em.lazy.stats(dev)
+    got = ((tx * ta + 0.5) * tx).sum(axis=-1).numpy()
+    assert FUSED.counts["numba_reduce"] == before["numba_reduce"] + 1
+    assert FUSED.counts["numba"] == before["numba"] + 1, "a second kernel ran"
+    assert em.lazy.stats(dev)["reductions"] == stats["reductions"] + 1
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(got, ((x64 * a + 0.5) * x64).sum(axis=-1), rtol=1e-5, atol=1e-4)
+    # exp is a scalar libm call in numba: the region runs tile by tile through numpy's SIMD loops
+    before = dict(FUSED.counts)
+    got = ((tx * ta + 0.5).exp()).sum(axis=-1).numpy()
+    assert FUSED.counts["tiled"] == before["tiled"] + 1 and FUSED.counts["numba"] == before["numba"]
+    assert em.lazy.stats(dev)["reductions"] == stats["reductions"] + 2
+    np.testing.assert_allclose(got, np.exp(x64 * a + 0.5).sum(axis=-1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean"])
+@pytest.mark.parametrize(
+    ("shape", "axes", "keepdims"),
+    [((6, 5, 7), (2,), False), ((6, 5, 7), (0,), True), ((6, 5, 7), (1,), False), ((6, 5, 7), (0, 1, 2), False),
+     ((300,), (0,), False)],
+)  # fmt: skip
+def test_tiled_reductions_match_numpy(monkeypatch, op, shape, axes, keepdims):
+    monkeypatch.setattr(fusion, "TILE", 16)  # many tiles, split reduced axes and kept ones
+    gen = np.random.default_rng(3)
+    x = gen.uniform(0.5, 1.5, shape).astype(np.float32)
+    a = gen.uniform(0.5, 1.5, shape[-1:]).astype(np.float32)
+    inputs = (("float32", "tensor"), ("float32", "tensor"), ("float32", "scalar"))
+    body = (("mul", "float32", (0, 1)), ("add", "float32", (3, 2)), ("tanh", "float32", (4,)))
+    prog = FusedProgram(inputs, body, (4,), Reduce(op, 5, axes, keepdims))
+    before = FUSED.counts["tiled"]
+    full, red = FUSED.run(prog, [x, a, 0.25], shape)
+    assert FUSED.counts["tiled"] == before + 1, "the reduction did not run tile by tile"
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(full, x64 * a + 0.25, rtol=1e-6)
+    ref = getattr(np, op)(np.tanh(x64 * a + 0.25), axis=axes, keepdims=keepdims)
+    assert red.shape == ref.shape and red.dtype == np.float32
+    np.testing.assert_allclose(red, ref, rtol=1e-5)
+
+
+def test_half_float_reductions_run_op_by_op_with_the_unfused_kernels():
+    h = np.linspace(-3, 3, 4096).astype(np.float16).reshape(64, 64)
+    prog = FusedProgram((("float16", "tensor"),), (("exp", "float16", (0,)),), (), Reduce("sum", 1, (1,)))
+    before = dict(FUSED.counts)
+    (got,) = FUSED.run(prog, [h], h.shape)
+    np.testing.assert_array_equal(got, _KERNELS["sum"](_KERNELS["exp"](h), axes=(1,), keepdims=False))
+    assert got.dtype == np.float16
+    assert FUSED.counts["op_by_op"] == before["op_by_op"] + 1 and FUSED.counts["numba"] == before["numba"]

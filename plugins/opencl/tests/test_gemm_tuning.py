@@ -1,6 +1,7 @@
-"""The tiled GEMM family on edge shapes and dtypes, the tuner's cache, and implicit-GEMM conv,
-against numpy float64. A CPU device picks the vector matmul and im2col conv by itself, so
-these call the kernels directly (few configurations: PoCL compiles each variant)."""
+"""The tiled GEMM family on edge shapes and dtypes, every tuner candidate, the tuner's cache and
+filter, and implicit-GEMM conv, against numpy float64. A CPU device picks the vector matmul and
+im2col conv by itself, so these call the kernels directly (PoCL compiles each kernel variant cold
+in ~10-30 s: each candidate gets the two variants that cover its code paths)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 import ember as em
 from ember_opencl import conv, tune
-from ember_opencl.matmul import TILINGS, Tiling, matmul
+from ember_opencl.matmul import TILINGS, Tiling, local_bytes, matmul
 
 RNG = np.random.default_rng(11)
 
@@ -116,3 +117,85 @@ def test_implicit_conv_and_input_grad(dev, gpu_like, xs, ws, stride, pads, dil, 
     np.testing.assert_allclose(dev.backend.to_numpy(gx), want_gx, rtol=1e-4, atol=1e-4)
     assert {k[1] for k in _tiled_keys(rt, "conv_igemm")} == {"conv", "transpose"}  # the implicit kernels ran
     assert conv.implicit_wins(rt)  # a GPU device takes this path through dispatch
+
+
+def _every_candidate() -> list[Tiling]:
+    """The tuner's family (so a new candidate is tested automatically) and the named tilings."""
+    found = [Tiling(*spec) for spec in tune._GPU_FAMILY]
+    return list(dict.fromkeys(found + list(TILINGS.values())))
+
+
+def _view(rt, base, shape, strides, offset=0):
+    """A strided view (element strides) of ``base`` uploaded flat: transposes and slices at no copy."""
+    flat = np.ascontiguousarray(base).reshape(-1)
+    return _up(rt, flat).with_layout(tuple(shape), tuple(strides), offset)
+
+
+@pytest.mark.parametrize("t", _every_candidate(), ids=lambda t: "-".join(str(int(v)) for v in t.as_dict().values()))
+def test_every_candidate_matches_numpy(dev, t, monkeypatch):
+    """Each candidate on the kernel variants it can run: aligned rows (vector-pointer loads and
+    stores, what big GEMMs take) with a broadcast batch and edge tiles, k=1 through sliced views
+    (the same kernel), and transposed, unaligned operands with k tails (vload and scalar paths);
+    the launched kernel is the candidate's."""
+    rt = dev.backend.rt
+    if not tune._TUNER.fits(rt, t, "float32"):
+        pytest.skip(f"{t} is beyond this device's work-group size or local memory (the tuner drops it)")
+    m, k, n = t.tm + 4, 40, t.tn + 4
+    a = RNG.standard_normal((2, m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    a1 = RNG.standard_normal((2, m, 4)).astype(np.float32)  # k=1: column 0 of each row, row stride 4
+    b1 = RNG.standard_normal((4, n)).astype(np.float32)  # k=1: row 0
+    mt, kt, nt = t.tm + 3, 37, t.tn + 5
+    at = RNG.standard_normal((2, kt, mt)).astype(np.float32)  # stored transposed
+    bt = RNG.standard_normal((nt, kt)).astype(np.float32)
+    cases = [
+        (_up(rt, a), _view(rt, b, (1, k, n), (0, n, 1)), a.astype(np.float64) @ b),
+        (
+            _view(rt, a1, (2, m, 1), (4 * m, 4, 1)),
+            _view(rt, b1, (1, 1, n), (0, n, 1)),
+            a1[..., :1].astype(np.float64) @ b1[:1],
+        ),
+        (
+            _view(rt, at, (2, mt, kt), (kt * mt, 1, mt)),
+            _view(rt, bt, (1, kt, nt), (0, 1, kt)),
+            np.swapaxes(at, -1, -2).astype(np.float64) @ bt.T,
+        ),
+    ]
+    ran = []
+    launch = rt.launch
+    monkeypatch.setattr(rt, "launch", lambda knl, *args: (ran.append(knl), launch(knl, *args))[1])
+    for (x, y, want), aligned in zip(cases, [t.vw > 1, t.vw > 1, False]):
+        ran.clear()
+        got = dev.backend.to_numpy(matmul(rt, x, y, t))
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-4)
+        mine = {v[0] for key, v in rt._kernels.items() if key[:3] == ("matmul", "float32", t) and key[-1][0] == aligned}
+        assert any(knl in mine for knl in ran), f"{t}'s kernel (aligned A: {aligned}) did not run"
+
+
+def test_tuner_drops_failing_and_oversized_candidates(dev, gpu_like, tmp_path, monkeypatch):
+    """A candidate beyond the device's limits is never tried; one the driver cannot build and one
+    that computes wrong get an error row, and the tuner still picks a working one."""
+    rt = gpu_like
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    tune.forget(rt)
+    good, broken, wrong = Tiling(32, 32, 8, 2, 4, vw=2, chunk=1, db=True), TILINGS["tiny"], TILINGS["odd"]
+    big = Tiling(128, 128, 32, 1, 1)  # 16384 work items per group: beyond any device's limit
+    assert not tune._TUNER.fits(rt, big, "float32")
+    real = tune.matmul
+
+    def flaky(rt_, a, b, t):
+        if t == broken:
+            raise RuntimeError("clBuildProgram failed (simulated)")
+        if t == wrong:
+            return _up(rt_, np.zeros((a.shape[0], b.shape[1]), np.float32))
+        return real(rt_, a, b, t)
+
+    monkeypatch.setattr(tune, "matmul", flaky)
+    best, rows = tune.tune(rt, "float32", 40, 70, 50, choices=[big, broken, wrong, good], budget_s=60, reps=1)
+    assert best == good, rows
+    assert [Tiling(**r["tiling"]) for r in rows] == [broken, wrong, good]
+    assert "simulated" in rows[0]["error"] and rows[1]["error"] == "wrong result" and rows[2]["gflops"] > 0
+    monkeypatch.setattr(rt, "local_mem", 4096)
+    kept = tune.candidates(rt, "float32")
+    assert kept and all(local_bytes(c, "float32") <= 4096 for c in kept) and len(kept) < len(tune._GPU_FAMILY)
+    tune.forget(rt)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ def dev() -> Any:
     import ember as em
 
     try:
-        device = em.Device("wgpu:0")
+        device = em.Device(f"wgpu:{os.environ.get('EMBER_WGPU_DEVICE', '0')}")  # gemm_h200.sh picks NVIDIA's
         assert device.backend is not None  # loads wgpu and opens the adapter
     except Exception as exc:  # no Vulkan/Metal/D3D12 adapter on this machine
         pytest.skip(f"no WGPU adapter: {exc}")

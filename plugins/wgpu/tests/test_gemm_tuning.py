@@ -90,3 +90,80 @@ def test_implicit_conv_and_input_grad(rt, xs, ws, stride, pads, dil, groups):
     gx = conv.conv_transpose(rt, up(g), up(w), None, xs[2:], stride, pads, dil, groups, matmul.CONFIGS["odd"])
     np.testing.assert_allclose(rt.read([gx])[0], xc.grad.numpy(), rtol=1e-4, atol=1e-4)
     assert {k[1] for k in rt.kernels if k[0] == "conv_igemm"} == {"conv", "transpose"}  # the implicit kernels ran
+
+
+def _every_candidate() -> list[matmul.Config]:
+    """The tuner's family (so a new candidate is tested automatically) and the named configs."""
+    found = [matmul.Config(*spec) for spec in tune._FAMILY]
+    return list(dict.fromkeys(found + list(matmul.CONFIGS.values())))
+
+
+def _view(rt, base, shape, strides):
+    """A strided view (element strides) of ``base`` uploaded flat: transposes and slices at no copy."""
+    return rt.upload(np.ascontiguousarray(base).reshape(-1), D.float32).with_layout(tuple(shape), tuple(strides), 0)
+
+
+@pytest.mark.parametrize("cfg", _every_candidate(), ids=lambda c: "-".join(str(int(v)) for v in c.as_dict().values()))
+def test_every_candidate_matches_numpy(rt, cfg, monkeypatch):
+    """Each candidate on the kernel variants it can run: vec4-bound operands (what big GEMMs take)
+    with a broadcast batch and edge tiles, and transposed, unaligned operands with k tails, also at
+    k=1 through sliced views (the same kernel); the launched pipeline is the candidate's."""
+    if not matmul.fits(rt, cfg):
+        pytest.skip(f"{cfg} is beyond this adapter's workgroup limits (the tuner drops it)")
+    ran = []
+    dispatch = rt.dispatch
+    monkeypatch.setattr(rt, "dispatch", lambda pipe, *args: (ran.append(pipe), dispatch(pipe, *args))[1])
+    m, k, n = cfg.bm + 4, 36, cfg.bn + 4
+    mt, kt, nt = cfg.bm + 3, 37, cfg.bn + 5
+    a = RNG.standard_normal((2, m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    at = RNG.standard_normal((2, kt, mt)).astype(np.float32)  # stored transposed
+    bt = RNG.standard_normal((nt, kt)).astype(np.float32)
+    a1 = RNG.standard_normal((2, 4, mt)).astype(np.float32)  # k=1: row 0 of each, transposed
+    b1 = RNG.standard_normal((nt, 4)).astype(np.float32)  # k=1: column 0, transposed
+    cases = [
+        (rt.upload(a, D.float32), rt.upload(b, D.float32), a.astype(np.float64) @ b, (cfg.vec, cfg.vec)),
+        (
+            _view(rt, at, (2, mt, kt), (kt * mt, 1, mt)),
+            _view(rt, bt, (kt, nt), (1, kt)),
+            np.swapaxes(at, -1, -2).astype(np.float64) @ bt.T,
+            (False, False),
+        ),
+        (
+            _view(rt, a1, (2, mt, 1), (4 * mt, 1, mt)),
+            _view(rt, b1, (1, nt), (1, 4)),
+            np.swapaxes(a1[:, :1], -1, -2).astype(np.float64) @ b1[:, :1].T,
+            (False, False),
+        ),
+    ]
+    for x, y, want, vec in cases:
+        ran.clear()
+        got = rt.read([matmul.matmul(rt, x, y, cfg)])[0]
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-4)
+        mine = {v[0] for key, v in rt.kernels.items() if key[0] == "matmul" and key[3] == cfg and key[6:8] == vec}
+        assert any(p in mine for p in ran), f"{cfg}'s kernel (vec4 A, B: {vec}) did not run"
+
+
+def test_tuner_drops_failing_and_oversized_candidates(rt, tmp_path, monkeypatch):
+    """A candidate beyond the adapter's limits is never tried; one the driver cannot build and one
+    that computes wrong get an error row, and the tuner still picks a working one."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    tune.forget(rt)
+    good, broken, wrong = matmul.Config(32, 32, 16, 4, 4, True), matmul.CONFIGS["small"], matmul.CONFIGS["scalar"]
+    big = matmul.Config(256, 256, 8, 4, 4, True)  # 4096 invocations per workgroup: beyond WebGPU's limits
+    assert not matmul.fits(rt, big)
+    real = tune.matmul
+
+    def flaky(rt_, a, b, c):
+        if c == broken:
+            raise RuntimeError("createComputePipeline failed (simulated)")
+        if c == wrong:
+            return rt_.upload(np.zeros((a.shape[0], b.shape[1]), np.float32), D.float32)
+        return real(rt_, a, b, c)
+
+    monkeypatch.setattr(tune, "matmul", flaky)
+    best, rows = tune.tune(rt, "float32", 40, 72, 48, choices=[big, broken, wrong, good], budget_s=60, reps=1)
+    assert best == good, rows
+    assert [matmul.Config(**r["config"]) for r in rows] == [broken, wrong, good]
+    assert "simulated" in rows[0]["error"] and rows[1]["error"] == "wrong result" and rows[2]["gflops"] > 0
+    tune.forget(rt)

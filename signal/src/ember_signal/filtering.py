@@ -10,6 +10,7 @@ run backwards in time.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,17 +139,17 @@ def _signal_lfilter_vjp(ctx: Any, grad: Any) -> Any:
     return gx, _correlate(w, x, b.shape[0]), -_correlate(w, ctx.output, a.shape[0])
 
 
-try:  # scipy's C loop; ember-cpu installs scipy, and without it cpu runs the reference
-    from scipy.signal import lfilter as _scipy_lfilter
-except ImportError:  # pragma: no cover - scipy comes with ember-cpu
-    _scipy_lfilter = None
-
-if _scipy_lfilter is not None:
+# scipy's C loop on cpu (ember-cpu installs scipy; without it cpu runs the reference)
+if importlib.util.find_spec("scipy") is not None:
 
     @signal_lfilter.kernel("cpu")
     def _signal_lfilter_cpu(backend: Any, x: Any, b: Any, a: Any) -> Any:
+        # imported here: scipy.signal takes over a second to import, and every device's first use
+        # imports the installed extensions (this module among them)
+        from scipy.signal import lfilter as scipy_lfilter  # noqa: PLC0415
+
         xs = np.asarray(backend.to_numpy(x))
-        out = _scipy_lfilter(np.asarray(backend.to_numpy(b)), np.asarray(backend.to_numpy(a)), xs, axis=-1)
+        out = scipy_lfilter(np.asarray(backend.to_numpy(b)), np.asarray(backend.to_numpy(a)), xs, axis=-1)
         return backend.from_numpy(np.ascontiguousarray(out.astype(xs.dtype, copy=False)))
 
 

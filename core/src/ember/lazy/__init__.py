@@ -5,7 +5,7 @@ the one fused-program form every backend's kernel generator reads.
 """
 
 from .graph import MAX_REGION, Lazy, LazyBuffer, fusion, fusion_enabled, materialize, realize_all, stats
-from .program import Const, FusedProgram
+from .program import Const, FusedProgram, Reduce
 
 __all__ = [
     "Const",
@@ -13,6 +13,7 @@ __all__ = [
     "Lazy",
     "LazyBuffer",
     "MAX_REGION",
+    "Reduce",
     "fusion",
     "fusion_enabled",
     "materialize",

@@ -11,6 +11,13 @@ no kernel runs. A node is realized, its whole unrealized region compiled into on
 - ``Device.synchronize()`` runs (every node a tensor still holds is realized first),
 - its region would grow past :data:`MAX_REGION` values (kernel size and argument limits).
 
+A reduction (``sum``, ``prod``, ``max``, ``min``, ``mean``) that reads a deferred value, on a
+backend that lists it in ``Backend.fusion_reductions``, is deferred too: a node of the reduced
+shape whose region is its input's. Realized, it runs as ONE kernel, the region's program with a
+trailing :class:`~ember.lazy.program.Reduce`, so ``(x * a + b).exp().sum(-1)`` never writes the
+full-size ``exp`` to memory. A deferred reduction's value is an input of later regions, never
+part of one (its iteration shape is another).
+
 A backend whose fused kernels pay off only on large regions (cpu: numba's parallel loops) sets
 ``fusion_min_elements``: an op with a smaller result and no deferred operand then runs at once.
 
@@ -30,7 +37,7 @@ from .. import config
 from ..device import RUN_FUSED, on_backend_load, set_defer
 from ..dtypes import as_dtype
 from ..errors import InvalidArgumentError
-from .program import FusedProgram
+from .program import REDUCE_OPS, FusedProgram, Reduce
 
 if TYPE_CHECKING:
     from ..backend import Backend
@@ -52,6 +59,10 @@ _MAX_PROGRAMS = 4096
 _COMPLEX: set[int] = set()
 
 _SCALARS = (bool, int, float)
+_COMPLEX_DTYPES = ("complex64", "complex128")
+
+#: the region size a deferred reduction reports: anything that takes it as an operand realizes it
+_REDUCED = 1 << 30
 
 #: numpy computes these scalar powers by the unary op (``pow(-inf, 0.5)`` is NaN, as sqrt's)
 _FAST_POW = {2.0: "square", 0.5: "sqrt", -1.0: "reciprocal"}
@@ -68,13 +79,13 @@ class LazyBuffer:
 
     def __init__(self, owner: Lazy, op: str, dtype: str, shape: tuple[int, ...], args: tuple[Any, ...], size: int):
         self.owner = owner
-        self.op = op  # an elementwise op name, "cast" or "full"
+        self.op = op  # an elementwise op name, "cast", "full", or a reduction (args: source, axes, keepdims)
         self.dtype = dtype  # dtype name of the result
         self.shape = shape
         self.args = args  # LazyBuffer | backend handle | Python scalar; None once realized
         self.real: Any = None
         self.uses = 0  # how many unrealized nodes hold this one among their args
-        self.size = size  # values in this node's region (an upper bound: shared values count twice)
+        self.size = size  # values in this node's region (an upper bound: shared values count twice); _REDUCED
 
     def realize(self) -> Any:
         """The backend handle of this value, computing its region now if needed."""
@@ -105,12 +116,17 @@ class Lazy:
         self.ops: frozenset[str] = frozenset(backend.fusion_ops())
         #: ops with fewer result elements and no deferred operand run at once (Backend.fusion_min_elements)
         self.least: int = backend.fusion_min_elements
+        #: reductions the backend computes at the end of a fused program (Backend.fusion_reductions)
+        self.reductions: frozenset[str] = (
+            frozenset(backend.fusion_reductions) & REDUCE_OPS if config.fuse_reductions_enabled() else frozenset()
+        )
         self.fusable: dict[str, bool] = {}  # op name -> an elementwise op the generator compiles
         self.meta = backend.handle_meta
         self.pending: list[weakref.ref[LazyBuffer]] = []
         self._compact_at = _COMPACT_AT  # pending's length that triggers dropping dead references
-        #: ops deferred; fused kernels run; the instructions they computed; regions of one op run by its own kernel
-        self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0}
+        #: ops deferred; fused kernels run; the instructions they computed; regions of one op run by
+        #: its own kernel; fused kernels that also reduced (a trailing reduction, counted in kernels too)
+        self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0, "reductions": 0}
 
     # -- the seam: dispatch calls this for every op on the device -------------------------------
     def __call__(self, op: Any, datas: list[Any], params: dict[str, Any], shape: Any, dtype: Any) -> Any:
@@ -122,9 +138,13 @@ class Lazy:
             if fusable and (not params or name == "cast"):
                 least = self.least
                 if least and math.prod(shape) < least:
-                    for d in datas:  # a small op after a deferred one joins its region (a large region's tail)
-                        if type(d) is LazyBuffer and d.real is None:
-                            break
+                    for i, d in enumerate(
+                        datas
+                    ):  # a small op after a deferred one joins its region (a large region's tail)
+                        if type(d) is LazyBuffer:
+                            if d.real is None and d.size < _REDUCED:
+                                break
+                            datas[i] = d.real if d.real is not None else d.realize()  # a (deferred) reduction's value
                     else:
                         return self.state.impls[name](*datas, **params)
                 if name == "pow" and dtype.kind == "f" and type(datas[1]) is float:
@@ -139,6 +159,10 @@ class Lazy:
             ):
                 self.counts["deferred"] += 1
                 return self._track(LazyBuffer(self, "full", dtype.name, tuple(shape), (params["value"],), 1))
+            elif name in self.reductions:
+                node = self._reduction(name, datas, params, shape, dtype.name)
+                if node is not None:
+                    return node
         for i, d in enumerate(datas):
             if type(d) is LazyBuffer:
                 datas[i] = d.real if d.real is not None else d.realize()
@@ -150,6 +174,12 @@ class Lazy:
         for d in datas:  # a handle or a scalar is one input (kernel argument) each
             size += d.size if type(d) is LazyBuffer and d.real is None else 1
         args = tuple(datas)
+        if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
+            datas = [
+                d.realize() if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED else d for d in datas
+            ]
+            size = 1 + sum(d.size if type(d) is LazyBuffer and d.real is None else 1 for d in datas)
+            args = tuple(datas)
         if size > MAX_REGION:  # close the regions below this op: it starts a new one
             args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
             size = 1 + len(args)
@@ -160,6 +190,26 @@ class Lazy:
             dtype = params["dtype"].name
         self.counts["deferred"] += 1
         return self._track(LazyBuffer(self, name, dtype, tuple(shape), args, size))
+
+    def _reduction(
+        self, name: str, datas: list[Any], params: dict[str, Any], shape: Any, dtype: str
+    ) -> LazyBuffer | None:
+        """A deferred reduction of a deferred region (one kernel when realized), or None when
+        the reduction runs as today: its operand is computed, a constant, empty or boolean."""
+        if len(datas) != 1:
+            return None
+        source = datas[0]
+        if type(source) is not LazyBuffer or source.real is not None or source.size >= _REDUCED:
+            return None
+        axes = params.get("axes")
+        if source.op == "full" or not axes or len(params) != 2 or source.dtype in ("bool", *_COMPLEX_DTYPES):
+            return None
+        if source.dtype != dtype or not math.prod(source.shape):
+            return None
+        source.uses += 1
+        self.counts["deferred"] += 1
+        args = (source, tuple(sorted(set(axes))), bool(params["keepdims"]))
+        return self._track(LazyBuffer(self, name, dtype, tuple(shape), args, _REDUCED))
 
     def _track(self, node: LazyBuffer) -> LazyBuffer:
         pending = self.pending
@@ -175,6 +225,9 @@ class Lazy:
         if target.op == "full":  # a lone constant: the backend's own fill
             target.real = self.state.impls["full"](shape=target.shape, value=target.args[0], dtype=_dtype(target.dtype))
             target.args = None
+            return
+        if target.size >= _REDUCED:
+            self._realize_reduction(target)
             return
         order: list[LazyBuffer] = []
         _collect(target, order, set())
@@ -207,6 +260,53 @@ class Lazy:
         for node, handle in zip(outputs, results):
             node.real = handle
             _release(node)
+
+    def _realize_reduction(self, target: LazyBuffer) -> None:
+        """Compute a deferred reduction and its source region as one kernel: the region's program
+        with a trailing :class:`Reduce`; the region's values something still holds come out of it
+        too, at full size."""
+        impls = self.state.impls
+        op, (source, axes, keepdims) = target.op, target.args
+        if source.real is not None:  # the region ran meanwhile (it was read): reduce its result
+            del source
+            target.real = impls[op](target.args[0].real, axes=axes, keepdims=keepdims)
+            _release(target)
+            return
+        shape = source.shape
+        order: list[LazyBuffer] = []
+        _collect(source, order, set())
+        others = [n for n in order if n.op != "full" and n.shape != shape]
+        if others:  # held values of another shape first, as in realize()
+            for node in _held(others, extra=1):
+                if node.real is None:
+                    node.realize()
+            del others
+            order = []
+            _collect(source, order, set())
+        del source  # from here on only the lists and the reduction hold it (_held counts references)
+        program, operands = self._program(order)
+        if id(program) in _COMPLEX:
+            del program, operands
+            self._run_eagerly(order)
+            target.real = impls[op](target.args[0].real, axes=axes, keepdims=keepdims)
+            _release(target)
+            return
+        value = program.outputs[0]
+        candidates = [n for n in order if n.op != "full" and n.shape == shape]
+        full = _held(candidates, extra=1)
+        del candidates
+        number = _values(order, len(program.inputs))
+        outputs = tuple(number[id(n)] for n in full)
+        program = _interned(program.inputs, program.instructions, outputs, Reduce(op, value, axes, keepdims))
+        results = impls[RUN_FUSED](program, operands, shape=shape)
+        self.counts["kernels"] += 1
+        self.counts["reductions"] += 1
+        self.counts["fused_values"] += len(program.instructions)
+        for node, handle in zip(full, results):
+            node.real = handle
+            _release(node)
+        target.real = results[len(full)]
+        _release(target)
 
     def _program(self, order: list[LazyBuffer]) -> tuple[FusedProgram, list[Any]]:
         """The region ``order`` (topological, target last) as a program writing the target."""
@@ -270,15 +370,17 @@ class Lazy:
                 node.realize()
 
 
-def _interned(inputs: tuple[Any, ...], body: tuple[Any, ...], outputs: tuple[int, ...]) -> FusedProgram:
+def _interned(
+    inputs: tuple[Any, ...], body: tuple[Any, ...], outputs: tuple[int, ...], reduce: Reduce | None = None
+) -> FusedProgram:
     """The one program object of this structure (made on first sight)."""
-    key = (inputs, body, outputs)
+    key = (inputs, body, outputs, reduce)
     program = _PROGRAMS.get(key)
     if program is None:
         if len(_PROGRAMS) >= _MAX_PROGRAMS:
             _PROGRAMS.clear()
             _COMPLEX.clear()
-        program = _PROGRAMS[key] = FusedProgram(inputs, body, outputs)
+        program = _PROGRAMS[key] = FusedProgram(inputs, body, outputs, reduce)
         if any(dt.startswith("complex") for dt, _ in inputs):
             _COMPLEX.add(id(program))
     return program
@@ -420,8 +522,9 @@ def realize_all(device: Device) -> None:
 
 def stats(device: Device) -> dict[str, int]:
     """Counters of ``device``'s lazy layer: ops deferred, fused kernels run, values they computed,
-    and regions of a single op (run by that op's own kernel, no program built)."""
+    regions of a single op (run by that op's own kernel, no program built), and fused kernels
+    that ended with a reduction (``Backend.fusion_reductions``; also counted in ``kernels``)."""
     hook = device._state.defer
     if isinstance(hook, Lazy):
         return dict(hook.counts)
-    return {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0}
+    return {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0, "reductions": 0}

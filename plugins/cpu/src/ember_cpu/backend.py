@@ -93,6 +93,8 @@ class CpuBackend(Backend):
     fusion = NO_FUSION is None
     #: smaller ops run at once through numpy: deferring them costs more than it saves
     fusion_min_elements = fused.MIN_ELEMENTS
+    #: a reduction of a deferred region runs in the region's numba kernel (ember_cpu.fusion)
+    fusion_reductions = fused.FUSION_REDUCTIONS
 
     @classmethod
     def device_count(cls) -> int:

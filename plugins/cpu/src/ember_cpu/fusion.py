@@ -7,6 +7,11 @@ they give its results exactly and compile nothing (the conformance suite's thous
 programs stay as fast as before). Large regions compile one kernel per (program, layout) with
 numba (:mod:`ember_cpu.numba_codegen`), cached in memory and, through numba's own cache, on
 disk under ``EMBER_CACHE_DIR/cpu-numba`` (``EMBER_KERNEL_CACHE=0`` keeps it in memory only).
+
+A program with a trailing reduction (``FusedProgram.reduce``) runs the same way: large ones as
+one numba loop nest that folds each row into an accumulator (:func:`reduce_plan`,
+:func:`ember_cpu.numba_codegen.reduce_source`), small or 16-bit ones op by op and then through
+the unfused path's own reduction kernel, which gives its results exactly.
 """
 
 from __future__ import annotations
@@ -28,9 +33,22 @@ from ember.dtypes import as_dtype
 from ember.lazy.program import FusedProgram
 from ember.views import collapse
 
-from .numba_codegen import KERNEL_NAME, NUMBA_OPS, Layout, compilable, source
+from .numba_codegen import (
+    KERNEL_NAME,
+    LIBM_OPS,
+    NUMBA_OPS,
+    NUMBA_REDUCTIONS,
+    Layout,
+    RowLayout,
+    compilable,
+    reduce_source,
+    source,
+)
 
-__all__ = ["MIN_ELEMENTS", "FusedKernels", "numba_missing", "fusion_ops", "interpret", "plan"]
+__all__ = ["MIN_ELEMENTS", "FUSION_REDUCTIONS", "FusedKernels", "numba_missing", "fusion_ops", "interpret", "plan"]
+
+#: the reductions run_fused computes at the end of a program (Backend.fusion_reductions)
+FUSION_REDUCTIONS = NUMBA_REDUCTIONS
 
 #: regions of fewer elements run op by op: a kernel takes 0.3-2 s to compile and a parallel loop
 #: ~10 µs to start, which small regions seldom pay back (at 2^16 the conformance suite's "large"
@@ -57,9 +75,28 @@ def fusion_ops(kernels: dict[str, Callable[..., Any]]) -> frozenset[str]:
 
 def interpret(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], kernels: dict[str, Any]) -> list[Any]:
     """Run ``prog`` op by op with the numpy ``kernels`` (the unfused path's own), in SSA order."""
+    fitted = [_fit(v, shape) if kind == "tensor" else v for (_, kind), v in zip(prog.inputs, operands)]
+    values = _evaluate(prog, fitted, kernels)
+    out = []
+    for o in prog.outputs:
+        v = values[o]
+        if v.shape != shape:
+            v = np.broadcast_to(v, shape)
+        out.append(v if v.flags.c_contiguous and v.base is None else np.array(v, order="C"))  # 0-d stays 0-d
+    r = prog.reduce
+    if r is not None:  # the unfused path's reduction kernel, over the value at full size
+        v = values[r.value]
+        if v.shape != shape:
+            v = np.broadcast_to(v, shape)
+        out.append(np.asarray(kernels[r.op](v, axes=r.axes, keepdims=r.keepdims), order="C"))  # 0-d stays 0-d
+    return out
+
+
+def _evaluate(prog: FusedProgram, operands: list[Any], kernels: dict[str, Any]) -> list[Any]:
+    """Every SSA value of ``prog`` computed op by op by the numpy ``kernels`` (inputs first)."""
     values: list[Any] = []
     for (dt, kind), v in zip(prog.inputs, operands):
-        values.append(np.asarray(v, dtype=as_dtype(dt).numpy) if kind == "scalar" else _fit(v, shape))
+        values.append(np.asarray(v, dtype=as_dtype(dt).numpy) if kind == "scalar" else v)
     for op, dt, args in prog.instructions:
         xs = [values[a] if isinstance(a, int) else np.asarray(a.value, dtype=as_dtype(a.dtype).numpy) for a in args]
         if op == "cast":
@@ -68,13 +105,70 @@ def interpret(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], k
             values.append(np.array(xs[0], copy=True))
         else:
             values.append(kernels[op](*xs))
-    out = []
-    for o in prog.outputs:
-        v = values[o]
-        if v.shape != shape:
-            v = np.broadcast_to(v, shape)
-        out.append(v if v.flags.c_contiguous and v.base is None else np.array(v, order="C"))  # 0-d stays 0-d
-    return out
+    return values
+
+
+#: elements of one tile of :func:`tiled_reduce`: a value of the tile fits a core's L2 (256 KiB
+#: of float32), and a tile is long enough that the ~10 us of its numpy calls stay small
+TILE = 1 << 16
+
+
+_UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _start(op: str, dtype: np.dtype) -> Any:
+    """The value an accumulator of ``op`` starts from."""
+    if op in ("sum", "mean"):
+        return 0
+    if op == "prod":
+        return 1
+    if dtype.kind == "f":
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if op == "max" else info.max
+
+
+def tiled_reduce(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], kernels: dict[str, Any]) -> list[Any]:
+    """Run ``prog`` (with a trailing reduction) tile by tile: each tile of :data:`TILE` elements
+    is computed op by op by the numpy ``kernels`` (their SIMD loops) while it sits in cache,
+    reduced, and folded into the result, so no full-size value but the held outputs is written.
+    Tiles split the outermost axes; a tile reducing a kept slice gives that slice's unfused
+    result exactly, partial results of a split reduced axis combine (float32 sums in float64)."""
+    r = prog.reduce
+    assert r is not None
+    rank = len(shape)
+    d = next(k for k in range(rank) if math.prod(shape[k + 1 :]) <= TILE)
+    step = max(1, TILE // math.prod(shape[d + 1 :]))
+    full = [
+        np.broadcast_to(_fit(v, shape), shape) if kind == "tensor" else v for (_, kind), v in zip(prog.inputs, operands)
+    ]
+    dts = prog.value_dtypes()
+    outs = [np.empty(shape, dtype=as_dtype(dts[o]).numpy) for o in prog.outputs]
+    vdt = as_dtype(dts[r.value]).numpy
+    split = d in r.axes or any(a < d for a in r.axes)  # some result gets partials of several tiles
+    adt = np.dtype(np.float64) if r.op in ("sum", "mean") and vdt == np.float32 and split else vdt
+    keep_shape = tuple(1 if k in r.axes else n for k, n in enumerate(shape))
+    acc = np.full(keep_shape, _start(r.op, adt), dtype=adt) if split else np.empty(keep_shape, dtype=vdt)
+    fold = _UFUNCS[r.op]
+    tensor = [kind == "tensor" for _, kind in prog.inputs]
+    for head in np.ndindex(*shape[:d]):
+        for c0 in range(0, shape[d], step):
+            at = tuple(slice(i, i + 1) for i in head) + (slice(c0, min(shape[d], c0 + step)),)
+            to = tuple(slice(0, 1) if k in r.axes else s for k, s in enumerate(at))
+            values = _evaluate(prog, [v[at] if t else v for v, t in zip(full, tensor)], kernels)
+            for k, o in enumerate(prog.outputs):
+                outs[k][at] = values[o]
+            v = values[r.value]
+            tile = tuple(s.stop - s.start for s in at) + shape[d + 1 :]
+            part = fold.reduce(v if v.shape == tile else np.broadcast_to(v, tile), axis=r.axes, keepdims=True)
+            if split:
+                fold(acc[to], part, out=acc[to])
+            else:
+                acc[to] = part
+    if r.op == "mean":
+        acc = acc / math.prod(shape[k] for k in r.axes)
+    red = acc.astype(vdt, copy=False)
+    return [*outs, red if r.keepdims else red.reshape(r.shape(shape))]
 
 
 def _fit(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -114,16 +208,51 @@ def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tup
     return Layout(tuple(modes), len(cshape) if strided else 0), cshape, arrays
 
 
+def reduce_plan(
+    shape: tuple[int, ...], axes: tuple[int, ...], tensors: list[np.ndarray], outs: list[np.ndarray], red: np.ndarray
+) -> tuple[RowLayout, tuple[int, ...], tuple[int, ...], list[Any], list[Any], Any]:
+    """The loop nest of reducing ``axes`` of ``shape``: the kept and the reduced axes each
+    collapsed over every tensor and full-size output; returns the layout, the two collapsed
+    shapes, the views the kernel reads and writes (indexed ``[kept.., reduced..]``) and the
+    reduced result viewed over the kept axes."""
+    rank = len(shape)
+    kept = [d for d in range(rank) if d not in axes]
+    tensors = [_fit(t, shape) for t in tensors]
+    strides = []
+    for t in [*tensors, *outs]:
+        pad = rank - t.ndim
+        strides.append([0] * pad + [0 if t.shape[d] == 1 else t.strides[d] // t.itemsize for d in range(t.ndim)])
+    kshape, kst = collapse(tuple(shape[d] for d in kept), [tuple(st[d] for d in kept) for st in strides])
+    rshape, rst = collapse(tuple(shape[d] for d in axes), [tuple(st[d] for d in axes) for st in strides])
+    modes: list[str] = []
+    views: list[Any] = []
+    for k, t in enumerate([*tensors, *outs]):
+        st = kst[k] + rst[k]
+        if k < len(tensors) and all(s == 0 for s in st):
+            modes.append("z")
+            views.append(np.lib.stride_tricks.as_strided(t, shape=(1,), strides=(t.itemsize,)))
+        else:
+            if k < len(tensors):
+                modes.append("s")
+            views.append(
+                np.lib.stride_tricks.as_strided(t, shape=kshape + rshape, strides=tuple(s * t.itemsize for s in st))
+            )
+    n = len(tensors)
+    red_view = red.reshape(kshape)
+    return RowLayout(tuple(modes), len(kshape), len(rshape)), kshape, rshape, views[:n], views[n:], red_view
+
+
 class FusedKernels:
     """The host's fused kernels by (program, layout), compiled on first use; counts what ran."""
 
     def __init__(self, kernels: dict[str, Callable[..., Any]]) -> None:
         self.kernels = kernels
-        self._cache: dict[tuple[FusedProgram, Layout], Any] = {}
+        self._cache: dict[tuple[FusedProgram, Layout | RowLayout], Any] = {}
         self._skip: dict[FusedProgram, str | None] = {}
         self._lock = threading.Lock()
-        #: kernels compiled (or loaded from numba's disk cache), numba launches, op-by-op programs
-        self.counts = {"compiled": 0, "numba": 0, "op_by_op": 0}
+        #: kernels compiled (or loaded from numba's disk cache), numba launches (those that also
+        #: reduced, op-by-op programs, reductions run tile by tile (tiled_reduce)
+        self.counts = {"compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0, "tiled": 0}
 
     def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
         """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input order."""
@@ -140,6 +269,11 @@ class FusedKernels:
             return interpret(prog, operands, shape, self.kernels)
         dts = prog.value_dtypes()
         tensors = [operands[j] for j in prog.tensor_inputs]
+        if prog.reduce is not None:
+            if any(op in LIBM_OPS for op, _, _ in prog.instructions):  # numpy's SIMD loops win
+                self.counts["tiled"] += 1
+                return tiled_reduce(prog, operands, shape, self.kernels)
+            return self._run_reduce(prog, operands, shape, tensors, dts)
         layout, cshape, arrays = plan(shape, tensors)
         fn = self.kernel(prog, layout)
         args: list[Any] = [n]
@@ -153,9 +287,28 @@ class FusedKernels:
         self.counts["numba"] += 1
         return [o.reshape(shape) for o in outs]
 
-    def kernel(self, prog: FusedProgram, layout: Layout) -> Any:
+    def _run_reduce(
+        self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], tensors: list[Any], dts: list[str]
+    ) -> list[Any]:
+        """One numba loop nest computing the program and folding its reduced value row by row."""
+        r = prog.reduce
+        assert r is not None
+        outs = [np.empty(shape, dtype=as_dtype(dts[o]).numpy) for o in prog.outputs]
+        red = np.empty(r.shape(shape), dtype=as_dtype(dts[r.value]).numpy)
+        layout, kshape, rshape, views, out_views, red_view = reduce_plan(shape, r.axes, tensors, outs, red)
+        fn = self.kernel(prog, layout)
+        args: list[Any] = [*kshape, *rshape]
+        it = iter(views)
+        for (dt, kind), v in zip(prog.inputs, operands):
+            args.append(_scalar(v, dt) if kind == "scalar" else next(it))
+        fn(*args, *out_views, red_view)
+        self.counts["numba"] += 1
+        self.counts["numba_reduce"] += 1
+        return [*outs, red]
+
+    def kernel(self, prog: FusedProgram, layout: Layout | RowLayout) -> Any:
         """The compiled dispatcher of ``prog`` under ``layout`` (generated and imported on first use)."""
-        key = (prog, layout)
+        key = (prog, layout)  # a RowLayout for a program with a reduction
         found = self._cache.get(key)
         if found is None:
             with self._lock:
@@ -185,11 +338,17 @@ def _private(folder: os.PathLike[str]) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & 0o002
 
 
-def _load(prog: FusedProgram, layout: Layout) -> Any:
+def _source(prog: FusedProgram, layout: Layout | RowLayout, *, cache: bool) -> str:
+    if isinstance(layout, RowLayout):
+        return reduce_source(prog, layout, cache=cache)
+    return source(prog, layout, cache=cache)
+
+
+def _load(prog: FusedProgram, layout: Layout | RowLayout) -> Any:
     """Generate the kernel's module and import it: from a file under the cache directory when the
     on-disk cache is on (numba's ``cache=True`` needs a real source file), else from memory."""
     disk = config.kernel_cache_enabled()
-    text = source(prog, layout, cache=disk)
+    text = _source(prog, layout, cache=disk)
     digest = hashlib.sha256(text.encode()).hexdigest()[:24]
     name = f"ember_cpu_fused_{digest}"
     if disk:
@@ -211,7 +370,7 @@ def _load(prog: FusedProgram, layout: Layout) -> Any:
             exec(compile(text, str(path), "exec"), module.__dict__)  # noqa: S102 - our own generated source
             return getattr(module, KERNEL_NAME)
         except OSError:  # an unwritable or shared cache folder: compile in memory
-            text = source(prog, layout, cache=False)
+            text = _source(prog, layout, cache=False)
     namespace: dict[str, Any] = {"__name__": name}
     exec(compile(text, f"<{name}>", "exec"), namespace)  # noqa: S102 - our own generated source
     return namespace[KERNEL_NAME]

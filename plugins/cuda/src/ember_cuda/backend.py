@@ -32,6 +32,7 @@ from . import graphs, philox, runtime
 from .attention import flash_attention
 from .codegen import FUSION_OPS
 from .errors import CudaError, KernelLaunchError, describe_args
+from .fused_reduce import FUSION_REDUCTIONS, FusedReductions
 from .fusion import FusedKernels
 from .kernels import exact_nextafter, exact_remainder, fast_kernels
 from .memory import DevicePools
@@ -70,6 +71,8 @@ class CudaBackend(Backend):
     }
     graph_replay = True
     fusion = True
+    #: a reduction of a deferred region runs in the region's kernel (fused_reduce.py)
+    fusion_reductions = FUSION_REDUCTIONS
 
     @classmethod
     def device_count(cls) -> int:
@@ -103,6 +106,7 @@ class CudaBackend(Backend):
         self.tf32 = False
         self.set_tf32(os.environ.get("EMBER_CUDA_TF32", "") == "1")
         self._fused: FusedKernels | None = None
+        self._reductions: FusedReductions | None = None
         self._multi = self.device_count() > 1
 
     # -- settings ------------------------------------------------------------------------------
@@ -187,6 +191,16 @@ class CudaBackend(Backend):
         return self._run_fused(program, operands, shape)
 
     def _run_fused(self, program: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
+        if program.reduce is not None:
+            try:
+                if self._reductions is None:
+                    sms = self.cp.cuda.Device().attributes["MultiProcessorCount"]
+                    self._reductions = FusedReductions(self.cp, int(sms))
+                return self._reductions.run(program, operands, shape)
+            except ValueError as exc:
+                raise KernelLaunchError(
+                    f"{self.device}: the fused reduction cannot be written as CUDA C ({exc}):\n{program.describe()}"
+                ) from exc
         single = self._single_op(program, operands, shape)
         if single is not None:
             return [single]

@@ -10,6 +10,7 @@ ops are views. Everything is queued on one in-order queue; ``to_numpy`` waits fo
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from ember.dtypes import ALL_DTYPES, DType, as_dtype, real_dtype
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
-from . import complex_matmul, conv, indexing, matmul, nn, philox, quant, reduce, sort
+from . import complex_matmul, conv, fused_reduce, indexing, matmul, nn, philox, quant, reduce, sort
 from .array import CLArray
 from .codegen import FusedProgram
 from .complex import REAL_RESULT
@@ -50,6 +51,8 @@ class OpenCLBackend(ViewMovement, Backend):
 
     name = "opencl"
     fusion = True
+    #: a reduction of a deferred region runs in the region's kernel (ember_opencl.fused_reduce)
+    fusion_reductions = fused_reduce.FUSION_REDUCTIONS
 
     def __init__(self, device: Any) -> None:
         super().__init__(device)
@@ -59,9 +62,9 @@ class OpenCLBackend(ViewMovement, Backend):
         if not self.rt.fp64:
             dtypes.discard(as_dtype("float64"))
             reasons["float64"] = f"{self.rt.label} lacks cl_khr_fp64 (no 64-bit floats)"
-        try:
-            import ml_dtypes  # noqa: F401  (bfloat16 tensors cross to the host as ml_dtypes arrays)
-        except ImportError:
+        # bfloat16 tensors cross to the host as ml_dtypes arrays; look for the package without
+        # importing it (1.5-2.5 s on the 2-core CI machine): ember.dtypes imports it on first use
+        if importlib.util.find_spec("ml_dtypes") is None:
             dtypes.discard(as_dtype("bfloat16"))
             reasons["bfloat16"] = "bfloat16 needs the ml_dtypes package on the host: pip install ml_dtypes"
         dtypes.add(as_dtype("complex64"))  # float2 pairs (ember_opencl.complex)
@@ -186,7 +189,9 @@ class OpenCLBackend(ViewMovement, Backend):
         return _FUSION_OPS
 
     def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[CLArray]:
-        """Run a fused program over ``shape``; returns its outputs."""
+        """Run a fused program over ``shape``; returns its outputs (then its reduced value)."""
+        if program.reduce is not None:
+            return fused_reduce.run_reduce(self.rt, program, operands, tuple(shape))
         return run_program(self.rt, program, operands, tuple(shape))
 
     # -- reductions ------------------------------------------------------------------------------

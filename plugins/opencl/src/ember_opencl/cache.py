@@ -4,13 +4,16 @@ The disk cache (``ember.config.cache_dir() / "opencl" / <device folder>``) is ke
 device (platform, name, OpenCL version), the driver version, ember's version, the source and
 the build options, so a driver update starts fresh. A second process loads program binaries
 instead of compiling; a binary the driver refuses (stale, or from another driver build) is
-removed and compiled again. ``stats`` counts ``memory_hits``, ``disk_loads`` and ``builds``;
-the disk layer's own counters are in ``disk.stats()``.
+removed and compiled again. ``stats`` counts ``memory_hits``, ``disk_loads`` and ``builds``,
+``seconds`` the time spent building (``build_s``), reading binaries back from the driver to
+store them (``binary_s``) and loading stored ones (``load_s``); the disk layer's own counters
+are in ``disk.stats()``.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,8 @@ class ProgramCache:
         self._programs: dict[tuple[str, str], cl.Program] = {}
         self._lock = threading.Lock()
         self.stats = {"memory_hits": 0, "disk_loads": 0, "builds": 0}
+        #: seconds spent compiling source, reading binaries back from the driver, loading stored binaries
+        self.seconds = {"build_s": 0.0, "binary_s": 0.0, "load_s": 0.0}
 
     def program(self, source: str, options: str = "") -> cl.Program:
         """The built program for ``source`` (from memory, disk, or a fresh build)."""
@@ -51,13 +56,20 @@ class ProgramCache:
             prg = self._load(key, options)
             if prg is None:
                 prg = self._build(source, options)
+                start = time.perf_counter()
                 binaries = prg.get_info(cl.program_info.BINARIES)
+                self.seconds["binary_s"] += time.perf_counter() - start
                 if binaries and binaries[0]:
                     self.disk.store(key, bytes(binaries[0]))
             self._programs[(source, options)] = prg
             return prg
 
+    def holds(self, source: str, options: str = "") -> bool:
+        """Whether ``source`` is built (or loaded) in this process already."""
+        return (source, options) in self._programs
+
     def _load(self, key: Any, options: str) -> cl.Program | None:
+        start = time.perf_counter()
         binary = self.disk.load(key)
         if binary is None:
             return None
@@ -67,11 +79,13 @@ class ProgramCache:
             self.disk.reject(key)
             return None
         self.stats["disk_loads"] += 1
+        self.seconds["load_s"] += time.perf_counter() - start
         return prg
 
     # -- building ------------------------------------------------------------------------
     def _build(self, source: str, options: str) -> cl.Program:
         self.stats["builds"] += 1
+        start = time.perf_counter()
         try:
             return cl.Program(self.context, source).build(options=options, devices=[self.device], cache_dir=False)
         except Exception as exc:
@@ -80,6 +94,8 @@ class ProgramCache:
             if "BUILD_PROGRAM_FAILURE" not in str(exc) and getattr(exc, "code", None) != -11:
                 raise translate(exc, "building a kernel", self.label) from exc
             raise self._build_error(source, options, str(exc)) from exc
+        finally:
+            self.seconds["build_s"] += time.perf_counter() - start
 
     def _build_error(self, source: str, options: str, log: str) -> KernelBuildError:
         where = self.disk.save_failed("kernel", source, ".cl")
@@ -95,4 +111,5 @@ class ProgramCache:
 
     def info(self) -> dict[str, Any]:
         """Build counters and the disk cache's counters (``memory_stats()["extra"]["kernel_cache"]``)."""
-        return {**self.stats, "in_memory": len(self._programs), "disk": self.disk.stats()}
+        seconds = {k: round(v, 4) for k, v in self.seconds.items()}
+        return {**self.stats, **seconds, "in_memory": len(self._programs), "disk": self.disk.stats()}

@@ -6,13 +6,16 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from ember.dtypes import as_dtype, real_dtype
 from ember.shapes import numel
 from ember.views import View, collapse, contiguous_strides
 
 from .array import CLArray
 from .cltypes import ctype, np_scalar
-from .codegen import Const, FusedProgram, Layout, elementwise_source, vector_ok
-from .runtime import Runtime
+from .codegen import Const, FusedProgram, Layout, elementwise_source, elementwise_sources, vector_ok
+from .complex import REAL_RESULT
+from .ops_table import BOOL_RESULT
+from .runtime import Family, Runtime
 
 __all__ = [
     "run_program",
@@ -84,7 +87,7 @@ def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: tuple[
     big = n >= _INT_LIMIT or any(_extent(cshape, st, off) >= _INT_LIMIT for st, off in zip(cstrides, offsets))
     vec = 4 if _vectorizable(rt, prog, n, modes, offsets, n_out) else 1
     layout = Layout(rank, in_modes, out_modes, "long" if big else "int", grid_stride=not rt.is_cpu, vec=vec)
-    knl, wg = rt.kernel(("ew", prog, layout), functools.partial(_make, prog, layout))
+    knl, wg = rt.kernel(("ew", prog, layout), functools.partial(_make, prog, layout), _family(prog, layout, rt.fp64))
     gsize, lsize = rt.grid(n // vec, wg)
     head = [n, *cshape] if "s" in modes else [n]
     passed = [st if m == "s" else () for st, m in zip(cstrides, modes)]
@@ -155,10 +158,80 @@ def run_program(
 
 
 def _make(prog: FusedProgram, layout: Layout) -> tuple[str, str, list[Any]]:
-    # one kernel per program: PoCL and NVIDIA compile every kernel of a program at build time,
-    # so batching related ops into one build makes cold starts slower, not faster
     source, argtypes = elementwise_source(prog, layout)
     return source, "ember_ew", argtypes
+
+
+# -- families: single ops compiled together (runtime.FAMILY_AFTER says when) -----------------
+#: ops a program tends to use together; one group of one dtype and layout is one program
+UNARY_GROUPS = (
+    ("copy", "neg", "abs", "sign", "square", "reciprocal", "relu"),
+    ("floor", "ceil", "round", "trunc"),
+    ("exp", "log", "sqrt", "rsqrt", "exp2", "expm1", "log2", "log10", "log1p"),
+    ("sin", "cos", "tan", "asin", "acos", "atan"),
+    ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh"),
+    ("sigmoid", "gelu", "gelu_tanh", "silu", "softplus", "erf"),
+    ("isnan", "isinf", "isfinite", "logical_not", "bitwise_not"),
+    ("conj", "real", "imag", "angle"),
+)
+BINARY_GROUPS = (
+    ("add", "sub", "mul", "div", "maximum", "minimum"),
+    ("floordiv", "remainder", "pow"),
+    ("eq", "ne", "lt", "le", "gt", "ge"),
+    ("logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"),
+    ("atan2", "hypot", "logaddexp"),
+)
+#: cast destinations grouped (the source dtype is the program's)
+CAST_GROUPS = (
+    ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
+    ("float16", "bfloat16", "float32", "float64"),
+    ("complex64", "complex128"),
+)
+_NEEDS_FP64 = frozenset(["float64", "complex128"])
+
+
+def unary_out(op: str, dtype: str) -> str:
+    """The result dtype of unary ``op`` on ``dtype`` (bool for predicates, real for |z| and parts)."""
+    if op in BOOL_RESULT:
+        return "bool"
+    if op in REAL_RESULT and as_dtype(dtype).kind == "c":
+        return real_dtype(as_dtype(dtype)).name
+    return dtype
+
+
+def _family(prog: FusedProgram, layout: Layout, fp64: bool) -> Family | None:
+    """The group of single-op programs ``prog`` belongs to under ``layout``, or None (a fused region)."""
+    n_in = len(prog.inputs)
+    if len(prog.instructions) != 1 or prog.outputs != (n_in,) or prog.inputs[0][1] != "tensor":
+        return None
+    op, out, args = prog.instructions[0]
+    if args != tuple(range(n_in)):
+        return None
+    dt = prog.inputs[0][0]
+    if op == "cast":
+        group = next((g for g in CAST_GROUPS if out in g), ())
+        members = [cast_program(dt, d) for d in group if d != dt and (fp64 or d not in _NEEDS_FP64)]
+    elif n_in == 1:
+        group = next((g for g in UNARY_GROUPS if op in g), ())
+        members = [unary_program(o, dt, unary_out(o, dt)) for o in group]
+    elif n_in == 2 and prog.inputs[1][0] == dt:
+        scalar_b = prog.inputs[1][1] == "scalar"
+        group = next((g for g in BINARY_GROUPS if op in g), ())
+        members = [binary_program(o, dt, "bool" if o in BOOL_RESULT else dt, scalar_b) for o in group]
+    else:
+        return None
+    if layout.vec != 1:
+        members = [m for m in members if vector_ok(m, layout.in_modes, layout.out_modes)]
+    if prog not in members or len(members) < 2:
+        return None
+    return Family(("ew", group, dt, layout), functools.partial(_family_source, tuple(members), layout))
+
+
+def _family_source(members: tuple[FusedProgram, ...], layout: Layout) -> tuple[str, list[tuple[Any, str, list[Any]]]]:
+    names = [f"ember_ew{i}" for i in range(len(members))]
+    source, kept, argtypes = elementwise_sources(list(members), layout, names)
+    by_name = dict(zip(names, members))
+    return source, [(("ew", by_name[n], layout), n, types) for n, types in zip(kept, argtypes)]
 
 
 @functools.cache

@@ -35,7 +35,7 @@ _VECTOR_DTYPES = frozenset(["float32", "float64", "int32", "int64", "uint32", "u
 @dataclass(frozen=True)
 class Tiling:
     """Tile of C per work-group (tm x tn), k-step tk, block per work item (wm x wn); global load
-    vector width vw, work-item chunk (1 or 4) and double buffering db."""
+    vector width vw, work-item chunk (1 or 4), double buffering db and register prefetch rp."""
 
     tm: int
     tn: int
@@ -45,6 +45,7 @@ class Tiling:
     vw: int = 1
     chunk: int = 1
     db: bool = False
+    rp: bool = False
 
     @property
     def threads(self) -> tuple[int, int]:
@@ -57,7 +58,7 @@ class Tiling:
         return ok and self.tk % self.vw == 0 and self.tm % self.vw == 0 and self.tn % self.vw == 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in ("tm", "tn", "tk", "wm", "wn", "vw", "chunk", "db")}
+        return {f: getattr(self, f) for f in ("tm", "tn", "tk", "wm", "wn", "vw", "chunk", "db", "rp")}
 
 
 TILINGS = {
@@ -68,6 +69,10 @@ TILINGS = {
     "cpu": Tiling(64, 64, 16, 4, 4),
     "tiny": Tiling(16, 16, 16, 1, 1),
     "odd": Tiling(32, 64, 8, 4, 8, vw=2, chunk=4, db=True),
+    #: what fast NVIDIA SGEMMs use at 4096-8192: 128x128x8, 8x8 per item, float4 loads and local
+    #: reads, A transposed in local memory, two local buffers, the next slice prefetched to registers
+    "gpu_rp": Tiling(128, 128, 8, 8, 8, vw=4, chunk=4, db=True, rp=True),
+    "odd_rp": Tiling(32, 64, 8, 4, 8, vw=2, chunk=4, db=True, rp=True),
 }
 
 
@@ -101,14 +106,21 @@ class Gather:
     types: tuple[Any, ...] = ()
 
 
-def _loader(which: str, t: Tiling, acc: str, c: Any, kfast: bool, vw: int, gather: Gather | None) -> list[str]:
-    """Statements staging one tile of A (``which="A"``: As[k][m]) or B (Bs[k][n]) into ``buf``."""
+def _loader(
+    which: str, t: Tiling, acc: str, c: Any, kfast: bool, vw: int, gather: Gather | None, aligned: bool = False
+) -> tuple[list[str], list[str], list[str]]:
+    """Statements staging one tile of A (``which="A"``: As[k][m]) or B (Bs[k][n]) into ``buf``:
+    (declarations, fetch, put). Without ``t.rp`` fetch does it all (global straight to local); with
+    it, fetch reads global memory into registers ``p<which>_<i>_<e>`` and put stores them in local
+    memory, so the caller can compute in between. ``aligned``: vector loads through a vector
+    pointer (the host checked alignment), else ``vload``."""
     to = t.tm if which == "A" else t.tn
     lim = "M" if which == "A" else "N"
     base, o0 = ("a_base", "m0") if which == "A" else ("b_base", "n0")
     os_, ks = ("a_rs", "a_cs") if which == "A" else ("b_cs", "b_rs")
     rtn, rtm = t.threads
     threads = rtn * rtm
+    vw = 1 if gather is not None else vw
     units = to * t.tk // vw
     if kfast:
         per = t.tk // vw
@@ -118,36 +130,48 @@ def _loader(which: str, t: Tiling, acc: str, c: Any, kfast: bool, vw: int, gathe
         per = to // vw
         head = [f"const int k = l / {per}, o = (l % {per}) * {vw};"]
         slot = lambda e: f"{which}s[buf][k][o + {e}]"  # noqa: E731
-    lines = [f"for (int l = tid; l < {units}; l += {threads}) {{", *("  " + h for h in head)]
-    lines.append(f"  const IDX go = {o0} + o, gk = kb + k;")
-    if gather is not None:
-        lines += [f"  {acc} v = 0;", f"  if (go < {lim} && gk < K) {{", *("    " + s for s in gather.code), "  }"]
-        lines.append(f"  {slot(0)} = v;")
-        lines.append("}")
-        return lines
+    head.append(f"const IDX go = {o0} + o, gk = kb + k;")
 
-    def scalar(e: int) -> str:
-        g, k = ("go", f"gk + {e}") if kfast else (f"go + {e}", "gk")
-        val = c.load(which, f"{base} + ({g}) * {os_} + ({k}) * {ks}")
-        return f"{slot(e)} = ({g} < {lim} && {k} < K) ? ({acc}){val} : ({acc})0;"
+    def value(dst: Callable[[int], str]) -> list[str]:
+        """Statements setting ``dst(e)`` for e < vw from global memory (zero out of range)."""
+        if gather is not None:
+            return [f"{acc} v = 0;", f"if (go < {lim} && gk < K) {{", *("  " + s for s in gather.code), "}",
+                    f"{dst(0)} = v;"]  # fmt: skip
 
-    if vw == 1:
-        lines.append("  " + scalar(0))
-    else:
+        def scalar(e: int) -> str:
+            g, k = ("go", f"gk + {e}") if kfast else (f"go + {e}", "gk")
+            val = c.load(which, f"{base} + ({g}) * {os_} + ({k}) * {ks}")
+            return f"{dst(e)} = ({g} < {lim} && {k} < K) ? ({acc}){val} : ({acc})0;"
+
+        if vw == 1:
+            return [scalar(0)]
         V = f"{c.compute}{vw}"
         if kfast:
             cond, ptr = f"go < {lim} && gk + {vw} <= K", f"{which} + {base} + go * {os_} + gk"
         else:
             cond, ptr = f"go + {vw} <= {lim} && gk < K", f"{which} + {base} + go + gk * {ks}"
+        load = f"*(__global const {V}*)({ptr})" if aligned else f"vload{vw}(0, {ptr})"
         lanes = "0123456789abcdef"
-        lines.append(f"  if ({cond}) {{")
-        lines.append(f"    const {V} w = vload{vw}(0, {ptr});")
-        lines += [f"    {slot(e)} = w.s{lanes[e]};" for e in range(vw)]
-        lines.append("  } else {")
-        lines += ["    " + scalar(e) for e in range(vw)]
-        lines.append("  }")
-    lines.append("}")
-    return lines
+        out = [f"if ({cond}) {{", f"  const {V} w = {load};"]
+        out += [f"  {dst(e)} = w.s{lanes[e]};" for e in range(vw)]
+        out += ["} else {", *("  " + scalar(e) for e in range(vw)), "}"]
+        return out
+
+    if not t.rp:
+        lines = [f"for (int l = tid; l < {units}; l += {threads}) {{", *("  " + h for h in head)]
+        lines += ["  " + s for s in value(slot)]
+        return [], lines + ["}"], []
+    reg = lambda i: lambda e: f"p{which}_{i}_{e}"  # noqa: E731
+    n_it = -(-units // threads)
+    decl = [f"{acc} " + ", ".join(reg(i)(e) for i in range(n_it) for e in range(vw)) + ";"]
+    fetch, put = [], []
+    for i in range(n_it):
+        guard = f"if (l < {units}) " if (i + 1) * threads > units else ""
+        fetch += [f"{{ const int l = tid + {i * threads};", f"  {guard}{{", *("    " + h for h in head)]
+        fetch += ["    " + s for s in value(reg(i))] + ["  }", "}"]
+        put += [f"{{ const int l = tid + {i * threads};", f"  {guard}{{", *("    " + h for h in head[:-1])]
+        put += [f"    {slot(e)} = {reg(i)(e)};" for e in range(vw)] + ["  }", "}"]
+    return decl, fetch, put
 
 
 def gemm_source(
@@ -163,13 +187,16 @@ def gemm_source(
     b_gather: Gather | None = None,
     bias: bool = False,
     name: str = "ember_matmul",
+    aligned: tuple[bool, bool, bool] = (False, False, False),
 ) -> tuple[str, list[Any]]:
     """OpenCL C of one member of the tiled family, and its scalar argument types.
 
     Arguments: M, N, K, A + (off, row stride, col stride), B + (off, row, col), C (row-major,
     written), then per batch dim its extent and the A, B, C strides, then the gathers' params,
     then with ``bias`` a per-row vector R + (off, stride) added to C (row ``b_last * M + m``:
-    the output channel of a grouped convolution)."""
+    the output channel of a grouped convolution). ``aligned``: A's, B's vector loads and C's
+    float4 stores may go through vector pointers (their offsets and strides are multiples of the
+    width; the caller checked)."""
     c = ctype(dt)
     acc = _acc_type(dt)
     fma = c.kind == "f"
@@ -196,16 +223,16 @@ def gemm_source(
     batch = unravel("z", rb, "bsh", idx, "b")
     nbuf = 2 if t.db else 1
     align = 4 * (8 if acc in ("double", "long", "ulong") else 4)
-    load_a = _loader("A", t, acc, c, a_kfast, va, a_gather)
-    load_b = _loader("B", t, acc, c, not b_nfast, vb, b_gather)
+    decl_a, load_a, put_a = _loader("A", t, acc, c, a_kfast, va, a_gather, aligned[0])
+    decl_b, load_b, put_b = _loader("B", t, acc, c, not b_nfast, vb, b_gather, aligned[1])
     V = f"{acc}4"
 
     def reads(which: str, n_items: int, threads: int, lid: str, reg: str) -> list[str]:
         out = []
         for q in range(n_items // ch):
             col = f"({lid} + {q * threads}) * {ch}" if ch > 1 else f"{lid} + {q * threads}"
-            if ch == 4:
-                out.append(f"{{ const {V} w = vload4(0, &{which}s[buf][kk][{col}]);")
+            if ch == 4:  # rows are multiples of 4 long and the arrays aligned: one vector load
+                out.append(f"{{ const {V} w = *(__local const {V}*)&{which}s[buf][kk][{col}];")
                 out.append(" ".join(f"{reg}[{q * 4 + e}] = w.s{e};" for e in range(4)) + " }")
             else:
                 out.append(f"{reg}[{q}] = {which}s[buf][kk][{col}];")
@@ -224,7 +251,30 @@ def gemm_source(
         "  }",
         "}",
     ]
-    if t.db:
+    if t.rp:
+        put = put_a + put_b
+        loop = [
+            "int buf = 0;",
+            *decl_a,
+            *decl_b,
+            "{ const IDX kb = 0;",
+            *("  " + s for s in load_a + load_b + put),
+            "}",
+            "barrier(CLK_LOCAL_MEM_FENCE);",
+            f"for ({idx} k0 = 0; k0 < K; k0 += {t.tk}) {{",
+            f"  const bool more = k0 + {t.tk} < K;",
+            f"  if (more) {{ const IDX kb = k0 + {t.tk};",
+            *("    " + s for s in load_a + load_b),
+            "  }",
+            *("  " + s for s in compute),
+        ]
+        if t.db:  # the other buffer was last read before the previous barrier
+            loop += ["  if (more) {", "    buf ^= 1;", *("    " + s for s in put), "  }"]
+            loop += ["  barrier(CLK_LOCAL_MEM_FENCE);", "}"]
+        else:
+            loop += ["  barrier(CLK_LOCAL_MEM_FENCE);", "  if (more) {", *("    " + s for s in put), "  }"]
+            loop += ["  barrier(CLK_LOCAL_MEM_FENCE);", "}"]
+    elif t.db:
         loop = [
             "int buf = 0;",
             "{ const IDX kb = 0;",
@@ -273,7 +323,10 @@ def gemm_source(
             store.append(f"  {{ const {idx} n = n0 + (tx + {q * rtn}) * 4;")
             vals = [f"acc[{i}][{q * 4 + e}]{plus}" for e in range(4)]
             if vec_store:
-                store.append(f"    if (n + 4 <= N) vstore4(({V})({', '.join(vals)}), 0, C + c_base + m * N + n); else")
+                dst = f"*(__global {V}*)(C + c_base + m * N + n) = " if aligned[2] else ""
+                put4 = f"{dst}({V})({', '.join(vals)})"
+                put4 = put4 + ";" if aligned[2] else f"vstore4({put4}, 0, C + c_base + m * N + n);"
+                store.append(f"    if (n + 4 <= N) {put4} else")
             store.append("    {")
             for e in range(4):
                 store.append(f"      if (n + {e} < N) {{ {c.store('C', f'c_base + m * N + n + {e}', vals[e])} }}")
@@ -416,6 +469,14 @@ def choose(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
     return _pick(rt, M, N)
 
 
+def _aligned(dt: str, vw: int, offset: int, strides: list[int]) -> bool:
+    """Whether ``vw``-wide loads of a 4-byte ``dt`` at offset + multiples of ``strides`` are
+    ``vw``-aligned (buffers start 16-byte aligned: the pool's minimum), so a vector pointer is legal."""
+    if vw == 1 or NP_OF_C[ctype(dt).storage].itemsize != 4 or dt not in _VECTOR_DTYPES:
+        return False
+    return offset % vw == 0 and all(s % vw == 0 for s in strides)
+
+
 def _index_type(out: CLArray, views: list[CLArray]) -> str:
     ext = max([out.size] + [v.offset + sum(abs(s) * (d - 1) for d, s in zip(v.shape, v.strides)) for v in views])
     return "int" if ext < 2**31 - 2**20 else "long"
@@ -485,6 +546,13 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     vec_ok = dt in _VECTOR_DTYPES and t.vw > 1
     va = t.vw if vec_ok and (a_cs == 1 if a_kfast else a_rs == 1) else 1
     vb = t.vw if vec_ok and (b_rs == 1 if not b_nfast else b_cs == 1) else 1
+    al = _aligned(dt, va, av.offset, [a_rs if a_kfast else a_cs, *bsa])
+    bl = _aligned(dt, vb, bv.offset, [b_cs if not b_nfast else b_rs, *bsb])
+    aligned = (al, bl, _aligned(dt, 4, 0, [N, *bsc]))
     spec = (dt, t, len(bsh), idx, a_kfast, b_nfast, va, vb)
-    launch_tiled(rt, t, ("matmul", *spec), lambda: gemm_source(*spec), "ember_matmul", M, N, numel(batch), args)
+
+    def make() -> tuple[str, list[Any]]:
+        return gemm_source(*spec, aligned=aligned)
+
+    launch_tiled(rt, t, ("matmul", *spec, aligned), make, "ember_matmul", M, N, numel(batch), args)
     return out

@@ -22,7 +22,7 @@ from ember.views import collapse
 from .array import CLArray
 from .cltypes import ctype, literal, type_max, type_min
 from .codegen import preamble, unravel
-from .runtime import Runtime
+from .runtime import Family, Runtime
 
 __all__ = ["reduce", "cumsum", "reduce_layout"]
 
@@ -72,9 +72,19 @@ def _combine(op: str, acc: str, v: str, is_float: bool, ai: str = "", vi: str = 
 
 
 def _source(
-    op: str, src: str, dst: str, ro: int, ri: int, idx: str, group: int, idx_in: bool, write_idx: bool
+    op: str,
+    src: str,
+    dst: str,
+    ro: int,
+    ri: int,
+    idx: str,
+    group: int,
+    idx_in: bool,
+    write_idx: bool,
+    name: str = "ember_reduce",
+    with_preamble: bool = True,
 ) -> tuple[str, list[Any]]:
-    """Kernel ``ember_reduce``: ``group`` = work-group size (0: one work item per row)."""
+    """Kernel ``name``: ``group`` = work-group size (0: one work item per row)."""
     cin = ctype(src)
     acc_name = _acc_dtype(op, cin.dtype) if op not in _ARG else src
     cacc = ctype(acc_name)
@@ -114,7 +124,10 @@ def _source(
     if cacc.kind == "c" and op == "prod":  # complex: the pair product from the library (ember_opencl.complex)
         step = f"acc = ember_cmul_{A[:-1]}(acc, v);"
     ident = _identity(op, acc_name)
-    lines = [preamble({src, dst, acc_name}), "__kernel void ember_reduce(" + ", ".join(params) + ") {"]
+    lines = [
+        preamble({src, dst, acc_name}) if with_preamble else "",
+        f"__kernel void {name}(" + ", ".join(params) + ") {",
+    ]
     if group:
         lines += [
             f"  __local {A} s_acc[{group}];",
@@ -184,14 +197,39 @@ def _make(
     work-group of ``tree`` per row): the choice follows the shape, so a new batch size that
     flips it compiles nothing new. Returns the kernel ``group`` asks for (0: per row)."""
     row_src, types = _source(op, src, dst, ro, ri, idx, 0, *flags)
-    tree_src, tree_types = _source(op, src, dst, ro, ri, idx, tree, *flags)
-    # the second kernel's preamble repeats the first's: keep one copy of each line before it
-    _, _, tree_kernel = tree_src.partition("__kernel void ember_reduce(")
-    tree_kernel = "__kernel void ember_reduce_tree(" + tree_kernel
-    source = row_src + "\n" + tree_kernel
+    tree_src, tree_types = _source(op, src, dst, ro, ri, idx, tree, *flags, "ember_reduce_tree", False)
+    source = row_src + "\n" + tree_src
     if group:
         return source, "ember_reduce_tree", tree_types
     return source, "ember_reduce", types
+
+
+#: reductions compiled together (both launch shapes of each), at the first miss: pairs with one
+#: result dtype, which programs tend to use together (max and min of labels; sum and prod)
+_GROUPS = (("sum", "prod"), ("max", "min"), ("any", "all"), ("argmax", "argmin"))
+
+
+def _family(
+    op: str, src: str, dst: str, ro: int, ri: int, idx: str, tree: int, flags: tuple[bool, bool]
+) -> Family | None:
+    """The reductions of ``op``'s group over the same dtypes and layout, as one program."""
+    if as_dtype(src).kind == "c":  # complex: sum and prod only, each alone
+        return None
+    group = next(g for g in _GROUPS if op in g)
+
+    def make() -> tuple[str, list[tuple[Any, str, list[Any]]]]:
+        kernels: list[str] = []
+        members: list[tuple[Any, str, list[Any]]] = []
+        for o in group:
+            for g in (0, tree):
+                name = f"ember_{o}_{g}"
+                text, types = _source(o, src, dst, ro, ri, idx, g, *flags, name, False)
+                kernels.append(text)
+                members.append((("reduce", o, src, dst, ro, ri, idx, g, *flags), name, types))
+        acc = {_acc_dtype(o, as_dtype(src)) for o in group if o not in _ARG}
+        return preamble({src, dst, *acc}) + "\n".join(kernels), members
+
+    return Family(("reduce", group, src, dst, ro, ri, idx, tree, flags), make, after=0)
 
 
 def reduce_layout(
@@ -228,10 +266,11 @@ def _launch(
     span = a.offset + sum(abs(s) * (d - 1) for d, s in zip(osh + ish, ost + ist))
     idx = "int" if max(span, M * max(groups_per_row, 1), K) < 2**31 - 2**20 else "long"
     src, dst = a.dtype.name, out.dtype.name
-    key = ("reduce", op, src, dst, len(osh), len(ish), idx, group, in_idx is not None, out_idx is not None)
     flags = (in_idx is not None, out_idx is not None)
+    key = ("reduce", op, src, dst, len(osh), len(ish), idx, group, *flags)
     tree = _group_size(rt)
-    knl, wg = rt.kernel(key, lambda: _make(op, src, dst, len(osh), len(ish), idx, group, tree, *flags))
+    family = _family(op, src, dst, len(osh), len(ish), idx, tree, flags)
+    knl, wg = rt.kernel(key, lambda: _make(op, src, dst, len(osh), len(ish), idx, group, tree, *flags), family)
     chunk = -(-K // groups_per_row) if group else K
     args: list[Any] = [M, K, chunk, groups_per_row, out.buf]
     if out_idx is not None:

@@ -8,7 +8,8 @@ their platform reports them. ``Device("opencl:i")`` is pair ``i``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,9 +22,28 @@ from ember.shapes import numel
 from .array import CLArray
 from .cache import ProgramCache
 from .cltypes import ctype
-from .errors import DeviceMemoryError, driver_errors, no_platform_error, translate
+from .errors import DeviceMemoryError, KernelBuildError, driver_errors, no_platform_error, translate
 
-__all__ = ["device_list", "describe", "Runtime"]
+__all__ = ["device_list", "describe", "Runtime", "Family", "FAMILIES", "FAMILY_AFTER"]
+
+#: whether sibling kernels (the other ops of a kernel's group, same dtypes and layout) are built as
+#: one program (:class:`Family`); False: every kernel its own program, as before
+FAMILIES = True
+#: a group is built once this many of its kernels were built alone (0: at the first miss). PoCL: a
+#: build costs ~0.2 s whatever its size, but reading its binary back ~0.09 s per kernel, so a group of
+#: six pays when three or more are used (plugins/opencl/README.md, *Cold start*, has the measurements)
+FAMILY_AFTER = 1
+
+
+@dataclass(frozen=True)
+class Family:
+    """Sibling kernels compiled together: ``make()`` returns (source, [(kernel key, name, argtypes)]);
+    ``after`` overrides :data:`FAMILY_AFTER` (a pair of ops is worth building together at once)."""
+
+    key: Any
+    make: Callable[[], tuple[str, list[tuple[Any, str, list[Any]]]]] = field(compare=False)
+    after: int | None = None
+
 
 #: a grid-stride launch on a GPU is capped at this many work-groups per compute unit: W6 (2^26
 #: float32) through NVIDIA's OpenCL on the H200 ran 0.346 / 0.276 / 0.264 ms per kernel at 8 / 32 / 128
@@ -120,6 +140,10 @@ class Runtime:
         self.programs = ProgramCache(self.context, device, self.label)
         self.options = self._build_options(device)
         self._kernels: dict[Any, tuple[Any, int]] = {}
+        #: kernels a family program holds that nothing has asked for yet: key -> (program, name, argtypes)
+        self._members: dict[Any, tuple[Any, str, list[Any]]] = {}
+        #: per family: how many of its kernels were built alone so far (see :data:`FAMILY_AFTER`)
+        self._family_touches: dict[Any, int] = {}
 
     @staticmethod
     def _build_options(device: Any) -> str:
@@ -132,16 +156,25 @@ class Runtime:
         return " ".join(opts)
 
     # -- kernels ------------------------------------------------------------------------
-    def kernel(self, key: Any, make: Any) -> tuple[Any, int]:
+    def kernel(self, key: Any, make: Any, family: Family | None = None) -> tuple[Any, int]:
         """The compiled kernel for ``key``; ``make()`` returns (source, name, argtypes) on a miss.
 
-        Returns (kernel, preferred work-group size multiple).
+        ``family`` names the sibling kernels of ``key`` (see :class:`Family`): once
+        :data:`FAMILY_AFTER` of them were built alone, the next miss builds them all as one
+        program. Returns (kernel, preferred work-group size multiple).
         """
         found = self._kernels.get(key)
         if found is not None:
             return found
-        source, name, argtypes = make()
-        prg = self.programs.program(source, self.options)
+        member = self._members.pop(key, None)
+        if member is None:
+            source, name, argtypes = make()
+            if family is not None and FAMILIES and not self.programs.holds(source, self.options):
+                member = self._from_family(key, family)
+        if member is not None:
+            prg, name, argtypes = member
+        else:
+            prg = self.programs.program(source, self.options)
         with driver_errors(f"creating kernel {name}", self.label):
             knl = cl.Kernel(prg, name)
             knl.set_scalar_arg_dtypes(argtypes)
@@ -149,6 +182,27 @@ class Runtime:
         found = (knl, wg)
         self._kernels[key] = found
         return found
+
+    def _from_family(self, key: Any, family: Family) -> tuple[Any, str, list[Any]] | None:
+        """Build ``family`` as one program when its turn has come; None: build ``key`` alone."""
+        touches = self._family_touches.get(family.key, 0)
+        if touches < 0:  # built already (this key was not in it), or its build failed
+            return None
+        if touches < (FAMILY_AFTER if family.after is None else family.after):
+            self._family_touches[family.key] = touches + 1
+            return None
+        source, members = family.make()
+        if all(k != key for k, _, _ in members):
+            return None
+        self._family_touches[family.key] = -1
+        try:
+            prg = self.programs.program(source, self.options)
+        except KernelBuildError:  # a sibling this compiler rejects: each kernel builds alone, as before
+            return None
+        for k, name, argtypes in members:
+            if k not in self._kernels:
+                self._members[k] = (prg, name, argtypes)
+        return self._members.pop(key, None)
 
     def launch(self, knl: Any, gsize: Sequence[int], lsize: Sequence[int] | None, args: Sequence[Any]) -> None:
         try:  # (a plain try: this is the hot path of every op)

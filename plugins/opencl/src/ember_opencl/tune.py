@@ -28,27 +28,45 @@ from .cache import device_name
 from .matmul import Tiling, fits, matmul
 from .runtime import Runtime
 
-__all__ = ["shape_class", "candidates", "lookup", "record", "tune", "forget", "store_for", "main"]
+__all__ = ["LARGE", "shape_class", "candidates", "lookup", "record", "tune", "forget", "store_for", "main"]
 
-#: the family searched on GPUs: (tm, tn, tk, wm, wn, vw, chunk, db); `fits` drops what a device cannot run
+#: the family searched on GPUs: (tm, tn, tk, wm, wn, vw, chunk, db, rp); `fits` drops what a device
+#: cannot run. First (what a first-use tune within its budget reaches): the layouts fast NVIDIA
+#: SGEMMs use at 4096-8192 (128x128 tile, 8x8 or 8x16 per item, k-step 8/16, float4 loads and local
+#: reads, A transposed in local memory, register prefetch); :data:`LARGE` is the sweep's subset.
 _GPU_FAMILY = [
-    (128, 128, 16, 8, 8, 4, 1, False),
-    (128, 128, 8, 8, 8, 4, 1, False),
-    (128, 128, 16, 8, 8, 4, 4, False),
-    (128, 128, 16, 8, 8, 4, 4, True),
-    (128, 128, 8, 8, 8, 4, 4, True),
-    (128, 128, 32, 8, 8, 4, 4, False),
-    (128, 128, 16, 8, 4, 4, 4, True),
-    (128, 64, 16, 8, 8, 4, 4, True),
-    (64, 128, 16, 8, 8, 4, 4, True),
-    (128, 256, 8, 8, 8, 4, 4, True),
-    (256, 128, 8, 8, 8, 4, 4, True),
-    (64, 64, 16, 4, 4, 4, 1, False),
-    (64, 64, 16, 4, 4, 4, 4, True),
-    (64, 64, 32, 8, 8, 4, 4, True),
-    (32, 32, 16, 2, 2, 2, 1, False),
-    (16, 16, 16, 1, 1, 1, 1, False),
+    (128, 128, 8, 8, 8, 4, 4, True, True),
+    (128, 128, 16, 8, 8, 4, 4, True, True),
+    (128, 128, 8, 8, 8, 4, 4, False, True),
+    (128, 128, 16, 8, 8, 4, 4, False, True),
+    (128, 256, 8, 8, 16, 4, 4, True, True),
+    (256, 128, 8, 16, 8, 4, 4, True, True),
+    (128, 128, 8, 8, 16, 4, 4, True, True),
+    (128, 128, 32, 8, 8, 4, 4, False, True),
+    (128, 128, 16, 8, 4, 4, 4, True, True),
+    (128, 64, 8, 8, 8, 4, 4, True, True),
+    (64, 128, 8, 8, 8, 4, 4, True, True),
+    (128, 128, 16, 8, 8, 4, 1, False, False),
+    (128, 128, 8, 8, 8, 4, 1, False, False),
+    (128, 128, 16, 8, 8, 4, 4, False, False),
+    (128, 128, 16, 8, 8, 4, 4, True, False),
+    (128, 128, 8, 8, 8, 4, 4, True, False),
+    (128, 128, 32, 8, 8, 4, 4, False, False),
+    (128, 128, 16, 8, 4, 4, 4, True, False),
+    (128, 64, 16, 8, 8, 4, 4, True, False),
+    (64, 128, 16, 8, 8, 4, 4, True, False),
+    (128, 256, 8, 8, 8, 4, 4, True, False),
+    (256, 128, 8, 8, 8, 4, 4, True, False),
+    (64, 64, 16, 4, 4, 4, 1, False, False),
+    (64, 64, 16, 4, 4, 4, 4, True, False),
+    (64, 64, 16, 4, 4, 4, 4, True, True),
+    (64, 64, 32, 8, 8, 4, 4, True, False),
+    (32, 32, 16, 2, 2, 2, 1, False, False),
+    (16, 16, 16, 1, 1, 1, 1, False, False),
 ]
+#: the candidates the H200 sweep (benchmarks/gemm_sweep.py) times at 2048-8192: the new register-
+#: prefetch layouts, and the previous best (no prefetch) and default (chunk 1) to compare against
+LARGE = _GPU_FAMILY[:16]
 
 
 class _OpenCLTuner(GemmTuner[Runtime, Tiling]):
@@ -83,6 +101,10 @@ class _OpenCLTuner(GemmTuner[Runtime, Tiling]):
 
     def check_shape(self, c: Tiling) -> tuple[int, int, int]:
         return c.tm + 3, 37, c.tn + 5
+
+    def check_shapes(self, c: Tiling) -> list[tuple[int, int, int]]:
+        # unaligned rows (vload, scalar tails) and aligned ones (the vector-pointer kernel big GEMMs run)
+        return [self.check_shape(c), (c.tm + 4, 40, c.tn + 4)]
 
     def host_dtype(self, dt: str) -> np.dtype:
         return np.dtype(dt) if dt != "bfloat16" else np.dtype(np.float32)

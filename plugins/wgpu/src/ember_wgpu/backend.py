@@ -23,7 +23,7 @@ from ember.views import ViewMovement
 
 from . import adapters, quant
 from .handle import WgpuArray
-from .kernels import complex_matmul, conv, indexing, matmul, nn, pool, random, reduce, scan, sort
+from .kernels import complex_matmul, conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort
 from .kernels import elementwise as ew
 from .runtime import Runtime
 from .typemap import UNSUPPORTED
@@ -52,6 +52,8 @@ class WgpuBackend(ViewMovement, Backend):
     unsupported_dtype_reasons = dict(UNSUPPORTED)
     cheap_readback = False  # work is queued; index kernels read within bounds of the buffer
     fusion = True  # elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0: off)
+    #: a reduction of a deferred region runs in the region's kernel (kernels/fused_reduce.py)
+    fusion_reductions = fused_reduce.FUSION_REDUCTIONS
 
     def __init__(self, device: Any) -> None:
         super().__init__(device)
@@ -104,7 +106,10 @@ class WgpuBackend(ViewMovement, Backend):
 
     def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[WgpuArray]:
         """Run a fused region in one kernel: tensor operands broadcast to ``shape`` (strided views
-        allowed), Python numbers for scalar inputs; one new contiguous handle per output."""
+        allowed), Python numbers for scalar inputs; one new contiguous handle per output (then
+        the reduced value, when the program ends with a reduction)."""
+        if program.reduce is not None:
+            return fused_reduce.run_reduce(self.rt, program, operands, tuple(shape))
         return ew.run_program(self.rt, program, operands, tuple(shape))
 
     # -- transfer and creation -----------------------------------------------------------------

@@ -28,10 +28,25 @@ from . import adapters
 from .kernels.matmul import Config, fits, matmul
 from .runtime import Runtime
 
-__all__ = ["shape_class", "candidates", "lookup", "record", "tune", "forget", "store_for", "main"]
+__all__ = ["LARGE", "shape_class", "candidates", "lookup", "record", "tune", "forget", "store_for", "main"]
 
-#: the family searched: (bm, bn, bk, tm, tn, vec); `fits` drops what an adapter cannot run
+#: the family searched: (bm, bn, bk, tm, tn, vec, split, pf); `fits` drops what an adapter cannot
+#: run. First (what a first-use tune within its budget reaches): the layouts fast SGEMMs use at
+#: 4096-8192 (128x128 tile, 8x8 or 8x16 per thread, strided vec4 blocks, register prefetch into two
+#: shared buffers); :data:`LARGE` is the sweep's subset, with the previous "deep" and "large".
 _FAMILY = [
+    (128, 128, 8, 8, 8, True, True, True),
+    (128, 128, 16, 8, 8, True, True, True),
+    (128, 128, 8, 8, 8, True, True, False),
+    (128, 128, 16, 8, 8, True, True, False),
+    (128, 256, 8, 8, 16, True, True, True),
+    (256, 128, 8, 16, 8, True, True, True),
+    (128, 128, 8, 8, 16, True, True, True),
+    (64, 128, 8, 8, 8, True, True, True),
+    (128, 64, 8, 8, 8, True, True, True),
+    (128, 128, 16, 8, 4, True, True, True),
+    (128, 128, 32, 8, 8, True, True, False),
+    (64, 64, 16, 4, 4, True, True, True),
     (128, 128, 16, 8, 8, True),
     (128, 128, 8, 8, 8, True),
     (128, 128, 32, 8, 8, True),
@@ -47,6 +62,8 @@ _FAMILY = [
     (64, 64, 16, 4, 4, False),
     (32, 32, 16, 4, 4, True),
 ]
+#: the candidates the H200 sweep (benchmarks/gemm_sweep.py) times at 2048-8192
+LARGE = _FAMILY[:14]
 
 
 class _WgpuTuner(GemmTuner[Runtime, Config]):

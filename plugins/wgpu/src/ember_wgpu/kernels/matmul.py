@@ -12,6 +12,7 @@ is f32 for float dtypes, exact wrapping arithmetic for integers; 64-bit integers
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,8 @@ __all__ = ["matmul", "CONFIGS", "Config", "Gather", "fits", "choose", "tiled"]
 
 @dataclass(frozen=True)
 class Config:
-    """Tile of C per workgroup (bm x bn), k-step bk, block per thread (tm x tn), vec4 global loads."""
+    """Tile of C per workgroup (bm x bn), k-step bk, block per thread (tm x tn), vec4 global loads;
+    ``split``: strided 4-wide thread blocks, unrolled k, fma; ``pf``: register prefetch, two buffers."""
 
     bm: int
     bn: int
@@ -34,6 +36,8 @@ class Config:
     tm: int
     tn: int
     vec: bool = False
+    split: bool = False
+    pf: bool = False
 
     @property
     def threads(self) -> tuple[int, int]:
@@ -44,7 +48,7 @@ class Config:
         return ok and self.bk % 4 == 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in ("bm", "bn", "bk", "tm", "tn", "vec")}
+        return {f: getattr(self, f) for f in ("bm", "bn", "bk", "tm", "tn", "vec", "split", "pf")}
 
 
 #: named configs; "deep" halves the barriers of "large" where the adapter has the workgroup memory
@@ -54,12 +58,15 @@ CONFIGS = {
     "small": Config(64, 64, 16, 4, 4, True),
     "scalar": Config(64, 64, 16, 4, 4, False),
     "odd": Config(32, 64, 8, 4, 8, True),
+    #: the fast-SGEMM layout: 128x128x8, 8x8 per thread, vec4 loads, strided blocks, prefetch
+    "split_pf": Config(128, 128, 8, 8, 8, True, True, True),
+    "odd_split_pf": Config(32, 64, 8, 4, 8, True, True, True),
 }
 _MAX_Z = 65535
 
 
 def shared_bytes(c: Config) -> int:
-    return c.bk * (c.bm + 4 + c.bn + 4) * 4
+    return (2 if c.pf else 1) * c.bk * (c.bm + 4 + c.bn + 4) * 4
 
 
 def fits(rt: Runtime, c: Config) -> bool:
@@ -122,7 +129,11 @@ def _tiled(  # type: ignore[no-untyped-def]
     rows padded by 4, so a thread reads its TM rows and TN columns with TM/4 + TN/4 vec4 loads.
     ``a_mfast``/``b_kfast``: the operand is transposed in memory, so neighbouring threads load
     along M (for A) or K (for B) to keep reads coalesced. ``va``/``vb``: that operand is bound as
-    vec4s (its contiguous axis, offset and strides are multiples of 4) and loaded 4 at a time."""
+    vec4s (its contiguous axis, offset and strides are multiples of 4) and loaded 4 at a time.
+    ``cfg.split``: a thread's rows and columns are groups of 4 strided by the workgroup's extent
+    (neighbouring threads read neighbouring vec4s: no bank conflicts, coalesced stores), the k
+    loop unrolled, fma. ``cfg.pf``: two shared buffers, the next k-slice loaded into registers
+    while the current one is computed, one barrier per step."""
     bm, bn, bk, tm, tn = cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn
     wx, wy = cfg.threads
     nt = wx * wy
@@ -131,103 +142,158 @@ def _tiled(  # type: ignore[no-untyped-def]
     zero = {"f": "0.0", "i": "0i", "u": "0u"}[t.cls]
     params = _params(nb, gather.fields if gather else (), bias)
     pa, pb = bm + 4, bn + 4  # row lengths in scalars (multiples of 4)
+    na, nbv = bk * pa // 4, bk * pb // 4  # vec4s per shared buffer
+    sa, sb = ("sa + ", "sb + ") if cfg.pf else ("", "")
 
-    def unit_loop(units: int, body: str) -> str:
-        out = []
-        for e in range(ceil_div(units, nt)):
-            guard = f"if (idx < {units}u) " if (e + 1) * nt > units else ""
-            out.append(f"{{\n      let idx = t + {e * nt}u;\n      {guard}{{{body}\n      }}\n    }}")
-        return "\n    ".join(out)
-
+    # each operand: (index statements, element type of v, load statements setting v, store statements)
     # A tile (BM x BK) into As[k][m]
     if va and not a_mfast:  # rows contiguous along k: 4 k at one m
-        a_body = f"""
-        let r = idx / {bk // 4}u;
-        let c = (idx % {bk // 4}u) * 4u;
-        let gm = m0 + r;
-        let gk = k0 + c;
-        var v = {vt}({zero});
-        if (gm < P.m && gk < P.k) {{ v = A[(aoff + gm * P.sam + gk) / 4u]; }}
-        for (var e = 0u; e < 4u; e = e + 1u) {{ let s = (c + e) * {pa}u + r; As[s / 4u][s % 4u] = v[e]; }}"""
+        a_idx = f"let r = idx / {bk // 4}u; let c = (idx % {bk // 4}u) * 4u; let gm = m0 + r; let gk = kb + c;"
+        a_vt, a_load = vt, "if (gm < P.m && gk < P.k) { v = A[(aoff + gm * P.sam + gk) / 4u]; }"
+        a_put = (
+            f"for (var e = 0u; e < 4u; e = e + 1u) {{ let s = (c + e) * {pa}u + r; As[{sa}s / 4u][s % 4u] = v[e]; }}"
+        )
         a_units = bm * bk // 4
     elif va:  # columns contiguous along m: 4 m at one k
-        a_body = f"""
-        let r = (idx % {bm // 4}u) * 4u;
-        let c = idx / {bm // 4}u;
-        let gm = m0 + r;
-        let gk = k0 + c;
-        var v = {vt}({zero});
-        if (gm < P.m && gk < P.k) {{ v = A[(aoff + gm + gk * P.sak) / 4u]; }}
-        As[(c * {pa}u + r) / 4u] = v;"""
+        a_idx = f"let r = (idx % {bm // 4}u) * 4u; let c = idx / {bm // 4}u; let gm = m0 + r; let gk = kb + c;"
+        a_vt, a_load = vt, "if (gm < P.m && gk < P.k) { v = A[(aoff + gm + gk * P.sak) / 4u]; }"
+        a_put = f"As[{sa}(c * {pa}u + r) / 4u] = v;"
         a_units = bm * bk // 4
     else:
         a_map = (f"idx % {bm}u", f"idx / {bm}u") if a_mfast else (f"idx / {bk}u", f"idx % {bk}u")
-        a_body = f"""
-        let r = {a_map[0]};
-        let c = {a_map[1]};
-        let gm = m0 + r;
-        let gk = k0 + c;
-        var v = {zero};
-        if (gm < P.m && gk < P.k) {{ v = {t.load("A[aoff + gm * P.sam + gk * P.sak]")}; }}
-        let s = c * {pa}u + r;
-        As[s / 4u][s % 4u] = v;"""
+        a_idx = f"let r = {a_map[0]}; let c = {a_map[1]}; let gm = m0 + r; let gk = kb + c;"
+        a_vt, a_load = ct, f"if (gm < P.m && gk < P.k) {{ v = {t.load('A[aoff + gm * P.sam + gk * P.sak]')}; }}"
+        a_put = f"let s = c * {pa}u + r; As[{sa}s / 4u][s % 4u] = v;"
         a_units = bm * bk
     # B tile (BK x BN) into Bs[k][n]
     if vb and not b_kfast:  # rows contiguous along n: 4 n at one k
-        b_body = f"""
-        let r = idx / {bn // 4}u;
-        let c = (idx % {bn // 4}u) * 4u;
-        let gk = k0 + r;
-        let gn = n0 + c;
-        var v = {vt}({zero});
-        if (gk < P.k && gn < P.n) {{ v = B[(boff + gk * P.sbk + gn) / 4u]; }}
-        Bs[(r * {pb}u + c) / 4u] = v;"""
+        b_idx = f"let r = idx / {bn // 4}u; let c = (idx % {bn // 4}u) * 4u; let gk = kb + r; let gn = n0 + c;"
+        b_vt, b_load = vt, "if (gk < P.k && gn < P.n) { v = B[(boff + gk * P.sbk + gn) / 4u]; }"
+        b_put = f"Bs[{sb}(r * {pb}u + c) / 4u] = v;"
         b_units = bn * bk // 4
     elif vb:  # columns contiguous along k: 4 k at one n
-        b_body = f"""
-        let r = (idx % {bk // 4}u) * 4u;
-        let c = idx / {bk // 4}u;
-        let gk = k0 + r;
-        let gn = n0 + c;
-        var v = {vt}({zero});
-        if (gk < P.k && gn < P.n) {{ v = B[(boff + gk + gn * P.sbn) / 4u]; }}
-        for (var e = 0u; e < 4u; e = e + 1u) {{ let s = (r + e) * {pb}u + c; Bs[s / 4u][s % 4u] = v[e]; }}"""
+        b_idx = f"let r = (idx % {bk // 4}u) * 4u; let c = idx / {bk // 4}u; let gk = kb + r; let gn = n0 + c;"
+        b_vt, b_load = vt, "if (gk < P.k && gn < P.n) { v = B[(boff + gk + gn * P.sbn) / 4u]; }"
+        b_put = (
+            f"for (var e = 0u; e < 4u; e = e + 1u) {{ let s = (r + e) * {pb}u + c; Bs[{sb}s / 4u][s % 4u] = v[e]; }}"
+        )
         b_units = bn * bk // 4
     else:
         b_map = (f"idx % {bk}u", f"idx / {bk}u") if b_kfast else (f"idx / {bn}u", f"idx % {bn}u")
         b_read = gather.code if gather else f"v = {t.load('B[boff + gk * P.sbk + gn * P.sbn]')};"
-        b_body = f"""
-        let r = {b_map[0]};
-        let c = {b_map[1]};
-        let gk = k0 + r;
-        let gn = n0 + c;
-        var v = {zero};
-        if (gk < P.k && gn < P.n) {{ {b_read} }}
-        let s = r * {pb}u + c;
-        Bs[s / 4u][s % 4u] = v;"""
+        b_idx = f"let r = {b_map[0]}; let c = {b_map[1]}; let gk = kb + r; let gn = n0 + c;"
+        b_vt, b_load = ct, f"if (gk < P.k && gn < P.n) {{ {b_read} }}"
+        b_put = f"let s = r * {pb}u + c; Bs[{sb}s / 4u][s % 4u] = v;"
         b_units = bn * bk
+
+    def unit_loop(units: int, body: Callable[[int], str]) -> str:
+        out = []
+        for e in range(ceil_div(units, nt)):
+            guard = f"if (idx < {units}u) " if (e + 1) * nt > units else ""
+            out.append(f"{{\n      let idx = t + {e * nt}u;\n      {guard}{{\n        {body(e)}\n      }}\n    }}")
+        return "\n    ".join(out)
+
+    def zero_of(ty: str) -> str:
+        return f"{ty}({zero})" if ty == vt else zero
+
+    def direct(ix: str, ty: str, load: str, put: str) -> Callable[[int], str]:
+        return lambda e: f"{ix}\n        var v = {zero_of(ty)};\n        {load}\n        {put}"
+
+    def fetch(ix: str, ty: str, load: str, reg: str) -> Callable[[int], str]:
+        return lambda e: f"{ix}\n        var v = {zero_of(ty)};\n        {load}\n        {reg}{e} = v;"
+
+    def store(ix: str, put: str, reg: str) -> Callable[[int], str]:
+        return lambda e: f"{ix}\n        let v = {reg}{e};\n        {put}"
+
     qa, qb = tm // 4, tn // 4
+    split = cfg.split
     decl_acc = "\n    ".join(f"var acc{i}_{j} = {vt}({zero});" for i in range(tm) for j in range(qb))
-    inner = []
-    for q in range(qa):
-        inner.append(f"let a{q} = As[kk * {pa // 4}u + ly * {qa}u + {q}u];")
-    for q in range(qb):
-        inner.append(f"let b{q} = Bs[kk * {pb // 4}u + lx * {qb}u + {q}u];")
     lanes = "xyzw"
-    for i in range(tm):
-        a = f"a{i // 4}.{lanes[i % 4]}"
-        for j in range(qb):
-            inner.append(f"acc{i}_{j} = acc{i}_{j} + {a} * b{j};")
+
+    def step(kk: str) -> list[str]:
+        out = []
+        for q in range(qa):
+            col = f"ly + {q * wy}u" if split else f"ly * {qa}u + {q}u"
+            out.append(f"let a{q} = As[{sa}{kk} * {pa // 4}u + {col}];")
+        for q in range(qb):
+            col = f"lx + {q * wx}u" if split else f"lx * {qb}u + {q}u"
+            out.append(f"let b{q} = Bs[{sb}{kk} * {pb // 4}u + {col}];")
+        for i in range(tm):
+            a = f"a{i // 4}.{lanes[i % 4]}"
+            for j in range(qb):
+                if split and t.cls == "f":
+                    out.append(f"acc{i}_{j} = fma({vt}({a}), b{j}, acc{i}_{j});")
+                else:
+                    out.append(f"acc{i}_{j} = acc{i}_{j} + {a} * b{j};")
+        return out
+
+    if split:  # unrolled: every shared-memory index a constant offset
+        inner = []
+        for kk in range(bk):
+            inner.append("{")
+            inner += ["  " + s for s in step(f"{kk}u")]
+            inner.append("}")
+        compute = "\n      ".join(inner)
+    else:
+        compute = (
+            f"for (var kk = 0u; kk < {bk}u; kk = kk + 1u) {{\n        " + "\n        ".join(step("kk")) + "\n      }"
+        )
     stores = []
     for i in range(tm):
-        row = f"m0 + ly * {tm}u + {i}u"
+        row = f"m0 + (ly + {(i // 4) * wy}u) * 4u + {i % 4}u" if split else f"m0 + ly * {tm}u + {i}u"
         if bias:
             stores.append(f"let rb{i} = {t.load(f'R[P.r_off + (grp * P.m + min({row}, P.m - 1u)) * P.r_s]')};")
         for j in range(tn):
             v = f"acc{i}_{j // 4}.{lanes[j % 4]}" + (f" + rb{i}" if bias else "")
             v = tout.wrap(v) if tout.narrow else v
-            col = f"n0 + lx * {tn}u + {j}u"
+            col = f"n0 + (lx + {(j // 4) * wx}u) * 4u + {j % 4}u" if split else f"n0 + lx * {tn}u + {j}u"
             stores.append(f"if ({row} < P.m && {col} < P.n) {{ C[cbase + ({row}) * P.n + {col}] = {tout.store(v)}; }}")
+    if cfg.pf:
+        n_a, n_b = ceil_div(a_units, nt), ceil_div(b_units, nt)
+        regs = [f"var pra{e}: {a_vt};" for e in range(n_a)] + [f"var prb{e}: {b_vt};" for e in range(n_b)]
+        get = unit_loop(a_units, fetch(a_idx, a_vt, a_load, "pra")) + "\n    "
+        get += unit_loop(b_units, fetch(b_idx, b_vt, b_load, "prb"))
+        put = unit_loop(a_units, store(a_idx, a_put, "pra")) + "\n    " + unit_loop(b_units, store(b_idx, b_put, "prb"))
+        loop = f"""var buf = 0u;
+    {chr(10).join("    " + r for r in regs).strip()}
+    {{
+    let kb = 0u;
+    let sa = 0u;
+    let sb = 0u;
+    {get}
+    {put}
+    }}
+    workgroupBarrier();
+    for (var k0 = 0u; k0 < P.k; k0 = k0 + {bk}u) {{
+      let more = k0 + {bk}u < P.k;
+      if (more) {{
+    let kb = k0 + {bk}u;
+    {get}
+      }}
+      {{
+      let sa = buf * {na}u;
+      let sb = buf * {nbv}u;
+      {compute}
+      }}
+      if (more) {{
+    buf = buf ^ 1u;
+    let kb = k0 + {bk}u;
+    let sa = buf * {na}u;
+    let sb = buf * {nbv}u;
+    {put}
+      }}
+      workgroupBarrier();
+    }}"""
+    else:
+        loop = f"""for (var k0 = 0u; k0 < P.k; k0 = k0 + {bk}u) {{
+    let kb = k0;
+    {unit_loop(a_units, direct(a_idx, a_vt, a_load, a_put))}
+    {unit_loop(b_units, direct(b_idx, b_vt, b_load, b_put))}
+      workgroupBarrier();
+      {compute}
+      workgroupBarrier();
+    }}"""
+    nbuf = 2 if cfg.pf else 1
     a_elem = vt if va else t.storage
     b_elem = vt if vb else t.storage
     body = f"""{header(f16)}
@@ -235,8 +301,8 @@ def _tiled(  # type: ignore[no-untyped-def]
 @group(0) @binding(2) var<storage, read> B: array<{b_elem}>;
 @group(0) @binding(3) var<storage, read_write> C: array<{tout.storage}>;
 {f"@group(0) @binding(4) var<storage, read> R: array<{t.storage}>;" if bias else ""}
-var<workgroup> As: array<{vt}, {bk * pa // 4}>;
-var<workgroup> Bs: array<{vt}, {bk * pb // 4}>;
+var<workgroup> As: array<{vt}, {nbuf * na}>;
+var<workgroup> Bs: array<{vt}, {nbuf * nbv}>;
 @compute @workgroup_size({wx}, {wy})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
         @builtin(local_invocation_index) t: u32, @builtin(num_workgroups) nw: vec3<u32>) {{
@@ -249,15 +315,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let cbase = z * P.m * P.n;
     {"let grp = c" + str(nb - 1) + ";" if bias else ""}
     {decl_acc}
-    for (var k0 = 0u; k0 < P.k; k0 = k0 + {bk}u) {{
-    {unit_loop(a_units, a_body)}
-    {unit_loop(b_units, b_body)}
-      workgroupBarrier();
-      for (var kk = 0u; kk < {bk}u; kk = kk + 1u) {{
-        {chr(10).join("        " + line for line in inner).strip()}
-      }}
-      workgroupBarrier();
-    }}
+    {loop}
     {chr(10).join("    " + s for s in stores).strip()}
   }}
 }}"""

@@ -1,0 +1,213 @@
+"""Time to the first W2 training step of a new process, cold and warm, with the program cache's counters.
+
+    python -m benchmarks.cold_start --device opencl:0            # CPU sizes (batch 128, hidden 1024)
+    python -m benchmarks.cold_start --device opencl:0 --gpu      # GPU sizes (batch and hidden 4096)
+    python -m pytest -p benchmarks.cold_start --pyargs ember_conformance --ember-device=opencl:0 -k ...
+    python -m benchmarks.cold_start --device opencl:0 --probe    # build cost by program size, threads
+
+The first form runs three child processes over one temporary cache folder: ``cold`` (ember's
+kernel cache and the driver's own caches empty), ``warm`` (both kept from the cold run) and
+``warm-ember`` (ember's cache kept, the driver's emptied: PoCL's kernel cache, NVIDIA's
+compute cache). Each child prints one JSON line: seconds for ``import ember``, opening the
+device, the first step (to the loss on the host), the second step, and the program cache's
+counters after the first step (``builds``, ``disk_loads``, ``build_s``, ``binary_s``,
+``load_s``). As a pytest plugin (``-p benchmarks.cold_start``) it prints the same counters for
+the device under test when the session ends, and writes them to ``--cold-start-json FILE``.
+"""
+
+from __future__ import annotations
+
+import time
+
+T0 = time.perf_counter()  # before importing ember: the first-step clock starts here
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from typing import Any  # noqa: E402
+
+SIZES = {"cpu": {"batch": 128, "hidden": 1024}, "gpu": {"batch": 4096, "hidden": 4096}}
+RUNS = ("cold", "warm", "warm-ember")
+
+
+def _program_stats(device: Any) -> dict[str, Any]:
+    """The OpenCL program cache's counters (``{}`` on a backend without them), seconds rounded."""
+    stats = device.memory_stats().get("extra", {}).get("kernel_cache", {})
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in stats.items() if k != "disk"}
+
+
+def _family_after(value: int | None) -> None:
+    """Set ``ember_opencl.runtime.FAMILY_AFTER`` (when sibling kernels are built as one program;
+    negative: never, ``FAMILIES = False``)."""
+    if value is not None:
+        from ember_opencl import runtime
+
+        runtime.FAMILIES = value >= 0
+        runtime.FAMILY_AFTER = max(value, 0)
+
+
+def child(spec: str, size: str, family_after: int | None) -> None:
+    """One new process: import, open the device, two W2 steps; prints one JSON line."""
+    import ember as em
+
+    _family_after(family_after)
+    t_import = time.perf_counter()
+    dev = em.Device(spec)
+    dev.synchronize()  # creates the backend (context, queue) now, not inside the first step
+    t_open = time.perf_counter()
+    from benchmarks import w2_mlp
+
+    case = w2_mlp.ember(dev, SIZES[size])
+    dev.synchronize()
+    t_inputs = time.perf_counter()
+    loss = case.step()
+    value = float(loss.item())
+    t_first = time.perf_counter()
+    first_stats = _program_stats(dev)
+    case.step().item()
+    t_second = time.perf_counter()
+    out = {
+        "import_s": t_import - T0,
+        "open_s": t_open - t_import,
+        "inputs_s": t_inputs - t_open,
+        "first_step_s": t_first - t_inputs,
+        "second_step_s": t_second - t_first,
+        "first_result_s": t_first - T0,
+    }
+    out = {k: round(v, 3) for k, v in out.items()}
+    print(json.dumps({**out, "loss": value, **first_stats}), flush=True)
+
+
+def probe(spec: str) -> None:
+    """What one build costs on this driver: programs of 1, 4, 8 and 16 kernels (the unary float32
+    ops), built from source, read back as a binary and loaded from it; then 8 one-kernel programs
+    built one after another and in 8 threads. One JSON line per measurement."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyopencl as cl
+
+    import ember as em
+    from ember_opencl.codegen import Layout, elementwise_sources
+    from ember_opencl.elementwise import UNARY_GROUPS, unary_program
+
+    rt = em.Device(spec).backend.rt
+    ops = [op for group in UNARY_GROUPS[2:6] for op in group][:16]
+    layout = Layout(1, ("c",), ("c",), grid_stride=not rt.is_cpu)
+    tag = [int(time.time())]
+
+    def build(names: list[str]) -> tuple[Any, float]:
+        source, _, _ = elementwise_sources([unary_program(op, "float32", "float32") for op in names], layout, names)
+        tag[0] += 1  # a build option of its own: the driver's own cache cannot answer
+        start = time.perf_counter()
+        prg = cl.Program(rt.context, source).build(options=f"{rt.options} -D EMBER_PROBE={tag[0]}", devices=[rt.device])
+        return prg, time.perf_counter() - start
+
+    build(ops[:1])  # the compiler's first use in the process
+    for n in (1, 4, 8, 16):
+        prg, built = build(ops[:n])
+        start = time.perf_counter()
+        (binary,) = prg.get_info(cl.program_info.BINARIES)
+        read = time.perf_counter() - start
+        start = time.perf_counter()
+        cl.Program(rt.context, [rt.device], [binary]).build(devices=[rt.device])
+        loaded = time.perf_counter() - start
+        row = {"kernels": n, "build_s": built, "binary_s": read, "load_s": loaded, "binary_bytes": len(binary)}
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    singles = [[op] for op in ops[:8]]
+    start = time.perf_counter()
+    for names in singles:
+        build(names)
+    serial = time.perf_counter() - start
+    start = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(build, singles))
+    threaded = time.perf_counter() - start
+    print(json.dumps({"builds": 8, "serial_s": round(serial, 3), "threads_8_s": round(threaded, 3)}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="opencl:0")
+    ap.add_argument("--gpu", action="store_true", help="GPU sizes (batch and hidden 4096)")
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"which of {', '.join(RUNS)} to run, in order")
+    ap.add_argument(
+        "--family-after", type=int, default=None, help="set ember_opencl.runtime.FAMILY_AFTER (-1: no families)"
+    )
+    ap.add_argument("--probe", action="store_true", help="time builds by program size and in threads instead")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    size = "gpu" if args.gpu else "cpu"
+    if args.probe:
+        probe(args.device)
+        return
+    if args.child:
+        child(args.device, size, args.family_after)
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in args.runs.split(","):
+            if run not in RUNS:
+                sys.exit(f"--runs: unknown run {run!r}; choose from {', '.join(RUNS)}")
+            env = dict(os.environ, EMBER_CACHE_DIR=os.path.join(tmp, "ember"), PYTHONPATH=_pythonpath(root))
+            driver = os.path.join(tmp, "driver-" + ("fresh" if run == "warm-ember" else "kept"))
+            if run in ("cold", "warm-ember"):
+                subprocess.run(["rm", "-rf", driver], check=True)
+            if run == "cold":
+                subprocess.run(["rm", "-rf", env["EMBER_CACHE_DIR"]], check=True)
+            env.update(POCL_CACHE_DIR=os.path.join(driver, "pocl"), CUDA_CACHE_PATH=os.path.join(driver, "nv"))
+            cmd = [sys.executable, "-m", "benchmarks.cold_start", "--device", args.device, "--child"]
+            cmd += ["--gpu"] if args.gpu else []
+            cmd += [] if args.family_after is None else ["--family-after", str(args.family_after)]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
+            if done.returncode:
+                sys.exit(f"{run} run failed:\n{done.stderr[-4000:]}")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            print(json.dumps({"run": run, "device": args.device, "size": size, **result}), flush=True)
+
+
+def _pythonpath(root: str) -> str:
+    """The child's PYTHONPATH: the caller's, with the repository root first (for ``benchmarks``)."""
+    parts = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(parts)
+
+
+# -- as a pytest plugin: the program cache's counters for the device under test ------------------
+def pytest_addoption(parser: Any) -> None:
+    parser.addoption("--cold-start-json", default=None, help="write the program cache's counters to this file")
+    parser.addoption(
+        "--family-after", type=int, default=None, help="set ember_opencl.runtime.FAMILY_AFTER (-1: no families)"
+    )
+
+
+def pytest_configure(config: Any) -> None:
+    _family_after(config.getoption("--family-after"))
+
+
+def pytest_sessionfinish(session: Any) -> None:
+    spec = session.config.getoption("--ember-device", default=None)
+    if not spec:
+        return
+    import ember as em
+    from ember_opencl import runtime
+
+    stats = {
+        "device": spec,
+        "family_after": runtime.FAMILY_AFTER if runtime.FAMILIES else -1,
+        "wall_s": round(time.perf_counter() - T0, 1),
+        **_program_stats(em.Device(spec)),
+    }
+    line = json.dumps(stats)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"program cache: {line}")
+    where = session.config.getoption("--cold-start-json")
+    if where:
+        with open(where, "w", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
