@@ -62,6 +62,9 @@ def run_ember(module: ModuleType, device: Any, size: dict[str, int], strategy: s
     dev = em.Device(device, memory=strategy)
     _settle(dev)
     base = dev.memory_stats()
+    # adaptive's step plan: blocks served from its arena, plans dropped, plans refused
+    plan_keys = ("planned", "plan_drops", "plan_refusals")
+    plan0 = {k: sum(getattr(p, k, 0) for p in _pools(dev)) for k in plan_keys}
     case = module.ember(dev, size)
     times = []
     for _ in range(steps):
@@ -71,6 +74,7 @@ def run_ember(module: ModuleType, device: Any, size: dict[str, int], strategy: s
         times.append(time.perf_counter() - start)
         del out
     stats = dev.memory_stats()
+    plan = {k: sum(getattr(p, k, 0) for p in _pools(dev)) - plan0[k] for k in plan_keys}
     del case
     gc.collect()
     dev.synchronize()
@@ -83,6 +87,7 @@ def run_ember(module: ModuleType, device: Any, size: dict[str, int], strategy: s
         "frees": stats["frees"] - (base["frees"] or 0),
         "median_step_s": statistics.median(times[1:] or times),
         "first_step_s": times[0],
+        **plan,
     }
 
 

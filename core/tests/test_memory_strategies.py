@@ -450,7 +450,8 @@ def test_pages_cut_driver_calls_on_a_recorded_trace(name):
         assert pool.misses < plain.misses / 2, (pool.misses, plain.misses)
         assert pool.peak_reserved <= 1.05 * pool.peak_in_use and pool.peak_reserved < static.peak_reserved
     else:  # W4's trace peaks at 0.2 MiB: below 800 KiB no page fits in the headroom, nothing is carved
-        assert pool.carved == 0 and pool.peak_reserved == plain.peak_reserved
+        # (its repeating step is planned into one arena from the third step on: ember.memory.plan)
+        assert pool.carved == 0 and pool.peak_reserved <= 1.05 * pool.peak_in_use
     pool.empty()
     assert dev.live == {}
 

@@ -95,6 +95,20 @@ class _FreeLists(Generic[Raw]):
             return
         raw, have, counted = entry
         self.in_use -= counted
+        planned = self._planned_of
+        if planned:  # a step plan's block: its range of the arena is free again (no driver call)
+            got = planned.pop(token, None)
+            if got is not None:
+                arena, r = got
+                arena.live &= ~(1 << r)
+                arena.count -= 1
+                if not arena.count and arena is not self._arena:
+                    self._retire_arena(arena)
+                return
+        if self._learn:  # when it died, in requests: the lifetime a step plan places it by
+            i = token - self._base
+            if 0 <= i < len(self._freed):
+                self._freed[i] = self._next_token
         if have != counted:
             self._slack -= have - counted
         limit = self.cache_limit
@@ -151,7 +165,16 @@ class _FreeLists(Generic[Raw]):
         return len(doomed)
 
     def empty(self) -> int:
-        """Release every free buffer (now, or at the next :meth:`trim` with ``defer_release``); returns how many."""
+        """Release every free buffer (now, or at the next :meth:`trim` with ``defer_release``), and a step
+        plan's arena if none of its blocks is alive (the pool plans again); returns how many."""
+        count = self._empty_free()
+        if self._arena is not None and not self._arena.count:
+            self._plan_reset()
+            count += 1
+        return count
+
+    def _empty_free(self) -> int:
+        """Release every free buffer and empty page (not a plan's arena); returns how many."""
         count = 0
         free, self._free = self._free, {}
         self.cached = 0

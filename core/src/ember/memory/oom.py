@@ -18,6 +18,9 @@ class _Allocation(Generic[Raw]):
             raw = self._allocate(size)
         except MemoryError as first:
             freed = self.cached + sum(s for _, s in self._doomed) + sum(p.size for p in self._pages if not p.used)
+            arena = self._arena  # a step plan's arena none of whose blocks is alive goes with empty()
+            if arena is not None and not arena.count:
+                freed += arena.size
             if not freed:  # nothing cached to give back: retrying cannot help
                 raise self._out_of_memory(size, 0, first) from first
             if self.on_pressure is not None:

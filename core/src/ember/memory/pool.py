@@ -7,7 +7,6 @@ Its parts by concern: the free lists (:mod:`.freelists`), pages and sub-allocati
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Generic
@@ -17,6 +16,7 @@ from ..errors import InvalidArgumentError
 from .freelists import _FreeLists
 from .oom import _Allocation
 from .pages import _Pages
+from .plan import _Arena, _Planner
 from .registry import _add_pool, device_strategy
 from .stats import _Counters
 from .strategies import (
@@ -59,7 +59,7 @@ class Block(Generic[Raw]):
         return f"<Block {self.nbytes} bytes>"
 
 
-class BufferPool(_FreeLists[Raw], _Pages[Raw], _Allocation[Raw], _Counters, Generic[Raw]):
+class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], _Counters, Generic[Raw]):
     """Free lists of raw device buffers keyed by size, run by one strategy, with the counters of :class:`PoolStats`.
 
     ``allocate(nbytes)`` must raise :class:`MemoryError` (or a subclass) when the device is
@@ -103,7 +103,7 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Allocation[Raw], _Counters, Gene
         # is never garbage itself, so when a block dies inside a reference cycle the collector cannot
         # free the buffer while the pool takes it back
         self._live: dict[int, tuple[Raw, int, int]] = {}
-        self._tokens = itertools.count()
+        self._next_token = 0  # the token of the next block handed out: one per acquire
         self.reserved = 0
         self.in_use = 0
         self.cached = 0
@@ -132,6 +132,17 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Allocation[Raw], _Counters, Gene
         self._pages: list[_Page[Raw]] = []
         self._where: dict[int, tuple[_Page[Raw], int, int]] = {}  # id(view) -> (its page, offset, length)
         self.carved = 0  # blocks carved out of pages (requests served without a driver call)
+        # the step plan (adaptive with sub-allocation, .plan): the arena its blocks are carved from,
+        # arenas of dropped plans whose blocks still live, and the planned blocks by token
+        self._arena: _Arena[Raw] | None = None
+        self._retired: list[_Arena[Raw]] = []
+        self._planned_of: dict[int, tuple[_Arena[Raw], int]] = {}
+        self._learn = False
+        self.planned = 0  # blocks served from a plan's arena
+        self.plan_misses = 0  # planned requests whose range was still held (served another way)
+        self.plan_drops = 0  # plans dropped because the program asked for other sizes
+        self.plan_refusals = 0  # plans not made: the arena beside the blocks outside it would pass the headroom
+        self._plan_reset()
         self.strategy = ""
         self._keep = True
         self._fine = False
@@ -145,7 +156,9 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Allocation[Raw], _Counters, Gene
         if name == self.strategy:
             return
         self.empty()
+        self._plan_reset()
         self.strategy = name
+        self._learn = name == "adaptive" and self._sub is not None  # record requests to plan a step
         self._keep = name != "exclusive"  # cache freed buffers
         self._fine = name != "static"  # round finely (else the size-class ladder)
         self._high = self.in_use
@@ -162,6 +175,30 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Allocation[Raw], _Counters, Gene
             if self.max_class is not None and size > self.max_class >= nbytes:
                 size = -(-max(nbytes, 1) // 16) * 16
         clock = self._clock = self._clock + 1
+        token = self._next_token
+        self._next_token = token + 1
+        if self._learn:
+            plan = self._plan
+            if plan is None:
+                self._record(size, token)
+            elif avoid is None:
+                r = self._ppos
+                arena = self._arena
+                # a step plan's common case, inline: the planned size, past the lap's start, its range free
+                if r and plan.sizes[r] == size and arena is not None and not arena.live & plan.masks[r]:
+                    view = arena.views[r]
+                    if view is not None:
+                        self._ppos = r + 1 if r + 1 < plan.period else 0
+                        arena.live |= 1 << r
+                        arena.count += 1
+                        self._planned_of[token] = (arena, r)
+                        self.planned += 1
+                        self.hits += 1
+                        return self._hand_out(view, size, size, token)
+                raw = self._plan_acquire(size, token)
+                if raw is not None:
+                    self.hits += 1
+                    return self._hand_out(raw, size, size, token)
         bucket = self._free.get(size) if avoid is None else None
         if bucket:
             raw = bucket.pop()
@@ -174,14 +211,23 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Allocation[Raw], _Counters, Gene
             have = size
         else:
             raw, have = self._miss(size, avoid)
-        in_use = self.in_use = self.in_use + size
+        in_use = self.in_use = self.in_use + size  # _hand_out, inline: this is the hot path
         if in_use > self.peak_in_use:
             self.peak_in_use = in_use
         if in_use > self._high:
             self._high = in_use
         if clock >= self._next_scan:
             self._release_idle()
-        token = next(self._tokens)
+        self._live[token] = (raw, have, size)
+        return Block(raw, have, self, token)
+
+    def _hand_out(self, raw: Raw, have: int, size: int, token: int) -> Block[Raw]:
+        """Count ``size`` in use and wrap ``raw`` (``have`` bytes) in the block of ``token``."""
+        in_use = self.in_use = self.in_use + size
+        if in_use > self.peak_in_use:
+            self.peak_in_use = in_use
+        if in_use > self._high:
+            self._high = in_use
         self._live[token] = (raw, have, size)
         return Block(raw, have, self, token)
 

@@ -1,0 +1,322 @@
+"""adaptive's step plan (where the backend can address an offset in a buffer): a training loop asks
+for the same sizes in the same order every step, and frees them at the same points. The pool
+records the sizes it is asked for and when each block dies; once the last period of requests
+repeats the one before it (two identical steps), it places every block of a step that dies within
+the step at an offset of one driver buffer, the *arena*, by the lifetimes it saw (largest first,
+each at the lowest offset free over its lifetime), and from then on hands each request of the
+step its planned range of the arena: no driver call, and reserved is the plan's extent, which is
+the step's peak in use (blocks that outlive a step keep the pool's other paths).
+
+The switch-over stays within adaptive's headroom: the plan starts at the position of the step where
+least is in use (the blocks of the step before it, in other buffers, weigh least while the arena
+waits for them), and is made only if the arena plus the most the period holds outside it fits
+``1 + HEADROOM`` times the peak in use; else the pool keeps its ordinary paths and looks again
+after 8 more periods.
+
+A request whose size is not the planned one means the program changed: the plan is dropped (the
+arena goes once its blocks are dead) and the pool records again. A planned range still held by a
+block kept longer than it was last time is not handed out twice: that request takes the pool's
+other paths.
+"""
+
+from __future__ import annotations
+
+from typing import Generic
+
+from .strategies import HEADROOM, Raw
+
+#: the longest step (in requests) the pool plans for, and the shortest it takes for one
+MAX_PERIOD = 2048
+MIN_PERIOD = 8
+
+
+class _Plan:
+    """A placement of one period of requests: per position, its size and (planned blocks) its offset,
+    its length, and the positions whose ranges overlap it; ``extent`` is the arena's size."""
+
+    __slots__ = ("period", "sizes", "offsets", "lengths", "lives", "overlaps", "masks", "extent", "planned")
+
+    def __init__(self, sizes: list[int], lifetimes: list[int | None], alignment: int) -> None:
+        p = self.period = len(sizes)
+        self.sizes = sizes
+        self.lives = [life or 0 for life in lifetimes]
+        self.lengths = [-(-s // alignment) * alignment for s in sizes]
+        self.offsets: list[int | None] = [None] * p
+        placed: list[tuple[int, int, int, int]] = []  # (start, lifetime, offset, end)
+        extent = 0
+        order = sorted((j for j in range(p) if lifetimes[j] is not None), key=lambda j: (-self.lengths[j], j))
+        for j in order:
+            life = lifetimes[j] or 0
+            n = self.lengths[j]
+            busy = sorted(
+                (o, e) for (s, life2, o, e) in placed if (s - j) % p < life or (j - s) % p < life2
+            )  # the ranges of blocks alive at some point of this block's lifetime (positions mod p)
+            offset = 0
+            for lo, hi in busy:
+                if offset + n <= lo:
+                    break
+                offset = max(offset, hi)
+            placed.append((j, life, offset, offset + n))
+            self.offsets[j] = offset
+            extent = max(extent, offset + n)
+        self.extent = extent
+        self.planned = len(order)
+        self.overlaps: list[tuple[int, ...]] = [()] * p
+        spans = [(self.offsets[j], self.offsets[j] + self.lengths[j], j) for j in order]  # type: ignore[operator]
+        spans.sort()
+        for a, (lo, hi, j) in enumerate(spans):
+            near = []
+            for lo2, _hi2, i in spans[a + 1 :]:
+                if lo2 >= hi:
+                    break
+                near.append(i)
+            for _lo2, hi2, i in spans[:a]:
+                if hi2 > lo:
+                    near.append(i)
+            self.overlaps[j] = tuple(near)
+        # per position, the bit of itself and of every position whose range overlaps it: one AND with the
+        # arena's live bits says whether the range is free (the hot path: no loop over the overlaps)
+        self.masks = [0] * p
+        for j in order:
+            mask = 1 << j
+            for i in self.overlaps[j]:
+                mask |= 1 << i
+            self.masks[j] = mask
+
+
+def make_plan(sizes: list[int], lifetimes: list[int | None], alignment: int) -> _Plan:
+    """The placement of one period: ``sizes[j]`` asked at position j, dead ``lifetimes[j]`` requests
+    later (None: it outlives the period, not planned)."""
+    return _Plan(sizes, lifetimes, alignment)
+
+
+def rotate(sizes: list[int], lifetimes: list[int | None], phase: int) -> tuple[list[int], list[int | None]]:
+    """The period seen from position ``phase`` on."""
+    return sizes[phase:] + sizes[:phase], lifetimes[phase:] + lifetimes[:phase]
+
+
+def quietest(sizes: list[int], lifetimes: list[int | None]) -> int:
+    """The position where the planned blocks alive (those that started before it) weigh least: the
+    plan starts there, so the blocks of the step before it, held in other buffers, are fewest."""
+    p = len(sizes)
+    delta = [0] * (p + 1)
+    for j, life in enumerate(lifetimes):
+        if life is None:
+            continue
+        end = j + life
+        delta[j] += sizes[j]
+        if end <= p:
+            delta[end] -= sizes[j]
+        else:
+            delta[p] -= sizes[j]
+            delta[0] += sizes[j]
+            delta[end - p] -= sizes[j]
+    best, best_load, load = 0, None, 0
+    for j in range(p):
+        load += delta[j]
+        if best_load is None or load < best_load:
+            best, best_load = j, load
+    return best
+
+
+class _Arena(Generic[Raw]):
+    """The driver buffer a plan's blocks are carved from, and which positions hold a live block."""
+
+    # live: a bit per position holding a live block; views: each position's view of the arena, made once
+    __slots__ = ("raw", "size", "live", "count", "views")
+
+    def __init__(self, raw: Raw, size: int, period: int) -> None:
+        self.raw = raw
+        self.size = size
+        self.live = 0
+        self.views: list[Raw | None] = [None] * period
+        self.count = 0
+
+
+class _Planner(Generic[Raw]):
+    """BufferPool's step plan: recording the requests, finding the period, serving from the arena."""
+
+    def _plan_reset(self) -> None:
+        """Forget the plan (its arena goes now, or when its last block dies) and record afresh."""
+        self._plan: _Plan | None = None
+        self._ppos = 0
+        self._active = False
+        self._first_lap = False
+        self._seq: list[int] = []
+        self._freed: list[int] = []
+        self._uses: list[int] = []  # bytes in use just before each recorded request
+        self._base = self._next_token
+        self._last: dict[tuple[int, int, int], int] = {}
+        self._cand = 0
+        self._run = 0
+        self._hold = 0
+        arena = self._arena
+        self._arena = None
+        if arena is not None:
+            if arena.count:
+                self._retired.append(arena)
+            else:
+                self._release_arena(arena)
+
+    def _release_arena(self, arena: _Arena[Raw]) -> None:
+        """Give an arena (none of its blocks alive) back to the driver, its views first."""
+        if self._sub_release is not None:
+            for view in arena.views:
+                if view is not None:
+                    self._sub_release(view)
+        arena.views = []
+        self.reserved -= arena.size
+        self.frees += 1
+        self._release(arena.raw)
+
+    def _record(self, size: int, token: int) -> None:
+        """Note a request (while there is no plan) and look for a period: the requests since an earlier
+        request of the same three sizes repeat the ones before them, a whole period long."""
+        seq = self._seq
+        n = token - self._base
+        if token < self._hold:  # a refused plan: not again soon
+            return
+        if n != len(seq) or n >= 2 * MAX_PERIOD + 64:  # trim what no period can reach
+            keep = seq[-2 * MAX_PERIOD :] if n == len(seq) else []
+            self._freed = self._freed[len(self._freed) - len(keep) :] if keep else []
+            self._uses = self._uses[len(self._uses) - len(keep) :] if keep else []
+            seq = self._seq = keep
+            self._base = token - len(seq)
+            self._last = {}
+            self._cand = self._run = 0
+            n = len(seq)
+        seq.append(size)
+        self._freed.append(-1)
+        self._uses.append(self.in_use)
+        p = self._cand
+        if p and seq[n - p] == size:  # the candidate holds: the common case, no key to look up
+            self._run += 1
+        else:
+            if n < 2:
+                return
+            key = (seq[n - 2], seq[n - 1], size)
+            q = self._last.get(key)
+            self._last[key] = n
+            p = n - q if q is not None else 0
+            if 0 < p < MIN_PERIOD:  # a short loop: plan a whole number of its laps
+                p *= -(-MIN_PERIOD // p)
+            if p > MAX_PERIOD:
+                p = 0
+            run = 0
+            if p:  # how far back the repeat already goes
+                k = n
+                while k - p >= 0 and seq[k] == seq[k - p] and run <= p:
+                    run += 1
+                    k -= 1
+            self._cand, self._run = p, run
+        if p and self._run > p:
+            self._make_plan(n + 1 - 2 * p, p)
+
+    def _make_plan(self, start: int, p: int) -> None:
+        """Plan the period of ``p`` requests recorded from ``start`` (the older of the two alike)."""
+        sizes = self._seq[start : start + p]
+        lifetimes: list[int | None] = []
+        for j in range(p):
+            freed = self._freed[start + j]
+            life = freed - (self._base + start + j) if freed >= 0 else 0
+            lifetimes.append(life if 0 < life < p else None)
+        uses = self._uses[start + p : start + 2 * p]
+        if len(uses) == p:  # the position where least is in use (planned or not): the switch-over holds least twice
+            phase = min(range(p), key=lambda j: (uses[j], j))
+        else:
+            phase = quietest(sizes, lifetimes)
+        sizes, lifetimes = rotate(sizes, lifetimes, phase)
+        plan = make_plan(sizes, lifetimes, self.alignment)
+        if not plan.planned or not self._fits(plan, rotate(uses, uses, phase)[0] if len(uses) == p else None):
+            self.plan_refusals += plan.planned > 0
+            self._hold = self._next_token + 8 * p  # record again only after 8 more periods (a plan costs O(p^2))
+            self._cand = self._run = 0
+            return
+        self._plan = plan
+        self._ppos = (p - phase) % p  # the next request is the period's position 0, the plan's p - phase
+        self._active = False
+        self._seq = []
+        self._freed = []
+        self._uses = []
+
+    def _fits(self, plan: _Plan, uses: list[int] | None) -> bool:
+        """Whether the arena beside the most the period holds outside it (blocks that outlive a step)
+        stays within adaptive's headroom over the peak in use: else the plan would reserve more than
+        the pool does without it (the step's peak in use minus those blocks is less than the arena)."""
+        if uses is None:
+            return False
+        p = plan.period
+        delta = [0] * (p + 1)  # bytes of planned blocks in use after each request of the period
+        for j in range(p):
+            if plan.offsets[j] is None:
+                continue
+            life = plan.lives[j]
+            delta[j] += plan.sizes[j]
+            if j + life <= p:
+                delta[j + life] -= plan.sizes[j]
+            else:
+                delta[p] -= plan.sizes[j]
+                delta[0] += plan.sizes[j]
+                delta[j + life - p] -= plan.sizes[j]
+        planned, outside, high = 0, 0, self._high
+        for j in range(p):
+            planned += delta[j]
+            after = uses[j] + plan.sizes[j]
+            high = max(high, after)
+            outside = max(outside, after - planned)
+        return plan.extent + outside <= (1 + HEADROOM) * high
+
+    def _plan_acquire(self, size: int, token: int) -> Raw | None:
+        """The planned block for this request, or None (not planned, its range still held, or the
+        program changed: then the plan is dropped and the pool records again)."""
+        plan = self._plan
+        if plan is None:
+            return None
+        r = self._ppos
+        if plan.sizes[r] != size:
+            self.plan_drops += 1
+            self._plan_reset()
+            self._record(size, token)
+            return None
+        self._ppos = r + 1 if r + 1 < plan.period else 0
+        if r == 0:
+            if not self._active:
+                self._activate(plan)
+            elif self._first_lap:  # the buffers of the steps before the plan are dead by now
+                self._first_lap = False
+                self._empty_free()
+        arena = self._arena
+        offset = plan.offsets[r]
+        if offset is None or arena is None:
+            return None
+        if arena.live & plan.masks[r]:
+            self.plan_misses += 1  # a block held longer than last time: this one takes another path
+            return None
+        arena.live |= 1 << r
+        arena.count += 1
+        self._planned_of[token] = (arena, r)
+        self.planned += 1
+        view = arena.views[r]
+        if view is None:
+            view = arena.views[r] = self._sub(arena.raw, offset, size)  # type: ignore[misc]
+        return view
+
+    def _activate(self, plan: _Plan) -> None:
+        """The plan's first position is next: free buffers go back to the driver, then the arena comes."""
+        self._empty_free()
+        try:
+            raw = self._new(plan.extent)
+        except MemoryError:  # the device cannot hold the arena: the ordinary paths serve this request
+            self.plan_refusals += 1
+            self._plan_reset()
+            self._hold = self._next_token + 8 * plan.period
+            return
+        self.misses += 1
+        self._arena = _Arena(raw, plan.extent, plan.period)
+        self._active = True
+        self._first_lap = True
+
+    def _retire_arena(self, arena: _Arena[Raw]) -> None:
+        """The last block of a dropped plan's arena died: the arena goes back to the driver."""
+        self._retired.remove(arena)
+        self._release_arena(arena)
