@@ -33,9 +33,11 @@ import numpy as np
 
 from ember.errors import NotImplementedOpError
 
+from .factorizations import LU, SLOGDET, SOLVE, SOLVE_TRIANGULAR, SVD
 from .reference import _rounds
 
 __all__ = [
+    "kernel_table",
     "Launcher",
     "svd",
     "lu",
@@ -256,3 +258,42 @@ def real_only(op: str, kind: str, *handles: Any) -> None:
                 f"{op}: complex {h.dtype} input has no {kind} kernel (the native {kind} kernels and the Tensor-op "
                 f"reference are real: float32/float64); compute it on the cpu (x.to('cpu')), which has complex kernels"
             )
+
+
+def kernel_table(kind: str, launcher: Any) -> dict[Any, Any]:
+    """op -> native kernel of one API: each refuses complex input, makes its handles contiguous,
+    takes ``launcher(backend, dtype)`` and runs the shared plan above."""
+
+    def prepared(op: str, backend: Any, *handles: Any) -> tuple[Any, list[Any]]:
+        real_only(op, kind, *handles)
+        return launcher(backend, handles[0].dtype), [backend.make_contiguous(h) for h in handles]
+
+    def svd_kernel(backend: Any, a: Any, full_matrices: bool = False) -> Any:
+        k, (a,) = prepared("svd", backend, a)
+        return svd(k, a, full_matrices)
+
+    def lu_kernel(backend: Any, a: Any) -> Any:
+        k, (a,) = prepared("lu", backend, a)
+        return lu(k, a)
+
+    def solve_kernel(backend: Any, a: Any, b: Any) -> Any:
+        k, (a, b) = prepared("solve", backend, a, b)
+        return solve(k, a, b)
+
+    def slogdet_kernel(backend: Any, a: Any) -> Any:
+        k, (a,) = prepared("slogdet", backend, a)
+        return slogdet(k, a)
+
+    def solve_triangular_kernel(
+        backend: Any, a: Any, b: Any, upper: bool = False, left: bool = True, unitriangular: bool = False
+    ) -> Any:
+        k, (a, b) = prepared("solve_triangular", backend, a, b)
+        return solve_triangular(k, a, b, upper, left, unitriangular)
+
+    return {
+        SVD: svd_kernel,
+        LU: lu_kernel,
+        SOLVE: solve_kernel,
+        SLOGDET: slogdet_kernel,
+        SOLVE_TRIANGULAR: solve_triangular_kernel,
+    }

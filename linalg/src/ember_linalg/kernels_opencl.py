@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .factorizations import LU, SLOGDET, SOLVE, SOLVE_TRIANGULAR, SVD
 
 __all__ = ["register", "CALLS"]
 
@@ -356,45 +355,6 @@ class _Launcher:
         self._grid("la_logdet", batch, [w.buf, sgn.buf, out.buf, batch, n])
 
 
-def _launcher(backend: Any, *handles: Any) -> tuple[_Launcher, list[Any]]:
-    """The launcher for the handles' dtype, and the handles made contiguous."""
-    dtype = handles[0].dtype
-    return _Launcher(backend, dtype), [backend.make_contiguous(h) for h in handles]
-
-
-def _svd(backend: Any, a: Any, full_matrices: bool = False) -> Any:
-    _native.real_only("svd", "opencl", a)
-    k, (a,) = _launcher(backend, a)
-    return _native.svd(k, a, full_matrices)
-
-
-def _lu(backend: Any, a: Any) -> Any:
-    _native.real_only("lu", "opencl", a)
-    k, (a,) = _launcher(backend, a)
-    return _native.lu(k, a)
-
-
-def _solve(backend: Any, a: Any, b: Any) -> Any:
-    _native.real_only("solve", "opencl", a, b)
-    k, (a, b) = _launcher(backend, a, b)
-    return _native.solve(k, a, b)
-
-
-def _slogdet(backend: Any, a: Any) -> Any:
-    _native.real_only("slogdet", "opencl", a)
-    k, (a,) = _launcher(backend, a)
-    return _native.slogdet(k, a)
-
-
-def _solve_triangular(
-    backend: Any, a: Any, b: Any, upper: bool = False, left: bool = True, unitriangular: bool = False
-) -> Any:
-    _native.real_only("solve_triangular", "opencl", a, b)
-    k, (a, b) = _launcher(backend, a, b)
-    return _native.solve_triangular(k, a, b, upper, left, unitriangular)
-
-
 def register(kind: str = "opencl") -> bool:
     """Register the kernels for ``kind`` when ember-opencl is installed; whether they were."""
-    ops = {SVD: _svd, LU: _lu, SOLVE: _solve, SLOGDET: _slogdet, SOLVE_TRIANGULAR: _solve_triangular}
-    return _native.register_when_installed(ops, kind, "ember_opencl")
+    return _native.register_when_installed(_native.kernel_table(kind, _Launcher), kind, "ember_opencl")

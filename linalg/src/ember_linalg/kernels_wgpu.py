@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .factorizations import LU, SLOGDET, SOLVE, SOLVE_TRIANGULAR, SVD
 
 __all__ = ["register", "CALLS"]
 
@@ -427,44 +426,6 @@ class _Launcher:
         self._grid("logdet", batch, [w, sgn, out], {"n": n})
 
 
-def _launcher(backend: Any, *handles: Any) -> tuple[_Launcher, list[Any]]:
-    """The launcher (float32) and the handles made contiguous."""
-    return _Launcher(backend, handles[0].dtype), [backend.make_contiguous(h) for h in handles]
-
-
-def _svd(backend: Any, a: Any, full_matrices: bool = False) -> Any:
-    _native.real_only("svd", "wgpu", a)
-    k, (a,) = _launcher(backend, a)
-    return _native.svd(k, a, full_matrices)
-
-
-def _lu(backend: Any, a: Any) -> Any:
-    _native.real_only("lu", "wgpu", a)
-    k, (a,) = _launcher(backend, a)
-    return _native.lu(k, a)
-
-
-def _solve(backend: Any, a: Any, b: Any) -> Any:
-    _native.real_only("solve", "wgpu", a, b)
-    k, (a, b) = _launcher(backend, a, b)
-    return _native.solve(k, a, b)
-
-
-def _slogdet(backend: Any, a: Any) -> Any:
-    _native.real_only("slogdet", "wgpu", a)
-    k, (a,) = _launcher(backend, a)
-    return _native.slogdet(k, a)
-
-
-def _solve_triangular(
-    backend: Any, a: Any, b: Any, upper: bool = False, left: bool = True, unitriangular: bool = False
-) -> Any:
-    _native.real_only("solve_triangular", "wgpu", a, b)
-    k, (a, b) = _launcher(backend, a, b)
-    return _native.solve_triangular(k, a, b, upper, left, unitriangular)
-
-
 def register(kind: str = "wgpu") -> bool:
     """Register the kernels for ``kind`` when ember-wgpu is installed; whether they were."""
-    ops = {SVD: _svd, LU: _lu, SOLVE: _solve, SLOGDET: _slogdet, SOLVE_TRIANGULAR: _solve_triangular}
-    return _native.register_when_installed(ops, kind, "ember_wgpu")
+    return _native.register_when_installed(_native.kernel_table(kind, _Launcher), kind, "ember_wgpu")
