@@ -151,8 +151,10 @@ def reduce_source(prog: FusedProgram, modes: tuple[str, ...], ro: int, ri: int, 
         "  for (long long k = part * chunk + threadIdx.x; k < k1; k += blockDim.x) {",
         "    long long qrest = k;",
     ]
-    for d in range(ri - 1, -1, -1):
+    for d in range(ri - 1, 0, -1):
         lines.append(f"    const long long q{d} = qrest % ish{d}; qrest /= ish{d};")
+    if ri:  # k < K: what is left is the outermost index (no 64-bit division per element for one axis)
+        lines.append("    const long long q0 = qrest;")
     lines += ["    " + s for s in loads + results]
     lines.append(f"    {call});")
     lines += ["    " + s for s in stores]
