@@ -235,16 +235,7 @@ class Lazy:
             self.counts["single"] += 1
             self._run_eagerly(order)
             return
-        # a held value of another shape cannot be written out by this kernel: compute it on its
-        # own first (else every later use recomputes it, and a parameter's updates would chain)
-        others = [n for n in order if n.op != "full" and n.shape != target.shape]
-        if others:
-            for node in _held(others, extra=1):
-                if node.real is None:
-                    node.realize()
-            del others
-            order = []
-            _collect(target, order, set())
+        order = _without_other_shapes(target, order)
         program, operands = self._program(order)
         if id(program) in _COMPLEX:
             del program, operands
@@ -275,14 +266,7 @@ class Lazy:
         shape = source.shape
         order: list[LazyBuffer] = []
         _collect(source, order, set())
-        others = [n for n in order if n.op != "full" and n.shape != shape]
-        if others:  # held values of another shape first, as in realize()
-            for node in _held(others, extra=1):
-                if node.real is None:
-                    node.realize()
-            del others
-            order = []
-            _collect(source, order, set())
+        order = _without_other_shapes(source, order)
         del source  # from here on only the lists and the reduction hold it (_held counts references)
         program, operands = self._program(order)
         if id(program) in _COMPLEX:
@@ -368,6 +352,22 @@ class Lazy:
         for node in reversed(held):  # the latest first: earlier ones join its kernel as outputs
             if node.real is None:
                 node.realize()
+
+
+def _without_other_shapes(node: LazyBuffer, order: list[LazyBuffer]) -> list[LazyBuffer]:
+    """``node``'s region once the held values of another shape in it are computed on their own: a
+    kernel writes out only values of its iteration shape (else every later use would recompute
+    them, and a parameter's updates would chain)."""
+    others = [n for n in order if n.op != "full" and n.shape != node.shape]
+    if not others:
+        return order
+    for held in _held(others, extra=1):
+        if held.real is None:
+            held.realize()
+    del others, order
+    order = []
+    _collect(node, order, set())
+    return order
 
 
 def _interned(
