@@ -12,10 +12,10 @@ kernels (torch.profiler) beside them. W6: the GPU time of each kernel and its ba
 from __future__ import annotations
 
 import cProfile
+import os
 import pstats
 import sys
 import time
-from collections import defaultdict
 
 import numpy as np
 
@@ -30,70 +30,65 @@ def per_call(fn, n: int = 20000) -> float:  # noqa: ANN001
     return (time.perf_counter() - t) / n * 1e6
 
 
+#: workloads whose host time is profiled too (``EMBER_PROFILE_HOST=W2,W3``)
+HOST = set(filter(None, os.environ.get("EMBER_PROFILE_HOST", "W3").split(",")))
+
+
 def op_profile(workload: str) -> None:
-    """Wall time of one W2-W4 step, the GPU time per dispatched op, and PyTorch's beside it."""
+    """Wall time of one W2-W4 step fused and unfused, and the GPU time of every CUDA kernel it
+    runs (ember's CuPy and generated kernels alike), traced by CUPTI through torch.profiler (which
+    sees every kernel of the process), with PyTorch's step and kernels beside it."""
     import importlib
 
     from benchmarks.harness import time_case
-    from ember.device import set_defer
-    from ember.lazy import materialize
+    from benchmarks.peers import import_peer
 
     mod = importlib.import_module(f"benchmarks.{ {'W2': 'w2_mlp', 'W3': 'w3_cnn', 'W4': 'w4_transformer'}[workload] }")
     size = mod.SIZES["gpu"]
     dev = em.Device.cuda(0)
-    cp = dev.backend.cp
-    with em.lazy.fusion(False, dev):  # the per-op profile is of the unfused step: one kernel per op
-        case = mod.ember(dev, size)
-    wall = sorted(time_case(case, 3, 10))[5]
-    events: list[tuple[str, object, object]] = []
-    impls = dev._state.impls
-
-    def timed(op, datas, params, shape, dtype):  # noqa: ANN001, ANN202
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        out = impls[op.name](*[materialize(d) for d in datas], **params)
-        stop.record()
-        events.append((op.name, start, stop))
-        return out
-
-    previous = dev._state.defer  # the lazy layer's hook: back in place afterwards
-    set_defer(dev, timed)
-    try:
-        for _ in range(3):
-            case.step()
-        case.sync()
-    finally:
-        set_defer(dev, previous)
-    total: dict[str, float] = defaultdict(float)
-    calls: dict[str, int] = defaultdict(int)
-    for name, start, stop in events:
-        total[name] += cp.cuda.get_elapsed_time(start, stop) / 3
-        calls[name] += 1
-    gpu = sum(total.values())
-    print(
-        f"\n== {workload} {mod.describe(size)}: ember step {wall * 1e3:.2f} ms wall, {gpu:.2f} ms in kernels "
-        f"({len(events) // 3} dispatched ops); {wall * 1e3 - gpu:.2f} ms not in ember's kernels"
-    )
-    for name in sorted(total, key=total.get, reverse=True)[:14]:
-        print(f"   {name:34s} {total[name]:8.3f} ms  {calls[name] // 3:4d} calls")
-    from benchmarks.peers import import_peer
-
     try:
         torch = import_peer("torch")  # strict float32: no TF32 in matmul or convolution, as the benchmarks
         from torch.profiler import ProfilerActivity, profile
     except ImportError:
-        print("   (no torch: no comparison)")
+        print("   (no torch: no CUPTI trace)")
         return
+
+    def kernels(case, label: str, wall: float) -> None:  # noqa: ANN001
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                case.step()
+            case.sync()
+        rows = [e for e in prof.key_averages() if e.device_time_total > 0]
+        gpu = sum(e.device_time_total for e in rows) / 3e3
+        count = sum(e.count for e in rows) // 3
+        print(f"   {label}: {wall * 1e3:.2f} ms wall, {gpu:.2f} ms in {count} kernels per step")
+        for e in sorted(rows, key=lambda e: e.device_time_total, reverse=True)[:16]:
+            print(f"      {e.key[:72]:72s} {e.device_time_total / 3e3:8.3f} ms  {e.count // 3:4d} calls")
+
+    print(f"\n== {workload} {mod.describe(size)}")
+    walls = {}
+    for fused in (True, False):
+        with em.lazy.fusion(fused, dev):
+            case = mod.ember(dev, size)
+            walls[fused] = sorted(time_case(case, 3, 10))[5]
+            kernels(case, f"ember {'fused' if fused else 'unfused'}", walls[fused])
+    if workload in HOST:  # where the host's time goes (the step is host-bound when wall >> kernels)
+        with em.lazy.fusion(True, dev):
+            case = mod.ember(dev, size)
+            case.step()
+            case.sync()
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(5):
+                case.step()
+            case.sync()
+            prof.disable()
+        print("   host profile of 5 fused steps (top by own time, then by cumulative time):")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
     tcase = mod.torch(torch.device("cuda"), size)
     twall = sorted(time_case(tcase, 3, 10))[5]
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
-            tcase.step()
-        tcase.sync()
-    print(f"   torch step {twall * 1e3:.2f} ms wall: ratio {wall / twall:.2f}x; its top CUDA kernels (ms per step):")
-    rows = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)[:10]
-    for e in rows:
-        print(f"   {e.key[:70]:70s} {e.device_time_total / 3e3:8.3f} ms  {e.count // 3:4d} calls")
+    kernels(tcase, f"torch (ember fused {walls[True] / twall:.2f}x, unfused {walls[False] / twall:.2f}x)", twall)
 
 
 def attention_profile() -> None:

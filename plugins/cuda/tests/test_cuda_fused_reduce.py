@@ -38,7 +38,11 @@ def test_every_form_compiles_under_nvrtc() -> None:
     for dtype in ("float32", "float16", "bfloat16", "float64"):
         for op in ("sum", "prod", "max", "min", "mean"):
             prog = _chain(dtype, op, (1,), False, full=True)
-            sources += [reduce_source(prog, ("s", "z"), 1, 1, partial) for partial in (False, True)]
+            sources += [
+                reduce_source(prog, ("s", "z"), 1, 1, partial, cols)
+                for partial in (False, True)
+                for cols in (False, True)
+            ]
             sources.append(finish_source(op, dtype))
     ints = FusedProgram((("int64", "tensor"),), (("mul", "int64", (0, 0)),), (), Reduce("min", 1, (0, 1)))
     sources.append(reduce_source(ints, ("s",), 0, 2, False))
@@ -60,6 +64,9 @@ CASES = [
     ((4096, 300), (1,), False, "row"),
     ((40, 3, 30), (0, 2), True, None),  # the middle axis kept, strided rows
     ((4, 6, 50000), (0, 1, 2), False, "chunked"),  # one value: chunks, then the combining kernel
+    ((4096, 300), (0,), False, "cols"),  # a bias gradient's sum: neighbouring rows a block, coalesced
+    ((64, 7, 130), (0,), True, "cols"),  # kept axes collapse to 910 contiguous rows (not a multiple of 32)
+    ((3, 70), (0,), False, "cols"),  # fewer reduced elements than a block's warps
 ]
 
 
@@ -75,9 +82,10 @@ def test_launch_shapes_match_numpy(dev, shape, axes, keepdims, launch, op):
     before = dict(COUNTS)
     full, red = dev.backend.run_fused(_chain("float32", op, axes, keepdims, full=True), [*h, s], shape=shape)
     ran = {k: COUNTS[k] - before[k] for k in before}
-    assert sum(ran.values()) == 1, f"launches {ran}: not one fused kernel"
+    assert ran["row"] + ran["chunked"] == 1, f"launches {ran}: not one fused kernel"
     if launch is not None:
         assert ran[launch] == 1, f"expected the {launch} kernel, got {ran}"
+    assert ran["cols"] == (launch == "cols"), f"the column layout ran {ran['cols']} times for {shape} over {axes}"
     x64 = x.astype(np.float64)
     want = getattr(np, op)(np.tanh(x64 * a + s) * s + s, axis=axes, keepdims=keepdims)
     got = dev.backend.to_numpy(red)
@@ -120,3 +128,16 @@ def test_a_reduction_through_the_lazy_layer_is_one_kernel(dev):
         assert after["reductions"] == stats["reductions"] + 1 and after["kernels"] == stats["kernels"] + 1
         assert COUNTS["row"] == counts["row"] + 1, "the fused reduce kernel did not run"
         np.testing.assert_allclose(got, getattr(np, op)(np.exp(x64 * a * 0.1 + 0.5), axis=-1), rtol=1e-5)
+
+
+@GPU
+def test_a_sum_over_leading_axes_of_a_realized_tensor_runs_the_fused_reduction(dev):
+    """A convolution's bias gradient: NCHW summed over N, H, W (CuPy gives each channel one block)."""
+    x = np.random.default_rng(9).standard_normal((64, 8, 16, 16)).astype(np.float32)
+    t = em.tensor(x, device=dev)
+    before = dict(COUNTS)
+    for axes, keepdims in (((0, 2, 3), False), ((0,), True), ((0, 1, 2), False)):
+        got = t.sum(axis=axes, keepdims=keepdims).numpy()
+        np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=axes, keepdims=keepdims), rtol=1e-5, atol=1e-4)
+    ran = COUNTS["row"] + COUNTS["chunked"] - before["row"] - before["chunked"]
+    assert ran == 3, f"{ran} fused-reduction launches for three sums"

@@ -1,6 +1,6 @@
-"""em.jit on cuda: a capture without cuBLAS calls replays as one CUDA graph; one with matmul
-falls back to the step list (CuPy refuses cuBLAS under capture) and still tracks eager. They need
-an NVIDIA GPU and CuPy; elsewhere they skip with the reason the backend gives (CI has no GPU)."""
+"""em.jit on cuda: captures replay as one CUDA graph, a training step with matmuls included
+(ember-cuda calls cuBLAS itself: CuPy's matmul refuses capture), and track eager. They need an
+NVIDIA GPU and CuPy; elsewhere they skip with the reason the backend gives (CI has no GPU)."""
 
 from __future__ import annotations
 
@@ -70,3 +70,4 @@ def test_a_training_step_replayed_100_times_tracks_eager() -> None:
         for p, q in zip(model.parameters(), twin.parameters()):
             np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-4, atol=1e-5, err_msg=f"step {i}")
     assert jitted.captures[0].replays == 98
+    assert "native (cuda)" in jitted.captures[0].describe(), jitted.describe()

@@ -95,11 +95,12 @@ def test_the_attention_kernel_compiles_without_spills(head: int, tmp_path) -> No
 
 def _every_kernel_source() -> list[tuple[str, str]]:
     """(name, CUDA source) of every kernel ember-cuda compiles at run time."""
-    from ember_cuda import attention, kernels, quant, rows
+    from ember_cuda import attention, conv, kernels, quant, rows
 
     sources = [(f"attention_d{h}", attention.source(h)) for h in attention.HEAD_SIZES]
     sources += [(f"nf4_{c}", quant.source(c)) for c in ("float", "double")]
     sources += [(f"rows_{c}", rows.source(c)) for c in ("float", "double")]
+    sources += [(f"conv_{c}", conv.source(c)) for c in ("float", "double")]
     for op, expr in {**kernels.BINARY, **kernels.UNARY}.items():
         forms = ("tt", "ts") if op in kernels.BINARY else ("t",)
         for dt, ctype in kernels._CTYPES.items():

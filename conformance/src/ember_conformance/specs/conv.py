@@ -252,13 +252,20 @@ CONV: tuple[OpSpec, ...] = (
             Case(
                 "2d_dilation_groups", (x((2, 4, 7, 6)), x((6, 2, 3, 2))), {"dilation": (2, 1), "groups": 2}, grad=True
             ),
-            Case("2d_same", (x((1, 2, 5, 6)), x((2, 2, 3, 4))), {"padding": "same"}),
+            Case("2d_same", (x((1, 2, 5, 6)), x((2, 2, 3, 4))), {"padding": "same"}, grad=True),
+            Case(
+                "2d_dilation",
+                (x((2, 3, 9, 8)), x((4, 3, 3, 2)), x((4,))),
+                {"dilation": (2, 3), "stride": (1, 2)},
+                grad=True,
+            ),
             Case("2d_valid", (x((1, 2, 5, 6)), x((2, 2, 3, 3))), {"padding": "valid"}),
             Case("3d", (x((1, 2, 4, 4, 4)), x((2, 2, 2, 3, 2)), x((2,))), {"stride": (1, 2, 1)}, grad=True),
             Case("unbatched", (x((3, 8)), x((2, 3, 3))), {"padding": 2}),
             Case("noncontig", (x((2, 3, 6, 5), "noncontig"), x((4, 3, 2, 2), "flipped"))),
         ),
-    ),
+        ops=("conv", "conv_weight_grad"),
+    ),  # the second: conv's weight-gradient op
     _spec(
         "conv_transpose",
         np_conv_transpose,

@@ -163,6 +163,28 @@ def conv(
 
 
 @_wide
+def conv_weight_grad(
+    g: Any,
+    x: Any,
+    *,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: Pads,
+    dilation: tuple[int, ...],
+    groups: int,
+) -> Any:
+    """A convolution's weight gradient: sum over the batch of g[n, g] @ cols[n, g]^T."""
+    xp = module_of(g).xp
+    n, cout = g.shape[:2]
+    nd = len(kernel)
+    win = _windows(x, kernel, stride, padding, dilation, 0.0)
+    order = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
+    cols = win.transpose(order).reshape(n, groups, -1, math.prod(g.shape[2:]))
+    gw = xp.matmul(g.reshape(n, groups, cout // groups, -1), xp.swapaxes(cols, -1, -2)).sum(axis=0)
+    return gw.reshape((cout, x.shape[1] // groups) + tuple(kernel))
+
+
+@_wide
 def conv_transpose(
     x: Any,
     w: Any,
@@ -320,6 +342,7 @@ def interpolate(
 KERNELS: dict[str, Callable[..., Any]] = {
     "conv": conv,
     "conv_transpose": conv_transpose,
+    "conv_weight_grad": conv_weight_grad,
     "unfold": unfold,
     "fold": fold,
     "max_pool": max_pool,

@@ -273,13 +273,20 @@ def _conv_vjp(
     if x._rg:
         gx = _conv_transpose_op(g, w, (), x._shape[2:], stride, padding, dilation, groups)
     if w._rg:
-        n, cout = g._shape[:2]
-        cols = _unfold_op(x, w._shape[2:], stride, padding, dilation)
-        length = cols._shape[2]
-        a = reshape(g, (n, groups, cout // groups, length))
-        b = reshape(cols, (n, groups, cols._shape[1] // groups, length))
-        gw = reshape(_weight_grad(a, b), w._shape)
+        params = {"kernel": w._shape[2:], "stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+        gw = apply(CONV_WEIGHT_GRAD, (g, x), params, w._shape, w._dtype)
     return (gx, gw) + _bias_grad(g, bias)
+
+
+def _conv_weight_grad_composite(
+    g: Tensor, x: Tensor, *, kernel: Ints, stride: Ints, padding: Pads, dilation: Ints, groups: int
+) -> Tensor:
+    n, cout = g._shape[:2]
+    cols = _unfold_op(x, kernel, stride, padding, dilation)
+    length = cols._shape[2]
+    a = reshape(g, (n, groups, cout // groups, length))
+    b = reshape(cols, (n, groups, cols._shape[1] // groups, length))
+    return reshape(_weight_grad(a, b), (cout, x._shape[1] // groups) + tuple(kernel))
 
 
 def _conv_transpose_composite(
@@ -334,6 +341,12 @@ CONV = define(
     autocast=LOW,
     composite=_conv_composite,
     vjp=_conv_vjp,
+)
+CONV_WEIGHT_GRAD = define(
+    "conv_weight_grad",
+    kind="contraction",
+    native="conv_weight_grad(g, x, *, kernel, stride, padding, dilation, groups) -> handle  # conv's dL/dw",
+    composite=_conv_weight_grad_composite,  # no vjp of its own: a second derivative runs the composite
 )
 CONV_TRANSPOSE = define(
     "conv_transpose",

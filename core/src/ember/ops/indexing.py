@@ -219,9 +219,14 @@ def one_hot(indices: Any, num_classes: int, dtype: Any = None) -> Tensor:
     if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1:
         raise InvalidArgumentError(f"one_hot: num_classes must be a positive int, got {num_classes!r}")
     check_class_range(index, num_classes, "one_hot", "indices")
+    return one_hot_unchecked(index, num_classes, "float32" if dtype is None else dtype)
+
+
+def one_hot_unchecked(index: Tensor, num_classes: int, dtype: Any) -> Tensor:
+    """:func:`one_hot` of indices already known to be in range (a loss's backward re-uses the
+    forward's targets: checking them again would read them back to the host a second time)."""
     classes = arange(num_classes, device=index._device)
-    out = expand_dims(index.astype(int64), -1) == classes
-    return out.astype("float32" if dtype is None else dtype)
+    return (expand_dims(index.astype(int64), -1) == classes).astype(dtype)
 
 
 def nonzero(x: Any) -> tuple[Tensor, ...]:

@@ -25,12 +25,14 @@ from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType
 from ember.dtypes import as_dtype as _as_dtype
 from ember.errors import EmberError
-from ember.lazy.program import Const, FusedProgram
+from ember.lazy.program import Const, FusedProgram, Reduce
 from ember.memory import MemoryStats, measured_stats
 
 from . import graphs, philox, runtime
 from .attention import flash_attention
+from .blas import blas_kernels
 from .codegen import FUSION_OPS
+from .conv import conv_kernels
 from .errors import CudaError, KernelLaunchError, describe_args
 from .fused_reduce import FUSION_REDUCTIONS, FusedReductions
 from .fusion import FusedKernels
@@ -71,6 +73,9 @@ class CudaBackend(Backend):
     }
     graph_replay = True
     fusion = True
+    #: work is queued: a class-index range check would stall the stream twice per loss (CuPy's
+    #: integer indexing wraps out-of-range indices, so a bad label cannot read outside a buffer)
+    cheap_readback = False
     #: a reduction of a deferred region runs in the region's kernel (fused_reduce.py)
     fusion_reductions = FUSION_REDUCTIONS
 
@@ -126,8 +131,11 @@ class CudaBackend(Backend):
 
     def capability_notes(self) -> dict[str, str]:
         return {
-            "matmul": "cuBLAS through CuPy; float32 is strict IEEE unless TF32 is switched on (EMBER_CUDA_TF32=1)",
-            "conv": "im2col (a strided window view copied once) + cuBLAS batched matmul: CuPy 14 no longer wraps cuDNN",
+            "matmul": "float32/float64: one cuBLAS strided-batched GEMM called directly (capturable in a CUDA "
+            "graph); strict IEEE unless TF32 is switched on (EMBER_CUDA_TF32=1, then through CuPy)",
+            "conv": "2-D, one group: an im2col kernel + one cuBLAS GEMM (+ col2im for the input gradient); other "
+            "cases im2col by a strided window view + batched matmul: CuPy 14 no longer wraps cuDNN",
+            "max_pool": "2-D: a thread per output (forward) and per input (backward); other ranks through CuPy",
             "float16/bfloat16": "stored natively; heavy ops compute in float32 and round back",
             "scaled_dot_product_attention": "a flash-style tiled kernel (float32 compute, head sizes 32/64/96/128, "
             "no explicit mask); other cases through the shared kernel",
@@ -150,9 +158,34 @@ class CudaBackend(Backend):
         table["nextafter"] = exact_nextafter(cp)
         table["remainder"] = exact_remainder(cp, table["remainder"])
         table.update(row_kernels(cp, table))
+        table.update(blas_kernels(cp, table, lambda: self.tf32))
+        table["sum"] = self._sum(table["sum"])
+        table.update(conv_kernels(cp, table))
         table["scaled_dot_product_attention"] = flash_attention(cp, table["scaled_dot_product_attention"])
         multi = self.device_count() > 1
         return {op: self._guard(op, fn, multi) for op, fn in table.items()}
+
+    def _sum(self, other: Callable[..., Any]) -> Callable[..., Any]:
+        """``sum`` of float32/float64 over axes that are not the trailing ones (a convolution's
+        bias gradient: N, H, W of NCHW) through the fused-reduction kernel (chunked rows, column
+        layout); CuPy's reduction gives each of the few outputs one block."""
+        programs: dict[Any, FusedProgram] = {}
+
+        def run(a: Any, *, axes: Any, keepdims: bool) -> Any:
+            dt = a.dtype.name
+            plain = isinstance(axes, tuple) and axes and list(axes) == sorted(set(axes)) and axes[0] >= 0
+            if dt not in ("float32", "float64") or a.size < 1 << 16 or not plain:
+                return other(a, axes=axes, keepdims=keepdims)
+            if axes == tuple(range(a.ndim - len(axes), a.ndim)):  # trailing axes: CuPy's row reduction
+                return other(a, axes=axes, keepdims=keepdims)
+            key = (dt, axes, keepdims)
+            prog = programs.get(key)
+            if prog is None:
+                body = (("copy", dt, (0,)),)
+                prog = programs[key] = FusedProgram(((dt, "tensor"),), body, (), Reduce("sum", 1, axes, keepdims))
+            return self._run_fused(prog, [a], tuple(a.shape))[-1]
+
+        return run
 
     def _guard(self, op: str, fn: Callable[..., Any], multi: bool) -> Callable[..., Any]:
         errors = self._errors

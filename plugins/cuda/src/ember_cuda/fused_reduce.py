@@ -6,10 +6,14 @@ reduced axes (collapsed: ``K`` elements a row). A block of :data:`THREADS` threa
 or one of ``G`` chunks of a row when rows are few and long (so that the GPU has blocks to run):
 its threads stride the row, each folding the program's value (computed by the program's
 ``__device__`` body, :func:`ember_cuda.codegen.device_source`) into a register, then a
-shared-memory tree combines them. A chunked row's partials (in the accumulator type: float for
-16-bit floats) are combined by a second small kernel, a thread per row. Tensors are read, and
-full-size outputs written, at ``offset + sum(o_d * os_d) + sum(q_d * is_d)`` with every extent
-and stride an argument, so one compiled kernel serves every shape of the same collapsed ranks.
+shared-memory tree combines them. When the kept axes are the contiguous ones (a bias gradient:
+a sum over the batch axis), a row's elements lie a whole row apart, so a block instead takes
+:data:`COLS` neighbouring rows: a warp reads 32 neighbours of each reduced index (coalesced) and
+the block's 8 warps split the reduced axis. A chunked row's partials (in the accumulator type:
+float for 16-bit floats) are combined by a second small kernel, a thread per row. Tensors are
+read, and full-size outputs written, at ``offset + sum(o_d * os_d) + sum(q_d * is_d)`` with
+every extent and stride an argument, so one compiled kernel serves every shape of the same
+collapsed ranks.
 """
 
 from __future__ import annotations
@@ -37,8 +41,13 @@ FUSION_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean"})
 #: threads of a block, striding its row
 THREADS = 256
 
-#: launches: a block per row, or per chunk of a row then the combining kernel (tests check what ran)
-COUNTS = {"row": 0, "chunked": 0}
+#: rows a block takes in the column layout (a warp's width), and its warps splitting the reduced axis
+COLS = 32
+_COL_WARPS = THREADS // COLS
+
+#: launches: a block per row, or per chunk of a row then the combining kernel; ``cols``: of those,
+#: the ones in the column layout (tests check what ran)
+COUNTS = {"row": 0, "chunked": 0, "cols": 0}
 
 _NAME = "ember_fused_reduce"
 _FINISH = "ember_fused_reduce_finish"
@@ -75,10 +84,13 @@ def _fold(op: str, acc: str, v: str, is_float: bool) -> str:
     return f"if ({v} {cmp} {acc}{nan}) {acc} = {v};"
 
 
-def reduce_source(prog: FusedProgram, modes: tuple[str, ...], ro: int, ri: int, partial: bool) -> str:
+def reduce_source(
+    prog: FusedProgram, modes: tuple[str, ...], ro: int, ri: int, partial: bool, cols: bool = False
+) -> str:
     """CUDA C of kernel ``ember_fused_reduce`` for ``prog``: ``modes`` a letter per tensor input
     (``z`` one element, ``s`` strided), ``ro``/``ri`` the collapsed kept/reduced ranks;
-    ``partial``: write accumulators (a chunk's), not results."""
+    ``partial``: write accumulators (a chunk's), not results; ``cols``: the column layout (a
+    block takes :data:`COLS` neighbouring rows)."""
     r = prog.reduce
     if r is None:
         raise ValueError("reduce_source() compiles a program with a trailing reduction")
@@ -136,19 +148,25 @@ def reduce_source(prog: FusedProgram, modes: tuple[str, ...], ro: int, ri: int, 
         at = " + ".join([f"out{k}_b"] + [f"q{d} * out{k}_is{d}" for d in range(ri)])
         stores.append(f"out{k}[{at}] = {types[o].store(f'r{k}')};")
     lines = [device_source(body_prog, _BODY), f'extern "C" __global__ void {_NAME}(' + ", ".join(params) + ") {"]
-    lines += [
-        f"  __shared__ {A} sv[{THREADS}];",
-        "  const long long g = blockIdx.x;",
-        "  const long long row = g / G, part = g % G;",
-        "  long long orest = row;",
-    ]
+    lines += [f"  __shared__ {A} sv[{THREADS}];", "  const long long g = blockIdx.x;"]
+    if cols:  # lane tx: row (g / G) * COLS + tx; warp ty: reduced indices ty, ty + warps, ...
+        lines += [
+            f"  const int tx = threadIdx.x % {COLS}, ty = threadIdx.x / {COLS};",
+            f"  const long long row = (g / G) * {COLS} + tx, part = g % G;",
+            "  const bool live = row < M;",
+        ]
+        first, step, guard = "part * chunk + ty", str(_COL_WARPS), "live && "
+    else:
+        lines.append("  const long long row = g / G, part = g % G;")
+        first, step, guard = "part * chunk + threadIdx.x", "blockDim.x", ""
+    lines.append("  long long orest = row;")
     for d in range(ro - 1, -1, -1):
         lines.append(f"  const long long o{d} = orest % osh{d}; orest /= osh{d};")
     lines += ["  " + s for s in head + row_bases]
     lines += [
         f"  {A} acc = {_identity(fold, cacc)};",
         "  const long long k1 = min(K, (part + 1) * chunk);",
-        "  for (long long k = part * chunk + threadIdx.x; k < k1; k += blockDim.x) {",
+        f"  for (long long k = {first}; {guard}k < k1; k += {step}) {{",
         "    long long qrest = k;",
     ]
     for d in range(ri - 1, 0, -1):
@@ -160,13 +178,19 @@ def reduce_source(prog: FusedProgram, modes: tuple[str, ...], ro: int, ri: int, 
     lines += ["    " + s for s in stores]
     lines.append(f"    const {A} x = ({A})r{n_out};")
     lines.append("    " + _fold(fold, "acc", "x", is_float))
+    # the tree: over all threads (a row's block), or over the warps of each lane (columns)
+    top, stride, done, where, total = (
+        (_COL_WARPS // 2, COLS, "ty == 0 && live", "row * G + part", "sv[tx]")
+        if cols
+        else (THREADS // 2, 1, "threadIdx.x == 0", "g", "sv[0]")
+    )
     lines += [
         "  }",
         "  sv[threadIdx.x] = acc;",
         "  __syncthreads();",
-        f"  for (int s = {THREADS // 2}; s > 0; s >>= 1) {{",
-        "    if (threadIdx.x < s) {",
-        f"      const {A} x = sv[threadIdx.x + s];",
+        f"  for (int s = {top}; s > 0; s >>= 1) {{",
+        f"    if (threadIdx.x < s * {stride}) {{",
+        f"      const {A} x = sv[threadIdx.x + s * {stride}];",
         "      acc = sv[threadIdx.x];",
         "      " + _fold(fold, "acc", "x", is_float),
         "      sv[threadIdx.x] = acc;",
@@ -174,8 +198,8 @@ def reduce_source(prog: FusedProgram, modes: tuple[str, ...], ro: int, ri: int, 
         "    __syncthreads();",
         "  }",
     ]
-    result = f"sv[0] / ({A})K" if r.op == "mean" and not partial else "sv[0]"
-    lines += [f"  if (threadIdx.x == 0) red[g] = {cred.store(result)};", "}", ""]
+    result = f"{total} / ({A})K" if r.op == "mean" and not partial else total
+    lines += [f"  if ({done}) red[{where}] = {cred.store(result)};", "}", ""]
     return "\n".join(lines)
 
 
@@ -212,6 +236,17 @@ def _collapse(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple
     osh, ost = collapse(tuple(shape[d] for d in kept), [tuple(st[d] for d in kept) for st in strides])
     ish, ist = collapse(tuple(shape[d] for d in axes), [tuple(st[d] for d in axes) for st in strides])
     return osh, ost, ish, ist
+
+
+def _columns(modes: tuple[str, ...], ost: list[Any], ist: list[Any], ro: int, ri: int) -> bool:
+    """Whether the column layout reads the strided inputs coalesced and the row layout does not:
+    more of them step 1 along the innermost kept axis than along the innermost reduced one."""
+    if not ro or not ri:
+        return False
+    strided = [k for k, m in enumerate(modes) if m == "s"]
+    along_kept = sum(abs(ost[k][ro - 1]) == 1 for k in strided)
+    along_reduced = sum(abs(ist[k][ri - 1]) == 1 for k in strided)
+    return along_kept > along_reduced
 
 
 class FusedReductions:
@@ -256,7 +291,9 @@ class FusedReductions:
         modes = tuple("z" if not any(ost[k] + ist[k]) else "s" for k in range(n_in))
         M, K = math.prod(osh), math.prod(ish)
         target = self.sms * 8  # blocks enough to fill the GPU
-        G = max(1, min(-(-target // M), K // (4 * THREADS))) if M < target else 1
+        cols = _columns(modes, ost, ist, len(osh), len(ish))
+        blocks, per_block = (-(-M // COLS), _COL_WARPS) if cols else (M, THREADS)
+        G = max(1, min(-(-target // blocks), K // (4 * per_block))) if blocks < target else 1
         partial = G > 1
         ro, ri = len(osh), len(ish)
         argtypes: list[Any] = [_I] * (4 + ro + ri)
@@ -265,8 +302,8 @@ class FusedReductions:
             argtypes += [_SCALAR_CTYPES[ctype(dt).compute]] if kind == "scalar" else per
         argtypes += per * len(prog.outputs) + [_P]
         launch = self._compiled(
-            ("reduce", prog, modes, ro, ri, partial),
-            lambda: reduce_source(prog, modes, ro, ri, partial),
+            ("reduce", prog, modes, ro, ri, partial, cols),
+            lambda: reduce_source(prog, modes, ro, ri, partial, cols),
             _NAME,
             tuple(argtypes),
         )
@@ -285,7 +322,8 @@ class FusedReductions:
         for o, a, b in zip(outs, ost[n_in:], ist[n_in:]):
             values += [int(o.data.ptr), 0, *a, *b]
         values.append(int(red.data.ptr))
-        launch(M * G, THREADS, *values)
+        launch(blocks * G, THREADS, *values)
+        COUNTS["cols"] += cols
         out_shape = r.shape(shape)
         if not partial:
             COUNTS["row"] += 1

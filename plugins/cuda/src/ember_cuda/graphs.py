@@ -5,8 +5,9 @@ capture allocates nothing new from the driver), then records the kernels a secon
 into a CUDA graph. ``graph.replay(*inputs)`` copies new values into the captured input buffers
 and launches the whole graph at once: one launch instead of one per op. As with PyTorch's CUDA
 graphs the outputs live in the captured buffers and a replay overwrites them: copy what you keep.
-CuPy 14 refuses cuBLAS calls during capture (matmul raises NotImplementedError there), so a
-captured function may hold elementwise ops, reductions and ember's own kernels, not matmul.
+CuPy 14 refuses cuBLAS calls during capture; ember-cuda's own float32/float64 matmul calls cuBLAS
+directly (blas.py), so a step with matmuls is captured too. What cannot be captured (CuPy's
+matmul of other dtypes, a host sync) makes ``compile_replay`` return None with the reason.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def capture(cp: Any, pools: DevicePools, index: int, fn: Callable[..., Any], inp
 
 def compile_replay(cp: Any, pools: DevicePools, index: int, program: Any) -> Callable[[list[Any]], None] | None:
     """An ``em.jit`` capture (:class:`ember.lazy.jit.Program`) as one CUDA graph, or None when
-    it cannot be captured (a cuBLAS matmul under CuPy 14, a host sync): then ember replays the
+    it cannot be captured (CuPy's cuBLAS wrappers under capture, a host sync): then ember replays the
     step list. The graph reads its inputs from static buffers, refilled before each launch; the
     results and updated state are copied out of the graph's buffers, which the next launch reuses."""
     from ember.lazy.jit import run_steps  # noqa: PLC0415 - only when a capture is compiled

@@ -1,0 +1,129 @@
+"""float32/float64 matmul straight into cuBLAS (``cublas<t>gemmStridedBatched`` through ctypes),
+bypassing CuPy.
+
+Two reasons. CuPy refuses every cuBLAS call while a stream is being captured (its low-level
+binding included), so a step with a matmul could not become a CUDA graph (``em.jit`` then
+replayed it op by op from Python); cuBLAS itself supports capture with the host pointer mode. And
+``cupy.matmul`` of broadcast batches builds a device pointer array per call. Here one GEMM call
+takes any (..., M, K) @ (..., K, N) whose operands are each C-contiguous or a transposed
+C-contiguous matrix per batch, with a batch stride of 0 for a broadcast operand. Anything else
+(other dtypes, other layouts, TF32 switched on) goes to the shared kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .errors import CudaError
+
+__all__ = ["blas_kernels", "CALLS"]
+
+#: GEMM calls made here (tests read it to see the direct path ran)
+CALLS: Counter[str] = Counter()
+
+_N, _T = 0, 1  # cublasOperation_t
+
+
+def _layout(a: Any) -> tuple[int, int, int] | None:
+    """(operation, leading dimension, batch stride) of the last two axes of ``a`` seen by
+    column-major cuBLAS, or None when they are neither row-major nor transposed row-major."""
+    r, c = a.shape[-2:]
+    item = a.itemsize
+    s_r, s_c = a.strides[-2] // item, a.strides[-1] // item
+    if (s_c == 1 or c == 1) and (s_r == c or r == 1):
+        op, ld = _N, c
+    elif (s_r == 1 or r == 1) and (s_c == r or c == 1):
+        op, ld = _T, r
+    else:
+        return None
+    batch = a.shape[:-2]
+    if not batch:
+        return op, max(ld, 1), 0
+    # the batch axes must collapse to one stride (C order over the matrices), or be broadcast (0)
+    strides = [s // item for s in a.strides[:-2]]
+    if all(s == 0 or n == 1 for s, n in zip(strides, batch)):
+        return op, max(ld, 1), 0
+    expect = r * c
+    for n, s in zip(reversed(batch), reversed(strides)):
+        if n != 1 and s != expect:
+            return None
+        expect *= n
+    return op, max(ld, 1), r * c
+
+
+def _library() -> ctypes.CDLL:
+    """The libcublas CuPy has loaded (a second dlopen of the same soname returns it)."""
+    for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise OSError("libcublas is not loadable")
+
+
+def _entry_points(lib: ctypes.CDLL) -> tuple[Any, dict[Any, Any]]:
+    i, ll, p = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+    set_stream = lib.cublasSetStream_v2
+    set_stream.argtypes, set_stream.restype = [p, p], i
+    gemms = {}
+    for dt, name in (
+        (np.dtype(np.float32), "cublasSgemmStridedBatched"),
+        (np.dtype(np.float64), "cublasDgemmStridedBatched"),
+    ):
+        fn = getattr(lib, name)
+        fn.argtypes = [p, i, i, i, i, i, p, p, i, ll, p, i, ll, p, p, i, ll, i]
+        fn.restype = i
+        gemms[dt] = fn
+    return set_stream, gemms
+
+
+def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callable[[], bool]) -> dict[str, Any]:
+    """``matmul`` through cuBLAS directly, ``fallback["matmul"]`` for what it does not cover."""
+    other = fallback["matmul"]
+    try:
+        set_stream, gemm = _entry_points(_library())
+    except (OSError, AttributeError):
+        return {}  # no loadable cuBLAS of these names: CuPy's matmul serves
+    one = {dt: np.ones((), dtype=dt) for dt in gemm}
+    zero = {dt: np.zeros((), dtype=dt) for dt in gemm}
+    handle_of = cp.cuda.device.get_cublas_handle
+    stream_of = cp.cuda.get_current_stream
+
+    def matmul(a: Any, b: Any) -> Any:
+        dt = a.dtype
+        call = gemm.get(dt)
+        if call is None or b.dtype != dt or a.ndim < 2 or b.ndim < 2 or tf32():
+            return other(a, b)
+        m, k = a.shape[-2:]
+        k2, n = b.shape[-2:]
+        if k != k2 or 0 in (m, n, k):
+            return other(a, b)
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        la, lb = _layout(a), _layout(b)
+        if la is None or lb is None:
+            return other(a, b)
+        for x in (a, b):  # a batch is all of the broadcast batch (stride r*c or 0) or one matrix (0)
+            if x.shape[:-2] != batch and int(np.prod(x.shape[:-2])) != 1:
+                return other(a, b)  # partly broadcast (e.g. (B, 1) against (B, H)): not one stride
+        count = int(np.prod(batch)) if batch else 1
+        out = cp.empty((*batch, m, n), dtype=dt)
+        handle = handle_of()
+        set_stream(handle, stream_of().ptr)
+        # row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLAS's first operand is B
+        status = call(
+            handle, lb[0], la[0], n, m, k,
+            one[dt].ctypes.data, b.data.ptr, lb[1], lb[2],
+            a.data.ptr, la[1], la[2],
+            zero[dt].ctypes.data, out.data.ptr, n, m * n, count,
+        )  # fmt: skip
+        if status:
+            raise CudaError(f"matmul: cuBLAS gemmStridedBatched returned status {status} for {a.shape} @ {b.shape}")
+        CALLS["gemm"] += 1
+        return out
+
+    return {"matmul": matmul}
