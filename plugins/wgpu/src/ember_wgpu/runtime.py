@@ -12,7 +12,10 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
   through a dynamic uniform offset, so a kernel's bind group does not change with them;
 * **bind groups** are cached by (layout, buffers), which a training loop hits every step
   because the pool hands the same buffers back;
-* **readbacks** of several tensors share one staging buffer, one submit and one map.
+* **readbacks** of several tensors share one staging buffer, one submit and one map;
+* **synchronize()** submits the batch and waits on this thread (:func:`_sync_mode`): no fence
+  copy, no mapping, no wgpu-py poll thread; a synchronized step that repeats its launches skips
+  rewriting the parameter arena (same bytes). A W6 step is 8 wgpu-native calls plus releases.
 
 wgpu raises its validation errors from the call that caused them (shader and pipeline
 creation, ``encoder.finish``); they become :mod:`ember_wgpu.errors` exceptions naming the
@@ -23,12 +26,15 @@ next sync point raises :class:`~ember_wgpu.errors.WgpuDeviceLostError`.
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ember.dtypes import DType
+from ember.errors import InvalidArgumentError
 from ember.kernel_cache import KernelCache
 from ember.memory import Block, BufferPool
 
@@ -48,6 +54,36 @@ __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
 MAX_BATCH = 2048
 ARENA_BYTES = 1 << 22
 _BG_CACHE_LIMIT = 16384
+#: parameter bytes of a batch up to which flush() remembers them, to skip writing the same again
+_ARENA_REMEMBER = 4096
+
+
+#: how long synchronize() spins on a non-blocking poll before it blocks (EMBER_WGPU_SPIN_US)
+SPIN_US = 2000
+
+
+def _sync_mode(device: Any, cpu: bool) -> str:
+    """How :meth:`Runtime.synchronize` waits (``EMBER_WGPU_SYNC``): ``spin`` (the default on GPU
+    adapters) polls the device without blocking on this thread until its queue is empty (for at most
+    ``SPIN_US``, then blocks), the lowest latency; ``wait`` (the default on CPU adapters, whose
+    device threads a spinning host thread would slow) blocks in one ``wgpuDevicePoll(wait=True)``;
+    ``map`` maps a persistent buffer filled by a copy in the last submit (wgpu-py's ``map_sync``:
+    its poll thread, a callback and, for a MAP_READ buffer, an extra empty submit), the public-API
+    way, also taken where wgpu-py lacks ``device._poll_wait``."""
+    mode = os.environ.get("EMBER_WGPU_SYNC", "").strip().lower() or ("wait" if cpu else "spin")
+    if mode not in ("spin", "wait", "map"):
+        raise InvalidArgumentError(f"EMBER_WGPU_SYNC={mode!r}: use spin, wait or map")
+    if not callable(getattr(device, "_poll_wait", None)) or getattr(device, "_internal", None) is None:
+        return "map"
+    return mode
+
+
+def _spin_seconds() -> float:
+    raw = os.environ.get("EMBER_WGPU_SPIN_US", "").strip()
+    try:
+        return (int(raw) if raw else SPIN_US) / 1e6
+    except ValueError:
+        raise InvalidArgumentError(f"EMBER_WGPU_SPIN_US={raw!r}: give whole microseconds, e.g. 2000") from None
 
 
 class Pipeline:
@@ -128,11 +164,17 @@ class Runtime:
         self._names: list[str] = []
         self.submits = 0
         self.dispatches = 0
+        self.arena_writes = 0
+        self.waits = 0
         self._watcher = _LostWatcher()
         logging.getLogger("wgpu").addHandler(self._watcher)
+        # what the arena held after its last write, when that was small: a batch whose parameter
+        # bytes are the same (a synchronized step repeating its launches) skips queue.write_buffer
+        self._arena_view = memoryview(self._arena_host)
+        self._arena_last = b""
+        self.sync_mode = _sync_mode(self.device, str(self.adapter.info.get("adapter_type", "")).lower() == "cpu")
+        self.spin_s = _spin_seconds()
         self._sync_buf = self._create_buffer(16)
-        # a persistent mappable buffer: a sync copies 4 bytes into it in the last submit and maps it
-        # (queue.read_buffer made, filled, mapped and destroyed a new buffer in a submit of its own)
         self._sync_stage = self.device.create_buffer(
             size=16, usage=self.wgpu.BufferUsage.MAP_READ | self.wgpu.BufferUsage.COPY_DST
         )
@@ -315,8 +357,11 @@ class Runtime:
             return
         self._pass.end()
         names = self._names
-        if self._arena_used:
-            self.queue.write_buffer(self._arena, 0, self._arena_host, 0, self._arena_used)
+        used = self._arena_used
+        if used and self._arena_view[:used] != self._arena_last:
+            self.queue.write_buffer(self._arena, 0, self._arena_host, 0, used)
+            self.arena_writes += 1
+            self._arena_last = bytes(self._arena_view[:used]) if used <= _ARENA_REMEMBER else b""
         encoder = self._encoder
         self._encoder = self._pass = self._last_pipe = None
         self._arena_used = 0
@@ -397,11 +442,40 @@ class Runtime:
         return results
 
     def synchronize(self) -> None:
-        """Submit and wait until the device has finished all work recorded so far."""
-        self.flush(fence=True)
-        self._sync_stage.map_sync(self.wgpu.MapMode.READ)  # resolves once the fence's submit has run
-        self._sync_stage.unmap()
+        """Submit and wait until the device has finished all work recorded so far (``sync_mode``:
+        see :func:`_sync_mode`)."""
+        mode = self.sync_mode
+        if mode == "map":
+            self.flush(fence=True)
+            self._sync_stage.map_sync(self.wgpu.MapMode.READ)  # resolves once the fence's submit has run
+            self._sync_stage.unmap()
+        else:
+            self.flush()
+            try:
+                if mode == "spin":
+                    self._spin()
+                self.device._poll_wait()  # wgpuDevicePoll(wait=True): returns once every submit has run
+            except self.wgpu.GPUError as exc:
+                self._check_lost()
+                raise WgpuValidationError(
+                    f"wgpu:{self.index} ({self.name}): waiting for the device failed: {exc}"
+                ) from None
+        self.waits += 1
         self._check_lost()
+
+    def _spin(self) -> None:
+        """Poll without blocking until the queue is empty or ``spin_s`` has passed."""
+        from wgpu.backends.wgpu_native import ffi, lib
+
+        poll, device, null = lib.wgpuDevicePoll, self.device._internal, ffi.NULL
+        # wgpu-native returns a Rust bool where the header says a 32-bit WGPUBool: only the low byte is set
+        if poll(device, False, null) & 0xFF:
+            return
+        clock = time.perf_counter
+        end = clock() + self.spin_s
+        while not poll(device, False, null) & 0xFF:
+            if clock() > end:
+                return
 
     def stats(self) -> dict[str, Any]:
         """Counters of the runtime besides the pool's (``memory_stats()["extra"]``)."""
@@ -411,5 +485,7 @@ class Runtime:
             "bind_groups_cached": len(self._bg_cache),
             "submits": self.submits,
             "dispatches": self.dispatches,
+            "arena_writes": self.arena_writes,
+            "waits": self.waits,
             "pending_dispatches": self._count,
         }

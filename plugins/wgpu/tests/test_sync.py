@@ -1,0 +1,88 @@
+"""synchronize(): each wait mode leaves the queue empty and the results computed; a repeated
+step does not rewrite its parameter block; bad settings name the variable."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.errors import InvalidArgumentError
+from ember_wgpu import runtime as runtime_mod
+
+
+def _queue_empty(rt) -> bool:  # noqa: ANN001
+    from wgpu.backends.wgpu_native import ffi, lib
+
+    return bool(lib.wgpuDevicePoll(rt.device._internal, False, ffi.NULL) & 0xFF)
+
+
+def _w6_reference(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    t = x.astype(np.float64) * a + b
+    erf = np.vectorize(math.erf)
+    return 0.5 * t * (1.0 + erf(t / math.sqrt(2.0))) / (1.0 + np.exp(-x.astype(np.float64)))
+
+
+@pytest.fixture
+def mode(rt, request):  # noqa: ANN001, ANN201
+    saved, saved_spin = rt.sync_mode, rt.spin_s
+    rt.sync_mode = request.param
+    yield request.param
+    rt.sync_mode, rt.spin_s = saved, saved_spin
+
+
+@pytest.mark.parametrize("mode", ["spin", "wait", "map"], indirect=True)
+@pytest.mark.parametrize("spin_us", [2000, 0])
+def test_each_mode_waits_for_the_queue(dev, rt, mode, spin_us):
+    """After synchronize() the queue is empty and the held result equals numpy's (float64)."""
+    rt.spin_s = spin_us / 1e6  # 0: the spin gives up at once and the blocking poll waits
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(1 << 16).astype(np.float32) for _ in range(3)]
+    x, a, b = (em.tensor(v, device=dev) for v in xs)
+    waits = rt.waits
+    y = em.gelu(x * a + b) * em.sigmoid(x)
+    dev.synchronize()
+    assert rt.waits == waits + 1
+    assert _queue_empty(rt)
+    np.testing.assert_allclose(y.numpy(), _w6_reference(*xs), rtol=2e-5, atol=1e-6)
+
+
+def test_repeated_step_skips_the_parameter_write(dev, rt):
+    """The same launch twice, each synchronized: the second batch's parameter bytes equal the
+    first's, so the uniform arena is written once; a new shape writes it again."""
+    rng = np.random.default_rng(4)
+    x = em.tensor(rng.standard_normal(1000).astype(np.float32), device=dev)
+
+    def step(t):  # noqa: ANN001, ANN202
+        y = em.tanh(t * 3.0 + 1.0)
+        dev.synchronize()
+        return y
+
+    step(x)
+    writes = rt.arena_writes
+    y = step(x)
+    assert rt.arena_writes == writes
+    np.testing.assert_allclose(y.numpy(), np.tanh(x.numpy().astype(np.float64) * 3.0 + 1.0), rtol=2e-6, atol=1e-7)
+    x2 = em.tensor(rng.standard_normal(1004).astype(np.float32), device=dev)
+    y2 = step(x2)
+    assert rt.arena_writes == writes + 1
+    np.testing.assert_allclose(y2.numpy(), np.tanh(x2.numpy().astype(np.float64) * 3.0 + 1.0), rtol=2e-6, atol=1e-7)
+
+
+def test_default_mode_follows_the_adapter(rt, monkeypatch):
+    monkeypatch.delenv("EMBER_WGPU_SYNC", raising=False)
+    assert runtime_mod._sync_mode(rt.device, cpu=True) == "wait"
+    assert runtime_mod._sync_mode(rt.device, cpu=False) == "spin"
+    monkeypatch.setenv("EMBER_WGPU_SYNC", "map")
+    assert runtime_mod._sync_mode(rt.device, cpu=False) == "map"
+
+
+def test_bad_settings_name_the_variable(rt, monkeypatch):
+    monkeypatch.setenv("EMBER_WGPU_SYNC", "sleep")
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SYNC.*spin, wait or map"):
+        runtime_mod._sync_mode(rt.device, cpu=False)
+    monkeypatch.setenv("EMBER_WGPU_SPIN_US", "2ms")
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SPIN_US"):
+        runtime_mod._spin_seconds()
