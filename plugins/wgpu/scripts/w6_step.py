@@ -2,19 +2,21 @@
 
     python plugins/wgpu/scripts/w6_step.py --device wgpu:0 [--n 67108864] [--iters 200] [--profile]
 
-W6 is y = gelu(x*a+b)*sigmoid(x) (exact erf GELU, float32, 16 bytes per element). Rows:
+W6 is y = gelu(x*a+b)*sigmoid(x) (exact erf GELU, float32, 16 bytes per element). One table row
+per host configuration (the runtime's recorder, native or public, and its synchronize mode,
+spin, wait or map; ``public/map`` is how the backend synchronized before), each with:
 
 * ``step``: the runner's protocol (``python -m benchmarks``): each step built, then
-  ``Device.synchronize()``; the median over ``--iters`` steps;
-* ``pipelined``: ``--chain`` steps queued (each realized), one synchronize, divided by ``--chain``;
-* ``kernel``: the fused kernel alone, ``--chain`` dispatches of its launch plan recorded into one
-  batch and one synchronize, divided by ``--chain`` (no lazy layer, no per-step submit);
+  ``Device.synchronize()``; the median over ``--steps`` steps at ``--n`` elements;
 * ``host``: the same synchronized step at ``--host-n`` elements (default 4096, so the device's
-  time is small beside the host's): median microseconds per step, and the wgpu-native C calls per
-  step by name (each counted through wgpu-py's wrapper table ``libf``), so a change to the
-  submit-and-wait cycle shows as fewer calls and fewer microseconds.
+  time is small beside the host's): median microseconds per step and the main thread's CPU
+  microseconds per step (a blocking wait sleeps, a spin does not).
 
-``--profile`` adds a cProfile of the small synchronized steps (top 25 by own time).
+Then, once: ``pipelined`` (``--chain`` steps, each realized and submitted at once, one synchronize,
+divided by ``--chain``: the device's throughput with the host's work overlapped); ``kernel``: the
+fused kernel's launch plan alone at several workgroup counts (``--chain`` dispatches recorded, then
+timed from the submit to the end of the wait, divided by ``--chain``); and the wgpu-native C calls
+of one small synchronized step by name, count and time (``--profile`` adds a cProfile).
 """
 
 from __future__ import annotations
@@ -68,43 +70,63 @@ def _pipelined(dev: em.Device, n: int, chain: int) -> float:
     for _ in range(chain):
         y = _w6(x, a, b)
         y.realize()
+        dev.backend.rt.flush()  # submitted now: the device runs it while the host builds the next step
     dev.synchronize()
     del y
     return (time.perf_counter() - t0) / chain
 
 
-def _kernel(dev: em.Device, n: int, chain: int) -> tuple[float, str]:
-    """Seconds per dispatch of the fused kernel's plan alone, and what the kernel is."""
+def _kernel(dev: em.Device, n: int, chain: int, grids: list[int]) -> tuple[str, list[tuple[int, float]]]:
+    """What the fused kernel is, and seconds per dispatch of its launch plan at each workgroup count
+    (the plan's own first): ``chain`` dispatches recorded, then timed from submit to the wait's end."""
     x, a, b = _inputs(dev, n)
     y = _w6(x, a, b)
     y.realize()
     dev.synchronize()
     rt = dev.backend.rt
-    plans = [(k, p) for k, p in rt.plans.items() if len(k[0].instructions) == 5]
+    plans = [(k, p) for k, p in rt.plans.items() if len(k[0].instructions) == 5 and k[1] == (n,)]
     if not plans:
         raise SystemExit("the fused W6 plan was not found in the backend's plan table")
-    key, plan = plans[-1]
+    _, plan = plans[-1]
     kernels = [v for k, v in rt.kernels.items() if k[0] == "ew" and v[1] is plan.pipe]
-    what = f"vec {kernels[0][0].vec}, {plan.groups} workgroups" if kernels else f"{plan.groups} workgroups"
-    handles = [t._data for t in (x, a, b)]
+    what = f"vec {kernels[0][0].vec}" if kernels else "?"
     out = rt.empty((n,), em.float32)
-    buffers = [h.buffer for h in handles] + [out.buffer]
+    buffers = [t._data.buffer for t in (x, a, b)] + [out.buffer]
     params = plan.head + bytes(plan.tail)
+    rows = []
+    for groups in dict.fromkeys([plan.groups, *grids]):
+        groups = min(groups, rt.max_groups)
+        times = []
+        for _ in range(3):  # the first warms the GPU's clocks
+            for _ in range(chain):
+                rt.dispatch(plan.pipe, params, buffers, (groups, 1, 1), "w6")
+            t0 = time.perf_counter()
+            rt.synchronize()
+            times.append((time.perf_counter() - t0) / chain)
+        rows.append((groups, min(times[1:])))
+    got = rt.read([out])[0]
+    want = y.numpy()
+    if not np.array_equal(got, want):
+        raise SystemExit(f"the kernel alone wrote other values than the step: max |diff| {np.max(np.abs(got - want))}")
+    return what, rows
 
-    def run() -> None:
-        for _ in range(chain):
-            rt.dispatch(plan.pipe, params, buffers, (plan.groups, 1, 1), "w6")
-        rt.synchronize()
 
-    run()  # warm: the GPU's clocks ramp up while it is busy
-    t0 = time.perf_counter()
-    run()
-    return (time.perf_counter() - t0) / chain, what
+class _CountedLib:
+    """Stands in for wgpu-py's cffi ``lib`` in ember's native recorder: counts and times its calls."""
+
+    def __init__(self, lib: Any, wrap: Callable[[str, Any], Any]) -> None:
+        self._lib = lib
+        self._wrap = wrap
+
+    def __getattr__(self, name: str) -> Any:
+        return self._wrap(name, getattr(self._lib, name))
 
 
-def count_calls(fn: Callable[[], Any], steps: int) -> dict[str, list[float]]:
+def count_calls(fn: Callable[[], Any], steps: int, rt: Any = None) -> dict[str, list[float]]:
     """wgpu-native C calls made by ``steps`` runs of ``fn`` on this thread, by function name:
-    ``[count, seconds]`` (each call timed with wgpu-py's error-capturing wrapper around it)."""
+    ``[count, seconds]``: those through wgpu-py's error-capturing wrappers (``libf``, timed with
+    the wrapper) and, given the runtime ``rt``, those its native recorder makes on the raw
+    ``lib`` (names marked ``*``). Object releases done by wgpu-py's ``__del__`` are not seen."""
     import threading
 
     from wgpu.backends.wgpu_native import _api
@@ -114,37 +136,42 @@ def count_calls(fn: Callable[[], Any], steps: int) -> dict[str, list[float]]:
     table: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
     saved = {}
     clock = time.perf_counter
+
+    def wrap(name: str, func: Any) -> Any:
+        def counted(*args: Any) -> Any:
+            if threading.get_ident() != me:  # wgpu-py's poll thread
+                return func(*args)
+            t0 = clock()
+            try:
+                return func(*args)
+            finally:
+                row = table[name]
+                row[0] += 1
+                row[1] += clock() - t0
+
+        return counted
+
     for name in dir(libf):
         if name.startswith("wgpu"):
-            func = getattr(libf, name)
-            saved[name] = func
-
-            def counted(*args: Any, _f: Any = func, _n: str = name) -> Any:
-                if threading.get_ident() != me:  # wgpu-py's poll thread
-                    return _f(*args)
-                t0 = clock()
-                try:
-                    return _f(*args)
-                finally:
-                    row = table[_n]
-                    row[0] += 1
-                    row[1] += clock() - t0
-
-            setattr(libf, name, counted)
+            saved[name] = getattr(libf, name)
+            setattr(libf, name, wrap(name, saved[name]))
+    rec = getattr(rt, "recorder", None)
+    raw = getattr(rec, "lib", None)
+    if raw is not None:
+        rec.lib = _CountedLib(raw, lambda name, func: wrap(name + " *", func))
     try:
         for _ in range(steps):
             fn()
     finally:
         for name, func in saved.items():
             setattr(libf, name, func)
+        if raw is not None:
+            rec.lib = raw
     return dict(table)
 
 
-def host(dev: em.Device, n: int, iters: int) -> tuple[float, dict[str, list[float]], int]:
-    """Median seconds per synchronized step at ``n``, the C calls per 100 steps, and submits per step."""
-    cpu: list[float] = []
-    step_s = statistics.median(_steps(dev, n, iters, cpu))
-    host.cpu_s = sum(cpu) / len(cpu)  # type: ignore[attr-defined]
+def host_calls(dev: em.Device, n: int) -> tuple[dict[str, list[float]], int]:
+    """The C calls of 100 synchronized steps at ``n`` (see :func:`count_calls`) and their submits."""
     x, a, b = _inputs(dev, n)
 
     def one() -> None:
@@ -155,40 +182,67 @@ def host(dev: em.Device, n: int, iters: int) -> tuple[float, dict[str, list[floa
     one()
     rt = dev.backend.rt
     before = rt.submits
-    counts = count_calls(one, 100)
-    return step_s, counts, rt.submits - before
+    counts = count_calls(one, 100, rt)
+    return counts, rt.submits - before
+
+
+def _configure(rt: Any, recorder: str, mode: str) -> None:
+    """Switch the runtime's recorder and synchronize mode (between batches)."""
+    from ember_wgpu import recorder as rec_mod
+
+    rt.synchronize()
+    cls = rec_mod.NativeRecorder if recorder == "native" else rec_mod.PublicRecorder
+    if rt.recorder.kind != recorder:
+        rt.recorder = cls(rt.device, rt.queue)
+    rt.sync_mode = mode
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="wgpu:0")
     parser.add_argument("--n", type=int, default=2**26, help="elements of the step, pipelined and kernel rows")
-    parser.add_argument("--host-n", type=int, default=4096, help="elements of the host row")
-    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--host-n", type=int, default=4096, help="elements of the host column")
+    parser.add_argument("--steps", type=int, default=50, help="synchronized steps at --n per configuration")
+    parser.add_argument("--iters", type=int, default=500, help="synchronized steps at --host-n per configuration")
     parser.add_argument("--chain", type=int, default=20)
-    parser.add_argument("--skip-large", action="store_true", help="only the host row (e.g. on a CPU adapter)")
+    parser.add_argument(
+        "--grids", default="1024,4096,8192,16384,32768,65535", help="workgroup counts of the kernel rows"
+    )
+    parser.add_argument("--configs", default="native/spin,native/wait,native/map,public/map")
+    parser.add_argument("--skip-large", action="store_true", help="only the host column (e.g. on a CPU adapter)")
     parser.add_argument("--profile", action="store_true", help="a cProfile of the small synchronized steps")
     args = parser.parse_args()
     dev = em.Device(args.device)
-    print(f"W6 on {args.device} ({dev.backend.rt.name}); 16 bytes per element")
+    rt = dev.backend.rt
+    default = (rt.recorder.kind, rt.sync_mode)
+    tb = 16 * args.n / 1e12
+    print(f"W6 on {args.device} ({rt.name}); 16 bytes per element; defaults: {default[0]} recorder, {default[1]}")
+    print(f"| recorder/sync | step ms at n={args.n} | step TB/s | host us per step at n={args.host_n} | host CPU us |")
+    print("|---|---|---|---|---|")
+    for config in args.configs.split(","):
+        recorder, mode = config.split("/")
+        _configure(rt, recorder, mode)
+        step = "–"
+        rate = "–"
+        if not args.skip_large:
+            s = statistics.median(_steps(dev, args.n, args.steps))
+            step, rate = f"{s * 1e3:.3f}", f"{tb / s:.2f}"
+        cpu: list[float] = []
+        h = statistics.median(_steps(dev, args.host_n, args.iters, cpu))
+        print(f"| {config} | {step} | {rate} | {h * 1e6:.1f} | {sum(cpu) / len(cpu) * 1e6:.1f} |")
+    _configure(rt, *default)
     if not args.skip_large:
-        tb = 16 * args.n / 1e12
-        step = statistics.median(_steps(dev, args.n, min(args.iters, 50)))
         piped = _pipelined(dev, args.n, args.chain)
-        kern, what = _kernel(dev, args.n, args.chain)
-        print(
-            f"n = {args.n}: step {step * 1e3:.3f} ms ({tb / step:.2f} TB/s)  pipelined {piped * 1e3:.3f} ms "
-            f"({tb / piped:.2f} TB/s)  kernel {kern * 1e3:.3f} ms ({tb / kern:.2f} TB/s; {what})"
-        )
-    step_s, counts, submits = host(dev, args.host_n, args.iters)
+        print(f"pipelined (default config): {piped * 1e3:.3f} ms per step ({tb / piped:.2f} TB/s)")
+        what, rows = _kernel(dev, args.n, args.chain, [int(g) for g in args.grids.split(",")])
+        for groups, sec in rows:
+            print(f"kernel alone ({what}), {groups:5d} workgroups: {sec * 1e3:.3f} ms ({tb / sec:.2f} TB/s)")
+    counts, submits = host_calls(dev, args.host_n)
     total = sum(c for c, _ in counts.values()) / 100
     print(
-        f"host, n = {args.host_n}: {step_s * 1e6:.1f} us per synchronized step (median of {args.iters}); "
-        f"main thread CPU {host.cpu_s * 1e6:.1f} us per step (mean); sync mode {dev.backend.rt.sync_mode}"
-    )  # type: ignore[attr-defined]
-    print(
-        f"  {total:.1f} wgpu-native calls per step through wgpu-py's wrappers (object releases not counted), "
-        f"{submits / 100:.2f} submits; per step: calls, us in the call, name"
+        f"  {total:.1f} wgpu-native calls per step ({rt.recorder.kind} recorder; *: on the raw cffi "
+        f"lib, else through wgpu-py's wrappers; wgpu-py's own object releases not seen), {submits / 100:.2f} "
+        "submits; per step: calls, us in the call, name"
     )
     for name, (c, t) in sorted(counts.items(), key=lambda kv: -kv[1][1]):
         print(f"  {c / 100:6.2f} {t / 100 * 1e6:8.1f}  {name}")

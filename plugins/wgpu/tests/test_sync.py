@@ -10,6 +10,7 @@ import pytest
 
 import ember as em
 from ember.errors import InvalidArgumentError
+from ember_wgpu import recorder as recorder_mod
 from ember_wgpu import runtime as runtime_mod
 
 
@@ -86,3 +87,46 @@ def test_bad_settings_name_the_variable(rt, monkeypatch):
     monkeypatch.setenv("EMBER_WGPU_SPIN_US", "2ms")
     with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SPIN_US"):
         runtime_mod._spin_seconds()
+
+
+@pytest.mark.parametrize("kind", ["native", "public"])
+def test_both_recorders_record_and_report_invalid_batches(dev, rt, kind, monkeypatch):
+    """Each recorder runs a fused step to numpy's values; an invalid dispatch (workgroups over the
+    limit, unchecked) is still reported at the flush as a WgpuValidationError naming the kernel."""
+    from ember_wgpu.errors import WgpuValidationError
+
+    rt.synchronize()
+    saved = rt.recorder
+    monkeypatch.setenv("EMBER_WGPU_RECORDER", kind)
+    rt.recorder = recorder_mod.recorder(rt.device, rt.queue)
+    try:
+        assert rt.recorder.kind == kind
+        rng = np.random.default_rng(5)
+        xs = [rng.standard_normal(999).astype(np.float32) for _ in range(3)]
+        x, a, b = (em.tensor(v, device=dev) for v in xs)
+        y = em.gelu(x * a + b) * em.sigmoid(x)
+        dev.synchronize()
+        np.testing.assert_allclose(y.numpy(), _w6_reference(*xs), rtol=2e-5, atol=1e-6)
+        out = rt.empty((4,), em.float32)
+        pipe = rt.pipeline(
+            "too_wide", "@group(0) @binding(1) var<storage, read_write> y: array<f32>;\n"
+            "@compute @workgroup_size(1) fn main() { y[0] = 1.0; }", ("w",)
+        )  # fmt: skip
+        rt.max_groups, limit = 10**9, rt.max_groups
+        try:
+            rt.dispatch(pipe, bytes(16), [out.buffer], (limit + 1, 1, 1), "too_wide")
+            with pytest.raises(WgpuValidationError, match="too_wide"):
+                rt.flush()
+        finally:
+            rt.max_groups = limit
+        z = em.tanh(x)
+        dev.synchronize()  # the device still works
+        np.testing.assert_allclose(z.numpy(), np.tanh(xs[0].astype(np.float64)), rtol=2e-6, atol=1e-7)
+    finally:
+        rt.recorder = saved
+
+
+def test_bad_recorder_setting_names_the_variable(rt, monkeypatch):
+    monkeypatch.setenv("EMBER_WGPU_RECORDER", "fast")
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_RECORDER.*native or public"):
+        recorder_mod.recorder(rt.device, rt.queue)

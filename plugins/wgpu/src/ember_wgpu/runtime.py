@@ -47,6 +47,7 @@ from .errors import (
     WgpuValidationError,
 )
 from .handle import WgpuArray
+from .recorder import recorder
 from .typemap import TypeMap
 
 __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
@@ -156,8 +157,8 @@ class Runtime:
         self._arena = self.device.create_buffer(size=ARENA_BYTES, usage=usage.UNIFORM | usage.COPY_DST)
         self._arena_host = bytearray(ARENA_BYTES)
         self._arena_used = 0
-        self._encoder: Any = None
-        self._pass: Any = None
+        self.recorder = recorder(self.device, self.queue)
+        self._open = False  # a compute pass is being recorded
         self._last_pipe: Pipeline | None = None
         self._count = 0
         self.batch_refs: set[int] = set()
@@ -306,9 +307,10 @@ class Runtime:
         n = len(params)
         if self._arena_used + n > ARENA_BYTES:
             self.flush()
-        if self._pass is None:
-            self._encoder = self.device.create_command_encoder()
-            self._pass = self._encoder.begin_compute_pass()
+        rec = self.recorder
+        if not self._open:
+            rec.begin()
+            self._open = True
             self._last_pipe = None
         off = self._arena_used
         self._arena_host[off : off + n] = params
@@ -319,10 +321,10 @@ class Runtime:
         if bg is None:
             bg = self._bind_group(pipe, n, buffers, key, uids)
         if pipe is not self._last_pipe:
-            self._pass.set_pipeline(pipe.pipeline)
+            rec.set_pipeline(pipe.pipeline)
             self._last_pipe = pipe
-        self._pass.set_bind_group(0, bg, [off])
-        self._pass.dispatch_workgroups(*groups)
+        rec.set_bind_group(bg, off)
+        rec.dispatch(*groups)
         self.batch_refs.update(uids)
         self._names.append(name or pipe.name)
         self._count += 1
@@ -347,7 +349,7 @@ class Runtime:
         """Submit everything recorded so far (no wait); ``fence`` ends the submit with a copy into
         the sync buffer, which is mappable once everything submitted has run."""
         self._check_lost()
-        if self._pass is None:
+        if not self._open:
             if fence:
                 encoder = self.device.create_command_encoder()
                 encoder.copy_buffer_to_buffer(self._sync_buf, 0, self._sync_stage, 0, 4)
@@ -355,22 +357,19 @@ class Runtime:
                 self.submits += 1
             self.pool.trim()
             return
-        self._pass.end()
         names = self._names
         used = self._arena_used
         if used and self._arena_view[:used] != self._arena_last:
             self.queue.write_buffer(self._arena, 0, self._arena_host, 0, used)
             self.arena_writes += 1
             self._arena_last = bytes(self._arena_view[:used]) if used <= _ARENA_REMEMBER else b""
-        encoder = self._encoder
-        self._encoder = self._pass = self._last_pipe = None
+        self._open = False
+        self._last_pipe = None
         self._arena_used = 0
         self._count = 0
         self._names = []
-        if fence:
-            encoder.copy_buffer_to_buffer(self._sync_buf, 0, self._sync_stage, 0, 4)
         try:
-            command_buffer = encoder.finish()
+            command_buffer = self.recorder.finish((self._sync_buf, self._sync_stage, 4) if fence else None)
         except self.wgpu.GPUError as exc:
             self.batch_refs.clear()
             shown = ", ".join(dict.fromkeys(names[-12:]))
@@ -379,7 +378,7 @@ class Runtime:
                 f"(the last ones: {shown}): {exc}\nThe results of those ops are lost. This is a bug in "
                 f"ember-wgpu; please report it with the message above."
             ) from None
-        self.queue.submit([command_buffer])
+        self.recorder.submit(command_buffer)
         self.submits += 1
         self.batch_refs.clear()
         self.pool.trim()
@@ -488,4 +487,6 @@ class Runtime:
             "arena_writes": self.arena_writes,
             "waits": self.waits,
             "pending_dispatches": self._count,
+            "sync_mode": self.sync_mode,
+            "recorder": self.recorder.kind,
         }
