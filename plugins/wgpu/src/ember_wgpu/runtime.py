@@ -188,8 +188,8 @@ class Runtime:
                 f"wgpu:{self.index} ({self.name}): a buffer of {size} bytes exceeds this adapter's "
                 f"max-buffer-size of {self.max_buffer} bytes; split the tensor into smaller ones"
             )
-        try:
-            return self.device.create_buffer(size=size, usage=self._storage_usage)
+        try:  # whole multiples of 16 bytes: a vec4 kernel may read the whole last vec4 of a tensor
+            return self.device.create_buffer(size=-(-size // 16) * 16, usage=self._storage_usage)
         except self.wgpu.GPUError as exc:
             raise WgpuOutOfMemoryError(
                 f"wgpu:{self.index} ({self.name}): could not allocate {size} bytes "

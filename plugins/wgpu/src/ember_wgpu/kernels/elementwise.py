@@ -161,7 +161,8 @@ def _plan(
     kernel, pipe, name = found
     head = gen.pack(program, rt.types, kernel, shape, ins, geo, [], lay, with_scalars=False)
     tail = kernel.param_bytes - len(head) - gen.scalar_bytes(scalar_types)
-    groups = min(-(-(size // vec) // gen.WORKGROUP), MAX_GROUPS)
+    items = -(-size // vec)  # vec4s (the last may be partial) or elements
+    groups = min(-(-items // gen.WORKGROUP), MAX_GROUPS)
     return _Plan(pipe, name, head, scalar_types, tail, groups, out_dtypes)
 
 
