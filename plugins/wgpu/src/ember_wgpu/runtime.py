@@ -451,9 +451,8 @@ class Runtime:
         else:
             self.flush()
             try:
-                if mode == "spin":
-                    self._spin()
-                self.device._poll_wait()  # wgpuDevicePoll(wait=True): returns once every submit has run
+                if mode != "spin" or not self._spin():
+                    self.device._poll_wait()  # wgpuDevicePoll(wait=True): returns once every submit has run
             except self.wgpu.GPUError as exc:
                 self._check_lost()
                 raise WgpuValidationError(
@@ -462,19 +461,20 @@ class Runtime:
         self.waits += 1
         self._check_lost()
 
-    def _spin(self) -> None:
-        """Poll without blocking until the queue is empty or ``spin_s`` has passed."""
+    def _spin(self) -> bool:
+        """Poll without blocking until the queue is empty (True) or ``spin_s`` has passed (False)."""
         from wgpu.backends.wgpu_native import ffi, lib
 
         poll, device, null = lib.wgpuDevicePoll, self.device._internal, ffi.NULL
         # wgpu-native returns a Rust bool where the header says a 32-bit WGPUBool: only the low byte is set
         if poll(device, False, null) & 0xFF:
-            return
+            return True
         clock = time.perf_counter
         end = clock() + self.spin_s
         while not poll(device, False, null) & 0xFF:
             if clock() > end:
-                return
+                return False
+        return True
 
     def stats(self) -> dict[str, Any]:
         """Counters of the runtime besides the pool's (``memory_stats()["extra"]``)."""
