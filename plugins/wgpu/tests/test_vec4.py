@@ -1,7 +1,8 @@
-"""The vec4 form of the elementwise generator: fused W6 regions on element counts that do not
+"""The vec4 forms: the elementwise generator's fused W6 regions on element counts that do not
 divide by 4 (a partial last vec4), views written in place (the lanes past the end keep their
-values), and non-contiguous inputs (the scalar form), each against numpy float64 with a check of
-which form ran (the plan's kernel and the dispatch counter)."""
+values), and non-contiguous inputs (the scalar form); fused reductions along a contiguous axis.
+Each against numpy float64 with a check of which form ran (the plan's kernel, the dispatch and
+launch counters)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember.lazy.program import FusedProgram
+from ember.lazy.program import FusedProgram, Reduce
 from ember_wgpu.kernels import elementwise as ew
+from ember_wgpu.kernels import fused_reduce
 
 F = "float32"
 RNG = np.random.default_rng(11)
@@ -100,3 +102,38 @@ def test_non_contiguous_inputs_take_the_scalar_form(dev):
     np.testing.assert_allclose(y2.numpy(), want, rtol=2e-5, atol=1e-6)
     contiguous = [k for k in _plans(rt, (33, 10)) if all(s == (10, 1) for _, s, _ in k[2])]
     assert contiguous and all(_vec_of_plan(rt, k) == 4 for k in contiguous)
+
+
+# -- the vec4 form of fused reductions (kernels/fused_reduce.py) --------------------------------
+def _reduce_chain(op: str, axes: tuple[int, ...]) -> FusedProgram:
+    """``x * a + s`` written out at full size, and ``tanh(x * a + s)`` reduced over ``axes``."""
+    inputs = ((F, "tensor"), (F, "tensor"), (F, "scalar"))
+    body = (("mul", F, (0, 1)), ("add", F, (3, 2)), ("tanh", F, (4,)))
+    return FusedProgram(inputs, body, (4,), Reduce(op, 5, axes))
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes", "start", "vec"),
+    [
+        ((64, 48), (1,), 0, 4),  # rows of 48: a workgroup per row, vec4
+        ((2, 40000), (1,), 0, 4),  # two long rows: chunks (multiples of 4) and the combining pass
+        ((64, 50), (1,), 0, 1),  # rows of 50: not a multiple of 4, the scalar form
+        ((64, 48), (1,), 2, 1),  # x a view from offset 2: rows not 16-byte aligned, the scalar form
+        ((48, 64), (0,), 0, 1),  # a leading axis reduced: strided rows, the scalar form
+    ],
+)
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+def test_fused_reduction_vec4_form(dev, shape, axes, start, vec, op):
+    """The fused reduction's value and full-size output against numpy float64, and which form ran."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    a = RNG.standard_normal(shape[-1:]).astype(np.float32)
+    size = x.size
+    base = dev.backend.from_numpy(np.concatenate([np.zeros(start, np.float32), x.ravel()]))
+    hx = base.slice((start,), (start + size,), (1,)).reshape(shape)
+    before = fused_reduce.VEC4_LAUNCHES["vec4"]
+    full, red = dev.backend.run_fused(_reduce_chain(op, axes), [hx, dev.backend.from_numpy(a), 0.25], shape=shape)
+    assert fused_reduce.VEC4_LAUNCHES["vec4"] == before + (vec == 4)
+    t = x.astype(np.float64) * a + 0.25
+    want = getattr(np, op)(np.tanh(t), axis=axes)
+    np.testing.assert_allclose(dev.backend.to_numpy(red), want, rtol=2e-5, atol=2e-5 * shape[axes[-1]])
+    np.testing.assert_allclose(dev.backend.to_numpy(full), t, rtol=1e-6, atol=1e-6)
