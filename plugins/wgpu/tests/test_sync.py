@@ -37,7 +37,7 @@ def mode(rt, request):  # noqa: ANN001, ANN201
 @pytest.mark.parametrize("mode", ["spin", "wait", "map"], indirect=True)
 @pytest.mark.parametrize("spin_us", [2000, 0])
 def test_each_mode_waits_for_the_queue(dev, rt, mode, spin_us):
-    """After synchronize() the queue is empty and the held result equals numpy's (float64)."""
+    """After synchronize() the queue is empty (spin, wait) and the held result equals numpy's (float64)."""
     rt.spin_s = spin_us / 1e6  # 0: the spin gives up at once and the blocking poll waits
     rng = np.random.default_rng(3)
     xs = [rng.standard_normal(1 << 16).astype(np.float32) for _ in range(3)]
@@ -46,7 +46,8 @@ def test_each_mode_waits_for_the_queue(dev, rt, mode, spin_us):
     y = em.gelu(x * a + b) * em.sigmoid(x)
     dev.synchronize()
     assert rt.waits == waits + 1
-    assert _queue_empty(rt)
+    if mode != "map":  # map_sync resolves once the fence's submit has run; its own empty submit may still be queued
+        assert _queue_empty(rt)
     np.testing.assert_allclose(y.numpy(), _w6_reference(*xs), rtol=2e-5, atol=1e-6)
 
 
