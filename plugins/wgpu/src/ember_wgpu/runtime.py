@@ -175,6 +175,7 @@ class Runtime:
         self._arena_last = b""
         self.sync_mode = _sync_mode(self.device, str(self.adapter.info.get("adapter_type", "")).lower() == "cpu")
         self.spin_s = _spin_seconds()
+        self._raw_poll: tuple[Any, Any, Any] | None = None  # wgpu-native's poll, the device, NULL: see _spin
         self._sync_buf = self._create_buffer(16)
         self._sync_stage = self.device.create_buffer(
             size=16, usage=self.wgpu.BufferUsage.MAP_READ | self.wgpu.BufferUsage.COPY_DST
@@ -463,9 +464,11 @@ class Runtime:
 
     def _spin(self) -> bool:
         """Poll without blocking until the queue is empty (True) or ``spin_s`` has passed (False)."""
-        from wgpu.backends.wgpu_native import ffi, lib
+        if self._raw_poll is None:
+            from wgpu.backends.wgpu_native import ffi, lib
 
-        poll, device, null = lib.wgpuDevicePoll, self.device._internal, ffi.NULL
+            self._raw_poll = (lib.wgpuDevicePoll, self.device._internal, ffi.NULL)
+        poll, device, null = self._raw_poll
         # wgpu-native returns a Rust bool where the header says a 32-bit WGPUBool: only the low byte is set
         if poll(device, False, null) & 0xFF:
             return True
