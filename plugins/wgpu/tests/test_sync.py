@@ -131,3 +131,28 @@ def test_bad_recorder_setting_names_the_variable(rt, monkeypatch):
     monkeypatch.setenv("EMBER_WGPU_RECORDER", "fast")
     with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_RECORDER.*native or public"):
         recorder_mod.recorder(rt.device, rt.queue)
+
+
+@pytest.mark.parametrize("mode", ["spin", "wait", "map"], indirect=True)
+def test_read_is_one_submit_and_keeps_its_staging_buffer(dev, rt, mode, monkeypatch):
+    """A readback of queued results (a view with an offset among them) is the batch and the
+    copies in one submit, values as numpy's; the staging buffer is kept for the next read unless
+    it is larger than the keep limit."""
+    from ember import dtypes as D
+    from ember_wgpu.kernels import elementwise as ew
+
+    x = rt.upload(np.arange(1000, dtype=np.float32), D.float32)
+    rt.synchronize()
+    y = ew.apply_op(rt, "mul", [x, 2.0])
+    z = ew.apply_op(rt, "add", [x.slice((3,), (503,), (2,)), 1.0])
+    submits = rt.submits
+    got_y, got_z = rt.read([y, z])
+    assert rt.submits == submits + 1
+    np.testing.assert_array_equal(got_y, np.arange(1000, dtype=np.float64) * 2)
+    np.testing.assert_array_equal(got_z, np.arange(3, 503, 2, dtype=np.float64) + 1)
+    kept = rt._staging_buf
+    assert kept is not None
+    assert rt.read([y])[0][999] == 1998.0 and rt._staging_buf is kept
+    monkeypatch.setattr(runtime_mod, "_STAGING_KEEP", 16)
+    rt._staging_buf = None
+    assert rt.read([z])[0][0] == 4.0 and rt._staging_buf is None  # over the limit: destroyed after the read

@@ -14,11 +14,15 @@ when the native pieces are missing).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from ember.errors import InvalidArgumentError
 
-__all__ = ["recorder", "NativeRecorder", "PublicRecorder"]
+__all__ = ["recorder", "NativeRecorder", "PublicRecorder", "Copy"]
+
+#: a buffer-to-buffer copy: (source, source offset, destination, destination offset, bytes)
+Copy = tuple[Any, int, Any, int, int]
 
 
 class PublicRecorder:
@@ -47,14 +51,21 @@ class PublicRecorder:
     def dispatch(self, x: int, y: int, z: int) -> None:
         self._pass.dispatch_workgroups(x, y, z)
 
-    def finish(self, copy: tuple[Any, Any, int] | None = None) -> Any:
-        """End the pass, append ``copy`` (source, destination, bytes) and finish the encoder
-        (raises wgpu's ``GPUError`` for an invalid batch); the encoder is closed either way."""
+    def finish(self, copies: Sequence[Copy] = ()) -> Any:
+        """End the pass, append ``copies`` and finish the encoder (raises wgpu's ``GPUError`` for
+        an invalid batch); the encoder is closed either way."""
         encoder, self._encoder = self._encoder, None
         self._pass.end()
         self._pass = None
-        if copy is not None:
-            encoder.copy_buffer_to_buffer(copy[0], 0, copy[1], 0, copy[2])
+        for src, src_at, dst, dst_at, size in copies:
+            encoder.copy_buffer_to_buffer(src, src_at, dst, dst_at, size)
+        return encoder.finish()
+
+    def copies(self, copies: Sequence[Copy]) -> Any:
+        """A command buffer of ``copies`` alone (no pass open)."""
+        encoder = self.device.create_command_encoder()
+        for src, src_at, dst, dst_at, size in copies:
+            encoder.copy_buffer_to_buffer(src, src_at, dst, dst_at, size)
         return encoder.finish()
 
     def submit(self, command_buffer: Any) -> None:
@@ -95,18 +106,28 @@ class NativeRecorder:
     def dispatch(self, x: int, y: int, z: int) -> None:
         self.lib.wgpuComputePassEncoderDispatchWorkgroups(self._pass, x, y, z)
 
-    def finish(self, copy: tuple[Any, Any, int] | None = None) -> Any:
+    def finish(self, copies: Sequence[Copy] = ()) -> Any:
         lib = self.lib
         encoder, compute_pass = self._encoder, self._pass
         self._encoder = self._pass = None
         try:
             lib.wgpuComputePassEncoderEnd(compute_pass)
-            if copy is not None:
-                lib.wgpuCommandEncoderCopyBufferToBuffer(encoder, copy[0]._internal, 0, copy[1]._internal, 0, copy[2])
-            return self.libf.wgpuCommandEncoderFinish(encoder, self.null)
+            return self._copies_and_finish(encoder, copies)
         finally:
             lib.wgpuComputePassEncoderRelease(compute_pass)
             lib.wgpuCommandEncoderRelease(encoder)
+
+    def copies(self, copies: Sequence[Copy]) -> Any:
+        encoder = self.lib.wgpuDeviceCreateCommandEncoder(self.device_id, self.null)
+        try:
+            return self._copies_and_finish(encoder, copies)
+        finally:
+            self.lib.wgpuCommandEncoderRelease(encoder)
+
+    def _copies_and_finish(self, encoder: Any, copies: Sequence[Copy]) -> Any:
+        for src, src_at, dst, dst_at, size in copies:
+            self.lib.wgpuCommandEncoderCopyBufferToBuffer(encoder, src._internal, src_at, dst._internal, dst_at, size)
+        return self.libf.wgpuCommandEncoderFinish(encoder, self.null)
 
     def submit(self, command_buffer: Any) -> None:
         self._buffers[0] = command_buffer

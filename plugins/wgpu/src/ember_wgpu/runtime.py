@@ -12,7 +12,8 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
   through a dynamic uniform offset, so a kernel's bind group does not change with them;
 * **bind groups** are cached by (layout, buffers), which a training loop hits every step
   because the pool hands the same buffers back;
-* **readbacks** of several tensors share one staging buffer, one submit and one map;
+* **readbacks** of several tensors share one staging buffer (kept for the next read), one map
+  and the open batch's submit (the copies follow the batch's pass in its command buffer);
 * **synchronize()** submits the batch and waits on this thread (:func:`_sync_mode`): no fence
   copy, no mapping, no wgpu-py poll thread; a synchronized step that repeats its launches skips
   rewriting the parameter arena (same bytes). A W6 step is 8 wgpu-native calls plus releases.
@@ -47,7 +48,7 @@ from .errors import (
     WgpuValidationError,
 )
 from .handle import WgpuArray
-from .recorder import recorder
+from .recorder import Copy, recorder
 from .typemap import TypeMap
 
 __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
@@ -58,6 +59,9 @@ _BG_CACHE_LIMIT = 16384
 #: parameter bytes of a batch up to which flush() remembers them, to skip writing the same again
 _ARENA_REMEMBER = 4096
 
+
+#: readback staging buffers up to this size are kept for the next read
+_STAGING_KEEP = 64 << 20
 
 #: how long synchronize() spins on a non-blocking poll before it blocks (EMBER_WGPU_SPIN_US)
 SPIN_US = 2000
@@ -176,6 +180,7 @@ class Runtime:
         self.sync_mode = _sync_mode(self.device, str(self.adapter.info.get("adapter_type", "")).lower() == "cpu")
         self.spin_s = _spin_seconds()
         self._raw_poll: tuple[Any, Any, Any] | None = None  # wgpu-native's poll, the device, NULL: see _spin
+        self._staging_buf: Any = None  # the mappable buffer of the last read, kept for the next (read())
         self._sync_buf = self._create_buffer(16)
         self._sync_stage = self.device.create_buffer(
             size=16, usage=self.wgpu.BufferUsage.MAP_READ | self.wgpu.BufferUsage.COPY_DST
@@ -346,15 +351,15 @@ class Runtime:
             self._bg_by_uid.setdefault(uid, []).append(key)
         return bg
 
-    def flush(self, fence: bool = False) -> None:
-        """Submit everything recorded so far (no wait); ``fence`` ends the submit with a copy into
-        the sync buffer, which is mappable once everything submitted has run."""
+    def flush(self, fence: bool = False, copies: Sequence[Copy] = ()) -> None:
+        """Submit everything recorded so far (no wait), then ``copies`` in the same submit;
+        ``fence`` adds a copy into the sync buffer, which is mappable once everything submitted has run."""
         self._check_lost()
+        if fence:
+            copies = [*copies, (self._sync_buf, 0, self._sync_stage, 0, 4)]
         if not self._open:
-            if fence:
-                encoder = self.device.create_command_encoder()
-                encoder.copy_buffer_to_buffer(self._sync_buf, 0, self._sync_stage, 0, 4)
-                self.queue.submit([encoder.finish()])
+            if copies:
+                self.recorder.submit(self.recorder.copies(copies))
                 self.submits += 1
             self.pool.trim()
             return
@@ -370,7 +375,7 @@ class Runtime:
         self._count = 0
         self._names = []
         try:
-            command_buffer = self.recorder.finish((self._sync_buf, self._sync_stage, 4) if fence else None)
+            command_buffer = self.recorder.finish(copies)
         except self.wgpu.GPUError as exc:
             self.batch_refs.clear()
             shown = ", ".join(dict.fromkeys(names[-12:]))
@@ -394,8 +399,8 @@ class Runtime:
 
     # -- sync points -----------------------------------------------------------------------
     def read(self, arrays: Sequence[WgpuArray]) -> list[np.ndarray]:
-        """Host copies of ``arrays`` (one submit and one map for all of them)."""
-        self.flush()
+        """Host copies of ``arrays``: the open batch and the copies into one staging buffer in one
+        submit, then one map, waited for on this thread as :meth:`synchronize` waits."""
         plan: list[tuple[int, int, int, int] | None] = []
         total = 0
         for a in arrays:
@@ -410,19 +415,20 @@ class Runtime:
             total += bhi - blo
         results: list[np.ndarray] = []
         raw: Any = b""
-        if total:
-            wgpu = self.wgpu
-            staging = self.device.create_buffer(size=total, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-            encoder = self.device.create_command_encoder()
-            for a, p in zip(arrays, plan):
-                if p is not None:
-                    encoder.copy_buffer_to_buffer(a.buffer, p[0], staging, p[2], p[1])
-            self.queue.submit([encoder.finish()])
-            self.submits += 1
-            staging.map_sync(wgpu.MapMode.READ)
-            raw = staging.read_mapped()
-            staging.unmap()
-            staging.destroy()
+        if not total:
+            self.flush()
+        else:
+            staging = self._staging(total)
+            copies = [(a.buffer, p[0], staging, p[2], p[1]) for a, p in zip(arrays, plan) if p is not None]
+            try:
+                self.flush(copies=copies)  # the open batch and the copies: one submit
+                self._map_read(staging, total)
+                raw = staging.read_mapped(0, total)
+                staging.unmap()
+            except BaseException:
+                staging.destroy()
+                raise
+            self._give_staging(staging)
             self._check_lost()
         for a, p in zip(arrays, plan):
             host = self.types[a.dtype].host
@@ -440,6 +446,39 @@ class Runtime:
             )
             results.append(self.types.from_device_bytes(np.array(view, copy=True), a.dtype))
         return results
+
+    def _staging(self, nbytes: int) -> Any:
+        """A mappable buffer of at least ``nbytes`` (the one kept from the last read when large enough)."""
+        kept, self._staging_buf = self._staging_buf, None
+        if kept is not None and kept.size >= nbytes:
+            return kept
+        if kept is not None:
+            kept.destroy()
+        usage = self.wgpu.BufferUsage.MAP_READ | self.wgpu.BufferUsage.COPY_DST
+        return self.device.create_buffer(size=-(-nbytes // 256) * 256, usage=usage)
+
+    def _give_staging(self, buf: Any) -> None:
+        """Keep ``buf`` for the next read (up to ``_STAGING_KEEP`` bytes), else destroy it."""
+        if buf.size <= _STAGING_KEEP and self._staging_buf is None:
+            self._staging_buf = buf
+        else:
+            buf.destroy()
+
+    def _map_read(self, buf: Any, nbytes: int) -> None:
+        """Map ``buf``'s first ``nbytes`` for reading once the submits before have run. The copies
+        into it were in the last submit, so wgpu-py's extra empty submit (``READ_NOSYNC`` skips it)
+        is not needed; the wait is this thread's (``sync_mode``), the promise then already resolved."""
+        if self.sync_mode == "map":
+            buf.map_sync(self.wgpu.MapMode.READ, 0, nbytes)
+            return
+        promise = buf.map_async("READ_NOSYNC", 0, nbytes)
+        try:
+            if self.sync_mode != "spin" or not self._spin():
+                self.device._poll_wait()
+        except self.wgpu.GPUError as exc:
+            self._check_lost()
+            raise WgpuValidationError(f"wgpu:{self.index} ({self.name}): reading back failed: {exc}") from None
+        promise.sync_wait()  # the callback ran during the poll (or in wgpu-py's poll thread)
 
     def synchronize(self) -> None:
         """Submit and wait until the device has finished all work recorded so far (``sync_mode``:
