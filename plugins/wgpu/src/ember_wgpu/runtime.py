@@ -16,7 +16,7 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
   and the open batch's submit (the copies follow the batch's pass in its command buffer);
 * **synchronize()** submits the batch and waits on this thread (:func:`_sync_mode`): no fence
   copy, no mapping, no wgpu-py poll thread; a synchronized step that repeats its launches skips
-  rewriting the parameter arena (same bytes). A W6 step is 8 wgpu-native calls plus releases.
+  rewriting the parameter arena (same bytes). A W6 step is 12 wgpu-native calls, releases included.
 
 wgpu raises its validation errors from the call that caused them (shader and pipeline
 creation, ``encoder.finish``); they become :mod:`ember_wgpu.errors` exceptions naming the
@@ -58,8 +58,6 @@ ARENA_BYTES = 1 << 22
 _BG_CACHE_LIMIT = 16384
 #: parameter bytes of a batch up to which flush() remembers them, to skip writing the same again
 _ARENA_REMEMBER = 4096
-
-
 #: readback staging buffers up to this size are kept for the next read
 _STAGING_KEEP = 64 << 20
 
@@ -84,6 +82,7 @@ def _sync_mode(device: Any, cpu: bool) -> str:
 
 
 def _spin_seconds() -> float:
+    """Seconds :meth:`Runtime._spin` polls before it gives up (``EMBER_WGPU_SPIN_US``, microseconds)."""
     raw = os.environ.get("EMBER_WGPU_SPIN_US", "").strip()
     try:
         return (int(raw) if raw else SPIN_US) / 1e6
