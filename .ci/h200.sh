@@ -11,6 +11,10 @@
 # cProfile of synchronized W6 steps on each (w6-profile.txt).
 # STEPS=probe: plugins/wgpu/scripts/w6_probe.py, the fused W6 WGSL kernel beside variants of its
 # source (which piece costs bandwidth), into w6-probe.txt.
+# STEPS=w6step: plugins/wgpu/scripts/w6_step.py on the NVIDIA Vulkan adapter (W6 per synchronized step
+# for each recorder/sync mode, the host's us per small step, the kernel alone per workgroup count, the
+# wgpu-native calls per step), then the runner's W6 protocol under W6_STEP_GROUPS (MAX_GROUPS values,
+# default 4096,16384,65535) via benchmarks/w6_sweep.py; into w6-step.txt (about 2 minutes).
 # The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused), in
 # SHARDS parallel processes when SHARDS > 1 (--ember-shard); PYTEST_ARGS (unsharded runs) selects
 # cases, e.g. PYTEST_ARGS="-k nextafter".
@@ -98,6 +102,16 @@ for backend in $STEPS; do
       } >"$OUT/w6-profile.txt" 2>&1
       note "w6 profile: exit $? (w6-profile.txt)"
     fi
+    continue
+  fi
+  if [ "$backend" = w6step ]; then  # plugins/wgpu/scripts/w6_step.py: W6 step, host calls, kernel alone on wgpu
+    vk=$(pick wgpu)
+    if [ "$vk" -lt 0 ]; then note "w6step: no NVIDIA Vulkan adapter (see env.txt)"; continue; fi
+    { EMBER_WGPU_ADAPTER=$vk timeout 200 $PY plugins/wgpu/scripts/w6_step.py --device "wgpu:$vk" ${W6_STEP_ARGS:-}
+      EMBER_WGPU_ADAPTER=$vk timeout 150 $PY -m benchmarks.w6_sweep --device "wgpu:$vk" \
+        --attr ember_wgpu.kernels.elementwise:MAX_GROUPS --values ${W6_STEP_GROUPS:-4096,16384,65535}
+    } >"$OUT/w6-step.txt" 2>&1
+    note "w6step: exit $? (w6-step.txt)"
     continue
   fi
   if [ "$backend" = probe ]; then  # plugins/wgpu/scripts/w6_probe.py: the fused W6 WGSL kernel beside variants of its text

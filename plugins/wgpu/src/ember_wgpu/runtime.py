@@ -12,7 +12,11 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
   through a dynamic uniform offset, so a kernel's bind group does not change with them;
 * **bind groups** are cached by (layout, buffers), which a training loop hits every step
   because the pool hands the same buffers back;
-* **readbacks** of several tensors share one staging buffer, one submit and one map.
+* **readbacks** of several tensors share one staging buffer (kept for the next read), one map
+  and the open batch's submit (the copies follow the batch's pass in its command buffer);
+* **synchronize()** submits the batch and waits on this thread (:func:`_sync_mode`): no fence
+  copy, no mapping, no wgpu-py poll thread; a synchronized step that repeats its launches skips
+  rewriting the parameter arena (same bytes). A W6 step is 12 wgpu-native calls, releases included.
 
 wgpu raises its validation errors from the call that caused them (shader and pipeline
 creation, ``encoder.finish``); they become :mod:`ember_wgpu.errors` exceptions naming the
@@ -23,12 +27,15 @@ next sync point raises :class:`~ember_wgpu.errors.WgpuDeviceLostError`.
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ember.dtypes import DType
+from ember.errors import InvalidArgumentError
 from ember.kernel_cache import KernelCache
 from ember.memory import Block, BufferPool
 
@@ -41,6 +48,7 @@ from .errors import (
     WgpuValidationError,
 )
 from .handle import WgpuArray
+from .recorder import Copy, recorder
 from .typemap import TypeMap
 
 __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
@@ -48,6 +56,38 @@ __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
 MAX_BATCH = 2048
 ARENA_BYTES = 1 << 22
 _BG_CACHE_LIMIT = 16384
+#: parameter bytes of a batch up to which flush() remembers them, to skip writing the same again
+_ARENA_REMEMBER = 4096
+#: readback staging buffers up to this size are kept for the next read
+_STAGING_KEEP = 64 << 20
+
+#: how long synchronize() spins on a non-blocking poll before it blocks (EMBER_WGPU_SPIN_US)
+SPIN_US = 2000
+
+
+def _sync_mode(device: Any, cpu: bool) -> str:
+    """How :meth:`Runtime.synchronize` waits (``EMBER_WGPU_SYNC``): ``spin`` (the default on GPU
+    adapters) polls the device without blocking on this thread until its queue is empty (for at most
+    ``SPIN_US``, then blocks), the lowest latency; ``wait`` (the default on CPU adapters, whose
+    device threads a spinning host thread would slow) blocks in one ``wgpuDevicePoll(wait=True)``;
+    ``map`` maps a persistent buffer filled by a copy in the last submit (wgpu-py's ``map_sync``:
+    its poll thread, a callback and, for a MAP_READ buffer, an extra empty submit), the public-API
+    way, also taken where wgpu-py lacks ``device._poll_wait``."""
+    mode = os.environ.get("EMBER_WGPU_SYNC", "").strip().lower() or ("wait" if cpu else "spin")
+    if mode not in ("spin", "wait", "map"):
+        raise InvalidArgumentError(f"EMBER_WGPU_SYNC={mode!r}: use spin, wait or map")
+    if not callable(getattr(device, "_poll_wait", None)) or getattr(device, "_internal", None) is None:
+        return "map"
+    return mode
+
+
+def _spin_seconds() -> float:
+    """Seconds :meth:`Runtime._spin` polls before it gives up (``EMBER_WGPU_SPIN_US``, microseconds)."""
+    raw = os.environ.get("EMBER_WGPU_SPIN_US", "").strip()
+    try:
+        return (int(raw) if raw else SPIN_US) / 1e6
+    except ValueError:
+        raise InvalidArgumentError(f"EMBER_WGPU_SPIN_US={raw!r}: give whole microseconds, e.g. 2000") from None
 
 
 class Pipeline:
@@ -120,19 +160,27 @@ class Runtime:
         self._arena = self.device.create_buffer(size=ARENA_BYTES, usage=usage.UNIFORM | usage.COPY_DST)
         self._arena_host = bytearray(ARENA_BYTES)
         self._arena_used = 0
-        self._encoder: Any = None
-        self._pass: Any = None
+        self.recorder = recorder(self.device, self.queue)
+        self._open = False  # a compute pass is being recorded
         self._last_pipe: Pipeline | None = None
         self._count = 0
         self.batch_refs: set[int] = set()
         self._names: list[str] = []
         self.submits = 0
         self.dispatches = 0
+        self.arena_writes = 0
+        self.waits = 0
         self._watcher = _LostWatcher()
         logging.getLogger("wgpu").addHandler(self._watcher)
+        # what the arena held after its last write, when that was small: a batch whose parameter
+        # bytes are the same (a synchronized step repeating its launches) skips queue.write_buffer
+        self._arena_view = memoryview(self._arena_host)
+        self._arena_last = b""
+        self.sync_mode = _sync_mode(self.device, str(self.adapter.info.get("adapter_type", "")).lower() == "cpu")
+        self.spin_s = _spin_seconds()
+        self._raw_poll: tuple[Any, Any, Any] | None = None  # wgpu-native's poll, the device, NULL: see _spin
+        self._staging_buf: Any = None  # the mappable buffer of the last read, kept for the next (read())
         self._sync_buf = self._create_buffer(16)
-        # a persistent mappable buffer: a sync copies 4 bytes into it in the last submit and maps it
-        # (queue.read_buffer made, filled, mapped and destroyed a new buffer in a submit of its own)
         self._sync_stage = self.device.create_buffer(
             size=16, usage=self.wgpu.BufferUsage.MAP_READ | self.wgpu.BufferUsage.COPY_DST
         )
@@ -145,8 +193,8 @@ class Runtime:
                 f"wgpu:{self.index} ({self.name}): a buffer of {size} bytes exceeds this adapter's "
                 f"max-buffer-size of {self.max_buffer} bytes; split the tensor into smaller ones"
             )
-        try:
-            return self.device.create_buffer(size=size, usage=self._storage_usage)
+        try:  # whole multiples of 16 bytes: a vec4 kernel may read the whole last vec4 of a tensor
+            return self.device.create_buffer(size=-(-size // 16) * 16, usage=self._storage_usage)
         except self.wgpu.GPUError as exc:
             raise WgpuOutOfMemoryError(
                 f"wgpu:{self.index} ({self.name}): could not allocate {size} bytes "
@@ -264,9 +312,10 @@ class Runtime:
         n = len(params)
         if self._arena_used + n > ARENA_BYTES:
             self.flush()
-        if self._pass is None:
-            self._encoder = self.device.create_command_encoder()
-            self._pass = self._encoder.begin_compute_pass()
+        rec = self.recorder
+        if not self._open:
+            rec.begin()
+            self._open = True
             self._last_pipe = None
         off = self._arena_used
         self._arena_host[off : off + n] = params
@@ -277,10 +326,10 @@ class Runtime:
         if bg is None:
             bg = self._bind_group(pipe, n, buffers, key, uids)
         if pipe is not self._last_pipe:
-            self._pass.set_pipeline(pipe.pipeline)
+            rec.set_pipeline(pipe.pipeline)
             self._last_pipe = pipe
-        self._pass.set_bind_group(0, bg, [off])
-        self._pass.dispatch_workgroups(*groups)
+        rec.set_bind_group(bg, off)
+        rec.dispatch(*groups)
         self.batch_refs.update(uids)
         self._names.append(name or pipe.name)
         self._count += 1
@@ -301,31 +350,31 @@ class Runtime:
             self._bg_by_uid.setdefault(uid, []).append(key)
         return bg
 
-    def flush(self, fence: bool = False) -> None:
-        """Submit everything recorded so far (no wait); ``fence`` ends the submit with a copy into
-        the sync buffer, which is mappable once everything submitted has run."""
+    def flush(self, fence: bool = False, copies: Sequence[Copy] = ()) -> None:
+        """Submit everything recorded so far (no wait), then ``copies`` in the same submit;
+        ``fence`` adds a copy into the sync buffer, which is mappable once everything submitted has run."""
         self._check_lost()
-        if self._pass is None:
-            if fence:
-                encoder = self.device.create_command_encoder()
-                encoder.copy_buffer_to_buffer(self._sync_buf, 0, self._sync_stage, 0, 4)
-                self.queue.submit([encoder.finish()])
+        if fence:
+            copies = [*copies, (self._sync_buf, 0, self._sync_stage, 0, 4)]
+        if not self._open:
+            if copies:
+                self.recorder.submit(self.recorder.copies(copies))
                 self.submits += 1
             self.pool.trim()
             return
-        self._pass.end()
         names = self._names
-        if self._arena_used:
-            self.queue.write_buffer(self._arena, 0, self._arena_host, 0, self._arena_used)
-        encoder = self._encoder
-        self._encoder = self._pass = self._last_pipe = None
+        used = self._arena_used
+        if used and self._arena_view[:used] != self._arena_last:
+            self.queue.write_buffer(self._arena, 0, self._arena_host, 0, used)
+            self.arena_writes += 1
+            self._arena_last = bytes(self._arena_view[:used]) if used <= _ARENA_REMEMBER else b""
+        self._open = False
+        self._last_pipe = None
         self._arena_used = 0
         self._count = 0
         self._names = []
-        if fence:
-            encoder.copy_buffer_to_buffer(self._sync_buf, 0, self._sync_stage, 0, 4)
         try:
-            command_buffer = encoder.finish()
+            command_buffer = self.recorder.finish(copies)
         except self.wgpu.GPUError as exc:
             self.batch_refs.clear()
             shown = ", ".join(dict.fromkeys(names[-12:]))
@@ -334,7 +383,7 @@ class Runtime:
                 f"(the last ones: {shown}): {exc}\nThe results of those ops are lost. This is a bug in "
                 f"ember-wgpu; please report it with the message above."
             ) from None
-        self.queue.submit([command_buffer])
+        self.recorder.submit(command_buffer)
         self.submits += 1
         self.batch_refs.clear()
         self.pool.trim()
@@ -349,8 +398,8 @@ class Runtime:
 
     # -- sync points -----------------------------------------------------------------------
     def read(self, arrays: Sequence[WgpuArray]) -> list[np.ndarray]:
-        """Host copies of ``arrays`` (one submit and one map for all of them)."""
-        self.flush()
+        """Host copies of ``arrays``: the open batch and the copies into one staging buffer in one
+        submit, then one map, waited for on this thread as :meth:`synchronize` waits."""
         plan: list[tuple[int, int, int, int] | None] = []
         total = 0
         for a in arrays:
@@ -365,19 +414,20 @@ class Runtime:
             total += bhi - blo
         results: list[np.ndarray] = []
         raw: Any = b""
-        if total:
-            wgpu = self.wgpu
-            staging = self.device.create_buffer(size=total, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-            encoder = self.device.create_command_encoder()
-            for a, p in zip(arrays, plan):
-                if p is not None:
-                    encoder.copy_buffer_to_buffer(a.buffer, p[0], staging, p[2], p[1])
-            self.queue.submit([encoder.finish()])
-            self.submits += 1
-            staging.map_sync(wgpu.MapMode.READ)
-            raw = staging.read_mapped()
-            staging.unmap()
-            staging.destroy()
+        if not total:
+            self.flush()
+        else:
+            staging = self._staging(total)
+            copies = [(a.buffer, p[0], staging, p[2], p[1]) for a, p in zip(arrays, plan) if p is not None]
+            try:
+                self.flush(copies=copies)  # the open batch and the copies: one submit
+                self._map_read(staging, total)
+                raw = staging.read_mapped(0, total)
+                staging.unmap()
+            except BaseException:
+                staging.destroy()
+                raise
+            self._give_staging(staging)
             self._check_lost()
         for a, p in zip(arrays, plan):
             host = self.types[a.dtype].host
@@ -396,12 +446,76 @@ class Runtime:
             results.append(self.types.from_device_bytes(np.array(view, copy=True), a.dtype))
         return results
 
+    def _staging(self, nbytes: int) -> Any:
+        """A mappable buffer of at least ``nbytes`` (the one kept from the last read when large enough)."""
+        kept, self._staging_buf = self._staging_buf, None
+        if kept is not None and kept.size >= nbytes:
+            return kept
+        if kept is not None:
+            kept.destroy()
+        usage = self.wgpu.BufferUsage.MAP_READ | self.wgpu.BufferUsage.COPY_DST
+        return self.device.create_buffer(size=-(-nbytes // 256) * 256, usage=usage)
+
+    def _give_staging(self, buf: Any) -> None:
+        """Keep ``buf`` for the next read (up to ``_STAGING_KEEP`` bytes), else destroy it."""
+        if buf.size <= _STAGING_KEEP and self._staging_buf is None:
+            self._staging_buf = buf
+        else:
+            buf.destroy()
+
+    def _map_read(self, buf: Any, nbytes: int) -> None:
+        """Map ``buf``'s first ``nbytes`` for reading once the submits before have run. The copies
+        into it were in the last submit, so wgpu-py's extra empty submit (``READ_NOSYNC`` skips it)
+        is not needed; the wait is this thread's (``sync_mode``), the promise then already resolved."""
+        if self.sync_mode == "map":
+            buf.map_sync(self.wgpu.MapMode.READ, 0, nbytes)
+            return
+        promise = buf.map_async("READ_NOSYNC", 0, nbytes)
+        try:
+            if self.sync_mode != "spin" or not self._spin():
+                self.device._poll_wait()
+        except self.wgpu.GPUError as exc:
+            self._check_lost()
+            raise WgpuValidationError(f"wgpu:{self.index} ({self.name}): reading back failed: {exc}") from None
+        promise.sync_wait()  # the callback ran during the poll (or in wgpu-py's poll thread)
+
     def synchronize(self) -> None:
-        """Submit and wait until the device has finished all work recorded so far."""
-        self.flush(fence=True)
-        self._sync_stage.map_sync(self.wgpu.MapMode.READ)  # resolves once the fence's submit has run
-        self._sync_stage.unmap()
+        """Submit and wait until the device has finished all work recorded so far (``sync_mode``:
+        see :func:`_sync_mode`)."""
+        mode = self.sync_mode
+        if mode == "map":
+            self.flush(fence=True)
+            self._sync_stage.map_sync(self.wgpu.MapMode.READ)  # resolves once the fence's submit has run
+            self._sync_stage.unmap()
+        else:
+            self.flush()
+            try:
+                if mode != "spin" or not self._spin():
+                    self.device._poll_wait()  # wgpuDevicePoll(wait=True): returns once every submit has run
+            except self.wgpu.GPUError as exc:
+                self._check_lost()
+                raise WgpuValidationError(
+                    f"wgpu:{self.index} ({self.name}): waiting for the device failed: {exc}"
+                ) from None
+        self.waits += 1
         self._check_lost()
+
+    def _spin(self) -> bool:
+        """Poll without blocking until the queue is empty (True) or ``spin_s`` has passed (False)."""
+        if self._raw_poll is None:
+            from wgpu.backends.wgpu_native import ffi, lib
+
+            self._raw_poll = (lib.wgpuDevicePoll, self.device._internal, ffi.NULL)
+        poll, device, null = self._raw_poll
+        # wgpu-native returns a Rust bool where the header says a 32-bit WGPUBool: only the low byte is set
+        if poll(device, False, null) & 0xFF:
+            return True
+        clock = time.perf_counter
+        end = clock() + self.spin_s
+        while not poll(device, False, null) & 0xFF:
+            if clock() > end:
+                return False
+        return True
 
     def stats(self) -> dict[str, Any]:
         """Counters of the runtime besides the pool's (``memory_stats()["extra"]``)."""
@@ -411,5 +525,9 @@ class Runtime:
             "bind_groups_cached": len(self._bg_cache),
             "submits": self.submits,
             "dispatches": self.dispatches,
+            "arena_writes": self.arena_writes,
+            "waits": self.waits,
             "pending_dispatches": self._count,
+            "sync_mode": self.sync_mode,
+            "recorder": self.recorder.kind,
         }

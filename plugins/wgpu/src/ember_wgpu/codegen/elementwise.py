@@ -9,9 +9,12 @@ serves every shape of a rank and layout. Layouts per tensor: ``c`` (contiguous: 
 offset + i), ``s`` (one broadcast element), ``g`` (general strides: the loop index is decoded
 into coordinates once). Only ``Const`` literals of the program are compiled into the source.
 
-When every tensor is contiguous or broadcast and the element count divides by 4, the kernel
-is emitted in its ``vec4`` form: 4 elements per iteration through vec4 loads and stores, the
-instructions unrolled per lane (GPU-NOTES.md: ~2-3x the bandwidth of scalar loops).
+When every tensor is contiguous (from an offset that divides by 4) or broadcast, the kernel is
+emitted in its ``vec4`` form: 4 elements per iteration through vec4 loads and stores, the
+instructions unrolled per lane (GPU-NOTES.md: ~2-3x the bandwidth of scalar loops). An element
+count that does not divide by 4 ends in a partial vec4: its loads read the whole vec4 (buffers
+are whole multiples of 16 bytes: ``Runtime._create_buffer``), its store keeps the lanes past the
+end as they were (read, select, write back; no other invocation writes them).
 """
 
 from __future__ import annotations
@@ -83,8 +86,8 @@ def layouts(shape: tuple[int, ...], ins: Sequence[Geometry], outs: Sequence[Geom
 def vec_width(
     program: FusedProgram, types: TypeMap, size: int, ins: Sequence[Geometry], outs: Sequence[Geometry], lay: Layouts
 ) -> int:
-    """4 when the launch can run on vec4 loads and stores, else 1."""
-    if size % 4 or size == 0 or "g" in lay[0] or "g" in lay[1]:
+    """4 when the launch can run on vec4 loads and stores (any element count), else 1."""
+    if size == 0 or "g" in lay[0] or "g" in lay[1]:
         return 1
     dts = program.value_dtypes()
     for k, lay_k, (_, off) in zip(program.tensor_inputs, lay[0], ins):
@@ -140,7 +143,10 @@ def pack(
     ``with_scalars``, the block up to the scalar words (they come last), unpadded."""
     vec = kernel.vec
     general = "g" in lay[0] or "g" in lay[1]
-    values: list[int | float] = [math.prod(shape) // vec]
+    size = math.prod(shape)
+    values: list[int | float] = [-(-size // vec)]
+    if vec == 4:
+        values.append(size % 4)  # valid lanes of the last vec4 (0: all four)
     if general:
         values.extend(shape)
     for (st, off), lay_k in zip(ins, lay[0]):
@@ -220,6 +226,9 @@ def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec
     general = "g" in ins or "g" in outs
     fmt = ["<I"]  # element (or vec4) count
     word = 1
+    if vec == 4:
+        fmt.append("I")  # valid lanes of the last vec4, 0 when it is whole
+        word = 2
     dims: list[str] = []
     if general:
         dims = [param_field(word + k) for k in range(rank)]
@@ -241,6 +250,9 @@ def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec
     in_index = [index_words(lay_k) for lay_k in ins]
     out_index = [index_words(lay_k) for lay_k in outs]
     pre: list[str] = [f"let n = {param_field(0)};"]
+    if vec == 4:  # vec4s before the partial last one
+        pre.append(f"let rem = {param_field(1)};")
+        pre.append("let whole = n - select(0u, 1u, rem != 0u);")
     for k, (dt, kind) in enumerate(program.inputs):
         if kind == "scalar":
             t = types[dt]
@@ -258,6 +270,8 @@ def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec
         decl.append("enable f16;")
     decl.append(f"struct Params {{ w: array<vec4<u32>, {words // 4}> }}")
     decl.append("@group(0) @binding(0) var<uniform> P: Params;")
+    if vec == 4:
+        decl.append("const _LANE = vec4<u32>(0u, 1u, 2u, 3u);")
     binding = 1
     for b, (t, lay_k) in enumerate(zip(tin, ins)):
         elem = f"vec4<{t.storage}>" if vec == 4 and lay_k == "c" else t.storage
@@ -312,7 +326,11 @@ def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec
     for o, (v, t) in enumerate(zip(program.outputs, tout)):
         if vec == 4:
             parts = ", ".join(t.store(name(v, lane)) for lane in range(4))
-            body.append(f"out{o}[{out_index[o][0]} + i] = vec4<{t.storage}>({parts});")
+            at = f"out{o}[{out_index[o][0]} + i]"
+            body.append(f"let r{o} = vec4<{t.storage}>({parts});")
+            body.append(
+                f"if (i < whole) {{ {at} = r{o}; }} else {{ {at} = select({at}, r{o}, _LANE < vec4<u32>(rem)); }}"
+            )
         else:
             target = f"{out_index[o][0]} + i" if outs[o] == "c" else strided(*out_index[o])
             body.append(f"out{o}[{target}] = {t.store(name(v, None))};")

@@ -58,7 +58,7 @@ MAX_PLANS = 4096
 class _Plan:
     """One launch geometry of a program: its pipeline, the parameter block up to the scalars."""
 
-    __slots__ = ("pipe", "name", "head", "scalar_types", "tail", "groups", "out_dtypes")
+    __slots__ = ("pipe", "name", "head", "scalar_types", "tail", "groups", "out_dtypes", "pad", "whole", "grid")
 
     def __init__(
         self,
@@ -77,6 +77,9 @@ class _Plan:
         self.tail = tail
         self.groups = groups
         self.out_dtypes = out_dtypes
+        self.pad = bytes(tail)  # zero bytes after the scalars, up to the block's size
+        self.whole = head + self.pad  # the block of a launch without scalar inputs
+        self.grid = (groups, 1, 1)
 
 
 def run_program(
@@ -113,17 +116,14 @@ def run_program(
         outs = [rt.empty(shape, dt) for dt in plan.out_dtypes]
     if plan.groups == 0:
         return list(outs)
-    params = plan.head
     if scalars:
         words: list[int | float] = []
         for value, t in zip(scalars, plan.scalar_types):
             words.extend(gen.scalar_words(value, t))
-        params += gen.pack_scalars(plan.scalar_types, words)
-    if plan.tail:
-        params += bytes(plan.tail)
-    rt.dispatch(
-        plan.pipe, params, [x.buffer for x in tensors] + [o.buffer for o in outs], (plan.groups, 1, 1), plan.name
-    )
+        params = plan.head + gen.pack_scalars(plan.scalar_types, words) + plan.pad
+    else:
+        params = plan.whole
+    rt.dispatch(plan.pipe, params, [x.buffer for x in tensors] + [o.buffer for o in outs], plan.grid, plan.name)
     return list(outs)
 
 
@@ -161,7 +161,8 @@ def _plan(
     kernel, pipe, name = found
     head = gen.pack(program, rt.types, kernel, shape, ins, geo, [], lay, with_scalars=False)
     tail = kernel.param_bytes - len(head) - gen.scalar_bytes(scalar_types)
-    groups = min(-(-(size // vec) // gen.WORKGROUP), MAX_GROUPS)
+    items = -(-size // vec)  # vec4s (the last may be partial) or elements
+    groups = min(-(-items // gen.WORKGROUP), MAX_GROUPS)
     return _Plan(pipe, name, head, scalar_types, tail, groups, out_dtypes)
 
 

@@ -13,6 +13,7 @@ parameter, so one pipeline serves every shape of the same collapsed ranks.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from . import elementwise as ew
 from . import reduce as red_kernels
 from .common import GROUP_ID, ceil_div, grid
 
-__all__ = ["FUSION_REDUCTIONS", "COUNTS", "WG", "run_reduce", "reduce_source"]
+__all__ = ["FUSION_REDUCTIONS", "COUNTS", "WG", "run_reduce", "reduce_source", "vec_width", "VEC4_LAUNCHES"]
 
 #: reductions a program may end with here (mean: the sum times 1/K, as the unfused kernel)
 FUSION_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean"})
@@ -42,6 +43,9 @@ WG = 256
 #: launches: a workgroup per row, or per chunk of a row plus a combining pass (tests check what ran)
 COUNTS = {"row": 0, "chunked": 0, "split": 0}
 
+#: launches of the vec4 form (of either launch shape; tests check it ran)
+VEC4_LAUNCHES = {"vec4": 0}
+
 #: parameter words before the extents: M, K, chunk, G, scale (1/K of a mean)
 _HEAD = 5
 
@@ -50,11 +54,13 @@ TARGET_GROUPS = 512
 
 
 def reduce_source(
-    prog: FusedProgram, types: Any, modes: tuple[str, ...], ro: int, ri: int, partial: bool
+    prog: FusedProgram, types: Any, modes: tuple[str, ...], ro: int, ri: int, partial: bool, vec: int = 1
 ) -> tuple[str, str, int]:
     """WGSL of the fused reduction of ``prog``: ``modes`` a letter per tensor input (``z``: one
     element, ``s``: strided), ``ro``/``ri`` the collapsed kept/reduced ranks; ``partial``: write
-    accumulators (a chunk's), not results. Returns the source, the parameter format and its bytes."""
+    accumulators (a chunk's), not results; ``vec`` 4: the reduced axis is read (and full-size
+    outputs written) 4 elements at a time through vec4 loads and stores (see :func:`vec_width`).
+    Returns the source, the parameter format and its bytes."""
     r = prog.reduce
     if r is None:
         raise ValueError("reduce_source() compiles a program with a trailing reduction")
@@ -106,21 +112,27 @@ def reduce_source(
     decl.append("@group(0) @binding(0) var<uniform> P: Params;")
     binding = 1
     for b, k in enumerate(tensors):
-        decl.append(f"@group(0) @binding({binding}) var<storage, read> in{b}: array<{types[dts[k]].storage}>;")
+        elem = types[dts[k]].storage
+        elem = f"vec4<{elem}>" if vec == 4 and modes[b] == "s" else elem
+        decl.append(f"@group(0) @binding({binding}) var<storage, read> in{b}: array<{elem}>;")
         binding += 1
     for o, v in enumerate(prog.outputs):
-        decl.append(f"@group(0) @binding({binding}) var<storage, read_write> out{o}: array<{types[dts[v]].storage}>;")
+        elem = types[dts[v]].storage
+        elem = f"vec4<{elem}>" if vec == 4 else elem
+        decl.append(f"@group(0) @binding({binding}) var<storage, read_write> out{o}: array<{elem}>;")
         binding += 1
     red_t = types["float32"] if partial and tval.cls == "f" else tval
     decl.append(f"@group(0) @binding({binding}) var<storage, read_write> red: array<{red_t.storage}>;")
     decl.append(f"var<workgroup> sv: array<{ct}, {WG}>;")
 
-    def name(value: int | Const) -> str:
+    def name(value: int | Const, lane: str = "") -> str:
         if isinstance(value, Const):
             return literal(value, types)
         if value >= n_in:
-            return f"v{value}"
-        return f"c{value}" if prog.inputs[value][1] == "scalar" else f"x{value}"
+            return f"v{value}{lane}"
+        if prog.inputs[value][1] == "scalar":
+            return f"c{value}"
+        return f"x{value}" if modes[tensors.index(value)] == "z" else f"x{value}{lane}"
 
     head = [GROUP_ID, "let g = gid_lin;", "if (g >= M * G) { return; }", "let row = g / G;", "let part = g % G;"]
     head.append("var rr = row;")
@@ -139,17 +151,21 @@ def reduce_source(
     n_t = len(tensors)
     for o in range(len(prog.outputs)):
         head.append(f"let obase{o} = {row_base(n_t + o)};")
-    body = ["var qq = k;"]
-    for d in range(ri - 1, -1, -1):
-        body.append(f"let q{d} = qq % {param_field(_HEAD + ro + d)};")
-        body.append(f"qq = qq / {param_field(_HEAD + ro + d)};")
-    body += loads
-    for j, instr in enumerate(prog.instructions):
-        body.append(f"let {name(n_in + j)} = {_instr_expr(types, dts, j, instr, name)};")
-    for o, v in enumerate(prog.outputs):
-        body.append(f"out{o}[{index(n_t + o, f'obase{o}')}] = {types[dts[v]].store(name(v))};")
-    step = red_kernels.combine(r.op, cls, "acc", name(r.value))
-    body.append(f"acc = {tval.wrap(step) if tval.narrow else step};")
+    if vec == 4:  # one reduced axis of stride 1, every row base a multiple of 4: vec4 k // 4
+        body = _vec4_body(prog, types, dts, modes, n_in, n_t, name)
+    else:
+        body = ["var qq = k;"]
+        for d in range(ri - 1, -1, -1):
+            body.append(f"let q{d} = qq % {param_field(_HEAD + ro + d)};")
+            body.append(f"qq = qq / {param_field(_HEAD + ro + d)};")
+        body += loads
+        for j, instr in enumerate(prog.instructions):
+            body.append(f"let {name(n_in + j)} = {_instr_expr(types, dts, j, instr, name)};")
+        for o, v in enumerate(prog.outputs):
+            body.append(f"out{o}[{index(n_t + o, f'obase{o}')}] = {types[dts[v]].store(name(v))};")
+    for lane in ("_0", "_1", "_2", "_3") if vec == 4 else ("",):
+        step = red_kernels.combine(r.op, cls, "acc", name(r.value, lane))
+        body.append(f"acc = {tval.wrap(step) if tval.narrow else step};")
     tree = red_kernels.combine(r.op, cls, "sv[t]", "sv[t + s]")
     result = red_t.store("sv[0] * scale" if r.op == "mean" and not partial else "sv[0]")
     main = "\n".join(
@@ -160,7 +176,7 @@ def reduce_source(
             "  let k0 = part * chunk;",
             "  let k1 = min(K, k0 + chunk);",
             f"  var acc = {red_kernels.identity(r.op, cls)};",
-            f"  for (var k = k0 + t; k < k1; k = k + {WG}u) {{",
+            f"  for (var k = k0 + {vec}u * t; k < k1; k = k + {vec * WG}u) {{",
             *("    " + line for line in body),
             "  }",
             "  sv[t] = acc;",
@@ -175,6 +191,51 @@ def reduce_source(
     )
     source = "\n".join(decl) + "\n" + gen.with_helpers(main) + "\n" + main + "\n"
     return source, "".join(fmt), words * 4
+
+
+def _vec4_body(
+    prog: FusedProgram, types: Any, dts: list[str], modes: tuple[str, ...], n_in: int, n_t: int, name: Any
+) -> list[str]:
+    """The loop body of the vec4 form: elements k..k+3 of the row (k a multiple of 4), each lane's
+    instructions unrolled (names ``v<j>_<lane>``), full-size outputs stored as vec4s."""
+    tensors = prog.tensor_inputs
+    body = []
+    for b in range(len(tensors)):
+        if modes[b] == "s":
+            body.append(f"let a{b} = in{b}[(u32(base{b}) + k) >> 2u];")
+    for lane, comp in enumerate("xyzw"):
+        suffix = f"_{lane}"
+        for b, k in enumerate(tensors):
+            if modes[b] == "s":
+                body.append(f"let x{k}{suffix} = {types[dts[k]].load(f'a{b}.{comp}')};")
+        namer = functools.partial(name, lane=suffix)
+        for j, instr in enumerate(prog.instructions):
+            body.append(f"let {namer(n_in + j)} = {_instr_expr(types, dts, j, instr, namer)};")
+    for o, v in enumerate(prog.outputs):
+        t = types[dts[v]]
+        parts = ", ".join(t.store(name(v, f"_{lane}")) for lane in range(4))
+        body.append(f"out{o}[(u32(obase{o}) + k) >> 2u] = vec4<{t.storage}>({parts});")
+    return body
+
+
+def vec_width(
+    prog: FusedProgram, types: Any, modes: tuple[str, ...], ist: Sequence[tuple[int, ...]],
+    ost: Sequence[tuple[int, ...]], offsets: Sequence[int], K: int,
+) -> int:  # fmt: skip
+    """4 when every strided tensor and output runs along one reduced axis of stride 1, every row
+    starts at a multiple of 4 (offsets and kept strides) and K divides by 4, all in 32-bit
+    (or float16) storage; else 1."""
+    if K % 4 or any(len(st) != 1 for st in ist):
+        return 1
+    dts = prog.value_dtypes()
+    values = list(prog.tensor_inputs) + list(prog.outputs)
+    strided = [m == "s" for m in modes] + [True] * len(prog.outputs)
+    for k, v in enumerate(values):
+        if types[dts[v]].cls in "lLc":
+            return 1
+        if strided[k] and (ist[k] != (1,) or offsets[k] % 4 or any(s % 4 for s in ost[k])):
+            return 1
+    return 4
 
 
 def run_reduce(rt: Runtime, prog: FusedProgram, operands: Sequence[Any], shape: tuple[int, ...]) -> list[WgpuArray]:
@@ -199,14 +260,16 @@ def run_reduce(rt: Runtime, prog: FusedProgram, operands: Sequence[Any], shape: 
     M, K = math.prod(osh), math.prod(ish)
     G = max(1, min(ceil_div(TARGET_GROUPS, M), K // (4 * WG))) if M < TARGET_GROUPS else 1
     partial = G > 1
-    key = ("fused_reduce", prog, modes, len(osh), len(ish), partial)
+    vec = vec_width(prog, rt.types, modes, ist, ost, offsets, K)
+    chunk = ceil_div(K, G * vec) * vec  # the vec4 form's chunks start at multiples of 4
+    key = ("fused_reduce", prog, modes, len(osh), len(ish), partial, vec)
     found = rt.kernels.get(key)
     if found is None:
-        source, fmt, nbytes = reduce_source(prog, rt.types, modes, len(osh), len(ish), partial)
+        source, fmt, nbytes = reduce_source(prog, rt.types, modes, len(osh), len(ish), partial, vec)
         bindings = ("r",) * len(tensors) + ("w",) * (len(prog.outputs) + 1)
         found = rt.kernels[key] = (rt.pipeline("fused_reduce", source, bindings), fmt, nbytes)
     pipe, fmt, nbytes = found
-    values: list[int | float] = [M, K, ceil_div(K, G), G, 1.0 / K, *osh, *ish]
+    values: list[int | float] = [M, K, chunk, G, 1.0 / K, *osh, *ish]
     for off, a, b in zip(offsets, ost, ist):
         values += [off, *a, *b]
     for (dt, kind), x in zip(prog.inputs, operands):
@@ -220,6 +283,7 @@ def run_reduce(rt: Runtime, prog: FusedProgram, operands: Sequence[Any], shape: 
     red = rt.empty((M * G,), acc_dt)
     buffers = [x.buffer for x in tensors] + [o.buffer for o in outs] + [red.buffer]
     rt.dispatch(pipe, params, buffers, grid(M * G), "fused_reduce")
+    VEC4_LAUNCHES["vec4"] += vec == 4
     out_shape = r.shape(shape)
     if not partial:
         COUNTS["row"] += 1

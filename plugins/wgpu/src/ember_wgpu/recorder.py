@@ -1,0 +1,150 @@
+"""Recording one batch of compute dispatches: a command encoder, one compute pass, one submit.
+
+Two recorders with the same methods. :class:`NativeRecorder` (the default with wgpu-py's
+wgpu-native backend) calls wgpu-native's C functions through wgpu-py's cffi ``lib`` for the
+per-dispatch commands (encoder, pass, pipeline, bind group, dispatch, end, releases): wgpu-py's
+Python objects and its per-call error capture cost more host time than the calls themselves
+(a W6 step: ~45 us of ~120 us on a loaded 2-core host). Errors are not lost: wgpu reports a
+pass's invalid commands when the encoder is finished, and ``finish`` and ``submit`` still go
+through wgpu-py's error-capturing wrappers, so they raise ``GPUError`` as before.
+:class:`PublicRecorder` uses wgpu-py's public objects only (``EMBER_WGPU_RECORDER=public``, or
+when the native pieces are missing).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ember.errors import InvalidArgumentError
+
+__all__ = ["recorder", "NativeRecorder", "PublicRecorder", "Copy"]
+
+#: a buffer-to-buffer copy: (source, source offset, destination, destination offset, bytes)
+Copy = tuple[Any, int, Any, int, int]
+
+
+class PublicRecorder:
+    """A batch through wgpu-py's GPUCommandEncoder and GPUComputePassEncoder."""
+
+    kind = "public"
+
+    def __init__(self, device: Any, queue: Any) -> None:
+        self.device = device
+        self.queue = queue
+        self._encoder: Any = None
+        self._pass: Any = None
+
+    def begin(self) -> None:
+        """Open a command encoder and a compute pass in it."""
+        self._encoder = self.device.create_command_encoder()
+        self._pass = self._encoder.begin_compute_pass()
+
+    def set_pipeline(self, pipeline: Any) -> None:
+        self._pass.set_pipeline(pipeline)
+
+    def set_bind_group(self, bind_group: Any, offset: int) -> None:
+        """Bind group 0 with one dynamic offset (the parameter block's place in the arena)."""
+        self._pass.set_bind_group(0, bind_group, [offset])
+
+    def dispatch(self, x: int, y: int, z: int) -> None:
+        self._pass.dispatch_workgroups(x, y, z)
+
+    def finish(self, copies: Sequence[Copy] = ()) -> Any:
+        """End the pass, append ``copies`` and finish the encoder (raises wgpu's ``GPUError`` for
+        an invalid batch); the encoder is closed either way."""
+        encoder, self._encoder = self._encoder, None
+        self._pass.end()
+        self._pass = None
+        for src, src_at, dst, dst_at, size in copies:
+            encoder.copy_buffer_to_buffer(src, src_at, dst, dst_at, size)
+        return encoder.finish()
+
+    def copies(self, copies: Sequence[Copy]) -> Any:
+        """A command buffer of ``copies`` alone (no pass open)."""
+        encoder = self.device.create_command_encoder()
+        for src, src_at, dst, dst_at, size in copies:
+            encoder.copy_buffer_to_buffer(src, src_at, dst, dst_at, size)
+        return encoder.finish()
+
+    def submit(self, command_buffer: Any) -> None:
+        self.queue.submit([command_buffer])
+
+
+class NativeRecorder:
+    """A batch through wgpu-native's C calls on raw handles (see the module docstring)."""
+
+    kind = "native"
+
+    def __init__(self, device: Any, queue: Any) -> None:
+        from wgpu.backends.wgpu_native import ffi, lib
+        from wgpu.backends.wgpu_native._api import libf  # wgpu-py's error-capturing wrappers
+
+        self.lib = lib
+        self.null = ffi.NULL
+        self.libf = libf
+        self.device_id = device._internal
+        self.queue_id = queue._internal
+        self._offsets = ffi.new("uint32_t[1]")
+        self._buffers = ffi.new("WGPUCommandBuffer[1]")
+        self._encoder: Any = None
+        self._pass: Any = None
+
+    def begin(self) -> None:
+        lib = self.lib
+        self._encoder = lib.wgpuDeviceCreateCommandEncoder(self.device_id, self.null)
+        self._pass = lib.wgpuCommandEncoderBeginComputePass(self._encoder, self.null)
+
+    def set_pipeline(self, pipeline: Any) -> None:
+        self.lib.wgpuComputePassEncoderSetPipeline(self._pass, pipeline._internal)
+
+    def set_bind_group(self, bind_group: Any, offset: int) -> None:
+        self._offsets[0] = offset
+        self.lib.wgpuComputePassEncoderSetBindGroup(self._pass, 0, bind_group._internal, 1, self._offsets)
+
+    def dispatch(self, x: int, y: int, z: int) -> None:
+        self.lib.wgpuComputePassEncoderDispatchWorkgroups(self._pass, x, y, z)
+
+    def finish(self, copies: Sequence[Copy] = ()) -> Any:
+        lib = self.lib
+        encoder, compute_pass = self._encoder, self._pass
+        self._encoder = self._pass = None
+        try:
+            lib.wgpuComputePassEncoderEnd(compute_pass)
+            return self._copies_and_finish(encoder, copies)
+        finally:
+            lib.wgpuComputePassEncoderRelease(compute_pass)
+            lib.wgpuCommandEncoderRelease(encoder)
+
+    def copies(self, copies: Sequence[Copy]) -> Any:
+        encoder = self.lib.wgpuDeviceCreateCommandEncoder(self.device_id, self.null)
+        try:
+            return self._copies_and_finish(encoder, copies)
+        finally:
+            self.lib.wgpuCommandEncoderRelease(encoder)
+
+    def _copies_and_finish(self, encoder: Any, copies: Sequence[Copy]) -> Any:
+        for src, src_at, dst, dst_at, size in copies:
+            self.lib.wgpuCommandEncoderCopyBufferToBuffer(encoder, src._internal, src_at, dst._internal, dst_at, size)
+        return self.libf.wgpuCommandEncoderFinish(encoder, self.null)
+
+    def submit(self, command_buffer: Any) -> None:
+        self._buffers[0] = command_buffer
+        try:
+            self.libf.wgpuQueueSubmit(self.queue_id, 1, self._buffers)
+        finally:
+            self.lib.wgpuCommandBufferRelease(command_buffer)
+
+
+def recorder(device: Any, queue: Any) -> NativeRecorder | PublicRecorder:
+    """The recorder ``EMBER_WGPU_RECORDER`` names (``native``, the default, or ``public``)."""
+    kind = os.environ.get("EMBER_WGPU_RECORDER", "").strip().lower() or "native"
+    if kind not in ("native", "public"):
+        raise InvalidArgumentError(f"EMBER_WGPU_RECORDER={kind!r}: use native or public")
+    if kind == "native":
+        try:
+            return NativeRecorder(device, queue)
+        except (ImportError, AttributeError):  # another wgpu-py backend or layout: the public objects
+            pass
+    return PublicRecorder(device, queue)
