@@ -403,3 +403,30 @@ def test_matmul_every_tiling(dev, tiling):
         out = matmul(rt, x._data, y._data, TILINGS[tiling])
         got = dev.backend.to_numpy(out)
         np.testing.assert_allclose(got, (xc @ yc).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_gpu_clamps_out_of_range_indices_instead_of_reading_them_back(dev, monkeypatch):
+    """On a GPU (``cheap_readback`` False) no index range is read back to the host, so the gather,
+    scatter and index_put kernels clamp: a bad index touches the nearest element, never memory
+    outside the buffer. Checked here on the CI device by switching the flag as a GPU sets it."""
+    monkeypatch.setattr(dev.backend, "cheap_readback", False)
+    a = host("float32", (3, 5))
+    x = em.tensor(a, device=dev)
+    idx = np.array([[0, 7, -2, 4], [9, -9, 1, 3], [2, 2, 5, 100]])
+    wrapped = np.clip(np.where(idx < 0, idx + 5, idx), 0, 4)  # the core wraps negatives once, the kernel clamps
+    got = em.take_along_axis(x, em.tensor(idx, device=dev), axis=1).numpy()
+    np.testing.assert_array_equal(got, np.take_along_axis(a, wrapped, axis=1))
+    v = host("float32", idx.shape)
+    got = em.scatter_add(x, em.tensor(idx, device=dev), em.tensor(v, device=dev), axis=1).numpy()
+    want = a.astype(np.float64).copy()
+    for r in range(3):
+        np.add.at(want[r], wrapped[r], v[r])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    rows = np.array([1, 6, 2])
+    vals = host("float32", (3, 5))
+    got = em.index_put(x, (em.tensor(rows, device=dev),), em.tensor(vals, device=dev), accumulate=True).numpy()
+    want = a.astype(np.float64).copy()
+    np.add.at(want, np.clip(rows, 0, 2), vals)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    loss = em.cross_entropy(em.tensor(a, device=dev), em.tensor(np.array([1, 8, 0]), device=dev), reduction="none")
+    assert np.isfinite(loss.numpy()).all()

@@ -75,6 +75,9 @@ class OpenCLBackend(ViewMovement, Backend):
         # instance attributes: what a device supports depends on the device
         self.supported_dtypes = frozenset(dtypes)  # type: ignore[misc]
         self.unsupported_dtype_reasons = reasons  # type: ignore[misc]
+        # a GPU queues work: an index range check would stall the queue (twice per cross-entropy),
+        # so none is made there and the index kernels clamp instead; a CPU device keeps the check
+        self.cheap_readback = self.rt.is_cpu  # type: ignore[misc]
 
     # -- discovery -------------------------------------------------------------------------
     @classmethod

@@ -63,6 +63,12 @@ def _launch(rt: Runtime, knl: Any, wg: int, n: int, args: list[Any]) -> None:
     rt.launch(knl, (-(-n // local) * local,), (local,), args)
 
 
+#: clamps an index into [0, n): out-of-range indices (not range-checked on GPUs, where the check
+#: would read the indices back) read or write the nearest element instead of faulting
+_CLAMP = "ember_clamp"
+_CLAMP_SOURCE = "#define ember_clamp(j, n) ((j) < 0 ? 0 : ((j) >= (n) ? (n) - 1 : (j)))"
+
+
 # -- gather ------------------------------------------------------------------------------
 def _gather_source(dt: str, rank: int, axis: int) -> tuple[str, list[Any]]:
     c = ctype(dt)
@@ -72,15 +78,17 @@ def _gather_source(dt: str, rank: int, axis: int) -> tuple[str, list[Any]]:
         f"const long a_s{d}" for d in range(rank)
     ]
     params += ["__global const long* restrict ix", "const long ix_off"] + [f"const long ix_s{d}" for d in range(rank)]
-    types: list[Any] = [L, None] + [L] * rank + [None, L] + [L] * rank + [None, L] + [L] * rank
+    params.append("const long na")  # a's extent along axis: indices are clamped into it
+    types: list[Any] = [L, None] + [L] * rank + [None, L] + [L] * rank + [None, L] + [L] * rank + [L]
     terms = ["a_off"] + [f"c{d} * a_s{d}" for d in range(rank) if d != axis] + [f"j * a_s{axis}"]
     lines = [
         preamble({dt}),
+        _CLAMP_SOURCE,
         "__kernel void ember_gather(" + ", ".join(params) + ") {",
         "  const long i = get_global_id(0);",
         "  if (i >= n) return;",
         *("  " + s for s in unravel("i", rank, "sh", "long")),
-        f"  const long j = ix[{offset_expr('ix', rank)}];",
+        f"  const long j = {_CLAMP}(ix[{offset_expr('ix', rank)}], na);",
         "  " + c.store("out", "i", c.load("a", " + ".join(terms))),
         "}",
     ]
@@ -101,7 +109,7 @@ def gather(rt: Runtime, a: CLArray, index: CLArray, axis: int) -> CLArray:
 
     knl, wg = rt.kernel(("gather", dt, rank, axis), make)
     args = [out.size, out.buf, *index.shape, a.buf, a.offset, *a.strides, index.buf, index.offset, *index.strides]
-    _launch(rt, knl, wg, out.size, args)
+    _launch(rt, knl, wg, out.size, [*args, a.shape[axis]])
     return out
 
 
@@ -117,15 +125,17 @@ def _scatter_source(dt: str, rank: int, axis: int, helper: str | None) -> tuple[
         f"const long v_s{d}" for d in range(rank)
     ]
     types: list[Any] = [L, None] + [L] * (2 * rank) + [None, L] + [L] * rank + [None, L] + [L] * rank
-    lines = [preamble({dt}, atomics64=c.compute in ("long", "ulong", "double")), helper or ""]
+    lines = [preamble({dt}, atomics64=c.compute in ("long", "ulong", "double")), _CLAMP_SOURCE, helper or ""]
     if helper is not None:
+        params.append("const long na")  # out's extent along axis: indices are clamped into it
+        types.append(L)
         target = " + ".join([f"c{d} * o_s{d}" for d in range(rank) if d != axis] + [f"j * o_s{axis}"])
         lines += [
             "__kernel void ember_scatter(" + ", ".join(params) + ") {",
             "  const long i = get_global_id(0);",
             "  if (i >= n) return;",
             *("  " + s for s in unravel("i", rank, "sh", "long")),
-            f"  const long j = ix[{offset_expr('ix', rank)}];",
+            f"  const long j = {_CLAMP}(ix[{offset_expr('ix', rank)}], na);",
             f"  ember_atomic_add(out + {target}, {c.load('v', offset_expr('v', rank))});",
             "}",
         ]
@@ -168,7 +178,7 @@ def scatter_add(rt: Runtime, a: CLArray, index: CLArray, values: CLArray, axis: 
     knl, wg = rt.kernel(("scatter", dt, rank, axis, helper is not None), make)
     geo = [index.buf, index.offset, *index.strides, values.buf, values.offset, *values.strides]
     if helper is not None:
-        args = [index.size, out.buf, *index.shape, *out.strides, *geo]
+        args = [index.size, out.buf, *index.shape, *out.strides, *geo, out.shape[axis]]
         _launch(rt, knl, wg, index.size, args)
     else:
         args = [out.size, out.buf, *out.shape, *out.strides, *geo, index.shape[axis]]
@@ -185,9 +195,10 @@ def _put_source(dt: str, k: int, mode: str, helper: str | None) -> tuple[str, li
     params += [f"const long ixo{d}" for d in range(k)]
     params += [f"const long ts{d}" for d in range(k)]
     params += [f"__global const {c.storage}* restrict v", "const long v_off"]
-    types: list[Any] = [L, L, None, None] + [None] * k + [L] * (2 * k) + [None, L]
-    target = " + ".join(f"ix{d}[ixo{d} + p] * ts{d}" for d in range(k)) if k else "0"
-    lines = [preamble({dt}, atomics64=c.compute in ("long", "ulong", "double")), helper or ""]
+    params += [f"const long td{d}" for d in range(k)]  # the indexed extents: indices are clamped into them
+    types: list[Any] = [L, L, None, None] + [None] * k + [L] * (2 * k) + [None, L] + [L] * k
+    target = " + ".join(f"{_CLAMP}(ix{d}[ixo{d} + p], td{d}) * ts{d}" for d in range(k)) if k else "0"
+    lines = [preamble({dt}, atomics64=c.compute in ("long", "ulong", "double")), _CLAMP_SOURCE, helper or ""]
     lines.append("__kernel void ember_put(" + ", ".join(params) + ") {")
     if mode == "claim":
         lines += [
@@ -253,7 +264,7 @@ def index_put(rt: Runtime, a: CLArray, values: CLArray, indices: Sequence[CLArra
             rt, unary_program("copy", "int32", "int32"), [minus.with_layout(win.shape, (0,), 0)], win.shape, [win]
         )
     args = [B, R, out.buf, (win if win is not None else out).buf, *[i.buf for i in idx], *[i.offset for i in idx]]
-    args += [*tstrides, vals.buf, vals.offset]
+    args += [*tstrides, vals.buf, vals.offset, *a.shape[:k]]
     if not accumulate:
         knl, wg = kernel("claim")
         _launch(rt, knl, wg, B, args)
