@@ -16,11 +16,12 @@ from ..amp import autocast
 from ..errors import AutodiffError
 from ..ops.elementwise import real
 from .mode import set_grad_enabled
+from .node import for_backward
 
 if TYPE_CHECKING:  # annotations only: ember.tensor imports this module through autodiff.api (a cycle)
     from ..tensor import Tensor
 
-__all__ = ["run_backward"]
+__all__ = ["run_backward", "saved_tensors"]
 
 
 def _vertex(t: Tensor) -> int:
@@ -31,7 +32,8 @@ def _vertex(t: Tensor) -> int:
 
 
 def _topological(roots: list[Tensor]) -> list[Tensor]:
-    """Tensors with a node reachable from ``roots``, each after all its inputs."""
+    """Tensors with a node reachable from ``roots``, each after all its inputs (a stand-in where its
+    op's rule does not read the output: the walk's list holds no data a rule will not read)."""
     order: list[Tensor] = []
     seen: set[int] = set()
     for root in roots:
@@ -54,8 +56,27 @@ def _topological(roots: list[Tensor]) -> list[Tensor]:
                     seen.add(id(child._node))
                     stack.append((child, 0))
             else:
-                order.append(t)
+                order.append(for_backward(t))
     return order
+
+
+def saved_tensors(root: Tensor) -> list[tuple[str, int, Tensor]]:
+    """(op, input position, tensor) for every input with data that the graph behind ``root`` keeps
+    for backward (what the recorded nodes hold); empty once backward has freed the graph."""
+    out: list[tuple[str, int, Tensor]] = []
+    seen: set[int] = set()
+    stack = [root._node] if root._node is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or node.inputs is None:
+            continue
+        seen.add(id(node))
+        for i, t in enumerate(node.inputs):
+            if t._data is not None:
+                out.append((node.op.name, i, t))
+            if t._node is not None:
+                stack.append(t._node)
+    return out
 
 
 def _sum_to(g: Tensor, shape: tuple[int, ...]) -> Tensor:

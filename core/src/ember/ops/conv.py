@@ -237,6 +237,36 @@ def _weight_grad(a: Tensor, b: Tensor) -> Tensor:
     return reduce_sum(matmul(a, matrix_transpose(b)), axis=0)
 
 
+def _weight_grad_by_batch(a: Tensor, src: Tensor, shape: Ints, groups: int, unfold: Any) -> Tensor:
+    """The weight gradient sum_n a[n] @ unfold(src[n])^T over groups, ``shape`` the weight's, taken over
+    slices of the batch so that the unfolded columns of a slice hold no more elements than the larger of
+    ``a`` and ``src`` (the whole batch's columns are prod(kernel) times the input: the largest tensor of a
+    convolution's backward otherwise)."""
+    n = a._shape[0]
+    length = math.prod(a._shape[2:])
+    per_sample = src._shape[1] * math.prod(shape[2:]) * length  # unfolded elements of one sample
+    limit = a.size if a.size > src.size else src.size
+    step = min(n, limit // per_sample) if per_sample else n
+    step = step if step > 0 else 1
+    total: Tensor | None = None
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        a_i, src_i = (t if step >= n else _batch_slice(t, start, stop) for t in (a, src))
+        cols = unfold(src_i)  # (m, C * K, L)
+        m = stop - start
+        part = _weight_grad(
+            reshape(a_i, (m, groups, a._shape[1] // groups, length)),
+            reshape(cols, (m, groups, cols._shape[1] // groups, length)),
+        )
+        del cols
+        total = part if total is None else total + part
+    return reshape(total, shape)
+
+
+def _batch_slice(t: Tensor, start: int, stop: int) -> Tensor:
+    return slice_tensor(t, (start,) + (0,) * (t.ndim - 1), (stop,) + t._shape[1:], (1,) * t.ndim)
+
+
 def _bias_grad(g: Tensor, bias: tuple[Tensor, ...]) -> tuple[Any, ...]:
     if bias and bias[0]._rg:
         return (reduce_sum(g, axis=(0,) + tuple(range(2, g.ndim))),)
@@ -273,12 +303,9 @@ def _conv_vjp(
     if x._rg:
         gx = _conv_transpose_op(g, w, (), x._shape[2:], stride, padding, dilation, groups)
     if w._rg:
-        n, cout = g._shape[:2]
-        cols = _unfold_op(x, w._shape[2:], stride, padding, dilation)
-        length = cols._shape[2]
-        a = reshape(g, (n, groups, cout // groups, length))
-        b = reshape(cols, (n, groups, cols._shape[1] // groups, length))
-        gw = reshape(_weight_grad(a, b), w._shape)
+        gw = _weight_grad_by_batch(
+            g, x, w._shape, groups, lambda t: _unfold_op(t, w._shape[2:], stride, padding, dilation)
+        )
     return (gx, gw) + _bias_grad(g, bias)
 
 
@@ -318,12 +345,9 @@ def _conv_transpose_vjp(
     if x._rg:
         gx = _conv_op(g, w, (), stride, padding, dilation, groups)
     if w._rg:
-        n, cin = x._shape[:2]
-        cols = _unfold_op(g, w._shape[2:], stride, padding, dilation)  # (N, Cout * K, L)
-        length = cols._shape[2]
-        a = reshape(x, (n, groups, cin // groups, length))
-        b = reshape(cols, (n, groups, cols._shape[1] // groups, length))
-        gw = reshape(_weight_grad(a, b), w._shape)
+        gw = _weight_grad_by_batch(
+            x, g, w._shape, groups, lambda t: _unfold_op(t, w._shape[2:], stride, padding, dilation)
+        )
     return (gx, gw) + _bias_grad(g, bias)
 
 
