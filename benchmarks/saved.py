@@ -6,7 +6,9 @@ listed, grouped by the op that saved them, and summed (each buffer once; leaves,
 inputs, apart); then backward runs with each vjp rule watched, so the table says how much was in use
 before each rule and at its peak. Ember runs on a pooled device (``opencl:0``: the pool's bytes in
 use are the truth, the saved list explains them); torch runs on the CPU, its saved tensors read from
-the ``_saved_*`` fields of the ``grad_fn`` graph (each storage once).
+the ``_saved_*`` fields of the ``grad_fn`` graph (each storage once), and its step's peak above the
+step's start from the profiler's allocator events (ember's beside it: the pool's peak in use less what
+was in use when the step began).
 
     python -m benchmarks.saved W4 --device opencl:0
     python -m benchmarks.saved W4 --size batch=2,seq=512,d=1024,heads=16,d_ff=4096   # the GPU size's shape
@@ -168,17 +170,29 @@ def torch_saved(module: ModuleType, size: dict[str, int]) -> dict[str, Any] | No
             if ptr in storages:
                 continue
             storages.add(ptr)
-            key = "leaf" if ptr in leaves or (v.grad_fn is None and not v.requires_grad) else name
+            # a parameter's storage, or an input (no grad_fn, not an op's saved result such as max_pool's indices)
+            made = name.split(".", 1)[1].startswith("result")
+            key = "leaf" if ptr in leaves or (v.grad_fn is None and not v.requires_grad and not made) else name
             groups[key][0] += 1
             groups[key][1] += v.untyped_storage().nbytes()
         report["saved"] = dict(sorted(groups.items(), key=lambda kv: -kv[1][1]))
         return original(self, *args, **kwargs)
 
+    from torch.profiler import ProfilerActivity, profile
+
     th.Tensor.backward = backward  # type: ignore[method-assign]
     try:
-        case.step()
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            case.step()
     finally:
         th.Tensor.backward = original  # type: ignore[method-assign]
+    # the CPU allocator's events in time order (frees negative): the step's peak above its start
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    level = peak = 0
+    for _, nbytes in events:
+        level += nbytes
+        peak = level if level > peak else peak
+    report["step_peak_above_start"] = peak
     report["version"] = th.__version__
     return report
 
@@ -200,7 +214,9 @@ def text(wid: str, size: dict[str, int], ours: dict[str, Any], theirs: dict[str,
     if theirs is not None:
         lines.append(
             f"torch {theirs['version']} (cpu): saved (not leaves) {_total(theirs['saved']) / MIB:.2f} MiB, "
-            f"leaves {_total(theirs['saved'], True) / MIB:.2f}"
+            f"leaves {_total(theirs['saved'], True) / MIB:.2f}; the step's peak above its start (profiler's "
+            f"allocator events) {theirs['step_peak_above_start'] / MIB:.2f} MiB; ember's: "
+            f"{(ours['step_peak_in_use'] - ours['base_in_use']) / MIB:.2f} MiB"
         )
     lines += ["", "| ember: producer -> consumer | n | MiB |", "|---|---:|---:|"]
     lines += [f"| {k} | {n} | {b / MIB:.2f} |" for k, (n, b) in ours["saved"].items()]

@@ -282,18 +282,37 @@ def _add_bias(y: Tensor, bias: tuple[Tensor, ...]) -> Tensor:
 def _conv_composite(
     x: Tensor, w: Tensor, *bias: Tensor, stride: Ints, padding: Pads, dilation: Ints, groups: int
 ) -> Tensor:
-    n = x._shape[0]
     cout = w._shape[0]
     kernel = w._shape[2:]
     blocks = _blocks(x._shape[2:], kernel, stride, padding, dilation)
     length = math.prod(blocks)
-    cols = _unfold_op(x, kernel, stride, padding, dilation)  # (N, Cin * K, L)
-    if groups == 1:
-        y = matmul(reshape(w, (cout, -1)), cols)
-    else:
-        cols = reshape(cols, (n, groups, cols._shape[1] // groups, length))
-        y = matmul(reshape(w, (groups, cout // groups, -1)), cols)
-    return _add_bias(reshape(y, (n, cout) + blocks), bias)
+
+    def run(x: Tensor) -> Tensor:
+        n = x._shape[0]
+        cols = _unfold_op(x, kernel, stride, padding, dilation)  # (N, Cin * K, L)
+        if groups == 1:
+            y = matmul(reshape(w, (cout, -1)), cols)
+        else:
+            cols = reshape(cols, (n, groups, cols._shape[1] // groups, length))
+            y = matmul(reshape(w, (groups, cout // groups, -1)), cols)
+        return reshape(y, (n, cout) + blocks)
+
+    per_sample = x._shape[1] * math.prod(kernel) * length
+    y = _by_batch(run, x, per_sample, max(x.size, x._shape[0] * cout * length))
+    return _add_bias(y, bias)
+
+
+def _by_batch(fn: Any, x: Tensor, per_sample: int, limit: int) -> Tensor:
+    """``fn(x)`` over slices of the batch whose im2col columns (``per_sample`` elements a sample) hold
+    at most ``limit`` elements, concatenated: the columns of the whole batch are prod(kernel) times
+    the input, the largest tensor of a convolution otherwise."""
+    n = x._shape[0]
+    step = min(n, limit // per_sample) if per_sample else n
+    if step >= n or n == 0:
+        return fn(x)
+    step = step if step > 0 else 1
+    parts = [fn(_batch_slice(x, s, min(s + step, n))) for s in range(0, n, step)]
+    return concat(parts, axis=0)
 
 
 def _conv_vjp(
@@ -319,14 +338,20 @@ def _conv_transpose_composite(
     dilation: Ints,
     groups: int,
 ) -> Tensor:
-    n, cin = x._shape[:2]
+    cin = x._shape[1]
     kernel = w._shape[2:]
     length = math.prod(x._shape[2:])
-    xm = reshape(x, (n, groups, cin // groups, length))
     wm = reshape(w, (groups, cin // groups, w._shape[1] * math.prod(kernel)))
-    cols = matmul(matrix_transpose(wm), xm)  # (N, G, Cout/G * K, L)
-    cols = reshape(cols, (n, groups * cols._shape[2], length))
-    return _add_bias(_fold_op(cols, size, kernel, stride, padding, dilation), bias)
+
+    def run(x: Tensor) -> Tensor:
+        n = x._shape[0]
+        cols = matmul(matrix_transpose(wm), reshape(x, (n, groups, cin // groups, length)))  # (N, G, Cout/G * K, L)
+        cols = reshape(cols, (n, groups * cols._shape[2], length))
+        return _fold_op(cols, size, kernel, stride, padding, dilation)
+
+    per_sample = groups * w._shape[1] * math.prod(kernel) * length
+    y = _by_batch(run, x, per_sample, max(x.size, x._shape[0] * groups * w._shape[1] * math.prod(size)))
+    return _add_bias(y, bias)
 
 
 def _conv_transpose_vjp(
