@@ -228,6 +228,8 @@ def run_backward(
                 # what the node saved goes now, not when the walk ends (PyTorch frees saved tensors as it goes)
                 node.inputs = None
                 node.datas = ()
+            # and before the gradients are summed: from here on a computed input is only its metadata
+            inputs = tuple(x if x._node is None else for_backward(x) for x in inputs)
             for inp, gi in zip(inputs, in_grads):
                 if gi is None or not inp._rg:
                     continue
@@ -244,6 +246,7 @@ def run_backward(
                     continue
                 prev = grads.get(key)
                 grads[key] = gi if prev is None else prev.add(gi) if type(prev) is _Slices else prev + gi
+                prev = None  # the summed operands go with the sum's inputs, not at the next input
             # nothing of this node outlives its step: the next vjp runs without its gradients' temporaries
             del node, inputs, in_grads
             inp = gi = prev = wanted = None
