@@ -152,7 +152,12 @@ def torch_saved(module: ModuleType, size: dict[str, int]) -> dict[str, Any] | No
                 continue
             seen.add(id(fn))
             if hasattr(fn, "variable"):
-                leaves.add(fn.variable.untyped_storage().data_ptr())
+                ptr = fn.variable.untyped_storage().data_ptr()
+                if ptr not in leaves:
+                    report["parameter_bytes"] = (
+                        report.get("parameter_bytes", 0) + fn.variable.untyped_storage().nbytes()
+                    )
+                leaves.add(ptr)
             for attr in dir(fn):
                 if not attr.startswith("_saved_"):
                     continue
@@ -186,13 +191,15 @@ def torch_saved(module: ModuleType, size: dict[str, int]) -> dict[str, Any] | No
             case.step()
     finally:
         th.Tensor.backward = original  # type: ignore[method-assign]
-    # the CPU allocator's events in time order (frees negative): the step's peak above its start
+    # the CPU allocator's events in time order (frees negative): the step's peak above its start. The
+    # previous step's gradients, freed by zero_grad at the start, were allocated before the profiler
+    # started and their frees carry no size, so they are taken off here (ember's pool counts that free)
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     level = peak = 0
     for _, nbytes in events:
         level += nbytes
         peak = level if level > peak else peak
-    report["step_peak_above_start"] = peak
+    report["step_peak_above_start"] = peak - report.get("parameter_bytes", 0)
     report["version"] = th.__version__
     return report
 
