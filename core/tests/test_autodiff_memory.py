@@ -202,3 +202,37 @@ def test_split_gradients_are_joined_where_they_tile_and_summed_where_they_do_not
     gh[:, :3] = 1
     gh[:, 6:] = 2 * hm[:, 6:]
     np.testing.assert_allclose(w.grad.numpy(), xs.T @ gh, rtol=1e-12)
+
+
+@pytest.mark.parametrize("groups,stride,dilation", [(1, 1, 1), (2, 2, 1), (2, 1, 2)])
+def test_array_module_convolutions_over_batch_slices_match_a_direct_sum(groups, stride, dilation):
+    """The cpu and cuda kernels (``ember.array_module``) take the batch in slices when its im2col
+    columns outgrow the input and output: conv equals the float64 direct sum over its windows, and
+    conv_transpose is its adjoint (<conv(x), g> = <x, conv_transpose(g)>)."""
+    from ember.array_module import conv as kernels
+
+    _ = em.Device.cpu().backend  # registers numpy as an array module
+    rng = np.random.default_rng(7)
+    n, cin, cout, hw, k = 5, 4, 6, 9, 3
+    x = rng.standard_normal((n, cin, hw, hw))
+    w = rng.standard_normal((cout, cin // groups, k, k))
+    pads = ((1, 1), (1, 1))
+    params = {"stride": (stride,) * 2, "padding": pads, "dilation": (dilation,) * 2, "groups": groups}
+    y = kernels.conv(x, w, **params)
+    span = dilation * (k - 1) + 1
+    out = (hw + 2 - span) // stride + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((n, cout, out, out))
+    cg, og = cin // groups, cout // groups
+    for gi in range(groups):
+        for i in range(k):
+            for j in range(k):
+                win = xp[:, gi * cg : (gi + 1) * cg, i * dilation :, j * dilation :]
+                win = win[:, :, : (out - 1) * stride + 1 : stride, : (out - 1) * stride + 1 : stride]
+                want[:, gi * og : (gi + 1) * og] += np.einsum("oc,nchw->nohw", w[gi * og : (gi + 1) * og, :, i, j], win)
+    np.testing.assert_allclose(y, want, rtol=1e-10, atol=1e-10)
+    per_sample = cin * k * k * out * out
+    assert kernels._batch_step(n, per_sample, max(x.size, y.size)) < n  # the batch was taken in slices
+    g = rng.standard_normal(y.shape)
+    gx = kernels.conv_transpose(g, w, size=(hw, hw), **params)  # conv's weight, as its vjp passes it
+    np.testing.assert_allclose(np.vdot(y, g), np.vdot(x, gx), rtol=1e-10)
