@@ -236,3 +236,13 @@ def test_array_module_convolutions_over_batch_slices_match_a_direct_sum(groups, 
     g = rng.standard_normal(y.shape)
     gx = kernels.conv_transpose(g, w, size=(hw, hw), **params)  # conv's weight, as its vjp passes it
     np.testing.assert_allclose(np.vdot(y, g), np.vdot(x, gx), rtol=1e-10)
+
+
+def test_a_complex_product_kept_only_for_a_wanted_gradient_is_not_conjugated_when_unread():
+    """``(a @ b) @ w`` with only ``a`` wanting a gradient: the second product keeps a stand-in for
+    ``a @ b`` (read only for ``w``'s gradient), and the complex rule conjugates only what it reads."""
+    rng = np.random.default_rng(8)
+    av, bv, wv = (rng.standard_normal(s) + 1j * rng.standard_normal(s) for s in ((3, 4), (4, 2), (2, 2)))
+    a = em.tensor(av, device=AD, requires_grad=True)
+    em.real((a @ em.tensor(bv, device=AD)) @ em.tensor(wv, device=AD)).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), np.ones((3, 2)) @ (bv @ wv).conj().T, rtol=1e-12)
