@@ -34,7 +34,7 @@ import numpy as np
 from . import amp
 from .amp import _STATE as _AMP
 from .autodiff.mode import _STATE as _GRAD
-from .autodiff.node import Node
+from .autodiff.node import Node, for_backward
 from .backend import PRIMITIVE_SIGNATURES
 from .device import check_dtype, common_device
 from .dtypes import DType, as_dtype, bool_, category_error, iinfo, promote_types, scalar_dtype
@@ -70,6 +70,7 @@ __all__ = [
     "effective_dtype",
     "swaps",
     "realize",
+    "for_backward",
 ]
 
 #: the kinds an op can have; fusion reads them (elementwise chains, a trailing reduction)

@@ -133,6 +133,14 @@ def fold(
     return xp.ascontiguousarray(_col2im(cols.reshape((n, c) + kernel + blocks), size, stride, padding, dilation))
 
 
+def _batch_step(n: int, per_sample: int, limit: int) -> int:
+    """Samples per slice of the batch whose im2col columns hold at most ``limit`` elements (at least one):
+    the columns are prod(kernel) times the input, the largest buffer of a convolution otherwise."""
+    if per_sample <= 0:
+        return max(n, 1)
+    return min(max(n, 1), max(limit // per_sample, 1))
+
+
 @_wide
 def conv(
     x: Any,
@@ -152,13 +160,28 @@ def conv(
     blocks = win.shape[2 : 2 + nd]
     length = math.prod(blocks)
     cg = cin // groups
+    wm = w.reshape(groups, cout // groups, -1)
     # (N, G, Cg, *kernel, *blocks) -> (N, G, Cg * K, L): the one im2col copy, in the order that
     # keeps each sample's rows contiguous, so the matmul writes the output layout directly
-    win = win.reshape((n, groups, cg) + blocks + kernel)
     order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
-    cols = win.transpose(order).reshape(n, groups, cg * math.prod(kernel), length)
-    y = xp.matmul(w.reshape(groups, cout // groups, -1), cols)  # (N, G, Cout / G, L)
-    y = y.reshape((n, cout) + blocks)
+    step = _batch_step(n, cin * math.prod(kernel) * length, max(x.size, n * cout * length))
+    y = None
+    for start in range(0, max(n, 1), step):  # one pass over an empty batch
+        part = win[start : start + step]
+        m = part.shape[0]
+        cols = (
+            part.reshape((m, groups, cg) + blocks + kernel)
+            .transpose(order)
+            .reshape(m, groups, cg * math.prod(kernel), length)
+        )
+        piece = xp.matmul(wm, cols).reshape((m, cout) + blocks)  # (m, G, Cout / G, L)
+        if step >= n:
+            y = piece
+            break
+        if y is None:
+            y = xp.empty((n, cout) + blocks, dtype=piece.dtype)
+        y[start : start + m] = piece
+        del cols, piece
     return _add_bias(y, bias)
 
 
@@ -173,14 +196,26 @@ def conv_weight_grad(
     dilation: tuple[int, ...],
     groups: int,
 ) -> Any:
-    """A convolution's weight gradient: sum over the batch of g[n, g] @ cols[n, g]^T."""
+    """A convolution's weight gradient: sum over the batch of g[n, g] @ cols[n, g]^T, over slices of
+    the batch whose im2col columns hold no more elements than the larger of ``g`` and ``x``."""
     xp = module_of(g).xp
     n, cout = g.shape[:2]
     nd = len(kernel)
+    length = math.prod(g.shape[2:])
     win = _windows(x, kernel, stride, padding, dilation, 0.0)
     order = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
-    cols = win.transpose(order).reshape(n, groups, -1, math.prod(g.shape[2:]))
-    gw = xp.matmul(g.reshape(n, groups, cout // groups, -1), xp.swapaxes(cols, -1, -2)).sum(axis=0)
+    gm = g.reshape(n, groups, cout // groups, length)
+    step = _batch_step(n, x.shape[1] * math.prod(kernel) * length, max(x.size, g.size))
+    gw = None
+    for start in range(0, max(n, 1), step):  # one pass over an empty batch
+        cols = (
+            win[start : start + step]
+            .transpose(order)
+            .reshape(-1, groups, x.shape[1] // groups * math.prod(kernel), length)
+        )
+        part = xp.matmul(gm[start : start + step], xp.swapaxes(cols, -1, -2)).sum(axis=0)
+        gw = part if gw is None else gw + part
+        del cols
     return gw.reshape((cout, x.shape[1] // groups) + tuple(kernel))
 
 
@@ -201,9 +236,22 @@ def conv_transpose(
     kernel = w.shape[2:]
     cog = w.shape[1]
     wm = w.reshape(groups, cin // groups, -1).transpose(0, 2, 1)  # (G, Cout/G * K, Cin/G)
-    cols = xp.matmul(wm, x.reshape(n, groups, cin // groups, -1))  # (N, G, Cout/G * K, L)
-    cols = cols.reshape((n, groups * cog) + kernel + spatial)
-    y = xp.ascontiguousarray(_col2im(cols, size, stride, padding, dilation))
+    length = math.prod(spatial)
+    step = _batch_step(n, groups * cog * math.prod(kernel) * length, max(x.size, n * groups * cog * math.prod(size)))
+    y = None
+    for start in range(0, max(n, 1), step):  # one pass over an empty batch
+        part = x[start : start + step]
+        m = part.shape[0]
+        cols = xp.matmul(wm, part.reshape(m, groups, cin // groups, length))  # (m, G, Cout/G * K, L)
+        cols = cols.reshape((m, groups * cog) + kernel + spatial)
+        piece = xp.ascontiguousarray(_col2im(cols, size, stride, padding, dilation))
+        if step >= n:
+            y = piece
+            break
+        if y is None:
+            y = xp.empty((n, groups * cog) + tuple(size), dtype=piece.dtype)
+        y[start : start + m] = piece
+        del cols, piece
     return _add_bias(y, bias)
 
 

@@ -10,17 +10,19 @@ broadcasting widened are summed back to the input's shape here, once, for every 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..amp import autocast
+from ..dispatch import for_backward
 from ..errors import AutodiffError
 from ..ops.elementwise import real
+from ..ops.movement import concat, pad
 from .mode import set_grad_enabled
 
 if TYPE_CHECKING:  # annotations only: ember.tensor imports this module through autodiff.api (a cycle)
     from ..tensor import Tensor
 
-__all__ = ["run_backward"]
+__all__ = ["run_backward", "saved_tensors"]
 
 
 def _vertex(t: Tensor) -> int:
@@ -31,7 +33,8 @@ def _vertex(t: Tensor) -> int:
 
 
 def _topological(roots: list[Tensor]) -> list[Tensor]:
-    """Tensors with a node reachable from ``roots``, each after all its inputs."""
+    """Tensors with a node reachable from ``roots``, each after all its inputs (a stand-in where its
+    op's rule does not read the output: the walk's list holds no data a rule will not read)."""
     order: list[Tensor] = []
     seen: set[int] = set()
     for root in roots:
@@ -54,8 +57,78 @@ def _topological(roots: list[Tensor]) -> list[Tensor]:
                     seen.add(id(child._node))
                     stack.append((child, 0))
             else:
-                order.append(t)
+                order.append(for_backward(t))
     return order
+
+
+def saved_tensors(root: Tensor) -> list[tuple[str, int, Tensor]]:
+    """(op, input position, tensor) for every input with data that the graph behind ``root`` keeps
+    for backward (what the recorded nodes hold); empty once backward has freed the graph."""
+    out: list[tuple[str, int, Tensor]] = []
+    seen: set[int] = set()
+    stack = [root._node] if root._node is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or node.inputs is None:
+            continue
+        seen.add(id(node))
+        for i, t in enumerate(node.inputs):
+            if t._data is not None:
+                out.append((node.op.name, i, t))
+            if t._node is not None:
+                stack.append(t._node)
+    return out
+
+
+class _Slices:
+    """Gradients of unit-step slices of one tensor, kept apart until the tensor's turn in the walk
+    (and a full-size gradient beside them, if any): slices that tile it along one axis (``em.split``)
+    then become one concat instead of a zero-padded full-size tensor each, summed (PyTorch's split
+    backward is a cat as well)."""
+
+    __slots__ = ("shape", "parts", "full")
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self.parts: list[tuple[tuple[int, ...], tuple[int, ...], Tensor]] = []
+        self.full: Tensor | None = None
+
+    def add(self, g: Tensor) -> _Slices:
+        self.full = g if self.full is None else self.full + g
+        return self
+
+    def assemble(self) -> Tensor:
+        """The whole gradient: one concat where the slices tile one axis, else their padded sum."""
+        parts, self.parts = self.parts, []
+        g = _tile(parts, self.shape)
+        if g is None:
+            for starts, stops, gi in parts:
+                gi = pad(gi, tuple((st, dim - sp) for st, sp, dim in zip(starts, stops, self.shape)))
+                g = gi if g is None else g + gi
+        del parts
+        if self.full is not None:
+            g = self.full if g is None else g + self.full
+            self.full = None
+        return g
+
+
+def _tile(parts: list[tuple[tuple[int, ...], tuple[int, ...], Tensor]], shape: tuple[int, ...]) -> Tensor | None:
+    """The concat of ``parts`` along the one axis they cut, when they cover it exactly once; else None."""
+    axes = {
+        i for starts, stops, _ in parts for i, (st, sp, d) in enumerate(zip(starts, stops, shape)) if (st, sp) != (0, d)
+    }
+    if len(axes) > 1 or len(parts) < 2:
+        return None
+    axis = axes.pop() if axes else 0
+    ordered = sorted(parts, key=lambda p: p[0][axis])
+    at = 0
+    for starts, stops, _ in ordered:
+        if starts[axis] != at:
+            return None
+        at = stops[axis]
+    if at != shape[axis]:
+        return None
+    return concat([gi for _, _, gi in ordered], axis=axis)
 
 
 def _sum_to(g: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -75,6 +148,17 @@ def _as_input_dtype(g: Tensor, inp: Tensor) -> Tensor:
     if g._dtype.kind == "c" and inp._dtype.kind != "c":
         g = real(g)
     return g if g._dtype is inp._dtype else g.astype(inp._dtype)
+
+
+def _keeps_slices(node: Any, inp: Tensor, targets: dict[int, Tensor] | None) -> bool:
+    """Whether a slice's gradient can wait for its input's turn: unit steps, an input computed by a
+    recorded op (a leaf's gradient is summed at once) that is not one of ``wrt``."""
+    return (
+        inp._rg
+        and inp._node is not None
+        and all(s == 1 for s in node.params["steps"])
+        and (targets is None or _vertex(inp) not in targets)
+    )
 
 
 def run_backward(
@@ -111,6 +195,8 @@ def run_backward(
             g = grads.pop(id(t._node), None)
             if g is None:
                 continue
+            if type(g) is _Slices:
+                g = g.assemble()
             node = t._node
             inputs = node.inputs
             for inp, data in zip(inputs, node.datas):
@@ -123,12 +209,27 @@ def run_backward(
             vjp = node.op.vjp
             if vjp is None:
                 raise AutodiffError(f"op {node.op.name!r} has no vjp rule and no composite to differentiate")
+            if node.op.name == "slice" and not create_graph and _keeps_slices(node, inputs[0], targets):
+                # the slice's gradient waits beside its siblings' for the sliced tensor's turn
+                key = _vertex(inputs[0])
+                held = grads.get(key)
+                if type(held) is not _Slices:
+                    held = _Slices(inputs[0]._shape) if held is None else _Slices(inputs[0]._shape).add(held)
+                    grads[key] = held
+                held.parts.append((node.params["starts"], node.params["stops"], g))
+                if not retain_graph:
+                    node.inputs = None
+                    node.datas = ()
+                del g, t, node, inputs, held
+                continue
             in_grads = vjp(g, t, *inputs, **node.params)
             del g, t
             if not retain_graph:
                 # what the node saved goes now, not when the walk ends (PyTorch frees saved tensors as it goes)
                 node.inputs = None
                 node.datas = ()
+            # and before the gradients are summed: from here on a computed input is only its metadata
+            inputs = tuple(x if x._node is None else for_backward(x) for x in inputs)
             for inp, gi in zip(inputs, in_grads):
                 if gi is None or not inp._rg:
                     continue
@@ -144,7 +245,8 @@ def run_backward(
                 if inp._node is None:
                     continue
                 prev = grads.get(key)
-                grads[key] = gi if prev is None else prev + gi
+                grads[key] = gi if prev is None else prev.add(gi) if type(prev) is _Slices else prev + gi
+                prev = None  # the summed operands go with the sum's inputs, not at the next input
             # nothing of this node outlives its step: the next vjp runs without its gradients' temporaries
             del node, inputs, in_grads
             inp = gi = prev = wanted = None

@@ -12,13 +12,16 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["Node", "INPUTS_UNREAD", "OUTPUT_UNREAD"]
+__all__ = ["Node", "INPUTS_UNREAD", "OUTPUT_UNREAD", "READ_FOR", "for_backward"]
 
 #: ops whose vjp rule reads no input's value: only shapes, dtypes, devices and which need a gradient
+#: (the unary ones whose derivative is written with the output, as PyTorch saves their result)
 INPUTS_UNREAD = frozenset(
     {
         "add", "sub", "neg", "cast", "relu", "avg_pool",
         "reshape", "permute", "expand", "slice", "pad", "flip", "concat", "sum",
+        "exp", "exp2", "expm1", "sqrt", "rsqrt", "reciprocal", "tanh", "tan", "sigmoid",
+        "softmax", "log_softmax",
     }
 )  # fmt: skip
 
@@ -28,8 +31,21 @@ OUTPUT_UNREAD = frozenset(
         "add", "sub", "neg", "mul", "div", "cast", "where", "matmul", "conv", "gelu", "avg_pool",
         "layer_norm", "cross_entropy", "scaled_dot_product_attention",
         "reshape", "permute", "expand", "slice", "pad", "flip", "concat", "sum",
+        "log", "log1p", "log2", "log10", "erf", "square", "sin", "cos", "sinh", "cosh",
+        "asin", "acos", "atan", "asinh", "acosh", "atanh", "silu", "softplus", "gelu_tanh",
+        "rms_norm", "layer_norm_backward", "softmax_backward",
     }
 )  # fmt: skip
+
+#: ops whose rule reads an input's value only for the gradient of other inputs: per input, the
+#: positions whose needing a gradient makes it read (mul's ``a`` only for ``b``'s gradient); an
+#: input past the tuple is always read, a missing position (a Python scalar operand) never needs one
+READ_FOR: dict[str, tuple[tuple[int, ...], ...]] = {
+    "mul": ((1,), (0,)),
+    "div": ((1,), (0, 1)),
+    "matmul": ((1,), (0,)),
+    "conv": ((1,), (0,), ()),
+}
 
 
 class Node:
@@ -41,8 +57,11 @@ class Node:
 
     def __init__(self, op: Any, inputs: tuple[Any, ...], params: dict[str, Any]) -> None:
         self.op = op
-        if op.name in INPUTS_UNREAD:
+        name = op.name
+        if name in INPUTS_UNREAD:
             inputs = tuple(_stand_in(t) for t in inputs)
+        elif name in READ_FOR:
+            inputs = _trim(READ_FOR[name], inputs)
         self.inputs: tuple[Any, ...] | None = inputs
         self.datas = tuple(t._data for t in inputs)
         self.params = params
@@ -50,6 +69,24 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<Node {self.op.name}>"
+
+
+def _trim(reads: tuple[tuple[int, ...], ...], inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``inputs`` with a stand-in for each one no wanted gradient reads (``READ_FOR``)."""
+    n = len(inputs)
+    kept = []
+    for i, t in enumerate(inputs):
+        if i < len(reads) and not any(j < n and inputs[j]._rg for j in reads[i]):
+            t = _stand_in(t)
+        kept.append(t)
+    return tuple(kept)
+
+
+def for_backward(t: Any) -> Any:
+    """What the backward walk keeps of a computed tensor until its node's turn: the tensor when its
+    op's rule reads the output, else a stand-in (so a forward output nobody else holds dies as soon
+    as the last consumer that reads it has run its rule)."""
+    return _stand_in(t)
 
 
 def _stand_in(t: Any) -> Any:

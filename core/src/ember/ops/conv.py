@@ -237,6 +237,36 @@ def _weight_grad(a: Tensor, b: Tensor) -> Tensor:
     return reduce_sum(matmul(a, matrix_transpose(b)), axis=0)
 
 
+def _weight_grad_by_batch(a: Tensor, src: Tensor, shape: Ints, groups: int, unfold: Any) -> Tensor:
+    """The weight gradient sum_n a[n] @ unfold(src[n])^T over groups, ``shape`` the weight's, taken over
+    slices of the batch so that the unfolded columns of a slice hold no more elements than the larger of
+    ``a`` and ``src`` (the whole batch's columns are prod(kernel) times the input: the largest tensor of a
+    convolution's backward otherwise)."""
+    n = a._shape[0]
+    length = math.prod(a._shape[2:])
+    per_sample = src._shape[1] * math.prod(shape[2:]) * length  # unfolded elements of one sample
+    limit = a.size if a.size > src.size else src.size
+    step = min(n, limit // per_sample) if per_sample else n
+    step = step if step > 0 else 1
+    total: Tensor | None = None
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        a_i, src_i = (t if step >= n else _batch_slice(t, start, stop) for t in (a, src))
+        cols = unfold(src_i)  # (m, C * K, L)
+        m = stop - start
+        part = _weight_grad(
+            reshape(a_i, (m, groups, a._shape[1] // groups, length)),
+            reshape(cols, (m, groups, cols._shape[1] // groups, length)),
+        )
+        del cols
+        total = part if total is None else total + part
+    return reshape(total, shape)
+
+
+def _batch_slice(t: Tensor, start: int, stop: int) -> Tensor:
+    return slice_tensor(t, (start,) + (0,) * (t.ndim - 1), (stop,) + t._shape[1:], (1,) * t.ndim)
+
+
 def _bias_grad(g: Tensor, bias: tuple[Tensor, ...]) -> tuple[Any, ...]:
     if bias and bias[0]._rg:
         return (reduce_sum(g, axis=(0,) + tuple(range(2, g.ndim))),)
@@ -252,18 +282,37 @@ def _add_bias(y: Tensor, bias: tuple[Tensor, ...]) -> Tensor:
 def _conv_composite(
     x: Tensor, w: Tensor, *bias: Tensor, stride: Ints, padding: Pads, dilation: Ints, groups: int
 ) -> Tensor:
-    n = x._shape[0]
     cout = w._shape[0]
     kernel = w._shape[2:]
     blocks = _blocks(x._shape[2:], kernel, stride, padding, dilation)
     length = math.prod(blocks)
-    cols = _unfold_op(x, kernel, stride, padding, dilation)  # (N, Cin * K, L)
-    if groups == 1:
-        y = matmul(reshape(w, (cout, -1)), cols)
-    else:
-        cols = reshape(cols, (n, groups, cols._shape[1] // groups, length))
-        y = matmul(reshape(w, (groups, cout // groups, -1)), cols)
-    return _add_bias(reshape(y, (n, cout) + blocks), bias)
+
+    def run(x: Tensor) -> Tensor:
+        n = x._shape[0]
+        cols = _unfold_op(x, kernel, stride, padding, dilation)  # (N, Cin * K, L)
+        if groups == 1:
+            y = matmul(reshape(w, (cout, -1)), cols)
+        else:
+            cols = reshape(cols, (n, groups, cols._shape[1] // groups, length))
+            y = matmul(reshape(w, (groups, cout // groups, -1)), cols)
+        return reshape(y, (n, cout) + blocks)
+
+    per_sample = x._shape[1] * math.prod(kernel) * length
+    y = _by_batch(run, x, per_sample, max(x.size, x._shape[0] * cout * length))
+    return _add_bias(y, bias)
+
+
+def _by_batch(fn: Any, x: Tensor, per_sample: int, limit: int) -> Tensor:
+    """``fn(x)`` over slices of the batch whose im2col columns (``per_sample`` elements a sample) hold
+    at most ``limit`` elements, concatenated: the columns of the whole batch are prod(kernel) times
+    the input, the largest tensor of a convolution otherwise."""
+    n = x._shape[0]
+    step = min(n, limit // per_sample) if per_sample else n
+    if step >= n or n == 0:
+        return fn(x)
+    step = step if step > 0 else 1
+    parts = [fn(_batch_slice(x, s, min(s + step, n))) for s in range(0, n, step)]
+    return concat(parts, axis=0)
 
 
 def _conv_vjp(
@@ -281,12 +330,8 @@ def _conv_vjp(
 def _conv_weight_grad_composite(
     g: Tensor, x: Tensor, *, kernel: Ints, stride: Ints, padding: Pads, dilation: Ints, groups: int
 ) -> Tensor:
-    n, cout = g._shape[:2]
-    cols = _unfold_op(x, kernel, stride, padding, dilation)
-    length = cols._shape[2]
-    a = reshape(g, (n, groups, cout // groups, length))
-    b = reshape(cols, (n, groups, cols._shape[1] // groups, length))
-    return reshape(_weight_grad(a, b), (cout, x._shape[1] // groups) + tuple(kernel))
+    shape = (g._shape[1], x._shape[1] // groups) + tuple(kernel)
+    return _weight_grad_by_batch(g, x, shape, groups, lambda t: _unfold_op(t, kernel, stride, padding, dilation))
 
 
 def _conv_transpose_composite(
@@ -299,14 +344,20 @@ def _conv_transpose_composite(
     dilation: Ints,
     groups: int,
 ) -> Tensor:
-    n, cin = x._shape[:2]
+    cin = x._shape[1]
     kernel = w._shape[2:]
     length = math.prod(x._shape[2:])
-    xm = reshape(x, (n, groups, cin // groups, length))
     wm = reshape(w, (groups, cin // groups, w._shape[1] * math.prod(kernel)))
-    cols = matmul(matrix_transpose(wm), xm)  # (N, G, Cout/G * K, L)
-    cols = reshape(cols, (n, groups * cols._shape[2], length))
-    return _add_bias(_fold_op(cols, size, kernel, stride, padding, dilation), bias)
+
+    def run(x: Tensor) -> Tensor:
+        n = x._shape[0]
+        cols = matmul(matrix_transpose(wm), reshape(x, (n, groups, cin // groups, length)))  # (N, G, Cout/G * K, L)
+        cols = reshape(cols, (n, groups * cols._shape[2], length))
+        return _fold_op(cols, size, kernel, stride, padding, dilation)
+
+    per_sample = groups * w._shape[1] * math.prod(kernel) * length
+    y = _by_batch(run, x, per_sample, max(x.size, x._shape[0] * groups * w._shape[1] * math.prod(size)))
+    return _add_bias(y, bias)
 
 
 def _conv_transpose_vjp(
@@ -325,12 +376,9 @@ def _conv_transpose_vjp(
     if x._rg:
         gx = _conv_op(g, w, (), stride, padding, dilation, groups)
     if w._rg:
-        n, cin = x._shape[:2]
-        cols = _unfold_op(g, w._shape[2:], stride, padding, dilation)  # (N, Cout * K, L)
-        length = cols._shape[2]
-        a = reshape(x, (n, groups, cin // groups, length))
-        b = reshape(cols, (n, groups, cols._shape[1] // groups, length))
-        gw = reshape(_weight_grad(a, b), w._shape)
+        gw = _weight_grad_by_batch(
+            x, g, w._shape, groups, lambda t: _unfold_op(t, w._shape[2:], stride, padding, dilation)
+        )
     return (gx, gw) + _bias_grad(g, bias)
 
 

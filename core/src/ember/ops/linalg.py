@@ -26,10 +26,11 @@ __all__ = [
 
 def _matmul_vjp(g: Tensor, out: Tensor, a: Tensor, b: Tensor) -> tuple[Any, Any]:
     need_a, need_b = _needs(a), _needs(b)
-    # complex operands: the adjoints are the conjugate transposes (PyTorch's convention)
-    if a._dtype.kind == "c":
+    # complex operands: the adjoints are the conjugate transposes (PyTorch's convention); an operand
+    # is read only for the other's gradient (a stand-in otherwise, ember.autodiff.node.READ_FOR)
+    if a._dtype.kind == "c" and need_b:
         a = conj(a)
-    if b._dtype.kind == "c":
+    if b._dtype.kind == "c" and need_a:
         b = conj(b)
     ga = matmul(g, matrix_transpose(b)) if need_a else None
     gb = None

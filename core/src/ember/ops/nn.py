@@ -30,7 +30,7 @@ from .elementwise import (
 )
 from .indexing import check_class_range, one_hot_unchecked, take, take_along_axis
 from .linalg import matmul, matrix_transpose
-from .movement import expand_dims
+from .movement import concat, expand_dims, slice_tensor
 from .reduction import logsumexp, max, mean, sum
 
 if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
@@ -627,23 +627,99 @@ def _scores(q: Tensor, k: Tensor, mask: Sequence[Tensor], is_causal: bool, scale
     return s
 
 
-def _attention(q: Tensor, k: Tensor, v: Tensor, *mask: Tensor, is_causal: bool, scale: float) -> Tensor:
+def _attention_whole(q: Tensor, k: Tensor, v: Tensor, mask: Sequence[Tensor], is_causal: bool, scale: float) -> Tensor:
     return matmul(softmax(_scores(q, k, mask, is_causal, scale), axis=-1), v)
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, *mask: Tensor, is_causal: bool, scale: float) -> Tensor:
+    parts = _by_batch(lambda q, k, v, g, m: (_attention_whole(q, k, v, m, is_causal, scale),), q, k, v, None, mask)
+    return parts[0]
+
+
+def _attention_grads(
+    g: Tensor, q: Tensor, k: Tensor, v: Tensor, mask: Sequence[Tensor], is_causal: bool, scale: float, need: Any
+) -> tuple[Any, ...]:
+    """(gq, gk, gv, gmask...) where ``need`` says which are wanted (the caller's inputs' flags: a
+    slice taken in backward records nothing, so its own flag says nothing)."""
+    p = softmax(_scores(q, k, mask, is_causal, scale), axis=-1)
+    if mask or (is_causal and q._shape[-2] > k._shape[-2]):  # only then can a row see no key (NaN)
+        p = where(p.isnan(), 0.0, p)
+    gv = matmul(matrix_transpose(p), g) if need[2] else None
+    gp = matmul(g, matrix_transpose(v))
+    gs = softmax_backward(p, gp, -1)
+    del p, gp  # the (..., L, S) temporaries go as soon as they are read
+    gq = matmul(gs, k) * scale if need[0] else None
+    gk = matmul(matrix_transpose(gs), q) * scale if need[1] else None
+    gm = (gs,) if mask and need[3] else tuple(None for _ in mask)
+    return (gq, gk, gv) + gm
 
 
 def _attention_vjp(
     g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *mask: Tensor, is_causal: bool, scale: float
 ) -> tuple[Any, ...]:
-    p = softmax(_scores(q, k, mask, is_causal, scale), axis=-1)
-    if mask or (is_causal and q._shape[-2] > k._shape[-2]):  # only then can a row see no key (NaN)
-        p = where(p.isnan(), 0.0, p)
-    gv = matmul(matrix_transpose(p), g) if v._rg else None
-    gp = matmul(g, matrix_transpose(v))
-    gs = softmax_backward(p, gp, -1)
-    gq = matmul(gs, k) * scale if q._rg else None
-    gk = matmul(matrix_transpose(gs), q) * scale if k._rg else None
-    gm = (gs,) if mask and mask[0]._rg else tuple(None for _ in mask)
-    return (gq, gk, gv) + gm
+    need = (q._rg, k._rg, v._rg, bool(mask) and mask[0]._rg)
+    if need[3]:  # the mask's gradient sums over broadcast batches: computed whole
+        return _attention_grads(g, q, k, v, mask, is_causal, scale, need)
+    grads = _by_batch(
+        lambda q, k, v, g, m: _attention_grads(g, q, k, v, m, is_causal, scale, need)[:3], q, k, v, g, mask
+    )
+    return grads + tuple(None for _ in mask)
+
+
+def _by_batch(fn: Any, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, mask: Sequence[Tensor]) -> tuple[Any, ...]:
+    """``fn(q, k, v, g, mask)`` run on slices of a batch axis and concatenated, so that no (..., L, S)
+    score-sized temporary is larger than the largest operand (the whole score tensor of a long
+    sequence is many times q; the flash kernels never hold it, the composite holds one slice)."""
+    limit = 0
+    for t in (q, k, v, g):
+        if t is not None:
+            limit = t.size if t.size > limit else limit  # (the builtin max is ember's reduction here)
+    return _split(fn, q, k, v, g, tuple(mask), limit)
+
+
+def _split(
+    fn: Any, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, mask: tuple[Tensor, ...], limit: int
+) -> tuple[Any, ...]:
+    operands = [t for t in (q, k, v, g) if t is not None]
+    batch = broadcast_shapes(*(t._shape[:-2] for t in (q, k, v)), op="attention")
+    score = math.prod(batch) * q._shape[-2] * k._shape[-2]
+    axis = next(
+        (a for a, n in enumerate(batch) if n > 1 and all(t.ndim == q.ndim and t._shape[a] == n for t in operands)),
+        None,
+    )
+    if score <= limit or axis is None:
+        return fn(q, k, v, g, mask)
+    n = batch[axis]
+    step = -(-n // -(-score // limit))  # pieces of at most limit score elements, where n allows
+
+    def cut(t: Tensor, start: int) -> Tensor:
+        a = axis - (q.ndim - t.ndim)  # a mask aligns with the trailing axes
+        if a < 0 or t._shape[a] != n:
+            return t  # broadcast along this axis: every piece reads all of it
+        stops = tuple(min(start + step, n) if i == a else d for i, d in enumerate(t._shape))
+        return slice_tensor(t, tuple(start if i == a else 0 for i in range(t.ndim)), stops, (1,) * t.ndim)
+
+    pieces = [
+        list(
+            _split(
+                fn,
+                cut(q, s),
+                cut(k, s),
+                cut(v, s),
+                None if g is None else cut(g, s),
+                tuple(cut(m, s) for m in mask),
+                limit,
+            )
+        )
+        for s in range(0, n, step)
+    ]
+    out = []
+    for i in range(len(pieces[0])):
+        parts = [p[i] for p in pieces]
+        out.append(None if parts[0] is None else concat(parts, axis=axis) if len(parts) > 1 else parts[0])
+        for p in pieces:  # each piece's result goes as soon as it is joined
+            p[i] = None
+    return tuple(out)
 
 
 ATTENTION = define(
