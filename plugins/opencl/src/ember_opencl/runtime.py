@@ -7,8 +7,9 @@ their platform reports them. ``Device("opencl:i")`` is pair ``i``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +145,8 @@ class Runtime:
         self._members: dict[Any, tuple[Any, str, list[Any]]] = {}
         #: per family: how many of its kernels were built alone so far (see :data:`FAMILY_AFTER`)
         self._family_touches: dict[Any, int] = {}
+        #: each built kernel's scalar argument types, by id (a bound copy for a replay needs them)
+        self._argtypes: dict[int, list[Any]] = {}
 
     @staticmethod
     def _build_options(device: Any) -> str:
@@ -179,6 +182,7 @@ class Runtime:
             knl = cl.Kernel(prg, name)
             knl.set_scalar_arg_dtypes(argtypes)
             wg = int(knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
+        self._argtypes[id(knl)] = argtypes
         found = (knl, wg)
         self._kernels[key] = found
         return found
@@ -211,6 +215,44 @@ class Runtime:
             if type(exc).__module__.split(".")[0] != "pyopencl":
                 raise
             raise translate(exc, f"running kernel {knl.function_name}", self.label, self.pool.stats()) from exc
+
+    @contextlib.contextmanager
+    def recording(self, rec: Any) -> Iterator[None]:
+        """Recording mode for an ``em.jit`` replay (:class:`ember.lazy.replay.Recording`): each
+        launch is noted as (a kernel object with its arguments bound, global size, local size)
+        instead of queued, every buffer handed out is held by ``rec``, a readback refuses.
+        Uploads still run: what they write is a constant the held buffer keeps."""
+
+        def launch(knl: Any, gsize: Sequence[int], lsize: Sequence[int] | None, args: Sequence[Any]) -> None:
+            with driver_errors(f"binding the arguments of kernel {knl.function_name}", self.label):
+                rec.launches.append((self._bound(knl, args), tuple(gsize), None if lsize is None else tuple(lsize)))
+
+        def empty(shape: tuple[int, ...], dtype: Any) -> CLArray:
+            out = Runtime.empty(self, shape, dtype)
+            if out.block is not None:
+                rec.held.append(out.block)
+            return out
+
+        def download(a: CLArray) -> np.ndarray:
+            rec.refuse(f"a step reads a {a.dtype}{list(a.shape)} tensor back to the host")
+
+        self.launch, self.empty, self.download = launch, empty, download  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            del self.launch, self.empty, self.download
+
+    def _bound(self, knl: Any, args: Sequence[Any]) -> Any:
+        """A kernel object of its own with ``args`` set: clCloneKernel (OpenCL 2.1) of ``knl``
+        after binding them, or a new kernel of the same program where cloning is missing."""
+        knl.set_args(*args)
+        try:
+            return knl.clone()
+        except Exception:  # OpenCL < 2.1 (INVALID_OPERATION, or no clCloneKernel in the ICD)
+            fresh = cl.Kernel(knl.program, knl.function_name)
+            fresh.set_scalar_arg_dtypes(self._argtypes[id(knl)])
+            fresh.set_args(*args)
+            return fresh
 
     def grid(self, n: int, wg: int) -> tuple[tuple[int], tuple[int]]:
         """(global size, local size) for ``n`` work items: one per item on CPUs, a capped

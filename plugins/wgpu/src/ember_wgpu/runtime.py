@@ -22,8 +22,9 @@ next sync point raises :class:`~ember_wgpu.errors.WgpuDeviceLostError`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -253,13 +254,7 @@ class Runtime:
         self, pipe: Pipeline, params: bytes, buffers: Sequence[Any], groups: tuple[int, int, int], name: str = ""
     ) -> None:
         """Record one dispatch of ``pipe`` over ``groups`` workgroups (submitted at the next sync)."""
-        for g in groups:
-            if g > self.max_groups:
-                raise WgpuLimitError(
-                    f"kernel {name or pipe.name!r}: {groups} workgroups exceed max-compute-workgroups-per-dimension"
-                    f"={self.max_groups} of wgpu:{self.index} ({self.name})"
-                )
-        if groups[0] == 0 or groups[1] == 0 or groups[2] == 0:
+        if not self._check_groups(pipe, groups, name):
             return
         n = len(params)
         if self._arena_used + n > ARENA_BYTES:
@@ -287,6 +282,44 @@ class Runtime:
         self.dispatches += 1
         if self._count >= MAX_BATCH:
             self.flush()
+
+    def _check_groups(self, pipe: Pipeline, groups: tuple[int, int, int], name: str) -> bool:
+        """Whether a dispatch over ``groups`` runs anything; raises past the adapter's limit."""
+        for g in groups:
+            if g > self.max_groups:
+                raise WgpuLimitError(
+                    f"kernel {name or pipe.name!r}: {groups} workgroups exceed max-compute-workgroups-per-dimension"
+                    f"={self.max_groups} of wgpu:{self.index} ({self.name})"
+                )
+        return groups[0] != 0 and groups[1] != 0 and groups[2] != 0
+
+    @contextlib.contextmanager
+    def recording(self, rec: Any) -> Iterator[None]:
+        """Recording mode for an ``em.jit`` replay (:class:`ember.lazy.replay.Recording`): each
+        dispatch is noted as (pipeline, parameter bytes, buffers, workgroups) instead of recorded
+        into the batch, every buffer handed out is held by ``rec``, a readback refuses. Uploads
+        still run: what they write is a constant the held buffer keeps."""
+
+        def dispatch(
+            pipe: Pipeline, params: bytes, buffers: Sequence[Any], groups: tuple[int, int, int], name: str = ""
+        ) -> None:
+            if self._check_groups(pipe, groups, name):
+                rec.launches.append((pipe, bytes(params), tuple(buffers), tuple(groups)))
+
+        def alloc(nbytes: int, upload: bool = False) -> Block[Any]:
+            block = Runtime.alloc(self, nbytes, upload)
+            rec.held.append(block)
+            return block
+
+        def read(arrays: Sequence[WgpuArray]) -> list[np.ndarray]:
+            shown = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
+            rec.refuse(f"a step reads {shown} back to the host")
+
+        self.dispatch, self.alloc, self.read = dispatch, alloc, read  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            del self.dispatch, self.alloc, self.read
 
     def _bind_group(self, pipe: Pipeline, n: int, buffers: Sequence[Any], key: tuple, uids: tuple[int, ...]) -> Any:
         if len(self._bg_cache) >= _BG_CACHE_LIMIT:
