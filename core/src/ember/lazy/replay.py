@@ -52,14 +52,22 @@ class Recording:
 
 class FixedPlan:
     """A recorded program's fixed buffers: ``inputs`` (slot, fixed handle) copied in before the
-    launches, ``outputs`` (fixed block, [(slot, handle over it)]) copied out after, ``launches``
-    the backend's records, ``held`` every block the steps made."""
+    launches, ``outputs`` (fixed block, [(slot, handle over it)]) copied out after, ``constants``
+    (slot, handle) results that are views of constants or empty, ``launches`` the backend's
+    records, ``held`` every block the steps made."""
 
-    __slots__ = ("inputs", "outputs", "launches", "held")
+    __slots__ = ("inputs", "outputs", "constants", "launches", "held")
 
-    def __init__(self, inputs: list[tuple[int, Any]], outputs: list[tuple[Any, list[tuple[int, Any]]]], rec: Recording):
+    def __init__(
+        self,
+        inputs: list[tuple[int, Any]],
+        outputs: list[tuple[Any, list[tuple[int, Any]]]],
+        constants: list[tuple[int, Any]],
+        rec: Recording,
+    ) -> None:
         self.inputs = inputs
         self.outputs = outputs
+        self.constants = constants
         self.launches = rec.launches
         self.held = rec.held
 
@@ -108,6 +116,7 @@ class FixedReplay:
         self._run = run
         self._inputs = plan.inputs
         self._outputs = plan.outputs
+        self._constants = plan.constants
         self._new = replayer.new_block
         self._rebase = replayer.rebase
         self.kernels = len(plan.launches)
@@ -122,6 +131,8 @@ class FixedReplay:
         for new, (_, views) in zip(news, self._outputs):
             for s, h in views:
                 vals[s] = rebase(h, new)
+        for s, h in self._constants:
+            vals[s] = h
         self.replays += 1
         self.launched += self.kernels
 
@@ -149,15 +160,17 @@ def compile_fixed(program: Any, replayer: Replayer) -> FixedReplay | None:
     inputs = set(dynamic) | {s for s, _ in program.consts}
     made = {id(b) for b in rec.held} | {id(replayer.block_of(h)) for h in fixed.values()}
     outputs: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
+    constants = []
     for s in program.needed():
         if s in inputs:
             continue  # the caller's own handle, already in the replay's value list
         h = vals[s]
         block = replayer.block_of(h)
         if block is None or id(block) not in made:
-            continue  # empty, or a view of a constant: the recorded handle is right on every replay
+            constants.append((s, h))  # empty, or a view of a constant: the recorded handle is right every time
+            continue
         outputs.setdefault(id(block), (block, []))[1].append((s, h))
-    plan = FixedPlan(list(fixed.items()), list(outputs.values()), rec)
+    plan = FixedPlan(list(fixed.items()), list(outputs.values()), constants, rec)
     try:
         run = replayer.build(plan)
     except Exception as exc:

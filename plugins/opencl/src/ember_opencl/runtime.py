@@ -224,6 +224,8 @@ class Runtime:
         Uploads still run: what they write is a constant the held buffer keeps."""
 
         def launch(knl: Any, gsize: Sequence[int], lsize: Sequence[int] | None, args: Sequence[Any]) -> None:
+            if not all(gsize):
+                return  # an empty grid queues nothing
             with driver_errors(f"binding the arguments of kernel {knl.function_name}", self.label):
                 rec.launches.append((self._bound(knl, args), tuple(gsize), None if lsize is None else tuple(lsize)))
 

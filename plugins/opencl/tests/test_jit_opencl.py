@@ -1,6 +1,6 @@
-"""em.jit's native replay on WebGPU (replay.py): a training step replayed as one command buffer
-per replay tracks a numpy float64 reference step by step, with no dispatch through the Python op
-path; a new shape captures again; a step that reads back to the host falls back to the step list."""
+"""em.jit's native replay on OpenCL (replay.py): a training step replayed as one enqueue list
+tracks a numpy float64 reference step by step, with no launch through the Python op path; a
+new shape captures again; a step that reads back to the host falls back to the step list."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import ember as em
 from ember import optim
-from ember_wgpu.runtime import Runtime
+from ember_opencl.runtime import Runtime
 
 STEPS = 100
 LR = 0.05
@@ -19,15 +19,15 @@ LR = 0.05
 
 @pytest.fixture
 def launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Names of the kernels dispatched through the usual batch (recording mode is not counted)."""
+    """Names of the kernels queued through the usual launch path (recording mode is not counted)."""
     seen: list[str] = []
-    plain = Runtime.dispatch
+    plain = Runtime.launch
 
-    def counted(self: Runtime, pipe: Any, params: bytes, buffers: Any, groups: Any, name: str = "") -> None:
-        seen.append(name or pipe.name)
-        plain(self, pipe, params, buffers, groups, name)
+    def counted(self: Runtime, knl: Any, gsize: Any, lsize: Any, args: Any) -> None:
+        seen.append(knl.function_name)
+        plain(self, knl, gsize, lsize, args)
 
-    monkeypatch.setattr(Runtime, "dispatch", counted)
+    monkeypatch.setattr(Runtime, "launch", counted)
     return seen
 
 
@@ -44,7 +44,7 @@ def _reference_step(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> f
     return loss
 
 
-def test_training_step_replays_as_one_command_buffer(dev: em.Device, launches: list[str]) -> None:
+def test_training_step_replays_as_one_enqueue_list(dev: em.Device, launches: list[str]) -> None:
     ad = dev.autodiff()
     rng = np.random.default_rng(0)
     init = {
@@ -72,8 +72,6 @@ def test_training_step_replays_as_one_command_buffer(dev: em.Device, launches: l
         y = rng.standard_normal((7, 3)).astype(np.float32)
         if i == 1:
             launches.clear()  # the capture ran through the usual path; replays must not
-            rt = dev.backend.rt
-            dispatches = rt.dispatches
         losses.append(step(em.tensor(x, device=ad), em.tensor(y, device=ad)))  # kept: later replays must not overwrite
         want.append(_reference_step(ref, x.astype(np.float64), y.astype(np.float64)))
         for k, p in params.items():
@@ -81,10 +79,9 @@ def test_training_step_replays_as_one_command_buffer(dev: em.Device, launches: l
     np.testing.assert_allclose([float(v.item()) for v in losses], want, rtol=2e-4, atol=1e-6)
     (capture,) = step.captures
     native = capture.program.native
-    assert capture.program.native_backend == "wgpu" and "native (wgpu)" in step.describe()
+    assert capture.program.native_backend == "opencl" and "native (opencl)" in step.describe()
     assert native.replays == capture.replays == STEPS - 1
     assert native.kernels > 0 and native.launched == native.kernels * native.replays
-    assert rt.dispatches - dispatches == native.launched  # the device counter saw every replayed dispatch
     assert launches == [], f"replays queued {len(launches)} kernels through the op path: {sorted(set(launches))}"
 
 
@@ -107,15 +104,35 @@ def test_new_shape_captures_again_and_strided_arguments_are_copied_in(dev: em.De
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
     assert seen == [(3, 4), (6, 4)]
     assert [c.replays for c in f.captures] == [2, 1]
-    assert [c.program.native_backend for c in f.captures] == ["wgpu", "wgpu"]
+    assert [c.program.native_backend for c in f.captures] == ["opencl", "opencl"]
     assert [c.program.native.replays for c in f.captures] == [2, 1]
 
 
-_round_trip = em.backend_extension("jit_replay_host_round_trip_wgpu")(lambda x: x * 3.0)
+def test_results_that_view_arguments_constants_and_slices(dev: em.Device) -> None:
+    """Results over a fixed input buffer are copied out, views of a constant are handed back as they are."""
+    c = em.tensor(np.arange(6, dtype=np.float32), device=dev)
+
+    @em.jit
+    def f(x: Any) -> Any:
+        return x.reshape((2, 3)), c.reshape((3, 2)), (x * 2.0)[1:4], em.zeros((2,), device=dev) + 1.0
+
+    kept = []
+    for v in (1.0, 2.0, 3.0, 4.0):
+        kept.append((v, f(em.tensor(np.arange(6, dtype=np.float32) * v, device=dev))))
+    for v, (a, b, s, z) in kept:  # read after every replay ran: none overwrote an earlier result
+        base = np.arange(6, dtype=np.float64)
+        np.testing.assert_array_equal(a.numpy(), (base * v).reshape(2, 3))
+        np.testing.assert_array_equal(b.numpy(), base.reshape(3, 2))
+        np.testing.assert_array_equal(s.numpy(), (base * v * 2.0)[1:4])
+        np.testing.assert_array_equal(z.numpy(), [1.0, 1.0])
+    assert f.captures[0].program.native.replays == 3
 
 
-@_round_trip.kernel("wgpu")
-def _round_trip_wgpu(backend: Any, x: Any) -> Any:
+_round_trip = em.backend_extension("jit_replay_host_round_trip_opencl")(lambda x: x * 3.0)
+
+
+@_round_trip.kernel("opencl")
+def _round_trip_opencl(backend: Any, x: Any) -> Any:
     """Host work between enqueues: what an enqueue list cannot hold."""
     return backend.from_numpy(backend.to_numpy(x) * np.float32(3.0))
 
@@ -127,8 +144,8 @@ def test_a_host_readback_falls_back_to_the_step_list(dev: em.Device) -> None:
     (capture,) = f.captures
     assert capture.program.native is None and capture.replays == 2
     note = capture.program.native_note
-    assert "no WebGPU command buffer" in note and "back to the host" in note
-    assert "step list (no WebGPU command buffer" in f.describe()
+    assert "no OpenCL enqueue list" in note and "back to the host" in note
+    assert "step list (no OpenCL enqueue list" in f.describe()
 
 
 def test_ember_jit_native_0_keeps_the_step_list(dev: em.Device, monkeypatch: pytest.MonkeyPatch) -> None:
