@@ -154,3 +154,25 @@ def test_ember_jit_native_0_keeps_the_step_list(dev: em.Device, monkeypatch: pyt
     for v in (1.0, 2.0):
         np.testing.assert_allclose(f(em.tensor([v], device=dev)).numpy(), [2 * v + 1])
     assert f.captures[0].program.native is None and "EMBER_JIT_NATIVE=0" in f.describe()
+
+
+def test_without_clclonekernel_each_launch_gets_a_new_kernel_object(
+    dev: em.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenCL < 2.1 has no clCloneKernel: the bound launches are new kernels of the same programs."""
+    import pyopencl as cl
+
+    def no_clone(self: Any) -> Any:
+        raise cl.LogicError("clCloneKernel failed: INVALID_OPERATION")
+
+    monkeypatch.setattr(cl.Kernel, "clone", no_clone)
+    f = em.jit(lambda x, y: em.sum(em.tanh(x @ y) * 2.0, axis=0) + 1.0)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        a = rng.standard_normal((5, 4)).astype(np.float32)
+        b = rng.standard_normal((4, 3)).astype(np.float32)
+        out = f(em.tensor(a, device=dev), em.tensor(b, device=dev)).numpy()
+        want = np.sum(np.tanh(a.astype(np.float64) @ b.astype(np.float64)) * 2.0, axis=0) + 1.0
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    native = f.captures[0].program.native
+    assert native is not None and native.replays == 2 and native.kernels >= 2
