@@ -44,7 +44,14 @@ def _reference_step(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> f
     return loss
 
 
-def test_training_step_replays_as_one_command_buffer(dev: em.Device, launches: list[str]) -> None:
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_training_step_replays_as_one_command_buffer(dev: em.Device, launches: list[str], fused: bool) -> None:
+    """Unfused, each scalar is an uploaded constant the replay must keep apart from its buffers."""
+    with em.lazy.fusion(fused, dev):
+        _train_and_compare(dev, launches)
+
+
+def _train_and_compare(dev: em.Device, launches: list[str]) -> None:
     ad = dev.autodiff()
     rng = np.random.default_rng(0)
     init = {

@@ -8,8 +8,9 @@ life of the replay:
 
 * the arguments and state a replay reads (``Program.dynamic()``) get buffers of the replay's
   own, which each replay fills by copying the current handles in first;
-* every buffer the steps make is held by the replay (kept out of the pool), so the recorded
-  launches find them again;
+* every buffer the steps make comes from a pool of the replay's own (reused between steps
+  as the device's queue order allows, never handed to anyone else), so the recorded launches
+  find them again; buffers filled from the host (uploads: constants) are held, never reused;
 * the results and updated state (``Program.needed()``) are copied out of those buffers into
   new ones after each replay, because the next replay overwrites them (as cuda's graphs do).
 
@@ -36,14 +37,21 @@ class ReplayRefused(Exception):
 
 
 class Recording:
-    """What a backend's launch path noted in recording mode: its launch records, in order, and
-    the pool blocks the steps made, held so that no one else is handed them."""
+    """What a backend's launch path noted in recording mode: its launch records, in order; the
+    private pools the steps' buffers came from (``pools``, owned by the replay from then on);
+    blocks that must keep their contents (``held``: uploaded constants)."""
 
-    __slots__ = ("launches", "held")
+    __slots__ = ("launches", "pools", "held")
 
     def __init__(self) -> None:
         self.launches: list[Any] = []
+        self.pools: list[Any] = []
         self.held: list[Any] = []
+
+    def owns(self, block: Any) -> bool:
+        """Whether ``block`` came from one of the recording's pools."""
+        pool = block.pool
+        return any(pool is p for p in self.pools)
 
     def refuse(self, what: str) -> NoReturn:
         """End the compile: ``what`` (e.g. "a host readback (to_numpy)") cannot be replayed."""
@@ -54,9 +62,9 @@ class FixedPlan:
     """A recorded program's fixed buffers: ``inputs`` (slot, fixed handle) copied in before the
     launches, ``outputs`` (fixed block, [(slot, handle over it)]) copied out after, ``constants``
     (slot, handle) results that are views of constants or empty, ``launches`` the backend's
-    records, ``held`` every block the steps made."""
+    records, ``pools`` and ``held`` the buffers the steps made."""
 
-    __slots__ = ("inputs", "outputs", "constants", "launches", "held")
+    __slots__ = ("inputs", "outputs", "constants", "launches", "pools", "held")
 
     def __init__(
         self,
@@ -69,6 +77,7 @@ class FixedPlan:
         self.outputs = outputs
         self.constants = constants
         self.launches = rec.launches
+        self.pools = rec.pools
         self.held = rec.held
 
 
@@ -80,7 +89,8 @@ class Replayer:
 
     def recording(self, rec: Recording) -> AbstractContextManager[None]:
         """Recording mode while the steps run once: launches go to ``rec.launches`` (not queued),
-        blocks the pool hands out go to ``rec.held``, a host readback calls ``rec.refuse``."""
+        buffers come from a private pool added to ``rec.pools``, uploaded blocks go to
+        ``rec.held``, a host readback calls ``rec.refuse``."""
         raise NotImplementedError
 
     def fixed_copy(self, handle: Any) -> Any:
@@ -158,7 +168,7 @@ def compile_fixed(program: Any, replayer: Replayer) -> FixedReplay | None:
         program.native_note = f"no {replayer.what}: {type(exc).__name__}: {exc}"
         return None
     inputs = set(dynamic) | {s for s, _ in program.consts}
-    made = {id(b) for b in rec.held} | {id(replayer.block_of(h)) for h in fixed.values()}
+    fixed_blocks = {id(replayer.block_of(h)) for h in fixed.values()}
     outputs: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
     constants = []
     for s in program.needed():
@@ -166,7 +176,7 @@ def compile_fixed(program: Any, replayer: Replayer) -> FixedReplay | None:
             continue  # the caller's own handle, already in the replay's value list
         h = vals[s]
         block = replayer.block_of(h)
-        if block is None or id(block) not in made:
+        if block is None or not (rec.owns(block) or id(block) in fixed_blocks):
             constants.append((s, h))  # empty, or a view of a constant: the recorded handle is right every time
             continue
         outputs.setdefault(id(block), (block, []))[1].append((s, h))
