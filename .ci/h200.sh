@@ -9,6 +9,9 @@
 # STEPS=w6: benchmarks/w6_sweep.py, W6 under each backend's grid-stride cap (W6_CUDA, W6_OPENCL, W6_WGPU
 # give the values) on cuda, opencl and wgpu, into w6-sweep.txt (about 3 minutes); W6_PROFILE=1 adds a
 # cProfile of synchronized W6 steps on each (w6-profile.txt).
+# STEPS=jit: em.jit's native replays on the NVIDIA devices of JIT_BACKENDS (default "opencl wgpu"; add cuda):
+# the plugins' jit tests, the conformance suite's jit cases, then W1 and W3 (JIT_WORKLOADS) with the native
+# replay (EMBER_JIT_NATIVE=1) and with the step list (=0), peers JIT_PEERS (default none), into jit.txt.
 # STEPS=probe: plugins/wgpu/scripts/w6_probe.py, the fused W6 WGSL kernel beside variants of its
 # source (which piece costs bandwidth), into w6-probe.txt.
 # STEPS=w6step: plugins/wgpu/scripts/w6_step.py on the NVIDIA Vulkan adapter (W6 per synchronized step
@@ -112,6 +115,28 @@ for backend in $STEPS; do
         --attr ember_wgpu.kernels.elementwise:MAX_GROUPS --values ${W6_STEP_GROUPS:-4096,16384,65535}
     } >"$OUT/w6-step.txt" 2>&1
     note "w6step: exit $? (w6-step.txt)"
+    continue
+  fi
+  if [ "$backend" = jit ]; then  # em.jit: the native replays (OpenCL enqueue list, WebGPU command buffer) vs step lists
+    $PY -m pip install -q --no-deps --no-build-isolation -e plugins/cuda >>"$OUT/env.txt" 2>&1
+    {
+      for kind in ${JIT_BACKENDS:-opencl wgpu}; do
+        if [ "$kind" = cuda ]; then idx=0; else idx=$(pick "$kind"); fi
+        if [ "$idx" -lt 0 ]; then echo "== $kind: no NVIDIA device"; continue; fi
+        echo "== $kind:$idx: jit tests"
+        case $kind in
+          opencl) EMBER_OPENCL_DEVICE=$idx timeout 200 $PY -m pytest plugins/opencl/tests/test_jit_opencl.py -q -p no:cacheprovider ;;
+          wgpu) EMBER_WGPU_DEVICE=$idx timeout 200 $PY -m pytest plugins/wgpu/tests/test_jit_wgpu.py -q -p no:cacheprovider ;;
+        esac
+        timeout 300 $PY -m pytest --pyargs ember_conformance --ember-device="$kind:$idx" -q -p no:cacheprovider -k jit
+        for native in 1 0; do
+          echo "== $kind:$idx: EMBER_JIT_NATIVE=$native"
+          EMBER_JIT_NATIVE=$native timeout "${JIT_BENCH_S:-240}" $PY -m benchmarks ${JIT_WORKLOADS:-W1 W3} \
+            --device "$kind:$idx" --peers "${JIT_PEERS:-none}"
+        done
+      done
+    } >"$OUT/jit.txt" 2>&1
+    note "jit: exit $? (jit.txt)"
     continue
   fi
   if [ "$backend" = probe ]; then  # plugins/wgpu/scripts/w6_probe.py: the fused W6 WGSL kernel beside variants of its text

@@ -10,6 +10,7 @@
 | EMBER_FUSION         | ``0``: fusing backends run every op eagerly (no lazy)    | ``1``              |
 | EMBER_FUSE_REDUCE    | ``0``: no reduction joins a fused region's kernel        | ``1``              |
 | EMBER_NN_FUSED       | ``0``: nn layers never call installed fused ops          | ``1``              |
+| EMBER_JIT_NATIVE     | ``0``: ``em.jit`` replays step lists, no backend replays | ``1``              |
 | EMBER_MEMORY         | device pool strategy: adaptive, static or exclusive      | ``adaptive``       |
 | EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
 | EMBER_WGPU_ADAPTER   | default WGPU adapter index                               | ``0``              |
@@ -33,6 +34,7 @@ __all__ = [
     "nn_fused_enabled",
     "fusion_enabled",
     "fuse_reductions_enabled",
+    "jit_native_enabled",
     "memory_strategy",
     "MEMORY_STRATEGIES",
     "opencl_device",
@@ -97,6 +99,12 @@ def nn_fused_enabled() -> bool:
     """Whether nn layers call an installed extension's fused ops (ember-fused) where the device has
     their kernel (``EMBER_NN_FUSED=0``: no, always the unfused sequence)."""
     return _flag("EMBER_NN_FUSED")
+
+
+def jit_native_enabled() -> bool:
+    """Whether ``em.jit`` asks the backend for a native replay of a capture (CUDA graph, OpenCL
+    enqueue list, WebGPU command buffer); ``EMBER_JIT_NATIVE=0``: the step list always."""
+    return _flag("EMBER_JIT_NATIVE")
 
 
 #: the strategies of ember.memory's pools (docs/memory.md), the default first

@@ -19,6 +19,7 @@ import collections
 from collections.abc import Callable
 from typing import Any
 
+from ..config import jit_native_enabled
 from ..device import RUN_FUSED, Device, set_recorder
 from ..dtypes import DType
 from ..errors import InvalidArgumentError
@@ -309,6 +310,9 @@ class Program:
             return
         backend = next(iter(devices)).backend
         compile_replay = getattr(backend, "compile_replay", None)  # Backend's default: None
+        if compile_replay is not None and not jit_native_enabled():
+            compile_replay = None
+            self.native_note = "EMBER_JIT_NATIVE=0"
         self.native = compile_replay(self) if compile_replay is not None else None
         self.native_backend = backend.name if self.native is not None else ""
         self.sample = {}  # capture-time buffers of arguments and state: not kept past compiling

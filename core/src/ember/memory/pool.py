@@ -49,6 +49,11 @@ class Block(Generic[Raw]):
         self._pool = pool
         self._token = token
 
+    @property
+    def pool(self) -> BufferPool[Raw]:
+        """The pool this block returns to."""
+        return self._pool
+
     def __del__(self) -> None:
         try:
             self._pool._give_back(self._token)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype, real_dtype
+from ember.lazy.replay import compile_fixed
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
@@ -35,6 +36,7 @@ from .elementwise import (
     where_program,
 )
 from .ops_table import BINARY_OPS, BOOL_RESULT, ELEMENTWISE_OPS, UNARY_OPS
+from .replay import OpenCLReplayer
 from .runtime import Runtime, describe, device_list
 
 __all__ = ["OpenCLBackend"]
@@ -129,6 +131,11 @@ class OpenCLBackend(ViewMovement, Backend):
     @staticmethod
     def handle_meta(a: CLArray) -> tuple[tuple[int, ...], str]:
         return a.shape, a.dtype.name
+
+    def compile_replay(self, program: Any) -> Callable[[list[Any]], None] | None:
+        """An em.jit capture replayed as one list of pre-bound launches (None: a step reads back
+        to the host or cannot be recorded; the step list replays, see replay.py)."""
+        return compile_fixed(program, OpenCLReplayer(self.rt))
 
     # -- transfer and creation ---------------------------------------------------------------
     @native

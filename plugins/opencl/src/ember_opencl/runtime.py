@@ -7,8 +7,9 @@ their platform reports them. ``Device("opencl:i")`` is pair ``i``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,16 +128,7 @@ class Runtime:
         # before that still reads it, so a freed buffer is reusable (and releasable) at once; no cache limit
         # adaptive carves small blocks out of pages as sub-buffers (a cl.Buffer like any other, so the
         # kernels take them unchanged), aligned as CL_DEVICE_MEM_BASE_ADDR_ALIGN (in bits) requires
-        self.pool: BufferPool[cl.Buffer] = BufferPool(
-            self._allocate,
-            cl.Buffer.release,
-            cache_limit=None,
-            max_class=self.max_alloc,
-            device=f"opencl:{index}",
-            sub_allocate=lambda page, offset, nbytes: page.get_sub_region(offset, nbytes),
-            sub_release=cl.Buffer.release,
-            alignment=max(int(device.mem_base_addr_align) // 8, 16),
-        )
+        self.pool: BufferPool[cl.Buffer] = self._make_pool(f"opencl:{index}")
         self.programs = ProgramCache(self.context, device, self.label)
         self.options = self._build_options(device)
         self._kernels: dict[Any, tuple[Any, int]] = {}
@@ -144,6 +136,24 @@ class Runtime:
         self._members: dict[Any, tuple[Any, str, list[Any]]] = {}
         #: per family: how many of its kernels were built alone so far (see :data:`FAMILY_AFTER`)
         self._family_touches: dict[Any, int] = {}
+        #: each built kernel's scalar argument types, by id (a bound copy for a replay needs them)
+        self._argtypes: dict[int, list[Any]] = {}
+
+    def _make_pool(self, device: str | None, release: Callable[[Any], None] | None = None) -> BufferPool[cl.Buffer]:
+        """The device's pool (``device`` its label), or a private one (None: an em.jit replay's,
+        static with no sub-buffers and no cache limit: it releases a buffer only when memory runs
+        short, and ``release`` then refuses the replay, whose kernels keep using them)."""
+        return BufferPool(
+            self._allocate,
+            release or cl.Buffer.release,
+            cache_limit=None,
+            max_class=self.max_alloc,
+            device=device,
+            strategy="static" if device is None else None,
+            sub_allocate=lambda page, offset, nbytes: page.get_sub_region(offset, nbytes),
+            sub_release=cl.Buffer.release,
+            alignment=max(int(self.device.mem_base_addr_align) // 8, 16),
+        )
 
     @staticmethod
     def _build_options(device: Any) -> str:
@@ -179,6 +189,7 @@ class Runtime:
             knl = cl.Kernel(prg, name)
             knl.set_scalar_arg_dtypes(argtypes)
             wg = int(knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
+        self._argtypes[id(knl)] = argtypes
         found = (knl, wg)
         self._kernels[key] = found
         return found
@@ -211,6 +222,56 @@ class Runtime:
             if type(exc).__module__.split(".")[0] != "pyopencl":
                 raise
             raise translate(exc, f"running kernel {knl.function_name}", self.label, self.pool.stats()) from exc
+
+    @contextlib.contextmanager
+    def recording(self, rec: Any) -> Iterator[None]:
+        """Recording mode for an ``em.jit`` replay (:class:`ember.lazy.replay.Recording`): each
+        launch is noted as (a kernel object with its arguments bound, global size, local size)
+        instead of queued; buffers come from a pool of the replay's own (``rec.pools``), reused
+        between steps as the in-order queue allows; a readback refuses. Uploads still run, once:
+        what they write is a constant, so they get buffers of the device's pool that no launch
+        ever wrote or will (a private one may have been a step's before), held in ``rec.held``."""
+
+        def launch(knl: Any, gsize: Sequence[int], lsize: Sequence[int] | None, args: Sequence[Any]) -> None:
+            if not all(gsize):
+                return  # an empty grid queues nothing
+            with driver_errors(f"binding the arguments of kernel {knl.function_name}", self.label):
+                rec.launches.append((self._bound(knl, args), tuple(gsize), None if lsize is None else tuple(lsize)))
+
+        def upload(array: np.ndarray, dtype: Any) -> CLArray:
+            private, self.pool = self.pool, shared  # a buffer no recorded launch writes: held for good
+            try:
+                out = Runtime.upload(self, array, dtype)
+            finally:
+                self.pool = private
+            if out.block is not None:
+                rec.held.append(out.block)
+            return out
+
+        def download(a: CLArray) -> np.ndarray:
+            rec.refuse(f"a step reads a {a.dtype}{list(a.shape)} tensor back to the host")
+
+        shared = self.pool
+        self.pool = self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
+        rec.pools.append(self.pool)
+        self.launch, self.upload, self.download = launch, upload, download  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            self.pool = shared
+            del self.launch, self.upload, self.download
+
+    def _bound(self, knl: Any, args: Sequence[Any]) -> Any:
+        """A kernel object of its own with ``args`` set: clCloneKernel (OpenCL 2.1) of ``knl``
+        after binding them, or a new kernel of the same program where cloning is missing."""
+        knl.set_args(*args)
+        try:
+            return knl.clone()
+        except Exception:  # OpenCL < 2.1 (INVALID_OPERATION, or no clCloneKernel in the ICD)
+            fresh = cl.Kernel(knl.program, knl.function_name)
+            fresh.set_scalar_arg_dtypes(self._argtypes[id(knl)])
+            fresh.set_args(*args)
+            return fresh
 
     def grid(self, n: int, wg: int) -> tuple[tuple[int], tuple[int]]:
         """(global size, local size) for ``n`` work items: one per item on CPUs, a capped

@@ -18,6 +18,7 @@ import numpy as np
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype, complex64
 from ember.lazy.program import FusedProgram
+from ember.lazy.replay import compile_fixed
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
@@ -25,6 +26,7 @@ from . import adapters, quant
 from .handle import WgpuArray
 from .kernels import complex_matmul, conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort
 from .kernels import elementwise as ew
+from .replay import WgpuReplayer
 from .runtime import Runtime
 from .typemap import UNSUPPORTED
 
@@ -111,6 +113,11 @@ class WgpuBackend(ViewMovement, Backend):
         if program.reduce is not None:
             return fused_reduce.run_reduce(self.rt, program, operands, tuple(shape))
         return ew.run_program(self.rt, program, operands, tuple(shape))
+
+    def compile_replay(self, program: Any) -> Callable[[list[Any]], None] | None:
+        """An em.jit capture replayed as one command buffer per replay (None: a step reads back
+        to the host or cannot be recorded; the step list replays, see replay.py)."""
+        return compile_fixed(program, WgpuReplayer(self.rt))
 
     # -- transfer and creation -----------------------------------------------------------------
     @native

@@ -26,10 +26,11 @@ next sync point raises :class:`~ember_wgpu.errors.WgpuDeviceLostError`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ import numpy as np
 from ember.dtypes import DType
 from ember.errors import InvalidArgumentError
 from ember.kernel_cache import KernelCache
-from ember.memory import Block, BufferPool
+from ember.memory import DEFAULT_CACHE_LIMIT, Block, BufferPool
 
 from . import adapters
 from .errors import (
@@ -142,14 +143,7 @@ class Runtime:
         # that used it. Uploads (queue.write_buffer) are not ordered so: they avoid buffers the open
         # batch references. A buffer the open batch references is destroyed only after the submit
         # (trim in flush()); any other at once (work already submitted keeps what it uses alive).
-        self.pool: BufferPool[Any] = BufferPool(
-            self._create_buffer,
-            self._destroy_buffer,
-            max_class=self.max_binding,
-            defer_release=self._in_batch,
-            on_pressure=self.flush,
-            device=f"wgpu:{index}",
-        )
+        self.pool: BufferPool[Any] = self._make_pool(f"wgpu:{index}")
         self._pipelines: dict[str, Pipeline] = {}
         self.kernel_cache = KernelCache("wgpu", *adapters.cache_identity(self.adapter))
         self._layouts: dict[tuple[str, ...], tuple[Any, Any]] = {}
@@ -186,6 +180,22 @@ class Runtime:
         )
 
     # -- buffers ---------------------------------------------------------------------------
+    def _make_pool(self, device: str | None, release: Callable[[Any], None] | None = None) -> BufferPool[Any]:
+        """The device's pool (``device`` its label), or a private one (None: an em.jit replay's,
+        static with no cache limit: it releases a buffer only when memory runs short, and
+        ``release`` then refuses the replay, whose dispatches keep using them)."""
+        private = device is None
+        return BufferPool(
+            self._create_buffer,
+            release or self._destroy_buffer,
+            cache_limit=None if private else DEFAULT_CACHE_LIMIT,
+            max_class=self.max_binding,
+            defer_release=self._in_batch,
+            on_pressure=self.flush,
+            device=device,
+            strategy="static" if private else None,
+        )
+
     def _create_buffer(self, size: int) -> Any:
         """A new storage buffer (the pool's ``allocate``; it retries once after releasing its cache)."""
         if size > self.max_buffer:
@@ -301,13 +311,7 @@ class Runtime:
         self, pipe: Pipeline, params: bytes, buffers: Sequence[Any], groups: tuple[int, int, int], name: str = ""
     ) -> None:
         """Record one dispatch of ``pipe`` over ``groups`` workgroups (submitted at the next sync)."""
-        for g in groups:
-            if g > self.max_groups:
-                raise WgpuLimitError(
-                    f"kernel {name or pipe.name!r}: {groups} workgroups exceed max-compute-workgroups-per-dimension"
-                    f"={self.max_groups} of wgpu:{self.index} ({self.name})"
-                )
-        if groups[0] == 0 or groups[1] == 0 or groups[2] == 0:
+        if not self._check_groups(pipe, groups, name):
             return
         n = len(params)
         if self._arena_used + n > ARENA_BYTES:
@@ -336,6 +340,55 @@ class Runtime:
         self.dispatches += 1
         if self._count >= MAX_BATCH:
             self.flush()
+
+    def _check_groups(self, pipe: Pipeline, groups: tuple[int, int, int], name: str) -> bool:
+        """Whether a dispatch over ``groups`` runs anything; raises past the adapter's limit."""
+        for g in groups:
+            if g > self.max_groups:
+                raise WgpuLimitError(
+                    f"kernel {name or pipe.name!r}: {groups} workgroups exceed max-compute-workgroups-per-dimension"
+                    f"={self.max_groups} of wgpu:{self.index} ({self.name})"
+                )
+        return groups[0] != 0 and groups[1] != 0 and groups[2] != 0
+
+    @contextlib.contextmanager
+    def recording(self, rec: Any) -> Iterator[None]:
+        """Recording mode for an ``em.jit`` replay (:class:`ember.lazy.replay.Recording`): each
+        dispatch is noted as (pipeline, parameter bytes, buffers, workgroups) instead of recorded
+        into the batch; buffers come from a pool of the replay's own (``rec.pools``), reused
+        between dispatches as in a batch; a readback refuses. Uploads still run, once: what they
+        write is a constant, so they get buffers of the device's pool that no dispatch ever wrote
+        or will (a private one may have been a step's before), held in ``rec.held``."""
+
+        def dispatch(
+            pipe: Pipeline, params: bytes, buffers: Sequence[Any], groups: tuple[int, int, int], name: str = ""
+        ) -> None:
+            if self._check_groups(pipe, groups, name):
+                rec.launches.append((pipe, bytes(params), tuple(buffers), tuple(groups)))
+
+        def upload(array: np.ndarray, dtype: DType) -> WgpuArray:
+            private, self.pool = self.pool, shared  # a buffer no recorded dispatch writes: held for good
+            try:
+                out = Runtime.upload(self, array, dtype)
+            finally:
+                self.pool = private
+            if out.storage is not None:
+                rec.held.append(out.storage)
+            return out
+
+        def read(arrays: Sequence[WgpuArray]) -> list[np.ndarray]:
+            shown = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
+            rec.refuse(f"a step reads {shown} back to the host")
+
+        shared = self.pool
+        self.pool = self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
+        rec.pools.append(self.pool)
+        self.dispatch, self.upload, self.read = dispatch, upload, read  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            self.pool = shared
+            del self.dispatch, self.upload, self.read
 
     def _bind_group(self, pipe: Pipeline, n: int, buffers: Sequence[Any], key: tuple, uids: tuple[int, ...]) -> Any:
         if len(self._bg_cache) >= _BG_CACHE_LIMIT:
