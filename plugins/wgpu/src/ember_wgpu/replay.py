@@ -82,7 +82,7 @@ class WgpuReplayer(Replayer):
                 for i, b in enumerate(buffers):
                     entries.append({"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}})
                 bg = groups_made[key] = device.create_bind_group(layout=pipe.bind_group_layout, entries=entries)
-            items.append((pipe.pipeline, bg, [off], groups))
+            items.append((pipe.pipeline, bg, off, groups))
         if total:
             queue.write_buffer(uniforms, 0, host, 0, total)
         outs = [(block.raw, _up4(block.nbytes)) for block, _ in plan.outputs]
@@ -102,29 +102,26 @@ class WgpuReplayer(Replayer):
                 else:  # strided, broadcast or unaligned: the copy kernel, in the batch submitted first
                     copy_into(rt, src, dst)
             rt.flush()  # work queued before the replay (what its inputs come from) is submitted first
-            encoder = device.create_command_encoder()
-            for src_buf, start, dst_buf, size in copies:
-                encoder.copy_buffer_to_buffer(src_buf, start, dst_buf, 0, size)
-            cpass = encoder.begin_compute_pass()
+            rec = rt.recorder  # free after the flush: the replay's batch goes through the same C calls
+            if copies:
+                rec.submit(rec.copies([(s, at, d, 0, n) for s, at, d, n in copies]))
+            rec.begin()
             last = None
             for pipeline, bg, off, groups in items:
                 if pipeline is not last:
-                    cpass.set_pipeline(pipeline)
+                    rec.set_pipeline(pipeline)
                     last = pipeline
-                cpass.set_bind_group(0, bg, off)
-                cpass.dispatch_workgroups(*groups)
-            cpass.end()
-            for (fixed, size), new in zip(outs, news):
-                encoder.copy_buffer_to_buffer(fixed, 0, new.raw, 0, size)
+                rec.set_bind_group(bg, off)
+                rec.dispatch(*groups)
             try:
-                command_buffer = encoder.finish()
+                command_buffer = rec.finish([(fixed, 0, new.raw, 0, size) for (fixed, size), new in zip(outs, news)])
             except wgpu.GPUError as exc:
                 raise WgpuValidationError(
                     f"wgpu:{rt.index} ({rt.name}) rejected the command buffer of an em.jit replay ({count} "
                     f"dispatches): {exc}\nThis is a bug in ember-wgpu; please report it with the message above. "
                     f"EMBER_JIT_NATIVE=0 replays the step list instead."
                 ) from None
-            queue.submit([command_buffer])
+            rec.submit(command_buffer)
             rt.submits += 1
             rt.dispatches += count
 
