@@ -20,7 +20,7 @@
 # default 4096,16384,65535) via benchmarks/w6_sweep.py; into w6-step.txt (about 2 minutes).
 # The suite runs once per EMBER_FUSION value in FUSIONS (default "1 0": fused, then unfused), in
 # SHARDS parallel processes when SHARDS > 1 (--ember-shard); PYTEST_ARGS (unsharded runs) selects
-# cases, e.g. PYTEST_ARGS="-k nextafter".
+# cases, e.g. PYTEST_ARGS="-k nextafter"; PYTEST_K is one -k expression that may hold spaces ("take or gather").
 # ONNX=1 runs ember.onnx's tests on each backend's NVIDIA device (node tests, import, export, LoRA;
 # with ONNX_MODELS=FOLDER of files built by core/tests/onnx_models.py also the real architectures;
 # ONNX_TESTS="" leaves the four out, ONNX_TESTS="FILES" runs those instead);
@@ -172,7 +172,7 @@ for backend in $STEPS; do
       note "$backend: EMBER_FUSION=$fusion, $shards shards done after $((SECONDS - start)) s"
     else
       EMBER_FUSION=$fusion timeout "$CONFORMANCE_S" $PY -m pytest --pyargs ember_conformance --ember-device="$dev" -q -rs \
-        -p no:cacheprovider --tb=short "${report[@]}" ${PYTEST_ARGS:-} >"$log" 2>&1
+        -p no:cacheprovider --tb=short "${report[@]}" ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} >"$log" 2>&1
       note "$backend: exit $? after $((SECONDS - start)) s (124: stopped at the limit); $(tail -n 1 "$log")"
     fi
   done
