@@ -261,3 +261,26 @@ def test_shapes_read_from_data_are_bounded(shape, match):
     )
     with pytest.raises(OnnxModelError, match=match):
         em.onnx.from_model(model)(np.asarray(shape, dtype=np.int64))
+
+
+@pytest.mark.parametrize(
+    "attrs, match",
+    [
+        ({"coordinate_transformation_mode": "sideways"}, "coordinate_transformation_mode must be one of"),
+        ({"nearest_mode": "nearest_odd"}, "nearest_mode must be one of"),
+    ],
+)
+def test_a_resize_with_an_unknown_mode_is_refused_by_name(attrs, match):
+    """A model's Resize attributes come from an untrusted file: an unknown mode names the attribute
+    and the values ONNX defines."""
+    model = _model(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest", **attrs)],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+            helper.make_tensor_value_info("scales", TensorProto.FLOAT, [4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    with pytest.raises(OnnxModelError, match=match):
+        em.onnx.from_model(model)(x, np.asarray([1, 1, 2, 2], dtype=np.float32))

@@ -395,7 +395,7 @@ def _nll(logp: Tensor, target: Tensor, weight: Tensor | None, reduction: str, ig
         if weight is None and valid is None:
             return em.mean(loss)
         return em.sum(loss) / em.sum(w)
-    raise ValueError(reduction)
+    raise AssertionError(f"unreachable: reduction {reduction!r} is checked by the handlers")
 
 
 @handler("NegativeLogLikelihoodLoss")
@@ -420,6 +420,18 @@ def _sce_loss(ctx: Context, node: OnnxNode, xs: list[Any]) -> list[Tensor]:
 
 
 # -- resizing ----------------------------------------------------------------------------------
+#: Resize's coordinate_transformation_mode and nearest_mode values (ONNX opset 19)
+_COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_crop_and_resize",
+)
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
 def _source_coords(
     mode: str, m: int, n: int, scale: float, roi: tuple[float, float] | None
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -446,7 +458,7 @@ def _source_coords(
             x = np.full(m, 0.5 * (start + end) * (n - 1))
         outside = (x < 0) | (x > n - 1)
     else:
-        raise ValueError(mode)
+        raise AssertionError(f"unreachable: coordinate_transformation_mode {mode!r} is checked by _resize_matrix")
     return x, outside
 
 
@@ -459,7 +471,7 @@ def _nearest(x: np.ndarray, how: str) -> np.ndarray:
         return np.floor(x)
     if how == "ceil":
         return np.ceil(x)
-    raise ValueError(how)
+    raise AssertionError(f"unreachable: nearest_mode {how!r} is checked by _resize_matrix")
 
 
 def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
@@ -483,9 +495,14 @@ def _resize_matrix(node: OnnxNode, n: int, m: int, scale: float, roi: tuple[floa
     """An (m, n) interpolation matrix for one axis (or a gather index for nearest), and the roi mask."""
     mode = node.attr("mode", "nearest")
     ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    if ctm not in _COORDINATE_MODES:
+        raise bad(node, f"coordinate_transformation_mode must be one of {', '.join(_COORDINATE_MODES)}; got {ctm!r}")
     x, outside = _source_coords(ctm, m, n, scale, roi)
     if mode == "nearest":
-        idx = np.clip(_nearest(x, node.attr("nearest_mode", "round_prefer_floor")), 0, n - 1).astype(np.int64)
+        how = node.attr("nearest_mode", "round_prefer_floor")
+        if how not in _NEAREST_MODES:
+            raise bad(node, f"nearest_mode must be one of {', '.join(_NEAREST_MODES)}; got {how!r}")
+        idx = np.clip(_nearest(x, how), 0, n - 1).astype(np.int64)
         return idx, outside
     w = np.zeros((m, n))
     rows = np.arange(m)
