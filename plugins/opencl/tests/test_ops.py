@@ -430,3 +430,27 @@ def test_a_gpu_clamps_out_of_range_indices_instead_of_reading_them_back(dev, mon
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     loss = em.cross_entropy(em.tensor(a, device=dev), em.tensor(np.array([1, 8, 0]), device=dev), reduction="none")
     assert np.isfinite(loss.numpy()).all()
+
+
+@pytest.mark.parametrize("rows", [2, 64], ids=["work-group-rows", "work-item-rows"])
+def test_layer_norm_backward_runs_as_one_row_kernel(dev, monkeypatch, rows):
+    """em.layer_norm's input gradient is the layer_norm_backward row kernel (not the composite's
+    reductions), matching float64; few long rows take a work-group each, many rows a work item."""
+    from ember_opencl.runtime import Runtime
+
+    keys = []
+    plain = Runtime.kernel
+    monkeypatch.setattr(Runtime, "kernel", lambda self, key, *a, **k: keys.append(key) or plain(self, key, *a, **k))
+    n, eps = 600, 1e-5
+    xs, ws, bs, gs = (RNG.standard_normal(s) for s in ((rows, n), (n,), (n,), (rows, n)))
+    ad = dev.autodiff()
+    x = em.tensor(xs.astype(np.float32), device=ad, requires_grad=True)
+    w, b, g = (em.tensor(a.astype(np.float32), device=ad) for a in (ws, bs, gs))
+    (em.layer_norm(x, (n,), w, b, eps) * g).sum().backward()
+    got = x.grad.numpy()
+    assert any(k[0] == "norm_backward" for k in keys if isinstance(k, tuple))
+    mu, var = xs.mean(-1, keepdims=True), xs.var(-1, keepdims=True)
+    rstd = 1 / np.sqrt(var + eps)
+    xhat, gh = (xs - mu) * rstd, gs * ws
+    want = rstd * (gh - gh.mean(-1, keepdims=True) - xhat * (gh * xhat).mean(-1, keepdims=True))
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)

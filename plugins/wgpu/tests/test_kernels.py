@@ -112,3 +112,32 @@ def test_index_put_last_write_wins(rt):
     expected = a.copy()
     expected[idx] = vals
     np.testing.assert_array_equal(rt.read([out])[0], expected)
+
+
+def test_layer_norm_backward_runs_as_one_row_kernel(dev, rt, monkeypatch):
+    """em.layer_norm's input gradient on wgpu is the layer_norm_backward row kernel (not the
+    composite's reductions), matching float64; rows longer than a workgroup loop."""
+    import ember as em
+    from ember_wgpu.runtime import Runtime
+
+    seen = []
+    plain = Runtime.dispatch
+
+    def counted(self, pipe, params, buffers, groups, name=""):
+        seen.append(name or pipe.name)
+        plain(self, pipe, params, buffers, groups, name)
+
+    monkeypatch.setattr(Runtime, "dispatch", counted)
+    rows, n, eps = 6, 600, 1e-5
+    xs, ws, bs, gs = (RNG.standard_normal(s) for s in ((rows, n), (n,), (n,), (rows, n)))
+    ad = dev.autodiff()
+    x = em.tensor(xs.astype(np.float32), device=ad, requires_grad=True)
+    w, b, g = (em.tensor(a.astype(np.float32), device=ad) for a in (ws, bs, gs))
+    (em.layer_norm(x, (n,), w, b, eps) * g).sum().backward()
+    got = x.grad.numpy()
+    assert "layer_norm_backward" in seen
+    mu, var = xs.mean(-1, keepdims=True), xs.var(-1, keepdims=True)
+    rstd = 1 / np.sqrt(var + eps)
+    xhat, gh = (xs - mu) * rstd, gs * ws
+    want = rstd * (gh - gh.mean(-1, keepdims=True) - xhat * (gh * xhat).mean(-1, keepdims=True))
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)

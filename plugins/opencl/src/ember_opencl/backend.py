@@ -316,6 +316,10 @@ class OpenCLBackend(ViewMovement, Backend):
         return nn.layer_norm(self.rt, x, w, b, eps)
 
     @native
+    def layer_norm_backward(self, g: CLArray, x: CLArray, w: CLArray, *, eps: float) -> CLArray:
+        return nn.layer_norm_backward(self.rt, g, x, w, eps)
+
+    @native
     def rms_norm(self, x: CLArray, w: CLArray, *, eps: float) -> CLArray:
         return nn.layer_norm(self.rt, x, w, None, eps)
 

@@ -22,7 +22,7 @@ from .elementwise import contiguous
 from .matmul import matmul
 from .runtime import Runtime
 
-__all__ = ["softmax", "logsumexp", "layer_norm", "cross_entropy", "attention"]
+__all__ = ["softmax", "logsumexp", "layer_norm", "layer_norm_backward", "cross_entropy", "attention"]
 
 L = np.dtype(np.int64)
 
@@ -284,6 +284,66 @@ def layer_norm(rt: Runtime, x: CLArray, w: CLArray, b: CLArray | None, eps: floa
         bv, bs = _flat_param(rt, b)
         args += [bv.buf, bv.offset, bs]
     args.append(ctype(dt).np_compute.type(eps))
+    _launch_rows(rt, knl, wg, M, group, args)
+    return out
+
+
+def _norm_backward_source(dt: str, group: int) -> tuple[str, list[Any]]:
+    """dx of layer_norm for one row: rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), the row's
+    mean and variance recomputed from x (two passes), both sums in a third, the write in a fourth."""
+    c = ctype(dt)
+    A = c.compute
+    params = ["const long M", "const long N", f"__global {c.storage}* restrict out"]
+    params += [f"__global const {c.storage}* restrict x", "const long x_off"]
+    params += [f"__global const {c.storage}* restrict g", "const long g_off"]
+    params += [f"__global const {c.storage}* restrict w", "const long w_off", "const long w_s", f"const {A} eps"]
+    types: list[Any] = [L, L, None, None, L, None, L, None, L, L, c.np_compute]
+    x, gk, wk = c.load("x", "xb + k"), c.load("g", "gb + k"), c.load("w", "w_off + k * w_s")
+    lines = [preamble({dt}), "__kernel void ember_norm_backward(" + ", ".join(params) + ") {"]
+    if group:
+        lines += [
+            f"  __local {A} s[{group}];",
+            "  const long row = get_group_id(0);",
+            "  const int lid = get_local_id(0);",
+        ]
+    else:
+        lines += ["  const long row = get_global_id(0);", "  if (row >= M) return;"]
+    lines += ["  const long xb = x_off + row * N;", "  const long gb = g_off + row * N;"]
+    lines += [f"  {A} t = 0;", "  " + _loop(group, "k", "N") + f" t += {x};"]
+    lines += ["  " + s for s in _tree(group, A, "t", "sum")]
+    lines += [f"  const {A} mu = t / ({A})N;", f"  {A} q = 0;", "  " + _loop(group, "k", "N") + " {"]
+    lines += [f"    const {A} d = {x} - mu;", "    q += d * d;", "  }"]
+    lines += ["  " + s for s in _tree(group, A, "q", "sum")]
+    lines += [f"  const {A} r = ({A})1 / sqrt(q / ({A})N + eps);"]
+    lines += [f"  {A} sg = 0;", f"  {A} sgx = 0;", "  " + _loop(group, "k", "N") + " {"]
+    lines += [f"    const {A} gh = {gk} * {wk};", "    sg += gh;", f"    sgx += gh * ({x} - mu) * r;", "  }"]
+    lines += ["  " + s for s in _tree(group, A, "sg", "sum")]
+    lines += ["  " + s for s in _tree(group, A, "sgx", "sum")]
+    lines += [f"  const {A} mg = sg / ({A})N;", f"  const {A} mgx = sgx / ({A})N;"]
+    lines += ["  " + _loop(group, "k", "N") + " {"]
+    lines += ["    " + c.store("out", "xb - x_off + k", f"r * ({gk} * {wk} - mg - ({x} - mu) * r * mgx)"), "  }"]
+    lines.append("}")
+    return "\n".join(lines) + "\n", types
+
+
+def layer_norm_backward(rt: Runtime, g: CLArray, x: CLArray, w: CLArray, eps: float) -> CLArray:
+    """layer_norm's input gradient over ``w``'s trailing axes (one work-group or work item a row)."""
+    xc, gc = contiguous(rt, x), contiguous(rt, g)
+    N = numel(w.shape)
+    M = numel(x.shape) // N if N else 0
+    out = rt.empty(x.shape, x.dtype)
+    if out.size == 0:
+        return out
+    group = _row_group(rt, M, N)
+    dt = x.dtype.name
+
+    def make() -> tuple[str, str, list[Any]]:
+        s, t = _norm_backward_source(dt, group)
+        return s, "ember_norm_backward", t
+
+    knl, wg = rt.kernel(("norm_backward", dt, group), make)
+    wv, ws = _flat_param(rt, w)
+    args = [M, N, out.buf, xc.buf, xc.offset, gc.buf, gc.offset, wv.buf, wv.offset, ws, ctype(dt).np_compute.type(eps)]
     _launch_rows(rt, knl, wg, M, group, args)
     return out
 

@@ -288,6 +288,10 @@ class WgpuBackend(ViewMovement, Backend):
         return nn.layer_norm(self.rt, x, w, b, eps)
 
     @native
+    def layer_norm_backward(self, g: WgpuArray, x: WgpuArray, w: WgpuArray, *, eps: float) -> WgpuArray:
+        return nn.layer_norm_backward(self.rt, g, x, w, eps)
+
+    @native
     def rms_norm(self, x: WgpuArray, w: WgpuArray, *, eps: float) -> WgpuArray:
         return nn.rms_norm(self.rt, x, w, eps)
 

@@ -22,7 +22,16 @@ from . import elementwise as ew
 from .common import GROUP_ID, ParamBlock, compile_kernel, grid, header, launch, prod
 from .matmul import matmul
 
-__all__ = ["softmax", "logsumexp", "layer_norm", "rms_norm", "cross_entropy", "attention", "rows_last"]
+__all__ = [
+    "softmax",
+    "logsumexp",
+    "layer_norm",
+    "layer_norm_backward",
+    "rms_norm",
+    "cross_entropy",
+    "attention",
+    "rows_last",
+]
 
 WG = 256
 
@@ -219,6 +228,57 @@ def layer_norm(rt: Runtime, x: WgpuArray, w: WgpuArray, b: WgpuArray, eps: float
 
 def rms_norm(rt: Runtime, x: WgpuArray, w: WgpuArray, eps: float) -> WgpuArray:
     return _norm(rt, "rms_norm", x, w, None, eps)
+
+
+def _norm_backward_build(t: WType, f16: bool):  # type: ignore[no-untyped-def]
+    """dx of layer_norm for one row: rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), the row's
+    statistics recomputed from x (two passes for mean and variance, one for both sums, one to write)."""
+    extra = f"""@group(0) @binding(2) var<storage, read> G: array<{t.storage}>;
+@group(0) @binding(3) var<storage, read> W: array<{t.storage}>;
+@group(0) @binding(4) var<storage, read_write> Y: array<{t.storage}>;"""
+    x, g, w = t.load("X[base + j]"), t.load("G[base + j]"), t.load("W[j]")
+    body = f"""{_head(t, f16, extra)}
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+  {_row_start()}
+  let n = f32(P.len);
+  var acc = 0.0;
+  for (var j = t; j < P.len; j = j + {WG}u) {{ acc = acc + {x}; }}
+  let mu = wg_sum(t, acc) / n;
+  var acc2 = 0.0;
+  for (var j = t; j < P.len; j = j + {WG}u) {{ let d = {x} - mu; acc2 = acc2 + d * d; }}
+  let r = 1.0 / sqrt(wg_sum(t, acc2) / n + P.eps);
+  var sg = 0.0;
+  var sgx = 0.0;
+  for (var j = t; j < P.len; j = j + {WG}u) {{
+    let gh = {g} * {w};
+    sg = sg + gh;
+    sgx = sgx + gh * ({x} - mu) * r;
+  }}
+  let mg = wg_sum(t, sg) / n;
+  let mgx = wg_sum(t, sgx) / n;
+  for (var j = t; j < P.len; j = j + {WG}u) {{
+    let xhat = ({x} - mu) * r;
+    Y[base + j] = {t.store(f"r * ({g} * {w} - mg - xhat * mgx)")};
+  }}
+}}"""
+    return body, _PARAMS, ("r", "r", "r", "w")
+
+
+def layer_norm_backward(rt: Runtime, g: WgpuArray, x: WgpuArray, w: WgpuArray, eps: float) -> WgpuArray:
+    """layer_norm's input gradient over ``w``'s trailing axes, one workgroup a row."""
+    out = rt.empty(x.shape, x.dtype)
+    if out.size == 0:
+        return out
+    length = w.size
+    xc, gc, wc = (ew.contiguous(rt, a) for a in (x, g, w))
+    t = rt.types[x.dtype]
+    f16 = rt.types.uses_f16(x.dtype)
+    kernel = compile_kernel(rt, ("norm_backward", t.name), lambda: _norm_backward_build(t, f16), "layer_norm_backward")
+    rows = x.size // length
+    launch(rt, kernel, {"rows": rows, "len": length, "eps": eps}, [xc.buffer, gc.buffer, wc.buffer, out.buffer],
+           grid(rows), "layer_norm_backward")  # fmt: skip
+    return out
 
 
 # -- cross-entropy -----------------------------------------------------------------------------
