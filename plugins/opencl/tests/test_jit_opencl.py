@@ -183,3 +183,35 @@ def test_without_clclonekernel_each_launch_gets_a_new_kernel_object(
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
     native = f.captures[0].program.native
     assert native is not None and native.replays == 2 and native.kernels >= 2
+
+
+def test_a_replays_buffers_count_in_memory_stats_until_it_dies(dev: em.Device) -> None:
+    """A native replay's private pool shows in ``memory_stats()`` (``jitN``) beside the device's,
+    and goes, with its buffers, when the jitted function is dropped."""
+    import gc
+
+    gc.collect()
+    x = em.tensor(np.ones((64, 64), np.float32), device=dev)
+    before = dev.memory_stats()
+
+    @em.jit
+    def f(x: Any) -> Any:
+        y = x
+        for _ in range(3):
+            y = (y @ x).tanh() + 1.0
+        return y
+
+    for _ in range(3):
+        out = f(x)
+    out.numpy()
+    stats = dev.memory_stats()
+    jit = {name: p for name, p in stats["pools"].items() if name.startswith("jit")}
+    assert f.captures[0].program.native is not None and len(jit) == 1
+    held = next(iter(jit.values()))["reserved_bytes"]
+    assert held >= 64 * 64 * 4  # a step result at least (the pool reuses between steps)
+    assert stats["reserved_bytes"] == sum(p["reserved_bytes"] for p in stats["pools"].values())
+    del f, out
+    gc.collect()
+    after = dev.memory_stats()
+    assert not [name for name in after["pools"] if name.startswith("jit")]
+    assert after["in_use_bytes"] == before["in_use_bytes"]

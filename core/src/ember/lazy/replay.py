@@ -23,17 +23,35 @@ from ``Backend.compile_replay``.
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, NoReturn
 
 from .jit import run_steps
 
-__all__ = ["ReplayRefused", "Recording", "Replayer", "FixedPlan", "FixedReplay", "compile_fixed"]
+__all__ = ["ReplayRefused", "Recording", "ReplayPools", "Replayer", "FixedPlan", "FixedReplay", "compile_fixed"]
 
 
 class ReplayRefused(Exception):
     """A step did something a fixed replay cannot repeat (a host readback)."""
+
+
+class ReplayPools:
+    """The private pools of a device's live native replays, named ``jit1``, ``jit2``... for
+    ``memory_stats``: a replay's buffers count as the device's memory until the replay dies."""
+
+    def __init__(self) -> None:
+        self._pools: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self._ids = itertools.count(1)
+
+    def add(self, pool: Any) -> None:
+        self._pools[f"jit{next(self._ids)}"] = pool
+
+    def named(self) -> dict[str, Any]:
+        """Name -> pool of the replays alive now."""
+        return dict(self._pools.items())
 
 
 class Recording:

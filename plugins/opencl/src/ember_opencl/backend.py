@@ -117,9 +117,10 @@ class OpenCLBackend(ViewMovement, Backend):
         self.rt.finish()
 
     def memory_stats(self) -> MemoryStats:
-        """The device pool's counters; ``extra["kernel_cache"]``: program builds, disk loads, memory hits."""
+        """The device pool's counters and each live em.jit replay's private pool (``jit1``...);
+        ``extra["kernel_cache"]``: program builds, disk loads, memory hits."""
         return measured_stats(
-            {"device": self.rt.pool},
+            {"device": self.rt.pool, **self.rt.replay_pools.named()},
             note="buffers of live tensors and the pool's free lists (no cache limit)",
             extra={"kernel_cache": self.rt.programs.info()},
         )

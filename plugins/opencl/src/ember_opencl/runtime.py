@@ -17,6 +17,7 @@ import numpy as np
 import pyopencl as cl
 
 from ember.errors import DeviceUnavailableError
+from ember.lazy.replay import ReplayPools
 from ember.memory import BufferPool
 from ember.shapes import numel
 
@@ -129,6 +130,7 @@ class Runtime:
         # adaptive carves small blocks out of pages as sub-buffers (a cl.Buffer like any other, so the
         # kernels take them unchanged), aligned as CL_DEVICE_MEM_BASE_ADDR_ALIGN (in bits) requires
         self.pool: BufferPool[cl.Buffer] = self._make_pool(f"opencl:{index}")
+        self.replay_pools = ReplayPools()  # em.jit replays' private pools, counted by memory_stats
         self.programs = ProgramCache(self.context, device, self.label)
         self.options = self._build_options(device)
         self._kernels: dict[Any, tuple[Any, int]] = {}
@@ -254,6 +256,7 @@ class Runtime:
         shared = self.pool
         self.pool = self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
         rec.pools.append(self.pool)
+        self.replay_pools.add(self.pool)
         self.launch, self.upload, self.download = launch, upload, download  # type: ignore[method-assign]
         try:
             yield

@@ -91,9 +91,10 @@ class WgpuBackend(ViewMovement, Backend):
         self.rt.synchronize()
 
     def memory_stats(self) -> MemoryStats:
-        """The pool's counters; ``extra``: pipelines, cached bind groups, submits, dispatches, kernel cache."""
+        """The device pool's and each live em.jit replay's (``jit1``...) counters; ``extra``: pipelines,
+        cached bind groups, submits, dispatches, kernel cache."""
         return measured_stats(
-            {"device": self.rt.pool},
+            {"device": self.rt.pool, **self.rt.replay_pools.named()},
             note="in use: buffers of live tensors; reserved adds the pool's free buffers (up to 2 GiB)",
             extra=self.rt.stats(),
         )

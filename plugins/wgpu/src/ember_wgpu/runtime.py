@@ -38,6 +38,7 @@ import numpy as np
 from ember.dtypes import DType
 from ember.errors import InvalidArgumentError
 from ember.kernel_cache import KernelCache
+from ember.lazy.replay import ReplayPools
 from ember.memory import DEFAULT_CACHE_LIMIT, Block, BufferPool
 
 from . import adapters
@@ -144,6 +145,7 @@ class Runtime:
         # batch references. A buffer the open batch references is destroyed only after the submit
         # (trim in flush()); any other at once (work already submitted keeps what it uses alive).
         self.pool: BufferPool[Any] = self._make_pool(f"wgpu:{index}")
+        self.replay_pools = ReplayPools()  # em.jit replays' private pools, counted by memory_stats
         self._pipelines: dict[str, Pipeline] = {}
         self.kernel_cache = KernelCache("wgpu", *adapters.cache_identity(self.adapter))
         self._layouts: dict[tuple[str, ...], tuple[Any, Any]] = {}
@@ -383,6 +385,7 @@ class Runtime:
         shared = self.pool
         self.pool = self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
         rec.pools.append(self.pool)
+        self.replay_pools.add(self.pool)
         self.dispatch, self.upload, self.read = dispatch, upload, read  # type: ignore[method-assign]
         try:
             yield
