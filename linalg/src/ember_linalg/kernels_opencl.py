@@ -66,12 +66,15 @@ __kernel void la_jacobi(__global T* restrict at, __global T* restrict vt, __glob
     const int grp = get_group_id(0), t = get_local_id(0);
     const int b = grp / hp, k = grp - b * hp;
     const int p = pairs[2 * (rnd * hp + k)], q = pairs[2 * (rnd * hp + k) + 1];
-    if (q >= nc) {{ if (rnd == 0 && t == 0) conv[grp] = 0; return; }}
-    __global T* x = at + ((long)b * nc + p) * la;
-    __global T* y = at + ((long)b * nc + q) * la;
+    /* a padding pair (q == nc) still reaches the barriers: PoCL cannot tell that the whole group
+       leaves together and corrupted memory when it returned before them */
+    const int live = q < nc;
+    __global T* x = at + ((long)b * nc + (live ? p : 0)) * la;
+    __global T* y = at + ((long)b * nc + (live ? q : 0)) * la;
     T sav = 0, sbv = 0, sgv = 0;
-    for (int i = t; i < la; i += WG) {{ const T u = x[i], v = y[i]; sav += u * u; sbv += v * v; sgv += u * v; }}
+    for (int i = t; live && i < la; i += WG) {{ const T u = x[i], v = y[i]; sav += u * u; sbv += v * v; sgv += u * v; }}
     SUM3(sa, sb, sg)
+    if (!live) {{ if (rnd == 0 && t == 0) conv[grp] = 0; return; }}
     const T al = sa[0], be = sb[0], ga = sg[0];
     const T norm = sqrt(al) * sqrt(be);
     const T mu = norm > 0 ? fabs(ga) / norm : (T)0;
