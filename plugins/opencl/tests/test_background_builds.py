@@ -141,3 +141,14 @@ def test_build_threads_setting(monkeypatch):
     monkeypatch.setenv("EMBER_OPENCL_BUILD_THREADS", "many")
     with pytest.raises(ValueError, match="EMBER_OPENCL_BUILD_THREADS"):
         runtime._build_threads()
+
+
+def test_a_buffer_freed_behind_waiting_launches_is_released_after_them(rt):
+    a = rt.upload(X, F32)
+    out = _unary(rt, "exp", a)  # waits for its program
+    spare = rt._allocate(256)
+    rt._release(spare)  # (what the pool does when it makes room)
+    assert rt._deferred[-1].__self__ is spare  # its release is queued behind the launch, not run before it
+    rt._builder.release()
+    np.testing.assert_allclose(rt.download(out), np.exp(X.astype(np.float64)), rtol=2e-6)
+    assert not rt._deferred

@@ -117,11 +117,12 @@ class OpenCLBackend(ViewMovement, Backend):
         self.rt.finish()
 
     def memory_stats(self) -> MemoryStats:
-        """The device pool's counters; ``extra["kernel_cache"]``: program builds, disk loads, memory hits."""
+        """The device pool's counters; ``extra["kernel_cache"]``: program builds, disk loads, memory
+        hits, and the host's waits for programs building in the background."""
         return measured_stats(
             {"device": self.rt.pool},
             note="buffers of live tensors and the pool's free lists (no cache limit)",
-            extra={"kernel_cache": self.rt.programs.info()},
+            extra={"kernel_cache": {**self.rt.programs.info(), **self.rt.waits}},
         )
 
     def empty_cache(self) -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,16 +46,18 @@ FAMILIES = True
 FAMILY_AFTER = 1
 
 
-def _build_threads() -> int:
+def _build_threads() -> int | None:
     value = os.environ.get("EMBER_OPENCL_BUILD_THREADS", "").strip()
     try:
-        return max(0, int(value)) if value else min(8, os.cpu_count() or 1)
+        return max(0, int(value)) if value else None
     except ValueError:
         raise ValueError(f"EMBER_OPENCL_BUILD_THREADS must be a whole number of threads, not {value!r}") from None
 
 
-#: threads building programs in the background (EMBER_OPENCL_BUILD_THREADS; default: the CPU
-#: count, at most 8); 0 builds each program on the calling thread when its kernel is asked for
+#: threads building programs in the background (EMBER_OPENCL_BUILD_THREADS); 0 builds each program
+#: on the calling thread when its kernel is asked for; None (unset): one on a CPU device (PoCL
+#: compiles one program at a time and shares the host's cores: more threads were slower there,
+#: benchmarks.cold_start --probe), else the host's CPU count, at most 8
 BUILD_THREADS = _build_threads()
 
 
@@ -180,9 +184,13 @@ class Runtime:
         #: each built kernel's scalar argument types, by id (a bound copy for a replay needs them)
         self._argtypes: dict[int, list[Any]] = {}
         #: background program builds (None: on the calling thread); see the module's docstring
-        self._builder = ThreadPoolExecutor(BUILD_THREADS, "ember-opencl-build") if BUILD_THREADS else None
+        threads = BUILD_THREADS if BUILD_THREADS is not None else 1 if self.is_cpu else min(8, os.cpu_count() or 1)
+        self._builder = ThreadPoolExecutor(threads, "ember-opencl-build") if threads else None
         #: while True (an em.jit recording), kernels are built before :meth:`kernel` returns
         self._sync = False
+        #: how often, and how long in all, the host waited for a program still building (a launch
+        #: needing it, or a download or finish behind such a launch)
+        self.waits = {"build_waits": 0, "build_wait_s": 0.0}
 
     @property
     def queue(self) -> Any:
@@ -207,9 +215,12 @@ class Runtime:
         )
 
     def _release(self, buf: cl.Buffer) -> None:
-        """Give a buffer back to the driver, after the deferred launches that may still use it."""
-        self._drain()
-        buf.release()
+        """Give a buffer back to the driver, after the deferred launches that may still use it (in
+        their queue order, not waiting for their programs)."""
+        if self._deferred:
+            self._deferred.append(buf.release)
+        else:
+            buf.release()
 
     @staticmethod
     def _build_options(device: Any) -> str:
@@ -261,6 +272,11 @@ class Runtime:
             return pending.kernel, pending.wg
         try:
             try:
+                if not pending.future.done():
+                    start = time.perf_counter()
+                    futures.wait([pending.future])
+                    self.waits["build_waits"] += 1
+                    self.waits["build_wait_s"] += time.perf_counter() - start
                 prg = pending.future.result()
             except KernelBuildError:
                 if pending.fallback is None:
@@ -420,6 +436,11 @@ class Runtime:
     # -- memory -------------------------------------------------------------------------
     def _allocate(self, nbytes: int) -> cl.Buffer:
         """A new driver buffer (the pool's ``allocate``); out of memory raises DeviceMemoryError."""
+        if self._deferred:
+            try:
+                return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+            except Exception:  # buffers released behind deferred launches are not free yet: free them
+                self._drain()
         with driver_errors(f"allocating {nbytes} bytes", self.label, self.pool.stats):
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
 
