@@ -9,8 +9,9 @@ The first form runs three child processes over one temporary cache folder: ``col
 kernel cache and the driver's own caches empty), ``warm`` (both kept from the cold run) and
 ``warm-ember`` (ember's cache kept, the driver's emptied: PoCL's kernel cache, NVIDIA's
 compute cache), and on request ``cold-ember`` (ember's cache emptied, the driver's kept: with
-``--model-build-s``, builds cost about the modelled time). Each child prints one JSON line: seconds for ``import ember``, opening the
-device, making W2's inputs (``inputs_s``: numpy's random arrays and their upload), the first
+``--model-build-s``, builds cost about the modelled time). Each child prints one JSON line:
+seconds for ``import ember``, opening the device (``open_s``, and its parts: see
+``_open_parts``), making W2's inputs (``inputs_s``: numpy's random arrays and their upload), the first
 step (to the loss on the host), the second step, and the program cache's counters after the
 first step (``builds``, ``disk_loads``, ``build_s``, ``binary_s``, ``load_s``; seconds summed
 over the build threads). ``numpy_inputs_s`` is numpy making the inputs alone (timed again after
@@ -71,6 +72,31 @@ def _model_builds(seconds: float) -> None:
     ProgramCache._build = slower  # type: ignore[method-assign]
 
 
+def _open_parts(spec: str) -> dict[str, float]:
+    """What opening an OpenCL device costs before its context, part by part (the same work
+    ``Device(spec)`` does next, done first to time it): ``plugins_s`` importing every installed
+    ember plugin, ``backend_import_s`` the backend's modules and pyopencl, ``platforms_s``
+    listing the OpenCL platforms and their devices; ``context_s`` is the rest of the opening."""
+    if not spec.startswith("opencl"):
+        return {}
+    from ember.plugins import get_registry
+
+    parts = {}
+    start = time.perf_counter()
+    registry = get_registry()
+    registry.discover()
+    parts["plugins_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    registry.backend_class("opencl")
+    parts["backend_import_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    from ember_opencl.runtime import device_list
+
+    device_list()
+    parts["platforms_s"] = time.perf_counter() - start
+    return parts
+
+
 def child(spec: str, size: str, family_after: int | None, model_build_s: float = 0.0) -> None:
     """One new process: import, open the device, two W2 steps; prints one JSON line."""
     import ember as em
@@ -79,9 +105,11 @@ def child(spec: str, size: str, family_after: int | None, model_build_s: float =
     if model_build_s:
         _model_builds(model_build_s)
     t_import = time.perf_counter()
+    opening = _open_parts(spec)
     dev = em.Device(spec)
     dev.synchronize()  # creates the backend (context, queue) now, not inside the first step
     t_open = time.perf_counter()
+    opening["context_s"] = t_open - t_import - sum(opening.values())
     from benchmarks import w2_mlp
 
     case = w2_mlp.ember(dev, SIZES[size])
@@ -105,7 +133,7 @@ def child(spec: str, size: str, family_after: int | None, model_build_s: float =
         "first_result_s": t_first - T0,
         "numpy_inputs_s": numpy_inputs,
     }
-    out = {k: round(v, 3) for k, v in out.items()}
+    out = {k: round(v, 3) for k, v in {**out, **opening}.items()}
     print(json.dumps({**out, "loss": value, **first_stats}), flush=True)
 
 
