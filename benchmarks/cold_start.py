@@ -8,10 +8,20 @@
 The first form runs three child processes over one temporary cache folder: ``cold`` (ember's
 kernel cache and the driver's own caches empty), ``warm`` (both kept from the cold run) and
 ``warm-ember`` (ember's cache kept, the driver's emptied: PoCL's kernel cache, NVIDIA's
-compute cache). Each child prints one JSON line: seconds for ``import ember``, opening the
-device, the first step (to the loss on the host), the second step, and the program cache's
-counters after the first step (``builds``, ``disk_loads``, ``build_s``, ``binary_s``,
-``load_s``). As a pytest plugin (``-p benchmarks.cold_start``) it prints the same counters for
+compute cache), and on request ``cold-ember`` (ember's cache emptied, the driver's kept: with
+``--model-build-s``, builds cost about the modelled time). Each child prints one JSON line:
+seconds for ``import ember``, opening the device (``open_s``, and its parts: see
+``_open_parts``), making W2's inputs (``inputs_s``: numpy's random arrays and their upload), the first
+step (to the loss on the host), the second step, and the program cache's counters after the
+first step (``builds``, ``disk_loads``, ``build_s``, ``binary_s``, ``load_s``; seconds summed
+over the build threads). ``numpy_inputs_s`` is numpy making the inputs alone (timed again after
+the steps), so ``first_result_s - numpy_inputs_s`` is what ember itself took.
+``--build-threads N`` sets ``EMBER_OPENCL_BUILD_THREADS`` in the children (0: every program
+builds on the calling thread before its first launch, as before background builds).
+``--model-build-s S`` adds S seconds of sleep to every program build (a model of a compiler that
+takes S a program and runs builds side by side; e.g. 0.18 for NVIDIA's, measured serially): on
+PoCL, whose compiler takes a lock, it shows what background builds save where a driver does not.
+As a pytest plugin (``-p benchmarks.cold_start``) it prints the same counters for
 the device under test when the session ends, and writes them to ``--cold-start-json FILE``.
 """
 
@@ -30,7 +40,7 @@ import tempfile  # noqa: E402
 from typing import Any  # noqa: E402
 
 SIZES = {"cpu": {"batch": 128, "hidden": 1024}, "gpu": {"batch": 4096, "hidden": 4096}}
-RUNS = ("cold", "warm", "warm-ember")
+RUNS = ("cold", "warm", "warm-ember", "cold-ember")
 
 
 def _program_stats(device: Any) -> dict[str, Any]:
@@ -49,15 +59,57 @@ def _family_after(value: int | None) -> None:
         runtime.FAMILY_AFTER = max(value, 0)
 
 
-def child(spec: str, size: str, family_after: int | None) -> None:
+def _model_builds(seconds: float) -> None:
+    """Every program build sleeps ``seconds`` more (the GIL released, as a driver's compiler does)."""
+    from ember_opencl.cache import ProgramCache
+
+    build = ProgramCache._build
+
+    def slower(self: Any, source: str, options: str) -> Any:
+        time.sleep(seconds)
+        return build(self, source, options)
+
+    ProgramCache._build = slower  # type: ignore[method-assign]
+
+
+def _open_parts(spec: str) -> dict[str, float]:
+    """What opening an OpenCL device costs before its context, part by part (the same work
+    ``Device(spec)`` does next, done first to time it): ``plugins_s`` importing every installed
+    ember plugin, ``backend_import_s`` the backend's modules and pyopencl, ``platforms_s``
+    listing the OpenCL platforms and their devices; ``context_s`` is the rest of the opening."""
+    if not spec.startswith("opencl"):
+        return {}
+    from ember.plugins import get_registry
+
+    parts = {}
+    start = time.perf_counter()
+    registry = get_registry()
+    registry.discover()
+    parts["plugins_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    registry.backend_class("opencl")
+    parts["backend_import_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    from ember_opencl.runtime import device_list
+
+    device_list()
+    parts["platforms_s"] = time.perf_counter() - start
+    return parts
+
+
+def child(spec: str, size: str, family_after: int | None, model_build_s: float = 0.0) -> None:
     """One new process: import, open the device, two W2 steps; prints one JSON line."""
     import ember as em
 
     _family_after(family_after)
+    if model_build_s:
+        _model_builds(model_build_s)
     t_import = time.perf_counter()
+    opening = _open_parts(spec)
     dev = em.Device(spec)
     dev.synchronize()  # creates the backend (context, queue) now, not inside the first step
     t_open = time.perf_counter()
+    opening["context_s"] = t_open - t_import - sum(opening.values())
     from benchmarks import w2_mlp
 
     case = w2_mlp.ember(dev, SIZES[size])
@@ -69,6 +121,9 @@ def child(spec: str, size: str, family_after: int | None) -> None:
     first_stats = _program_stats(dev)
     case.step().item()
     t_second = time.perf_counter()
+    start = time.perf_counter()
+    w2_mlp.inputs(SIZES[size])
+    numpy_inputs = time.perf_counter() - start
     out = {
         "import_s": t_import - T0,
         "open_s": t_open - t_import,
@@ -76,15 +131,16 @@ def child(spec: str, size: str, family_after: int | None) -> None:
         "first_step_s": t_first - t_inputs,
         "second_step_s": t_second - t_first,
         "first_result_s": t_first - T0,
+        "numpy_inputs_s": numpy_inputs,
     }
-    out = {k: round(v, 3) for k, v in out.items()}
+    out = {k: round(v, 3) for k, v in {**out, **opening}.items()}
     print(json.dumps({**out, "loss": value, **first_stats}), flush=True)
 
 
 def probe(spec: str) -> None:
     """What one build costs on this driver: programs of 1, 4, 8 and 16 kernels (the unary float32
     ops), built from source, read back as a binary and loaded from it; then 8 one-kernel programs
-    built one after another and in 8 threads. One JSON line per measurement."""
+    built one after another and in 2, 4 and 8 threads. One JSON line per measurement."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyopencl as cl
@@ -121,21 +177,25 @@ def probe(spec: str) -> None:
     for names in singles:
         build(names)
     serial = time.perf_counter() - start
-    start = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(build, singles))
-    threaded = time.perf_counter() - start
-    print(json.dumps({"builds": 8, "serial_s": round(serial, 3), "threads_8_s": round(threaded, 3)}), flush=True)
+    timing: dict[str, Any] = {"builds": 8, "serial_s": round(serial, 3)}
+    for threads in (2, 4, 8):
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(build, singles))
+        timing[f"threads_{threads}_s"] = round(time.perf_counter() - start, 3)
+    print(json.dumps(timing), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="opencl:0")
     ap.add_argument("--gpu", action="store_true", help="GPU sizes (batch and hidden 4096)")
-    ap.add_argument("--runs", default=",".join(RUNS), help=f"which of {', '.join(RUNS)} to run, in order")
+    ap.add_argument("--runs", default=",".join(RUNS[:3]), help=f"which of {', '.join(RUNS)} to run, in order")
     ap.add_argument(
         "--family-after", type=int, default=None, help="set ember_opencl.runtime.FAMILY_AFTER (-1: no families)"
     )
+    ap.add_argument("--build-threads", type=int, default=None, help="EMBER_OPENCL_BUILD_THREADS in the children")
+    ap.add_argument("--model-build-s", type=float, default=0.0, help="sleep this long more in every program build")
     ap.add_argument("--probe", action="store_true", help="time builds by program size and in threads instead")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -144,7 +204,7 @@ def main() -> None:
         probe(args.device)
         return
     if args.child:
-        child(args.device, size, args.family_after)
+        child(args.device, size, args.family_after, args.model_build_s)
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,12 +215,15 @@ def main() -> None:
             driver = os.path.join(tmp, "driver-" + ("fresh" if run == "warm-ember" else "kept"))
             if run in ("cold", "warm-ember"):
                 subprocess.run(["rm", "-rf", driver], check=True)
-            if run == "cold":
+            if run in ("cold", "cold-ember"):
                 subprocess.run(["rm", "-rf", env["EMBER_CACHE_DIR"]], check=True)
+            if args.build_threads is not None:
+                env["EMBER_OPENCL_BUILD_THREADS"] = str(args.build_threads)
             env.update(POCL_CACHE_DIR=os.path.join(driver, "pocl"), CUDA_CACHE_PATH=os.path.join(driver, "nv"))
             cmd = [sys.executable, "-m", "benchmarks.cold_start", "--device", args.device, "--child"]
             cmd += ["--gpu"] if args.gpu else []
             cmd += [] if args.family_after is None else ["--family-after", str(args.family_after)]
+            cmd += ["--model-build-s", str(args.model_build_s)] if args.model_build_s else []
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
             if done.returncode:
                 sys.exit(f"{run} run failed:\n{done.stderr[-4000:]}")

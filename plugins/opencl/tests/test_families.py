@@ -109,6 +109,9 @@ def test_a_family_that_fails_to_build_falls_back_to_single_kernels(rt, monkeypat
     broken = runtime.Family("broken", lambda: ("__kernel void twice( {", [("twice", "twice", [None])]))
     knl, _ = rt.kernel("twice", lambda: (source, "twice", [None]), broken)
     assert knl.function_name == "twice"
+    a = rt.upload(X.ravel(), F32)
+    rt.launch(knl, (a.size,), None, [a.buf])  # (a background build: the fallback happens when it is needed)
+    np.testing.assert_array_equal(rt.download(a), 2 * X.ravel())
     assert rt.programs.stats["builds"] == 2  # the family's failed build, then the kernel alone
     rt.kernel("other", lambda: (source, "twice", [None]), broken)  # a failed family is not tried again
     assert rt.programs.stats["builds"] == 2  # (same source: the program came from memory)

@@ -34,3 +34,37 @@ def test_a_new_batch_size_compiles_nothing(dev):
     losses = [step(b) for b in (13, 64, 3)]
     assert all(np.isfinite(losses))
     assert _programs(dev) == before, "a new batch size compiled (or loaded) a new kernel program"
+
+
+def test_w2_at_a_new_batch_size_compiles_nothing(dev):
+    """W2's step (benchmarks/w2_mlp.py: matmul + bias, relu, cross-entropy, backward, SGD by copy_)."""
+    ad = dev.autodiff()
+    rng = np.random.default_rng(4)
+    dims = ((30, 64), (64, 64), (64, 10))
+    params = []
+    for fan_in, fan_out in dims:
+        params.append(em.tensor((rng.standard_normal((fan_in, fan_out)) / fan_in**0.5).astype(np.float32), device=ad))
+        params.append(em.tensor((0.1 * rng.standard_normal(fan_out)).astype(np.float32), device=ad))
+    params = [p.requires_grad_() for p in params]
+
+    def step(batch: int) -> float:
+        x = em.tensor(rng.standard_normal((batch, 30)).astype(np.float32), device=ad)
+        y = em.tensor(rng.integers(0, 10, batch), device=ad)
+        w1, b1, w2, b2, w3, b3 = params
+        for p in params:
+            p.grad = None
+        h = em.relu(x @ w1 + b1)
+        h = em.relu(h @ w2 + b2)
+        loss = em.cross_entropy(h @ w3 + b3, y)
+        loss.backward()
+        with em.no_grad():
+            for p in params:
+                p.copy_(p - 0.01 * p.grad)
+        return loss.item()
+
+    for _ in range(2):
+        step(32)
+    before = _programs(dev)
+    losses = [step(b) for b in (48, 7, 129)]
+    assert all(np.isfinite(losses))
+    assert _programs(dev) == before, "a new W2 batch size compiled (or loaded) a new kernel program"

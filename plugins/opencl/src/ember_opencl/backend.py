@@ -118,11 +118,12 @@ class OpenCLBackend(ViewMovement, Backend):
 
     def memory_stats(self) -> MemoryStats:
         """The device pool's counters and each live em.jit replay's private pool (``jit1``...);
-        ``extra["kernel_cache"]``: program builds, disk loads, memory hits."""
+        ``extra["kernel_cache"]``: program builds, disk loads, memory hits, and the host's waits for
+        programs building in the background."""
         return measured_stats(
             {"device": self.rt.pool, **self.rt.replay_pools.named()},
             note="buffers of live tensors and the pool's free lists (no cache limit)",
-            extra={"kernel_cache": self.rt.programs.info()},
+            extra={"kernel_cache": {**self.rt.programs.info(), **self.rt.waits}},
         )
 
     def empty_cache(self) -> None:

@@ -8,12 +8,17 @@ removed and compiled again. ``stats`` counts ``memory_hits``, ``disk_loads`` and
 ``seconds`` the time spent building (``build_s``), reading binaries back from the driver to
 store them (``binary_s``) and loading stored ones (``load_s``); the disk layer's own counters
 are in ``disk.stats()``.
+
+Programs are futures (:meth:`ProgramCache.request`): a build runs on the caller's thread pool
+while the host goes on, a build already under way is shared (nothing builds twice), and a
+program that failed to build fails again, with the same error, wherever it is asked for.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
@@ -39,52 +44,87 @@ class ProgramCache:
         self.device = device
         self.label = label
         self.disk = KernelCache("opencl", device_name(device), device.driver_version, directory=directory)
-        self._programs: dict[tuple[str, str], cl.Program] = {}
+        #: (source, options) -> the program's future (done, failed with a build error, or under way)
+        self._programs: dict[tuple[str, str], Future[cl.Program]] = {}
         self._lock = threading.Lock()
         self.stats = {"memory_hits": 0, "disk_loads": 0, "builds": 0}
         #: seconds spent compiling source, reading binaries back from the driver, loading stored binaries
+        #: (summed over the build threads: more than the wall time when builds overlap)
         self.seconds = {"build_s": 0.0, "binary_s": 0.0, "load_s": 0.0}
 
     def program(self, source: str, options: str = "") -> cl.Program:
-        """The built program for ``source`` (from memory, disk, or a fresh build)."""
+        """The built program for ``source`` (from memory, disk, or a fresh build on this thread)."""
+        return self.request(source, options).result()
+
+    def request(self, source: str, options: str = "", pool: Executor | None = None) -> Future[cl.Program]:
+        """The future of ``source``'s program: one asked for before (built, building or failed) is
+        shared; a new one is loaded or built on ``pool`` (None: here, before returning)."""
         with self._lock:
             found = self._programs.get((source, options))
             if found is not None:
                 self.stats["memory_hits"] += 1
                 return found
-            key = self.disk.key(source, options)
-            prg = self._load(key, options)
+            future: Future[cl.Program] = Future()
+            self._programs[(source, options)] = future
+        key = self.disk.key(source, options)
+        binary = self.disk.load(key)  # (here: the counters say at once whether it builds)
+        with self._lock:
+            self.stats["builds" if binary is None else "disk_loads"] += 1
+        if pool is not None:
+            try:
+                pool.submit(self._fill, future, source, options, key, binary)
+                return future
+            except RuntimeError:  # the pool is shut down (interpreter exit): build here
+                pass
+        self._fill(future, source, options, key, binary)
+        return future
+
+    def holds(self, source: str, options: str = "") -> bool:
+        """Whether ``source`` is built (or loaded, or under way) in this process already."""
+        return (source, options) in self._programs
+
+    def _fill(self, future: Future[cl.Program], source: str, options: str, key: Any, binary: bytes | None) -> None:
+        """Load ``binary`` or build ``source`` into ``future``; a driver error other than a failed
+        build is not kept (the next request tries again), a failed build is (it would fail again)."""
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            prg = None if binary is None else self._load(key, binary, options)
             if prg is None:
+                if binary is not None:  # refused: counted as a build after all
+                    with self._lock:
+                        self.stats["disk_loads"] -= 1
+                        self.stats["builds"] += 1
                 prg = self._build(source, options)
                 start = time.perf_counter()
                 binaries = prg.get_info(cl.program_info.BINARIES)
-                self.seconds["binary_s"] += time.perf_counter() - start
+                self._count("binary_s", time.perf_counter() - start)
                 if binaries and binaries[0]:
                     self.disk.store(key, bytes(binaries[0]))
-            self._programs[(source, options)] = prg
-            return prg
+        except BaseException as exc:
+            if not isinstance(exc, KernelBuildError):
+                with self._lock:
+                    self._programs.pop((source, options), None)
+            future.set_exception(exc)
+        else:
+            future.set_result(prg)
 
-    def holds(self, source: str, options: str = "") -> bool:
-        """Whether ``source`` is built (or loaded) in this process already."""
-        return (source, options) in self._programs
+    def _count(self, what: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[what] += seconds
 
-    def _load(self, key: Any, options: str) -> cl.Program | None:
+    def _load(self, key: Any, binary: bytes, options: str) -> cl.Program | None:
         start = time.perf_counter()
-        binary = self.disk.load(key)
-        if binary is None:
-            return None
         try:
             prg = cl.Program(self.context, [self.device], [binary]).build(options=options, devices=[self.device])
         except Exception:  # a binary this driver refuses: compile from source, store a fresh one
             self.disk.reject(key)
             return None
-        self.stats["disk_loads"] += 1
-        self.seconds["load_s"] += time.perf_counter() - start
+        self._count("load_s", time.perf_counter() - start)
         return prg
 
     # -- building ------------------------------------------------------------------------
     def _build(self, source: str, options: str) -> cl.Program:
-        self.stats["builds"] += 1
         start = time.perf_counter()
         try:
             return cl.Program(self.context, source).build(options=options, devices=[self.device], cache_dir=False)
@@ -95,7 +135,7 @@ class ProgramCache:
                 raise translate(exc, "building a kernel", self.label) from exc
             raise self._build_error(source, options, str(exc)) from exc
         finally:
-            self.seconds["build_s"] += time.perf_counter() - start
+            self._count("build_s", time.perf_counter() - start)
 
     def _build_error(self, source: str, options: str, log: str) -> KernelBuildError:
         where = self.disk.save_failed("kernel", source, ".cl")

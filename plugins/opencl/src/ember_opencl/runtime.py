@@ -3,20 +3,30 @@
 Devices are numbered over (platform, device) pairs: platforms sorted by name, vendor and
 version (the ICD loader's own order depends on the directory listing), devices in the order
 their platform reports them. ``Device("opencl:i")`` is pair ``i``.
+
+Programs build on a thread pool (:data:`BUILD_THREADS`) while the host goes on: a kernel whose
+program is still building is a :class:`_Pending` stand-in, and its launches, with every queue
+operation after them, wait in order in a host-side list until something needs the device's
+results (a download, ``finish``, the queue itself); so the programs a step needs compile side
+by side instead of one after another. A build that fails raises its error there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyopencl as cl
 
-from ember.errors import DeviceUnavailableError
+from ember.errors import DeviceUnavailableError, InvalidArgumentError
 from ember.lazy.replay import ReplayPools
 from ember.memory import BufferPool
 from ember.shapes import numel
@@ -26,7 +36,7 @@ from .cache import ProgramCache
 from .cltypes import ctype
 from .errors import DeviceMemoryError, KernelBuildError, driver_errors, no_platform_error, translate
 
-__all__ = ["device_list", "describe", "Runtime", "Family", "FAMILIES", "FAMILY_AFTER"]
+__all__ = ["device_list", "describe", "Runtime", "Family", "FAMILIES", "FAMILY_AFTER", "BUILD_THREADS"]
 
 #: whether sibling kernels (the other ops of a kernel's group, same dtypes and layout) are built as
 #: one program (:class:`Family`); False: every kernel its own program, as before
@@ -37,6 +47,25 @@ FAMILIES = True
 FAMILY_AFTER = 1
 
 
+def _build_threads() -> int:
+    value = os.environ.get("EMBER_OPENCL_BUILD_THREADS", "").strip()
+    try:
+        return max(0, int(value)) if value else 0
+    except ValueError:
+        raise InvalidArgumentError(
+            f"EMBER_OPENCL_BUILD_THREADS must be a whole number of threads (0: build on the calling thread), "
+            f"not {value!r}"
+        ) from None
+
+
+#: threads building programs in the background (EMBER_OPENCL_BUILD_THREADS). 0, the default: each
+#: program builds on the calling thread when its kernel is asked for. Opt-in until measured on a GPU:
+#: PoCL compiles one program at a time (more threads were no faster, benchmarks.cold_start --probe),
+#: and whether NVIDIA's compiler builds side by side is what plugins/opencl/scripts/cold_start_h200.sh
+#: measures first
+BUILD_THREADS = _build_threads()
+
+
 @dataclass(frozen=True)
 class Family:
     """Sibling kernels compiled together: ``make()`` returns (source, [(kernel key, name, argtypes)]);
@@ -45,6 +74,24 @@ class Family:
     key: Any
     make: Callable[[], tuple[str, list[tuple[Any, str, list[Any]]]]] = field(compare=False)
     after: int | None = None
+
+
+class _Pending:
+    """A kernel whose program is still building: what :meth:`Runtime.kernel` returns meanwhile.
+    Launches of it wait in :meth:`Runtime._drain`; ``kernel`` is the real one once resolved."""
+
+    __slots__ = ("key", "future", "function_name", "argtypes", "fallback", "kernel", "wg")
+
+    def __init__(self, key: Any, future: Future[Any], name: str, argtypes: list[Any], fallback: Any) -> None:
+        self.key = key
+        self.future = future
+        self.function_name = name
+        self.argtypes = argtypes
+        #: where the program is a family's: (source, name, argtypes) of the kernel alone, or the
+        #: ``make`` giving them, built if the family fails to build
+        self.fallback = fallback
+        self.kernel: Any = None
+        self.wg = 0
 
 
 #: a grid-stride launch on a GPU is capped at this many work-groups per compute unit: W6 (2^26
@@ -114,9 +161,11 @@ class Runtime:
         self.label = f"opencl:{index} ({device.name.strip()})"
         self.platform = platform
         self.device = device
+        #: queue operations waiting for a program: (kernel, global, local, args) or a callable, in order
+        self._deferred: list[Any] = []
         with driver_errors("creating the context and queue", self.label):
             self.context = cl.Context([device])
-            self.queue = cl.CommandQueue(self.context, device)
+            self._queue = cl.CommandQueue(self.context, device)
         self.fp64 = _has(device, "cl_khr_fp64")
         self.fp16 = _has(device, "cl_khr_fp16")
         self.atomics64 = _has(device, "cl_khr_int64_base_atomics")
@@ -140,6 +189,20 @@ class Runtime:
         self._family_touches: dict[Any, int] = {}
         #: each built kernel's scalar argument types, by id (a bound copy for a replay needs them)
         self._argtypes: dict[int, list[Any]] = {}
+        #: background program builds (None: on the calling thread); see the module's docstring
+        threads = BUILD_THREADS
+        self._builder = ThreadPoolExecutor(threads, "ember-opencl-build") if threads else None
+        #: while True (an em.jit recording), kernels are built before :meth:`kernel` returns
+        self._sync = False
+        #: how often, and how long in all, the host waited for a program still building (a launch
+        #: needing it, or a download or finish behind such a launch)
+        self.waits = {"build_waits": 0, "build_wait_s": 0.0}
+
+    @property
+    def queue(self) -> Any:
+        """The in-order queue, once every deferred operation is on it (for callers that enqueue directly)."""
+        self._drain()
+        return self._queue
 
     def _make_pool(self, device: str | None, release: Callable[[Any], None] | None = None) -> BufferPool[cl.Buffer]:
         """The device's pool (``device`` its label), or a private one (None: an em.jit replay's,
@@ -147,15 +210,23 @@ class Runtime:
         short, and ``release`` then refuses the replay, whose kernels keep using them)."""
         return BufferPool(
             self._allocate,
-            release or cl.Buffer.release,
+            release or self._release,
             cache_limit=None,
             max_class=self.max_alloc,
             device=device,
             strategy="static" if device is None else None,
             sub_allocate=lambda page, offset, nbytes: page.get_sub_region(offset, nbytes),
-            sub_release=cl.Buffer.release,
+            sub_release=self._release,
             alignment=max(int(self.device.mem_base_addr_align) // 8, 16),
         )
+
+    def _release(self, buf: cl.Buffer) -> None:
+        """Give a buffer back to the driver, after the deferred launches that may still use it (in
+        their queue order, not waiting for their programs)."""
+        if self._deferred:
+            self._deferred.append(buf.release)
+        else:
+            buf.release()
 
     @staticmethod
     def _build_options(device: Any) -> str:
@@ -173,28 +244,65 @@ class Runtime:
 
         ``family`` names the sibling kernels of ``key`` (see :class:`Family`): once
         :data:`FAMILY_AFTER` of them were built alone, the next miss builds them all as one
-        program. Returns (kernel, preferred work-group size multiple).
+        program. Returns (kernel, preferred work-group size multiple); while the program builds in
+        the background, (a :class:`_Pending` that :meth:`launch` takes, the device's largest
+        work-group size: every caller clamps it to 256 or less, checked when the kernel is ready).
         """
         found = self._kernels.get(key)
         if found is not None:
             return found
         member = self._members.pop(key, None)
+        fallback: Any = make
         if member is None:
             source, name, argtypes = make()
+            fallback = (source, name, argtypes)
             if family is not None and FAMILIES and not self.programs.holds(source, self.options):
                 member = self._from_family(key, family)
+            if member is None:
+                future, fallback = self._request(source), None
         if member is not None:
-            prg, name, argtypes = member
-        else:
-            prg = self.programs.program(source, self.options)
-        with driver_errors(f"creating kernel {name}", self.label):
-            knl = cl.Kernel(prg, name)
-            knl.set_scalar_arg_dtypes(argtypes)
-            wg = int(knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
-        self._argtypes[id(knl)] = argtypes
-        found = (knl, wg)
+            future, name, argtypes = member
+        pending = _Pending(key, future, name, argtypes, fallback)
+        if self._builder is None or self._sync or future.done():
+            return self._resolve(pending)
+        found = (pending, self.max_wg)
         self._kernels[key] = found
         return found
+
+    def _request(self, source: str) -> Future[Any]:
+        return self.programs.request(source, self.options, None if self._sync else self._builder)
+
+    def _resolve(self, pending: _Pending) -> tuple[Any, int]:
+        """Wait for ``pending``'s program and make its kernel (its family failed: the kernel alone)."""
+        if pending.kernel is not None:
+            return pending.kernel, pending.wg
+        try:
+            try:
+                if not pending.future.done():
+                    start = time.perf_counter()
+                    futures.wait([pending.future])
+                    self.waits["build_waits"] += 1
+                    self.waits["build_wait_s"] += time.perf_counter() - start
+                prg = pending.future.result()
+            except KernelBuildError:
+                if pending.fallback is None:
+                    raise
+                source, pending.function_name, pending.argtypes = (
+                    pending.fallback() if callable(pending.fallback) else pending.fallback
+                )
+                prg = self.programs.program(source, self.options)
+            name, argtypes = pending.function_name, pending.argtypes
+            with driver_errors(f"creating kernel {name}", self.label):
+                knl = cl.Kernel(prg, name)
+                knl.set_scalar_arg_dtypes(argtypes)
+                wg = int(knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
+        except BaseException:
+            self._kernels.pop(pending.key, None)  # the next use asks again (a failed build: the same error)
+            raise
+        self._argtypes[id(knl)] = argtypes
+        pending.kernel, pending.wg = knl, wg
+        self._kernels[pending.key] = (knl, wg)
+        return knl, wg
 
     def _from_family(self, key: Any, family: Family) -> tuple[Any, str, list[Any]] | None:
         """Build ``family`` as one program when its turn has come; None: build ``key`` alone."""
@@ -208,22 +316,64 @@ class Runtime:
         if all(k != key for k, _, _ in members):
             return None
         self._family_touches[family.key] = -1
-        try:
-            prg = self.programs.program(source, self.options)
-        except KernelBuildError:  # a sibling this compiler rejects: each kernel builds alone, as before
-            return None
+        future = self._request(source)
+        if future.done() and future.exception() is not None:
+            return None  # a sibling this compiler rejects: each kernel builds alone, as before
         for k, name, argtypes in members:
             if k not in self._kernels:
-                self._members[k] = (prg, name, argtypes)
+                self._members[k] = (future, name, argtypes)
         return self._members.pop(key, None)
 
     def launch(self, knl: Any, gsize: Sequence[int], lsize: Sequence[int] | None, args: Sequence[Any]) -> None:
+        if self._deferred or type(knl) is _Pending:
+            if not self._deferred and knl.kernel is not None:
+                knl = knl.kernel
+            else:  # behind a program still building: in order, after what waits already
+                self._deferred.append((knl, tuple(gsize), None if lsize is None else tuple(lsize), tuple(args)))
+                return
         try:  # (a plain try: this is the hot path of every op)
-            knl(self.queue, gsize, lsize, *args)
+            knl(self._queue, gsize, lsize, *args)
         except Exception as exc:
             if type(exc).__module__.split(".")[0] != "pyopencl":
                 raise
             raise translate(exc, f"running kernel {knl.function_name}", self.label, self.pool.stats()) from exc
+
+    def _ready(self, knl: _Pending, lsize: Sequence[int] | None) -> Any:
+        """The real kernel of ``knl`` (waiting for its build); ``lsize`` was chosen from a guessed
+        work-group size: the kernel must take it."""
+        real, wg = self._resolve(knl)
+        if lsize is not None and numel(tuple(lsize)) > wg:
+            raise KernelBuildError(
+                f"{self.label}: kernel {knl.function_name} takes work-groups of at most {wg} items, but was "
+                f"queued with {numel(tuple(lsize))} before its program was built (a background build "
+                f"guesses the device's {self.max_wg}). This is a bug in ember-opencl: please report it; "
+                f"meanwhile set EMBER_OPENCL_BUILD_THREADS=0 (programs build before their first launch)."
+            )
+        return real
+
+    def _drain(self) -> None:
+        """Put the deferred operations on the queue, in order, waiting for their programs; a build
+        that failed raises its error here, and what was queued after it is dropped."""
+        while self._deferred:
+            work, self._deferred = self._deferred, []
+            for item in work:
+                if type(item) is not tuple:
+                    try:
+                        item()
+                    except BaseException:
+                        self._deferred.clear()
+                        raise
+                    continue
+                knl, gsize, lsize, args = item
+                try:
+                    if type(knl) is _Pending:
+                        knl = self._ready(knl, lsize)
+                    knl(self._queue, gsize, lsize, *args)
+                except Exception as exc:
+                    self._deferred.clear()
+                    if type(exc).__module__.split(".")[0] != "pyopencl":
+                        raise
+                    raise translate(exc, f"running kernel {knl.function_name}", self.label, self.pool.stats()) from exc
 
     @contextlib.contextmanager
     def recording(self, rec: Any) -> Iterator[None]:
@@ -237,6 +387,8 @@ class Runtime:
         def launch(knl: Any, gsize: Sequence[int], lsize: Sequence[int] | None, args: Sequence[Any]) -> None:
             if not all(gsize):
                 return  # an empty grid queues nothing
+            if type(knl) is _Pending:
+                knl = self._ready(knl, lsize)
             with driver_errors(f"binding the arguments of kernel {knl.function_name}", self.label):
                 rec.launches.append((self._bound(knl, args), tuple(gsize), None if lsize is None else tuple(lsize)))
 
@@ -253,15 +405,18 @@ class Runtime:
         def download(a: CLArray) -> np.ndarray:
             rec.refuse(f"a step reads a {a.dtype}{list(a.shape)} tensor back to the host")
 
+        self._drain()
         shared = self.pool
         self.pool = self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
         rec.pools.append(self.pool)
         self.replay_pools.add(self.pool)
         self.launch, self.upload, self.download = launch, upload, download  # type: ignore[method-assign]
+        self._sync = True  # a bound launch needs its kernel now
         try:
             yield
         finally:
             self.pool = shared
+            self._sync = False
             del self.launch, self.upload, self.download
 
     def _bound(self, knl: Any, args: Sequence[Any]) -> Any:
@@ -288,6 +443,11 @@ class Runtime:
     # -- memory -------------------------------------------------------------------------
     def _allocate(self, nbytes: int) -> cl.Buffer:
         """A new driver buffer (the pool's ``allocate``); out of memory raises DeviceMemoryError."""
+        if self._deferred:
+            try:
+                return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+            except Exception:  # buffers released behind deferred launches are not free yet: free them
+                self._drain()
         with driver_errors(f"allocating {nbytes} bytes", self.label, self.pool.stats):
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
 
@@ -309,21 +469,29 @@ class Runtime:
         out = self.empty(tuple(array.shape), dtype)
         if out.size:
             raw = np.ascontiguousarray(array).view(ctype(dtype).np_storage)
-            with driver_errors("copying to the device", self.label, self.pool.stats):
-                cl.enqueue_copy(self.queue, out.buf, raw, is_blocking=False)
+            if self._deferred:  # after the launches waiting for a program (a copy: the caller may reuse its array)
+                self._deferred.append(functools.partial(self._copy_in, out.buf, raw.copy()))
+            else:
+                self._copy_in(out.buf, raw)
         return out
+
+    def _copy_in(self, buf: cl.Buffer, raw: np.ndarray) -> None:
+        with driver_errors("copying to the device", self.label, self.pool.stats):
+            cl.enqueue_copy(self._queue, buf, raw, is_blocking=False)
 
     def download(self, a: CLArray) -> np.ndarray:
         """The host copy of a contiguous handle, as its ember dtype's numpy type."""
         c = ctype(a.dtype)
         host = np.empty(a.shape, dtype=c.np_storage)
         if a.size:
+            self._drain()
             with driver_errors("copying to the host", self.label, self.pool.stats):
-                cl.enqueue_copy(self.queue, host, a.buf, src_offset=a.offset * c.itemsize, is_blocking=True)
+                cl.enqueue_copy(self._queue, host, a.buf, src_offset=a.offset * c.itemsize, is_blocking=True)
         if a.dtype.name == "bool":
             return host.view(np.bool_)
         return host.view(a.dtype.numpy)
 
     def finish(self) -> None:
+        self._drain()
         with driver_errors("waiting for queued work", self.label, self.pool.stats):
-            self.queue.finish()
+            self._queue.finish()
