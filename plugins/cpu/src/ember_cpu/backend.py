@@ -27,6 +27,7 @@ from ember.random import philox_words
 
 from . import fusion as fused
 from . import quant_kernels
+from .threads import blas_threads
 
 # numpy reports overflow / division by zero / invalid values as warnings; ember's semantics
 # are IEEE results without warnings (as in PyTorch), so silence them for this module only.
@@ -269,5 +270,29 @@ class CpuBackend(Backend):
         return FUSED.run(program, operands, tuple(shape))
 
     def native_kernels(self) -> dict[str, Any]:
-        """The shared numpy kernels, then this class's ``@native`` methods."""
-        return {**_KERNELS, **super().native_kernels()}
+        """The shared numpy kernels, then this class's ``@native`` methods; those that run BLAS
+        products first let :data:`~ember_cpu.threads.blas_threads` fit the BLAS's thread count
+        to the cores other processes leave idle."""
+        table = {**_KERNELS, **super().native_kernels()}
+        for op in BLAS_OPS:
+            if op in table:
+                table[op] = _fits_threads(table[op])
+        return table
+
+
+#: ops whose kernels spend their time in BLAS products
+BLAS_OPS = ("matmul", "conv", "conv_transpose", "conv_weight_grad", "scaled_dot_product_attention", "dequant_matmul")
+
+
+def _fits_threads(kernel: Any) -> Any:
+    """``kernel`` after a look at the machine's load (:meth:`ember_cpu.threads.BlasThreads.update`)."""
+    update = blas_threads.update
+
+    def run(*args: Any, **kw: Any) -> Any:
+        update()
+        return kernel(*args, **kw)
+
+    run.__name__ = getattr(kernel, "__name__", "kernel")
+    run.__doc__ = kernel.__doc__
+    run.__wrapped__ = kernel  # type: ignore[attr-defined]
+    return run
