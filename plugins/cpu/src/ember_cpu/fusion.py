@@ -180,9 +180,14 @@ def _fit(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return t
 
 
-def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tuple[int, ...], list[Any]]:
-    """The layout of iterating ``shape`` over ``tensors`` and the arrays the kernel reads: a flat
-    view (``c``), a one-element view (``z``) or a strided view over the collapsed shape (``s``)."""
+def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tuple[int, ...], list[Any], list[int]]:
+    """The layout of iterating ``shape`` over ``tensors``, the collapsed shape, the arrays the
+    kernel reads and the element strides it takes as arguments. An input is a flat view
+    (``c``), a one-element view (``z``), or, when some input is strided, the flat memory it
+    spans read at an offset built from the coordinates: ``r`` when its last collapsed axis is
+    contiguous, ``b`` when it is broadcast along it, ``f`` otherwise (its strides but that of
+    ``r``/``b``'s last axis are arguments); a view with a negative stride is read through the
+    collapsed coordinates (``s``)."""
     rank = len(shape)
     strides = []
     tensors = [_fit(t, shape) for t in tensors]
@@ -194,6 +199,7 @@ def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tup
     contiguous = tuple(math.prod(cshape[d + 1 :]) for d in range(len(cshape)))
     modes: list[str] = []
     arrays: list[Any] = []
+    args: list[int] = []
     for t, st in zip(tensors, cstrides):
         if all(s == 0 for s in st):
             modes.append("z")
@@ -201,11 +207,17 @@ def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tup
         elif st == contiguous:
             modes.append("c")
             arrays.append(np.lib.stride_tricks.as_strided(t, shape=(math.prod(cshape),), strides=(t.itemsize,)))
-        else:
+        elif min(st) < 0:
             modes.append("s")
             arrays.append(np.lib.stride_tricks.as_strided(t, shape=cshape, strides=tuple(s * t.itemsize for s in st)))
-    strided = "s" in modes
-    return Layout(tuple(modes), len(cshape) if strided else 0), cshape, arrays
+        else:
+            mode = "r" if st[-1] == 1 else "b" if st[-1] == 0 else "f"
+            modes.append(mode)
+            span = 1 + sum((n - 1) * s for n, s in zip(cshape, st))
+            arrays.append(np.lib.stride_tricks.as_strided(t, shape=(span,), strides=(t.itemsize,)))
+            args += st[:-1] if mode != "f" else st
+    strided = any(m in "srbf" for m in modes)
+    return Layout(tuple(modes), len(cshape) if strided else 0), cshape, arrays, args
 
 
 def reduce_plan(
@@ -274,11 +286,11 @@ class FusedKernels:
                 self.counts["tiled"] += 1
                 return tiled_reduce(prog, operands, shape, self.kernels)
             return self._run_reduce(prog, operands, shape, tensors, dts)
-        layout, cshape, arrays = plan(shape, tensors)
+        layout, cshape, arrays, steps = plan(shape, tensors)
         fn = self.kernel(prog, layout)
         args: list[Any] = [n]
         if layout.rank:
-            args += list(cshape)
+            args += list(cshape) + steps
         views = iter(arrays)
         for (dt, kind), v in zip(prog.inputs, operands):
             args.append(_scalar(v, dt) if kind == "scalar" else next(views))
