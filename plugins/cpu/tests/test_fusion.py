@@ -377,10 +377,14 @@ def test_reductions_match_the_numpy_kernels(dtype, op, axes, keepdims):
         s = 3
     xt = np.ascontiguousarray(x.transpose(2, 1, 0)).transpose(2, 1, 0)  # a strided input
     prog = _reduce_program(dtype, op, axes, keepdims, write_full=True)
-    before = FUSED.counts["numba_reduce"]
+    # a reduction keeping the last axis runs a numba loop and then the reduction kernel (split)
+    path = "split" if 2 not in axes else "numba_reduce"
+    before = FUSED.counts[path]
     got = FUSED.run(prog, [xt, a, s], shape)
-    assert FUSED.counts["numba_reduce"] == before + 1, "the reduction did not run as a numba kernel"
+    assert FUSED.counts[path] == before + 1, f"the reduction did not run as {path}"
     want = fusion.interpret(prog, [x, a, s], shape, _KERNELS)
+    if path == "split":  # the unfused path's own reduction kernel over the same values
+        np.testing.assert_array_equal(got[1], want[1])
     assert [g.shape for g in got] == [w.shape for w in want] and [g.dtype for g in got] == [w.dtype for w in want]
     np.testing.assert_array_equal(got[0], want[0])  # the full-size output: the same ops, one rounding each
     if dtype.startswith("float"):
@@ -458,3 +462,38 @@ def test_half_float_reductions_run_op_by_op_with_the_unfused_kernels():
     np.testing.assert_array_equal(got, _KERNELS["sum"](_KERNELS["exp"](h), axes=(1,), keepdims=False))
     assert got.dtype == np.float16
     assert FUSED.counts["op_by_op"] == before["op_by_op"] + 1 and FUSED.counts["numba"] == before["numba"]
+
+
+@pytest.mark.parametrize("axes", [(0, 1), (2,)])
+def test_gelu_backward_with_its_bias_gradient_runs_split(axes):
+    """W4's GELU backward region (erf and exp in float32) reduced over the rows or the last axis:
+    one vectorised numba loop, then the reduction kernel; against float64."""
+    from math import erf
+
+    gen = np.random.default_rng(6)
+    shape = (4, 8, 40)
+    x = (gen.standard_normal(shape) * 2).astype(np.float32)
+    g = gen.standard_normal(shape).astype(np.float32)
+    inputs = (("float32", "tensor"), ("float32", "tensor"))
+    c = lambda v: Const(v, "float32")  # noqa: E731
+    body = (
+        ("mul", "float32", (0, c(0.7071067811865476))),  # 2
+        ("erf", "float32", (2,)),  # 3
+        ("add", "float32", (3, c(1.0))),  # 4
+        ("mul", "float32", (4, c(0.5))),  # 5
+        ("mul", "float32", (0, 0)),  # 6
+        ("mul", "float32", (6, c(-0.5))),  # 7
+        ("exp", "float32", (7,)),  # 8
+        ("mul", "float32", (8, c(0.3989422804014327))),  # 9
+        ("mul", "float32", (9, 0)),  # 10
+        ("add", "float32", (5, 10)),  # 11
+        ("mul", "float32", (11, 1)),  # 12
+    )
+    prog = FusedProgram(inputs, body, (12,), Reduce("sum", 12, axes, False))
+    before = dict(FUSED.counts)
+    got = FUSED.run(prog, [x, g], shape)
+    assert FUSED.counts["split"] == before["split"] + 1 and FUSED.counts["numba"] == before["numba"] + 1
+    x64 = x.astype(np.float64)
+    d = (0.5 * (1 + np.vectorize(erf)(x64 / np.sqrt(2))) + x64 * np.exp(-0.5 * x64 * x64) / np.sqrt(2 * np.pi)) * g
+    np.testing.assert_allclose(got[0], d, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], d.sum(axis=axes), rtol=1e-5, atol=1e-5)

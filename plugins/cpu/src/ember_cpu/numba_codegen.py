@@ -40,7 +40,7 @@ from ember.lazy.program import Const, FusedProgram
 
 __all__ = [
     "Layout", "RowLayout", "LIBM_OPS", "NUMBA_DTYPES", "NUMBA_OPS", "NUMBA_REDUCTIONS", "KERNEL_NAME", "PARALLEL",
-    "compilable", "source", "reduce_source",
+    "VECTOR_F32_OPS", "compilable", "libm_bound", "source", "reduce_source",
 ]  # fmt: skip
 
 #: generate ``parallel=True`` loops (EMBER_CPU_NUMBA_PARALLEL=1); serial by default, see above
@@ -80,6 +80,13 @@ NUMBA_OPS |= _OTHER_UNARY | _OTHER_BINARY | {"cast", "where", "copy"}
 #: 59 ms as a numba loop, 41 ms tiled, 57 ms unfused; ``(x*a+b).sum(-1)`` 9.4 ms as a numba loop, 23 ms unfused
 LIBM_OPS = (frozenset(_FLOAT_FN) - {"sqrt"}) | frozenset("sigmoid silu gelu gelu_tanh softplus erf pow".split())
 LIBM_OPS |= {"atan2", "hypot", "logaddexp"}
+
+
+def libm_bound(prog: FusedProgram) -> bool:
+    """Whether ``prog`` calls libm per element (an op of :data:`LIBM_OPS` outside the float32
+    ones the generator vectorises): numpy's SIMD loops then beat a numba loop."""
+    return any(op in LIBM_OPS and not (dt == "float32" and op in VECTOR_F32_OPS) for op, dt, _ in prog.instructions)
+
 
 #: reductions :func:`reduce_source` compiles at the end of a program
 NUMBA_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean"})
@@ -190,6 +197,35 @@ def ember_sigmoid_T(x):
         return T(1) / (T(1) + e)
     return e / (T(1) + e)
 """,
+    # erf of a float32 value in float64: the Taylor series below 0.5 (relative error < 1e-9),
+    # 1 - erfc above (the fit above, < 1.2e-7 relative to erfc, so a few float32 ulps at 0.5 and
+    # less beyond); both branches are arithmetic and ember_exp64, so the loop vectorises
+    "erf_f32": """
+@njit(inline="always")
+def ember_erf_T(x):
+    z = np.float64(x)
+    a = abs(z)
+    q = z * z
+    s = -0.0008548327023450852 + q * 0.00012055332981789664
+    s = 0.005223977625442188 + q * s
+    s = -0.026866170645131252 + q * s
+    s = 0.11283791670955126 + q * s
+    s = -0.37612638903183754 + q * s
+    s = 1.1283791670955126 + q * s
+    t = 1.0 / (1.0 + 0.5 * a)
+    p = -0.82215223 + t * 0.17087277
+    p = 1.48851587 + t * p
+    p = -1.13520398 + t * p
+    p = 0.27886807 + t * p
+    p = -0.18628806 + t * p
+    p = 0.09678418 + t * p
+    p = 0.37409196 + t * p
+    p = 1.00002368 + t * p
+    big = 1.0 - t * ember_exp64(-a * a - 1.26551223 + t * p)
+    if a < 0.5:
+        return T(z * s)
+    return T(big if z >= 0 else -big)
+""",
     "logaddexp": """
 @njit(inline="always")
 def ember_logaddexp_T(x, y):
@@ -237,7 +273,11 @@ def ember_exp64(x):
     return v
 """
 #: helpers that call ember_exp64
-_USES_EXP64 = frozenset({"erfc_fast", "sigmoid_f32"})
+_USES_EXP64 = frozenset({"erfc_fast", "sigmoid_f32", "erf_f32"})
+
+#: float32 ops the generator computes with arithmetic and ember_exp64 alone (vectorised loops):
+#: not libm-bound in float32 programs (see :func:`libm_bound`)
+VECTOR_F32_OPS = frozenset({"exp", "erf", "sigmoid", "silu", "gelu", "gelu_tanh"})
 
 
 def _np(dt: str) -> str:
@@ -325,12 +365,15 @@ class _Gen:
     def unary(self, op: str, x: str, dt: str) -> str:
         k, T = _kind(dt), _np(dt)
         f = k == "f"
+        if op == "exp" and dt == "float32":  # in float64, rounded once: within an ulp of numpy's
+            self.exp64 = True
+            return f"{T}(ember_exp64(np.float64({x})))"
         if op in _FLOAT_FN:
             return f"{_FLOAT_FN[op]}({x})"
         if op in _ROUNDING:
             return f"{_ROUNDING[op]}({x})" if f else x
         if op == "erf":
-            return f"{T}(math.erf({x}))"
+            return f"{self.helper('erf_f32', dt)}({x})" if dt == "float32" else f"{T}(math.erf({x}))"
         if op == "neg":
             return x if k == "b" else (f"(-{x})" if f else f"{T}(-{x})")
         if op == "abs":
