@@ -269,6 +269,13 @@ class CpuBackend(Backend):
         """Run a fused program over ``shape``: one numba kernel, or op by op if it is small."""
         return FUSED.run(program, operands, tuple(shape))
 
+    def compile_replay(self, program: Any) -> Any:
+        """An em.jit capture's step list with two-array elementwise kernels called as their raw
+        numpy ufuncs (ember_cpu.replay); None when none could be."""
+        from .replay import compile_replay  # noqa: PLC0415 - imports ember.lazy.jit
+
+        return compile_replay(program, _KERNELS)
+
     def native_kernels(self) -> dict[str, Any]:
         """The shared numpy kernels, then this class's ``@native`` methods; those that run BLAS
         products first let :data:`~ember_cpu.threads.blas_threads` fit the BLAS's thread count
