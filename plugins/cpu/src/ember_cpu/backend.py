@@ -50,6 +50,7 @@ def _expit(a: np.ndarray) -> np.ndarray:
 #: numpy as the shared kernels see it
 NUMPY = ArrayModule(xp=np, ndarray=np.ndarray, erf=_erf, expit=_expit, stable_sort={"kind": "stable"})
 _KERNELS = kernels(NUMPY)
+_MATMUL = _KERNELS["matmul"]
 #: why the backend does not fuse (numba missing, or EMBER_CPU_NUMBA=0); None when it does
 NO_FUSION = fused.numba_missing()
 #: the process's fused kernels (one host, one cache)
@@ -174,6 +175,21 @@ class CpuBackend(Backend):
     # int8 / NF4 weights (ember.quant): numpy kernels of this backend's own
     dequant_matmul = native(staticmethod(quant_kernels.dequant_matmul))
     dequantize = native(staticmethod(quant_kernels.dequantize_op))
+
+    @native
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """A stack of rows times one matrix ((..., M, K) @ (K, N)) as one 2-D BLAS product when
+        the stack's rows merge without a copy: one GEMM with M x batch rows instead of one per
+        matrix (W4's (8, 128, 768) @ (768, 256), one thread: 8.5-8.7 -> 4.2 ms; most of its
+        shapes 5-40 % faster, none slower beyond the noise); else the shared kernel."""
+        if a.ndim > 2 and b.ndim == 2 and a.dtype == b.dtype:
+            try:
+                rows = np.reshape(a, (-1, a.shape[-1]), copy=False)
+            except ValueError:  # the stack's rows do not merge into one strided matrix
+                rows = None
+            if rows is not None:
+                return _MATMUL(rows, b).reshape(a.shape[:-1] + b.shape[-1:])
+        return _MATMUL(a, b)
 
     # -- training hot paths: numba kernels where numba is installed (ember_cpu.numba_kernels) ----
     @native
