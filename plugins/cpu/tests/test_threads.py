@@ -87,3 +87,32 @@ def test_blas_kernels_consult_the_policy(monkeypatch):
     a = np.arange(6, dtype=np.float64).reshape(2, 3)
     np.testing.assert_array_equal(kernel(a, a.T), a @ a.T)
     assert seen == [1]
+
+
+def test_only_numpys_blas_is_changed(monkeypatch):
+    """scipy's own OpenBLAS (or another library's) is left alone when numpy's is loaded."""
+    import os
+
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    site = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
+
+    class _Lib:
+        def __init__(self, path):
+            self.filepath = path
+
+    class _Controller:
+        def __init__(self, paths):
+            self.lib_controllers = [_Lib(p) for p in paths]
+
+        def select(self, **_):
+            return self
+
+    ours = os.path.join(site, "numpy.libs", "libscipy_openblas64_.so")
+    scipys = os.path.join(site, "scipy.libs", "libscipy_openblas.so")
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", lambda: _Controller([scipys, ours]))
+    assert [c.filepath for c in threads._controller()] == [ours]
+    conda = "/opt/conda/lib/libopenblas.so"
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", lambda: _Controller([conda]))
+    assert [c.filepath for c in threads._controller()] == [conda]
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", lambda: _Controller([]))
+    assert threads._controller() is None

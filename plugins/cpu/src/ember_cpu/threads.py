@@ -20,6 +20,8 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+
 __all__ = ["WINDOW", "BlasThreads", "blas_threads"]
 
 #: seconds between two measurements of the other processes' load (``/proc/stat`` counts in ticks
@@ -45,12 +47,18 @@ _TICK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 
 
 def _controller() -> Any:
-    """threadpoolctl's controllers of the BLAS libraries loaded in this process, or None if none."""
+    """threadpoolctl's controllers of numpy's BLAS (the one the backend's kernels call), or None.
+    A wheel's BLAS lives beside numpy (``numpy.libs``, ``numpy/.dylibs``): only that one is
+    changed, not scipy's or another library's; a BLAS installed elsewhere (conda's) is taken
+    when no such file is loaded."""
     try:
         from threadpoolctl import ThreadpoolController  # noqa: PLC0415 - optional, scans loaded libraries
     except ImportError:
         return None
-    return ThreadpoolController().select(user_api="blas").lib_controllers or None
+    libs = ThreadpoolController().select(user_api="blas").lib_controllers
+    root = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
+    mine = [c for c in libs if os.path.abspath(c.filepath).startswith(os.path.join(root, "numpy"))]
+    return mine or libs or None
 
 
 def _cores() -> int:
