@@ -98,3 +98,26 @@ def test_native_fast_path_agrees_with_the_composite(name, monkeypatch):
 def test_describe_reports_the_host():
     info = CPU.describe()
     assert info["fp64"] and info["cores"] >= 1 and info["name"]
+
+
+@pytest.mark.parametrize("layout", ["merged", "transposed", "broadcast"])
+def test_stacked_matmul_as_one_product_matches_float64(layout):
+    """(..., M, K) @ (K, N): rows that merge into one matrix take one 2-D product (the backend's
+    own matmul); a stack whose rows do not merge takes the shared kernel; both against float64."""
+    gen = np.random.default_rng(7)
+    if layout == "merged":
+        a = gen.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    elif layout == "transposed":
+        a = gen.standard_normal((4, 3, 5)).astype(np.float32).transpose(1, 0, 2)
+    else:
+        a = np.broadcast_to(gen.standard_normal(5).astype(np.float32), (3, 4, 5))
+    b = gen.standard_normal((5, 6)).astype(np.float32)
+    dev = em.Device("cpu")
+    assert dev.backend.implementation("matmul").__wrapped__.__name__ == "matmul"
+    got = (em.tensor(np.ascontiguousarray(a), device=dev) @ em.tensor(b, device=dev)).numpy()
+    kernel = dev.backend.implementation("matmul")
+    direct = kernel(a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(direct, want, rtol=1e-5, atol=1e-5)
+    assert direct.shape == a.shape[:-1] + (6,) and direct.dtype == np.float32

@@ -165,6 +165,67 @@ def test_broadcast_strided_scalar_and_constant_inputs():
     assert FUSED.counts["compiled"] == compiled
 
 
+def test_strided_inputs_read_flat_memory_at_offsets():
+    """Modes r (rows contiguous: a bias over a 3-D batch, a (B, 1, C) slab), b (a column
+    broadcast along the last axis), f (a transposed view) and s (a reversed view) in one loop
+    nest, with the float32 exp/erfc helpers; against float64."""
+    gen = np.random.default_rng(5)
+    shape = (3, 5, 8)
+    x = gen.standard_normal(shape).astype(np.float32)
+    bias = gen.standard_normal(8).astype(np.float32)  # r over the collapsed (15, 8)... with the slab: rank 3
+    slab = gen.standard_normal((3, 1, 8)).astype(np.float32)  # r, broadcast along axis 1
+    col = gen.standard_normal((3, 5, 1)).astype(np.float32)  # b
+    tr = gen.standard_normal((8, 5, 3)).astype(np.float32).T  # f
+    rev = gen.standard_normal(shape).astype(np.float32)[::-1]  # s (a negative stride)
+    inputs = tuple(("float32", "tensor") for _ in range(6))
+    body = (
+        ("add", "float32", (0, 1)),  # 6
+        ("add", "float32", (6, 2)),  # 7
+        ("mul", "float32", (7, 3)),  # 8
+        ("add", "float32", (8, 4)),  # 9
+        ("sub", "float32", (9, 5)),  # 10
+        ("gelu", "float32", (10,)),  # 11
+        ("sigmoid", "float32", (10,)),  # 12
+    )
+    prog = FusedProgram(inputs, body, (11, 12))
+    operands = [x, bias, slab, col, tr, rev]
+    layout, cshape, _, _ = fusion.plan(shape, operands)
+    assert layout.modes == ("c", "r", "r", "b", "f", "s") and layout.rank == 3 and cshape == shape
+    got, want = _run_both(prog, operands, shape)
+    v = (x.astype(np.float64) + bias + slab) * col + tr - rev
+    from math import erf
+
+    gelu = 0.5 * v * (1 + np.vectorize(erf)(v / np.sqrt(2)))
+    np.testing.assert_allclose(got[0], gelu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], 1 / (1 + np.exp(-v)), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    # a collapsed 2-D nest: the bias alone over (3, 5, 8) is (15, 8) rows
+    prog2 = FusedProgram(inputs[:2], (("add", "float32", (0, 1)),), (2,))
+    layout2, cshape2, _, steps = fusion.plan(shape, [x, bias])
+    assert layout2.modes == ("c", "r") and cshape2 == (15, 8) and steps == [0]
+    got2, _ = _run_both(prog2, [x, bias], shape)
+    np.testing.assert_array_equal(got2[0], x + bias)
+
+
+def test_float32_exp_helpers_at_the_edges():
+    """sigmoid and gelu of float32 through ember_exp64: infinities, NaN, huge and tiny values."""
+    v = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 88.0, -88.0, 104.0, -104.0, 1e-30, -1e-30, 30.0, -30.0]
+                 + list(np.linspace(-20, 20, 51)), dtype=np.float32)  # fmt: skip
+    inputs = (("float32", "tensor"),)
+    prog = FusedProgram(inputs, (("sigmoid", "float32", (0,)), ("gelu", "float32", (0,))), (1, 2))
+    got, want = _run_both(prog, [v], v.shape)
+    from math import erfc
+
+    d = v.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sig = 1 / (1 + np.exp(-d))
+        gelu = np.array([0.5 * t * erfc(-t / np.sqrt(2)) if np.isfinite(t) else t * (t > 0) for t in d])
+    gelu[np.isnan(d)] = np.nan
+    np.testing.assert_allclose(got[0], sig.astype(np.float32), rtol=1e-6, atol=0)  # rounded: 0 at -104
+    np.testing.assert_allclose(got[1], gelu.astype(np.float32), rtol=1e-5, atol=1e-44)  # denormals: ulps
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=0)
+
+
 def test_a_large_chain_through_the_lazy_layer_is_one_numba_kernel(monkeypatch):
     """W6's chain on the cpu device, above the threshold, against numpy float64 (erf from math)."""
     from math import erf
@@ -316,10 +377,14 @@ def test_reductions_match_the_numpy_kernels(dtype, op, axes, keepdims):
         s = 3
     xt = np.ascontiguousarray(x.transpose(2, 1, 0)).transpose(2, 1, 0)  # a strided input
     prog = _reduce_program(dtype, op, axes, keepdims, write_full=True)
-    before = FUSED.counts["numba_reduce"]
+    # a reduction keeping the last axis runs a numba loop and then the reduction kernel (split)
+    path = "split" if 2 not in axes else "numba_reduce"
+    before = FUSED.counts[path]
     got = FUSED.run(prog, [xt, a, s], shape)
-    assert FUSED.counts["numba_reduce"] == before + 1, "the reduction did not run as a numba kernel"
+    assert FUSED.counts[path] == before + 1, f"the reduction did not run as {path}"
     want = fusion.interpret(prog, [x, a, s], shape, _KERNELS)
+    if path == "split":  # the unfused path's own reduction kernel over the same values
+        np.testing.assert_array_equal(got[1], want[1])
     assert [g.shape for g in got] == [w.shape for w in want] and [g.dtype for g in got] == [w.dtype for w in want]
     np.testing.assert_array_equal(got[0], want[0])  # the full-size output: the same ops, one rounding each
     if dtype.startswith("float"):
@@ -397,3 +462,38 @@ def test_half_float_reductions_run_op_by_op_with_the_unfused_kernels():
     np.testing.assert_array_equal(got, _KERNELS["sum"](_KERNELS["exp"](h), axes=(1,), keepdims=False))
     assert got.dtype == np.float16
     assert FUSED.counts["op_by_op"] == before["op_by_op"] + 1 and FUSED.counts["numba"] == before["numba"]
+
+
+@pytest.mark.parametrize("axes", [(0, 1), (2,)])
+def test_gelu_backward_with_its_bias_gradient_runs_split(axes):
+    """W4's GELU backward region (erf and exp in float32) reduced over the rows or the last axis:
+    one vectorised numba loop, then the reduction kernel; against float64."""
+    from math import erf
+
+    gen = np.random.default_rng(6)
+    shape = (4, 8, 40)
+    x = (gen.standard_normal(shape) * 2).astype(np.float32)
+    g = gen.standard_normal(shape).astype(np.float32)
+    inputs = (("float32", "tensor"), ("float32", "tensor"))
+    c = lambda v: Const(v, "float32")  # noqa: E731
+    body = (
+        ("mul", "float32", (0, c(0.7071067811865476))),  # 2
+        ("erf", "float32", (2,)),  # 3
+        ("add", "float32", (3, c(1.0))),  # 4
+        ("mul", "float32", (4, c(0.5))),  # 5
+        ("mul", "float32", (0, 0)),  # 6
+        ("mul", "float32", (6, c(-0.5))),  # 7
+        ("exp", "float32", (7,)),  # 8
+        ("mul", "float32", (8, c(0.3989422804014327))),  # 9
+        ("mul", "float32", (9, 0)),  # 10
+        ("add", "float32", (5, 10)),  # 11
+        ("mul", "float32", (11, 1)),  # 12
+    )
+    prog = FusedProgram(inputs, body, (12,), Reduce("sum", 12, axes, False))
+    before = dict(FUSED.counts)
+    got = FUSED.run(prog, [x, g], shape)
+    assert FUSED.counts["split"] == before["split"] + 1 and FUSED.counts["numba"] == before["numba"] + 1
+    x64 = x.astype(np.float64)
+    d = (0.5 * (1 + np.vectorize(erf)(x64 / np.sqrt(2))) + x64 * np.exp(-0.5 * x64 * x64) / np.sqrt(2 * np.pi)) * g
+    np.testing.assert_allclose(got[0], d, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], d.sum(axis=axes), rtol=1e-5, atol=1e-5)

@@ -36,12 +36,13 @@ def _max_pool_grad_reference(x, g, kernel, stride, padding, dilation):
 
 @pytest.mark.parametrize(
     ("kernel", "stride", "padding", "dilation"),
-    [(2, 2, 0, 1), (3, 2, 1, 1), (3, 1, 1, 2)],
+    [(2, 2, 0, 1), (3, 2, 1, 1), (3, 1, 1, 2), (3, 3, 0, 1), (2, 3, 0, 1)],
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_max_pool_backward_matches_a_float64_reference(kernel, stride, padding, dilation, dtype):
+@pytest.mark.parametrize("hw", [(9, 8), (8, 6)])  # (8, 6) with 2x2 windows: every element covered
+def test_max_pool_backward_matches_a_float64_reference(kernel, stride, padding, dilation, dtype, hw):
     gen = np.random.default_rng(0)
-    xv = gen.standard_normal((2, 3, 9, 8)).astype(dtype)
+    xv = gen.standard_normal((2, 3, *hw)).astype(dtype)
     xv[0, 0, :2, :2] = 1.5  # a tie: the first maximum takes the gradient
     dev = em.Device("cpu").autodiff()
     x = em.tensor(xv, device=dev, requires_grad=True)

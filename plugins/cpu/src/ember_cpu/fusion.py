@@ -41,6 +41,7 @@ from .numba_codegen import (
     Layout,
     RowLayout,
     compilable,
+    libm_bound,
     reduce_source,
     source,
 )
@@ -171,6 +172,32 @@ def tiled_reduce(prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]
     return [*outs, red if r.keepdims else red.reshape(r.shape(shape))]
 
 
+#: float32 ops whose numpy kernels are scipy.special's scalar loops and which the generator
+#: vectorises (numba_codegen.VECTOR_F32_OPS): a program with one reduces fastest as split
+_SCIPY_F32 = frozenset({"erf", "gelu", "sigmoid", "silu"})
+
+
+def _reduce_route(prog: FusedProgram, shape: tuple[int, ...]) -> str:
+    """How a large program with a reduction runs, from measurements on the dev machine (one
+    thread, W4's regions, the 2026-12-05 log): ``split`` (one numba loop writing the reduced
+    value, then the reduction kernel) when it has a scipy-backed float32 op the loop vectorises
+    and no libm-bound one (GELU's backward with its bias gradient, (8, 128, 1024): 8.7 ms
+    against 30 tiled and 42 as one loop nest), or when the reduction keeps the innermost axis
+    (a bias gradient's sum over rows: 0.11 against 1.25 ms, the loop nest reading a row apart);
+    ``tiled`` when an op is libm-bound in numba and numpy runs it with SIMD (exp: 5-25 ms
+    against 13-43); ``numba`` (one loop nest) otherwise."""
+    r = prog.reduce
+    assert r is not None
+    ops = prog.instructions
+    can_split = r.value >= len(prog.inputs)  # an instruction's value, which a program can output
+    if can_split and not libm_bound(prog) and any(dt == "float32" and op in _SCIPY_F32 for op, dt, _ in ops):
+        return "split"
+    if any(op in LIBM_OPS for op, _, _ in ops):
+        return "tiled"
+    axes = [d for d, n in enumerate(shape) if n != 1]
+    return "split" if can_split and axes and axes[-1] not in r.axes else "numba"
+
+
 def _fit(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``t`` without leading unit axes beyond ``shape``'s rank (a one-element handle of a 0-d
     value, as em.jit's replays and optimizer states hand in)."""
@@ -180,9 +207,14 @@ def _fit(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return t
 
 
-def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tuple[int, ...], list[Any]]:
-    """The layout of iterating ``shape`` over ``tensors`` and the arrays the kernel reads: a flat
-    view (``c``), a one-element view (``z``) or a strided view over the collapsed shape (``s``)."""
+def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tuple[int, ...], list[Any], list[int]]:
+    """The layout of iterating ``shape`` over ``tensors``, the collapsed shape, the arrays the
+    kernel reads and the element strides it takes as arguments. An input is a flat view
+    (``c``), a one-element view (``z``), or, when some input is strided, the flat memory it
+    spans read at an offset built from the coordinates: ``r`` when its last collapsed axis is
+    contiguous, ``b`` when it is broadcast along it, ``f`` otherwise (its strides but that of
+    ``r``/``b``'s last axis are arguments); a view with a negative stride is read through the
+    collapsed coordinates (``s``)."""
     rank = len(shape)
     strides = []
     tensors = [_fit(t, shape) for t in tensors]
@@ -194,6 +226,7 @@ def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tup
     contiguous = tuple(math.prod(cshape[d + 1 :]) for d in range(len(cshape)))
     modes: list[str] = []
     arrays: list[Any] = []
+    args: list[int] = []
     for t, st in zip(tensors, cstrides):
         if all(s == 0 for s in st):
             modes.append("z")
@@ -201,11 +234,17 @@ def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tup
         elif st == contiguous:
             modes.append("c")
             arrays.append(np.lib.stride_tricks.as_strided(t, shape=(math.prod(cshape),), strides=(t.itemsize,)))
-        else:
+        elif min(st) < 0:
             modes.append("s")
             arrays.append(np.lib.stride_tricks.as_strided(t, shape=cshape, strides=tuple(s * t.itemsize for s in st)))
-    strided = "s" in modes
-    return Layout(tuple(modes), len(cshape) if strided else 0), cshape, arrays
+        else:
+            mode = "r" if st[-1] == 1 else "b" if st[-1] == 0 else "f"
+            modes.append(mode)
+            span = 1 + sum((n - 1) * s for n, s in zip(cshape, st))
+            arrays.append(np.lib.stride_tricks.as_strided(t, shape=(span,), strides=(t.itemsize,)))
+            args += st[:-1] if mode != "f" else st
+    strided = any(m in "srbf" for m in modes)
+    return Layout(tuple(modes), len(cshape) if strided else 0), cshape, arrays, args
 
 
 def reduce_plan(
@@ -251,8 +290,10 @@ class FusedKernels:
         self._skip: dict[FusedProgram, str | None] = {}
         self._lock = threading.Lock()
         #: kernels compiled (or loaded from numba's disk cache), numba launches (those that also
-        #: reduced, op-by-op programs, reductions run tile by tile (tiled_reduce)
-        self.counts = {"compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0, "tiled": 0}
+        #: reduced), op-by-op programs, reductions run tile by tile (tiled_reduce), reductions run
+        #: as a numba loop and the reduction kernel (_run_split)
+        self.counts = {"compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0, "tiled": 0, "split": 0}
+        self._split: dict[FusedProgram, FusedProgram] = {}
 
     def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
         """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input order."""
@@ -270,15 +311,18 @@ class FusedKernels:
         dts = prog.value_dtypes()
         tensors = [operands[j] for j in prog.tensor_inputs]
         if prog.reduce is not None:
-            if any(op in LIBM_OPS for op, _, _ in prog.instructions):  # numpy's SIMD loops win
+            route = _reduce_route(prog, shape)
+            if route == "split":
+                return self._run_split(prog, operands, shape)
+            if route == "tiled":
                 self.counts["tiled"] += 1
                 return tiled_reduce(prog, operands, shape, self.kernels)
             return self._run_reduce(prog, operands, shape, tensors, dts)
-        layout, cshape, arrays = plan(shape, tensors)
+        layout, cshape, arrays, steps = plan(shape, tensors)
         fn = self.kernel(prog, layout)
         args: list[Any] = [n]
         if layout.rank:
-            args += list(cshape)
+            args += list(cshape) + steps
         views = iter(arrays)
         for (dt, kind), v in zip(prog.inputs, operands):
             args.append(_scalar(v, dt) if kind == "scalar" else next(views))
@@ -286,6 +330,22 @@ class FusedKernels:
         fn(*args, *outs)
         self.counts["numba"] += 1
         return [o.reshape(shape) for o in outs]
+
+    def _run_split(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
+        """The program's elementwise part as one (vectorised) numba loop that also writes the
+        reduced value, then the unfused path's reduction kernel over it, whose result this is
+        exactly (see :func:`_reduce_route` for when)."""
+        r = prog.reduce
+        assert r is not None
+        elem = self._split.get(prog)
+        if elem is None:
+            outs = prog.outputs if r.value in prog.outputs else (*prog.outputs, r.value)
+            elem = self._split[prog] = FusedProgram(prog.inputs, prog.instructions, outs)
+        values = self.run(elem, operands, shape)
+        v = values[elem.outputs.index(r.value)]
+        self.counts["split"] += 1
+        red = np.asarray(self.kernels[r.op](v, axes=r.axes, keepdims=r.keepdims), order="C")  # 0-d stays 0-d
+        return [*values[: len(prog.outputs)], red]
 
     def _run_reduce(
         self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], tensors: list[Any], dts: list[str]

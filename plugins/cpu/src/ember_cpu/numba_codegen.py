@@ -4,7 +4,9 @@
 The source does not hold shapes: the element count, the collapsed shape (when an input is
 strided) and the inputs come as arguments, so one compiled kernel serves every shape of the
 same layout (:class:`Layout`: a mode per tensor input, ``c`` contiguous and read as ``x[i]``,
-``z`` one broadcast element, ``s`` strided and read through the collapsed index). The loop
+``z`` one broadcast element; when one is strided, a loop per collapsed axis reads it as flat
+memory at an offset, ``r``/``b``/``f`` by its last axis's stride 1/0/other, or ``s`` through
+the collapsed coordinates if a stride is negative). The loop
 is serial unless ``EMBER_CPU_NUMBA_PARALLEL=1`` (then numba's ``prange`` splits it over the
 cores): measured on the shared 2-core machine under load, a serial loop over 2^17-2^23 float32
 elements ran 2-3x faster than numpy every time, while the parallel one ranged from as fast to
@@ -38,7 +40,7 @@ from ember.lazy.program import Const, FusedProgram
 
 __all__ = [
     "Layout", "RowLayout", "LIBM_OPS", "NUMBA_DTYPES", "NUMBA_OPS", "NUMBA_REDUCTIONS", "KERNEL_NAME", "PARALLEL",
-    "compilable", "source", "reduce_source",
+    "VECTOR_F32_OPS", "compilable", "libm_bound", "source", "reduce_source",
 ]  # fmt: skip
 
 #: generate ``parallel=True`` loops (EMBER_CPU_NUMBA_PARALLEL=1); serial by default, see above
@@ -78,6 +80,13 @@ NUMBA_OPS |= _OTHER_UNARY | _OTHER_BINARY | {"cast", "where", "copy"}
 #: 59 ms as a numba loop, 41 ms tiled, 57 ms unfused; ``(x*a+b).sum(-1)`` 9.4 ms as a numba loop, 23 ms unfused
 LIBM_OPS = (frozenset(_FLOAT_FN) - {"sqrt"}) | frozenset("sigmoid silu gelu gelu_tanh softplus erf pow".split())
 LIBM_OPS |= {"atan2", "hypot", "logaddexp"}
+
+
+def libm_bound(prog: FusedProgram) -> bool:
+    """Whether ``prog`` calls libm per element (an op of :data:`LIBM_OPS` outside the float32
+    ones the generator vectorises): numpy's SIMD loops then beat a numba loop."""
+    return any(op in LIBM_OPS and not (dt == "float32" and op in VECTOR_F32_OPS) for op, dt, _ in prog.instructions)
+
 
 #: reductions :func:`reduce_source` compiles at the end of a program
 NUMBA_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean"})
@@ -159,7 +168,8 @@ def ember_pow_T(a, b):
     return r
 """,
     # erfc with relative error < 1.2e-7 (the Chebyshev fit of Numerical Recipes' erfcc), in
-    # float64: float32 results to an ulp or two at ~4x the speed of numba's math.erfc
+    # float64: float32 results to an ulp or two at ~4x the speed of numba's math.erfc (~7x with
+    # the vectorisable ember_exp64: 4M-element W6 chain 42.6 -> 26.8 ms)
     "erfc_fast": """
 @njit(inline="always")
 def ember_erfc_fast_T(x):
@@ -173,8 +183,48 @@ def ember_erfc_fast_T(x):
     p = 0.09678418 + t * p
     p = 0.37409196 + t * p
     p = 1.00002368 + t * p
-    r = t * math.exp(-z * z - 1.26551223 + t * p)
+    r = t * ember_exp64(-z * z - 1.26551223 + t * p)
     return T(r if x >= 0 else 2.0 - r)
+""",
+    # exp of a float32 value in float64 (relative error < 3e-10, far below float32's ulp), from
+    # arithmetic and a bit cast only, so LLVM vectorises the loop around it; numba's np.exp is a
+    # scalar libm call per element. Underflow flushes below 1e-307 (0 once rounded to float32)
+    "sigmoid_f32": """
+@njit(inline="always")
+def ember_sigmoid_T(x):
+    e = T(ember_exp64(np.float64(-abs(x))))
+    if x >= 0:
+        return T(1) / (T(1) + e)
+    return e / (T(1) + e)
+""",
+    # erf of a float32 value in float64: the Taylor series below 0.5 (relative error < 1e-9),
+    # 1 - erfc above (the fit above, < 1.2e-7 relative to erfc, so a few float32 ulps at 0.5 and
+    # less beyond); both branches are arithmetic and ember_exp64, so the loop vectorises
+    "erf_f32": """
+@njit(inline="always")
+def ember_erf_T(x):
+    z = np.float64(x)
+    a = abs(z)
+    q = z * z
+    s = -0.0008548327023450852 + q * 0.00012055332981789664
+    s = 0.005223977625442188 + q * s
+    s = -0.026866170645131252 + q * s
+    s = 0.11283791670955126 + q * s
+    s = -0.37612638903183754 + q * s
+    s = 1.1283791670955126 + q * s
+    t = 1.0 / (1.0 + 0.5 * a)
+    p = -0.82215223 + t * 0.17087277
+    p = 1.48851587 + t * p
+    p = -1.13520398 + t * p
+    p = 0.27886807 + t * p
+    p = -0.18628806 + t * p
+    p = 0.09678418 + t * p
+    p = 0.37409196 + t * p
+    p = 1.00002368 + t * p
+    big = 1.0 - t * ember_exp64(-a * a - 1.26551223 + t * p)
+    if a < 0.5:
+        return T(z * s)
+    return T(big if z >= 0 else -big)
 """,
     "logaddexp": """
 @njit(inline="always")
@@ -191,6 +241,45 @@ def ember_logaddexp_T(x, y):
 }
 
 
+#: module-level code a helper's body calls (``ember_exp64``), emitted once before the helpers
+_EXP64 = """
+@intrinsic
+def ember_f64_from_bits(typingctx, bits):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@njit(inline="always")
+def ember_exp64(x):
+    if x != x:
+        return x
+    xc = min(max(x, -708.0), 709.0)
+    k = np.floor(xc * 1.4426950408889634 + 0.5)
+    r = xc - k * 0.6931471803691238 - k * 1.9082149292705877e-10
+    p = 2.48015873015873e-05
+    p = 1.984126984126984e-04 + r * p
+    p = 1.388888888888889e-03 + r * p
+    p = 8.333333333333333e-03 + r * p
+    p = 4.1666666666666664e-02 + r * p
+    p = 1.6666666666666666e-01 + r * p
+    p = 0.5 + r * p
+    p = 1.0 + r * p
+    p = 1.0 + r * p
+    v = p * ember_f64_from_bits(np.int64(k + 1023.0) << 52)
+    if x > 709.0:
+        v = np.inf
+    return v
+"""
+#: helpers that call ember_exp64
+_USES_EXP64 = frozenset({"erfc_fast", "sigmoid_f32", "erf_f32"})
+
+#: float32 ops the generator computes with arithmetic and ember_exp64 alone (vectorised loops):
+#: not libm-bound in float32 programs (see :func:`libm_bound`)
+VECTOR_F32_OPS = frozenset({"exp", "erf", "sigmoid", "silu", "gelu", "gelu_tanh"})
+
+
 def _np(dt: str) -> str:
     return "np.bool_" if dt == "bool" else f"np.{dt}"
 
@@ -202,7 +291,8 @@ def _kind(dt: str) -> str:
 @dataclass(frozen=True)
 class Layout:
     """What a kernel's source depends on besides its program: a mode per tensor input (``c``,
-    ``z`` or ``s``, in input order) and the rank of the strided index (0 when none is strided)."""
+    ``z``, ``s``, ``r``, ``b`` or ``f``, in input order: see :func:`ember_cpu.fusion.plan`) and
+    the rank of the loop nest (0 when no input is strided: one flat loop)."""
 
     modes: tuple[str, ...]
     rank: int = 0
@@ -240,6 +330,7 @@ class _Gen:
     def __init__(self) -> None:
         self.consts: dict[tuple[str, str], str] = {}
         self.helpers: dict[str, str] = {}
+        self.exp64 = False
 
     def const(self, value: bool | int | float, dt: str) -> str:
         """A module-level constant of dtype ``dt`` (numba freezes globals with their type)."""
@@ -252,21 +343,37 @@ class _Gen:
         return name
 
     def helper(self, key: str, dt: str) -> str:
-        base = key.rsplit("_", 1)[0] if key.endswith(("_f", "_i")) else key
+        base = key.rsplit("_", 1)[0] if key.endswith(("_f", "_i", "_f32")) else key
+        self.exp64 = self.exp64 or key in _USES_EXP64
         fn = f"ember_{base}_{dt}"
         if fn not in self.helpers:
             self.helpers[fn] = _HELPERS[key].replace(f"ember_{base}_T", fn).replace("T(", f"{_np(dt)}(")
         return fn
 
+    def sigmoid(self, dt: str) -> str:
+        """The sigmoid helper of ``dt``: float32's exp through the vectorisable ``ember_exp64``."""
+        return self.helper("sigmoid_f32" if dt == "float32" else "sigmoid", dt)
+
+    def prelude(self) -> list[str]:
+        """Module text before the constants: imports, and ``ember_exp64`` if a helper calls it."""
+        lines = ["import math", "", "import numpy as np", "from numba import njit, prange", ""]
+        if self.exp64:
+            lines[3:3] = ["from llvmlite import ir", "from numba import types", "from numba.extending import intrinsic"]
+            lines += _EXP64.strip("\n").split("\n") + [""]
+        return lines
+
     def unary(self, op: str, x: str, dt: str) -> str:
         k, T = _kind(dt), _np(dt)
         f = k == "f"
+        if op == "exp" and dt == "float32":  # in float64, rounded once: within an ulp of numpy's
+            self.exp64 = True
+            return f"{T}(ember_exp64(np.float64({x})))"
         if op in _FLOAT_FN:
             return f"{_FLOAT_FN[op]}({x})"
         if op in _ROUNDING:
             return f"{_ROUNDING[op]}({x})" if f else x
         if op == "erf":
-            return f"{T}(math.erf({x}))"
+            return f"{self.helper('erf_f32', dt)}({x})" if dt == "float32" else f"{T}(math.erf({x}))"
         if op == "neg":
             return x if k == "b" else (f"(-{x})" if f else f"{T}(-{x})")
         if op == "abs":
@@ -296,9 +403,9 @@ class _Gen:
         if op == "relu":  # NaN stays NaN, as numpy's maximum(x, 0)
             return f"({T}(0) if {x} < 0 else {x})"
         if op == "sigmoid":
-            return f"{self.helper('sigmoid', dt)}({x})"
+            return f"{self.sigmoid(dt)}({x})"
         if op == "silu":
-            return f"({x} * {self.helper('sigmoid', dt)}({x}))"
+            return f"({x} * {self.sigmoid(dt)}({x}))"
         if op == "gelu":  # 0.5 x erfc(-x / sqrt 2): no cancellation for negative x
             half, r2 = self.const(0.5, dt), self.const(0.7071067811865476, dt)
             if dt == "float32":  # numba's math.erfc costs ~35 ns an element; the fit, ~8
@@ -306,7 +413,7 @@ class _Gen:
             return f"({half} * {x} * {T}(math.erfc(-{x} * {r2})))"
         if op == "gelu_tanh":  # x sigmoid(2z)
             k0, k1 = self.const(2 * 0.7978845608028654, dt), self.const(0.044715, dt)
-            return f"({x} * {self.helper('sigmoid', dt)}({k0} * ({x} + {k1} * {x} * {x} * {x})))"
+            return f"({x} * {self.sigmoid(dt)}({k0} * ({x} + {k1} * {x} * {x} * {x})))"
         if op == "softplus":
             return f"(({x} if {x} > 0 else {T}(0)) + np.log1p(np.exp(-abs({x}))))"
         raise ValueError(f"unknown unary op {op!r}")
@@ -373,7 +480,7 @@ class _Gen:
 
 
 def source(prog: FusedProgram, layout: Layout, *, cache: bool) -> str:
-    """The module text defining ``ember_fused(n, sh0.., in0.., out0..)`` for ``prog`` under
+    """The module text defining ``ember_fused(n, sh0.., st.., in0.., out0..)`` for ``prog`` under
     ``layout`` (``cache``: numba's on-disk cache, for a module written to a real file)."""
     prog.check()
     if prog.reduce is not None:
@@ -387,13 +494,14 @@ def source(prog: FusedProgram, layout: Layout, *, cache: bool) -> str:
     dts = prog.value_dtypes()
     n_in = len(prog.inputs)
     rank = layout.rank
-    strided = "s" in layout.modes
-    params = ["n"] + ([f"sh{d}" for d in range(rank)] if strided else [])
+    strided = rank > 0
+    last = rank - 1
+    steps: list[str] = []  # the flat inputs' strides, arguments after the shape
     before: list[str] = []
     loads: list[str] = []
+    offsets: list[list[str]] = [[] for _ in range(rank)]  # per loop level: offsets of the flat inputs
     modes = iter(layout.modes)
     for j, (_, kind) in enumerate(prog.inputs):
-        params.append(f"in{j}")
         if kind == "scalar":
             before.append(f"v{j} = in{j}")
             continue
@@ -402,31 +510,49 @@ def source(prog: FusedProgram, layout: Layout, *, cache: bool) -> str:
             before.append(f"v{j} = in{j}[0]")
         elif mode == "c":
             loads.append(f"v{j} = in{j}[i]")
-        else:
+        elif mode == "s":
             loads.append(f"v{j} = in{j}[{', '.join(f'c{d}' for d in range(rank))}]")
+        else:  # flat memory at an offset: one stride argument per axis (the last one's for f only)
+            steps += [f"st{j}_{d}" for d in range(rank if mode == "f" else last)]
+            for d in range(last):
+                prev = f"o{j}_{d - 1} + " if d else ""
+                offsets[d].append(f"o{j}_{d} = {prev}c{d} * st{j}_{d}")
+            at = f"o{j}_{last - 1}" if last else ""
+            inner = {"r": f"c{last}", "b": "", "f": f"c{last} * st{j}_{last}"}[mode]
+            loads.append(f"v{j} = in{j}[{' + '.join(x for x in (at, inner) if x) or '0'}]")
+    params = ["n", *(f"sh{d}" for d in range(rank)), *steps, *(f"in{j}" for j in range(n_in))]
     params += [f"out{k}" for k in range(len(prog.outputs))]
     body: list[str] = []
     for j, (op, dt, args) in enumerate(prog.instructions):
         typed = [(gen.const(a.value, a.dtype), a.dtype) if isinstance(a, Const) else (f"v{a}", dts[a]) for a in args]
         body.append(f"v{n_in + j} = {gen.expression(op, typed, dt)}")
-    lines = ["import math", "", "import numpy as np", "from numba import njit, prange", ""]
+    lines = gen.prelude()
     for (value, dt), name in gen.consts.items():
         lines.append(f"{name} = {_np(dt)}({_literal(value)})")
     lines += [h for h in gen.helpers.values()]
     flags = f"parallel={PARALLEL}, fastmath=False, error_model='numpy', nogil=True" + (", cache=True" if cache else "")
     lines += ["", f"@njit({flags})", f"def {KERNEL_NAME}({', '.join(params)}):"]
     lines += ["    " + s for s in before]
-    lines.append("    for i in prange(n):")
-    if strided and rank > 0:
-        rest = "i"  # each quotient a new name: numba refuses writes to a prange index's alias
-        for d in range(rank - 1, 0, -1):
-            lines.append(f"        c{d} = {rest} % sh{d}")
-            lines.append(f"        q{d} = {rest} // sh{d}")
-            rest = f"q{d}"
-        lines.append(f"        c0 = {rest}")
-    lines += ["        " + s for s in loads]
-    lines += ["        " + s for s in body]
-    lines += [f"        out{k}[i] = v{o}" for k, o in enumerate(prog.outputs)]
+    pad = "        "
+    if strided:
+        # one loop per collapsed axis (prange over the first), the flat index and the inputs'
+        # offsets built level by level: a division and a remainder per axis and element, and
+        # numba's strided 2-D reads, kept LLVM from vectorising (W4's bias-add-GELU region over
+        # (1024, 1024): 33 ms; as nested loops over flat memory: see the log of 2026-12-05)
+        base = "0"
+        for d in range(rank):
+            lines.append(f"{pad[4:]}for c{d} in {'prange' if d == 0 else 'range'}(sh{d}):")
+            if d < last:
+                lines.append(f"{pad}b{d} = ({base} + c{d}) * sh{d + 1}")
+                lines += [pad + o for o in offsets[d]]
+                base = f"b{d}"
+                pad += "    "
+        lines.append(f"{pad}i = {base} + c{last}" if rank > 1 else f"{pad}i = c0")
+    else:
+        lines.append("    for i in prange(n):")
+    lines += [pad + s for s in loads]
+    lines += [pad + s for s in body]
+    lines += [f"{pad}out{k}[i] = v{o}" for k, o in enumerate(prog.outputs)]
     return "\n".join(lines) + "\n"
 
 
@@ -514,7 +640,7 @@ def reduce_source(prog: FusedProgram, layout: RowLayout, *, cache: bool) -> str:
         result = f"{_np(dt)}(acc / {_np(acc_dt)}({count}))"
     else:
         result = f"{_np(dt)}(acc)" if acc_dt != dt else "acc"
-    lines = ["import math", "", "import numpy as np", "from numba import njit, prange", ""]
+    lines = gen.prelude()
     for (value, cdt), name in gen.consts.items():
         lines.append(f"{name} = {_np(cdt)}({_literal(value)})")
     lines += [h for h in gen.helpers.values()]

@@ -57,6 +57,44 @@ def _max_pool2d_backward(g, x, out, grad, kh, kw, sh, sw, ph, pw, dh, dw):  # pr
                         break
 
 
+@njit(fastmath=False, cache=True, nogil=True)
+def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw):  # pragma: no cover - numba
+    """Windows that do not overlap (stride >= kernel, no padding or dilation), planes flattened:
+    every element of a window is stored (the gradient at its first maximum, else 0), without
+    branches, so ``grad`` need not be zeroed where windows cover it."""
+    planes, oh, ow = out.shape
+    if kh == 2 and kw == 2:  # unrolled: the loops over runtime window sizes ran ~6x slower
+        for p in range(planes):
+            for i in range(oh):
+                r0 = i * sh
+                r1 = r0 + 1
+                for j in range(ow):
+                    c0 = j * sw
+                    c1 = c0 + 1
+                    m = out[p, i, j]
+                    gv = g[p, i, j]
+                    a = x[p, r0, c0] == m
+                    b = (x[p, r0, c1] == m) and not a  # loads first: no branch around them
+                    c = (x[p, r1, c0] == m) and not (a or b)
+                    d = (x[p, r1, c1] == m) and not (a or b or c)
+                    grad[p, r0, c0] = gv if a else 0
+                    grad[p, r0, c1] = gv if b else 0
+                    grad[p, r1, c0] = gv if c else 0
+                    grad[p, r1, c1] = gv if d else 0
+        return
+    for p in range(planes):
+        for i in range(oh):
+            for j in range(ow):
+                m = out[p, i, j]
+                gv = g[p, i, j]
+                done = False
+                for u in range(kh):
+                    for v in range(kw):
+                        hit = (x[p, i * sh + u, j * sw + v] == m) and not done
+                        grad[p, i * sh + u, j * sw + v] = gv if hit else 0
+                        done = done or hit
+
+
 def max_pool2d_backward(
     g: np.ndarray,
     x: np.ndarray,
@@ -67,6 +105,20 @@ def max_pool2d_backward(
     dilation: tuple[int, int],
 ) -> np.ndarray:
     """The gradient of a 2-D max pool with respect to ``x`` (float32 or float64, NCHW)."""
+    disjoint = stride[0] >= kernel[0] and stride[1] >= kernel[1] and tuple(dilation) == (1, 1)
+    if disjoint and not any(lo or hi for lo, hi in padding) and not PARALLEL:
+        n, c, h, w = x.shape
+        oh, ow = out.shape[2:]
+        planes = n * c
+        covered = stride[0] == kernel[0] and stride[1] == kernel[1] and oh * stride[0] == h and ow * stride[1] == w
+        grad = np.empty(x.shape, dtype=x.dtype) if covered else np.zeros(x.shape, dtype=x.dtype)
+        # no zeroed buffer to fault in, no branches around the stores: W3's first pool
+        # (64x32x28x28, 2x2) ~10x faster than the generic loop (see the 2026-12-05 log)
+        _max_pool2d_backward_disjoint(
+            g.reshape(planes, *g.shape[2:]), x.reshape(planes, h, w), out.reshape(planes, *out.shape[2:]),
+            grad.reshape(planes, h, w), kernel[0], kernel[1], stride[0], stride[1],
+        )  # fmt: skip
+        return grad
     grad = np.zeros(x.shape, dtype=x.dtype)
     _max_pool2d_backward(
         g, x, out, grad, kernel[0], kernel[1], stride[0], stride[1], padding[0][0], padding[1][0],
