@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ember as em
+from ember.errors import InvalidArgumentError
 from ember_cpu import threads
 
 
@@ -23,7 +24,7 @@ def fake(monkeypatch):
     """A 4-core policy whose clock, own CPU time and machine busy time the test moves."""
     state = {"wall": 100.0, "busy": 1000.0, "own": 5.0}
     lib = _FakeLib()
-    monkeypatch.delenv("EMBER_CPU_BLAS_THREADS", raising=False)
+    monkeypatch.setenv("EMBER_CPU_BLAS_THREADS", "auto")
     monkeypatch.setattr(threads, "_cores", lambda: 4)
     monkeypatch.setattr(threads, "_controller", lambda: [lib])
     monkeypatch.setattr(threads, "_busy_seconds", lambda: state["busy"])
@@ -69,10 +70,14 @@ def test_fixed_count_from_environment(fake, monkeypatch):
     policy.update()
     policy.update()
     assert policy.threads == 1 and lib.calls == [1]
-    monkeypatch.setenv("EMBER_CPU_BLAS_THREADS", "0")
-    off = threads.BlasThreads()
-    off.update()
-    assert off.threads is None and lib.calls == [1]
+    for unset in ("0", ""):  # the default leaves numpy's BLAS alone
+        monkeypatch.setenv("EMBER_CPU_BLAS_THREADS", unset)
+        off = threads.BlasThreads()
+        off.update()
+        assert off.threads is None and lib.calls == [1]
+    monkeypatch.setenv("EMBER_CPU_BLAS_THREADS", "many")
+    with pytest.raises(InvalidArgumentError, match="EMBER_CPU_BLAS_THREADS"):
+        threads.BlasThreads()
 
 
 def test_blas_kernels_consult_the_policy(monkeypatch):

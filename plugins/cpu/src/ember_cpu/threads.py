@@ -9,9 +9,10 @@ BLAS-bound kernel the backend asks :meth:`BlasThreads.update`, which every :data
 measures the CPU time other processes took (``/proc/stat``'s busy time less this process's own)
 and gives the BLAS the cores they left: ``floor(cores - others + 0.25)``, at least one.
 
-Needs ``threadpoolctl`` (to set the BLAS's thread count) and Linux's ``/proc/stat``; without
-either, or with ``EMBER_CPU_BLAS_THREADS`` set (a fixed count; ``0`` leaves the BLAS alone), it
-changes nothing adaptively.
+Opt-in: ``EMBER_CPU_BLAS_THREADS=auto`` turns the load-following policy on, ``n`` fixes the count,
+unset or ``0`` leaves the BLAS alone (the default: the thread count is process-wide, numpy's own
+calls included, and a library should not change it behind its user's back). Needs
+``threadpoolctl`` (to set the BLAS's thread count) and, for ``auto``, Linux's ``/proc/stat``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import time
 from typing import Any
 
 import numpy as np
+
+from ember.errors import InvalidArgumentError
 
 __all__ = ["WINDOW", "BlasThreads", "blas_threads"]
 
@@ -61,6 +64,21 @@ def _controller() -> Any:
     return mine or libs or None
 
 
+def _setting(value: str) -> int | None:
+    value = value.strip().lower()
+    if value == "auto":
+        return None
+    if not value:
+        return 0
+    try:
+        return max(0, int(value))
+    except ValueError:
+        raise InvalidArgumentError(
+            f"EMBER_CPU_BLAS_THREADS={value!r}: use auto (follow the machine's load), a thread count, "
+            f"or 0 / unset (leave numpy's BLAS alone)"
+        ) from None
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -77,8 +95,8 @@ class BlasThreads:
         self.threads: int | None = None
         #: other processes' busy cores measured over the last window
         self.others = 0.0
-        fixed = os.environ.get("EMBER_CPU_BLAS_THREADS")
-        self._fixed = int(fixed) if fixed else None
+        #: None: follow the load (``auto``); 0: leave the BLAS alone (unset, the default); n: fixed
+        self._fixed = _setting(os.environ.get("EMBER_CPU_BLAS_THREADS", ""))
         self._libs: Any = None
         self._ready = False
         self._next = 0.0
