@@ -183,7 +183,7 @@ class Device:
     Device('cpu:0', autodiff=True)
     """
 
-    __slots__ = ("kind", "index", "autodiff_enabled", "_state", "_impls", "_defer", "__weakref__")
+    __slots__ = ("kind", "index", "autodiff_enabled", "_state", "_impls", "_defer", "_least", "__weakref__")
 
     kind: str
     index: int
@@ -226,6 +226,7 @@ class Device:
         self._state = state
         self._impls = state.impls
         self._defer = state.defer
+        self._least = _least(state.defer)
         _INTERNED[key] = self
         return self
 
@@ -370,9 +371,17 @@ def set_defer(device: Device, defer: Any) -> None:
     """Install (or with None remove) the lazy layer's hook for ``device``'s hardware, both variants."""
     state = device._state
     state.defer = defer
+    least = _least(defer)
     for dev in _INTERNED.values():
         if dev._state is state:
             dev._defer = defer
+            dev._least = least
+
+
+def _least(defer: Any) -> int:
+    """Result sizes below which dispatch runs an op with no deferred operand itself, skipping the
+    hook (the lazy layer's ``least``: it would run such an op at once anyway); 0: always the hook."""
+    return getattr(defer, "least", 0) or 0
 
 
 class _Traced:

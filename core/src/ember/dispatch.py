@@ -27,6 +27,7 @@ it build and recognise tensors.
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import prod as _prod
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -39,7 +40,7 @@ from .backend import PRIMITIVE_SIGNATURES
 from .device import check_dtype, common_device
 from .dtypes import DType, as_dtype, bool_, category_error, iinfo, promote_types, scalar_dtype
 from .errors import DTypeError, InvalidArgumentError, NotImplementedOpError, ShapeError
-from .lazy import materialize
+from .lazy import LazyBuffer, materialize
 from .shapes import broadcast_shapes
 
 if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above; Device is not needed at run time
@@ -372,10 +373,18 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
     else:
         defer = dev._defer
         datas = [t._data for t in inputs]
-        if defer is not None:
-            handle = defer(op, datas, params, shape, dtype)
-        else:
+        if defer is None or (  # a small elementwise op on computed operands: run now (Lazy.least)
+            dev._least
+            and not params
+            and shape is not None
+            and dtype.kind != "c"
+            and op.kind.startswith("elementwise")
+            and _prod(shape) < dev._least
+            and all(type(d) is not LazyBuffer for d in datas)
+        ):
             handle = impl(*datas, **params)
+        else:
+            handle = defer(op, datas, params, shape, dtype)
         if shape is None:  # an extension kernel: its result says what it is
             shape, name = dev.backend.handle_meta(handle)
             dtype = as_dtype(name)
@@ -473,10 +482,19 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
             params = {}
         return apply(op, inputs, params, shape, out_dt)
     defer = dev._defer
-    if defer is not None:
-        handle = defer(op, [a._data, bdata], {}, shape, out_dt)
+    adata = a._data
+    if defer is None:
+        handle = impl(adata, bdata)
+    elif (  # a small op on computed operands: the lazy layer would run it at once (Lazy.least)
+        dev._least
+        and type(adata) is not LazyBuffer
+        and type(bdata) is not LazyBuffer
+        and out_dt.kind != "c"
+        and _prod(shape) < dev._least
+    ):
+        handle = impl(adata, bdata)
     else:
-        handle = impl(a._data, bdata)
+        handle = defer(op, [adata, bdata], {}, shape, out_dt)
     out = make_tensor(handle, shape, out_dt, dev)
     if record:
         out._node = Node(op, inputs, params)
