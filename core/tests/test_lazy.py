@@ -472,3 +472,23 @@ def test_fuse_reduce_off_keeps_reductions_out_of_regions(rdev, monkeypatch):
     (x * a + 0.5).exp().sum(axis=-1).numpy()
     ((program, _),) = rdev.backend.programs
     assert program.reduce is not None, "with the setting back on the reduction joins the region again"
+
+
+def test_small_ops_on_computed_operands_skip_the_lazy_hook(monkeypatch):
+    """Below the backend's fusion_min_elements the hook would run an op at once: dispatch calls the
+    kernel itself then; a larger op, or one on a deferred operand, still goes through the hook."""
+    cpu = em.Device("cpu")
+    hook = cpu._defer
+    if hook is None or not cpu._least:
+        pytest.skip("the cpu backend does not fuse here (numba is not installed): no hook to skip")
+    small = em.tensor(np.arange(8, dtype=np.float32), device=cpu)
+    big = em.tensor(np.ones(cpu._least, dtype=np.float32), device=cpu)
+    calls = []
+    plain = type(hook).__call__
+    monkeypatch.setattr(type(hook), "__call__", lambda self, *a, **k: calls.append(a[0].name) or plain(self, *a, **k))
+    np.testing.assert_array_equal((small + small).numpy(), 2 * np.arange(8, dtype=np.float32))
+    np.testing.assert_array_equal(em.exp(small).numpy(), np.exp(np.arange(8, dtype=np.float32)))
+    assert calls == []
+    y = em.exp(big) + 1.0  # deferred: the add joins the exp's region
+    assert calls == ["exp", "add"]
+    np.testing.assert_allclose(y.numpy(), np.e + 1.0, rtol=1e-6)
