@@ -127,10 +127,12 @@ def test_a_page_the_open_batch_uses_goes_after_the_submit(adaptive: tuple[Any, A
     assert rt._count
     del xs, ys
     gc.collect()
+    reserved = pool.reserved
     pool.empty()  # the pages, empty now, go back to the driver: not before the batch is submitted
-    assert {b.uid for b in rt._doomed} & pages
+    waiting = {raw.uid for raw, _ in pool._doomed} & pages
+    assert waiting and pool.reserved == reserved  # held (and counted) until the submit
     dev.synchronize()  # the submit validates (a destroyed buffer in it would raise WgpuValidationError)
-    assert not rt._doomed
+    assert not pool._doomed and pool.reserved < reserved
 
 
 def _step_losses(dev: Any, steps: int) -> tuple[list[float], list[int]]:

@@ -171,7 +171,6 @@ class Runtime:
         # (itself or a range carved from it) is destroyed only after the submit (flush()); any other
         # at once (work already submitted keeps what it uses alive).
         self._subs: dict[int, dict[tuple[int, int], SubBuffer]] = {}  # driver buffer uid -> its carved views
-        self._doomed: list[Any] = []  # driver buffers released while the open batch referenced them
         self.pool: BufferPool[Any] = self._make_pool(f"wgpu:{index}")
         self.replay_pools = ReplayPools()  # em.jit replays' private pools, counted by memory_stats
         self._pipelines: dict[str, Pipeline] = {}
@@ -226,9 +225,9 @@ class Runtime:
                 on_pressure=self.flush,
                 strategy="static",
             )
-        return BufferPool(
+        pool: BufferPool[Any] = BufferPool(
             self._create_buffer,
-            self._release_buffer,
+            lambda raw: self._release_buffer(pool, raw),
             cache_limit=DEFAULT_CACHE_LIMIT,
             max_class=self.max_binding,
             on_pressure=self.flush,
@@ -236,6 +235,7 @@ class Runtime:
             sub_allocate=self._sub_allocate,
             alignment=self.sub_align,
         )
+        return pool
 
     def _sub_allocate(self, page: Any, offset: int, nbytes: int) -> SubBuffer:
         """The view of ``nbytes`` at ``offset`` of ``page`` (the pool's ``sub_allocate``): made once
@@ -260,9 +260,6 @@ class Runtime:
         try:  # whole multiples of 16 bytes: a vec4 kernel may read the whole last vec4 of a tensor
             return self.device.create_buffer(size=-(-size // 16) * 16, usage=self._storage_usage)
         except self.wgpu.GPUError as exc:
-            if self._doomed:  # buffers released but kept for the open batch: submit it, destroy them, retry
-                self.flush()
-                return self._create_buffer(size)
             raise WgpuOutOfMemoryError(
                 f"wgpu:{self.index} ({self.name}): could not allocate {size} bytes "
                 f"({self.pool.in_use} bytes in use by live tensors): {exc}. Free tensors you no "
@@ -277,12 +274,16 @@ class Runtime:
         self._subs.pop(buf.uid, None)
         buf.destroy()
 
-    def _release_buffer(self, buf: Any) -> None:
-        """The device pool's ``release``: destroy a driver buffer now, or after the submit of the open
-        batch when it references the buffer or a range carved from it (destroyed before, the submit
-        would fail validation)."""
+    def _release_buffer(self, pool: BufferPool[Any], buf: Any) -> None:
+        """The device pool's ``release``: destroy a driver buffer now, or, when the open batch references
+        it or a range carved from it (destroyed before, the submit would fail validation), hand it back
+        to the pool's list of buffers waiting for release, which ``trim()`` in :meth:`flush` releases
+        after the submit, as ``defer_release`` does (BufferPool refuses that argument beside
+        ``sub_allocate``; pages and arenas come here too): reserved keeps counting it until then."""
         if self._holds(buf):
-            self._doomed.append(buf)
+            pool.reserved += buf.size  # the pool counted it released: it is held until the submit
+            pool.frees -= 1
+            pool._doomed.append((buf, buf.size))
         else:
             self._destroy_buffer(buf)
 
@@ -542,8 +543,6 @@ class Runtime:
                 self.recorder.submit(self.recorder.copies(copies))
                 self.submits += 1
             self.pool.trim()
-            if self._doomed:
-                self._destroy_doomed()
             return
         names = self._names
         used = self._arena_used
@@ -560,7 +559,6 @@ class Runtime:
             command_buffer = self.recorder.finish(copies)
         except self.wgpu.GPUError as exc:
             self.batch_refs.clear()
-            self._destroy_doomed()
             shown = ", ".join(dict.fromkeys(names[-12:]))
             raise WgpuValidationError(
                 f"wgpu:{self.index} ({self.name}) rejected a batch of {len(names)} kernel dispatches "
@@ -571,14 +569,6 @@ class Runtime:
         self.submits += 1
         self.batch_refs.clear()
         self.pool.trim()
-        if self._doomed:
-            self._destroy_doomed()
-
-    def _destroy_doomed(self) -> None:
-        """Destroy the driver buffers released while the batch just submitted referenced them."""
-        doomed, self._doomed = self._doomed, []
-        for buf in doomed:
-            self._destroy_buffer(buf)
 
     def _check_lost(self) -> None:
         if self._watcher.lost:
