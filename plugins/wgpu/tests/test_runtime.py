@@ -99,7 +99,12 @@ def test_upload_avoids_buffers_the_open_batch_uses(dev, rt, strategy):
         em.Device(str(dev), memory=before)
 
 
-def test_freed_buffers_over_the_cache_limit_are_destroyed_after_a_submit(rt):
+@pytest.mark.parametrize("strategy", ["static", "adaptive"])
+def test_freed_buffers_over_the_cache_limit_are_destroyed_after_a_submit(dev, rt, strategy):
+    """A buffer the open batch writes is destroyed after the submit: static waits for the next one,
+    adaptive (which releases to make room) submits the batch first."""
+    before = dev.memory.strategy
+    em.Device(str(dev), memory=strategy)
     limit, rt.pool.cache_limit = rt.pool.cache_limit, 0
     try:
         x = rt.upload(np.ones(1000, np.float32), D.float32)
@@ -107,13 +112,17 @@ def test_freed_buffers_over_the_cache_limit_are_destroyed_after_a_submit(rt):
         rt.pool.empty()  # earlier tests' cached buffers go now, not while the op below makes room
         rt.flush()
         rt.pool.trim()
-        frees = rt.pool.frees
+        frees, submits = rt.pool.frees, rt.submits
         ew.apply_op(rt, "add", [x, 1.0])  # freed at once, but the open batch writes it
-        assert rt.pool.frees == frees  # kept until the submit
-        rt.flush()
-        assert rt.pool.frees == frees + 1
+        if strategy == "static":
+            assert rt.pool.frees == frees and rt.submits == submits  # kept until the submit
+            rt.flush()
+        else:
+            assert rt.submits == submits + 1  # the batch first
+        assert rt.pool.frees == frees + 1 and not rt.pool._doomed
     finally:
         rt.pool.cache_limit = limit
+        em.Device(str(dev), memory=before)
 
 
 def test_bad_kernel_names_the_kernel_and_saves_source(rt, tmp_path, monkeypatch):

@@ -119,20 +119,20 @@ def test_an_upload_into_a_range_the_open_batch_uses_submits_it_first(adaptive: t
 
 def test_a_page_the_open_batch_uses_goes_after_the_submit(adaptive: tuple[Any, Any, Any]) -> None:
     """A page released while a pending kernel still binds a range of it is destroyed after the
-    submit (before it, the submit would fail validation)."""
+    batch is submitted (before it, the submit would fail validation): adaptive submits it first."""
     dev, pool, rt = adaptive
     xs = [em.tensor(np.full(32, float(i), np.float32), device=dev) for i in range(8)]
     ys = [(x * 2.0).realize() for x in xs]  # recorded into the open batch, not submitted
-    pages = {_raw(x).buffer.uid for x in xs + ys}
-    assert rt._count
+    pages = {_raw(x).buffer for x in xs + ys}
+    assert rt._count and all(rt._holds(page) for page in pages)
     del xs, ys
     gc.collect()
-    reserved = pool.reserved
-    pool.empty()  # the pages, empty now, go back to the driver: not before the batch is submitted
-    waiting = {raw.uid for raw, _ in pool._doomed} & pages
-    assert waiting and pool.reserved == reserved  # held (and counted) until the submit
-    dev.synchronize()  # the submit validates (a destroyed buffer in it would raise WgpuValidationError)
-    assert not pool._doomed and pool.reserved < reserved
+    submits, frees = rt.submits, pool.frees
+    pool.empty()  # the pages, empty now, go back to the driver
+    assert rt.submits == submits + 1 and not rt._count  # the batch went first, validated
+    assert pool.frees - frees >= len(pages) and not pool._doomed
+    assert not any(page.uid in rt._subs for page in pages)  # their views went with them
+    dev.synchronize()
 
 
 def _step_losses(dev: Any, steps: int) -> tuple[list[float], list[int]]:

@@ -275,17 +275,22 @@ class Runtime:
         buf.destroy()
 
     def _release_buffer(self, pool: BufferPool[Any], buf: Any) -> None:
-        """The device pool's ``release``: destroy a driver buffer now, or, when the open batch references
-        it or a range carved from it (destroyed before, the submit would fail validation), hand it back
-        to the pool's list of buffers waiting for release, which ``trim()`` in :meth:`flush` releases
-        after the submit, as ``defer_release`` does (BufferPool refuses that argument beside
-        ``sub_allocate``; pages and arenas come here too): reserved keeps counting it until then."""
+        """The device pool's ``release`` (BufferPool refuses ``defer_release`` beside ``sub_allocate``,
+        and releases pages and arenas without asking it, so this does its work): a driver buffer the
+        open batch references (itself or a range carved from it) cannot be destroyed before the submit
+        (it would fail validation). Under ``adaptive``, which releases to make room, the batch is
+        submitted first and the buffer destroyed (a deferred one would stay held while the pool
+        allocates beside it); under ``static`` and ``exclusive`` it joins the pool's buffers waiting
+        for release, which ``trim()`` releases after the submit (reserved counts it until then)."""
         if self._holds(buf):
-            pool.reserved += buf.size  # the pool counted it released: it is held until the submit
-            pool.frees -= 1
-            pool._doomed.append((buf, buf.size))
-        else:
-            self._destroy_buffer(buf)
+            if pool.strategy == "adaptive":
+                self.flush()
+            else:
+                pool.reserved += buf.size  # the pool counted it released: it is held until the submit
+                pool.frees -= 1
+                pool._doomed.append((buf, buf.size))
+                return
+        self._destroy_buffer(buf)
 
     def _holds(self, buf: Any) -> bool:
         """Whether the open batch references the driver buffer ``buf`` or a view carved from it."""
