@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 
 import ember as em
+import ember.memory.pool as pool_module
+from ember import dtypes as D
+from ember_wgpu.kernels import elementwise as ew
 from ember_wgpu.subbuffer import SubBuffer
 
 
@@ -119,19 +122,43 @@ def test_an_upload_into_a_range_the_open_batch_uses_submits_it_first(adaptive: t
 
 def test_a_page_the_open_batch_uses_goes_after_the_submit(adaptive: tuple[Any, Any, Any]) -> None:
     """A page released while a pending kernel still binds a range of it is destroyed after the
-    batch is submitted (before it, the submit would fail validation): adaptive submits it first."""
+    batch is submitted (before it, the submit would fail validation): released from outside an
+    acquire (here empty_cache()) it waits for the next submit, counted in reserved."""
     dev, pool, rt = adaptive
-    xs = [em.tensor(np.full(32, float(i), np.float32), device=dev) for i in range(8)]
-    ys = [(x * 2.0).realize() for x in xs]  # recorded into the open batch, not submitted
-    pages = {_raw(x).buffer for x in xs + ys}
+    xs = [rt.upload(np.full(32, float(i), np.float32), D.float32) for i in range(8)]
+    ys = [ew.apply_op(rt, "exp", [x]) for x in xs]  # recorded into the open batch, not submitted
+    pages = {x.storage.raw.buffer for x in xs + ys}
     assert rt._count and all(rt._holds(page) for page in pages)
     del xs, ys
     gc.collect()
+    reserved, submits = pool.reserved, rt.submits
+    dev.memory.empty_cache()  # the pages, empty now, go back to the driver
+    assert {raw.uid for raw, _ in pool._doomed} >= {page.uid for page in pages}
+    assert pool.reserved == reserved and rt.submits == submits  # held and counted until the submit
+    dev.synchronize()  # the submit validates (a destroyed buffer in it would raise WgpuValidationError)
+    assert not pool._doomed and pool.reserved < reserved
+    assert not any(page.uid in rt._subs for page in pages)  # their views went with them
+
+
+def test_making_room_releases_a_page_the_open_batch_uses_after_submitting_it(
+    adaptive: tuple[Any, Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside an acquire (adaptive making room) a page the open batch uses is released at once,
+    the batch submitted first: kept to a later submit, it would stay held beside the new buffer."""
+    dev, pool, rt = adaptive
+    xs = [rt.upload(np.full(32, float(i), np.float32), D.float32) for i in range(8)]
+    ys = [ew.apply_op(rt, "exp", [x]) for x in xs]  # recorded into the open batch, not submitted
+    pages = {x.storage.raw.buffer for x in xs + ys}
+    del xs, ys
+    gc.collect()
+    monkeypatch.setattr(pool, "_make_room", lambda excess, size: pool._empty_free())  # cached blocks, then empty pages
+    assert pool.cached  # _miss makes room only when something is cached: the blocks just freed
+    monkeypatch.setattr(pool_module, "HEADROOM", -0.5)  # ... and past the headroom over the peak in use
     submits, frees = rt.submits, pool.frees
-    pool.empty()  # the pages, empty now, go back to the driver
+    big = rt.alloc(2 << 20)  # a large request: _miss -> _make_room -> the empty pages go
     assert rt.submits == submits + 1 and not rt._count  # the batch went first, validated
     assert pool.frees - frees >= len(pages) and not pool._doomed
-    assert not any(page.uid in rt._subs for page in pages)  # their views went with them
+    del big
     dev.synchronize()
 
 

@@ -171,6 +171,7 @@ class Runtime:
         # (itself or a range carved from it) is destroyed only after the submit (flush()); any other
         # at once (work already submitted keeps what it uses alive).
         self._subs: dict[int, dict[tuple[int, int], SubBuffer]] = {}  # driver buffer uid -> its carved views
+        self._acquiring = False  # inside the pool's acquire (alloc()): a safe point to submit the batch
         self.pool: BufferPool[Any] = self._make_pool(f"wgpu:{index}")
         self.replay_pools = ReplayPools()  # em.jit replays' private pools, counted by memory_stats
         self._pipelines: dict[str, Pipeline] = {}
@@ -278,12 +279,13 @@ class Runtime:
         """The device pool's ``release`` (BufferPool refuses ``defer_release`` beside ``sub_allocate``,
         and releases pages and arenas without asking it, so this does its work): a driver buffer the
         open batch references (itself or a range carved from it) cannot be destroyed before the submit
-        (it would fail validation). Under ``adaptive``, which releases to make room, the batch is
+        (it would fail validation). Under ``adaptive``, making room inside an acquire, the batch is
         submitted first and the buffer destroyed (a deferred one would stay held while the pool
-        allocates beside it); under ``static`` and ``exclusive`` it joins the pool's buffers waiting
-        for release, which ``trim()`` releases after the submit (reserved counts it until then)."""
+        allocates beside it); otherwise (``static``, ``exclusive``, or a release from a dying block,
+        which may come in the middle of recording a dispatch or a submit) it joins the pool's buffers
+        waiting for release, which ``trim()`` releases after the submit (reserved counts it until then)."""
         if self._holds(buf):
-            if pool.strategy == "adaptive":
+            if self._acquiring and pool.strategy == "adaptive":
                 self.flush()
             else:
                 pool.reserved += buf.size  # the pool counted it released: it is held until the submit
@@ -323,7 +325,11 @@ class Runtime:
                 f"max-storage-buffer-binding-size of {self.max_binding} bytes, the most one kernel can "
                 f"bind; split it (e.g. process the batch in chunks) or use a device with a larger limit"
             )
-        return self.pool.acquire(nbytes, self._in_batch if upload else None)
+        self._acquiring = True
+        try:
+            return self.pool.acquire(nbytes, self._in_batch if upload else None)
+        finally:
+            self._acquiring = False
 
     def empty(self, shape: tuple[int, ...], dtype: DType) -> WgpuArray:
         """A new contiguous tensor whose contents a kernel is about to write."""
