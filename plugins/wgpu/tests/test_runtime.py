@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import ember as em
 from ember import dtypes as D
 from ember_wgpu import adapters
 from ember_wgpu.errors import WgpuDeviceLostError, WgpuKernelError, WgpuLimitError, WgpuValidationError
@@ -69,21 +70,40 @@ def test_memory_stats(dev):
         assert key in stats["extra"]
 
 
-def test_upload_avoids_buffers_the_open_batch_uses(rt):
-    """queue.write_buffer runs before the batch it lands in: it must not reuse a buffer a pending kernel reads."""
-    x = rt.upload(np.arange(256, dtype=np.float32), D.float32)
-    rt.flush()
-    y = ew.apply_op(rt, "mul", [x, 2.0])  # recorded, not submitted
-    busy = y.buffer
-    del y  # its buffer is free again, but the open batch still writes it
-    z = rt.upload(np.ones(256, np.float32), D.float32)
-    assert z.buffer is not busy
-    w = ew.apply_op(rt, "add", [x, 1.0])  # a kernel's output may take it: it runs after the mul
-    assert w.buffer is busy
-    np.testing.assert_array_equal(rt.read([z, w])[0], np.ones(256, np.float32))
+@pytest.mark.parametrize("strategy", ["static", "adaptive"])
+def test_upload_avoids_buffers_the_open_batch_uses(dev, rt, strategy):
+    """queue.write_buffer runs before the batch it lands in: it must not write a buffer a pending kernel
+    uses. static hands the upload another buffer; adaptive (whose step plan hands out its ranges only
+    to requests that avoid nothing) hands it the same and submits the batch first."""
+    before = dev.memory.strategy
+    em.Device(str(dev), memory=strategy)
+    try:
+        x = rt.upload(np.arange(256, dtype=np.float32), D.float32)
+        rt.flush()
+        y = ew.apply_op(rt, "mul", [x, 2.0])  # recorded, not submitted
+        busy = y.buffer
+        del y  # its buffer is free again, but the open batch still writes it
+        submits = rt.submits
+        z = rt.upload(np.ones(256, np.float32), D.float32)
+        if strategy == "static":
+            assert z.buffer is not busy and rt.submits == submits
+            w = ew.apply_op(rt, "add", [x, 1.0])  # a kernel's output may take it: it runs after the mul
+            assert w.buffer is busy
+        else:
+            assert z.buffer is busy and rt.submits == submits + 1
+            w = ew.apply_op(rt, "add", [x, 1.0])
+        z_host, w_host = rt.read([z, w])
+        np.testing.assert_array_equal(z_host, np.ones(256, np.float32))
+        np.testing.assert_array_equal(w_host, np.arange(256, dtype=np.float32) + 1)
+    finally:
+        em.Device(str(dev), memory=before)
 
 
-def test_freed_buffers_over_the_cache_limit_are_destroyed_after_a_submit(rt):
+@pytest.mark.parametrize("strategy", ["static", "adaptive"])
+def test_freed_buffers_over_the_cache_limit_are_destroyed_after_a_submit(dev, rt, strategy):
+    """A buffer the open batch writes, released when its block dies, is destroyed after the submit."""
+    before = dev.memory.strategy
+    em.Device(str(dev), memory=strategy)
     limit, rt.pool.cache_limit = rt.pool.cache_limit, 0
     try:
         x = rt.upload(np.ones(1000, np.float32), D.float32)
@@ -98,6 +118,7 @@ def test_freed_buffers_over_the_cache_limit_are_destroyed_after_a_submit(rt):
         assert rt.pool.frees == frees + 1
     finally:
         rt.pool.cache_limit = limit
+        em.Device(str(dev), memory=before)
 
 
 def test_bad_kernel_names_the_kernel_and_saves_source(rt, tmp_path, monkeypatch):

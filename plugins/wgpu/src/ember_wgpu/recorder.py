@@ -19,13 +19,58 @@ from typing import Any
 
 from ember.errors import InvalidArgumentError
 
+from .subbuffer import SubBuffer
+
 __all__ = ["recorder", "NativeRecorder", "PublicRecorder", "Copy"]
 
-#: a buffer-to-buffer copy: (source, source offset, destination, destination offset, bytes)
+#: a buffer-to-buffer copy: (source, source offset, destination, destination offset, bytes); a source
+#: or destination may be a :class:`~.subbuffer.SubBuffer` (its offset is added here)
 Copy = tuple[Any, int, Any, int, int]
 
 
-class PublicRecorder:
+class _Placing:
+    """Turning copies over pooled raws into copies over driver buffers (both recorders)."""
+
+    device: Any
+    _bounce: Any = None  # a buffer a copy within one driver buffer goes through, kept for the next
+
+    def _placed(self, copies: Sequence[Copy]) -> Sequence[Copy]:
+        """``copies`` over driver buffers: a carved block becomes its driver buffer, its offset added;
+        a copy between two ranges of one buffer (which WebGPU refuses) goes through a bounce buffer
+        (the copies of one command buffer run in order, so every such copy reuses its start)."""
+        if not any(type(c[0]) is SubBuffer or type(c[2]) is SubBuffer for c in copies):
+            return copies
+        out: list[Copy] = []
+        for src, src_at, dst, dst_at, size in copies:
+            if type(src) is SubBuffer:
+                src, src_at = src.buffer, src.offset + src_at
+            if type(dst) is SubBuffer:
+                dst, dst_at = dst.buffer, dst.offset + dst_at
+            if src is dst:
+                bounce = self._bounce_of(max(c[4] for c in copies))
+                out.append((src, src_at, bounce, 0, size))
+                out.append((bounce, 0, dst, dst_at, size))
+            else:
+                out.append((src, src_at, dst, dst_at, size))
+        return out
+
+    def _bounce_of(self, nbytes: int) -> Any:
+        """The bounce buffer, of ``nbytes`` at least (a smaller one is destroyed: work already
+        submitted keeps it alive, and no open encoder uses it, as it is sized before the first copy)."""
+        bounce = self._bounce
+        if bounce is None or bounce.size < nbytes:
+            if bounce is not None:
+                bounce.destroy()
+            from wgpu import BufferUsage
+
+            size = max(256, 1 << (nbytes - 1).bit_length())
+            bounce = self._bounce = self.device.create_buffer(
+                size=size, usage=BufferUsage.COPY_SRC | BufferUsage.COPY_DST
+            )
+        return bounce
+
+
+class PublicRecorder(_Placing):
     """A batch through wgpu-py's GPUCommandEncoder and GPUComputePassEncoder."""
 
     kind = "public"
@@ -57,14 +102,14 @@ class PublicRecorder:
         encoder, self._encoder = self._encoder, None
         self._pass.end()
         self._pass = None
-        for src, src_at, dst, dst_at, size in copies:
+        for src, src_at, dst, dst_at, size in self._placed(copies):
             encoder.copy_buffer_to_buffer(src, src_at, dst, dst_at, size)
         return encoder.finish()
 
     def copies(self, copies: Sequence[Copy]) -> Any:
         """A command buffer of ``copies`` alone (no pass open)."""
         encoder = self.device.create_command_encoder()
-        for src, src_at, dst, dst_at, size in copies:
+        for src, src_at, dst, dst_at, size in self._placed(copies):
             encoder.copy_buffer_to_buffer(src, src_at, dst, dst_at, size)
         return encoder.finish()
 
@@ -72,7 +117,7 @@ class PublicRecorder:
         self.queue.submit([command_buffer])
 
 
-class NativeRecorder:
+class NativeRecorder(_Placing):
     """A batch through wgpu-native's C calls on raw handles (see the module docstring)."""
 
     kind = "native"
@@ -84,6 +129,7 @@ class NativeRecorder:
         self.lib = lib
         self.null = ffi.NULL
         self.libf = libf
+        self.device = device
         self.device_id = device._internal
         self.queue_id = queue._internal
         self._offsets = ffi.new("uint32_t[1]")
@@ -125,7 +171,7 @@ class NativeRecorder:
             self.lib.wgpuCommandEncoderRelease(encoder)
 
     def _copies_and_finish(self, encoder: Any, copies: Sequence[Copy]) -> Any:
-        for src, src_at, dst, dst_at, size in copies:
+        for src, src_at, dst, dst_at, size in self._placed(copies):
             self.lib.wgpuCommandEncoderCopyBufferToBuffer(encoder, src._internal, src_at, dst._internal, dst_at, size)
         return self.libf.wgpuCommandEncoderFinish(encoder, self.null)
 

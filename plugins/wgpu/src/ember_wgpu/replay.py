@@ -24,6 +24,7 @@ from .errors import WgpuValidationError
 from .handle import WgpuArray
 from .kernels.elementwise import copy_into
 from .runtime import Runtime
+from .subbuffer import binding
 
 __all__ = ["WgpuReplayer"]
 
@@ -75,12 +76,13 @@ class WgpuReplayer(Replayer):
         for (pipe, params, buffers, groups), off in zip(plan.launches, offsets):
             n = len(params)
             host[off : off + n] = params
+            pipe = rt.bound_as(pipe, buffers)  # its read-write twin where one buffer is read and written
             key = (pipe.layout_key, n, tuple(b.uid for b in buffers))
             bg = groups_made.get(key)
             if bg is None:
                 entries = [{"binding": 0, "resource": {"buffer": uniforms, "offset": 0, "size": n}}]
-                for i, b in enumerate(buffers):
-                    entries.append({"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}})
+                for i, b in enumerate(buffers):  # an upload's constant may be a carved block of the device pool
+                    entries.append({"binding": i + 1, "resource": binding(b)})
                 bg = groups_made[key] = device.create_bind_group(layout=pipe.bind_group_layout, entries=entries)
             items.append((pipe.pipeline, bg, off, groups))
         if total:
@@ -96,7 +98,7 @@ class WgpuReplayer(Replayer):
                     continue
                 item = rt.types[src.dtype].itemsize
                 start = src.offset * item
-                size = _up4(src.size * item)
+                size = _up4(src.size * item)  # src.buffer.size: a carved block's own size (recorder adds its offset)
                 if src.is_contiguous() and not start % 4 and start + size <= src.buffer.size:
                     copies.append((src.buffer, start, dst.buffer, size))
                 else:  # strided, broadcast or unaligned: the copy kernel, in the batch submitted first

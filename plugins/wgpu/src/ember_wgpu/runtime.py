@@ -12,6 +12,13 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
   through a dynamic uniform offset, so a kernel's bind group does not change with them;
 * **bind groups** are cached by (layout, buffers), which a training loop hits every step
   because the pool hands the same buffers back;
+* **sub-allocation**: under ``adaptive`` small blocks are ranges of pages and a step plan's
+  blocks ranges of its arena (docs/memory.md); such a block's raw is a
+  :class:`~.subbuffer.SubBuffer`, bound at its offset (a multiple of
+  ``min-storage-buffer-offset-alignment``), one per (page, offset, size) for the page's life so
+  that its bind groups stay cached. WebGPU refuses a buffer bound read-only and read-write in one
+  dispatch (ranges apart or not): a dispatch that reads one range of a driver buffer and writes
+  another runs the kernel's *read-write twin* (:meth:`Runtime.twin`: every binding read-write);
 * **readbacks** of several tensors share one staging buffer (kept for the next read), one map
   and the open batch's submit (the copies follow the batch's pass in its command buffer);
 * **synchronize()** submits the batch and waits on this thread (:func:`_sync_mode`): no fence
@@ -51,6 +58,7 @@ from .errors import (
 )
 from .handle import WgpuArray
 from .recorder import Copy, recorder
+from .subbuffer import SubBuffer, binding
 from .typemap import TypeMap
 
 __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
@@ -93,15 +101,30 @@ def _spin_seconds() -> float:
 
 
 class Pipeline:
-    """A compiled compute pipeline and the binding layout it was built for."""
+    """A compiled compute pipeline, the binding layout it was built for, its WGSL source and (made
+    when first needed, :meth:`Runtime.twin`) its read-write twin."""
 
-    __slots__ = ("pipeline", "layout_key", "bind_group_layout", "name")
+    __slots__ = ("pipeline", "layout_key", "bind_group_layout", "name", "source", "twin")
 
-    def __init__(self, pipeline: Any, layout_key: tuple[str, ...], bind_group_layout: Any, name: str) -> None:
+    def __init__(
+        self, pipeline: Any, layout_key: tuple[str, ...], bind_group_layout: Any, name: str, source: str = ""
+    ) -> None:
         self.pipeline = pipeline
         self.layout_key = layout_key
         self.bind_group_layout = bind_group_layout
         self.name = name
+        self.source = source
+        self.twin: Pipeline | None = None
+
+
+def _mixed(kinds: tuple[str, ...], buffers: Sequence[Any]) -> bool:
+    """Whether one driver buffer is bound both read-only and read-write (two ranges carved from it)."""
+    seen: dict[int, str] = {}
+    for kind, b in zip(kinds, buffers):
+        root = b.buffer.uid if type(b) is SubBuffer else b.uid
+        if seen.setdefault(root, kind) != kind:
+            return True
+    return False
 
 
 class _LostWatcher(logging.Handler):
@@ -138,12 +161,17 @@ class Runtime:
         self.max_storage_buffers = int(self.limits.get("max-storage-buffers-per-shader-stage", 8))
         self.shared_bytes = int(self.limits.get("max-compute-workgroup-storage-size", 16384))
         self.align = max(16, int(self.limits.get("min-uniform-buffer-offset-alignment", 256)))
+        # where a carved block may start: a storage binding's offset alignment (and whole vec4s)
+        self.sub_align = max(16, int(self.limits.get("min-storage-buffer-offset-alignment", 256)))
         usage = wgpu.BufferUsage
         self._storage_usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
         # A freed buffer is reusable at once: commands recorded later in the batch run after those
         # that used it. Uploads (queue.write_buffer) are not ordered so: they avoid buffers the open
-        # batch references. A buffer the open batch references is destroyed only after the submit
-        # (trim in flush()); any other at once (work already submitted keeps what it uses alive).
+        # batch references, or submit it first (upload()). A driver buffer the open batch references
+        # (itself or a range carved from it) is destroyed only after the submit (flush()); any other
+        # at once (work already submitted keeps what it uses alive).
+        self._subs: dict[int, dict[tuple[int, int], SubBuffer]] = {}  # driver buffer uid -> its carved views
+        self._acquiring = False  # inside the pool's acquire (alloc()): a safe point to submit the batch
         self.pool: BufferPool[Any] = self._make_pool(f"wgpu:{index}")
         self.replay_pools = ReplayPools()  # em.jit replays' private pools, counted by memory_stats
         self._pipelines: dict[str, Pipeline] = {}
@@ -183,20 +211,45 @@ class Runtime:
 
     # -- buffers ---------------------------------------------------------------------------
     def _make_pool(self, device: str | None, release: Callable[[Any], None] | None = None) -> BufferPool[Any]:
-        """The device's pool (``device`` its label), or a private one (None: an em.jit replay's,
-        static with no cache limit: it releases a buffer only when memory runs short, and
-        ``release`` then refuses the replay, whose dispatches keep using them)."""
-        private = device is None
-        return BufferPool(
+        """The device's pool (``device`` its label: it carves small blocks and a step plan's out of
+        driver buffers, :class:`~.subbuffer.SubBuffer` s, and defers destroying a driver buffer the
+        open batch references itself, in ``_release_buffer``), or a private one (None: an em.jit
+        replay's, static with no cache limit and no sub-allocation: it releases a buffer only when
+        memory runs short, and ``release`` then refuses the replay, whose dispatches keep using them)."""
+        if device is None:
+            return BufferPool(
+                self._create_buffer,
+                release or self._destroy_buffer,
+                cache_limit=None,
+                max_class=self.max_binding,
+                defer_release=self._in_batch,
+                on_pressure=self.flush,
+                strategy="static",
+            )
+        pool: BufferPool[Any] = BufferPool(
             self._create_buffer,
-            release or self._destroy_buffer,
-            cache_limit=None if private else DEFAULT_CACHE_LIMIT,
+            lambda raw: self._release_buffer(pool, raw),
+            cache_limit=DEFAULT_CACHE_LIMIT,
             max_class=self.max_binding,
-            defer_release=self._in_batch,
             on_pressure=self.flush,
             device=device,
-            strategy="static" if private else None,
+            sub_allocate=self._sub_allocate,
+            alignment=self.sub_align,
         )
+        return pool
+
+    def _sub_allocate(self, page: Any, offset: int, nbytes: int) -> SubBuffer:
+        """The view of ``nbytes`` at ``offset`` of ``page`` (the pool's ``sub_allocate``): made once
+        per (offset, size) and kept as long as the page, so its uid, and the bind groups cached under
+        it, come back when the pool carves the same range again (every step under a step plan). Its
+        size is a whole number of vec4s: the range carved is a multiple of ``sub_align``."""
+        views = self._subs.get(page.uid)
+        if views is None:
+            views = self._subs[page.uid] = {}
+        view = views.get((offset, nbytes))
+        if view is None:
+            view = views[offset, nbytes] = SubBuffer(page, offset, -(-nbytes // 16) * 16)
+        return view
 
     def _create_buffer(self, size: int) -> Any:
         """A new storage buffer (the pool's ``allocate``; it retries once after releasing its cache)."""
@@ -215,13 +268,54 @@ class Runtime:
             ) from None
 
     def _destroy_buffer(self, buf: Any) -> None:
-        """Destroy a buffer and the bind groups that name it (the pool's ``release``, after a submit)."""
+        """Destroy a driver buffer, the bind groups that name it and its carved views (the private
+        pools' ``release``, after a submit)."""
         for key in self._bg_by_uid.pop(buf.uid, ()):
             self._bg_cache.pop(key, None)
+        self._subs.pop(buf.uid, None)
         buf.destroy()
 
+    def _release_buffer(self, pool: BufferPool[Any], buf: Any) -> None:
+        """The device pool's ``release`` (BufferPool refuses ``defer_release`` beside ``sub_allocate``,
+        and releases pages and arenas without asking it, so this does its work): a driver buffer the
+        open batch references (itself or a range carved from it) cannot be destroyed before the submit
+        (it would fail validation). Under ``adaptive``, making room inside an acquire, the batch is
+        submitted first and the buffer destroyed (a deferred one would stay held while the pool
+        allocates beside it); otherwise (``static``, ``exclusive``, or a release from a dying block,
+        which may come in the middle of recording a dispatch or a submit) it joins the pool's buffers
+        waiting for release, which ``trim()`` releases after the submit (reserved counts it until then)."""
+        if self._holds(buf):
+            if self._acquiring and pool.strategy == "adaptive":
+                self.flush()
+            else:
+                pool.reserved += buf.size  # the pool counted it released: it is held until the submit
+                pool.frees -= 1
+                pool._doomed.append((buf, buf.size))
+                return
+        self._destroy_buffer(buf)
+
+    def _holds(self, buf: Any) -> bool:
+        """Whether the open batch references the driver buffer ``buf`` or a view carved from it."""
+        refs = self.batch_refs
+        if not refs:
+            return False
+        if buf.uid in refs:
+            return True
+        views = self._subs.get(buf.uid)
+        return views is not None and any(v.uid in refs for v in views.values())
+
     def _in_batch(self, buf: Any) -> bool:
-        return buf.uid in self.batch_refs
+        """Whether the open batch references ``buf`` (for a carved block: any range overlapping it)."""
+        if type(buf) is not SubBuffer:
+            return self._holds(buf)
+        refs = self.batch_refs
+        if not refs:
+            return False
+        lo, hi = buf.offset, buf.offset + buf.size
+        for v in self._subs.get(buf.buffer.uid, {}).values():
+            if v.uid in refs and v.offset < hi and lo < v.offset + v.size:
+                return True
+        return False
 
     def alloc(self, nbytes: int, upload: bool = False) -> Block[Any]:
         """A pooled buffer of at least ``nbytes`` (for an upload: one no pending command uses)."""
@@ -231,7 +325,11 @@ class Runtime:
                 f"max-storage-buffer-binding-size of {self.max_binding} bytes, the most one kernel can "
                 f"bind; split it (e.g. process the batch in chunks) or use a device with a larger limit"
             )
-        return self.pool.acquire(nbytes, self._in_batch if upload else None)
+        self._acquiring = True
+        try:
+            return self.pool.acquire(nbytes, self._in_batch if upload else None)
+        finally:
+            self._acquiring = False
 
     def empty(self, shape: tuple[int, ...], dtype: DType) -> WgpuArray:
         """A new contiguous tensor whose contents a kernel is about to write."""
@@ -249,10 +347,21 @@ class Runtime:
             return WgpuArray(None, shape, dtype)
         data = self.types.to_device_bytes(array, dtype)
         raw = memoryview(data).cast("B")
-        storage = self.alloc(raw.nbytes, upload=True)
+        if self.pool.strategy == "adaptive":
+            # the request as any other (a step plan hands out planned ranges only to requests that
+            # avoid nothing); a range the open batch still uses submits the batch before the write
+            storage = self.alloc(raw.nbytes)
+            if self._in_batch(storage.raw):
+                self.flush()
+        else:
+            storage = self.alloc(raw.nbytes, upload=True)
         if raw.nbytes % 4:
             raw = memoryview(bytes(raw) + bytes(4 - raw.nbytes % 4))
-        self.queue.write_buffer(storage.raw, 0, raw)
+        buf = storage.raw
+        if type(buf) is SubBuffer:
+            self.queue.write_buffer(buf.buffer, buf.offset, raw)
+        else:
+            self.queue.write_buffer(buf, 0, raw)
         return WgpuArray(storage, shape, dtype)
 
     # -- kernels ---------------------------------------------------------------------------
@@ -304,9 +413,29 @@ class Runtime:
                 f"please report it with that file. Meanwhile the op runs on another device "
                 f"(e.g. x.to('cpu'))."
             ) from None
-        found = Pipeline(pipe, bindings, bgl, name)
+        found = Pipeline(pipe, bindings, bgl, name, source)
         self._pipelines[source] = found
         return found
+
+    def twin(self, pipe: Pipeline) -> Pipeline:
+        """``pipe`` with every storage binding read-write (its WGSL's ``var<storage, read>`` too), for
+        a dispatch that reads one range of a driver buffer and writes another: WebGPU refuses one
+        buffer bound read-only and read-write in one dispatch. Compiled once, when first needed."""
+        twin = pipe.twin
+        if twin is None:
+            kinds = pipe.layout_key
+            if "r" not in kinds:
+                twin = pipe
+            else:
+                source = pipe.source.replace("var<storage, read>", "var<storage, read_write>")
+                twin = self.pipeline(f"{pipe.name}_rw", source, ("w",) * len(kinds))
+            pipe.twin = twin
+        return twin
+
+    def bound_as(self, pipe: Pipeline, buffers: Sequence[Any]) -> Pipeline:
+        """The pipeline a dispatch of ``pipe`` over ``buffers`` runs: ``pipe``, or its read-write
+        twin where one driver buffer would be bound read-only and read-write."""
+        return self.twin(pipe) if _mixed(pipe.layout_key, buffers) else pipe
 
     # -- recording -------------------------------------------------------------------------
     def dispatch(
@@ -328,9 +457,12 @@ class Runtime:
         self._arena_used = off + -(-n // self.align) * self.align
         uids = tuple(b.uid for b in buffers)
         key = (pipe.layout_key, n, uids)
-        bg = self._bg_cache.get(key)
-        if bg is None:
-            bg = self._bind_group(pipe, n, buffers, key, uids)
+        found = self._bg_cache.get(key)
+        if found is None:
+            found = self._bind_group(pipe, n, buffers, key, uids)
+        bg, rw = found
+        if rw:
+            pipe = pipe.twin or self.twin(pipe)
         if pipe is not self._last_pipe:
             rec.set_pipeline(pipe.pipeline)
             self._last_pipe = pipe
@@ -393,18 +525,23 @@ class Runtime:
             self.pool = shared
             del self.dispatch, self.upload, self.read
 
-    def _bind_group(self, pipe: Pipeline, n: int, buffers: Sequence[Any], key: tuple, uids: tuple[int, ...]) -> Any:
+    def _bind_group(
+        self, pipe: Pipeline, n: int, buffers: Sequence[Any], key: tuple, uids: tuple[int, ...]
+    ) -> tuple[Any, bool]:
+        """A new bind group of ``buffers`` for ``pipe``, or for its read-write twin (then True)."""
+        bound = self.bound_as(pipe, buffers)
         if len(self._bg_cache) >= _BG_CACHE_LIMIT:
             self._bg_cache.clear()
             self._bg_by_uid.clear()
         entries = [{"binding": 0, "resource": {"buffer": self._arena, "offset": 0, "size": n}}]
         for i, b in enumerate(buffers):
-            entries.append({"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}})
-        bg = self.device.create_bind_group(layout=pipe.bind_group_layout, entries=entries)
-        self._bg_cache[key] = bg
-        for uid in set(uids):
+            entries.append({"binding": i + 1, "resource": binding(b)})
+        bg = self.device.create_bind_group(layout=bound.bind_group_layout, entries=entries)
+        found = self._bg_cache[key] = (bg, bound is not pipe)
+        # forgotten with the driver buffer (a carved view lives as long as its page)
+        for uid in {b.buffer.uid if type(b) is SubBuffer else b.uid for b in buffers}:
             self._bg_by_uid.setdefault(uid, []).append(key)
-        return bg
+        return found
 
     def flush(self, fence: bool = False, copies: Sequence[Copy] = ()) -> None:
         """Submit everything recorded so far (no wait), then ``copies`` in the same submit;
