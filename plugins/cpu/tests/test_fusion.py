@@ -235,6 +235,7 @@ def test_a_large_chain_through_the_lazy_layer_is_one_numba_kernel(monkeypatch):
     if not dev.capabilities.fusion or not em.lazy.fusion_enabled():
         pytest.skip("fusion is off for this run (EMBER_FUSION=0)")
     monkeypatch.setattr(dev._defer, "least", 1 << 14)  # the lazy layer's copy of the threshold
+    monkeypatch.setattr(dev, "_least", 1 << 14)  # and dispatch's (small ops skip the hook)
     gen = np.random.default_rng(4)
     x, a, b = (gen.standard_normal(1 << 15).astype(np.float32) for _ in range(3))
     tx, ta, tb = (em.tensor(v, device=dev) for v in (x, a, b))
@@ -412,6 +413,7 @@ def test_a_reduction_through_the_lazy_layer_is_one_numba_kernel(monkeypatch):
         pytest.skip("fusion is off for this run (EMBER_FUSION=0)")
     assert {"sum", "max", "mean"} <= dev.capabilities.fusion_reductions
     monkeypatch.setattr(dev._defer, "least", 1 << 14)
+    monkeypatch.setattr(dev, "_least", 1 << 14)
     gen = np.random.default_rng(8)
     x, a = gen.standard_normal((256, 128)).astype(np.float32), gen.standard_normal(128).astype(np.float32)
     tx, ta = em.tensor(x, device=dev), em.tensor(a, device=dev)
