@@ -12,6 +12,7 @@ reduction kernels (so its results equal the eager ones exactly).
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -94,13 +95,17 @@ def _device(kind: str) -> em.Device:
 
 
 @pytest.fixture
-def dev() -> em.Device:
-    return _device("lazyfake")
+def dev() -> Iterator[em.Device]:
+    d = _device("lazyfake")
+    with em.lazy.fusion(True, d):  # these tests are about fusion: on whatever EMBER_FUSION says
+        yield d
 
 
 @pytest.fixture
-def rdev() -> em.Device:
-    return _device("lazyreduce")
+def rdev() -> Iterator[em.Device]:
+    d = _device("lazyreduce")
+    with em.lazy.fusion(True, d):
+        yield d
 
 
 def arr(*shape, seed=0):
