@@ -7,7 +7,7 @@ import pytest
 
 import ember as em
 from ember_conformance.checks import assert_close
-from ember_conformance.jit_checks import assert_native_replay, check_training_replay
+from ember_conformance.jit_checks import assert_native_replay, check_training
 from ember_conformance.report import CoverageReport
 from ember_conformance.specs import ALL_SPECS
 
@@ -33,7 +33,7 @@ def test_jit_checks_catch_a_step_list_replay_and_an_unknown_optimizer(monkeypatc
     with pytest.raises(AssertionError, match="expected a native cpu replay"):
         assert_native_replay(f, "cpu")
     with pytest.raises(em.errors.InvalidArgumentError, match="optimizer must be one of"):
-        check_training_replay(em.Device.cpu().autodiff(), optimizer="lion")
+        check_training(em.Device.cpu().autodiff(), optimizer="lion")
 
 
 def test_spec_names_unique():

@@ -4,10 +4,10 @@ Each check runs a jitted function on the device, compares every result with a nu
 reference, and returns the :class:`ember.jit.Jitted` it ran, so that the caller adds what only
 its backend can tell (its replay ran, no kernel went through the op path, its counters moved)::
 
-    from ember_conformance.jit_checks import assert_native_replay, check_training_replay
+    from ember_conformance.jit_checks import assert_native_replay, check_training
 
     def test_training_step_replays_natively(dev):
-        step = check_training_replay(dev.autodiff(), optimizer="adamw")
+        step = check_training(dev.autodiff(), optimizer="adamw")
         assert_native_replay(step, "foo")
 
 The conformance suite's ``test_jit`` runs the same checks on every device.
@@ -30,7 +30,7 @@ from .checks import assert_close
 __all__ = [
     "OPTIMIZERS",
     "assert_native_replay",
-    "check_training_replay",
+    "check_training",
     "check_new_inputs_and_shapes",
     "check_result_views",
     "check_replay_pool_in_memory_stats",
@@ -90,24 +90,26 @@ def _reference_grads(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> 
     return float(np.mean((out - y) ** 2)), grads
 
 
-def check_training_replay(
+def check_training(
     ad_device: em.Device,
     *,
     optimizer: str = "sgd",
     steps: int = 100,
+    jit: bool = True,
     before_replays: Callable[[], None] | None = None,
 ) -> Any:
-    """Train a tanh MLP (``nn.Linear``, MSE loss, ``optimizer`` from :data:`OPTIMIZERS`) with an
-    ``em.jit`` step for ``steps`` calls: after every call the loss and each parameter must match a
-    float64 numpy twin (rtol 2e-4), and the step must be captured once and replayed after.
+    """Train a tanh MLP (``nn.Linear``, MSE loss, ``optimizer`` from :data:`OPTIMIZERS`) with a
+    step function called ``steps`` times: after every call the loss and each parameter must match
+    a float64 numpy twin (rtol 2e-4). With ``jit`` the step is ``em.jit``-wrapped and must be
+    captured once and replayed after; without, it runs eagerly.
 
     ``before_replays()`` runs once, after the call that captured and before the first replay:
-    where a backend's test resets the counters its replay must leave untouched. Returns the
-    jitted step.
+    where a backend's test resets the counters its replay must leave untouched. Returns the step
+    function it called.
     """
     if optimizer not in OPTIMIZERS:
         raise em.errors.InvalidArgumentError(
-            f"check_training_replay: optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}"
+            f"check_training: optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}"
         )
     make_opt, make_ref, warm = OPTIMIZERS[optimizer]
     em.seed(0)
@@ -119,13 +121,15 @@ def check_training_replay(
     ref_opt = make_ref()
     opt = make_opt(list(params.values()))
 
-    @em.jit
     def step(x: Any, y: Any) -> Any:
         opt.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
         return loss
+
+    if jit:
+        step = em.jit(step)
 
     rng = np.random.default_rng(0)
     losses, want = [], []
@@ -140,9 +144,11 @@ def check_training_replay(
         want.append(loss)
         for k, p in params.items():
             np.testing.assert_allclose(p.numpy(), ref[k], rtol=2e-4, atol=2e-5, err_msg=f"{k}, step {i}")
-        if i == warm and before_replays is not None:
+        if jit and i == warm and before_replays is not None:
             before_replays()
     np.testing.assert_allclose([float(v.item()) for v in losses], want, rtol=2e-4, atol=1e-6, err_msg="losses")
+    if not jit:
+        return step
     captures = step.captures
     assert len(captures) == 1, f"one capture expected, got {len(captures)}:\n{step.describe()}"
     assert captures[0].replays == steps - warm - 1, step.describe()

@@ -1,6 +1,7 @@
 """em.jit on the device: a captured training step (forward, backward, optimizer update) replayed
-step after step tracks a float64 numpy twin; replays read new inputs, keep earlier results
-intact and recapture new shapes; ``EMBER_JIT_NATIVE=0`` keeps ember's step list.
+step after step tracks a float64 numpy twin, as the same steps run eagerly do; replays read new
+inputs, keep earlier results intact and recapture new shapes; ``EMBER_JIT_NATIVE=0`` keeps
+ember's step list.
 
 The checks live in :mod:`ember_conformance.jit_checks`, public, so that a backend's own tests
 run the same ones and add what only the backend can see (its native replay ran). Steps: 100 on
@@ -15,16 +16,23 @@ import pytest
 
 import ember as em
 
-from .jit_checks import OPTIMIZERS, check_new_inputs_and_shapes, check_result_views, check_training_replay
+from .jit_checks import OPTIMIZERS, check_new_inputs_and_shapes, check_result_views, check_training
 
 STEPS = {"cpu": 100, "cuda": 100, "opencl": 100, "wgpu": 100}
 FEW_STEPS = 6
+EAGER_STEPS = 20
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_jit_training_step_matches_float64(name, ad_device):
     """Every replayed step leaves the loss and the parameters where a float64 twin's step leaves them."""
-    check_training_replay(ad_device, optimizer=name, steps=STEPS.get(ad_device.kind, FEW_STEPS))
+    check_training(ad_device, optimizer=name, steps=STEPS.get(ad_device.kind, FEW_STEPS))
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_eager_training_steps_match_float64(name, ad_device):
+    """The same training without em.jit: the baseline the replays are held to, on this device."""
+    check_training(ad_device, optimizer=name, steps=EAGER_STEPS, jit=False)
 
 
 def test_jit_replays_compute_new_inputs_and_recapture_new_shapes(device):

@@ -10,7 +10,7 @@ import pytest
 from ember_cuda import runtime
 
 import ember as em
-from ember_conformance.jit_checks import assert_native_replay, check_training_replay
+from ember_conformance.jit_checks import assert_native_replay, check_training
 
 pytestmark = pytest.mark.skipif(
     runtime.device_count() == 0, reason=f"no CUDA device: {runtime.why_unavailable() or 'unknown'}"
@@ -43,5 +43,5 @@ def test_an_elementwise_capture_replays_as_a_cuda_graph() -> None:
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_a_training_step_replayed_100_times_tracks_float64(optimizer: str) -> None:
-    step = check_training_replay(em.Device.cuda(0).autodiff(), optimizer=optimizer, steps=100)
+    step = check_training(em.Device.cuda(0).autodiff(), optimizer=optimizer, steps=100)
     assert_native_replay(step, "cuda")

@@ -16,7 +16,7 @@ from ember_conformance.jit_checks import (
     check_new_inputs_and_shapes,
     check_replay_pool_in_memory_stats,
     check_result_views,
-    check_training_replay,
+    check_training,
 )
 from ember_opencl.runtime import Runtime
 
@@ -41,7 +41,7 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_training_step_replays_as_one_enqueue_list(dev: em.Device, launches: list[str], fused: bool) -> None:
     """Unfused, each scalar is an uploaded constant the replay must keep apart from its buffers."""
     with em.lazy.fusion(fused, dev):
-        step = check_training_replay(dev.autodiff(), steps=STEPS, before_replays=launches.clear)
+        step = check_training(dev.autodiff(), steps=STEPS, before_replays=launches.clear)
     (native,) = assert_native_replay(step, "opencl")
     assert native.replays == STEPS - 1
     assert launches == [], f"replays queued {len(launches)} kernels through the op path: {sorted(set(launches))}"

@@ -16,7 +16,7 @@ from ember_conformance.jit_checks import (
     check_new_inputs_and_shapes,
     check_replay_pool_in_memory_stats,
     check_result_views,
-    check_training_replay,
+    check_training,
 )
 from ember_wgpu.runtime import Runtime
 
@@ -48,7 +48,7 @@ def test_training_step_replays_as_one_command_buffer(dev: em.Device, launches: l
         dispatches.append(rt.dispatches)
 
     with em.lazy.fusion(fused, dev):
-        step = check_training_replay(dev.autodiff(), steps=STEPS, before_replays=before_replays)
+        step = check_training(dev.autodiff(), steps=STEPS, before_replays=before_replays)
     (native,) = assert_native_replay(step, "wgpu")
     assert native.replays == STEPS - 1
     assert rt.dispatches - dispatches[0] == native.launched  # the device counter saw every replayed dispatch
