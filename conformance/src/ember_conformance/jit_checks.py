@@ -136,12 +136,11 @@ def check_training(
     for i in range(steps):
         x = rng.standard_normal((_BATCH, _IN)).astype(np.float32)
         y = rng.standard_normal((_BATCH, _OUT)).astype(np.float32)
-        losses.append(
-            step(em.tensor(x, device=ad_device), em.tensor(y, device=ad_device))
-        )  # kept: a later replay must not overwrite it
-        loss, grads = _reference_grads(ref, x.astype(np.float64), y.astype(np.float64))
+        loss = step(em.tensor(x, device=ad_device), em.tensor(y, device=ad_device))
+        losses.append(loss)  # kept: a later replay must not overwrite it
+        ref_loss, grads = _reference_grads(ref, x.astype(np.float64), y.astype(np.float64))
         ref_opt.update(ref, grads)
-        want.append(loss)
+        want.append(ref_loss)
         for k, p in params.items():
             np.testing.assert_allclose(p.numpy(), ref[k], rtol=2e-4, atol=2e-5, err_msg=f"{k}, step {i}")
         if jit and i == warm and before_replays is not None:

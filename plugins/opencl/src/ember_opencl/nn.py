@@ -340,7 +340,7 @@ def _ce_source(dt: str, ro: int, group: int, smoothing: bool) -> tuple[str, list
     params += ["__global const long* restrict t", "const long t_off"] + [f"const long t_os{d}" for d in range(ro)]
     params += [f"const {A} ls", "const long ignore"]
     types: list[Any] = [L, L, None, None, L, L] + [L] * (2 * ro) + [None, L] + [L] * ro + [c.np_compute, L]
-    x = c.load("x", "xb + k")
+    x = c.load("x", "xb + k * x_is")
     lines = [preamble({dt}), *_header("ember_ce", params, group, A, ro, ["x", "t"])]
     lines += [f"  {A} mx = -INFINITY;", "  " + _loop(group, "k", "C") + " {", f"    const {A} v = {x};"]
     lines += ["    if (v > mx || isnan(v)) mx = v;", "  }"]
