@@ -7,6 +7,7 @@ import pytest
 
 import ember as em
 from ember_conformance.checks import assert_close
+from ember_conformance.jit_checks import assert_native_replay, check_training
 from ember_conformance.report import CoverageReport
 from ember_conformance.specs import ALL_SPECS
 
@@ -22,6 +23,17 @@ def test_assert_close_catches_differences():
         assert_close(t, np.array([1.0, np.nan, 3.0]), em.float64)
     with pytest.raises(pytest.fail.Exception, match="differ"):
         assert_close(em.tensor([1, 2]), np.array([1, 3]), em.int64)
+
+
+def test_jit_checks_catch_a_step_list_replay_and_an_unknown_optimizer(monkeypatch):
+    monkeypatch.setenv("EMBER_JIT_NATIVE", "0")
+    f = em.jit(lambda x: x + 1.0)
+    for _ in range(2):
+        f(em.tensor([1.0]))
+    with pytest.raises(AssertionError, match="expected a native cpu replay"):
+        assert_native_replay(f, "cpu")
+    with pytest.raises(em.errors.InvalidArgumentError, match="optimizer must be one of"):
+        check_training(em.Device.cpu().autodiff(), optimizer="lion")
 
 
 def test_spec_names_unique():

@@ -3,7 +3,8 @@
     pytest --pyargs ember_conformance --ember-device=cpu --ember-report=report.md
 
 The tables in :mod:`ember_conformance.specs` drive the tests; :mod:`ember_conformance.checks`
-holds the comparison helpers extension and module tests reuse. Nothing here imports ember:
+holds the comparison helpers extension and module tests reuse; :mod:`ember_conformance.jit_checks`
+the ``em.jit`` checks a backend's own tests run to prove its native replay. Nothing here imports ember:
 the plugin loads in every pytest run of an environment that has the package.
 """
 

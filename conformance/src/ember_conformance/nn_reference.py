@@ -1,5 +1,6 @@
 """Independent numpy float64 references of the ``ember.nn`` layers (forward only; the
-conformance tests take gradients of these by central differences).
+conformance tests take gradients of these by central differences), and layer_norm's gradients
+in closed form, for backends' tests of a native ``layer_norm_backward`` kernel.
 
 Every function takes the layer's state as a dict of numpy arrays keyed by PyTorch's
 parameter names (``weight``, ``in_proj_weight``, ``weight_ih_l0``...), so the tests also pin
@@ -18,6 +19,7 @@ __all__ = [
     "conv2d",
     "conv_transpose2d",
     "layer_norm",
+    "layer_norm_grads",
     "rms_norm",
     "group_norm",
     "batch_norm_train",
@@ -121,6 +123,21 @@ def layer_norm(x: np.ndarray, ndim: int, w: np.ndarray | None, b: np.ndarray | N
     if w is not None:
         y = y * w
     return y if b is None else y + b
+
+
+def layer_norm_grads(
+    g: np.ndarray, x: np.ndarray, ndim: int, w: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of ``sum(layer_norm(x, ndim, w, b, eps) * g)`` for x, w and b:
+    rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), sum(g * xhat) and sum(g) over the
+    leading axes."""
+    axes = tuple(range(x.ndim - ndim, x.ndim))
+    mu = x.mean(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=axes, keepdims=True) + eps)
+    xhat, gh = (x - mu) * rstd, g * w
+    dx = rstd * (gh - gh.mean(axis=axes, keepdims=True) - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
+    lead = tuple(range(x.ndim - ndim))
+    return dx, (g * xhat).sum(axis=lead), g.sum(axis=lead)
 
 
 def rms_norm(x: np.ndarray, ndim: int, w: np.ndarray | None, eps: float) -> np.ndarray:

@@ -1,6 +1,7 @@
 """em.jit on cuda: captures replay as one CUDA graph, a training step with matmuls included
-(ember-cuda calls cuBLAS itself: CuPy's matmul refuses capture), and track eager. They need an
-NVIDIA GPU and CuPy; elsewhere they skip with the reason the backend gives (CI has no GPU)."""
+(ember-cuda calls cuBLAS itself: CuPy's matmul refuses capture), and track a float64 twin
+(ember_conformance.jit_checks). They need an NVIDIA GPU and CuPy; elsewhere they skip with the
+reason the backend gives (CI has no GPU)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from ember_cuda import runtime
 
 import ember as em
-from ember import nn, optim
+from ember_conformance.jit_checks import assert_native_replay, check_training
 
 pytestmark = pytest.mark.skipif(
     runtime.device_count() == 0, reason=f"no CUDA device: {runtime.why_unavailable() or 'unknown'}"
@@ -40,34 +41,7 @@ def test_an_elementwise_capture_replays_as_a_cuda_graph() -> None:
     assert "native (cuda)" in capture.describe()
 
 
-def test_a_training_step_replayed_100_times_tracks_eager() -> None:
-    ad = em.Device.cuda(0).autodiff()
-
-    def mlp():
-        em.seed(0)
-        return nn.Sequential(nn.Linear(4, 16, device=ad), nn.Tanh(), nn.Linear(16, 2, device=ad))
-
-    def step_fn(model, opt):
-        def step(x, y):
-            opt.zero_grad()
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-
-        return step
-
-    model, twin = mlp(), mlp()
-    jitted = em.jit(step_fn(model, optim.AdamW(model.parameters(), lr=1e-2)))
-    eager = step_fn(twin, optim.AdamW(twin.parameters(), lr=1e-2))
-    rng = np.random.default_rng(1)
-    for i in range(100):
-        x = rng.standard_normal((8, 4)).astype(np.float32)
-        y = rng.standard_normal((8, 2)).astype(np.float32)
-        lj = jitted(em.tensor(x, device=ad), em.tensor(y, device=ad))
-        le = eager(em.tensor(x, device=ad), em.tensor(y, device=ad))
-        np.testing.assert_allclose(lj.numpy(), le.numpy(), rtol=1e-4, atol=1e-5, err_msg=f"loss, step {i}")
-        for p, q in zip(model.parameters(), twin.parameters()):
-            np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-4, atol=1e-5, err_msg=f"step {i}")
-    assert jitted.captures[0].replays == 98
-    assert "native (cuda)" in jitted.captures[0].describe(), jitted.describe()
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_training_step_replayed_100_times_tracks_float64(optimizer: str) -> None:
+    step = check_training(em.Device.cuda(0).autodiff(), optimizer=optimizer, steps=100)
+    assert_native_replay(step, "cuda")

@@ -8,6 +8,7 @@ from ocl_helpers import assert_same
 
 import ember as em
 from ember.dtypes import as_dtype
+from ember_conformance import nn_reference
 
 RNG = np.random.default_rng(0)
 FLOATS = ["float32", "float64", "float16", "bfloat16"]
@@ -432,25 +433,39 @@ def test_a_gpu_clamps_out_of_range_indices_instead_of_reading_them_back(dev, mon
     assert np.isfinite(loss.numpy()).all()
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "every-other-row", "transposed"])
 @pytest.mark.parametrize("rows", [2, 64], ids=["work-group-rows", "work-item-rows"])
-def test_layer_norm_backward_runs_as_one_row_kernel(dev, monkeypatch, rows):
+def test_layer_norm_backward_runs_as_one_row_kernel(dev, monkeypatch, rows, layout):
     """em.layer_norm's input gradient is the layer_norm_backward row kernel (not the composite's
-    reductions), matching float64; few long rows take a work-group each, many rows a work item."""
+    reductions), matching float64; few long rows take a work-group each, many rows a work item.
+    Rows at a stride (x a slice of every other row) are read in place, forward and backward;
+    rows whose elements are strided (x transposed) are copied first."""
+    from ember_opencl import nn
     from ember_opencl.runtime import Runtime
 
-    keys = []
+    keys, copies = [], []
     plain = Runtime.kernel
     monkeypatch.setattr(Runtime, "kernel", lambda self, key, *a, **k: keys.append(key) or plain(self, key, *a, **k))
+    plain_contiguous = nn.contiguous
+    monkeypatch.setattr(nn, "contiguous", lambda rt, a: copies.append(a.shape) or plain_contiguous(rt, a))
     n, eps = 600, 1e-5
     xs, ws, bs, gs = (RNG.standard_normal(s) for s in ((rows, n), (n,), (n,), (rows, n)))
     ad = dev.autodiff()
-    x = em.tensor(xs.astype(np.float32), device=ad, requires_grad=True)
+    if layout == "every-other-row":
+        stored = np.zeros((2 * rows, n))
+        stored[::2] = xs
+    else:
+        stored = xs.T if layout == "transposed" else xs
+    leaf = em.tensor(stored.astype(np.float32), device=ad, requires_grad=True)
+    x = {"contiguous": leaf, "every-other-row": leaf[::2], "transposed": leaf.permute((1, 0))}[layout]
     w, b, g = (em.tensor(a.astype(np.float32), device=ad) for a in (ws, bs, gs))
     (em.layer_norm(x, (n,), w, b, eps) * g).sum().backward()
-    got = x.grad.numpy()
-    assert any(k[0] == "norm_backward" for k in keys if isinstance(k, tuple))
-    mu, var = xs.mean(-1, keepdims=True), xs.var(-1, keepdims=True)
-    rstd = 1 / np.sqrt(var + eps)
-    xhat, gh = (xs - mu) * rstd, gs * ws
-    want = rstd * (gh - gh.mean(-1, keepdims=True) - xhat * (gh * xhat).mean(-1, keepdims=True))
+    got = leaf.grad.numpy()
+    got = {"contiguous": got, "every-other-row": got[::2], "transposed": got.T}[layout]
+    assert any(k[0] == "norm" and k[-1] == "backward" for k in keys if isinstance(k, tuple))
+    if layout == "transposed":
+        assert copies, "a transposed x was expected to be copied into contiguous rows"
+    else:
+        assert copies == [], f"the norm kernels copied {copies} instead of reading the rows in place"
+    want, _, _ = nn_reference.layer_norm_grads(gs, xs, 1, ws, eps)
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
