@@ -47,13 +47,18 @@ class _FreeLists(Generic[Raw]):
     def _make_room(self, excess: int, size: int) -> None:
         """adaptive: release free buffers until ``excess`` bytes went: large before small (for a large
         request), and the most recently freed first, which a loop needs again last (the idle scan
-        takes those that stay empty); never one ``defer_release`` says is busy."""
+        takes those that stay empty). One ``defer_release`` says is busy is skipped, unless the pool
+        can submit now (inside an acquire, with ``on_pressure``): then the order holds, and the first
+        busy one submits the batch (:meth:`_release_driver`; skipping them releases buffers the loop
+        needs sooner: lavapipe W3, 27 driver allocations a step instead of 25)."""
         small = size <= SMALL_LIMIT
         order = sorted(
             (s for s, b in self._free.items() if b),
             key=lambda s: ((s <= SMALL_LIMIT) and not small, -self._touched.get(s, 0)),
         )
         busy = self.defer_release if callable(self.defer_release) else None
+        if busy is not None and self._pressing and self.on_pressure is not None:
+            busy = None
         excess = self._release_from(order, excess, busy)
         if excess > 0 and busy is not None and self.on_pressure is not None:
             self.on_pressure()  # wgpu: submit the open batch; its buffers are then free to release
