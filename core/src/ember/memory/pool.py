@@ -233,12 +233,14 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
                 self._gap = gap
             self._touched[size] = clock
             have = size
-        else:
+        elif self.defer_release:
             self._pressing = True  # making room here may release a busy buffer: on_pressure() first
             try:
                 raw, have = self._miss(size, avoid)
             finally:
                 self._pressing = False
+        else:
+            raw, have = self._miss(size, avoid)
         in_use = self.in_use = self.in_use + size  # _hand_out, inline: this is the hot path
         if in_use > self.peak_in_use:
             self.peak_in_use = in_use
