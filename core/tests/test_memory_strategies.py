@@ -144,6 +144,30 @@ def test_adaptive_releases_idle_buffers_at_once_and_keeps_busy_ones_reusable():
     del keep
 
 
+def test_adaptive_that_can_submit_makes_room_in_its_order_busy_buffers_included():
+    """With ``on_pressure`` (wgpu: submit the open batch), making room inside an acquire keeps adaptive's
+    order, the most recently freed first (a loop needs it again last), busy or not: the batch is
+    submitted once and that buffer goes; the older idle one, which the loop needs sooner, stays."""
+    busy: set[int] = set()
+    submits: list[int] = []
+
+    def submit() -> None:
+        busy.clear()
+        submits.append(1)
+
+    pool, dev = make("adaptive", defer_release=busy.__contains__, on_pressure=submit)
+    x, y = pool.acquire(4 << 20), pool.acquire((4 << 20) + (1 << 19))
+    x_raw, y_raw = x.raw, y.raw
+    busy.add(y_raw)
+    del x
+    tick = pool.acquire(1000)  # the pool's clock counts acquires: y is freed after x
+    del y, tick  # y: freed last, and in the open batch
+    keep = pool.acquire(2 << 20)
+    assert submits == [1] and y_raw not in dev.live and x_raw in dev.live and not pool.deferred
+    check_books(pool, dev)
+    del keep
+
+
 def test_adaptive_submits_when_only_busy_buffers_could_make_room():
     busy: set[int] = set()
     pool, dev = make("adaptive", defer_release=busy.__contains__, on_pressure=busy.clear)  # clear: a submit
