@@ -166,8 +166,8 @@ def table(results: dict[str, list[dict[str, Any]]], device: str, sizes: str, ste
         f"Peak device memory, {device}, {sizes} sizes, {steps} training steps (`python -m benchmarks.memory`)",
         "",
         "| workload | strategy | peak reserved MiB | peak in use MiB | reserved / in use | "
-        "vs static reserved | median step ms | vs static step | allocations | frees |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "vs static reserved | median step ms | vs static step | allocations | frees | planned / drops / refusals |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for wid, rows in results.items():
         static = next((r for r in rows if r["strategy"] == "static"), None)
@@ -177,9 +177,12 @@ def table(results: dict[str, list[dict[str, Any]]], device: str, sizes: str, ste
             vs = f"{reserved / static['peak_reserved_bytes']:.2f}x" if static and reserved is not None else ""
             step = f"{r['median_step_s'] / static['median_step_s']:.2f}x" if static else ""
             shown = f"{reserved / MIB:.1f}" if reserved is not None else "-"
+            # adaptive's step plan: blocks served from its arena, plans dropped, plans refused
+            plan = f"{r['planned']} / {r['plan_drops']} / {r['plan_refusals']}" if r.get("planned") is not None else ""
             lines.append(
                 f"| {wid} | {r['strategy']} | {shown} | {in_use / MIB:.1f} | {ratio} | {vs} | "
-                f"{r['median_step_s'] * 1e3:.1f} | {step} | {r.get('allocations', '')} | {r.get('frees', '')} |"
+                f"{r['median_step_s'] * 1e3:.1f} | {step} | {r.get('allocations', '')} | {r.get('frees', '')} | "
+                f"{plan} |"
             )
     return "\n".join(lines)
 
@@ -235,7 +238,9 @@ def measure(args: argparse.Namespace, device: Any, sizes: str) -> dict[str, list
     results: dict[str, list[dict[str, Any]]] = {}
     for wid in args.workloads:
         module = WORKLOADS[wid.upper()]
-        size = module.SIZES[sizes]
+        size = dict(module.SIZES[sizes])
+        if args.batch:
+            size["batch"] = args.batch
         if device.kind == "cpu":
             rows = [run_numpy(module, device, size, args.steps)]
         else:
@@ -314,6 +319,7 @@ def run_h200(args: argparse.Namespace) -> int:
             "--quick" if args.quick else "--gpu-sizes",
         ]
         cmd += ["--steps", str(args.steps), "--rounds", str(args.rounds), "--strategies", args.strategies]
+        cmd += ["--batch", str(args.batch)] if args.batch else []
         cmd += ["--json", str(out / f"memory-{kind}.json")]
         start = time.perf_counter()
         with open(out / "memory-log.txt", "a", encoding="utf-8") as log:
@@ -356,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--cpu-sizes", action="store_true", help="CPU sizes (default elsewhere)")
     group.add_argument("--quick", action="store_true", help="tiny sizes: tests the script, not memory")
     parser.add_argument("--steps", type=int, default=20, help="training steps per strategy (default 20)")
+    parser.add_argument("--batch", type=int, help="the workloads' batch size instead of the sizes' (e.g. W3 at 8)")
     parser.add_argument(
         "--rounds", type=int, default=2, help="rounds over the strategies; the step time is the best round's median"
     )
@@ -386,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick" if args.quick else "gpu" if args.gpu_sizes or (device.kind == "cuda" and not args.cpu_sizes) else "cpu"
     )
     results = measure(args, device, sizes)
-    text = table(results, str(device), sizes, args.steps)
+    text = table(results, str(device), f"{sizes} (batch {args.batch})" if args.batch else sizes, args.steps)
     print(text)
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as f:

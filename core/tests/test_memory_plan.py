@@ -1,6 +1,7 @@
 """adaptive's step plan (ember.memory.plan) on the recorded W3 / W4 traces: driver calls per step counted
 from the fake driver (no wall clock), reserved within 1.05x of in use at every step including the switch-over,
-the fallback when steps stop repeating, and nothing leaked."""
+the fallback when steps stop repeating, and nothing leaked; on synthetic steps, requests with ``avoid=``
+keep the plan aligned, and a loop inside the step is passed over for the step around it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_memory_strategies import FakeDevice
+from test_memory_strategies import STEP, FakeDevice, chain_step, warm
 
 from ember.memory import BufferPool
 
@@ -142,5 +143,121 @@ def test_an_arena_the_device_cannot_hold_leaves_the_ordinary_paths_serving():
     live: dict = {}
     run_steps(pool, dev, steps_of(trace), live)
     assert pool.planned == 0 and pool.plan_refusals >= 1 and max(dev.live.values()) <= 8 << 20
+    live.clear()
+    assert pool.in_use == 0 and pool.reserved == sum(dev.live.values())
+
+
+def planned_steps(pool: BufferPool, dev: FakeDevice, step: list[int], count: int, avoid=None) -> list[dict]:
+    """Run ``step`` (chain_step) ``count`` times; per step: blocks served from the plan, driver calls,
+    the plan's position at its end, and reserved over the peak in use."""
+    rows = []
+    for _ in range(count):
+        planned, calls = pool.planned, dev.allocs + dev.releases
+        chain_step(pool, step, avoid)
+        rows.append(
+            {
+                "planned": pool.planned - planned,
+                "calls": dev.allocs + dev.releases - calls,
+                "pos": pool._ppos,
+                "ratio": pool.reserved / pool.peak_in_use,
+            }
+        )
+    return rows
+
+
+def test_requests_with_avoid_advance_the_plan():
+    """Once the step is planned, requests that pass ``avoid=`` still take their places in it: a request
+    whose range it avoids is served another way (a whole buffer here), the rest get their planned
+    ranges, and over several steps the plan stays aligned (no drop, the same position at each step's end)."""
+    pool, dev = paged()
+    planned_steps(pool, dev, STEP, 4)
+    plan = pool._plan
+    assert plan is not None and pool._arena is not None and pool.plan_drops == 0
+    pos = pool._ppos
+
+    def avoid(i: int):
+        if i == 3:
+            return lambda raw: isinstance(raw, tuple)  # no carved range or planned view: a buffer of its own
+        return lambda raw: False
+
+    rows = planned_steps(pool, dev, STEP, 6, avoid)
+    assert pool.plan_drops == 0 and pool._plan is plan
+    assert [r["pos"] for r in rows] == [pos] * 6
+    assert [r["planned"] for r in rows] == [plan.planned - 1] * 6  # all but the avoided one
+    assert [r["calls"] for r in rows[1:]] == [0] * 5  # the avoided request's buffer is reused from then on
+    assert pool.plan_misses >= 6
+    rows = planned_steps(pool, dev, STEP, 2)  # and without avoid=, the whole step again
+    assert [r["planned"] for r in rows] == [plan.planned] * 2 and pool.plan_drops == 0
+
+
+#: a step with a loop inside (conv's per-sample weight gradient: the same three requests, batch 8 times)
+PRE = [k << 16 for k in (3, 5, 4, 6, 2, 7)]
+LOOP = [9 << 16, 1 << 16, 1 << 16]
+POST = [k << 16 for k in (8, 4, 6, 2, 5, 3)]
+LOOPED = PRE + LOOP * 8 + POST
+
+
+def test_a_loop_inside_the_step_is_passed_over_for_the_whole_step():
+    """The loop repeats three requests 8 times, which looks like a period while it runs: planned, the
+    plan would be dropped when the loop ends, every step. The pool drops it once, remembers the loop,
+    passes over it next time, and plans the whole step: no driver call per step from then on."""
+    pool, dev = paged()
+    warm(pool, dev)  # a 2 MiB peak seen before: the step's arena fits in the headroom, whatever its packing
+    rows = planned_steps(pool, dev, LOOPED, 10)
+    assert pool.plan_drops <= 1
+    plan = pool._plan
+    assert plan is not None and plan.period == len(LOOPED)
+    assert [r["planned"] for r in rows[-4:]] == [plan.planned] * 4
+    assert [r["calls"] for r in rows[-4:]] == [0] * 4
+    assert all(r["ratio"] <= 1.05 for r in rows)
+    assert pool.in_use == 0 and pool.reserved == sum(dev.live.values())
+
+
+def test_a_loop_passed_over_is_planned_once_it_runs_longer_than_before():
+    """After the step was planned, the program runs the loop alone, on and on: the step's plan is
+    dropped, and the loop (known to end after 8 laps) is planned once it has run longer than that."""
+    pool, dev = paged()
+    warm(pool, dev)
+    planned_steps(pool, dev, LOOPED, 8)
+    assert pool._plan is not None and pool._plan.period == len(LOOPED)
+    drops = pool.plan_drops
+    rows = planned_steps(pool, dev, LOOP * 8, 6)
+    assert pool.plan_drops == drops + 1
+    plan = pool._plan
+    assert plan is not None and plan.period == 3 * -(-8 // 3) * 1  # the loop's laps, 8 requests at least
+    assert [r["calls"] for r in rows[-2:]] == [0] * 2 and rows[-1]["planned"] > 0
+
+
+def test_a_loop_that_comes_back_beyond_the_longest_period_is_planned_each_time():
+    """A loop whose repeats are farther apart than MAX_PERIOD requests (phases of a program, not a loop
+    inside a plannable step) is planned when it runs, as before."""
+    from ember.memory.plan import MAX_PERIOD
+
+    pool, dev = paged()
+    filler = [(k + 16) << 9 for k in range(MAX_PERIOD + 100)]  # no period: every size new
+    for _ in range(2):
+        planned = pool.planned
+        chain_step(pool, LOOP * 8)
+        assert pool.planned > planned  # the loop is planned while it runs
+        chain_step(pool, filler)
+    assert pool.plan_drops == 2
+
+
+def test_the_w3_batch8_trace_plans_no_inner_loop_each_step():
+    """W3 at batch 8 recorded on lavapipe: its backward pass repeats three requests 8 times (conv's
+    per-sample loop). Before, that loop was planned and the plan dropped every step; now once at most."""
+    trace = json.loads((TRACES / "w3_batch8_wgpu_steps.json").read_text())
+    pool, dev = paged()
+    live: dict = {}
+    drops = []
+    for events in steps_of(trace):
+        for event in events:
+            if len(event) == 2:
+                live[event[0]] = pool.acquire(event[1])
+            else:
+                live.pop(event[0], None)
+        drops.append(pool.plan_drops)
+    assert len(drops) == 8 and drops[-1] <= 1
+    assert pool.peak_reserved <= 1.05 * pool.peak_in_use
     live.clear()
     assert pool.in_use == 0 and pool.reserved == sum(dev.live.values())

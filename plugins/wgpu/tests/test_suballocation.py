@@ -133,10 +133,10 @@ def test_a_page_the_open_batch_uses_goes_after_the_submit(adaptive: tuple[Any, A
     gc.collect()
     reserved, submits = pool.reserved, rt.submits
     dev.memory.empty_cache()  # the pages, empty now, go back to the driver
-    assert {raw.uid for raw, _ in pool._doomed} >= {page.uid for page in pages}
+    assert {raw.uid for raw in pool.deferred} >= {page.uid for page in pages}
     assert pool.reserved == reserved and rt.submits == submits  # held and counted until the submit
     dev.synchronize()  # the submit validates (a destroyed buffer in it would raise WgpuValidationError)
-    assert not pool._doomed and pool.reserved < reserved
+    assert not pool.deferred and pool.reserved < reserved
     assert not any(page.uid in rt._subs for page in pages)  # their views went with them
 
 
@@ -157,7 +157,7 @@ def test_making_room_releases_a_page_the_open_batch_uses_after_submitting_it(
     submits, frees = rt.submits, pool.frees
     big = rt.alloc(2 << 20)  # a large request: _miss -> _make_room -> the empty pages go
     assert rt.submits == submits + 1 and not rt._count  # the batch went first, validated
-    assert pool.frees - frees >= len(pages) and not pool._doomed
+    assert pool.frees - frees >= len(pages) and not pool.deferred
     del big
     dev.synchronize()
 

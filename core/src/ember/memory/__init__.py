@@ -18,7 +18,7 @@ What the pool does then is its *strategy* (docs/memory.md):
   a training loop needs those again last).
   Buffers that stay empty for twice the longest reuse gap it has seen are released, so
   reserved memory tracks memory in use as the program changes phase. Where the backend can
-  address an offset in a buffer (``sub_allocate=``: cuda, opencl), small blocks are carved out
+  address an offset in a buffer (``sub_allocate=``: cuda, opencl, wgpu), small blocks are carved out
   of pages (one driver buffer serves many blocks); a block that goes back merges with the free
   ranges beside it, and a page all of whose blocks came back is released like a free buffer.
 

@@ -151,9 +151,7 @@ class _Pages(Generic[Raw]):
             if page.used or (before is not None and page.touched >= before):
                 continue
             self._pages.remove(page)
-            self.reserved -= page.size
-            self.frees += 1
-            self._release(page.raw)
+            self._release_driver(page.raw, page.size)
             count += 1
             if excess is not None:
                 excess -= page.size

@@ -17,10 +17,18 @@ A request whose size is not the planned one means the program changed: the plan 
 arena goes once its blocks are dead) and the pool records again. A planned range still held by a
 block kept longer than it was last time is not handed out twice: that request takes the pool's
 other paths.
+
+A loop inside the step (conv's per-sample loop repeats its requests batch-size times) also looks
+like a period while it runs. The pool remembers each repeat that ended (a plan dropped, or a
+candidate it passed over), by its sizes: when the same repeat starts again within ``MAX_PERIOD``
+requests of the last one's start, the step around it is a plannable period, so the pool passes
+over the loop (unless it now runs longer than last time) and goes on recording until the whole
+step repeats.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic
 
 from .strategies import HEADROOM, Raw
@@ -28,6 +36,9 @@ from .strategies import HEADROOM, Raw
 #: the longest step (in requests) the pool plans for, and the shortest it takes for one
 MAX_PERIOD = 2048
 MIN_PERIOD = 8
+
+#: the repeats that ended (loops inside a step) the pool remembers; more: it forgets them all
+_MAX_LOOPS = 64
 
 
 class _Plan:
@@ -149,6 +160,9 @@ class _Planner(Generic[Raw]):
         self._last: dict[tuple[int, int, int], int] = {}
         self._cand = 0
         self._run = 0
+        self._need = 0  # the run past which the candidate is planned (its period; longer for a known loop)
+        self._sig: tuple[int, tuple[int, ...]] | None = None  # a candidate passed over: its sizes, for _loops
+        self._start = 0  # the token where the candidate's repeat began (it or its plan)
         self._hold = 0
         arena = self._arena
         self._arena = None
@@ -165,9 +179,7 @@ class _Planner(Generic[Raw]):
                 if view is not None:
                     self._sub_release(view)
         arena.views = []
-        self.reserved -= arena.size
-        self.frees += 1
-        self._release(arena.raw)
+        self._release_driver(arena.raw, arena.size)
 
     def _record(self, size: int, token: int) -> None:
         """Note a request (while there is no plan) and look for a period: the requests since an earlier
@@ -184,6 +196,7 @@ class _Planner(Generic[Raw]):
             self._base = token - len(seq)
             self._last = {}
             self._cand = self._run = 0
+            self._sig = None
             n = len(seq)
         seq.append(size)
         self._freed.append(-1)
@@ -192,6 +205,9 @@ class _Planner(Generic[Raw]):
         if p and seq[n - p] == size:  # the candidate holds: the common case, no key to look up
             self._run += 1
         else:
+            if self._sig is not None:  # a loop passed over ended here: remembered, with how long it ran
+                self._remember(self._sig, self._start, token)
+                self._sig = None
             if n < 2:
                 return
             key = (seq[n - 2], seq[n - 1], size)
@@ -208,9 +224,36 @@ class _Planner(Generic[Raw]):
                 while k - p >= 0 and seq[k] == seq[k - p] and run <= p:
                     run += 1
                     k -= 1
-            self._cand, self._run = p, run
-        if p and self._run > p:
+            self._cand, self._run, self._need = p, run, p
+        if p and self._run > self._need:
+            if self._sig is None:
+                if self._inner_loop(p, n, token):
+                    return  # passed over: recording goes on until the step around it repeats
+            else:  # a loop passed over before runs longer than it did then: the program changed
+                self._plan_sig, self._sig = self._sig, None
             self._make_plan(n + 1 - 2 * p, p)
+
+    def _inner_loop(self, p: int, n: int, token: int) -> bool:
+        """Whether the candidate (two periods of ``p`` ending at ``n``) is a repeat that ended before
+        and started again within ``MAX_PERIOD`` requests (a loop inside a longer step, which is then
+        plannable): then it is passed over until it runs longer than it did last time."""
+        sig = (p, tuple(sorted(self._seq[n + 1 - p : n + 1])))  # its sizes, whatever its phase
+        start = token - self._run - p + 1
+        self._start = start
+        last = self._loops.get(sig)
+        if last is None or start - last[0] > MAX_PERIOD or self._run + p > last[1]:
+            self._plan_sig = sig
+            return False
+        self._sig = sig
+        self._need = last[1] - p  # planned only if it holds past the length it ran last time
+        return True
+
+    def _remember(self, sig: tuple[int, tuple[int, ...]], start: int, end: int) -> None:
+        """A repeat of ``sig`` that began at token ``start`` ended at ``end`` (a request it did not predict)."""
+        loops = self._loops
+        if len(loops) >= _MAX_LOOPS and sig not in loops:
+            loops.clear()
+        loops[sig] = (start, end - start)
 
     def _make_plan(self, start: int, p: int) -> None:
         """Plan the period of ``p`` requests recorded from ``start`` (the older of the two alike)."""
@@ -266,15 +309,17 @@ class _Planner(Generic[Raw]):
             outside = max(outside, after - planned)
         return plan.extent + outside <= (1 + HEADROOM) * high
 
-    def _plan_acquire(self, size: int, token: int) -> Raw | None:
-        """The planned block for this request, or None (not planned, its range still held, or the
-        program changed: then the plan is dropped and the pool records again)."""
+    def _plan_acquire(self, size: int, token: int, avoid: Callable[[Raw], bool] | None = None) -> Raw | None:
+        """The planned block for this request, or None (not planned, its range still held or one
+        ``avoid`` refuses, or the program changed: then the plan is dropped and the pool records
+        again). Every request advances the plan's position, whichever way it is served."""
         plan = self._plan
         if plan is None:
             return None
         r = self._ppos
         if plan.sizes[r] != size:
             self.plan_drops += 1
+            self._remember(self._plan_sig, self._start, token)  # a loop inside a step ends so: passed over next time
             self._plan_reset()
             self._record(size, token)
             return None
@@ -292,13 +337,16 @@ class _Planner(Generic[Raw]):
         if arena.live & plan.masks[r]:
             self.plan_misses += 1  # a block held longer than last time: this one takes another path
             return None
+        view = arena.views[r]
+        if view is None:
+            view = arena.views[r] = self._sub(arena.raw, offset, size)  # type: ignore[misc]
+        if avoid is not None and avoid(view):
+            self.plan_misses += 1  # e.g. a range the open batch still uses, for an upload: another path
+            return None
         arena.live |= 1 << r
         arena.count += 1
         self._planned_of[token] = (arena, r)
         self.planned += 1
-        view = arena.views[r]
-        if view is None:
-            view = arena.views[r] = self._sub(arena.raw, offset, size)  # type: ignore[misc]
         return view
 
     def _activate(self, plan: _Plan) -> None:

@@ -73,10 +73,15 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
     ``max_class`` caps the rounding (a request that fits under it is never rounded above it).
     ``device`` is the label of the device (``"cuda:0"``) whose strategy the pool follows.
     ``defer_release``: True keeps every buffer to release until :meth:`trim`; a callable
-    ``busy(raw)`` keeps only those it says are busy (wgpu: referenced by the open batch).
+    ``busy(raw)`` keeps only those it says are busy (wgpu: referenced by the open batch, until it
+    is submitted; the backend calls ``trim()`` then). It is asked about driver buffers only: whole
+    buffers, and with sub-allocation empty pages and step plans' arenas (``busy(page)`` must say
+    whether any range carved from it is busy), never a carved range, which goes back to its page
+    without a driver call. Under ``adaptive``, a busy buffer released while an acquire makes room
+    goes at once, after ``on_pressure()`` (which should make it idle: submit the batch).
     ``sub_allocate(page, offset, nbytes) -> raw``: a view into a driver buffer, so that adaptive
     carves small blocks out of pages (offsets a multiple of ``alignment``); ``sub_release(raw)``
-    drops a view (optional). Not with ``defer_release``.
+    drops a view (optional).
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         self.device = device
         self._free: dict[int, list[Raw]] = {}
         self._doomed: list[tuple[Raw, int]] = []  # waiting for release (over the limit, or emptied)
+        self._pressing = False  # inside an acquire's slow path: a busy buffer released goes after on_pressure()
         # every buffer handed out, by token -> (raw, its size, the bytes counted in use): a raw buffer
         # is never garbage itself, so when a block dies inside a reference cycle the collector cannot
         # free the buffer while the pool takes it back
@@ -127,8 +133,6 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         self._next_scan = _MIN_IDLE
         # sub-allocation (adaptive, where the backend can address an offset in a buffer): pages are
         # driver buffers that blocks are carved from; a retired block's range goes back to its page
-        if sub_allocate is not None and defer_release:
-            raise InvalidArgumentError("BufferPool: sub_allocate= cannot be combined with defer_release=")
         if alignment < 1 or alignment & (alignment - 1):
             raise InvalidArgumentError(f"BufferPool: alignment={alignment!r}: expected a power of two")
         self._sub = sub_allocate
@@ -143,6 +147,9 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         self._retired: list[_Arena[Raw]] = []
         self._planned_of: dict[int, tuple[_Arena[Raw], int]] = {}
         self._learn = False
+        # repeats that ended (a loop inside a step), by (period, its sizes sorted) -> (start token, length)
+        self._loops: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
+        self._plan_sig: tuple[int, tuple[int, ...]] = (0, ())  # the plan's, remembered if it is dropped
         self.planned = 0  # blocks served from a plan's arena
         self.plan_misses = 0  # planned requests whose range was still held (served another way)
         self.plan_drops = 0  # plans dropped because the program asked for other sizes
@@ -162,6 +169,7 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
             return
         self.empty()
         self._plan_reset()
+        self._loops.clear()
         self.strategy = name
         self._learn = name == "adaptive" and self._sub is not None  # record requests to plan a step
         self._keep = name != "exclusive"  # cache freed buffers
@@ -186,11 +194,17 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
             plan = self._plan
             if plan is None:
                 self._record(size, token)
-            elif avoid is None:
+            else:
                 r = self._ppos
                 arena = self._arena
                 # a step plan's common case, inline: the planned size, past the lap's start, its range free
-                if r and plan.sizes[r] == size and arena is not None and not arena.live & plan.masks[r]:
+                if (
+                    avoid is None
+                    and r
+                    and plan.sizes[r] == size
+                    and arena is not None
+                    and not arena.live & plan.masks[r]
+                ):
                     view = arena.views[r]
                     if view is not None:
                         self._ppos = r + 1 if r + 1 < plan.period else 0
@@ -200,7 +214,12 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
                         self.planned += 1
                         self.hits += 1
                         return self._hand_out(view, size, size, token)
-                raw = self._plan_acquire(size, token)
+                # every request advances the plan, one with avoid= too (else the plan's position drifts)
+                self._pressing = True
+                try:
+                    raw = self._plan_acquire(size, token, avoid)
+                finally:
+                    self._pressing = False
                 if raw is not None:
                     self.hits += 1
                     return self._hand_out(raw, size, size, token)
@@ -214,6 +233,12 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
                 self._gap = gap
             self._touched[size] = clock
             have = size
+        elif self.defer_release:
+            self._pressing = True  # making room here may release a busy buffer: on_pressure() first
+            try:
+                raw, have = self._miss(size, avoid)
+            finally:
+                self._pressing = False
         else:
             raw, have = self._miss(size, avoid)
         in_use = self.in_use = self.in_use + size  # _hand_out, inline: this is the hot path
@@ -222,7 +247,11 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         if in_use > self._high:
             self._high = in_use
         if clock >= self._next_scan:
-            self._release_idle()
+            self._pressing = True
+            try:
+                self._release_idle()
+            finally:
+                self._pressing = False
         self._live[token] = (raw, have, size)
         return Block(raw, have, self, token)
 
@@ -250,7 +279,10 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
             # what is reserved once the buffers waiting for a deferred release (wgpu's, until a submit) go
             held = self.reserved - sum(s for _, s in self._doomed) if self._doomed else self.reserved
             if held + size > target:
-                found = self._take_larger(size, avoid, int(self._high * HEADROOM) - self._slack)
+                # the slack a larger buffer adds shares the headroom with the free ranges of pages (a page's
+                # unused tail): together they stay within it (PoCL W4's step 2 reached 1.054x in use before)
+                spare = sum(page.size - page.used for page in self._pages) if self._pages else 0
+                found = self._take_larger(size, avoid, int(self._high * HEADROOM) - self._slack - spare)
                 if found is not None:
                     self.hits += 1
                     self._slack += found[1] - size

@@ -171,7 +171,6 @@ class Runtime:
         # (itself or a range carved from it) is destroyed only after the submit (flush()); any other
         # at once (work already submitted keeps what it uses alive).
         self._subs: dict[int, dict[tuple[int, int], SubBuffer]] = {}  # driver buffer uid -> its carved views
-        self._acquiring = False  # inside the pool's acquire (alloc()): a safe point to submit the batch
         self.pool: BufferPool[Any] = self._make_pool(f"wgpu:{index}")
         self.replay_pools = ReplayPools()  # em.jit replays' private pools, counted by memory_stats
         self._pipelines: dict[str, Pipeline] = {}
@@ -213,9 +212,11 @@ class Runtime:
     def _make_pool(self, device: str | None, release: Callable[[Any], None] | None = None) -> BufferPool[Any]:
         """The device's pool (``device`` its label: it carves small blocks and a step plan's out of
         driver buffers, :class:`~.subbuffer.SubBuffer` s, and defers destroying a driver buffer the
-        open batch references itself, in ``_release_buffer``), or a private one (None: an em.jit
-        replay's, static with no cache limit and no sub-allocation: it releases a buffer only when
-        memory runs short, and ``release`` then refuses the replay, whose dispatches keep using them)."""
+        open batch references, itself or a range of it, to the submit: ``defer_release``; under
+        ``adaptive`` making room inside an acquire, the pool submits the batch first, ``on_pressure``),
+        or a private one (None: an em.jit replay's, static with no cache limit and no sub-allocation:
+        it releases a buffer only when memory runs short, and ``release`` then refuses the replay,
+        whose dispatches keep using them)."""
         if device is None:
             return BufferPool(
                 self._create_buffer,
@@ -226,17 +227,17 @@ class Runtime:
                 on_pressure=self.flush,
                 strategy="static",
             )
-        pool: BufferPool[Any] = BufferPool(
+        return BufferPool(
             self._create_buffer,
-            lambda raw: self._release_buffer(pool, raw),
+            self._destroy_buffer,
             cache_limit=DEFAULT_CACHE_LIMIT,
             max_class=self.max_binding,
+            defer_release=self._holds,
             on_pressure=self.flush,
             device=device,
             sub_allocate=self._sub_allocate,
             alignment=self.sub_align,
         )
-        return pool
 
     def _sub_allocate(self, page: Any, offset: int, nbytes: int) -> SubBuffer:
         """The view of ``nbytes`` at ``offset`` of ``page`` (the pool's ``sub_allocate``): made once
@@ -268,31 +269,12 @@ class Runtime:
             ) from None
 
     def _destroy_buffer(self, buf: Any) -> None:
-        """Destroy a driver buffer, the bind groups that name it and its carved views (the private
-        pools' ``release``, after a submit)."""
+        """Destroy a driver buffer, the bind groups that name it and its carved views (the pools'
+        ``release``: a buffer the open batch references waits for the submit, ``defer_release``)."""
         for key in self._bg_by_uid.pop(buf.uid, ()):
             self._bg_cache.pop(key, None)
         self._subs.pop(buf.uid, None)
         buf.destroy()
-
-    def _release_buffer(self, pool: BufferPool[Any], buf: Any) -> None:
-        """The device pool's ``release`` (BufferPool refuses ``defer_release`` beside ``sub_allocate``,
-        and releases pages and arenas without asking it, so this does its work): a driver buffer the
-        open batch references (itself or a range carved from it) cannot be destroyed before the submit
-        (it would fail validation). Under ``adaptive``, making room inside an acquire, the batch is
-        submitted first and the buffer destroyed (a deferred one would stay held while the pool
-        allocates beside it); otherwise (``static``, ``exclusive``, or a release from a dying block,
-        which may come in the middle of recording a dispatch or a submit) it joins the pool's buffers
-        waiting for release, which ``trim()`` releases after the submit (reserved counts it until then)."""
-        if self._holds(buf):
-            if self._acquiring and pool.strategy == "adaptive":
-                self.flush()
-            else:
-                pool.reserved += buf.size  # the pool counted it released: it is held until the submit
-                pool.frees -= 1
-                pool._doomed.append((buf, buf.size))
-                return
-        self._destroy_buffer(buf)
 
     def _holds(self, buf: Any) -> bool:
         """Whether the open batch references the driver buffer ``buf`` or a view carved from it."""
@@ -325,11 +307,7 @@ class Runtime:
                 f"max-storage-buffer-binding-size of {self.max_binding} bytes, the most one kernel can "
                 f"bind; split it (e.g. process the batch in chunks) or use a device with a larger limit"
             )
-        self._acquiring = True
-        try:
-            return self.pool.acquire(nbytes, self._in_batch if upload else None)
-        finally:
-            self._acquiring = False
+        return self.pool.acquire(nbytes, self._in_batch if upload else None)
 
     def empty(self, shape: tuple[int, ...], dtype: DType) -> WgpuArray:
         """A new contiguous tensor whose contents a kernel is about to write."""
@@ -348,8 +326,9 @@ class Runtime:
         data = self.types.to_device_bytes(array, dtype)
         raw = memoryview(data).cast("B")
         if self.pool.strategy == "adaptive":
-            # the request as any other (a step plan hands out planned ranges only to requests that
-            # avoid nothing); a range the open batch still uses submits the batch before the write
+            # the request as any other, so a step plan hands it its planned range; a range the open
+            # batch still uses submits the batch before the write (avoiding it would allocate beside
+            # the plan's arena)
             storage = self.alloc(raw.nbytes)
             if self._in_batch(storage.raw):
                 self.flush()
