@@ -46,11 +46,11 @@ def matmul(
     b: Any,
     view: View,
     real_matmul: Callable[[Any, Any], Any],
-    combine: Callable[[FusedProgram, Sequence[Any]], Any],
+    run_program: Callable[[FusedProgram, Sequence[Any], tuple[int, ...]], Sequence[Any]],
 ) -> Any:
     """``a @ b`` for complex ``a`` (..., M, K) and ``b`` (..., K, N): ``real_matmul`` of the four
-    pairs of parts (``view`` makes a part), then ``combine(program, products)`` runs
-    :func:`combine_program` over them (the backend's fused-program launch)."""
+    pairs of parts (``view`` makes a part), then :func:`combine_program` over the products by the
+    backend's ``run_program(program, operands, shape)`` (its fused-program launch)."""
     ar, ai, br, bi = part(a, False, view), part(a, True, view), part(b, False, view), part(b, True, view)
     products = [real_matmul(x, y) for x, y in ((ar, br), (ai, bi), (ar, bi), (ai, br))]
-    return combine(combine_program(real_dtype(a.dtype).name, a.dtype.name), products)
+    return run_program(combine_program(real_dtype(a.dtype).name, a.dtype.name), products, products[0].shape)[0]
