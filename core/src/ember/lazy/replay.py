@@ -75,6 +75,15 @@ class Recording:
         """End the compile: ``what`` (e.g. "a host readback (to_numpy)") cannot be replayed."""
         raise ReplayRefused(what)
 
+    def swap_pool(self, rt: Any, pool: Any) -> Any:
+        """Make ``pool`` (the replay's own) ``rt.pool`` while recording, one of ``pools`` and of
+        ``rt.replay_pools`` (``memory_stats``); returns the device's pool it replaces, which the
+        backend puts back when recording ends."""
+        shared, rt.pool = rt.pool, pool
+        self.pools.append(pool)
+        rt.replay_pools.add(pool)
+        return shared
+
     def held_upload(
         self, rt: Any, shared: Any, upload: Callable[[Any, Any], Any], block_of: Callable[[Any], Any]
     ) -> Callable[[Any, Any], Any]:

@@ -396,10 +396,9 @@ class Runtime:
             rec.refuse(f"a step reads a {a.dtype}{list(a.shape)} tensor back to the host")
 
         self._drain()
-        shared = self.pool
-        self.pool = self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
-        rec.pools.append(self.pool)
-        self.replay_pools.add(self.pool)
+        shared = rec.swap_pool(
+            self, self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
+        )
         upload = rec.held_upload(self, shared, functools.partial(Runtime.upload, self), lambda a: a.block)
         self.launch, self.upload, self.download = launch, upload, download  # type: ignore[method-assign]
         self._sync = True  # a bound launch needs its kernel now

@@ -505,10 +505,9 @@ class Runtime:
             shown = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
             rec.refuse(f"a step reads {shown} back to the host")
 
-        shared = self.pool
-        self.pool = self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
-        rec.pools.append(self.pool)
-        self.replay_pools.add(self.pool)
+        shared = rec.swap_pool(
+            self, self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
+        )
         upload = rec.held_upload(self, shared, functools.partial(Runtime.upload, self), lambda a: a.storage)
         self.dispatch, self.upload, self.read = dispatch, upload, read  # type: ignore[method-assign]
         try:
