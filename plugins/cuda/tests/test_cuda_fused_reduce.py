@@ -12,20 +12,18 @@ from ember_cuda.fused_reduce import COUNTS, finish_source, reduce_source
 from ember_cuda.fusion import COMPILE_OPTIONS
 
 import ember as em
-from ember.lazy import materialize
 from ember.lazy.program import FusedProgram, Reduce
+from ember_conformance.fused_reduce_checks import (
+    chain,
+    check_chain,
+    check_float16_sum,
+    check_lazy_reductions,
+    check_nan_and_integers,
+)
 
 GPU = pytest.mark.skipif(
     runtime.device_count() == 0, reason=f"no CUDA device: {runtime.why_unavailable() or 'unknown'}"
 )
-
-
-def _chain(dtype: str, op: str, axes: tuple[int, ...], keepdims: bool, full: bool) -> FusedProgram:
-    """``tanh(x * a + s) * s + s`` reduced; ``full``: ``x * a + s`` written out at full size too."""
-    inputs = ((dtype, "tensor"), (dtype, "tensor"), (dtype, "scalar"))
-    body = (("mul", dtype, (0, 1)), ("add", dtype, (3, 2)), ("tanh", dtype, (4,)), ("mul", dtype, (5, 2)))
-    body += (("add", dtype, (6, 2)),)
-    return FusedProgram(inputs, body, (4,) if full else (), Reduce(op, 7, axes, keepdims))
 
 
 def test_every_form_compiles_under_nvrtc() -> None:
@@ -37,7 +35,7 @@ def test_every_form_compiles_under_nvrtc() -> None:
     sources = []
     for dtype in ("float32", "float16", "bfloat16", "float64"):
         for op in ("sum", "prod", "max", "min", "mean"):
-            prog = _chain(dtype, op, (1,), False, full=True)
+            prog = chain(dtype, op, (1,), False, full=True)
             sources += [
                 reduce_source(prog, ("s", "z"), 1, 1, partial, cols)
                 for partial in (False, True)
@@ -74,60 +72,22 @@ CASES = [
 @pytest.mark.parametrize(("shape", "axes", "keepdims", "launch"), CASES)
 @pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean"])
 def test_launch_shapes_match_numpy(dev, shape, axes, keepdims, launch, op):
-    gen = np.random.default_rng(2)
-    x = gen.standard_normal(shape).astype(np.float32)
-    a = gen.standard_normal(shape[-1:]).astype(np.float32)
-    h = [materialize(em.tensor(v, device=dev)._data) for v in (x, a)]
-    s = 1e-3 if op == "prod" else 0.5
-    before = dict(COUNTS)
-    full, red = dev.backend.run_fused(_chain("float32", op, axes, keepdims, full=True), [*h, s], shape=shape)
-    ran = {k: COUNTS[k] - before[k] for k in before}
+    ran = check_chain(dev, COUNTS, op, shape, axes, keepdims, rtol=1e-4 if op == "prod" else 2e-5, atol=1e-6)
     assert ran["row"] + ran["chunked"] == 1, f"launches {ran}: not one fused kernel"
     if launch is not None:
         assert ran[launch] == 1, f"expected the {launch} kernel, got {ran}"
     assert ran["cols"] == (launch == "cols"), f"the column layout ran {ran['cols']} times for {shape} over {axes}"
-    x64 = x.astype(np.float64)
-    want = getattr(np, op)(np.tanh(x64 * a + s) * s + s, axis=axes, keepdims=keepdims)
-    got = dev.backend.to_numpy(red)
-    assert got.shape == want.shape and got.dtype == np.float32
-    np.testing.assert_allclose(got, want, rtol=1e-4 if op == "prod" else 2e-5, atol=1e-6)
-    np.testing.assert_allclose(dev.backend.to_numpy(full), x64 * a + s, rtol=1e-6, atol=1e-6)
 
 
 @GPU
 def test_nan_propagates_integers_are_exact_and_float16_accumulates_in_float32(dev):
-    x = np.array([[1.0, np.nan, 3.0], [-np.inf, -np.inf, -np.inf], [2.0, 5.0, -1.0]], dtype=np.float32)
-    for op in ("max", "min"):
-        prog = FusedProgram((("float32", "tensor"),), (("copy", "float32", (0,)),), (), Reduce(op, 1, (1,)))
-        (got,) = dev.backend.run_fused(prog, [materialize(em.tensor(x, device=dev)._data)], shape=x.shape)
-        np.testing.assert_array_equal(dev.backend.to_numpy(got), getattr(np, op)(x, axis=1))
-    k = np.random.default_rng(4).integers(-1000, 1000, (33, 70)).astype(np.int64)
-    for op in ("sum", "max", "min"):
-        prog = FusedProgram((("int64", "tensor"),), (("mul", "int64", (0, 0)),), (), Reduce(op, 1, (1,)))
-        (got,) = dev.backend.run_fused(prog, [materialize(em.tensor(k, device=dev)._data)], shape=k.shape)
-        np.testing.assert_array_equal(dev.backend.to_numpy(got), getattr(np, op)(k * k, axis=1))
-    h = np.linspace(-2, 2, 64 * 5000).astype(np.float16).reshape(64, 5000)
-    prog = FusedProgram((("float16", "tensor"),), (("exp", "float16", (0,)),), (), Reduce("sum", 1, (1,)))
-    (got,) = dev.backend.run_fused(prog, [materialize(em.tensor(h, device=dev)._data)], shape=h.shape)
-    got = dev.backend.to_numpy(got)
-    assert got.dtype == np.float16
-    np.testing.assert_allclose(got, np.exp(h.astype(np.float64)).sum(axis=1), rtol=2e-3)
+    check_nan_and_integers(dev)
+    check_float16_sum(dev, (64, 5000))
 
 
 @GPU
 def test_a_reduction_through_the_lazy_layer_is_one_kernel(dev):
-    assert {"sum", "prod", "max", "min", "mean"} <= dev.capabilities.fusion_reductions
-    gen = np.random.default_rng(8)
-    x, a = gen.standard_normal((4096, 1024)).astype(np.float32), gen.standard_normal(1024).astype(np.float32)
-    tx, ta = em.tensor(x, device=dev), em.tensor(a, device=dev)
-    x64 = x.astype(np.float64)
-    for op in ("sum", "mean", "max"):
-        stats, counts = em.lazy.stats(dev), dict(COUNTS)
-        got = getattr((tx * ta * 0.1 + 0.5).exp(), op)(axis=-1).numpy()
-        after = em.lazy.stats(dev)
-        assert after["reductions"] == stats["reductions"] + 1 and after["kernels"] == stats["kernels"] + 1
-        assert COUNTS["row"] == counts["row"] + 1, "the fused reduce kernel did not run"
-        np.testing.assert_allclose(got, getattr(np, op)(np.exp(x64 * a * 0.1 + 0.5), axis=-1), rtol=1e-5)
+    check_lazy_reductions(dev, COUNTS, (4096, 1024))
 
 
 @GPU

@@ -9,20 +9,15 @@ import pytest
 
 import ember as em
 from ember.lazy import materialize
-from ember.lazy.program import Const, FusedProgram, Reduce
+from ember.lazy.program import FusedProgram, Reduce
+from ember_conformance.fused_reduce_checks import chain, check_chain
 from ember_opencl import fused_reduce
 from ember_opencl.fused_reduce import reduce_source
 
 
 def _chain(dtype: str, op: str, axes: tuple[int, ...], keepdims: bool = False, full: bool = False) -> FusedProgram:
-    """``tanh(x * a + s) * s + 1`` (floats: near 1 for a small ``s``, so products stay finite) or
-    ``x * a + s`` (integers), reduced over ``axes``."""
-    inputs = ((dtype, "tensor"), (dtype, "tensor"), (dtype, "scalar"))
-    body: tuple = (("mul", dtype, (0, 1)), ("add", dtype, (3, 2)))
-    if dtype.startswith("float"):
-        body += (("tanh", dtype, (4,)), ("mul", dtype, (5, 2)), ("add", dtype, (6, Const(1.0, dtype))))
-    last = len(inputs) + len(body) - 1
-    return FusedProgram(inputs, body, (last,) if full else (), Reduce(op, last, axes, keepdims))
+    """The shared chain ending in ``+ 1`` (floats near 1 for a small ``s``: products stay finite)."""
+    return chain(dtype, op, axes, keepdims, full, plus_one=True)
 
 
 def test_source_folds_in_registers_and_combines_in_local_memory():
@@ -58,24 +53,11 @@ def test_launch_shapes_match_numpy(dev, monkeypatch, shape, axes, keepdims, cpu_
     if plan == "gpu":  # a GPU's plan (work-groups striding a row) run on this device too
         monkeypatch.setattr(rt, "is_cpu", False)
     launch = cpu_launch if rt.is_cpu else gpu_launch
-    gen = np.random.default_rng(2)
-    x = gen.standard_normal(shape).astype(np.float32)
-    a = gen.standard_normal(shape[-1:]).astype(np.float32)
-    h = [materialize(em.tensor(v, device=dev)._data) for v in (x, a)]
-    before = dict(fused_reduce.COUNTS)
-    s = 1e-3 if op == "prod" else 0.5
-    prog = _chain("float32", op, axes, keepdims, full=True)
-    full, red = dev.backend.run_fused(prog, [*h, s], shape=shape)
-    ran = {k: fused_reduce.COUNTS[k] - before[k] for k in before}
+    rtol = {"sum": 1e-4, "prod": 1e-3}.get(op, 2e-6)
+    ran = check_chain(dev, fused_reduce.COUNTS, op, shape, axes, keepdims, rtol=rtol, plus_one=True)
     assert sum(ran.values()) == 1, f"launches {ran}: not one fused kernel"
     if launch is not None:
         assert ran[launch] == 1, f"expected the {launch} kernel, got {ran}"
-    v = np.tanh(x.astype(np.float64) * a + s) * s + 1
-    np.testing.assert_allclose(dev.backend.to_numpy(full), v, rtol=2e-6, atol=1e-6)
-    ref = getattr(np, op)(v, axis=axes, keepdims=keepdims)
-    got = dev.backend.to_numpy(red)
-    assert got.shape == ref.shape and got.dtype == np.float32
-    np.testing.assert_allclose(got, ref, rtol={"sum": 1e-4, "prod": 1e-3}.get(op, 2e-6))
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
@@ -106,18 +88,8 @@ def test_float16_sums_accumulate_in_float32(dev):
 def test_few_long_rows_of_a_libm_op_are_declined_on_a_cpu(dev, monkeypatch):
     rt = dev.backend.rt
     monkeypatch.setattr(fused_reduce, "_PLANS", {})
-    gen = np.random.default_rng(6)
-    n = fused_reduce.CPU_DECLINE_ELEMENTS // 2
-    x = gen.standard_normal((2, n)).astype(np.float32)
-    a = gen.standard_normal(n).astype(np.float32)
-    h = [materialize(em.tensor(v, device=dev)._data) for v in (x, a)]
-    x64 = x.astype(np.float64)
+    shape = (2, fused_reduce.CPU_DECLINE_ELEMENTS // 2)
     for is_cpu in (True, False):  # a CPU's plan declines (the region's kernel, then the reduction's); a GPU's fuses
         monkeypatch.setattr(rt, "is_cpu", is_cpu)
-        before = dict(fused_reduce.COUNTS)
-        full, red = dev.backend.run_fused(_chain("float32", "sum", (1,), False, full=True), [*h, 0.5], shape=x.shape)
-        ran = {k: fused_reduce.COUNTS[k] - before[k] for k in before}
+        ran = check_chain(dev, fused_reduce.COUNTS, "sum", shape, (1,), False, rtol=2e-5, plus_one=True, seed=6)
         assert ran["declined"] == (1 if is_cpu else 0) and sum(ran.values()) == 1, ran
-        v = np.tanh(x64 * a + 0.5) * 0.5 + 1
-        np.testing.assert_allclose(dev.backend.to_numpy(red), v.sum(1), rtol=2e-5)
-        np.testing.assert_allclose(dev.backend.to_numpy(full), v, rtol=2e-6, atol=1e-6)

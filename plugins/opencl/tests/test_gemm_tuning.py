@@ -16,6 +16,7 @@ import pytest
 
 import ember as em
 from ember.tuning import covering
+from ember_conformance.tuning_checks import check_torn_choice_is_not_tuned
 from ember_opencl import conv, runtime, tune
 from ember_opencl.matmul import TILINGS, Tiling, local_bytes, matmul
 
@@ -88,12 +89,7 @@ def test_cached_choice_is_used(dev, gpu_like, tmp_path, monkeypatch):
     env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path), "EMBER_AUTOTUNE": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == choice.as_dict(), out.stderr
-    store = tune.store_for(rt)
-    entry = store.path(tune._key(store, "float32", tune.shape_class(40, 70, 50)))
-    entry.write_bytes(entry.read_bytes()[:10])  # a write torn by a crash
-    tune.forget(rt)
-    assert tune.lookup(rt, "float32", 40, 70, 50) is None
-    tune.forget(rt)
+    check_torn_choice_is_not_tuned(tune, rt, "float32", 40, 70, 50)
 
 
 CONVS = [  # x shape, w shape, stride, padding (lo, hi), dilation, groups

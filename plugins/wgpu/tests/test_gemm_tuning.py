@@ -10,6 +10,7 @@ import pytest
 
 from ember import dtypes as D
 from ember.tuning import covering
+from ember_conformance.tuning_checks import check_torn_choice_is_not_tuned
 from ember_wgpu import tune
 from ember_wgpu.kernels import matmul
 
@@ -56,12 +57,7 @@ def test_cached_choice_is_used(rt, tmp_path, monkeypatch):
     got = rt.read([matmul.matmul(rt, rt.upload(a, D.float32), rt.upload(b, D.float32))])[0]
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     assert any(k[0] == "matmul" and choice in k for k in rt.kernels), "the cached config did not run"
-    store = tune.store_for(rt)
-    entry = store.path(tune._key(store, "float32", tune.shape_class(40, 72, 48)))
-    entry.write_bytes(entry.read_bytes()[:10])  # a write torn by a crash
-    tune.forget(rt)
-    assert tune.lookup(rt, "float32", 40, 72, 48) is None
-    tune.forget(rt)
+    check_torn_choice_is_not_tuned(tune, rt, "float32", 40, 72, 48)
 
 
 @pytest.mark.parametrize(

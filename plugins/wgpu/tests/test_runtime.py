@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from wgpu_checks import check_unchecked_dispatch_is_validation_error
 
 import ember as em
 from ember import dtypes as D
 from ember_wgpu import adapters
-from ember_wgpu.errors import WgpuDeviceLostError, WgpuKernelError, WgpuLimitError, WgpuValidationError
+from ember_wgpu.errors import WgpuDeviceLostError, WgpuKernelError, WgpuLimitError
 from ember_wgpu.kernels import elementwise as ew
 
 
@@ -131,18 +132,7 @@ def test_bad_kernel_names_the_kernel_and_saves_source(rt, tmp_path, monkeypatch)
 
 def test_invalid_batch_becomes_validation_error(rt):
     # a dispatch whose workgroup count the runtime did not check: wgpu rejects it at finish()
-    out = rt.empty((4,), D.float32)
-    pipe = rt.pipeline(
-        "tiny", "@group(0) @binding(1) var<storage, read_write> y: array<f32>;\n"
-        "@compute @workgroup_size(1) fn main() { y[0] = 1.0; }", ("w",)
-    )  # fmt: skip
-    rt.max_groups, saved = 10**9, rt.max_groups
-    try:
-        rt.dispatch(pipe, bytes(16), [out.buffer], (saved + 1, 1, 1), "tiny")
-        with pytest.raises(WgpuValidationError, match="tiny"):
-            rt.flush()
-    finally:
-        rt.max_groups = saved
+    check_unchecked_dispatch_is_validation_error(rt, "tiny")
     assert rt.read([ew.fill(rt, (2,), 3.0, D.float32)])[0].tolist() == [3.0, 3.0]  # the device still works
 
 

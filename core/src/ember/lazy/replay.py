@@ -75,6 +75,37 @@ class Recording:
         """End the compile: ``what`` (e.g. "a host readback (to_numpy)") cannot be replayed."""
         raise ReplayRefused(what)
 
+    def swap_pool(self, rt: Any, pool: Any) -> Any:
+        """Make ``pool`` (the replay's own) ``rt.pool`` while recording, one of ``pools`` and of
+        ``rt.replay_pools`` (``memory_stats``); returns the device's pool it replaces, which the
+        backend puts back when recording ends."""
+        shared, rt.pool = rt.pool, pool
+        self.pools.append(pool)
+        rt.replay_pools.add(pool)
+        return shared
+
+    def held_upload(
+        self, rt: Any, shared: Any, upload: Callable[[Any, Any], Any], block_of: Callable[[Any], Any]
+    ) -> Callable[[Any, Any], Any]:
+        """``upload(array, dtype)`` (``rt``'s own) as recording mode runs it: still at once, since
+        what it writes is a constant, but into a buffer of the device's pool ``shared`` that no
+        recorded launch ever wrote or will (one of the private ``rt.pool`` may have been a step's
+        before), held in ``held`` for the replay's life; ``block_of(handle)`` is its block or None."""
+        held = self.held
+
+        def upload_held(array: Any, dtype: Any) -> Any:
+            private, rt.pool = rt.pool, shared
+            try:
+                out = upload(array, dtype)
+            finally:
+                rt.pool = private
+            block = block_of(out)
+            if block is not None:
+                held.append(block)
+            return out
+
+        return upload_held
+
 
 class FixedPlan:
     """A recorded program's fixed buffers: ``inputs`` (slot, fixed handle) copied in before the

@@ -18,11 +18,12 @@ import numpy as np
 
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype, real_dtype
+from ember.lazy import complex_products
 from ember.lazy.replay import compile_fixed
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
-from . import complex_matmul, conv, fused_reduce, indexing, matmul, nn, philox, quant, reduce, sort
+from . import conv, fused_reduce, indexing, matmul, nn, philox, quant, reduce, sort
 from .array import CLArray
 from .codegen import FusedProgram
 from .complex import REAL_RESULT
@@ -288,8 +289,14 @@ class OpenCLBackend(ViewMovement, Backend):
     # -- linear algebra and sorting -------------------------------------------------------------------
     @native
     def matmul(self, a: CLArray, b: CLArray) -> CLArray:
-        if a.dtype.kind == "c":
-            return complex_matmul.matmul(self.rt, a, b)
+        if a.dtype.kind == "c":  # four real matmuls over float views of the parts (ember.lazy.complex_products)
+            return complex_products.matmul(
+                a,
+                b,
+                lambda h, strides, offset, dt: CLArray(h.block, h.shape, strides, offset, dt),
+                functools.partial(matmul.matmul, self.rt),
+                functools.partial(run_program, self.rt),
+            )
         return matmul.matmul(self.rt, a, b)
 
     @native

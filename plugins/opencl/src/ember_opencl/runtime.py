@@ -392,24 +392,14 @@ class Runtime:
             with driver_errors(f"binding the arguments of kernel {knl.function_name}", self.label):
                 rec.launches.append((self._bound(knl, args), tuple(gsize), None if lsize is None else tuple(lsize)))
 
-        def upload(array: np.ndarray, dtype: Any) -> CLArray:
-            private, self.pool = self.pool, shared  # a buffer no recorded launch writes: held for good
-            try:
-                out = Runtime.upload(self, array, dtype)
-            finally:
-                self.pool = private
-            if out.block is not None:
-                rec.held.append(out.block)
-            return out
-
         def download(a: CLArray) -> np.ndarray:
             rec.refuse(f"a step reads a {a.dtype}{list(a.shape)} tensor back to the host")
 
         self._drain()
-        shared = self.pool
-        self.pool = self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
-        rec.pools.append(self.pool)
-        self.replay_pools.add(self.pool)
+        shared = rec.swap_pool(
+            self, self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
+        )
+        upload = rec.held_upload(self, shared, functools.partial(Runtime.upload, self), lambda a: a.block)
         self.launch, self.upload, self.download = launch, upload, download  # type: ignore[method-assign]
         self._sync = True  # a bound launch needs its kernel now
         try:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ember.backend import Backend, native
 from ember.dtypes import ALL_DTYPES, DType, as_dtype, complex64
+from ember.lazy import complex_products
 from ember.lazy.program import FusedProgram
 from ember.lazy.replay import compile_fixed
 from ember.memory import MemoryStats, measured_stats
@@ -24,7 +25,7 @@ from ember.views import ViewMovement
 
 from . import adapters, quant
 from .handle import WgpuArray
-from .kernels import complex_matmul, conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort
+from .kernels import conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort
 from .kernels import elementwise as ew
 from .replay import WgpuReplayer
 from .runtime import Runtime
@@ -253,8 +254,14 @@ class WgpuBackend(ViewMovement, Backend):
     # -- linear algebra and sorting -------------------------------------------------------------
     @native
     def matmul(self, a: WgpuArray, b: WgpuArray) -> WgpuArray:
-        if a.dtype.kind == "c":
-            return complex_matmul.matmul(self.rt, a, b)
+        if a.dtype.kind == "c":  # four real matmuls over float32 views of the parts (ember.lazy.complex_products)
+            return complex_products.matmul(
+                a,
+                b,
+                lambda h, strides, offset, dt: WgpuArray(h.storage, h.shape, dt, strides, offset),
+                functools.partial(matmul.matmul, self.rt),
+                functools.partial(ew.run_program, self.rt),
+            )
         return matmul.matmul(self.rt, a, b)
 
     @native  # int8 / NF4 weights (ember.quant); the kernel is in quant.py

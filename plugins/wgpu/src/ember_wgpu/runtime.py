@@ -34,6 +34,7 @@ next sync point raises :class:`~ember_wgpu.errors.WgpuDeviceLostError`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -479,24 +480,14 @@ class Runtime:
             if self._check_groups(pipe, groups, name):
                 rec.launches.append((pipe, bytes(params), tuple(buffers), tuple(groups)))
 
-        def upload(array: np.ndarray, dtype: DType) -> WgpuArray:
-            private, self.pool = self.pool, shared  # a buffer no recorded dispatch writes: held for good
-            try:
-                out = Runtime.upload(self, array, dtype)
-            finally:
-                self.pool = private
-            if out.storage is not None:
-                rec.held.append(out.storage)
-            return out
-
         def read(arrays: Sequence[WgpuArray]) -> list[np.ndarray]:
             shown = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
             rec.refuse(f"a step reads {shown} back to the host")
 
-        shared = self.pool
-        self.pool = self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
-        rec.pools.append(self.pool)
-        self.replay_pools.add(self.pool)
+        shared = rec.swap_pool(
+            self, self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
+        )
+        upload = rec.held_upload(self, shared, functools.partial(Runtime.upload, self), lambda a: a.storage)
         self.dispatch, self.upload, self.read = dispatch, upload, read  # type: ignore[method-assign]
         try:
             yield
