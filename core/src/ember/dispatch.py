@@ -360,6 +360,7 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
                     break
     if _AMP.dtype is not None and op.autocast is not None:
         inputs, dtype = _autocast(op, inputs, dtype)
+        first = inputs[0]
     record = wants and op.differentiable and _GRAD.enabled and (dtype is None or dtype.kind in "fc")
     impl = dev._impls[op.name]
     if impl is None or (record and op.vjp is None):

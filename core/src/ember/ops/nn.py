@@ -523,7 +523,8 @@ def _ce_vjp(
     valid = target != ignore_index if masked else None
     safe = where(valid, target, 0) if masked and 0 <= ignore_index < c else target
     hot = one_hot_unchecked(safe, c, logits._dtype)  # (..., C) with class last; the forward checked the range
-    hot = hot.moveaxis(-1, 1)
+    if logits.ndim > 2:  # the class axis back in its place (axis 1); (N, C) has it there already
+        hot = hot.moveaxis(-1, 1)
     if label_smoothing:
         hot = hot * (1.0 - label_smoothing) + label_smoothing / c
     scale = expand_dims(where(valid, g, 0.0) if masked else g, 1)
