@@ -358,7 +358,7 @@ def _running_average(state: dict[str, Any], key: str, x: Tensor, decay: float) -
     if avg is None:
         avg = state[key] = x * keep
     else:
-        avg.copy_(avg * decay + x * keep)
+        _store(avg, avg * decay + x * keep)
     return avg
 
 

@@ -74,8 +74,8 @@ class SGD(Optimizer):
                 if buf is None:
                     buf = state["momentum_buffer"] = _own(g)
                 elif keep != 1.0:
-                    buf.copy_(buf * momentum + g * keep)
+                    _store(buf, buf * momentum + g * keep)
                 else:
-                    buf.copy_(buf * momentum + g)
+                    _store(buf, buf * momentum + g)
                 g = g + buf * momentum if nesterov else buf
-            p.copy_(p - g * lr)
+            _store(p, p - g * lr)
