@@ -404,7 +404,7 @@ def _runs_now(op: Op, datas: list[Any], shape: Any, dtype: Any, least: int) -> b
     for d in datas:
         if type(d) is LazyBuffer:
             return False
-    return not op.elementwise or shape is None or dtype.kind == "c" or _prod(shape) < least
+    return not op.elementwise or shape is None or dtype is None or dtype.kind == "c" or _prod(shape) < least
 
 
 def scalar_value(value: Any, dtype: DType, op: str) -> Any:
