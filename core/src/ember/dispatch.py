@@ -112,6 +112,7 @@ class Op:
         "accepts",
         "bool_out",
         "extension",
+        "elementwise",
     )
 
     def __init__(
@@ -140,6 +141,7 @@ class Op:
         self.accepts = accepts
         self.bool_out = bool_out
         self.extension = extension
+        self.elementwise = kind.startswith("elementwise")  # the lazy layer may defer it (dispatch's fast path)
 
     def __repr__(self) -> str:
         role = "primitive" if self.primitive else "composite"
@@ -345,18 +347,21 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
     """
     first = inputs[0]
     dev = first._device
-    for t in inputs:
-        if t._device is not dev:
-            dev = common_device(op.name, [x._device for x in inputs])
-            break
+    wants = first._rg
+    if len(inputs) > 1:
+        for t in inputs:
+            if t._device is not dev:
+                dev = common_device(op.name, [x._device for x in inputs])
+                break
+        if not wants:
+            for t in inputs:
+                if t._rg:
+                    wants = True
+                    break
     if _AMP.dtype is not None and op.autocast is not None:
         inputs, dtype = _autocast(op, inputs, dtype)
-    record = False
-    if op.differentiable and _GRAD.enabled and (dtype is None or dtype.kind in "fc"):
-        for t in inputs:
-            if t._rg:
-                record = True
-                break
+        first = inputs[0]
+    record = wants and op.differentiable and _GRAD.enabled and (dtype is None or dtype.kind in "fc")
     impl = dev._impls[op.name]
     if impl is None or (record and op.vjp is None):
         composite = op.composite
@@ -371,17 +376,12 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
             _GRAD.enabled = True
         out = make_tensor(out._data, out._shape, out._dtype, dev)
     else:
+        n = len(inputs)
+        datas = [first._data] if n == 1 else [first._data, inputs[1]._data] if n == 2 else [t._data for t in inputs]
         defer = dev._defer
-        datas = [t._data for t in inputs]
-        if defer is None or (  # a small elementwise op on computed operands: run now (Lazy.least)
-            dev._least
-            and not params
-            and shape is not None
-            and dtype.kind != "c"
-            and op.kind.startswith("elementwise")
-            and _prod(shape) < dev._least
-            and all(type(d) is not LazyBuffer for d in datas)
-        ):
+        if defer is None:
+            handle = impl(*datas, **params)
+        elif dev._least and _runs_now(op, datas, shape, dtype, dev._least):
             handle = impl(*datas, **params)
         else:
             handle = defer(op, datas, params, shape, dtype)
@@ -395,6 +395,16 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
         out._node = Node(op, inputs, params)
         out._rg = True
     return out
+
+
+def _runs_now(op: Op, datas: list[Any], shape: Any, dtype: Any, least: int) -> bool:
+    """Whether the lazy layer (a hook with ``least``) would run this op at once by its kernel, so
+    dispatch calls the kernel itself: no operand is deferred, and the op is no elementwise op it
+    could defer (not elementwise, complex, of unknown shape, or under ``least`` elements)."""
+    for d in datas:
+        if type(d) is LazyBuffer:
+            return False
+    return not op.elementwise or shape is None or dtype is None or dtype.kind == "c" or _prod(shape) < least
 
 
 def scalar_value(value: Any, dtype: DType, op: str) -> Any:
@@ -495,7 +505,14 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
         handle = impl(adata, bdata)
     else:
         handle = defer(op, [adata, bdata], {}, shape, out_dt)
-    out = make_tensor(handle, shape, out_dt, dev)
+    out = _new(T)  # make_tensor, inline: W1's adds are this road and little else
+    out._data = handle
+    out._shape = shape
+    out._dtype = out_dt
+    out._device = dev
+    out._node = None
+    out._rg = False
+    out._grad = None
     if record:
         out._node = Node(op, inputs, params)
         out._rg = True

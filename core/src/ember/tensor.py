@@ -16,11 +16,15 @@ import numpy as np
 from . import creation, dispatch
 from .autodiff.api import backward
 from .device import Device
-from .dispatch import make_tensor, set_tensor_class
+from .dispatch import binary, make_tensor, set_tensor_class
 from .dtypes import DType
 from .errors import ArgumentTypeError, AutodiffError, InvalidArgumentError
 from .lazy.jit import set_grad
 from .ops.elementwise import (
+    ADD,
+    DIV,
+    MUL,
+    SUB,
     abs,
     acos,
     acosh,
@@ -123,6 +127,9 @@ __all__ = ["Tensor", "make_tensor"]
 
 #: the Array API revisions ``__array_namespace__(api_version=...)`` accepts (ember follows the last)
 _API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12", "2025.12")
+
+#: Python numbers a reflected ``+``/``*`` takes as the right operand (``2 * x`` is ``x * 2``)
+_NUMBERS = frozenset((int, float))
 
 
 class Tensor:
@@ -421,26 +428,28 @@ class Tensor:
     __hash__ = object.__hash__
 
     # -- operators -----------------------------------------------------------------------
+    # the four arithmetic operators call dispatch's binary road themselves (a frame less per op, W1);
+    # ``2 * x`` and ``2 + x`` go straight to ``x * 2`` and ``x + 2``, as binary would swap them
     def __add__(self, other: Any) -> Tensor:
-        return add(self, other)
+        return binary(ADD, self, other)
 
     def __radd__(self, other: Any) -> Tensor:
-        return add(other, self)
+        return binary(ADD, self, other) if type(other) in _NUMBERS else add(other, self)
 
     def __sub__(self, other: Any) -> Tensor:
-        return subtract(self, other)
+        return binary(SUB, self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
         return subtract(other, self)
 
     def __mul__(self, other: Any) -> Tensor:
-        return multiply(self, other)
+        return binary(MUL, self, other)
 
     def __rmul__(self, other: Any) -> Tensor:
-        return multiply(other, self)
+        return binary(MUL, self, other) if type(other) in _NUMBERS else multiply(other, self)
 
     def __truediv__(self, other: Any) -> Tensor:
-        return divide(self, other)
+        return binary(DIV, self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
         return divide(other, self)

@@ -135,8 +135,11 @@ def _sum_to(g: Tensor, shape: tuple[int, ...]) -> Tensor:
     """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
     if g._shape == shape:
         return g
-    lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and g._shape[lead + i] != 1)
+    lead = len(g._shape) - len(shape)
+    stretched = tuple(lead + i for i, d in enumerate(shape) if d == 1 and g._shape[lead + i] != 1)
+    if not stretched and lead:  # only added leading axes (a bias): one sum, no reshape
+        return g.sum(axis=tuple(range(lead)))
+    axes = tuple(range(lead)) + stretched
     if axes:
         g = g.sum(axis=axes, keepdims=True)
     return g.reshape(shape)
@@ -185,19 +188,20 @@ def run_backward(
             for root in roots:
                 if _vertex(root) in targets:
                     results[id(targets[_vertex(root)])] = (targets[_vertex(root)], grads[_vertex(root)])
-        order: list[Tensor | None] = list(_topological(roots))
+        order: list[Tensor | None] = _topological(roots)
+        pop = grads.pop
         for i in range(len(order) - 1, -1, -1):
             # the walk lets go of each tensor as it passes it: a tensor nobody else holds (an
             # intermediate) dies with its node as soon as its inputs' gradients are made
             t, order[i] = order[i], None
             if t is None:  # each entry is visited once, walking down: a None means the order was corrupted
                 raise AutodiffError(f"backward: the graph walk reached entry {i} twice; report this as a bug")
-            g = grads.pop(id(t._node), None)
+            node = t._node
+            g = pop(id(node), None)
             if g is None:
                 continue
             if type(g) is _Slices:
                 g = g.assemble()
-            node = t._node
             inputs = node.inputs
             for inp, data in zip(inputs, node.datas):
                 if inp._data is not data:
@@ -206,10 +210,11 @@ def run_backward(
                         f"graph was recorded; its gradient would be wrong. Assign to a copy "
                         f"(x = x.clone()) before modifying it."
                     )
-            vjp = node.op.vjp
+            op = node.op
+            vjp = op.vjp
             if vjp is None:
-                raise AutodiffError(f"op {node.op.name!r} has no vjp rule and no composite to differentiate")
-            if node.op.name == "slice" and not create_graph and _keeps_slices(node, inputs[0], targets):
+                raise AutodiffError(f"op {op.name!r} has no vjp rule and no composite to differentiate")
+            if op.name == "slice" and not create_graph and _keeps_slices(node, inputs[0], targets):
                 # the slice's gradient waits beside its siblings' for the sliced tensor's turn
                 key = _vertex(inputs[0])
                 held = grads.get(key)
@@ -229,21 +234,30 @@ def run_backward(
                 node.inputs = None
                 node.datas = ()
             # and before the gradients are summed: from here on a computed input is only its metadata
-            inputs = tuple(x if x._node is None else for_backward(x) for x in inputs)
+            inputs = tuple([x if x._node is None else for_backward(x) for x in inputs])
             for inp, gi in zip(inputs, in_grads):
                 if gi is None or not inp._rg:
                     continue
-                if gi._shape != inp._shape:
-                    gi = _sum_to(gi, inp._shape)
+                shape = inp._shape
+                if gi._shape != shape:
+                    gi = _sum_to(gi, shape)
                 if gi._dtype is not inp._dtype:
                     gi = _as_input_dtype(gi, inp)
-                key = _vertex(inp)
-                if (targets is None and inp._node is None) or (targets is not None and key in targets):
-                    wanted = inp if targets is None else targets[key]
-                    prev = results.get(id(wanted))
-                    results[id(wanted)] = (wanted, gi if prev is None else prev[1] + gi)
-                if inp._node is None:
-                    continue
+                inode = inp._node
+                if targets is None:
+                    if inode is None:  # a leaf: its gradient is a result
+                        prev = results.get(id(inp))
+                        results[id(inp)] = (inp, gi if prev is None else prev[1] + gi)
+                        continue
+                    key = id(inode)
+                else:
+                    key = id(inode) if inode is not None else id(inp)
+                    if key in targets:
+                        wanted = targets[key]
+                        prev = results.get(id(wanted))
+                        results[id(wanted)] = (wanted, gi if prev is None else prev[1] + gi)
+                    if inode is None:
+                        continue
                 prev = grads.get(key)
                 grads[key] = gi if prev is None else prev.add(gi) if type(prev) is _Slices else prev + gi
                 prev = None  # the summed operands go with the sum's inputs, not at the next input

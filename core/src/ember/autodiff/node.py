@@ -59,11 +59,11 @@ class Node:
         self.op = op
         name = op.name
         if name in INPUTS_UNREAD:
-            inputs = tuple(_stand_in(t) for t in inputs)
+            inputs = tuple([_stand_in(t) for t in inputs])
         elif name in READ_FOR:
             inputs = _trim(READ_FOR[name], inputs)
         self.inputs: tuple[Any, ...] | None = inputs
-        self.datas = tuple(t._data for t in inputs)
+        self.datas = (inputs[0]._data,) if len(inputs) == 1 else tuple([t._data for t in inputs])
         self.params = params
         self._stand_in: weakref.ref[Any] | None = None  # of this node's output, while consumers hold it
 

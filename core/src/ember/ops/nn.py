@@ -7,10 +7,12 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..amp import FLOAT32, LOW
 from ..autodiff.mode import no_grad
 from ..creation import arange, ones, zeros
-from ..dispatch import apply, define
+from ..dispatch import apply, define, to_host
 from ..dtypes import int64
 from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError
 from ..random import rand
@@ -515,14 +517,41 @@ def _ce_vjp(
 
     c = logits._shape[1]
     p = softmax(logits, axis=1)
-    valid = target != ignore_index
-    safe = where(valid, target, 0)
+    # the ignored targets' rows get no gradient: masked, unless one read of the targets (a backend
+    # whose reads are cheap) shows none is ignored, or the one-hot of ignore_index is a zero row
+    masked = _any_ignored(target, ignore_index)
+    valid = target != ignore_index if masked else None
+    safe = where(valid, target, 0) if masked and 0 <= ignore_index < c else target
     hot = one_hot_unchecked(safe, c, logits._dtype)  # (..., C) with class last; the forward checked the range
-    hot = hot.moveaxis(-1, 1)
+    if logits.ndim > 2:  # the class axis back in its place (axis 1); (N, C) has it there already
+        hot = hot.moveaxis(-1, 1)
     if label_smoothing:
         hot = hot * (1.0 - label_smoothing) + label_smoothing / c
-    scale = expand_dims(where(valid, g, 0.0), 1)
+    scale = expand_dims(where(valid, g, 0.0) if masked else g, 1)
     return (scale * (p - hot), None)
+
+
+def _any_ignored(target: Tensor, ignore_index: int) -> bool:
+    """Whether some target equals ``ignore_index``: read back on a backend whose reads are cheap,
+    else assumed (the caller masks on the device)."""
+    if not target._device.backend.cheap_readback:
+        return True
+    return bool((to_host(target) == ignore_index).any())
+
+
+def _checked_targets(target: Tensor, c: int, ignore_index: int) -> int | None:
+    """Refuse class indices outside ``[0, c)`` (``ignore_index`` exempt) and count the ignored ones,
+    from one read of the targets where the backend's reads are cheap; None where none was read
+    (a backend that queues work is not stalled for it, as :func:`check_class_range`)."""
+    if not target.size or not target._device.backend.cheap_readback:
+        return None
+    host = to_host(target)
+    hit = host == ignore_index
+    ignored = int(np.count_nonzero(hit))
+    kept = host[~hit] if ignored else host
+    if kept.size and (int(kept.min()) < 0 or int(kept.max()) >= c):
+        check_class_range(target, c, "cross_entropy", "target", ignore=ignore_index)  # raises, with its message
+    return ignored
 
 
 CROSS_ENTROPY = define(
@@ -584,7 +613,9 @@ def cross_entropy(
     if target._shape != expected:
         raise ShapeError(f"cross_entropy: logits {logits._shape} need target of shape {expected}, got {target._shape}")
     target = target.astype(int64) if target._dtype is not int64 else target
-    check_class_range(target, c, "cross_entropy", "target", ignore=int(ignore_index))
+    ignored = _checked_targets(target, c, int(ignore_index))
+    if ignored is None:
+        check_class_range(target, c, "cross_entropy", "target", ignore=int(ignore_index))
     # with class weights, PyTorch weights the smoothing term per class (sum_c w_c log p_c), not by
     # w[target]: the weighted case computes the two terms apart
     smoothing = float(label_smoothing) if weight is None else 0.0
@@ -595,6 +626,10 @@ def cross_entropy(
         target._shape,
         logits._dtype,
     )
+    if weight is None and ignored is not None:  # the read counted the targets taken: no mask to sum
+        if reduction == "none":
+            return loss
+        return loss.sum() if reduction == "sum" else loss.sum() / float(target.size - ignored)
     valid = (target != ignore_index).astype(logits._dtype)
     if weight is not None:
         w = _tensor_arg(weight, "cross_entropy", logits)

@@ -11,7 +11,7 @@ from ..dtypes import float32
 from ..errors import InvalidArgumentError
 from ..lazy.jit import capturing, note_state_created
 from ..ops.elementwise import maximum
-from .optimizer import Optimizer, ParamsT, _own, _running_average, _unit
+from .optimizer import Optimizer, ParamsT, _own, _running_average, _store, _unit
 
 __all__ = ["Adam", "AdamW"]
 
@@ -124,7 +124,7 @@ class Adam(Optimizer):
                     p.copy_(base)
                 continue
             c1 = 1.0 / (math.sqrt(1.0 - beta2**t) * step_size)
-            p.copy_(base - m / (v.sqrt() * c1 + eps / step_size))
+            _store(p, base - m / (v.sqrt() * c1 + eps / step_size))
 
 
 def _captured_update(

@@ -22,7 +22,7 @@ import numpy as np
 from ..autodiff.mode import enable_grad, no_grad
 from ..creation import asarray, zeros_like
 from ..errors import ArgumentTypeError, CheckpointError, InvalidArgumentError, MissingMethodError
-from ..lazy.jit import note_state_created, set_grad
+from ..lazy.jit import note_state_created, set_data, set_grad
 from ..tensor import Tensor
 
 __all__ = ["Optimizer", "OptimizerStateError", "ParamsT"]
@@ -358,7 +358,7 @@ def _running_average(state: dict[str, Any], key: str, x: Tensor, decay: float) -
     if avg is None:
         avg = state[key] = x * keep
     else:
-        avg.copy_(avg * decay + x * keep)
+        _store(avg, avg * decay + x * keep)
     return avg
 
 
@@ -366,6 +366,15 @@ def _own(t: Tensor) -> Tensor:
     """``t``'s values in a buffer of their own (``clone`` may share it): state that is later
     updated in place must not alias the gradient it started from, or em.jit cannot tell them apart."""
     return t * 1.0
+
+
+def _store(p: Tensor, value: Tensor) -> None:
+    """``p.copy_(value)``, for an update computed from ``p`` itself: its shape, dtype and device are
+    ``p``'s, so the new handle is stored directly (as copy_ does, seen by em.jit)."""
+    if value._shape == p._shape and value._dtype is p._dtype and value._device is p._device:
+        set_data(p, value._data)
+    else:
+        p.copy_(value)
 
 
 def _grad(p: Tensor) -> Tensor | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from .optimizer import Optimizer, ParamsT, _own
+from .optimizer import Optimizer, ParamsT, _grad, _own, _store
 
 __all__ = ["SGD"]
 
@@ -61,6 +61,12 @@ class SGD(Optimizer):
         momentum = float(group["momentum"])
         keep = 1.0 - float(group["dampening"])
         nesterov = bool(group["nesterov"])
+        if not momentum and not group["weight_decay"] and not group["maximize"]:
+            for p in group["params"]:  # plain SGD: one expression per parameter, stored without copy_'s checks
+                g = _grad(p)
+                if g is not None:
+                    _store(p, p - g * lr)
+            return
         for p, g in self._grads(group):
             if momentum:
                 state = self._state(p)
@@ -68,8 +74,8 @@ class SGD(Optimizer):
                 if buf is None:
                     buf = state["momentum_buffer"] = _own(g)
                 elif keep != 1.0:
-                    buf.copy_(buf * momentum + g * keep)
+                    _store(buf, buf * momentum + g * keep)
                 else:
-                    buf.copy_(buf * momentum + g)
+                    _store(buf, buf * momentum + g)
                 g = g + buf * momentum if nesterov else buf
-            p.copy_(p - g * lr)
+            _store(p, p - g * lr)
