@@ -28,6 +28,10 @@ def _modules_after(code: str, prefixes: tuple[str, ...]) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def test_import_ember_imports_no_plugin_and_no_entry_point_machinery():
+    assert _modules_after("import ember", HEAVY + ("ember_", "importlib.metadata")) == []
+
+
 def test_opening_a_device_imports_neither_extensions_nor_heavy_libraries():
     loaded = _modules_after(
         "import ember as em\nem.Device('cpu').backend", HEAVY + EXTENSIONS + ("importlib.metadata", "ember.nn")
