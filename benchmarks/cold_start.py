@@ -15,7 +15,12 @@ seconds for ``import ember``, opening the device (``open_s``, and its parts: see
 step (to the loss on the host), the second step, and the program cache's counters after the
 first step (``builds``, ``disk_loads``, ``build_s``, ``binary_s``, ``load_s``; seconds summed
 over the build threads). ``numpy_inputs_s`` is numpy making the inputs alone (timed again after
-the steps), so ``first_result_s - numpy_inputs_s`` is what ember itself took.
+the steps), so ``first_result_s - numpy_inputs_s`` is what ember itself took. The first-step
+clock starts when this module starts, after ``benchmarks/__init__`` imported numpy and the
+workloads; two figures count from the process's birth: ``spawn_to_first_result_s`` (wall, from just before the parent
+started the child: interpreter start-up and numpy included) and ``first_result_cpu_s`` (the CPU
+time of every thread of the process at the first result: less swayed than the wall clock by
+other work on a shared machine).
 ``--build-threads N`` sets ``EMBER_OPENCL_BUILD_THREADS`` in the children (0: every program
 builds on the calling thread before its first launch, as before background builds).
 ``--model-build-s S`` adds S seconds of sleep to every program build (a model of a compiler that
@@ -73,27 +78,28 @@ def _model_builds(seconds: float) -> None:
 
 
 def _open_parts(spec: str) -> dict[str, float]:
-    """What opening an OpenCL device costs before its context, part by part (the same work
-    ``Device(spec)`` does next, done first to time it): ``plugins_s`` importing every installed
-    ember plugin, ``backend_import_s`` the backend's modules and pyopencl, ``platforms_s``
-    listing the OpenCL platforms and their devices; ``context_s`` is the rest of the opening."""
-    if not spec.startswith("opencl"):
-        return {}
+    """What opening a device costs before its context, part by part (the same work
+    ``Device(spec)`` does next, done first to time it): ``plugins_s`` finding the installed ember
+    plugins and importing the backend plugins' registration modules, ``backend_import_s`` the
+    backend's modules and its library (pyopencl, ...), on OpenCL ``platforms_s`` listing the
+    platforms and their devices; ``context_s`` is the rest of the opening."""
     from ember.plugins import get_registry
 
+    kind = spec.split(":")[0]
     parts = {}
     start = time.perf_counter()
     registry = get_registry()
-    registry.discover()
+    registry.discover_backends()  # what opening a device discovers (the extensions wait)
     parts["plugins_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    registry.backend_class("opencl")
+    registry.backend_class(kind)
     parts["backend_import_s"] = time.perf_counter() - start
-    start = time.perf_counter()
-    from ember_opencl.runtime import device_list
+    if kind == "opencl":
+        start = time.perf_counter()
+        from ember_opencl.runtime import device_list
 
-    device_list()
-    parts["platforms_s"] = time.perf_counter() - start
+        device_list()
+        parts["platforms_s"] = time.perf_counter() - start
     return parts
 
 
@@ -118,6 +124,9 @@ def child(spec: str, size: str, family_after: int | None, model_build_s: float =
     loss = case.step()
     value = float(loss.item())
     t_first = time.perf_counter()
+    cpu_first = time.process_time()
+    spawned = os.environ.get("EMBER_COLD_START_SPAWNED")
+    since_spawn = time.time() - float(spawned) if spawned else float("nan")
     first_stats = _program_stats(dev)
     case.step().item()
     t_second = time.perf_counter()
@@ -132,6 +141,8 @@ def child(spec: str, size: str, family_after: int | None, model_build_s: float =
         "second_step_s": t_second - t_first,
         "first_result_s": t_first - T0,
         "numpy_inputs_s": numpy_inputs,
+        "first_result_cpu_s": cpu_first,
+        "spawn_to_first_result_s": since_spawn,
     }
     out = {k: round(v, 3) for k, v in {**out, **opening}.items()}
     print(json.dumps({**out, "loss": value, **first_stats}), flush=True)
@@ -224,6 +235,7 @@ def main() -> None:
             cmd += ["--gpu"] if args.gpu else []
             cmd += [] if args.family_after is None else ["--family-after", str(args.family_after)]
             cmd += ["--model-build-s", str(args.model_build_s)] if args.model_build_s else []
+            env["EMBER_COLD_START_SPAWNED"] = repr(time.time())
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
             if done.returncode:
                 sys.exit(f"{run} run failed:\n{done.stderr[-4000:]}")

@@ -6,32 +6,24 @@ from __future__ import annotations
 import sys
 import textwrap
 import time
-from importlib import metadata
 
 import pytest
 
 import ember as em
+from ember import plugins as ember_plugins
 from ember.cli import main
-from ember.plugins import PluginConflictWarning, PluginRegistry
-
-
-class _Dist:
-    """Just enough of an importlib.metadata Distribution for an entry point's ``dist``."""
-
-    def __init__(self, name: str) -> None:
-        self.metadata = {"Name": name}
-        self.version = "9.9"
+from ember.plugins import EntryPoint, PluginConflictWarning, PluginRegistry
 
 
 def _install(monkeypatch, tmp_path, plugins: dict[tuple[str, str], str]) -> None:
     """Entry points ``(name, distribution) -> module source`` plus the real cpu plugin."""
     monkeypatch.syspath_prepend(str(tmp_path))
-    eps = [metadata.EntryPoint(name="cpu", value="ember_cpu.plugin", group="ember.backends")._for(_Dist("ember-cpu"))]
+    eps = [EntryPoint(name="cpu", value="ember_cpu.plugin", group="ember.backends", distribution="ember-cpu")]
     for i, ((name, dist), source) in enumerate(plugins.items()):
         module = f"hostile_plugin_{i}_{abs(hash((name, dist, str(tmp_path))))}"
         (tmp_path / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
-        eps.append(metadata.EntryPoint(name=name, value=module, group="ember.backends")._for(_Dist(dist)))
-    monkeypatch.setattr(metadata, "entry_points", lambda group=None, **kw: [ep for ep in eps if ep.group == group])
+        eps.append(EntryPoint(name=name, value=module, group="ember.backends", distribution=dist, version="9.9"))
+    monkeypatch.setattr(ember_plugins, "find_entry_points", lambda groups=(): [ep for ep in eps if ep.group in groups])
 
 
 def test_a_plugin_that_calls_sys_exit_is_contained(monkeypatch, tmp_path, fresh_registry: PluginRegistry):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from importlib import metadata
 
 import pytest
 
 import ember as em
-from ember.plugins import BackendSpec, PluginRegistry
+from ember import plugins
+from ember.plugins import BackendSpec, EntryPoint, PluginRegistry
 
 
 class GoodPlugin:
@@ -33,12 +33,12 @@ class MalformedPlugin:
 
 
 def _fake_entry_points(values: dict[str, str]):
-    eps = [metadata.EntryPoint(name=n, value=v, group="ember.backends") for n, v in values.items()]
+    eps = [EntryPoint(name=n, value=v, group="ember.backends") for n, v in values.items()]
 
-    def entry_points(group=None, **kw):
-        return [ep for ep in eps if ep.group == group]
+    def find_entry_points(groups=plugins.ENTRY_POINT_GROUPS):
+        return [ep for ep in eps if ep.group in groups]
 
-    return entry_points
+    return find_entry_points
 
 
 def test_broken_plugin_does_not_break_the_others(fresh_registry: PluginRegistry):
@@ -59,8 +59,8 @@ def test_malformed_registration_names_the_plugin(fresh_registry: PluginRegistry)
 
 def test_entry_point_that_fails_to_import_is_recorded(monkeypatch, fresh_registry: PluginRegistry):
     monkeypatch.setattr(
-        metadata,
-        "entry_points",
+        plugins,
+        "find_entry_points",
         _fake_entry_points({"ghost": "ember_no_such_module_xyz.plugin", "cpu": "ember_cpu.plugin"}),
     )
     fresh_registry.discover()
@@ -74,7 +74,7 @@ def test_entry_point_that_fails_to_import_is_recorded(monkeypatch, fresh_registr
 def test_allow_list_disables_other_plugins(monkeypatch, fresh_registry: PluginRegistry):
     monkeypatch.setenv("EMBER_PLUGINS", "cpu")
     monkeypatch.setattr(
-        metadata, "entry_points", _fake_entry_points({"other": "ember_cpu.plugin", "cpu": "ember_cpu.plugin"})
+        plugins, "find_entry_points", _fake_entry_points({"other": "ember_cpu.plugin", "cpu": "ember_cpu.plugin"})
     )
     fresh_registry.discover()
     assert fresh_registry.plugins["other"].status == "disabled"

@@ -21,9 +21,12 @@ Values are read when asked for, so tests can change the environment.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import InvalidArgumentError
+
+if TYPE_CHECKING:  # pathlib loads with the first cache_dir() call, not with ``import ember``
+    from pathlib import Path
 
 __all__ = [
     "default_device",
@@ -72,6 +75,8 @@ def plugin_timeout() -> float:
 
 def cache_dir() -> Path:
     """Directory for on-disk kernel caches (``EMBER_CACHE_DIR``, else the user cache dir)."""
+    from pathlib import Path
+
     raw = os.environ.get("EMBER_CACHE_DIR", "").strip()
     if raw:
         return Path(raw).expanduser()

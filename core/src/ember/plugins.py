@@ -2,14 +2,24 @@
 
 Plugins are modules named by the entry-point groups ``ember.backends`` and
 ``ember.extensions``. Each implements some of the hooks below with ``@ember.hookimpl``.
-Discovery is lazy (nothing happens at ``import ember``) and isolated: a plugin that fails
-to import or to register is recorded with its error and never breaks the others.
+Discovery is lazy and isolated: a plugin that fails to import or to register is recorded
+with its error and never breaks the others. Nothing happens at ``import ember``; the first
+device opened imports the ``ember.backends`` plugins and runs their
+``ember_register_backends`` (cheap modules: a backend's library loads with its ``loader``);
+everything else (the ``ember.extensions`` plugins, ``ember_register_extensions``) waits
+for :meth:`PluginRegistry.discover`, which ``ember plugins``, ``kinds()``, the conformance
+suite and the nn layers' fused road call. Entry points are read from the ``*.dist-info``
+folders on ``sys.path`` directly (importlib.metadata, 30-50 ms to import and scan, only
+where the path holds something else, such as a zip file or a distribution finder).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+import re
+import sys
 import threading
-import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,14 +43,21 @@ __all__ = [
     "get_registry",
     "set_registry",
     "ENTRY_POINT_GROUPS",
+    "BACKENDS_GROUP",
+    "EXTENSIONS_GROUP",
     "PluginConflictWarning",
     "contained",
+    "EntryPoint",
+    "find_entry_points",
 ]
 
 hookspec = pluggy.HookspecMarker("ember")
 hookimpl = pluggy.HookimplMarker("ember")
 
-ENTRY_POINT_GROUPS = ("ember.backends", "ember.extensions")
+BACKENDS_GROUP = "ember.backends"
+EXTENSIONS_GROUP = "ember.extensions"
+ENTRY_POINT_GROUPS = (BACKENDS_GROUP, EXTENSIONS_GROUP)
+_HOOKS = ("ember_register_backends", "ember_register_extensions")
 
 #: what to install for backends ember knows by name, used in error messages
 _INSTALL_HINTS = {
@@ -119,6 +136,129 @@ class BackendSpec:
     priority: int = 0
 
 
+@dataclass(frozen=True)
+class EntryPoint:
+    """One entry point of an installed distribution: ``name = value`` in ``group``."""
+
+    name: str
+    value: str
+    group: str
+    distribution: str = "?"
+    version: str = "?"
+
+    def load(self) -> Any:
+        """Import the module ``value`` names (and the attribute after its ``:``), as importlib.metadata does."""
+        match = _EP_VALUE.match(self.value)
+        if match is None:
+            raise PluginError(f"entry point {self.name!r} = {self.value!r}: not 'module' or 'module:attribute'")
+        obj: Any = importlib.import_module(match.group("module"))
+        for attr in filter(None, (match.group("attr") or "").split(".")):
+            obj = getattr(obj, attr)
+        return obj
+
+
+#: importlib.metadata's grammar of an entry point's value
+_EP_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
+
+
+def find_entry_points(groups: tuple[str, ...] = ENTRY_POINT_GROUPS) -> list[EntryPoint]:
+    """The entry points of ``groups`` of every distribution on ``sys.path``, each distribution once
+    (the first found, as importlib.metadata counts them). Reads the ``*.dist-info`` and ``*.egg-info``
+    folders itself (a few ms); importlib.metadata (30-50 ms) answers where the path holds a zip
+    file or an egg, or where an import hook other than the standard one finds distributions."""
+    found = _scan_path(groups)
+    return found if found is not None else _scan_metadata(groups)
+
+
+def _scan_path(groups: tuple[str, ...]) -> list[EntryPoint] | None:
+    """:func:`find_entry_points` over plain folders; None when the path needs importlib.metadata."""
+    from importlib.machinery import PathFinder
+
+    if any(hasattr(f, "find_distributions") and f is not PathFinder for f in sys.meta_path):
+        return None
+    wanted = set(groups)
+    seen: set[str] = set()
+    found: list[EntryPoint] = []
+    for entry in sys.path:
+        root = os.fspath(entry) if isinstance(entry, (str, os.PathLike)) else None
+        if root is None:
+            continue
+        try:
+            children = os.listdir(root or ".")
+        except NotADirectoryError:
+            return None  # a zip file on the path
+        except OSError:
+            continue  # a folder that does not exist: nothing to find there
+        if root.lower().endswith(".egg"):
+            return None
+        for child in children:
+            low = child.lower()
+            if not low.endswith((".dist-info", ".egg-info")):
+                continue
+            key = re.sub(r"[-_.]+", "_", low.rpartition(".")[0].partition("-")[0])
+            if key in seen:
+                continue
+            seen.add(key)
+            folder = os.path.join(root or ".", child)
+            try:
+                with open(os.path.join(folder, "entry_points.txt"), encoding="utf-8") as f:
+                    text = f.read()
+            except OSError:  # no entry points, or an egg-info that is a single file
+                continue
+            pairs = _entry_point_pairs(text, wanted)
+            if not pairs:
+                continue
+            dist, version = _name_version(folder, low.endswith(".dist-info"))
+            found.extend(EntryPoint(n, v, g, dist, version) for g, n, v in pairs)
+    return found
+
+
+def _entry_point_pairs(text: str, groups: set[str]) -> list[tuple[str, str, str]]:
+    """``(group, name, value)`` for the lines of an ``entry_points.txt`` in ``groups``
+    (importlib.metadata's reading: ``[group]`` headers, ``#`` comments, ``name = value``)."""
+    pairs = []
+    group = None
+    for line in map(str.strip, text.splitlines()):
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            group = line.strip("[]")
+        elif group in groups and "=" in line:
+            name, value = line.split("=", 1)
+            pairs.append((group, name.strip(), value.strip()))
+    return pairs
+
+
+def _name_version(folder: str, dist_info: bool) -> tuple[str, str]:
+    """The ``Name`` and ``Version`` headers of a distribution's metadata file ("?" where missing)."""
+    found = {"name": "?", "version": "?"}
+    try:
+        with open(os.path.join(folder, "METADATA" if dist_info else "PKG-INFO"), encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the headers end at the first blank line
+                header, sep, value = line.partition(":")
+                if sep and header.lower() in found and found[header.lower()] == "?":
+                    found[header.lower()] = value.strip() or "?"
+    except OSError:
+        pass
+    return found["name"], found["version"]
+
+
+def _scan_metadata(groups: tuple[str, ...]) -> list[EntryPoint]:
+    """:func:`find_entry_points` through importlib.metadata."""
+    from importlib import metadata
+
+    found = []
+    for group in groups:
+        for ep in metadata.entry_points(group=group):
+            dist = getattr(ep, "dist", None)
+            name = (dist.metadata["Name"] or "?") if dist is not None else "?"
+            version = (dist.version or "?") if dist is not None else "?"
+            found.append(EntryPoint(ep.name, ep.value, group, name, version))
+    return found
+
+
 @dataclass
 class PluginInfo:
     """What ``ember plugins`` shows for one plugin."""
@@ -151,7 +291,12 @@ class PluginRegistry:
         self._backend_classes: dict[str, type[Backend]] = {}
         self._load_errors: dict[str, str] = {}
         self._current: PluginInfo | None = None
+        #: every plugin loaded (discover) / the backend plugins loaded (discover_backends)
         self._discovered = False
+        self._backends_discovered = False
+        self._found: list[EntryPoint] | None = None
+        #: keys of the plugins pluggy holds (a failed registration is not one)
+        self._modules: set[str] = set()
         self._lock = threading.RLock()
 
     # -- called by plugins -------------------------------------------------------------
@@ -199,59 +344,86 @@ class PluginRegistry:
 
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> None:
-        """Load every entry-point plugin once (respecting ``EMBER_PLUGINS``)."""
+        """Load every entry-point plugin once (respecting ``EMBER_PLUGINS``): the backends'
+        (:meth:`discover_backends`), then every ``ember_register_extensions`` hook and the
+        ``ember.extensions`` plugins."""
         with self._lock:
             if self._discovered:
                 return
             self._discovered = True
-            from importlib import metadata  # lazily: scanning entry points is not free
+            self.discover_backends()
+            for info in list(self.plugins.values()):
+                if info.group == BACKENDS_GROUP and info.key in self._modules:
+                    self._run_hooks(info, ("ember_register_extensions",))
+            self._load_group(EXTENSIONS_GROUP, _HOOKS)
 
-            allow = config.plugin_allow_list()
-            found = [(group, ep) for group in ENTRY_POINT_GROUPS for ep in metadata.entry_points(group=group)]
-            for group, ep in sorted(found, key=lambda g_ep: (g_ep[0], g_ep[1].name, _dist_name(g_ep[1]))):
-                info = PluginInfo(name=ep.name, group=group)
-                dist = getattr(ep, "dist", None)
-                if dist is not None:
-                    info.distribution = dist.metadata["Name"] or "?"
-                    info.version = dist.version or "?"
-                key = ep.name
+    def discover_backends(self) -> None:
+        """Import the ``ember.backends`` plugins and run their ``ember_register_backends``, once:
+        what opening a device needs. Their modules must be cheap (the heavy library loads with a
+        BackendSpec's ``loader``); extensions wait for :meth:`discover`."""
+        with self._lock:
+            if self._backends_discovered:
+                return
+            self._backends_discovered = True
+            self._load_group(BACKENDS_GROUP, ("ember_register_backends",))
+
+    def _entry_points(self) -> list[EntryPoint]:
+        """Every ember entry point installed, read once."""
+        if self._found is None:
+            self._found = sorted(find_entry_points(ENTRY_POINT_GROUPS), key=lambda ep: (ep.name, ep.distribution))
+        return self._found
+
+    def _load_group(self, group: str, hooks: tuple[str, ...]) -> None:
+        """Import the plugins of one entry-point group (by name, then distribution) and run ``hooks``."""
+        allow = config.plugin_allow_list()
+        for ep in self._entry_points():
+            if ep.group != group:
+                continue
+            info = PluginInfo(name=ep.name, group=group, distribution=ep.distribution, version=ep.version)
+            key = ep.name
+            if key in self.plugins:
+                known = self.plugins[key]
+                if known.group == "direct" or known.distribution == info.distribution:
+                    continue  # registered in-process under that name, or the same distribution seen twice
+                key = f"{ep.name}@{info.distribution}"
                 if key in self.plugins:
-                    known = self.plugins[key]
-                    if known.group == "direct" or known.distribution == info.distribution:
-                        continue  # registered in-process under that name, or the same distribution seen twice
-                    key = f"{ep.name}@{info.distribution}"
-                    if key in self.plugins:
-                        continue
-                info.key = key
-                self.plugins[key] = info
-                if allow is not None and ep.name.lower() not in allow:
-                    info.status = "disabled"
-                    info.error = f"not in EMBER_PLUGINS={','.join(sorted(allow))}"
                     continue
-                try:
-                    module = contained(ep.load, f"plugin {ep.name!r} ({info.distribution}): importing {ep.value}")
-                except PluginError as exc:  # a broken or hanging plugin must not break ember
-                    self._fail(info, exc.__cause__ or exc, message=None if exc.__cause__ else str(exc))
-                    continue
-                self._register_module(module, info)
+            info.key = key
+            self.plugins[key] = info
+            if allow is not None and ep.name.lower() not in allow:
+                info.status = "disabled"
+                info.error = f"not in EMBER_PLUGINS={','.join(sorted(allow))}"
+                continue
+            try:
+                module = contained(ep.load, f"plugin {ep.name!r} ({info.distribution}): importing {ep.value}")
+            except PluginError as exc:  # a broken or hanging plugin must not break ember
+                self._fail(info, exc.__cause__ or exc, message=None if exc.__cause__ else str(exc))
+                continue
+            self._register_module(module, info, hooks)
 
     def register(self, plugin: ModuleType | object, name: str | None = None) -> PluginInfo:
-        """Register a plugin object directly (tests, notebooks, in-process backends)."""
+        """Register a plugin object directly (tests, notebooks, in-process backends): every hook runs now."""
         with self._lock:
             pname = name or getattr(plugin, "__name__", None) or type(plugin).__name__
             info = PluginInfo(name=pname, group="direct", distribution="-", version="-", key=pname)
             self.plugins[pname] = info
-            self._register_module(plugin, info)
+            self._register_module(plugin, info, _HOOKS)
             return info
 
-    def _register_module(self, module: Any, info: PluginInfo) -> None:
+    def _register_module(self, module: Any, info: PluginInfo, hooks: tuple[str, ...]) -> None:
         key = info.key or info.name
         try:
             self.manager.register(module, name=key)
         except Exception as exc:
             self._fail(info, exc)
             return
-        for hook_name in ("ember_register_backends", "ember_register_extensions"):
+        self._modules.add(key)
+        self._run_hooks(info, hooks)
+
+    def _run_hooks(self, info: PluginInfo, hooks: tuple[str, ...]) -> None:
+        """Run the plugin's implementations of ``hooks``, each contained."""
+        key = info.key or info.name
+        for hook_name in hooks:
             hook = getattr(self.manager.hook, hook_name)
             for impl in hook.get_hookimpls():
                 if impl.plugin_name != key:
@@ -266,6 +438,8 @@ class PluginRegistry:
 
     @staticmethod
     def _fail(info: PluginInfo, exc: BaseException, message: str | None = None) -> None:
+        import traceback  # only for a failure: kept out of ``import ember``
+
         info.status = "failed"
         info.error = message or f"{type(exc).__name__}: {exc}"
         info.detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -285,13 +459,17 @@ class PluginRegistry:
         return sorted(self.specs)
 
     def backend_class(self, kind: str) -> type[Backend]:
-        """The Backend class serving ``kind``, loading it on first use."""
-        self.discover()
+        """The Backend class serving ``kind``, loading it on first use (the backend plugins are
+        discovered first; the rest only when none of them serves ``kind``)."""
+        self.discover_backends()
         with self._lock:
             found = self._backend_classes.get(kind)
             if found is not None:
                 return found
             specs = self.specs.get(kind)
+            if not specs and not self._discovered:
+                self.discover()  # an extension plugin may register a backend too
+                specs = self.specs.get(kind)
             if not specs:
                 raise DeviceUnavailableError(self._no_backend_message(kind))
             errors = []
@@ -351,11 +529,6 @@ class PluginRegistry:
 
 
 _REGISTRY: PluginRegistry | None = None
-
-
-def _dist_name(ep: Any) -> str:
-    dist = getattr(ep, "dist", None)
-    return (dist.metadata["Name"] or "") if dist is not None else ""
 
 
 def get_registry() -> PluginRegistry:

@@ -1,6 +1,7 @@
 """The nn layers' road to an installed extension's fused ops (ember-fused: ``fused_linear``,
 ``fused_layer_norm_residual``, ``fused_attention``). They are looked up in the extension registry
-at call time, so core never imports the extension; a layer takes the fused op only where the
+at call time, so core never imports the extension (the first lookup runs plugin discovery, which
+imports the installed extension plugins); a layer takes the fused op only where the
 device kind has its native kernel and, for an op without a custom vjp, no gradient is being
 recorded (it would run its reference, the unfused sequence, anyway); else today's code runs.
 ``EMBER_NN_FUSED=0`` turns the road off.
@@ -13,6 +14,7 @@ from typing import Any
 from ..autodiff.mode import is_grad_enabled
 from ..config import nn_fused_enabled
 from ..extension import EXTENSIONS, Extension
+from ..plugins import get_registry
 from ..tensor import Tensor
 
 __all__ = ["fused_op", "add_norm", "linear_activation", "attention"]
@@ -22,9 +24,14 @@ _FLOATS = ("float32", "float64")
 
 def fused_op(name: str, *tensors: Tensor | None) -> Extension | None:
     """The extension op ``name`` when it can replace the unfused sequence on these tensors, else None."""
-    ext = EXTENSIONS.get(name)
-    if ext is None or not nn_fused_enabled():
+    if not nn_fused_enabled():
         return None
+    ext = EXTENSIONS.get(name)
+    if ext is None:
+        get_registry().discover()  # the extension plugins load on first need, not with the device
+        ext = EXTENSIONS.get(name)
+        if ext is None:
+            return None
     present = [t for t in tensors if t is not None]
     kind = present[0].device.kind
     if kind not in ext.kernels:
