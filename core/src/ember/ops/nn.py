@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..amp import FLOAT32, LOW
-from ..autodiff.mode import no_grad
+from ..autodiff.mode import is_grad_enabled, no_grad
 from ..creation import arange, ones, zeros
 from ..dispatch import apply, define
 from ..dtypes import int64
@@ -30,7 +30,7 @@ from .elementwise import (
 )
 from .indexing import check_class_range, one_hot_unchecked, take, take_along_axis
 from .linalg import matmul, matrix_transpose
-from .movement import concat, expand_dims, slice_tensor
+from .movement import broadcast_to, concat, expand_dims, slice_tensor
 from .reduction import logsumexp, max, mean, sum
 
 if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
@@ -660,6 +660,15 @@ def _attention_vjp(
     need = (q._rg, k._rg, v._rg, bool(mask) and mask[0]._rg)
     if need[3]:  # the mask's gradient sums over broadcast batches: computed whole
         return _attention_grads(g, q, k, v, mask, is_causal, scale, need)
+    if (
+        not is_grad_enabled()  # the packed op records no graph: not under create_graph
+        and g._shape == packed_shapes(q._shape, k._shape, v._shape)[0][:-1] + v._shape[-1:]
+        and q._device.backend.implementation(ATTENTION_BACKWARD.name) is not None
+    ):
+        # the backend's one kernel for all three (cpu: five products per block of heads)
+        return _unpack_grads(attention_backward(g, q, k, v, *mask, is_causal=is_causal, scale=scale), q, k, v) + (
+            None,
+        ) * len(mask)
     grads = _by_batch(
         lambda q, k, v, g, m: _attention_grads(g, q, k, v, m, is_causal, scale, need)[:3], q, k, v, g, mask
     )
@@ -720,6 +729,68 @@ def _split(
         for p in pieces:  # each piece's result goes as soon as it is joined
             p[i] = None
     return tuple(out)
+
+
+def _unpack_grads(packed: Tensor, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """gq, gk, gv from :func:`attention_backward`'s packed result (views on most backends)."""
+    out = []
+    start = 0
+    for shape in packed_shapes(q._shape, k._shape, v._shape):
+        n = math.prod(shape)
+        out.append(slice_tensor(packed, (start,), (start + n,), (1,)).reshape(shape))
+        start += n
+    return out[0], out[1], out[2]
+
+
+def packed_shapes(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The shapes of gq, gk, gv in :func:`attention_backward`'s result: each over the batch
+    shape q, k and v broadcast to."""
+    batch = broadcast_shapes(q[:-2], k[:-2], v[:-2], op="attention")
+    return batch + q[-2:], batch + k[-2:], batch + v[-2:]
+
+
+def _attention_backward(
+    g: Tensor, q: Tensor, k: Tensor, v: Tensor, *mask: Tensor, is_causal: bool, scale: float
+) -> Tensor:
+    need = (True, True, True, False)
+    grads = _by_batch(
+        lambda q, k, v, g, m: _attention_grads(g, q, k, v, m, is_causal, scale, need)[:3], q, k, v, g, mask
+    )
+    shapes = packed_shapes(q._shape, k._shape, v._shape)
+    return concat([broadcast_to(t, s).reshape((-1,)) for t, s in zip(grads, shapes)], axis=0)
+
+
+#: attention's gradients with respect to q, k and v in one op, flattened and concatenated (a
+#: kernel computes them together from one recomputation of the probabilities); rows that see no
+#: key get zero gradients, as the composite rule gives
+ATTENTION_BACKWARD = define(
+    "scaled_dot_product_attention_backward",
+    kind="contraction",
+    native="scaled_dot_product_attention_backward(g, q, k, v[, mask], *, is_causal, scale) -> handle  # gq, gk, gv "
+    "flattened and concatenated",
+    autocast=LOW,
+    composite=_attention_backward,
+    differentiable=False,
+)
+
+
+def attention_backward(
+    g: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float | None = None
+) -> Tensor:
+    """The gradients of ``scaled_dot_product_attention(q, k, v, mask)`` at cotangent ``g`` with
+    respect to q, k and v, flattened and concatenated (:func:`packed_shapes` gives their shapes)."""
+    q = _float_arg(q, "attention_backward")
+    k, v, g = (_tensor_arg(t, "attention_backward", q) for t in (k, v, g))
+    masks = tuple(_tensor_arg(m, "attention_backward", q) for m in mask[:1])
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q._shape[-1] != k._shape[-1] or k._shape[-2] != v._shape[-2]:
+        raise ShapeError(f"attention_backward: q {q._shape}, k {k._shape}, v {v._shape} do not fit")
+    shapes = packed_shapes(q._shape, k._shape, v._shape)
+    if g._shape != shapes[0][:-1] + v._shape[-1:]:
+        raise ShapeError(f"attention_backward: g has shape {g._shape}, expected {shapes[0][:-1] + v._shape[-1:]}")
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(q._shape[-1])
+    n = math.prod(shapes[0]) + math.prod(shapes[1]) + math.prod(shapes[2])  # (sum is ember's reduction here)
+    params = {"is_causal": bool(is_causal), "scale": sc}
+    return apply(ATTENTION_BACKWARD, (g, q, k, v) + masks, params, (n,), q._dtype)
 
 
 ATTENTION = define(

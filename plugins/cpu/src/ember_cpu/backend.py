@@ -58,7 +58,10 @@ FUSED = fused.FusedKernels(_KERNELS)
 _FUSION_OPS = fused.fusion_ops(_KERNELS)
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: calls of the hand-written numba kernels, by op (tests check that a kernel ran)
-NATIVE_CALLS = {"max_pool_backward": 0, "conv_transpose": 0, "fold": 0, "layer_norm": 0, "layer_norm_backward": 0}
+NATIVE_CALLS = {
+    "max_pool_backward": 0, "conv_transpose": 0, "fold": 0, "layer_norm": 0, "layer_norm_backward": 0,
+    "scaled_dot_product_attention": 0, "scaled_dot_product_attention_backward": 0,
+}  # fmt: skip
 
 
 def _numba_floats(*arrays: np.ndarray) -> bool:
@@ -191,6 +194,36 @@ class CpuBackend(Backend):
                 return _MATMUL(rows, b).reshape(a.shape[:-1] + b.shape[-1:])
         return _MATMUL(a, b)
 
+    # -- attention in blocks of heads (ember_cpu.attention) ------------------------------------
+    @native
+    def scaled_dot_product_attention(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *mask: np.ndarray, is_causal: bool, scale: float
+    ) -> np.ndarray:
+        """One batched product per block of heads for the scores and one for the output, the
+        softmax between them in place (ember_cpu.attention); the output in q's memory order."""
+        from .attention import attention_forward  # noqa: PLC0415
+
+        NATIVE_CALLS["scaled_dot_product_attention"] += 1
+        return attention_forward(q, k, v, mask[0] if mask else None, is_causal=is_causal, scale=scale)
+
+    @native
+    def scaled_dot_product_attention_backward(
+        self,
+        g: np.ndarray,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        *mask: np.ndarray,
+        is_causal: bool,
+        scale: float,
+    ) -> np.ndarray:
+        """(gq, gk, gv) packed: the probabilities recomputed per block of heads, five batched
+        products and one row pass for the score gradient (ember_cpu.attention)."""
+        from .attention import attention_backward  # noqa: PLC0415
+
+        NATIVE_CALLS["scaled_dot_product_attention_backward"] += 1
+        return attention_backward(g, q, k, v, mask[0] if mask else None, is_causal=is_causal, scale=scale)
+
     # -- training hot paths: numba kernels where numba is installed (ember_cpu.numba_kernels) ----
     @native
     def max_pool_backward(
@@ -304,7 +337,10 @@ class CpuBackend(Backend):
 
 
 #: ops whose kernels spend their time in BLAS products
-BLAS_OPS = ("matmul", "conv", "conv_transpose", "conv_weight_grad", "scaled_dot_product_attention", "dequant_matmul")
+BLAS_OPS = (
+    "matmul", "conv", "conv_transpose", "conv_weight_grad", "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward", "dequant_matmul",
+)  # fmt: skip
 
 
 def _fits_threads(kernel: Any) -> Any:

