@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import ember as em
-from ember.ops.nn import attention_backward, layer_norm_backward, softmax_backward
+from ember.ops.nn import attention_backward, layer_norm_backward, layer_norm_grads, softmax_backward
 
 from ..inputs import Arg, Case, Domain
 from .base import FLOAT, OpSpec, x
@@ -99,6 +99,16 @@ def _np_attention(q, k, v, mask=None, is_causal=False, scale=None):
 
 def _attention(q, k, v, mask=None, is_causal=False, scale=None):
     return em.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+
+
+def _np_layer_norm_grads(g, a, w, eps=1e-5, need_x=True):
+    axes = tuple(range(a.ndim - w.ndim, a.ndim))
+    lead = tuple(range(a.ndim - w.ndim))
+    xhat = _np_normalize(a, axes, eps)
+    parts = [np.sum(g * xhat, axis=lead), np.sum(g, axis=lead)]
+    if need_x:
+        parts.insert(0, _np_layer_norm_backward(g, a, w, eps))
+    return np.concatenate([np.ravel(p) for p in parts])
 
 
 def _np_attention_backward(g, q, k, v, mask=None, is_causal=False, scale=None):
@@ -287,6 +297,21 @@ NN: tuple[OpSpec, ...] = (
             ),
         ),
         grad=True,
+        tol=4.0,
+    ),
+    OpSpec(
+        "layer_norm_grads",
+        lambda g, a, w, need_x=True: layer_norm_grads(g, a, w, need_x=need_x),
+        _np_layer_norm_grads,
+        FLOAT,
+        (
+            Case("last", (x((2, 3, 4)), x((2, 3, 4)), x((4,)))),
+            Case("last2", (x((2, 3, 4)), x((2, 3, 4)), x((3, 4)))),
+            Case("params_only", (x((2, 3, 5)), x((2, 3, 5)), x((5,))), {"need_x": False}),
+            Case("noncontig", (x((3, 5)), x((3, 5), "noncontig"), x((5,), "flipped"))),
+            # gw and gb sum 64 rows: 16-bit backends sum them in 16 bits (the smaller cases check those)
+            Case("large", (x((64, 1024)), x((64, 1024)), x((1024,))), only=frozenset({"float32", "float64"})),
+        ),
         tol=4.0,
     ),
     OpSpec(

@@ -333,7 +333,55 @@ def layer_norm_backward(g: Any, x: Any, weight: Any, eps: float = 1e-5) -> Tenso
     return apply(LAYER_NORM_BACKWARD, (g, x, w), {"eps": float(eps)}, x._shape, x._dtype)
 
 
+def _layer_norm_grads(g: Tensor, x: Tensor, w: Tensor, eps: float, need_x: bool) -> Tensor:
+    axes = _layer_axes(x, w.ndim)
+    xhat, rstd = _normalize(x, axes, eps)
+    lead = tuple(range(x.ndim - w.ndim))
+    parts = [sum(g * xhat, axis=lead) if lead else g * xhat, sum(g, axis=lead) if lead else g]
+    if need_x:
+        parts.insert(0, _normalized_input_grad(g, w, xhat, rstd, axes))
+    return concat([t.reshape((-1,)) for t in parts], axis=0)
+
+
+#: layer norm's gradients in one op: ``[gx,] gw, gb`` (gw and gb summed over the leading axes),
+#: flattened and concatenated, so that a backend computes all three from one pass over g and x
+LAYER_NORM_GRADS = define(
+    "layer_norm_grads",
+    kind="other",
+    native="layer_norm_grads(g, x, weight, *, eps, need_x) -> handle  # [gx,] gw, gb flattened and concatenated",
+    autocast=FLOAT32,
+    composite=_layer_norm_grads,
+    differentiable=False,
+)
+
+
+def layer_norm_grads(g: Any, x: Any, weight: Any, eps: float = 1e-5, need_x: bool = True) -> Tensor:
+    """Layer norm's gradients at cotangent ``g``: ``[gx,] gw, gb`` flattened and concatenated
+    (gx in x's shape when ``need_x``, then gw and gb in weight's shape)."""
+    x = _float_arg(x, "layer_norm_grads")
+    g = _tensor_arg(g, "layer_norm_grads", x)
+    w = _tensor_arg(weight, "layer_norm_grads", x)
+    if g._shape != x._shape:
+        raise ShapeError(f"layer_norm_grads: x {x._shape} and g {g._shape} must have the same shape")
+    if w.ndim > x.ndim or x._shape[x.ndim - w.ndim :] != w._shape:
+        raise ShapeError(f"layer_norm_grads: weight {w._shape} must match the trailing axes of x {x._shape}")
+    n = (x.size if need_x else 0) + 2 * w.size
+    return apply(LAYER_NORM_GRADS, (g, x, w), {"eps": float(eps), "need_x": bool(need_x)}, (n,), x._dtype)
+
+
 def _layer_norm_vjp(g: Tensor, y: Tensor, x: Tensor, w: Tensor, b: Tensor, eps: float) -> tuple[Any, Any, Any]:
+    if (
+        w._rg
+        and b._rg
+        and not is_grad_enabled()  # the packed op records no graph: not under create_graph
+        and x._device.backend.implementation(LAYER_NORM_GRADS.name) is not None
+    ):
+        # the backend's one pass for all three (cpu: numba, per row)
+        packed = layer_norm_grads(g, x, w, eps, bool(x._rg))
+        start = x.size if x._rg else 0
+        gw, gb = (slice_tensor(packed, (i,), (i + w.size,), (1,)).reshape(w._shape) for i in (start, start + w.size))
+        gx = slice_tensor(packed, (0,), (start,), (1,)).reshape(x._shape) if x._rg else None
+        return gx, gw, gb
     # xhat is layer_norm without affine parameters: one op (a backend's native pass), not five
     gx = layer_norm_backward(g, x, w, eps) if x._rg else None
     gw = g * layer_norm(x, w._shape, eps=eps) if w._rg else None

@@ -59,7 +59,8 @@ _FUSION_OPS = fused.fusion_ops(_KERNELS)
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: calls of the hand-written numba kernels, by op (tests check that a kernel ran)
 NATIVE_CALLS = {
-    "max_pool_backward": 0, "conv_transpose": 0, "fold": 0, "layer_norm": 0, "layer_norm_backward": 0,
+    "max_pool_backward": 0, "conv_transpose": 0, "fold": 0,
+    "layer_norm": 0, "layer_norm_backward": 0, "layer_norm_grads": 0,
     "scaled_dot_product_attention": 0, "scaled_dot_product_attention_backward": 0,
 }  # fmt: skip
 
@@ -82,6 +83,20 @@ def _layer_norm_backward_numpy(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps:
     gh = g * w
     gx = rstd * (gh - gh.mean(axis=axes, keepdims=True) - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
     return gx.astype(dt, copy=False)
+
+
+def _layer_norm_grads_numpy(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float, need_x: bool) -> np.ndarray:
+    """``[gx,] gw, gb`` of layer norm over ``w.ndim`` trailing axes, flattened and concatenated."""
+    dt = x.dtype
+    g32, x32, w32 = (a.astype(np.float32) for a in (g, x, w)) if dt.itemsize == 2 else (g, x, w)
+    axes = tuple(range(x.ndim - w.ndim, x.ndim))
+    lead = tuple(range(x.ndim - w.ndim))
+    d = x32 - x32.mean(axis=axes, keepdims=True)
+    xhat = d / np.sqrt((d * d).mean(axis=axes, keepdims=True) + eps)
+    parts = [(g32 * xhat).sum(axis=lead), g32.sum(axis=lead)]
+    if need_x:
+        parts.insert(0, _layer_norm_backward_numpy(g32, x32, w32, eps))
+    return np.concatenate([np.ravel(p) for p in parts]).astype(dt, copy=False)
 
 
 def _numba() -> Any:
@@ -301,6 +316,20 @@ class CpuBackend(Backend):
             np.ascontiguousarray(g).reshape(-1, n), rows, np.ascontiguousarray(w), eps
         )
         return gx.reshape(x.shape)
+
+    @native
+    def layer_norm_grads(self, g: np.ndarray, x: np.ndarray, w: np.ndarray, *, eps: float, need_x: bool) -> np.ndarray:
+        """``[gx,] gw, gb`` packed, over one trailing axis of float32/float64: one numba pass per
+        row (statistics, gx, the column sums); else numpy."""
+        eps = float(x.dtype.type(eps))  # in x's dtype, as the forward kernel and the composite
+        n = x.shape[-1] if x.ndim else 0
+        if w.ndim != 1 or x.ndim < 1 or n == 0 or not _numba_floats(g, x, w):
+            return _layer_norm_grads_numpy(g, x, w, eps, need_x)
+        NATIVE_CALLS["layer_norm_grads"] += 1
+        rows = np.ascontiguousarray(x).reshape(-1, n)
+        return _numba().layer_norm_grads_rows(
+            np.ascontiguousarray(g).reshape(-1, n), rows, np.ascontiguousarray(w), eps, need_x
+        )
 
     def capability_notes(self) -> dict[str, str]:
         if NO_FUSION is not None:

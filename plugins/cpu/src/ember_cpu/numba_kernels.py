@@ -13,7 +13,9 @@ input gradient) runs it after its BLAS matmul. (An im2col kernel lost to numpy's
 
 ``layer_norm_rows`` normalises each row of a (rows, n) array: a pass for the mean, one for the
 variance, one for the result, accumulating in float64; ``layer_norm_backward_rows`` is its
-input gradient in four passes per row (mean, variance, the two means of the rule, the result).
+input gradient in four passes per row (mean, variance, the two means of the rule, the result);
+``layer_norm_grads_rows`` adds the weight's and bias's gradients (column sums in float64) to
+the same passes, so the rule needs no second layer norm for ``xhat``.
 
 The last three always run on one thread: BLAS holds both cores around them, and a parallel region paid
 more in waiting for descheduled threads than it saved on the shared 2-core machine measured.
@@ -28,7 +30,10 @@ from numba import njit, prange
 
 from .numba_codegen import PARALLEL
 
-__all__ = ["col2im2d", "layer_norm_backward_rows", "layer_norm_rows", "max_pool2d_backward", "window_blocks"]
+__all__ = [
+    "col2im2d", "layer_norm_backward_rows", "layer_norm_grads_rows", "layer_norm_rows", "max_pool2d_backward",
+    "window_blocks",
+]  # fmt: skip
 
 
 @njit(parallel=PARALLEL, fastmath=False, cache=True, nogil=True)
@@ -289,3 +294,32 @@ def layer_norm_backward_rows(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: f
     out = np.empty_like(x)
     _layer_norm_backward_rows(g, x, w, out, eps)
     return out
+
+
+@njit(fastmath=False, cache=True, nogil=True)
+def _layer_norm_grads_rows(g, x, w, gx, gw, gb, eps, need_x):  # pragma: no cover - numba
+    rows, n = x.shape
+    for r in range(rows):
+        mu, rstd = _row_stats(x, r, n, eps)
+        if need_x:
+            m1, m2 = _row_grad_means(g, x, w, r, n, mu)
+            m1 /= n
+            m2 = m2 * rstd / n
+            for k in range(n):
+                gx[r, k] = rstd * (g[r, k] * w[k] - m1 - (x[r, k] - mu) * rstd * m2)
+        for k in range(n):
+            gk = np.float64(g[r, k])
+            gw[k] += gk * ((x[r, k] - mu) * rstd)
+            gb[k] += gk
+
+
+def layer_norm_grads_rows(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float, need_x: bool) -> np.ndarray:
+    """``[gx,] gw, gb`` of :func:`layer_norm_rows` at cotangent ``g`` (rows, n), flattened and
+    concatenated: one pass per row for the statistics, gx, and the columns' float64 sums."""
+    rows, n = x.shape
+    packed = np.empty((rows * n if need_x else 0) + 2 * n, dtype=x.dtype)
+    gx = packed[: rows * n].reshape(rows, n) if need_x else np.empty((0, n), dtype=x.dtype)
+    sums = np.zeros((2, n), dtype=np.float64)
+    _layer_norm_grads_rows(g, x, w, gx, sums[0], sums[1], eps, need_x)
+    packed[packed.size - 2 * n :] = sums.reshape(-1)
+    return packed
