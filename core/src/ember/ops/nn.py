@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..amp import FLOAT32, LOW
 from ..autodiff.mode import is_grad_enabled, no_grad
+from ..backend import EXTENSION_KERNELS
 from ..creation import arange, ones, zeros
 from ..dispatch import apply, define
 from ..dtypes import int64
@@ -275,6 +276,22 @@ def log_softmax(x: Any, axis: int = -1) -> Tensor:
     return apply(LOG_SOFTMAX, (x,), {"axis": ax}, x._shape, x._dtype)
 
 
+# -- rules that take a backend's one kernel for several gradients -------------------------
+#: (device, extension kernels registered) -> the device's native ops: a rule asks whether a packed
+#: gradient op is native (capabilities takes ~2 ms to compute, so once per device)
+_NATIVE_OPS: dict[tuple[Any, int], frozenset[str]] = {}
+
+
+def _has_native(t: Tensor, name: str) -> bool:
+    """Whether ``t``'s device computes op ``name`` natively: a rule then takes the packed op,
+    which on other backends would be its composite plus a concatenation."""
+    key = (t._device, len(EXTENSION_KERNELS))
+    ops = _NATIVE_OPS.get(key)
+    if ops is None:
+        ops = _NATIVE_OPS[key] = t._device.capabilities.native_ops
+    return name in ops
+
+
 # -- normalisation -----------------------------------------------------------------------
 def _normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor]:
     """(x - mean) * rstd over ``axes``, and rstd (keepdims)."""
@@ -374,7 +391,7 @@ def _layer_norm_vjp(g: Tensor, y: Tensor, x: Tensor, w: Tensor, b: Tensor, eps: 
         w._rg
         and b._rg
         and not is_grad_enabled()  # the packed op records no graph: not under create_graph
-        and x._device.backend.implementation(LAYER_NORM_GRADS.name) is not None
+        and _has_native(x, LAYER_NORM_GRADS.name)
     ):
         # the backend's one pass for all three (cpu: numba, per row)
         packed = layer_norm_grads(g, x, w, eps, bool(x._rg))
@@ -711,7 +728,7 @@ def _attention_vjp(
     if (
         not is_grad_enabled()  # the packed op records no graph: not under create_graph
         and g._shape == packed_shapes(q._shape, k._shape, v._shape)[0][:-1] + v._shape[-1:]
-        and q._device.backend.implementation(ATTENTION_BACKWARD.name) is not None
+        and _has_native(q, ATTENTION_BACKWARD.name)
     ):
         # the backend's one kernel for all three (cpu: five products per block of heads)
         return _unpack_grads(attention_backward(g, q, k, v, *mask, is_causal=is_causal, scale=scale), q, k, v) + (
