@@ -26,13 +26,18 @@ from ember.memory import MemoryStats, unmeasured_stats
 from ember.random import philox_words
 
 from . import fusion as fused
-from . import quant_kernels
+from . import host_memory, quant_kernels
 from .threads import blas_threads
 
 # numpy reports overflow / division by zero / invalid values as warnings; ember's semantics
 # are IEEE results without warnings (as in PyTorch), so silence them for this module only.
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember_cpu\.")
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember\.array_module\.")
+
+
+# freed arrays stay in malloc's heap for the next step's temporaries instead of being faulted
+# in again (ember_cpu.host_memory; EMBER_CPU_MALLOC=0 leaves malloc alone)
+host_memory.keep_freed_memory()
 
 
 def _erf(a: np.ndarray) -> np.ndarray:
