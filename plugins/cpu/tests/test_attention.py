@@ -157,3 +157,27 @@ def test_exp_helpers_are_accurate():
     want = np.exp(x32.astype(np.float64))
     np.testing.assert_allclose(out32, want, rtol=3e-7, atol=1e-37, equal_nan=True)
     np.testing.assert_allclose(out64, np.exp(x64), rtol=1e-9, atol=0, equal_nan=True)
+
+
+def test_blocks_on_worker_threads_give_the_serial_result(monkeypatch):
+    """Blocks spread over threads (each product then on one BLAS thread) write their own slices:
+    the same bits as the blocks run in order, and the BLAS's thread count is put back."""
+    q, k, v, g, mask, kw = _inputs("blocks", np.float32)
+
+    def both():
+        return (
+            attn.attention_forward(q, k, v, mask, is_causal=False, scale=0.3),
+            attn.attention_backward(g, q, k, v, mask, is_causal=False, scale=0.3),
+        )
+
+    attn._WORKERS.threads()  # finds the BLAS (once)
+    monkeypatch.setattr(attn._WORKERS, "threads", lambda: 2)
+    if not attn._WORKERS._libs:
+        pytest.skip("threadpoolctl cannot pin numpy's BLAS here: the blocks always run in order")
+    before = [lib.num_threads for lib in attn._WORKERS._libs]
+    threaded = both()
+    assert [lib.num_threads for lib in attn._WORKERS._libs] == before
+    monkeypatch.setattr(attn._WORKERS, "threads", lambda: 1)
+    serial = both()
+    for a, b in zip(threaded, serial):
+        np.testing.assert_array_equal(a, b)

@@ -19,6 +19,7 @@ and rounded back, as the backend's other heavy ops.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,6 +74,68 @@ def _like(q: np.ndarray, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         return np.empty(shape, dtype=dtype)
     order = sorted(range(q.ndim - 1), key=lambda a: -abs(q.strides[a])) + [q.ndim - 1]
     return np.empty(tuple(shape[a] for a in order), dtype=dtype).transpose(np.argsort(order))
+
+
+class _Workers:
+    """The blocks of one call spread over the threads numpy's BLAS is given, each block's
+    products then on one BLAS thread: a block's products are small (W4: 4 x 128 x 128 x 64),
+    and a 2-thread GEMM of that size ran no faster than a 1-thread one (the 2-thread W4 step's
+    attention took as long as the 1-thread one), while the blocks are independent. numpy's
+    products and the numba passes release the GIL. Without threadpoolctl (nothing to pin the
+    BLAS with) or with one BLAS thread, the blocks run in the caller, in order."""
+
+    def __init__(self) -> None:
+        self._libs: Any = None
+        self._pool: Any = None
+        self._ready = False
+
+    def _start(self) -> None:
+        from .threads import _controller  # noqa: PLC0415 - threadpoolctl's scan, once
+
+        self._ready = True
+        self._libs = _controller()
+
+    def threads(self) -> int:
+        """numpy's BLAS thread count now (1 when it cannot be read or pinned)."""
+        if not self._ready:
+            self._start()
+        if not self._libs:
+            return 1
+        return max(1, min(lib.num_threads for lib in self._libs))
+
+    def run(self, fn: Any, blocks: list[tuple[Any, ...]]) -> None:
+        n = min(self.threads(), len(blocks), os.cpu_count() or 1) if len(blocks) > 1 else 1
+        if n < 2 or not self._libs:
+            for idx in blocks:
+                fn(idx)
+            return
+        if self._pool is None or self._pool._max_workers < n - 1:
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+            self._pool = ThreadPoolExecutor(max_workers=n - 1, thread_name_prefix="ember-cpu-attention")
+        saved = [lib.num_threads for lib in self._libs]
+        for lib in self._libs:
+            lib.set_num_threads(1)
+        try:
+
+            def many(part: list[tuple[Any, ...]]) -> None:
+                for idx in part:
+                    fn(idx)
+
+            futures = [self._pool.submit(many, blocks[i::n]) for i in range(1, n)]
+            many(blocks[0::n])
+            for f in futures:
+                f.result()
+        finally:
+            for lib, t in zip(self._libs, saved):
+                lib.set_num_threads(t)
+
+
+_WORKERS = _Workers()
+
+
+def _run_blocks(fn: Any, blocks: list[tuple[Any, ...]]) -> None:
+    _WORKERS.run(fn, blocks)
 
 
 def _blocks(batch: tuple[int, ...], per_item: int) -> Iterator[tuple[Any, ...]]:
@@ -135,9 +198,12 @@ def attention_forward(
     ops = _Operands(q, k, v, None, mask)
     rows = None  # numpy's passes, in place: bit for bit the shared kernel's (and an exported graph's) result
     out = _like(q, ops.batch + (ops.L, ops.v.shape[-1]), ops.work)
-    for idx in _blocks(ops.batch, ops.L * ops.S):
+
+    def block(idx: tuple[Any, ...]) -> None:
         p = ops.probabilities(idx, rows, is_causal, scale, False)
         np.matmul(p, ops.v[idx], out=out[idx])
+
+    _run_blocks(block, list(_blocks(ops.batch, ops.L * ops.S)))
     out = out.astype(ops.dtype, copy=False)
     lead = max(q.ndim, k.ndim, v.ndim)
     return out[0] if lead == 2 else out
@@ -163,7 +229,8 @@ def attention_backward(
     gq = packed[: sizes[0]].reshape(shapes[0])
     gk = packed[sizes[0] : sizes[0] + sizes[1]].reshape(shapes[1])
     gv = packed[sizes[0] + sizes[1] :].reshape(shapes[2])
-    for idx in _blocks(ops.batch, ops.L * ops.S):
+
+    def block(idx: tuple[Any, ...]) -> None:
         p = ops.probabilities(idx, rows, is_causal, scale, True)
         gc = ops.g[idx]
         np.matmul(_swap(p), gc, out=gv[idx])
@@ -174,4 +241,6 @@ def attention_backward(
             rows.softmax_grad_rows(p, gs, scale)
         np.matmul(gs, ops.k[idx], out=gq[idx])
         np.matmul(_swap(gs), ops.q[idx], out=gk[idx])
+
+    _run_blocks(block, list(_blocks(ops.batch, ops.L * ops.S)))
     return packed.astype(ops.dtype, copy=False)
