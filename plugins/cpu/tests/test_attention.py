@@ -181,3 +181,15 @@ def test_blocks_on_worker_threads_give_the_serial_result(monkeypatch):
     serial = both()
     for a, b in zip(threaded, serial):
         np.testing.assert_array_equal(a, b)
+
+
+def test_empty_lengths():
+    """No queries: empty results; no keys: a zero output (an empty sum) and zero gradients."""
+    for sq, sk in (((2, 0, 4), (2, 3, 4)), ((2, 3, 4), (2, 0, 4)), ((0, 3, 4), (0, 3, 4))):
+        q, k = np.ones(sq, np.float32), np.ones(sk, np.float32)
+        v = np.ones(sk[:-1] + (5,), np.float32)
+        g = np.ones(sq[:-1] + (5,), np.float32)
+        out = attn.attention_forward(q, k, v, None, is_causal=False, scale=0.5)
+        packed = attn.attention_backward(g, q, k, v, None, is_causal=False, scale=0.5)
+        assert out.shape == sq[:-1] + (5,) and not out.any()
+        assert packed.shape == (q.size + k.size + v.size,) and not packed.any()

@@ -47,7 +47,7 @@ def _softmax_numpy(s: np.ndarray, scale: float, causal: bool, offset: int, empty
     if causal:
         n, m = s.shape[-2:]
         s[..., np.arange(m)[None, :] > np.arange(n)[:, None] + offset] = -np.inf
-    mx = s.max(axis=-1, keepdims=True)
+    mx = s.max(axis=-1, keepdims=True, initial=-np.inf)  # no keys (S = 0): an empty row, a zero output
     s -= np.where(np.isinf(mx), 0, mx)
     np.exp(s, out=s)
     with np.errstate(invalid="ignore", divide="ignore"):  # 0/0: a row that sees no key
