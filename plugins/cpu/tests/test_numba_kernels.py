@@ -125,30 +125,46 @@ def _layer_norm_reference(x, w, b, g, eps):
     return (ref.layer_norm(x, 1, w, b, eps), *ref.layer_norm_grads(g, x, 1, w, eps))
 
 
-def _layer_norm_step(dtype, shape=(3, 5, 33), eps=1e-5):
+def _layer_norm_step(dtype, shape=(3, 5, 33), eps=1e-5, grads=(True, True, True)):
     gen = np.random.default_rng(3)
     xv = (gen.standard_normal(shape) * 2.0 + 0.5).astype(dtype)
     wv, bv = (gen.standard_normal(shape[-1:]).astype(dtype) for _ in range(2))
     gv = gen.standard_normal(shape).astype(dtype)
     dev = em.Device("cpu").autodiff()
-    x, w, b = (em.tensor(v, device=dev, requires_grad=True) for v in (xv, wv, bv))
+    x, w, b = (em.tensor(v, device=dev, requires_grad=r) for v, r in zip((xv, wv, bv), grads))
     y = em.layer_norm(x, shape[-1], w, b, eps=eps)
     (y * em.tensor(gv, device=dev)).sum().backward()
-    got = (y.detach().numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy())
+    got = (y.detach().numpy(),) + tuple(t.grad.numpy() if r else None for t, r in zip((x, w, b), grads))
     want = _layer_norm_reference(*(v.astype(np.float64) for v in (xv, wv, bv, gv)), eps)
     return got, want
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_layer_norm_forward_and_gradients_run_the_numba_kernels(dtype):
+@pytest.mark.parametrize("grads", [(True, True, True), (False, True, True), (True, False, True)])
+def test_layer_norm_forward_and_gradients_run_the_numba_kernels(dtype, grads):
     before = dict(NATIVE_CALLS)
-    got, want = _layer_norm_step(dtype)
-    # the forward, and the backward's normalised input for the weight gradient
-    assert NATIVE_CALLS["layer_norm"] == before["layer_norm"] + 2, "the numba layer norm did not run"
-    assert NATIVE_CALLS["layer_norm_backward"] == before["layer_norm_backward"] + 1, "its backward did not run"
+    got, want = _layer_norm_step(dtype, grads=grads)
+    calls = {op: NATIVE_CALLS[op] - before[op] for op in ("layer_norm", "layer_norm_backward", "layer_norm_grads")}
+    if grads[1] and grads[2]:  # the forward, then one pass for [gx,] gw and gb
+        assert calls == {"layer_norm": 1, "layer_norm_backward": 0, "layer_norm_grads": 1}, calls
+    else:  # the forward, the input gradient, and the normalised input for gw when it is wanted
+        assert calls == {"layer_norm": 1 + grads[1], "layer_norm_backward": 1, "layer_norm_grads": 0}, calls
     tol = 1e-5 if dtype == np.float32 else 1e-12
     for name, a, b in zip(("y", "grad x", "grad w", "grad b"), got, want):
-        np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=name)
+        if a is not None:
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=name)
+
+
+def test_layer_norm_grads_of_many_rows_and_16_bit_floats():
+    """W4's (1024, 256) rows (the column sums over many rows), and float16 through numpy in float32."""
+    got, want = _layer_norm_step(np.float32, shape=(8, 128, 256))
+    for name, a, b in zip(("y", "grad x", "grad w", "grad b"), got, want):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-4, err_msg=name)
+    before = NATIVE_CALLS["layer_norm_grads"]
+    got, want = _layer_norm_step(np.float16, shape=(4, 16))
+    assert NATIVE_CALLS["layer_norm_grads"] == before  # 16-bit: the numpy path
+    for name, a, b in zip(("y", "grad x", "grad w", "grad b"), got, want):
+        np.testing.assert_allclose(a.astype(np.float64), b, rtol=2e-2, atol=2e-2, err_msg=name)
 
 
 def test_without_numba_the_numpy_kernels_run(monkeypatch):

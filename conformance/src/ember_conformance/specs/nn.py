@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import ember as em
-from ember.ops.nn import layer_norm_backward, softmax_backward
+from ember.ops.nn import attention_backward, layer_norm_backward, layer_norm_grads, softmax_backward
 
 from ..inputs import Arg, Case, Domain
 from .base import FLOAT, OpSpec, x
@@ -99,6 +99,40 @@ def _np_attention(q, k, v, mask=None, is_causal=False, scale=None):
 
 def _attention(q, k, v, mask=None, is_causal=False, scale=None):
     return em.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+
+
+def _np_layer_norm_grads(g, a, w, eps=1e-5, need_x=True):
+    axes = tuple(range(a.ndim - w.ndim, a.ndim))
+    lead = tuple(range(a.ndim - w.ndim))
+    xhat = _np_normalize(a, axes, eps)
+    parts = [np.sum(g * xhat, axis=lead), np.sum(g, axis=lead)]
+    if need_x:
+        parts.insert(0, _np_layer_norm_backward(g, a, w, eps))
+    return np.concatenate([np.ravel(p) for p in parts])
+
+
+def _np_attention_backward(g, q, k, v, mask=None, is_causal=False, scale=None):
+    """(gq, gk, gv) flattened and concatenated; rows that see no key give zero gradients."""
+    sc = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * sc
+    if is_causal:
+        n, m = q.shape[-2], k.shape[-2]
+        s = np.where(np.arange(m)[None, :] <= np.arange(n)[:, None] + (m - n), s, -np.inf)
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
+    with np.errstate(invalid="ignore"):
+        p = _np_softmax(s, axis=-1)
+    p = np.where(np.isnan(p), 0.0, p)
+    gp = np.matmul(g, np.swapaxes(v, -1, -2))
+    gs = p * (gp - np.sum(gp * p, axis=-1, keepdims=True)) * sc
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    grads = (np.matmul(gs, k), np.matmul(np.swapaxes(gs, -1, -2), q), np.matmul(np.swapaxes(p, -1, -2), g))
+    return np.concatenate([np.broadcast_to(t, batch + a.shape[-2:]).reshape(-1) for t, a in zip(grads, (q, k, v))])
+
+
+def _attention_backward(g, q, k, v, mask=None, is_causal=False, scale=None):
+    masks = () if mask is None else (mask,)
+    return attention_backward(g, q, k, v, *masks, is_causal=is_causal, scale=scale)
 
 
 _POS = Domain(0.5, 2.0)
@@ -263,6 +297,50 @@ NN: tuple[OpSpec, ...] = (
             ),
         ),
         grad=True,
+        tol=4.0,
+    ),
+    OpSpec(
+        "layer_norm_grads",
+        lambda g, a, w, need_x=True: layer_norm_grads(g, a, w, need_x=need_x),
+        _np_layer_norm_grads,
+        FLOAT,
+        (
+            Case("last", (x((2, 3, 4)), x((2, 3, 4)), x((4,)))),
+            Case("last2", (x((2, 3, 4)), x((2, 3, 4)), x((3, 4)))),
+            Case("params_only", (x((2, 3, 5)), x((2, 3, 5)), x((5,))), {"need_x": False}),
+            Case("noncontig", (x((3, 5)), x((3, 5), "noncontig"), x((5,), "flipped"))),
+            # gw and gb sum 64 rows: 16-bit backends sum them in 16 bits (the smaller cases check those)
+            Case("large", (x((64, 1024)), x((64, 1024)), x((1024,))), only=frozenset({"float32", "float64"})),
+        ),
+        tol=4.0,
+    ),
+    OpSpec(
+        "scaled_dot_product_attention_backward",
+        _attention_backward,
+        _np_attention_backward,
+        FLOAT,
+        (
+            Case("basic", (x((2, 3, 6)), x((2, 3, 4)), x((2, 5, 4)), x((2, 5, 6)))),
+            Case("heads", (x((2, 2, 5, 3)), x((2, 2, 5, 4)), x((2, 2, 7, 4)), x((2, 2, 7, 3)))),
+            Case("causal", (x((1, 4, 3)), x((1, 4, 4)), x((1, 4, 4)), x((1, 4, 3))), {"is_causal": True}),
+            # more queries than keys: the first rows see no key (zero gradients)
+            Case("causal_empty", (x((2, 6, 3)), x((2, 6, 4)), x((2, 3, 4)), x((2, 3, 3))), {"is_causal": True}),
+            Case("bool_mask", (x((2, 3, 6)), x((2, 3, 4)), x((2, 5, 4)), x((2, 5, 6)), Arg((3, 5), "mask"))),
+            Case("additive_mask", (x((2, 3, 6)), x((2, 3, 4)), x((2, 5, 4)), x((2, 5, 6)), x((3, 5))), {"scale": 0.3}),
+            Case("broadcast_kv", (x((2, 3, 6)), x((2, 3, 4)), x((1, 5, 4)), x((1, 5, 6)))),
+            Case(
+                "noncontig", (x((2, 3, 6)), x((2, 3, 4), "noncontig"), x((2, 5, 4), "flipped"), x((2, 5, 6), "strided"))
+            ),
+            Case(
+                "tiled_causal",
+                (x((2, 2, 70, 32)), x((2, 2, 70, 32)), x((2, 2, 90, 32)), x((2, 2, 90, 32))),
+                {"is_causal": True},
+                tol=2.0,
+                # 16-bit backends sum 70-90-term products of products in 16 bits: the smaller
+                # cases check those dtypes
+                only=frozenset({"float32", "float64"}),
+            ),
+        ),
         tol=4.0,
     ),
 )

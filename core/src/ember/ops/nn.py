@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..amp import FLOAT32, LOW
-from ..autodiff.mode import no_grad
+from ..autodiff.mode import is_grad_enabled, no_grad
+from ..backend import EXTENSION_KERNELS
 from ..creation import arange, ones, zeros
 from ..dispatch import apply, define, to_host
 from ..dtypes import int64
@@ -32,7 +33,7 @@ from .elementwise import (
 )
 from .indexing import check_class_range, one_hot_unchecked, take, take_along_axis
 from .linalg import matmul, matrix_transpose
-from .movement import concat, expand_dims, slice_tensor
+from .movement import broadcast_to, concat, expand_dims, slice_tensor
 from .reduction import logsumexp, max, mean, sum
 
 if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
@@ -277,6 +278,22 @@ def log_softmax(x: Any, axis: int = -1) -> Tensor:
     return apply(LOG_SOFTMAX, (x,), {"axis": ax}, x._shape, x._dtype)
 
 
+# -- rules that take a backend's one kernel for several gradients -------------------------
+#: (device, extension kernels registered) -> the device's native ops: a rule asks whether a packed
+#: gradient op is native (capabilities takes ~2 ms to compute, so once per device)
+_NATIVE_OPS: dict[tuple[Any, int], frozenset[str]] = {}
+
+
+def _has_native(t: Tensor, name: str) -> bool:
+    """Whether ``t``'s device computes op ``name`` natively: a rule then takes the packed op,
+    which on other backends would be its composite plus a concatenation."""
+    key = (t._device, len(EXTENSION_KERNELS))
+    ops = _NATIVE_OPS.get(key)
+    if ops is None:
+        ops = _NATIVE_OPS[key] = t._device.capabilities.native_ops
+    return name in ops
+
+
 # -- normalisation -----------------------------------------------------------------------
 def _normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor]:
     """(x - mean) * rstd over ``axes``, and rstd (keepdims)."""
@@ -335,7 +352,55 @@ def layer_norm_backward(g: Any, x: Any, weight: Any, eps: float = 1e-5) -> Tenso
     return apply(LAYER_NORM_BACKWARD, (g, x, w), {"eps": float(eps)}, x._shape, x._dtype)
 
 
+def _layer_norm_grads(g: Tensor, x: Tensor, w: Tensor, eps: float, need_x: bool) -> Tensor:
+    axes = _layer_axes(x, w.ndim)
+    xhat, rstd = _normalize(x, axes, eps)
+    lead = tuple(range(x.ndim - w.ndim))
+    parts = [sum(g * xhat, axis=lead) if lead else g * xhat, sum(g, axis=lead) if lead else g]
+    if need_x:
+        parts.insert(0, _normalized_input_grad(g, w, xhat, rstd, axes))
+    return concat([t.reshape((-1,)) for t in parts], axis=0)
+
+
+#: layer norm's gradients in one op: ``[gx,] gw, gb`` (gw and gb summed over the leading axes),
+#: flattened and concatenated, so that a backend computes all three from one pass over g and x
+LAYER_NORM_GRADS = define(
+    "layer_norm_grads",
+    kind="other",
+    native="layer_norm_grads(g, x, weight, *, eps, need_x) -> handle  # [gx,] gw, gb flattened and concatenated",
+    autocast=FLOAT32,
+    composite=_layer_norm_grads,
+    differentiable=False,
+)
+
+
+def layer_norm_grads(g: Any, x: Any, weight: Any, eps: float = 1e-5, need_x: bool = True) -> Tensor:
+    """Layer norm's gradients at cotangent ``g``: ``[gx,] gw, gb`` flattened and concatenated
+    (gx in x's shape when ``need_x``, then gw and gb in weight's shape)."""
+    x = _float_arg(x, "layer_norm_grads")
+    g = _tensor_arg(g, "layer_norm_grads", x)
+    w = _tensor_arg(weight, "layer_norm_grads", x)
+    if g._shape != x._shape:
+        raise ShapeError(f"layer_norm_grads: x {x._shape} and g {g._shape} must have the same shape")
+    if w.ndim > x.ndim or x._shape[x.ndim - w.ndim :] != w._shape:
+        raise ShapeError(f"layer_norm_grads: weight {w._shape} must match the trailing axes of x {x._shape}")
+    n = (x.size if need_x else 0) + 2 * w.size
+    return apply(LAYER_NORM_GRADS, (g, x, w), {"eps": float(eps), "need_x": bool(need_x)}, (n,), x._dtype)
+
+
 def _layer_norm_vjp(g: Tensor, y: Tensor, x: Tensor, w: Tensor, b: Tensor, eps: float) -> tuple[Any, Any, Any]:
+    if (
+        w._rg
+        and b._rg
+        and not is_grad_enabled()  # the packed op records no graph: not under create_graph
+        and _has_native(x, LAYER_NORM_GRADS.name)
+    ):
+        # the backend's one pass for all three (cpu: numba, per row)
+        packed = layer_norm_grads(g, x, w, eps, bool(x._rg))
+        start = x.size if x._rg else 0
+        gw, gb = (slice_tensor(packed, (i,), (i + w.size,), (1,)).reshape(w._shape) for i in (start, start + w.size))
+        gx = slice_tensor(packed, (0,), (start,), (1,)).reshape(x._shape) if x._rg else None
+        return gx, gw, gb
     # xhat is layer_norm without affine parameters: one op (a backend's native pass), not five
     gx = layer_norm_backward(g, x, w, eps) if x._rg else None
     gw = g * layer_norm(x, w._shape, eps=eps) if w._rg else None
@@ -695,6 +760,15 @@ def _attention_vjp(
     need = (q._rg, k._rg, v._rg, bool(mask) and mask[0]._rg)
     if need[3]:  # the mask's gradient sums over broadcast batches: computed whole
         return _attention_grads(g, q, k, v, mask, is_causal, scale, need)
+    if (
+        not is_grad_enabled()  # the packed op records no graph: not under create_graph
+        and g._shape == packed_shapes(q._shape, k._shape, v._shape)[0][:-1] + v._shape[-1:]
+        and _has_native(q, ATTENTION_BACKWARD.name)
+    ):
+        # the backend's one kernel for all three (cpu: five products per block of heads)
+        return _unpack_grads(attention_backward(g, q, k, v, *mask, is_causal=is_causal, scale=scale), q, k, v) + (
+            None,
+        ) * len(mask)
     grads = _by_batch(
         lambda q, k, v, g, m: _attention_grads(g, q, k, v, m, is_causal, scale, need)[:3], q, k, v, g, mask
     )
@@ -755,6 +829,68 @@ def _split(
         for p in pieces:  # each piece's result goes as soon as it is joined
             p[i] = None
     return tuple(out)
+
+
+def _unpack_grads(packed: Tensor, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """gq, gk, gv from :func:`attention_backward`'s packed result (views on most backends)."""
+    out = []
+    start = 0
+    for shape in packed_shapes(q._shape, k._shape, v._shape):
+        n = math.prod(shape)
+        out.append(slice_tensor(packed, (start,), (start + n,), (1,)).reshape(shape))
+        start += n
+    return out[0], out[1], out[2]
+
+
+def packed_shapes(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The shapes of gq, gk, gv in :func:`attention_backward`'s result: each over the batch
+    shape q, k and v broadcast to."""
+    batch = broadcast_shapes(q[:-2], k[:-2], v[:-2], op="attention")
+    return batch + q[-2:], batch + k[-2:], batch + v[-2:]
+
+
+def _attention_backward(
+    g: Tensor, q: Tensor, k: Tensor, v: Tensor, *mask: Tensor, is_causal: bool, scale: float
+) -> Tensor:
+    need = (True, True, True, False)
+    grads = _by_batch(
+        lambda q, k, v, g, m: _attention_grads(g, q, k, v, m, is_causal, scale, need)[:3], q, k, v, g, mask
+    )
+    shapes = packed_shapes(q._shape, k._shape, v._shape)
+    return concat([broadcast_to(t, s).reshape((-1,)) for t, s in zip(grads, shapes)], axis=0)
+
+
+#: attention's gradients with respect to q, k and v in one op, flattened and concatenated (a
+#: kernel computes them together from one recomputation of the probabilities); rows that see no
+#: key get zero gradients, as the composite rule gives
+ATTENTION_BACKWARD = define(
+    "scaled_dot_product_attention_backward",
+    kind="contraction",
+    native="scaled_dot_product_attention_backward(g, q, k, v[, mask], *, is_causal, scale) -> handle  # gq, gk, gv "
+    "flattened and concatenated",
+    autocast=LOW,
+    composite=_attention_backward,
+    differentiable=False,
+)
+
+
+def attention_backward(
+    g: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float | None = None
+) -> Tensor:
+    """The gradients of ``scaled_dot_product_attention(q, k, v, mask)`` at cotangent ``g`` with
+    respect to q, k and v, flattened and concatenated (:func:`packed_shapes` gives their shapes)."""
+    q = _float_arg(q, "attention_backward")
+    k, v, g = (_tensor_arg(t, "attention_backward", q) for t in (k, v, g))
+    masks = tuple(_tensor_arg(m, "attention_backward", q) for m in mask[:1])
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q._shape[-1] != k._shape[-1] or k._shape[-2] != v._shape[-2]:
+        raise ShapeError(f"attention_backward: q {q._shape}, k {k._shape}, v {v._shape} do not fit")
+    shapes = packed_shapes(q._shape, k._shape, v._shape)
+    if g._shape != shapes[0][:-1] + v._shape[-1:]:
+        raise ShapeError(f"attention_backward: g has shape {g._shape}, expected {shapes[0][:-1] + v._shape[-1:]}")
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(q._shape[-1])
+    n = math.prod(shapes[0]) + math.prod(shapes[1]) + math.prod(shapes[2])  # (sum is ember's reduction here)
+    params = {"is_causal": bool(is_causal), "scale": sc}
+    return apply(ATTENTION_BACKWARD, (g, q, k, v) + masks, params, (n,), q._dtype)
 
 
 ATTENTION = define(

@@ -26,13 +26,18 @@ from ember.memory import MemoryStats, unmeasured_stats
 from ember.random import philox_words
 
 from . import fusion as fused
-from . import quant_kernels
+from . import host_memory, quant_kernels
 from .threads import blas_threads
 
 # numpy reports overflow / division by zero / invalid values as warnings; ember's semantics
 # are IEEE results without warnings (as in PyTorch), so silence them for this module only.
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember_cpu\.")
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember\.array_module\.")
+
+
+# freed arrays stay in malloc's heap for the next step's temporaries instead of being faulted
+# in again (ember_cpu.host_memory; EMBER_CPU_MALLOC=0 leaves malloc alone)
+host_memory.keep_freed_memory()
 
 
 def _erf(a: np.ndarray) -> np.ndarray:
@@ -58,7 +63,11 @@ FUSED = fused.FusedKernels(_KERNELS)
 _FUSION_OPS = fused.fusion_ops(_KERNELS)
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: calls of the hand-written numba kernels, by op (tests check that a kernel ran)
-NATIVE_CALLS = {"max_pool_backward": 0, "conv_transpose": 0, "fold": 0, "layer_norm": 0, "layer_norm_backward": 0}
+NATIVE_CALLS = {
+    "max_pool_backward": 0, "conv_transpose": 0, "fold": 0,
+    "layer_norm": 0, "layer_norm_backward": 0, "layer_norm_grads": 0,
+    "scaled_dot_product_attention": 0, "scaled_dot_product_attention_backward": 0,
+}  # fmt: skip
 
 
 def _numba_floats(*arrays: np.ndarray) -> bool:
@@ -79,6 +88,20 @@ def _layer_norm_backward_numpy(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps:
     gh = g * w
     gx = rstd * (gh - gh.mean(axis=axes, keepdims=True) - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
     return gx.astype(dt, copy=False)
+
+
+def _layer_norm_grads_numpy(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float, need_x: bool) -> np.ndarray:
+    """``[gx,] gw, gb`` of layer norm over ``w.ndim`` trailing axes, flattened and concatenated."""
+    dt = x.dtype
+    g32, x32, w32 = (a.astype(np.float32) for a in (g, x, w)) if dt.itemsize == 2 else (g, x, w)
+    axes = tuple(range(x.ndim - w.ndim, x.ndim))
+    lead = tuple(range(x.ndim - w.ndim))
+    d = x32 - x32.mean(axis=axes, keepdims=True)
+    xhat = d / np.sqrt((d * d).mean(axis=axes, keepdims=True) + eps)
+    parts = [(g32 * xhat).sum(axis=lead), g32.sum(axis=lead)]
+    if need_x:
+        parts.insert(0, _layer_norm_backward_numpy(g32, x32, w32, eps))
+    return np.concatenate([np.ravel(p) for p in parts]).astype(dt, copy=False)
 
 
 def _numba() -> Any:
@@ -191,6 +214,36 @@ class CpuBackend(Backend):
                 return _MATMUL(rows, b).reshape(a.shape[:-1] + b.shape[-1:])
         return _MATMUL(a, b)
 
+    # -- attention in blocks of heads (ember_cpu.attention) ------------------------------------
+    @native
+    def scaled_dot_product_attention(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *mask: np.ndarray, is_causal: bool, scale: float
+    ) -> np.ndarray:
+        """One batched product per block of heads for the scores and one for the output, the
+        softmax between them in place (ember_cpu.attention); the output in q's memory order."""
+        from .attention import attention_forward  # noqa: PLC0415
+
+        NATIVE_CALLS["scaled_dot_product_attention"] += 1
+        return attention_forward(q, k, v, mask[0] if mask else None, is_causal=is_causal, scale=scale)
+
+    @native
+    def scaled_dot_product_attention_backward(
+        self,
+        g: np.ndarray,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        *mask: np.ndarray,
+        is_causal: bool,
+        scale: float,
+    ) -> np.ndarray:
+        """(gq, gk, gv) packed: the probabilities recomputed per block of heads, five batched
+        products and one row pass for the score gradient (ember_cpu.attention)."""
+        from .attention import attention_backward  # noqa: PLC0415
+
+        NATIVE_CALLS["scaled_dot_product_attention_backward"] += 1
+        return attention_backward(g, q, k, v, mask[0] if mask else None, is_causal=is_causal, scale=scale)
+
     # -- training hot paths: numba kernels where numba is installed (ember_cpu.numba_kernels) ----
     @native
     def max_pool_backward(
@@ -269,6 +322,20 @@ class CpuBackend(Backend):
         )
         return gx.reshape(x.shape)
 
+    @native
+    def layer_norm_grads(self, g: np.ndarray, x: np.ndarray, w: np.ndarray, *, eps: float, need_x: bool) -> np.ndarray:
+        """``[gx,] gw, gb`` packed, over one trailing axis of float32/float64: one numba pass per
+        row (statistics, gx, the column sums); else numpy."""
+        eps = float(x.dtype.type(eps))  # in x's dtype, as the forward kernel and the composite
+        n = x.shape[-1] if x.ndim else 0
+        if w.ndim != 1 or x.ndim < 1 or n == 0 or not _numba_floats(g, x, w):
+            return _layer_norm_grads_numpy(g, x, w, eps, need_x)
+        NATIVE_CALLS["layer_norm_grads"] += 1
+        rows = np.ascontiguousarray(x).reshape(-1, n)
+        return _numba().layer_norm_grads_rows(
+            np.ascontiguousarray(g).reshape(-1, n), rows, np.ascontiguousarray(w), eps, need_x
+        )
+
     def capability_notes(self) -> dict[str, str]:
         if NO_FUSION is not None:
             return {"fusion": f"off: {NO_FUSION}; every op runs its own numpy kernel"}
@@ -304,7 +371,10 @@ class CpuBackend(Backend):
 
 
 #: ops whose kernels spend their time in BLAS products
-BLAS_OPS = ("matmul", "conv", "conv_transpose", "conv_weight_grad", "scaled_dot_product_attention", "dequant_matmul")
+BLAS_OPS = (
+    "matmul", "conv", "conv_transpose", "conv_weight_grad", "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward", "dequant_matmul",
+)  # fmt: skip
 
 
 def _fits_threads(kernel: Any) -> Any:
