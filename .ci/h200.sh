@@ -5,7 +5,8 @@
 #   .whl: pyopencl, pytools, platformdirs, siphash24, wgpu 0.32.0, cffi, pycparser, rendercanvas
 #   .gl:  libvulkan1 and the GL/EGL loaders (apt-get download)
 # Usage, from the repository root:  STEPS="wgpu opencl" bash .ci/h200.sh
-# STEPS=memory: benchmarks/memory.py --h200 (memory strategies on cuda, opencl and wgpu, within 8 minutes).
+# STEPS=memory: benchmarks/memory.py --h200 (memory strategies on cuda, opencl and wgpu, within 8 minutes;
+# MEMORY_ROUNDS, MEMORY_DEVICE_S (seconds per device) and MEMORY_ARGS, e.g. "--devices cuda:0", narrow it).
 # STEPS=w6: benchmarks/w6_sweep.py, W6 under each backend's grid-stride cap (W6_CUDA, W6_OPENCL, W6_WGPU
 # give the values) on cuda, opencl and wgpu, into w6-sweep.txt (about 3 minutes); W6_PROFILE=1 adds a
 # cProfile of synchronized W6 steps on each (w6-profile.txt).
@@ -83,7 +84,7 @@ EOF
 for backend in $STEPS; do
   if [ "$backend" = memory ]; then  # benchmarks/memory.py: W3, W4 x pool strategies on cuda, opencl, wgpu, beside torch
     $PY -m pip install -q --no-deps --no-build-isolation -e plugins/cuda >>"$OUT/env.txt" 2>&1
-    timeout "${MEMORY_S:-480}" $PY -m benchmarks.memory --h200 --out "$OUT" --steps 10 --rounds 2 --device-limit 140 \
+    timeout "${MEMORY_S:-480}" $PY -m benchmarks.memory --h200 --out "$OUT" --steps 10 --rounds ${MEMORY_ROUNDS:-2} --device-limit ${MEMORY_DEVICE_S:-140} ${MEMORY_ARGS:-} \
       >>"$OUT/memory-log.txt" 2>&1
     note "memory: exit $? (memory.md, memory-<backend>.json, memory-log.txt)"
     continue
