@@ -207,6 +207,46 @@ def test_strided_inputs_read_flat_memory_at_offsets():
     np.testing.assert_array_equal(got2[0], x + bias)
 
 
+def test_a_launch_is_planned_once_per_shapes_and_strides():
+    """The second call with arrays of the same shapes and strides reuses the planned launch (no
+    new plan, no new kernel) and reads the new arrays; a new stride pattern of the same shapes
+    (a transposed view, an offset slice, a one-element handle with leading unit axes) plans
+    anew (a contiguous slice at an offset shares the contiguous array's), and every result
+    matches float64."""
+    gen = np.random.default_rng(11)
+    inputs = (("float32", "tensor"), ("float32", "tensor"), ("float32", "scalar"))
+    prog = FusedProgram(inputs, (("mul", "float32", (1, 2)), ("sub", "float32", (0, 3))), (4,))
+    shape = (24, 16)
+    planned = []
+    real_plan = fusion.plan
+
+    def counting_plan(*args):
+        planned.append(args[0])
+        return real_plan(*args)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(fusion, "plan", counting_plan)
+    try:
+        cases = [  # (a gradient, the plans it adds)
+            (lambda: gen.standard_normal(shape).astype(np.float32), 1),  # contiguous
+            (lambda: gen.standard_normal(shape[::-1]).astype(np.float32).T, 1),  # transposed
+            (lambda: gen.standard_normal((26, 16)).astype(np.float32)[1:25], 0),  # contiguous, at an offset
+            (lambda: gen.standard_normal((24, 18)).astype(np.float32)[:, 2:], 1),  # rows at an offset
+            (lambda: gen.standard_normal((1, 1, 1)).astype(np.float32), 1),  # a one-element handle
+        ]
+        for make, new in cases:
+            plans = len(planned)
+            for call in range(2):
+                p, g, lr = gen.standard_normal(shape).astype(np.float32), make(), float(gen.uniform(0.1, 2))
+                got, _ = _run_both(prog, [p, g, lr], shape)
+                want = p.astype(np.float64) - np.float32(lr) * np.broadcast_to(g.reshape(g.shape[-2:]), shape)
+                np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
+                assert got[0].shape == shape and got[0].flags.c_contiguous
+                assert len(planned) == plans + new, f"call {call} planned {len(planned) - plans} times"
+    finally:
+        mp.undo()
+
+
 def test_float32_exp_helpers_at_the_edges():
     """sigmoid and gelu of float32 through ember_exp64: infinities, NaN, huge and tiny values."""
     v = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 88.0, -88.0, 104.0, -104.0, 1e-30, -1e-30, 30.0, -30.0]

@@ -281,6 +281,21 @@ def reduce_plan(
     return RowLayout(tuple(modes), len(kshape), len(rshape)), kshape, rshape, views[:n], views[n:], red_view
 
 
+#: a cached launch of an elementwise kernel (FusedKernels._launch): the compiled kernel, its
+#: leading arguments (element count, collapsed shape, strides), per tensor input how to view it
+#: (None: ``reshape(-1)``, a contiguous array's flat view; else the shape and byte strides of
+#: :func:`plan`'s ``as_strided`` view) and the outputs' numpy dtypes
+Launch = tuple[Any, tuple[int, ...], tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...], tuple[np.dtype, ...]]
+
+#: cached launches kept before the cache starts over (a few per region of a training step)
+_MAX_LAUNCHES = 4096
+
+
+def _as_strided(t: np.ndarray, shape: tuple[int, ...], how: tuple[tuple[int, ...], tuple[int, ...]]) -> np.ndarray:
+    """:func:`plan`'s view of a tensor input that is not one contiguous run, from its cached recipe."""
+    return np.lib.stride_tricks.as_strided(_fit(t, shape), shape=how[0], strides=how[1])
+
+
 class FusedKernels:
     """The host's fused kernels by (program, layout), compiled on first use; counts what ran."""
 
@@ -294,6 +309,7 @@ class FusedKernels:
         #: as a numba loop and the reduction kernel (_run_split)
         self.counts = {"compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0, "tiled": 0, "split": 0}
         self._split: dict[FusedProgram, FusedProgram] = {}
+        self._launches: dict[tuple[Any, ...], Launch] = {}
 
     def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
         """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input order."""
@@ -308,7 +324,6 @@ class FusedKernels:
         if why is not None:
             self.counts["op_by_op"] += 1
             return interpret(prog, operands, shape, self.kernels)
-        dts = prog.value_dtypes()
         tensors = [operands[j] for j in prog.tensor_inputs]
         if prog.reduce is not None:
             route = _reduce_route(prog, shape)
@@ -317,19 +332,39 @@ class FusedKernels:
             if route == "tiled":
                 self.counts["tiled"] += 1
                 return tiled_reduce(prog, operands, shape, self.kernels)
-            return self._run_reduce(prog, operands, shape, tensors, dts)
-        layout, cshape, arrays, steps = plan(shape, tensors)
-        fn = self.kernel(prog, layout)
-        args: list[Any] = [n]
-        if layout.rank:
-            args += list(cshape) + steps
-        views = iter(arrays)
+            return self._run_reduce(prog, operands, shape, tensors, prog.value_dtypes())
+        key = (prog, shape, *[(t.shape, t.strides) for t in tensors])
+        launch = self._launches.get(key)
+        if launch is None:
+            launch = self._launches[key] = self._launch(prog, shape, tensors)
+        fn, head, recipes, out_dtypes = launch
+        args: list[Any] = list(head)
+        views = iter(zip(tensors, recipes))
         for (dt, kind), v in zip(prog.inputs, operands):
-            args.append(_scalar(v, dt) if kind == "scalar" else next(views))
-        outs = [np.empty(n, dtype=as_dtype(dts[o]).numpy) for o in prog.outputs]
+            if kind == "scalar":
+                args.append(_scalar(v, dt))
+            else:
+                t, how = next(views)
+                args.append(t.reshape(-1) if how is None else _as_strided(t, shape, how))
+        outs = [np.empty(n, dtype=d) for d in out_dtypes]
         fn(*args, *outs)
         self.counts["numba"] += 1
         return [o.reshape(shape) for o in outs]
+
+    def _launch(self, prog: FusedProgram, shape: tuple[int, ...], tensors: list[np.ndarray]) -> Launch:
+        """What :meth:`run` needs to call ``prog``'s kernel over ``shape`` on arrays of these
+        tensors' shapes and strides, worked out once (:func:`plan` and the kernel lookup took
+        about 100 us per call of W2's update regions; see :data:`Launch`)."""
+        layout, cshape, arrays, steps = plan(shape, tensors)
+        head = (math.prod(shape), *(list(cshape) + steps if layout.rank else ()))
+        recipes: list[tuple[tuple[int, ...], tuple[int, ...]] | None] = []
+        for t, a in zip(tensors, arrays):
+            flat = t.flags.c_contiguous and a.shape == (t.size,) and a.strides == (t.itemsize,)
+            recipes.append(None if flat else (a.shape, a.strides))
+        if len(self._launches) >= _MAX_LAUNCHES:  # shapes that change every call: start over
+            self._launches.clear()
+        dts = prog.value_dtypes()
+        return self.kernel(prog, layout), head, tuple(recipes), tuple(as_dtype(dts[o]).numpy for o in prog.outputs)
 
     def _run_split(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
         """The program's elementwise part as one (vectorised) numba loop that also writes the
