@@ -247,6 +247,67 @@ def test_a_launch_is_planned_once_per_shapes_and_strides():
         mp.undo()
 
 
+def _sgd() -> FusedProgram:
+    """``p - lr * g`` (inputs p, g, lr) and ``lr * g``: an update and a second output."""
+    inputs = (("float32", "tensor"), ("float32", "tensor"), ("float32", "scalar"))
+    return FusedProgram(inputs, (("mul", "float32", (1, 2)), ("sub", "float32", (0, 3))), (4, 3))
+
+
+def test_an_output_given_as_its_own_operand_is_written_in_place():
+    """``outs=[p, None]`` for ``p - lr * g``: the kernel stores into ``p`` through its input
+    argument (no separate output argument) and returns ``p``; the other output is fresh; the
+    values are float64's of the old ``p``."""
+    gen = np.random.default_rng(12)
+    shape = (40, 64)
+    prog = _sgd()
+    p = gen.standard_normal(shape).astype(np.float32)
+    g = gen.standard_normal(shape).astype(np.float32)
+    want = p.astype(np.float64) - np.float32(0.5) * g.astype(np.float64)
+    before, in_place = FUSED.counts["numba"], FUSED.counts["in_place"]
+    got = FUSED.run(prog, [p, g, 0.5], shape, outs=[p, None])
+    assert FUSED.counts["numba"] == before + 1 and FUSED.counts["in_place"] == in_place + 1
+    assert got[0] is p
+    np.testing.assert_allclose(p, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[1], 0.5 * g.astype(np.float64), rtol=1e-6)
+    text = fusion._source(prog, fusion.Layout(("c", "c"), 0, (0, -1)), cache=False)
+    assert "in0[i] = v4" in text and "out1[i] = v3" in text and "out0" not in text
+
+
+def test_outs_that_overlap_an_operand_otherwise_get_a_copy():
+    """An out array that no operand touches is written directly; one that a strided operand
+    reads (``g`` is ``d.T``) or that two operands share is computed apart and copied, so no
+    element is read after it was overwritten; results as float64 on the old values."""
+    gen = np.random.default_rng(13)
+    shape = (48, 48)
+    prog = _sgd()
+    p = gen.standard_normal(shape).astype(np.float32)
+    d = gen.standard_normal(shape).astype(np.float32)
+    g = gen.standard_normal(shape).astype(np.float32)
+    in_place = FUSED.counts["in_place"]
+    got = FUSED.run(prog, [p, g, 2.0], shape, outs=[d, None])  # no overlap: written directly
+    assert got[0] is d
+    np.testing.assert_allclose(d, p.astype(np.float64) - 2.0 * g, rtol=1e-6, atol=1e-6)
+    want = p.astype(np.float64) - 2.0 * d.T.astype(np.float64)
+    got = FUSED.run(prog, [p, d.T, 2.0], shape, outs=[d, None])  # d is read transposed
+    assert got[0] is d
+    np.testing.assert_allclose(d, want, rtol=1e-6, atol=1e-6)
+    want = p.astype(np.float64) - 2.0 * p[::-1].astype(np.float64)
+    got = FUSED.run(prog, [p, p[::-1], 2.0], shape, outs=[p, None])  # p is read reversed as well
+    np.testing.assert_allclose(p, want, rtol=1e-6, atol=1e-6)
+    assert FUSED.counts["in_place"] == in_place
+
+
+def test_outs_of_a_region_run_op_by_op_are_copied_in(monkeypatch):
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 30)
+    gen = np.random.default_rng(14)
+    p = gen.standard_normal((8, 8)).astype(np.float32)
+    g = gen.standard_normal((8, 8)).astype(np.float32)
+    want = p.astype(np.float64) - 0.25 * g
+    got = FUSED.run(_sgd(), [p, g, 0.25], (8, 8), outs=[p, None])
+    assert got[0] is p
+    np.testing.assert_allclose(p, want, rtol=1e-6, atol=1e-6)
+
+
 def test_float32_exp_helpers_at_the_edges():
     """sigmoid and gelu of float32 through ember_exp64: infinities, NaN, huge and tiny values."""
     v = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 88.0, -88.0, 104.0, -104.0, 1e-30, -1e-30, 30.0, -30.0]

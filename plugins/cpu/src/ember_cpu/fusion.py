@@ -296,6 +296,54 @@ def _as_strided(t: np.ndarray, shape: tuple[int, ...], how: tuple[tuple[int, ...
     return np.lib.stride_tricks.as_strided(_fit(t, shape), shape=how[0], strides=how[1])
 
 
+def _into(results: list[Any], outs: list[Any] | None) -> list[Any]:
+    """``results`` with each one that has an array in ``outs`` copied into it and replaced by it."""
+    if outs is None:
+        return results
+    done = list(results)
+    for k, d in enumerate(outs):
+        if d is not None and d is not results[k]:
+            np.copyto(d, results[k])
+            done[k] = d
+    return done
+
+
+def _destinations(
+    prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], outs: list[Any]
+) -> tuple[tuple[int, ...], list[Any]]:
+    """Per output, the input it is stored into in place (-1: none; all -1 gives ``()``) and the
+    array the kernel writes (None: a fresh one, which :func:`_into` copies to ``outs`` after).
+    An out array is stored into in place when it is exactly one contiguous tensor operand of
+    the output's dtype and shape, overlaps no other, and no other output goes there; written
+    directly when it overlaps no operand; anything else (a partial overlap, a broadcast or
+    strided operand over it) is computed apart and copied."""
+    dts = prog.value_dtypes()
+    writes = []
+    given: list[Any] = []
+    taken: set[int] = set()
+    for k, d in enumerate(outs):
+        j_in, g = -1, None
+        if (
+            d is not None
+            and type(d) is np.ndarray
+            and d.shape == shape
+            and d.flags.c_contiguous
+            and d.flags.writeable
+            and d.dtype == as_dtype(dts[prog.outputs[k]]).numpy
+        ):
+            over = [j for j in prog.tensor_inputs if np.may_share_memory(operands[j], d)]
+            if not over:
+                g = d
+            elif len(over) == 1 and over[0] not in taken:
+                t = operands[over[0]]
+                if t.shape == shape and t.dtype == d.dtype and t.flags.c_contiguous and t.ctypes.data == d.ctypes.data:
+                    j_in, g = over[0], d
+                    taken.add(j_in)
+        writes.append(j_in)
+        given.append(g)
+    return (tuple(writes) if taken else ()), given
+
+
 class FusedKernels:
     """The host's fused kernels by (program, layout), compiled on first use; counts what ran."""
 
@@ -307,36 +355,52 @@ class FusedKernels:
         #: kernels compiled (or loaded from numba's disk cache), numba launches (those that also
         #: reduced), op-by-op programs, reductions run tile by tile (tiled_reduce), reductions run
         #: as a numba loop and the reduction kernel (_run_split)
-        self.counts = {"compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0, "tiled": 0, "split": 0}
+        #: (and outputs stored in place into an operand, run's ``outs``)
+        self.counts = {
+            "compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0, "tiled": 0, "split": 0, "in_place": 0,
+        }  # fmt: skip
         self._split: dict[FusedProgram, FusedProgram] = {}
         self._launches: dict[tuple[Any, ...], Launch] = {}
 
-    def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
-        """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input order."""
+    def run(
+        self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], outs: list[Any] | None = None
+    ) -> list[Any]:
+        """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input
+        order. ``outs``: arrays (C-contiguous, of ``shape`` and the output's dtype) or None, per
+        full-size output, that receive the outputs and are returned for them; one that is also
+        a contiguous operand (``p - lr * g`` into ``p``) is written in place by the kernel, which
+        reads each element before it stores it; one that overlaps an operand otherwise gets a
+        copy of the result."""
         shape = tuple(shape)
         n = math.prod(shape)
         if n < MIN_ELEMENTS:  # first: hashing a program costs more than a small region's numpy ops
             self.counts["op_by_op"] += 1
-            return interpret(prog, operands, shape, self.kernels)
+            return _into(interpret(prog, operands, shape, self.kernels), outs)
         why = self._skip.get(prog, "")
         if why == "":
             why = self._skip[prog] = compilable(prog)
         if why is not None:
             self.counts["op_by_op"] += 1
-            return interpret(prog, operands, shape, self.kernels)
+            return _into(interpret(prog, operands, shape, self.kernels), outs)
         tensors = [operands[j] for j in prog.tensor_inputs]
         if prog.reduce is not None:
             route = _reduce_route(prog, shape)
             if route == "split":
-                return self._run_split(prog, operands, shape)
+                return _into(self._run_split(prog, operands, shape), outs)
             if route == "tiled":
                 self.counts["tiled"] += 1
-                return tiled_reduce(prog, operands, shape, self.kernels)
-            return self._run_reduce(prog, operands, shape, tensors, prog.value_dtypes())
-        key = (prog, shape, *[(t.shape, t.strides) for t in tensors])
+                return _into(tiled_reduce(prog, operands, shape, self.kernels), outs)
+            return _into(self._run_reduce(prog, operands, shape, tensors, prog.value_dtypes()), outs)
+        writes: tuple[int, ...] = ()
+        given: list[Any] = []
+        if outs is not None:
+            if len(outs) != len(prog.outputs):
+                raise ValueError(f"run: outs has {len(outs)} arrays for {len(prog.outputs)} outputs")
+            writes, given = _destinations(prog, operands, shape, outs)
+        key = (prog, shape, writes, *[(t.shape, t.strides) for t in tensors])
         launch = self._launches.get(key)
         if launch is None:
-            launch = self._launches[key] = self._launch(prog, shape, tensors)
+            launch = self._launches[key] = self._launch(prog, shape, tensors, writes)
         fn, head, recipes, out_dtypes = launch
         args: list[Any] = list(head)
         views = iter(zip(tensors, recipes))
@@ -346,16 +410,27 @@ class FusedKernels:
             else:
                 t, how = next(views)
                 args.append(t.reshape(-1) if how is None else _as_strided(t, shape, how))
-        outs = [np.empty(n, dtype=d) for d in out_dtypes]
-        fn(*args, *outs)
+        if outs is None:
+            results = [np.empty(n, dtype=d) for d in out_dtypes]
+            fn(*args, *results)
+            self.counts["numba"] += 1
+            return [o.reshape(shape) for o in results]
+        results = [np.empty(n, dtype=d) if g is None else g.reshape(-1) for g, d in zip(given, out_dtypes)]
+        fn(*args, *[o for o, j in zip(results, writes or (-1,) * len(results)) if j < 0])
         self.counts["numba"] += 1
-        return [o.reshape(shape) for o in outs]
+        self.counts["in_place"] += sum(j >= 0 for j in writes)
+        return _into([o.reshape(shape) if g is None else g for o, g in zip(results, given)], outs)
 
-    def _launch(self, prog: FusedProgram, shape: tuple[int, ...], tensors: list[np.ndarray]) -> Launch:
+    def _launch(
+        self, prog: FusedProgram, shape: tuple[int, ...], tensors: list[np.ndarray], writes: tuple[int, ...] = ()
+    ) -> Launch:
         """What :meth:`run` needs to call ``prog``'s kernel over ``shape`` on arrays of these
         tensors' shapes and strides, worked out once (:func:`plan` and the kernel lookup took
-        about 100 us per call of W2's update regions; see :data:`Launch`)."""
+        about 100 us per call of W2's update regions; see :data:`Launch`); ``writes``: the
+        inputs outputs are stored into (:class:`Layout`)."""
         layout, cshape, arrays, steps = plan(shape, tensors)
+        if any(j >= 0 for j in writes):
+            layout = Layout(layout.modes, layout.rank, writes)
         head = (math.prod(shape), *(list(cshape) + steps if layout.rank else ()))
         recipes: list[tuple[tuple[int, ...], tuple[int, ...]] | None] = []
         for t, a in zip(tensors, arrays):
