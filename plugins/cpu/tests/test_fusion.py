@@ -273,10 +273,10 @@ def test_an_output_given_as_its_own_operand_is_written_in_place():
     assert "in0[i] = v4" in text and "out1[i] = v3" in text and "out0" not in text
 
 
-def test_outs_that_overlap_an_operand_otherwise_get_a_copy():
-    """An out array that no operand touches is written directly; one that a strided operand
-    reads (``g`` is ``d.T``) or that two operands share is computed apart and copied, so no
-    element is read after it was overwritten; results as float64 on the old values."""
+def test_outs_that_overlap_an_operand_otherwise_are_left_alone():
+    """An offered array that no operand touches is written directly; one that a strided
+    operand reads (``g`` is ``d.T``) or that two operands share, and any offer to a region run
+    op by op, is left untouched and the result is fresh; results as float64's."""
     gen = np.random.default_rng(13)
     shape = (48, 48)
     prog = _sgd()
@@ -287,25 +287,26 @@ def test_outs_that_overlap_an_operand_otherwise_get_a_copy():
     got = FUSED.run(prog, [p, g, 2.0], shape, outs=[d, None])  # no overlap: written directly
     assert got[0] is d
     np.testing.assert_allclose(d, p.astype(np.float64) - 2.0 * g, rtol=1e-6, atol=1e-6)
-    want = p.astype(np.float64) - 2.0 * d.T.astype(np.float64)
-    got = FUSED.run(prog, [p, d.T, 2.0], shape, outs=[d, None])  # d is read transposed
-    assert got[0] is d
-    np.testing.assert_allclose(d, want, rtol=1e-6, atol=1e-6)
-    want = p.astype(np.float64) - 2.0 * p[::-1].astype(np.float64)
-    got = FUSED.run(prog, [p, p[::-1], 2.0], shape, outs=[p, None])  # p is read reversed as well
-    np.testing.assert_allclose(p, want, rtol=1e-6, atol=1e-6)
+    for operands, offer in (([p, d.T, 2.0], d), ([p, p[::-1], 2.0], p)):  # d read transposed; p reversed too
+        saved = offer.copy()
+        want = operands[0].astype(np.float64) - 2.0 * operands[1].astype(np.float64)
+        got = FUSED.run(prog, operands, shape, outs=[offer, None])
+        assert got[0] is not offer
+        np.testing.assert_array_equal(offer, saved)
+        np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
     assert FUSED.counts["in_place"] == in_place
 
 
-def test_outs_of_a_region_run_op_by_op_are_copied_in(monkeypatch):
+def test_offers_to_a_region_run_op_by_op_are_left_alone(monkeypatch):
     monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 30)
     gen = np.random.default_rng(14)
     p = gen.standard_normal((8, 8)).astype(np.float32)
     g = gen.standard_normal((8, 8)).astype(np.float32)
-    want = p.astype(np.float64) - 0.25 * g
+    saved = p.copy()
     got = FUSED.run(_sgd(), [p, g, 0.25], (8, 8), outs=[p, None])
-    assert got[0] is p
-    np.testing.assert_allclose(p, want, rtol=1e-6, atol=1e-6)
+    assert got[0] is not p
+    np.testing.assert_array_equal(p, saved)
+    np.testing.assert_allclose(got[0], saved.astype(np.float64) - 0.25 * g, rtol=1e-6, atol=1e-6)
 
 
 def test_float32_exp_helpers_at_the_edges():
@@ -347,6 +348,42 @@ def test_a_large_chain_through_the_lazy_layer_is_one_numba_kernel(monkeypatch):
     t = x.astype(np.float64) * a + b
     ref = 0.5 * t * (1 + np.vectorize(erf)(t / np.sqrt(2))) / (1 + np.exp(-x.astype(np.float64)))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_updates_through_the_lazy_layer_write_the_parameter_in_place(monkeypatch):
+    """With run_fused taking ``outs`` (Backend.fusion_outs, forwarded to FusedKernels.run here),
+    ``p.copy_(p - lr * g)`` runs as a numba kernel storing into p's old buffer: the same
+    address every step, values as float64's."""
+    from ember.device import RUN_FUSED
+
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 14)
+    dev = em.Device("cpu")
+    if not dev.capabilities.fusion or not em.lazy.fusion_enabled():
+        pytest.skip("fusion is off for this run (EMBER_FUSION=0)")
+    monkeypatch.setattr(dev._defer, "least", 1 << 14)
+    monkeypatch.setattr(dev, "_least", 1 << 14)
+    monkeypatch.setattr(dev._defer, "donate", True)
+
+    def run_fused(program, operands, *, shape, outs=None):  # what CpuBackend.run_fused would forward
+        return FUSED.run(program, operands, shape, outs)
+
+    monkeypatch.setitem(dev._state.impls, RUN_FUSED, run_fused)
+    gen = np.random.default_rng(15)
+    p0 = gen.standard_normal((128, 256)).astype(np.float32)
+    g0 = gen.standard_normal((128, 256)).astype(np.float32)
+    p = em.tensor(p0, device=dev)
+    g = em.tensor(g0, device=dev)
+    p.copy_(p - 0.25 * g)  # the first result is a fresh buffer (em.tensor's own may be shared)
+    p.realize()
+    where = em.lazy.materialize(p._data).ctypes.data
+    in_place = FUSED.counts["in_place"]
+    for step in range(3):
+        p.copy_(p - 0.25 * g)
+        p.realize()
+        assert em.lazy.materialize(p._data).ctypes.data == where, f"step {step}: a new buffer"
+    assert FUSED.counts["in_place"] == in_place + 3
+    want = p0.astype(np.float64) - 4 * np.float32(0.25) * g0.astype(np.float64)
+    np.testing.assert_allclose(p.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_small_regions_and_half_floats_run_op_by_op(monkeypatch):

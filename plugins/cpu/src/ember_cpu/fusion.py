@@ -296,27 +296,37 @@ def _as_strided(t: np.ndarray, shape: tuple[int, ...], how: tuple[tuple[int, ...
     return np.lib.stride_tricks.as_strided(_fit(t, shape), shape=how[0], strides=how[1])
 
 
-def _into(results: list[Any], outs: list[Any] | None) -> list[Any]:
-    """``results`` with each one that has an array in ``outs`` copied into it and replaced by it."""
-    if outs is None:
-        return results
-    done = list(results)
-    for k, d in enumerate(outs):
-        if d is not None and d is not results[k]:
-            np.copyto(d, results[k])
-            done[k] = d
-    return done
+def _sole_view(a: np.ndarray) -> bool:
+    """Whether every array ``a`` views (its ``base`` chain) is held by nothing but its view: then
+    writing ``a`` changes no other array's values (a kernel's result is a view of its flat
+    output; a slice of a tensor another one holds is not)."""
+    b = a.base
+    while b is not None:
+        if type(b) is not np.ndarray or sys.getrefcount(b) > _BASE_REFS:
+            return False
+        b = b.base
+    return True
+
+
+def _calibrate_base() -> int:
+    """References :func:`_sole_view` sees to a base that only its view holds."""
+    v = np.empty(2).reshape(1, 2)
+    b = v.base
+    return sys.getrefcount(b)
+
+
+_BASE_REFS = _calibrate_base()
 
 
 def _destinations(
     prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], outs: list[Any]
 ) -> tuple[tuple[int, ...], list[Any]]:
     """Per output, the input it is stored into in place (-1: none; all -1 gives ``()``) and the
-    array the kernel writes (None: a fresh one, which :func:`_into` copies to ``outs`` after).
-    An out array is stored into in place when it is exactly one contiguous tensor operand of
-    the output's dtype and shape, overlaps no other, and no other output goes there; written
-    directly when it overlaps no operand; anything else (a partial overlap, a broadcast or
-    strided operand over it) is computed apart and copied."""
+    array the kernel writes (None: a fresh one). An offered array (C-contiguous, writable, of
+    the output's shape and dtype, viewing no array something else holds) is stored into in
+    place when it is exactly one contiguous tensor operand that no other output takes, written
+    directly when it overlaps no operand, and left alone otherwise (a partial overlap, a
+    broadcast or strided operand over it)."""
     dts = prog.value_dtypes()
     writes = []
     given: list[Any] = []
@@ -330,6 +340,7 @@ def _destinations(
             and d.flags.c_contiguous
             and d.flags.writeable
             and d.dtype == as_dtype(dts[prog.outputs[k]]).numpy
+            and _sole_view(d)
         ):
             over = [j for j in prog.tensor_inputs if np.may_share_memory(operands[j], d)]
             if not over:
@@ -366,31 +377,32 @@ class FusedKernels:
         self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], outs: list[Any] | None = None
     ) -> list[Any]:
         """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input
-        order. ``outs``: arrays (C-contiguous, of ``shape`` and the output's dtype) or None, per
-        full-size output, that receive the outputs and are returned for them; one that is also
-        a contiguous operand (``p - lr * g`` into ``p``) is written in place by the kernel, which
-        reads each element before it stores it; one that overlaps an operand otherwise gets a
-        copy of the result."""
+        order. ``outs``: per output an array (C-contiguous, of ``shape`` and the output's dtype)
+        or None, offered to write it into (Backend.fusion_outs): the elementwise numba kernel
+        writes one that no operand overlaps, or that is exactly a contiguous operand (``p - lr
+        * g`` into ``p``, read at each element before it is stored), and returns it; any other
+        offer, and every offer to a region run op by op or with a reduction, is left alone (a
+        fresh result, as without ``outs``: a copy would cost what the offer saves)."""
         shape = tuple(shape)
         n = math.prod(shape)
         if n < MIN_ELEMENTS:  # first: hashing a program costs more than a small region's numpy ops
             self.counts["op_by_op"] += 1
-            return _into(interpret(prog, operands, shape, self.kernels), outs)
+            return interpret(prog, operands, shape, self.kernels)
         why = self._skip.get(prog, "")
         if why == "":
             why = self._skip[prog] = compilable(prog)
         if why is not None:
             self.counts["op_by_op"] += 1
-            return _into(interpret(prog, operands, shape, self.kernels), outs)
+            return interpret(prog, operands, shape, self.kernels)
         tensors = [operands[j] for j in prog.tensor_inputs]
         if prog.reduce is not None:
             route = _reduce_route(prog, shape)
             if route == "split":
-                return _into(self._run_split(prog, operands, shape), outs)
+                return self._run_split(prog, operands, shape)
             if route == "tiled":
                 self.counts["tiled"] += 1
-                return _into(tiled_reduce(prog, operands, shape, self.kernels), outs)
-            return _into(self._run_reduce(prog, operands, shape, tensors, prog.value_dtypes()), outs)
+                return tiled_reduce(prog, operands, shape, self.kernels)
+            return self._run_reduce(prog, operands, shape, tensors, prog.value_dtypes())
         writes: tuple[int, ...] = ()
         given: list[Any] = []
         if outs is not None:
@@ -419,7 +431,7 @@ class FusedKernels:
         fn(*args, *[o for o, j in zip(results, writes or (-1,) * len(results)) if j < 0])
         self.counts["numba"] += 1
         self.counts["in_place"] += sum(j >= 0 for j in writes)
-        return _into([o.reshape(shape) if g is None else g for o, g in zip(results, given)], outs)
+        return [o.reshape(shape) if g is None else g for o, g in zip(results, given)]
 
     def _launch(
         self, prog: FusedProgram, shape: tuple[int, ...], tensors: list[np.ndarray], writes: tuple[int, ...] = ()
