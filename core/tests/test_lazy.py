@@ -76,11 +76,34 @@ class LazyReduceBackend(LazyFakeBackend):
     fusion_reductions = frozenset({"sum", "prod", "max", "min", "mean"})
 
 
+class LazyOutsBackend(LazyFakeBackend):
+    """lazyfake whose run_fused takes ``outs=`` (Backend.fusion_outs): copies into them, records
+    their (address, shape)."""
+
+    name = "lazyouts"
+    fusion_outs = True
+
+    def __init__(self, device: em.Device) -> None:
+        super().__init__(device)
+        self.outs: list[list] = []
+
+    def run_fused(self, program, operands, *, shape, outs=None):
+        results = super().run_fused(program, operands, shape=shape)
+        # the addresses only: a reference kept here would hold the buffer for the next update
+        self.outs.append(None if outs is None else [None if d is None else (d.ctypes.data, d.shape) for d in outs])
+        for k, d in enumerate(outs or ()):
+            if d is not None:
+                np.copyto(d, results[k])  # the values of every operand were read above
+                results[k] = d
+        return results
+
+
 class LazyFakePlugin:
     @em.hookimpl
     def ember_register_backends(self, registry: PluginRegistry) -> None:
         registry.add_backend(BackendSpec(name="lazyfake", kinds=("lazyfake",), loader=lambda: LazyFakeBackend))
         registry.add_backend(BackendSpec(name="lazyreduce", kinds=("lazyreduce",), loader=lambda: LazyReduceBackend))
+        registry.add_backend(BackendSpec(name="lazyouts", kinds=("lazyouts",), loader=lambda: LazyOutsBackend))
 
 
 def _device(kind: str) -> em.Device:
@@ -278,6 +301,70 @@ def test_realized_region_releases_its_inputs(dev):
     del x
     gc.collect()
     np.testing.assert_allclose(y.numpy(), np.exp(arr(1000)) + 1.0, rtol=1e-6)
+
+
+@pytest.fixture
+def odev() -> Iterator[em.Device]:
+    d = _device("lazyouts")
+    d.backend.outs.clear()
+    with em.lazy.fusion(True, d):
+        yield d
+
+
+def test_an_update_copied_into_its_tensor_is_written_into_the_old_buffer(odev):
+    """``p.copy_(p - lr * g)``: the old buffer of ``p`` is held by nothing but the region, so
+    run_fused gets it as the target's ``outs`` (the backend writes in place); the values are
+    float64's of the old ones, and the next update does the same with the buffer it got."""
+    gen = np.random.default_rng(21)
+    p0 = gen.standard_normal((6, 5)).astype(np.float32)
+    g0 = gen.standard_normal((6, 5)).astype(np.float32)
+    p = em.tensor(p0, device=odev)
+    g = em.tensor(g0, device=odev)
+    before = em.lazy.stats(odev)["in_place"]
+    for step in range(2):
+        old = em.lazy.materialize(p._data)
+        where = old.ctypes.data
+        del old
+        p.copy_(p - 0.5 * g)
+        want = p0.astype(np.float64) - (step + 1) * 0.5 * g0.astype(np.float64)
+        np.testing.assert_allclose(p.numpy(), want, rtol=1e-6, atol=1e-6)  # (a kept result would hold the buffer)
+        outs = odev.backend.outs[-1]
+        assert outs is not None and outs[0][0] == where, f"step {step}: not written in place"
+        assert em.lazy.stats(odev)["in_place"] == before + step + 1
+
+
+def test_an_operand_something_else_holds_is_never_written(odev):
+    """The old buffer stays untouched while a tensor, a raw handle or a pending region of another
+    target still needs it, and a broadcast operand never takes the target."""
+    gen = np.random.default_rng(22)
+    p0 = gen.standard_normal((4, 3)).astype(np.float32)
+    before = em.lazy.stats(odev)["in_place"]
+    p = em.tensor(p0, device=odev)
+    keep = p.detach()  # another tensor on the same handle
+    p.copy_(p * 2.0 + 1.0)
+    p.numpy()
+    assert odev.backend.outs[-1] is None
+    np.testing.assert_array_equal(keep.numpy(), p0)
+    handle = em.lazy.materialize(p._data)  # a raw reference
+    saved = handle.copy()
+    p.copy_(p * 2.0 + 1.0)
+    p.numpy()
+    assert odev.backend.outs[-1] is None
+    np.testing.assert_array_equal(handle, saved)
+    del handle
+    q = p * 3.0 + 0.0  # another pending region reads the same buffer
+    p.copy_(p - 1.0)
+    p.numpy()
+    assert odev.backend.outs[-1] is None
+    np.testing.assert_allclose(q.numpy(), (2 * (2 * p0.astype(np.float64) + 1) + 1) * 3, rtol=1e-6)
+    row = em.tensor(p0[:1], device=odev)  # broadcast: a (1, 3) operand cannot take a (4, 3) target
+    s = em.tensor(np.zeros((4, 3), np.float32), device=odev)
+    s.copy_(row * 2.0 + s * 0.0)
+    s.numpy()
+    assert odev.backend.outs[-1] is not None and odev.backend.outs[-1][0][1] == (4, 3)
+    # two: q's region took the buffer once p's update had run (it was then q's alone), and s's
+    # old zeros; never row
+    assert em.lazy.stats(odev)["in_place"] == before + 2
 
 
 def test_stats_count_deferred_ops_and_kernels(dev):

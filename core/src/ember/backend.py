@@ -153,6 +153,11 @@ class Backend:
     #: reductions ``run_fused`` can end a program with (``FusedProgram.reduce``): the lazy layer
     #: then runs ``region.sum(axis)`` as one kernel; empty: the region is realized, then reduced
     fusion_reductions: ClassVar[frozenset[str]] = frozenset()
+    #: ``run_fused`` takes ``outs=``: per output a handle offered to write it into, or None; it
+    #: returns the offered handle for an output it wrote there, a fresh one otherwise. The lazy
+    #: layer offers, for the target, a tensor operand nothing else holds any more (the old
+    #: buffer of ``p.copy_(p - lr * g)``): the kernel may read and write it at one index
+    fusion_outs: ClassVar[bool] = False
     graph_replay: ClassVar[bool] = False
     #: True when results are ready as ops return (reading a value back costs no stall). Backends
     #: that queue work set False: the core then skips host-side index range checks, and their
@@ -268,7 +273,8 @@ class Backend:
         """Run a :class:`~ember.lazy.program.FusedProgram` over ``shape``: ``operands`` are the
         handles of its tensor inputs (broadcasting to ``shape``) and the Python numbers of its
         scalar inputs, in input order; returns one new contiguous handle per output, then, if
-        ``program.reduce`` is set (an op of :attr:`fusion_reductions`), the reduced value's."""
+        ``program.reduce`` is set (an op of :attr:`fusion_reductions`), the reduced value's. A
+        backend that sets :attr:`fusion_outs` also takes ``outs=`` (see there)."""
         raise NotImplementedOpError(f"{self.name} backend sets fusion but does not implement run_fused")
 
     def compile_replay(self, program: Any) -> Callable[[list[Any]], None] | None:

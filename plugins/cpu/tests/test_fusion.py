@@ -207,6 +207,108 @@ def test_strided_inputs_read_flat_memory_at_offsets():
     np.testing.assert_array_equal(got2[0], x + bias)
 
 
+def test_a_launch_is_planned_once_per_shapes_and_strides():
+    """The second call with arrays of the same shapes and strides reuses the planned launch (no
+    new plan, no new kernel) and reads the new arrays; a new stride pattern of the same shapes
+    (a transposed view, an offset slice, a one-element handle with leading unit axes) plans
+    anew (a contiguous slice at an offset shares the contiguous array's), and every result
+    matches float64."""
+    gen = np.random.default_rng(11)
+    inputs = (("float32", "tensor"), ("float32", "tensor"), ("float32", "scalar"))
+    prog = FusedProgram(inputs, (("mul", "float32", (1, 2)), ("sub", "float32", (0, 3))), (4,))
+    shape = (24, 16)
+    planned = []
+    real_plan = fusion.plan
+
+    def counting_plan(*args):
+        planned.append(args[0])
+        return real_plan(*args)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(fusion, "plan", counting_plan)
+    try:
+        cases = [  # (a gradient, the plans it adds)
+            (lambda: gen.standard_normal(shape).astype(np.float32), 1),  # contiguous
+            (lambda: gen.standard_normal(shape[::-1]).astype(np.float32).T, 1),  # transposed
+            (lambda: gen.standard_normal((26, 16)).astype(np.float32)[1:25], 0),  # contiguous, at an offset
+            (lambda: gen.standard_normal((24, 18)).astype(np.float32)[:, 2:], 1),  # rows at an offset
+            (lambda: gen.standard_normal((1, 1, 1)).astype(np.float32), 1),  # a one-element handle
+        ]
+        for make, new in cases:
+            plans = len(planned)
+            for call in range(2):
+                p, g, lr = gen.standard_normal(shape).astype(np.float32), make(), float(gen.uniform(0.1, 2))
+                got, _ = _run_both(prog, [p, g, lr], shape)
+                want = p.astype(np.float64) - np.float32(lr) * np.broadcast_to(g.reshape(g.shape[-2:]), shape)
+                np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
+                assert got[0].shape == shape and got[0].flags.c_contiguous
+                assert len(planned) == plans + new, f"call {call} planned {len(planned) - plans} times"
+    finally:
+        mp.undo()
+
+
+def _sgd() -> FusedProgram:
+    """``p - lr * g`` (inputs p, g, lr) and ``lr * g``: an update and a second output."""
+    inputs = (("float32", "tensor"), ("float32", "tensor"), ("float32", "scalar"))
+    return FusedProgram(inputs, (("mul", "float32", (1, 2)), ("sub", "float32", (0, 3))), (4, 3))
+
+
+def test_an_output_given_as_its_own_operand_is_written_in_place():
+    """``outs=[p, None]`` for ``p - lr * g``: the kernel stores into ``p`` through its input
+    argument (no separate output argument) and returns ``p``; the other output is fresh; the
+    values are float64's of the old ``p``."""
+    gen = np.random.default_rng(12)
+    shape = (40, 64)
+    prog = _sgd()
+    p = gen.standard_normal(shape).astype(np.float32)
+    g = gen.standard_normal(shape).astype(np.float32)
+    want = p.astype(np.float64) - np.float32(0.5) * g.astype(np.float64)
+    before, in_place = FUSED.counts["numba"], FUSED.counts["in_place"]
+    got = FUSED.run(prog, [p, g, 0.5], shape, outs=[p, None])
+    assert FUSED.counts["numba"] == before + 1 and FUSED.counts["in_place"] == in_place + 1
+    assert got[0] is p
+    np.testing.assert_allclose(p, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[1], 0.5 * g.astype(np.float64), rtol=1e-6)
+    text = fusion._source(prog, fusion.Layout(("c", "c"), 0, (0, -1)), cache=False)
+    assert "in0[i] = v4" in text and "out1[i] = v3" in text and "out0" not in text
+
+
+def test_outs_that_overlap_an_operand_otherwise_are_left_alone():
+    """An offered array that no operand touches is written directly; one that a strided
+    operand reads (``g`` is ``d.T``) or that two operands share, and any offer to a region run
+    op by op, is left untouched and the result is fresh; results as float64's."""
+    gen = np.random.default_rng(13)
+    shape = (48, 48)
+    prog = _sgd()
+    p = gen.standard_normal(shape).astype(np.float32)
+    d = gen.standard_normal(shape).astype(np.float32)
+    g = gen.standard_normal(shape).astype(np.float32)
+    in_place = FUSED.counts["in_place"]
+    got = FUSED.run(prog, [p, g, 2.0], shape, outs=[d, None])  # no overlap: written directly
+    assert got[0] is d
+    np.testing.assert_allclose(d, p.astype(np.float64) - 2.0 * g, rtol=1e-6, atol=1e-6)
+    for operands, offer in (([p, d.T, 2.0], d), ([p, p[::-1], 2.0], p)):  # d read transposed; p reversed too
+        saved = offer.copy()
+        want = operands[0].astype(np.float64) - 2.0 * operands[1].astype(np.float64)
+        got = FUSED.run(prog, operands, shape, outs=[offer, None])
+        assert got[0] is not offer
+        np.testing.assert_array_equal(offer, saved)
+        np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
+    assert FUSED.counts["in_place"] == in_place
+
+
+def test_offers_to_a_region_run_op_by_op_are_left_alone(monkeypatch):
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 30)
+    gen = np.random.default_rng(14)
+    p = gen.standard_normal((8, 8)).astype(np.float32)
+    g = gen.standard_normal((8, 8)).astype(np.float32)
+    saved = p.copy()
+    got = FUSED.run(_sgd(), [p, g, 0.25], (8, 8), outs=[p, None])
+    assert got[0] is not p
+    np.testing.assert_array_equal(p, saved)
+    np.testing.assert_allclose(got[0], saved.astype(np.float64) - 0.25 * g, rtol=1e-6, atol=1e-6)
+
+
 def test_float32_exp_helpers_at_the_edges():
     """sigmoid and gelu of float32 through ember_exp64: infinities, NaN, huge and tiny values."""
     v = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 88.0, -88.0, 104.0, -104.0, 1e-30, -1e-30, 30.0, -30.0]
@@ -246,6 +348,42 @@ def test_a_large_chain_through_the_lazy_layer_is_one_numba_kernel(monkeypatch):
     t = x.astype(np.float64) * a + b
     ref = 0.5 * t * (1 + np.vectorize(erf)(t / np.sqrt(2))) / (1 + np.exp(-x.astype(np.float64)))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_updates_through_the_lazy_layer_write_the_parameter_in_place(monkeypatch):
+    """With run_fused taking ``outs`` (Backend.fusion_outs, forwarded to FusedKernels.run here),
+    ``p.copy_(p - lr * g)`` runs as a numba kernel storing into p's old buffer: the same
+    address every step, values as float64's."""
+    from ember.device import RUN_FUSED
+
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 1 << 14)
+    dev = em.Device("cpu")
+    if not dev.capabilities.fusion or not em.lazy.fusion_enabled():
+        pytest.skip("fusion is off for this run (EMBER_FUSION=0)")
+    monkeypatch.setattr(dev._defer, "least", 1 << 14)
+    monkeypatch.setattr(dev, "_least", 1 << 14)
+    monkeypatch.setattr(dev._defer, "donate", True)
+
+    def run_fused(program, operands, *, shape, outs=None):  # what CpuBackend.run_fused would forward
+        return FUSED.run(program, operands, shape, outs)
+
+    monkeypatch.setitem(dev._state.impls, RUN_FUSED, run_fused)
+    gen = np.random.default_rng(15)
+    p0 = gen.standard_normal((128, 256)).astype(np.float32)
+    g0 = gen.standard_normal((128, 256)).astype(np.float32)
+    p = em.tensor(p0, device=dev)
+    g = em.tensor(g0, device=dev)
+    p.copy_(p - 0.25 * g)  # the first result is a fresh buffer (em.tensor's own may be shared)
+    p.realize()
+    where = em.lazy.materialize(p._data).ctypes.data
+    in_place = FUSED.counts["in_place"]
+    for step in range(3):
+        p.copy_(p - 0.25 * g)
+        p.realize()
+        assert em.lazy.materialize(p._data).ctypes.data == where, f"step {step}: a new buffer"
+    assert FUSED.counts["in_place"] == in_place + 3
+    want = p0.astype(np.float64) - 4 * np.float32(0.25) * g0.astype(np.float64)
+    np.testing.assert_allclose(p.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_small_regions_and_half_floats_run_op_by_op(monkeypatch):

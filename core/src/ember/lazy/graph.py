@@ -21,6 +21,12 @@ part of one (its iteration shape is another).
 A backend whose fused kernels pay off only on large regions (cpu: numba's parallel loops) sets
 ``fusion_min_elements``: an op with a smaller result and no deferred operand then runs at once.
 
+On a backend that sets ``Backend.fusion_outs``, a region's target is offered one of its tensor
+operands to be written into when nothing but the region holds that operand any more and it has
+the target's shape and dtype: ``p.copy_(p - lr * g)`` leaves the old buffer of ``p`` held only by
+the region, and the update runs in place as torch's ``sub_`` does (an elementwise kernel reads
+each element before it stores it; the backend checks the operand is contiguous).
+
 Values inside a region are computed in registers. A value of the region that something else
 still holds (a tensor the user kept, an autodiff node's saved input) and that has the region's
 shape is written out by the same kernel, so a later use does not recompute it.
@@ -122,11 +128,14 @@ class Lazy:
         )
         self.fusable: dict[str, bool] = {}  # op name -> an elementwise op the generator compiles
         self.meta = backend.handle_meta
+        #: run_fused takes outs= (Backend.fusion_outs): a dead operand can take the target
+        self.donate: bool = bool(getattr(backend, "fusion_outs", False))
         self.pending: list[weakref.ref[LazyBuffer]] = []
         self._compact_at = _COMPACT_AT  # pending's length that triggers dropping dead references
         #: ops deferred; fused kernels run; the instructions they computed; regions of one op run by
         #: its own kernel; fused kernels that also reduced (a trailing reduction, counted in kernels too)
-        self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0, "reductions": 0}
+        #: (and kernels that wrote their target into a dead operand: Backend.fusion_outs)
+        self.counts = {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0, "reductions": 0, "in_place": 0}
 
     # -- the seam: dispatch calls this for every op on the device -------------------------------
     def __call__(self, op: Any, datas: list[Any], params: dict[str, Any], shape: Any, dtype: Any) -> Any:
@@ -245,7 +254,19 @@ class Lazy:
         if len(outputs) > 1:
             number = _values(order, len(program.inputs))
             program = _interned(program.inputs, program.instructions, tuple(number[id(n)] for n in outputs))
-        results = self.state.impls[RUN_FUSED](program, operands, shape=target.shape)
+        impls = self.state.impls
+        donor = None
+        if self.donate and not hasattr(impls, "real"):  # not while em.jit records or a trace runs
+            donor = _donor(order, operands, program, target, self.meta)
+        if donor is None:
+            results = impls[RUN_FUSED](program, operands, shape=target.shape)
+        else:
+            outs = [donor] + [None] * (len(outputs) - 1)
+            del donor
+            results = impls[RUN_FUSED](program, operands, shape=target.shape, outs=outs)
+            if results[0] is outs[0]:  # an offer the backend may leave (a region it runs op by op)
+                self.counts["in_place"] += 1
+            del outs
         self.counts["kernels"] += 1
         self.counts["fused_values"] += len(program.instructions)
         for node, handle in zip(outputs, results):
@@ -352,6 +373,63 @@ class Lazy:
         for node in reversed(held):  # the latest first: earlier ones join its kernel as outputs
             if node.real is None:
                 node.realize()
+
+
+def _donor(order: list[LazyBuffer], operands: list[Any], program: FusedProgram, target: LazyBuffer, meta: Any) -> Any:
+    """A tensor operand of the region that the target can be written into: of its dtype and
+    shape, and held by nothing but the region's nodes (directly, or as the ``real`` of realized
+    nodes only they hold) and ``operands``: a tensor, a saved input, a view's base or another
+    region holding it adds a reference. None if there is none."""
+    for j in range(len(operands)):
+        if program.inputs[j] != (target.dtype, "tensor"):
+            continue
+        h = operands[j]
+        uses, wrappers, counts = _readers(order, h)
+        if not uses and not wrappers:
+            continue
+        # references to h: operands, the local h, each wrapper's real, the region's args
+        if _refs(h) - _CALL_REFS - 2 - len(wrappers) - uses != 0:
+            continue
+        # references to a wrapper: the list and the region's args
+        if any(_refs(wrappers[k]) - _CALL_REFS - 1 - counts[k] != 0 for k in range(len(wrappers))):
+            continue
+        if tuple(meta(h)[0]) == target.shape:
+            return h
+    return None
+
+
+def _readers(order: list[LazyBuffer], h: Any) -> tuple[int, list[LazyBuffer], list[int]]:
+    """How often the region's nodes read ``h`` as an argument, and the realized nodes whose value
+    is ``h`` that they read, with how often (its own locals are gone when it returns)."""
+    uses = 0
+    wrappers: list[LazyBuffer] = []
+    counts: list[int] = []
+    for node in order:
+        for a in node.args:
+            if a is h:
+                uses += 1
+            elif type(a) is LazyBuffer and a.real is h:
+                for k in range(len(wrappers)):
+                    if wrappers[k] is a:
+                        counts[k] += 1
+                        break
+                else:
+                    wrappers.append(a)
+                    counts.append(1)
+    return uses, wrappers, counts
+
+
+def _refs(x: Any) -> int:
+    return sys.getrefcount(x)
+
+
+def _calibrate_call() -> int:
+    """References :func:`_refs` adds to the count of an object (its argument, getrefcount's)."""
+    probe = object()
+    return _refs(probe) - 1
+
+
+_CALL_REFS = _calibrate_call()
 
 
 def _without_other_shapes(node: LazyBuffer, order: list[LazyBuffer]) -> list[LazyBuffer]:
@@ -523,8 +601,9 @@ def realize_all(device: Device) -> None:
 def stats(device: Device) -> dict[str, int]:
     """Counters of ``device``'s lazy layer: ops deferred, fused kernels run, values they computed,
     regions of a single op (run by that op's own kernel, no program built), and fused kernels
-    that ended with a reduction (``Backend.fusion_reductions``; also counted in ``kernels``)."""
+    that ended with a reduction (``Backend.fusion_reductions``; also counted in ``kernels``), and
+    fused kernels that wrote their target into an operand nothing else held (``in_place``)."""
     hook = device._state.defer
     if isinstance(hook, Lazy):
         return dict(hook.counts)
-    return {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0, "reductions": 0}
+    return {"deferred": 0, "kernels": 0, "fused_values": 0, "single": 0, "reductions": 0, "in_place": 0}

@@ -281,6 +281,80 @@ def reduce_plan(
     return RowLayout(tuple(modes), len(kshape), len(rshape)), kshape, rshape, views[:n], views[n:], red_view
 
 
+#: a cached launch of an elementwise kernel (FusedKernels._launch): the compiled kernel, its
+#: leading arguments (element count, collapsed shape, strides), per tensor input how to view it
+#: (None: ``reshape(-1)``, a contiguous array's flat view; else the shape and byte strides of
+#: :func:`plan`'s ``as_strided`` view) and the outputs' numpy dtypes
+Launch = tuple[Any, tuple[int, ...], tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...], tuple[np.dtype, ...]]
+
+#: cached launches kept before the cache starts over (a few per region of a training step)
+_MAX_LAUNCHES = 4096
+
+
+def _as_strided(t: np.ndarray, shape: tuple[int, ...], how: tuple[tuple[int, ...], tuple[int, ...]]) -> np.ndarray:
+    """:func:`plan`'s view of a tensor input that is not one contiguous run, from its cached recipe."""
+    return np.lib.stride_tricks.as_strided(_fit(t, shape), shape=how[0], strides=how[1])
+
+
+def _sole_view(a: np.ndarray) -> bool:
+    """Whether every array ``a`` views (its ``base`` chain) is held by nothing but its view: then
+    writing ``a`` changes no other array's values (a kernel's result is a view of its flat
+    output; a slice of a tensor another one holds is not)."""
+    b = a.base
+    while b is not None:
+        if type(b) is not np.ndarray or sys.getrefcount(b) > _BASE_REFS:
+            return False
+        b = b.base
+    return True
+
+
+def _calibrate_base() -> int:
+    """References :func:`_sole_view` sees to a base that only its view holds."""
+    v = np.empty(2).reshape(1, 2)
+    b = v.base
+    return sys.getrefcount(b)
+
+
+_BASE_REFS = _calibrate_base()
+
+
+def _destinations(
+    prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], outs: list[Any]
+) -> tuple[tuple[int, ...], list[Any]]:
+    """Per output, the input it is stored into in place (-1: none; all -1 gives ``()``) and the
+    array the kernel writes (None: a fresh one). An offered array (C-contiguous, writable, of
+    the output's shape and dtype, viewing no array something else holds) is stored into in
+    place when it is exactly one contiguous tensor operand that no other output takes, written
+    directly when it overlaps no operand, and left alone otherwise (a partial overlap, a
+    broadcast or strided operand over it)."""
+    dts = prog.value_dtypes()
+    writes = []
+    given: list[Any] = []
+    taken: set[int] = set()
+    for k, d in enumerate(outs):
+        j_in, g = -1, None
+        if (
+            d is not None
+            and type(d) is np.ndarray
+            and d.shape == shape
+            and d.flags.c_contiguous
+            and d.flags.writeable
+            and d.dtype == as_dtype(dts[prog.outputs[k]]).numpy
+            and _sole_view(d)
+        ):
+            over = [j for j in prog.tensor_inputs if np.may_share_memory(operands[j], d)]
+            if not over:
+                g = d
+            elif len(over) == 1 and over[0] not in taken:
+                t = operands[over[0]]
+                if t.shape == shape and t.dtype == d.dtype and t.flags.c_contiguous and t.ctypes.data == d.ctypes.data:
+                    j_in, g = over[0], d
+                    taken.add(j_in)
+        writes.append(j_in)
+        given.append(g)
+    return (tuple(writes) if taken else ()), given
+
+
 class FusedKernels:
     """The host's fused kernels by (program, layout), compiled on first use; counts what ran."""
 
@@ -292,11 +366,23 @@ class FusedKernels:
         #: kernels compiled (or loaded from numba's disk cache), numba launches (those that also
         #: reduced), op-by-op programs, reductions run tile by tile (tiled_reduce), reductions run
         #: as a numba loop and the reduction kernel (_run_split)
-        self.counts = {"compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0, "tiled": 0, "split": 0}
+        #: (and outputs stored in place into an operand, run's ``outs``)
+        self.counts = {
+            "compiled": 0, "numba": 0, "numba_reduce": 0, "op_by_op": 0, "tiled": 0, "split": 0, "in_place": 0,
+        }  # fmt: skip
         self._split: dict[FusedProgram, FusedProgram] = {}
+        self._launches: dict[tuple[Any, ...], Launch] = {}
 
-    def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
-        """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input order."""
+    def run(
+        self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], outs: list[Any] | None = None
+    ) -> list[Any]:
+        """Run ``prog`` over ``shape``; ``operands`` are numpy arrays and Python numbers in input
+        order. ``outs``: per output an array (C-contiguous, of ``shape`` and the output's dtype)
+        or None, offered to write it into (Backend.fusion_outs): the elementwise numba kernel
+        writes one that no operand overlaps, or that is exactly a contiguous operand (``p - lr
+        * g`` into ``p``, read at each element before it is stored), and returns it; any other
+        offer, and every offer to a region run op by op or with a reduction, is left alone (a
+        fresh result, as without ``outs``: a copy would cost what the offer saves)."""
         shape = tuple(shape)
         n = math.prod(shape)
         if n < MIN_ELEMENTS:  # first: hashing a program costs more than a small region's numpy ops
@@ -308,7 +394,6 @@ class FusedKernels:
         if why is not None:
             self.counts["op_by_op"] += 1
             return interpret(prog, operands, shape, self.kernels)
-        dts = prog.value_dtypes()
         tensors = [operands[j] for j in prog.tensor_inputs]
         if prog.reduce is not None:
             route = _reduce_route(prog, shape)
@@ -317,19 +402,56 @@ class FusedKernels:
             if route == "tiled":
                 self.counts["tiled"] += 1
                 return tiled_reduce(prog, operands, shape, self.kernels)
-            return self._run_reduce(prog, operands, shape, tensors, dts)
-        layout, cshape, arrays, steps = plan(shape, tensors)
-        fn = self.kernel(prog, layout)
-        args: list[Any] = [n]
-        if layout.rank:
-            args += list(cshape) + steps
-        views = iter(arrays)
+            return self._run_reduce(prog, operands, shape, tensors, prog.value_dtypes())
+        writes: tuple[int, ...] = ()
+        given: list[Any] = []
+        if outs is not None:
+            if len(outs) != len(prog.outputs):
+                raise ValueError(f"run: outs has {len(outs)} arrays for {len(prog.outputs)} outputs")
+            writes, given = _destinations(prog, operands, shape, outs)
+        key = (prog, shape, writes, *[(t.shape, t.strides) for t in tensors])
+        launch = self._launches.get(key)
+        if launch is None:
+            launch = self._launches[key] = self._launch(prog, shape, tensors, writes)
+        fn, head, recipes, out_dtypes = launch
+        args: list[Any] = list(head)
+        views = iter(zip(tensors, recipes))
         for (dt, kind), v in zip(prog.inputs, operands):
-            args.append(_scalar(v, dt) if kind == "scalar" else next(views))
-        outs = [np.empty(n, dtype=as_dtype(dts[o]).numpy) for o in prog.outputs]
-        fn(*args, *outs)
+            if kind == "scalar":
+                args.append(_scalar(v, dt))
+            else:
+                t, how = next(views)
+                args.append(t.reshape(-1) if how is None else _as_strided(t, shape, how))
+        if outs is None:
+            results = [np.empty(n, dtype=d) for d in out_dtypes]
+            fn(*args, *results)
+            self.counts["numba"] += 1
+            return [o.reshape(shape) for o in results]
+        results = [np.empty(n, dtype=d) if g is None else g.reshape(-1) for g, d in zip(given, out_dtypes)]
+        fn(*args, *[o for o, j in zip(results, writes or (-1,) * len(results)) if j < 0])
         self.counts["numba"] += 1
-        return [o.reshape(shape) for o in outs]
+        self.counts["in_place"] += sum(j >= 0 for j in writes)
+        return [o.reshape(shape) if g is None else g for o, g in zip(results, given)]
+
+    def _launch(
+        self, prog: FusedProgram, shape: tuple[int, ...], tensors: list[np.ndarray], writes: tuple[int, ...] = ()
+    ) -> Launch:
+        """What :meth:`run` needs to call ``prog``'s kernel over ``shape`` on arrays of these
+        tensors' shapes and strides, worked out once (:func:`plan` and the kernel lookup took
+        about 100 us per call of W2's update regions; see :data:`Launch`); ``writes``: the
+        inputs outputs are stored into (:class:`Layout`)."""
+        layout, cshape, arrays, steps = plan(shape, tensors)
+        if any(j >= 0 for j in writes):
+            layout = Layout(layout.modes, layout.rank, writes)
+        head = (math.prod(shape), *(list(cshape) + steps if layout.rank else ()))
+        recipes: list[tuple[tuple[int, ...], tuple[int, ...]] | None] = []
+        for t, a in zip(tensors, arrays):
+            flat = t.flags.c_contiguous and a.shape == (t.size,) and a.strides == (t.itemsize,)
+            recipes.append(None if flat else (a.shape, a.strides))
+        if len(self._launches) >= _MAX_LAUNCHES:  # shapes that change every call: start over
+            self._launches.clear()
+        dts = prog.value_dtypes()
+        return self.kernel(prog, layout), head, tuple(recipes), tuple(as_dtype(dts[o]).numpy for o in prog.outputs)
 
     def _run_split(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
         """The program's elementwise part as one (vectorised) numba loop that also writes the

@@ -286,11 +286,17 @@ def _kind(dt: str) -> str:
 @dataclass(frozen=True)
 class Layout:
     """What a kernel's source depends on besides its program: a mode per tensor input (``c``,
-    ``z``, ``s``, ``r``, ``b`` or ``f``, in input order: see :func:`ember_cpu.fusion.plan`) and
-    the rank of the loop nest (0 when no input is strided: one flat loop)."""
+    ``z``, ``s``, ``r``, ``b`` or ``f``, in input order: see :func:`ember_cpu.fusion.plan`),
+    the rank of the loop nest (0 when no input is strided: one flat loop) and, per output, the
+    input (its number in ``prog.inputs``) it is stored into in place, or -1 (empty: none is).
+    An in-place output is stored through that input's own argument, not a second one: a loop
+    whose output array is also one of its inputs fails LLVM's runtime alias check and runs
+    scalar (2^20 float32 ``p - lr * g``: 0.32 ms against 0.17 into a fresh buffer; through the
+    input, on data out of cache, 0.29 against 0.44)."""
 
     modes: tuple[str, ...]
     rank: int = 0
+    writes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -476,7 +482,8 @@ class _Gen:
 
 def source(prog: FusedProgram, layout: Layout, *, cache: bool) -> str:
     """The module text defining ``ember_fused(n, sh0.., st.., in0.., out0..)`` for ``prog`` under
-    ``layout`` (``cache``: numba's on-disk cache, for a module written to a real file)."""
+    ``layout`` (``cache``: numba's on-disk cache, for a module written to a real file); an output
+    the layout stores in place has no ``out`` argument."""
     prog.check()
     if prog.reduce is not None:
         raise ValueError("a program with a trailing reduction compiles with reduce_source()")
@@ -515,8 +522,14 @@ def source(prog: FusedProgram, layout: Layout, *, cache: bool) -> str:
             at = f"o{j}_{last - 1}" if last else ""
             inner = {"r": f"c{last}", "b": "", "f": f"c{last} * st{j}_{last}"}[mode]
             loads.append(f"v{j} = in{j}[{' + '.join(x for x in (at, inner) if x) or '0'}]")
+    writes = layout.writes or (-1,) * len(prog.outputs)
+    if len(writes) != len(prog.outputs):
+        raise ValueError(f"the layout stores {len(writes)} outputs in place of {len(prog.outputs)}")
+    for j in writes:
+        if j >= 0 and (prog.inputs[j][1] != "tensor" or layout.modes[prog.tensor_inputs.index(j)] != "c"):
+            raise ValueError(f"output stored into input {j}, which is not a contiguous tensor input")
     params = ["n", *(f"sh{d}" for d in range(rank)), *steps, *(f"in{j}" for j in range(n_in))]
-    params += [f"out{k}" for k in range(len(prog.outputs))]
+    params += [f"out{k}" for k in range(len(prog.outputs)) if writes[k] < 0]
     body: list[str] = []
     for j, (op, dt, args) in enumerate(prog.instructions):
         typed = [(gen.const(a.value, a.dtype), a.dtype) if isinstance(a, Const) else (f"v{a}", dts[a]) for a in args]
@@ -547,7 +560,7 @@ def source(prog: FusedProgram, layout: Layout, *, cache: bool) -> str:
         lines.append("    for i in prange(n):")
     lines += [pad + s for s in loads]
     lines += [pad + s for s in body]
-    lines += [f"{pad}out{k}[i] = v{o}" for k, o in enumerate(prog.outputs)]
+    lines += [f"{pad}{f'in{writes[k]}' if writes[k] >= 0 else f'out{k}'}[i] = v{o}" for k, o in enumerate(prog.outputs)]
     return "\n".join(lines) + "\n"
 
 
