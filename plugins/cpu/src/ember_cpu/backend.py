@@ -120,6 +120,8 @@ class CpuBackend(Backend):
     fusion_min_elements = fused.MIN_ELEMENTS
     #: a reduction of a deferred region runs in the region's numba kernel (ember_cpu.fusion)
     fusion_reductions = fused.FUSION_REDUCTIONS
+    #: a fused kernel may write its result into an operand nothing else holds (``p.copy_(p - lr * g)``)
+    fusion_outs = True
 
     @classmethod
     def device_count(cls) -> int:
@@ -348,9 +350,12 @@ class CpuBackend(Backend):
     def fusion_ops(self) -> frozenset[str]:
         return _FUSION_OPS
 
-    def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[np.ndarray]:
-        """Run a fused program over ``shape``: one numba kernel, or op by op if it is small."""
-        return FUSED.run(program, operands, tuple(shape))
+    def run_fused(
+        self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...], outs: Any = None
+    ) -> list[np.ndarray]:
+        """Run a fused program over ``shape``: one numba kernel (into an offered operand's buffer
+        where ``outs`` offers one it can write at the index it reads), or op by op if it is small."""
+        return FUSED.run(program, operands, tuple(shape), outs)
 
     def compile_replay(self, program: Any) -> Any:
         """An em.jit capture's step list with two-array elementwise kernels called as their raw
