@@ -1,0 +1,415 @@
+"""The cpu backend's 2-D convolution and pooling kernels (numba; imported only with numba).
+
+A convolution runs as BLAS products over im2col columns laid out ``(C * kh * kw, N * L)``
+(row ``(c * kh + u) * kw + v``, column ``b * L + i * ow + j``), so that the forward pass and the
+weight gradient are each *one* GEMM over the whole batch (K = N * L for the weight gradient)
+instead of one small product per sample plus a sum.
+
+The loops copy or add whole rows through slices taken once per row (``dst = cols[d : d + ow]``)
+and index those by the loop variable alone: numba then knows the index is not negative and
+LLVM vectorises the row, where ``cols[d + j]`` keeps a wraparound test per element and runs
+scalar (a row add of W3's sizes: 3.4 ms against 0.64 ms).
+
+The input gradient (a transposed convolution) of a stride-1 convolution multiplies ``w^T`` with
+the output gradient padded to the *padded input's* row width ``Wp``, so the product's rows are
+images of width ``Wp`` whose last columns are zero, and the fold becomes one contiguous add of
+``oh * Wp`` elements per (sample, channel, kernel offset) instead of ``oh`` adds of ``ow``
+elements (:func:`col2im_wide`); the zero columns land where they add nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "COLUMN_BUDGET",
+    "col2im_wide",
+    "conv2d",
+    "conv2d_transpose",
+    "conv2d_weight_grad",
+    "im2col",
+    "max_pool2d",
+    "pad_rows",
+    "rows_to_nchw",
+]
+
+Pads2 = tuple[tuple[int, int], tuple[int, int]]
+
+
+@njit(cache=True, nogil=True)
+def _im2col(xp, cols, n, c, hp, wp, kh, kw, sh, sw, dh, dw, oh, ow):  # pragma: no cover - numba
+    """``xp`` flat padded (N, C, hp, wp), ``cols`` flat (C*kh*kw, N*oh*ow)."""
+    plane = hp * wp
+    d = 0
+    for ch in range(c):
+        for u in range(kh):
+            for v in range(kw):
+                for b in range(n):
+                    base = (b * c + ch) * plane + u * dh * wp + v * dw
+                    for i in range(oh):
+                        s = base + i * sh * wp
+                        dst = cols[d : d + ow]
+                        if sw == 1:
+                            src = xp[s : s + ow]
+                            for j in range(ow):
+                                dst[j] = src[j]
+                        else:
+                            src = xp[s : s + (ow - 1) * sw + 1]
+                            for j in range(ow):
+                                dst[j] = src[j * sw]
+                        d += ow
+
+
+def _padded(x: np.ndarray, padding: Pads2) -> np.ndarray:
+    """``x`` (N, C, H, W) zero-padded by ``padding``, contiguous."""
+    if not any(lo or hi for lo, hi in padding):
+        return np.ascontiguousarray(x)
+    n, c, h, w = x.shape
+    (pt, pb), (pl, pr) = padding
+    out = np.zeros((n, c, h + pt + pb, w + pl + pr), dtype=x.dtype)
+    out[:, :, pt : pt + h, pl : pl + w] = x
+    return out
+
+
+def im2col(
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: Pads2,
+    dilation: tuple[int, int],
+    blocks: tuple[int, int],
+) -> np.ndarray:
+    """Columns ``(C * kh * kw, N * oh * ow)`` of ``x`` (N, C, H, W) for ``blocks`` = (oh, ow) windows."""
+    n, c = x.shape[:2]
+    kh, kw = kernel
+    oh, ow = blocks
+    xp = _padded(x, padding)
+    hp, wp = xp.shape[2:]
+    cols = np.empty((c * kh * kw, n * oh * ow), dtype=x.dtype)
+    _im2col(xp.reshape(-1), cols.reshape(-1), n, c, hp, wp, kh, kw, *stride, *dilation, oh, ow)
+    return cols
+
+
+@njit(cache=True, nogil=True)
+def _rows_to_nchw(y, out, bias, has_bias, n, cout, length):  # pragma: no cover - numba
+    """``y`` flat (cout, n * length) -> ``out`` flat (n, cout, length), plus ``bias[co]`` if given."""
+    for b in range(n):
+        for co in range(cout):
+            s = co * n * length + b * length
+            d = (b * cout + co) * length
+            src = y[s : s + length]
+            dst = out[d : d + length]
+            if has_bias:
+                add = bias[co]
+                for j in range(length):
+                    dst[j] = src[j] + add
+            else:
+                for j in range(length):
+                    dst[j] = src[j]
+
+
+def rows_to_nchw(y: np.ndarray, n: int, bias: np.ndarray | None, out: np.ndarray | None = None) -> np.ndarray:
+    """A product's ``(Cout, N * L)`` rows as ``(N, Cout, L)`` (into ``out``, contiguous, if given)
+    with ``bias`` (Cout,) added, in one pass."""
+    cout, total = y.shape
+    length = total // n if n else 0
+    if out is None:
+        out = np.empty((n, cout, length), dtype=y.dtype)
+    b = np.ascontiguousarray(bias) if bias is not None else np.zeros(1, dtype=y.dtype)
+    _rows_to_nchw(np.ascontiguousarray(y).reshape(-1), out.reshape(-1), b, bias is not None, n, cout, length)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _small_k_conv(wm, cols, out, bias, has_bias, n, cout, per_group, k, length):  # pragma: no cover
+    """``out`` flat (n, cout, length) = wm (cout, k) @ columns (rows of group co // per_group), plus
+    bias: k passes over each output row (in L1) instead of a BLAS product with a tiny K."""
+    total = n * length
+    for b in range(n):
+        for co in range(cout):
+            dst = out[(b * cout + co) * length : (b * cout + co + 1) * length]
+            first = (co // per_group) * k
+            add = bias[co] if has_bias else bias[0]  # a zero when there is no bias
+            for j in range(length):
+                dst[j] = add
+            for r in range(k):
+                wv = wm[co * k + r]
+                src = cols[(first + r) * total + b * length : (first + r) * total + (b + 1) * length]
+                for j in range(length):
+                    dst[j] += wv * src[j]
+
+
+@njit(cache=True, nogil=True)
+def _k9_conv(wm, cols, out, bias, has_bias, n, cout, per_group, length):  # pragma: no cover - numba
+    """:func:`_small_k_conv` for K = 9 (one input channel a group, 3x3): the nine products summed
+    in registers, one store per output element (W3's first layer: 1.3 -> 0.35 ms)."""
+    total = n * length
+    for b in range(n):
+        for co in range(cout):
+            dst = out[(b * cout + co) * length : (b * cout + co + 1) * length]
+            o = (co // per_group) * 9 * total + b * length
+            s0 = cols[o : o + length]
+            s1 = cols[o + total : o + total + length]
+            s2 = cols[o + 2 * total : o + 2 * total + length]
+            s3 = cols[o + 3 * total : o + 3 * total + length]
+            s4 = cols[o + 4 * total : o + 4 * total + length]
+            s5 = cols[o + 5 * total : o + 5 * total + length]
+            s6 = cols[o + 6 * total : o + 6 * total + length]
+            s7 = cols[o + 7 * total : o + 7 * total + length]
+            s8 = cols[o + 8 * total : o + 8 * total + length]
+            w0, w1, w2, w3, w4 = wm[co * 9], wm[co * 9 + 1], wm[co * 9 + 2], wm[co * 9 + 3], wm[co * 9 + 4]
+            w5, w6, w7, w8 = wm[co * 9 + 5], wm[co * 9 + 6], wm[co * 9 + 7], wm[co * 9 + 8]
+            add = bias[co] if has_bias else bias[0]  # a zero when there is no bias
+            for j in range(length):
+                dst[j] = (
+                    add + w0 * s0[j] + w1 * s1[j] + w2 * s2[j] + w3 * s3[j] + w4 * s4[j] + w5 * s5[j]
+                    + w6 * s6[j] + w7 * s7[j] + w8 * s8[j]
+                )  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _pad_rows(g, out, rows, w, wq):  # pragma: no cover - numba
+    """``g`` flat (rows, w) -> ``out`` flat (rows, wq), columns w.. zero."""
+    for r in range(rows):
+        src = g[r * w : r * w + w]
+        dst = out[r * wq : r * wq + wq]
+        for j in range(w):
+            dst[j] = src[j]
+        for j in range(w, wq):
+            dst[j] = 0
+
+
+def pad_rows(g: np.ndarray, wq: int) -> np.ndarray:
+    """``g`` (..., w) with every row widened to ``wq`` >= w by zeros on the right."""
+    w = g.shape[-1]
+    rows = g.size // w if w else 0
+    out = np.empty(g.shape[:-1] + (wq,), dtype=g.dtype)
+    _pad_rows(np.ascontiguousarray(g).reshape(-1), out.reshape(-1), rows, w, wq)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _col2im_wide(cols, out, n, c, kh, kw, length, wq, dh, dw, plane):  # pragma: no cover - numba
+    """``cols`` flat (N, C*kh*kw, length) of rows ``wq`` wide -> ``out`` flat (N, C, plane), zeroed:
+    row (c, u, v) of sample b added at offset u*dh*wq + v*dw of plane (b, c), in one run."""
+    k = kh * kw
+    for b in range(n):
+        for ch in range(c):
+            o = (b * c + ch) * plane
+            for u in range(kh):
+                for v in range(kw):
+                    s = ((b * c + ch) * k + u * kw + v) * length
+                    d = o + u * dh * wq + v * dw
+                    src = cols[s : s + length]
+                    dst = out[d : d + length]
+                    for j in range(length):
+                        dst[j] += src[j]
+
+
+@njit(cache=True, nogil=True)
+def _crop(src, out, planes, plane, start, wq, h, w):  # pragma: no cover - numba
+    """Rows ``h`` x ``w`` at ``start`` of each ``plane``-element plane of ``src`` (row width ``wq``)."""
+    for p in range(planes):
+        for y in range(h):
+            s = p * plane + start + y * wq
+            a = src[s : s + w]
+            d = (p * h + y) * w
+            b = out[d : d + w]
+            for j in range(w):
+                b[j] = a[j]
+
+
+def col2im_wide(cols: np.ndarray, size: tuple[int, int], kernel: tuple[int, int], padding: Pads2,
+                dilation: tuple[int, int]) -> np.ndarray:  # fmt: skip
+    """Fold ``cols`` (N, C * kh * kw, oh * Wp), the columns of stride-1 windows over the padded
+    input (row width Wp) whose columns past the last window are zero, into (N, C, *size)."""
+    n, ck, length = cols.shape
+    kh, kw = kernel
+    c = ck // (kh * kw)
+    h, w = size
+    (pt, pb), (pl, pr) = padding
+    hp, wq = h + pt + pb, w + pl + pr
+    # a plane holds the padded image and the reach of the last offset's zero columns past it
+    plane = max(hp * wq, (kh - 1) * dilation[0] * wq + (kw - 1) * dilation[1] + length)
+    out = np.zeros(n * c * plane, dtype=cols.dtype)
+    _col2im_wide(np.ascontiguousarray(cols).reshape(-1), out, n, c, kh, kw, length, wq, *dilation, plane)
+    res = np.empty((n, c, h, w), dtype=cols.dtype)
+    _crop(out, res.reshape(-1), n * c, plane, pt * wq + pl, wq, h, w)
+    return res
+
+
+@njit(cache=True, nogil=True)
+def _max_pool2d(x, out, planes, h, w, kh, kw, sh, sw, oh, ow):  # pragma: no cover - numba
+    """Unpadded, undilated windows; planes flattened. The maximum as numpy's ``maximum`` folds
+    it over the offsets in row-major order (the first of equal values; NaN propagates)."""
+    for p in range(planes):
+        xs = x[p * h * w : (p + 1) * h * w]
+        for i in range(oh):
+            row = out[(p * oh + i) * ow : (p * oh + i + 1) * ow]
+            for j in range(ow):
+                s = i * sh * w + j * sw
+                m = xs[s]
+                for u in range(kh):
+                    for v in range(kw):
+                        e = xs[s + u * w + v]
+                        m = m if (m >= e or m != m) else e
+                row[j] = m
+
+
+@njit(cache=True, nogil=True)
+def _max_pool2d_2x2(x, out, planes, h, w, oh, ow):  # pragma: no cover - numba
+    """2x2 windows at stride 2 (unrolled), as :func:`_max_pool2d`."""
+    for p in range(planes):
+        for i in range(oh):
+            r0 = x[p * h * w + 2 * i * w : p * h * w + 2 * i * w + 2 * ow]
+            r1 = x[p * h * w + (2 * i + 1) * w : p * h * w + (2 * i + 1) * w + 2 * ow]
+            row = out[(p * oh + i) * ow : (p * oh + i + 1) * ow]
+            for j in range(ow):
+                a = r0[2 * j]
+                b = r0[2 * j + 1]
+                c = r1[2 * j]
+                e = r1[2 * j + 1]
+                m = a if (a >= b or a != a) else b
+                m = m if (m >= c or m != m) else c
+                row[j] = m if (m >= e or m != m) else e
+
+
+def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
+    """Max pool of ``x`` (N, C, H, W) over unpadded, undilated windows."""
+    n, c, h, w = x.shape
+    kh, kw = kernel
+    sh, sw = stride
+    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    out = np.empty((n, c, oh, ow), dtype=x.dtype)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if tuple(kernel) == (2, 2) and tuple(stride) == (2, 2):
+        _max_pool2d_2x2(flat, out.reshape(-1), n * c, h, w, oh, ow)
+    else:
+        _max_pool2d(flat, out.reshape(-1), n * c, h, w, kh, kw, sh, sw, oh, ow)
+    return out
+
+
+# -- the backend's entry points: 2-D float convolutions over slices of the batch --------------
+#: a convolution with at most this many columns per output channel (Cin/G * kh * kw) runs its
+#: forward product as numba loops and its weight gradient as one product per sample
+SMALL_K = 16
+#: im2col columns of up to this many elements (or the input's or output's size, if larger) are
+#: built at once; a larger batch runs in slices (128 MiB of float32)
+COLUMN_BUDGET = 1 << 25
+
+
+def blocks2d(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], padding: Pads2,
+             dilation: tuple[int, ...]) -> tuple[int, int]:  # fmt: skip
+    """Windows that fit along each spatial axis of ``size`` (padded)."""
+    oh, ow = (
+        (s + lo + hi - d * (k - 1) - 1) // st + 1
+        for s, (lo, hi), k, st, d in zip(size, padding, kernel, stride, dilation)
+    )
+    return oh, ow
+
+
+def _batch_step(n: int, per_sample: int, *sizes: int) -> int:
+    """Samples a slice whose columns (``per_sample`` elements each) fit the budget (at least one)."""
+    limit = max(COLUMN_BUDGET, *sizes)
+    return max(1, min(n, limit // max(per_sample, 1)))
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: tuple[int, int], padding: Pads2,
+           dilation: tuple[int, int], groups: int) -> np.ndarray:  # fmt: skip
+    """A 2-D convolution (N, Cin, H, W) * (Cout, Cin/G, kh, kw): per slice of the batch, the columns
+    (Cin*K, m*L), one product per group, its rows laid out (m, Cout, L) with the bias added."""
+    n = x.shape[0]
+    cout, cg, kh, kw = w.shape
+    oh, ow = blocks2d(x.shape[2:], (kh, kw), stride, padding, dilation)
+    length = oh * ow
+    k = cg * kh * kw
+    wm = w.reshape(groups, cout // groups, k)
+    out = np.empty((n, cout, length), dtype=x.dtype)
+    small = k <= SMALL_K
+    if small:
+        flat_w = np.ascontiguousarray(w).reshape(-1)
+        b = np.ascontiguousarray(bias) if bias is not None else np.zeros(1, dtype=x.dtype)
+    step = _batch_step(n, x.shape[1] * kh * kw * length, x.size, out.size)
+    for s in range(0, n, step):
+        m = min(step, n - s)
+        cols = im2col(x[s : s + m], (kh, kw), stride, padding, dilation, (oh, ow))
+        if small:
+            piece, c = out[s : s + m].reshape(-1), cols.reshape(-1)
+            if k == 9:
+                _k9_conv(flat_w, c, piece, b, bias is not None, m, cout, cout // groups, length)
+            else:
+                _small_k_conv(flat_w, c, piece, b, bias is not None, m, cout, cout // groups, k, length)
+            continue
+        if groups == 1:
+            y = wm[0] @ cols
+        else:
+            y = np.matmul(wm, cols.reshape(groups, cg * kh * kw, m * length)).reshape(cout, m * length)
+        rows_to_nchw(y, m, bias, out[s : s + m])
+        del cols, y
+    return out.reshape(n, cout, oh, ow)
+
+
+def conv2d_weight_grad(g: np.ndarray, x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+                       padding: Pads2, dilation: tuple[int, int], groups: int) -> np.ndarray:  # fmt: skip
+    """A 2-D convolution's weight gradient: per slice of the batch, ``g`` as rows (Cout, m*L) times
+    the columns (Cin*K, m*L) transposed, one product per group with K = m * L, summed over slices.
+    With few columns per channel (K <= SMALL_K) one product per sample (m, Cout, L) @ (m, L, K) and a
+    sum: a product m*L deep with K outputs is BLAS's worst shape (W3's first layer: 1.5 -> 0.45 ms)."""
+    n, cout, oh, ow = g.shape
+    cin = x.shape[1]
+    kh, kw = kernel
+    cg = cin // groups
+    length = oh * ow
+    k = cg * kh * kw
+    step = _batch_step(n, cin * kh * kw * length, x.size, g.size)
+    gw = None
+    for s in range(0, n, step):
+        m = min(step, n - s)
+        cols = im2col(x[s : s + m], kernel, stride, padding, dilation, (oh, ow))
+        if k <= SMALL_K:
+            per_sample = cols.reshape(groups, k, m, length).transpose(2, 0, 3, 1)  # (m, G, L, K)
+            part = np.matmul(g[s : s + m].reshape(m, groups, cout // groups, length), per_sample).sum(axis=0)
+        else:
+            rows = np.ascontiguousarray(g[s : s + m].reshape(m, cout, length).transpose(1, 0, 2))
+            if groups == 1:
+                part = rows.reshape(cout, m * length) @ cols.T
+            else:
+                part = np.matmul(
+                    rows.reshape(groups, cout // groups, m * length),
+                    cols.reshape(groups, k, m * length).transpose(0, 2, 1),
+                )
+            del rows
+        gw = part if gw is None else gw + part
+        del cols
+    return np.ascontiguousarray(gw).reshape(cout, cg, kh, kw)
+
+
+def conv2d_transpose(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, size: tuple[int, int],
+                     stride: tuple[int, int], padding: Pads2, dilation: tuple[int, int], groups: int,
+                     ) -> np.ndarray | None:  # fmt: skip
+    """A 2-D transposed convolution (a convolution's input gradient) at stride 1 with finite weights:
+    ``x`` widened to the padded output's row width, one product per sample and group, then
+    :func:`col2im_wide`. None where that does not apply (the caller folds the plain way)."""
+    n, cin, hx, wx = x.shape
+    cog, kh, kw = w.shape[1:]
+    h, wd = size
+    (pt, pb), (pl, pr) = padding
+    wq = wd + pl + pr
+    if tuple(stride) != (1, 1) or wx + (kw - 1) * dilation[1] > wq or hx + (kh - 1) * dilation[0] > h + pt + pb:
+        return None
+    if not np.isfinite(w).all():  # the widened columns must multiply to exact zeros
+        return None
+    wm = w.reshape(groups, cin // groups, cog * kh * kw).transpose(0, 2, 1)  # (G, Cout/G * K, Cin/G)
+    length = hx * wq
+    out = np.empty((n, groups * cog, h, wd), dtype=x.dtype)
+    step = _batch_step(n, groups * cog * kh * kw * length, x.size, out.size)
+    for s in range(0, n, step):
+        m = min(step, n - s)
+        xq = pad_rows(x[s : s + m], wq).reshape(m, groups, cin // groups, length)
+        cols = np.matmul(wm, xq).reshape(m, groups * cog * kh * kw, length)
+        out[s : s + m] = col2im_wide(cols, size, (kh, kw), padding, dilation)
+        del cols, xq
+    if bias is not None:
+        out += bias.reshape(1, -1, 1, 1)
+    return out
