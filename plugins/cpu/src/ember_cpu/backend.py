@@ -264,36 +264,24 @@ class CpuBackend(Backend):
         dilation: Any,
         groups: int,
     ) -> np.ndarray:
-        """2-D float transposed convolutions (a convolution's input gradient): at stride 1 one
-        product per sample over rows widened to the padded output's width and a fold of one
-        contiguous add per row (ember_cpu.conv_kernels.conv2d_transpose); other strides one
-        batched BLAS matmul, then a numba col2im; else the numpy kernel."""
+        """2-D float transposed convolutions (a convolution's input gradient): one BLAS product
+        per sample, then a numba fold over row slices (ember_cpu.conv_kernels); else the numpy kernel."""
         params = {"size": size, "stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
-        if x.ndim != 4 or not _numba_floats(x, w, *bias):
+        if x.ndim != 4 or not x.size or not w.size or not _numba_floats(x, w, *bias):
             return _KERNELS["conv_transpose"](x, w, *bias, **params)
         NATIVE_CALLS["conv_transpose"] += 1
-        if x.size and w.size:
-            y = _conv().conv2d_transpose(
-                x, w, bias[0] if bias else None, tuple(size), tuple(stride), padding, tuple(dilation), groups
-            )
-            if y is not None:
-                return y
-        n, cin = x.shape[:2]
-        wm = w.reshape(groups, cin // groups, -1).transpose(0, 2, 1)  # (G, Cout/G * K, Cin/G)
-        cols = np.matmul(wm, x.reshape(n, groups, cin // groups, -1))  # (N, G, Cout/G * K, L)
-        cols = np.ascontiguousarray(cols).reshape(n, -1, cols.shape[3])
-        y = _numba().col2im2d(cols, tuple(size), w.shape[2:], stride, padding, dilation, blocks=x.shape[2:])
-        if bias:
-            y += bias[0].reshape(1, -1, 1, 1)
-        return y
+        b = bias[0] if bias else None
+        return _conv().conv2d_transpose(x, w, b, tuple(size), tuple(stride), padding, tuple(dilation), groups)
 
     @native
     def fold(self, cols: np.ndarray, *, size: Any, kernel: Any, stride: Any, padding: Any, dilation: Any) -> np.ndarray:
-        """2-D float col2im in one numba pass; else the numpy kernel."""
-        if len(kernel) != 2 or not _numba_floats(cols):
+        """2-D float col2im in one numba pass over row slices (ember_cpu.conv_kernels.col2im); else
+        the numpy kernel."""
+        if len(kernel) != 2 or not cols.size or not _numba_floats(cols):
             return _KERNELS["fold"](cols, size=size, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
         NATIVE_CALLS["fold"] += 1
-        return _numba().col2im2d(np.ascontiguousarray(cols), tuple(size), tuple(kernel), stride, padding, dilation)
+        blocks = _conv().blocks2d(tuple(size), tuple(kernel), tuple(stride), padding, tuple(dilation))
+        return _conv().col2im(cols, tuple(size), tuple(kernel), tuple(stride), padding, tuple(dilation), blocks)
 
     @native
     def layer_norm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray, *, eps: float) -> np.ndarray:

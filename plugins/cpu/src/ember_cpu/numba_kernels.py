@@ -6,10 +6,7 @@ kernel offsets in row-major order, padding as -inf), exactly as the shared numpy
 one strided pass per kernel offset; planes (sample, channel) run in parallel only with
 ``EMBER_CPU_NUMBA_PARALLEL=1`` (as the fused loops: serial by default).
 
-``col2im2d`` is the 2-D fold (the column layout of ``ember.array_module.conv.unfold``: rows
-``c * kh * kw + u * kw + v``, columns ``i * ow + j``) in one pass, instead of the numpy kernel's
-padded buffer and one strided add per kernel offset; a transposed convolution (a convolution's
-input gradient) runs it after its BLAS matmul. (An im2col kernel lost to numpy's strided copy.)
+The 2-D fold, convolution and pooling forward kernels are in ``ember_cpu.conv_kernels``.
 
 ``layer_norm_rows`` normalises each row of a (rows, n) array: a pass for the mean, one for the
 variance, one for the result, accumulating in float64; ``layer_norm_backward_rows`` is its
@@ -21,14 +18,12 @@ more in waiting for descheduled threads than it saved on the shared 2-core machi
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numba import njit, prange
 
 from .numba_codegen import PARALLEL
 
-__all__ = ["col2im2d", "layer_norm_backward_rows", "layer_norm_rows", "max_pool2d_backward", "window_blocks"]
+__all__ = ["layer_norm_backward_rows", "layer_norm_rows", "max_pool2d_backward"]
 
 
 @njit(parallel=PARALLEL, fastmath=False, cache=True, nogil=True)
@@ -125,58 +120,6 @@ def max_pool2d_backward(
         dilation[0], dilation[1],
     )  # fmt: skip
     return grad
-
-
-@njit(fastmath=False, cache=True, nogil=True)
-def _col2im2d(cols, out, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):  # pragma: no cover - numba
-    n, c, h, w = out.shape
-    for b in range(n):
-        for ch in range(c):
-            for u in range(kh):
-                for v in range(kw):
-                    row = (ch * kh + u) * kw + v
-                    off = v * dw - pw  # column of block j: j * sw + off, kept inside [0, w)
-                    j0 = max(0, (-off + sw - 1) // sw)
-                    j1 = min(ow, (w - 1 - off) // sw + 1)
-                    for i in range(oh):
-                        y = i * sh - ph + u * dh
-                        if y < 0 or y >= h:
-                            continue
-                        base = i * ow
-                        for j in range(j0, j1):
-                            out[b, ch, y, j * sw + off] += cols[b, row, base + j]
-
-
-def window_blocks(
-    size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], padding: Any, dilation: tuple[int, ...]
-) -> tuple[int, ...]:
-    """How many windows fit along each spatial axis of ``size`` (padded)."""
-    return tuple(
-        (sz + lo + hi - d * (k - 1) - 1) // s + 1
-        for sz, (lo, hi), k, s, d in zip(size, padding, kernel, stride, dilation)
-    )
-
-
-def col2im2d(
-    cols: np.ndarray,
-    size: tuple[int, int],
-    kernel: tuple[int, int],
-    stride: tuple[int, int],
-    padding: tuple[tuple[int, int], tuple[int, int]],
-    dilation: tuple[int, int],
-    blocks: tuple[int, int] | None = None,
-) -> np.ndarray:
-    """(N, C * kh * kw, oh * ow) -> (N, C, *size), overlapping windows summed (unfold's adjoint);
-    ``blocks`` (oh, ow) defaults to the windows that fit in ``size``."""
-    n = cols.shape[0]
-    c = cols.shape[1] // (kernel[0] * kernel[1])
-    oh, ow = blocks if blocks is not None else window_blocks(size, kernel, stride, padding, dilation)
-    out = np.zeros((n, c) + tuple(size), dtype=cols.dtype)
-    _col2im2d(
-        cols, out, kernel[0], kernel[1], stride[0], stride[1], padding[0][0], padding[1][0], dilation[0], dilation[1],
-        oh, ow,
-    )  # fmt: skip
-    return out
 
 
 @njit(fastmath=False, cache=True, nogil=True)
