@@ -177,3 +177,22 @@ def test_padded_max_pool_takes_the_numpy_kernel():
     got = em.max_pool(em.tensor(xv, device="cpu"), 3, stride=2, padding=1).numpy()
     assert NATIVE_CALLS["max_pool"] == before
     assert got.shape == (2, 1, 3, 3) and got[0, 0, 0, 0] == xv[0, 0, 1, 1]
+
+
+def test_the_weight_gradient_takes_the_forward_columns_and_inference_keeps_none():
+    gen = np.random.default_rng(12)
+    xv, wv = gen.standard_normal((2, 3, 6, 5)), gen.standard_normal((4, 3, 3, 3))
+    dev = em.Device("cpu").autodiff()
+    x = em.tensor(xv, device=dev)
+    w = em.tensor(wv, device=dev, requires_grad=True)
+    hits = conv_kernels.COLUMNS.hits
+    y = em.conv(x, w, padding=1)
+    gv = gen.standard_normal(y.shape)
+    (y * em.tensor(gv, device=dev)).sum().backward()
+    assert conv_kernels.COLUMNS.hits == hits + 1, "the weight gradient recomputed the forward's columns"
+    _, grads = _conv_reference(xv, wv, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    np.testing.assert_allclose(w.grad.numpy(), grads(gv)[1], rtol=1e-12)
+    assert not conv_kernels.COLUMNS.entries, "a taken entry stayed in the cache"
+    with em.no_grad():
+        z = em.conv(em.tensor(xv + 1.0, device=dev), w, padding=1)  # its input is freed at once
+    assert z.shape == y.shape and not conv_kernels.COLUMNS.entries, "an inference pass left columns behind"

@@ -17,8 +17,14 @@ columns 3.9 -> 1.4 ms against ``numba_kernels.col2im2d``'s per-element 4-D index
 
 from __future__ import annotations
 
+import functools
+import threading
+import weakref
+from typing import Any
+
+import numba
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 __all__ = [
     "COLUMN_BUDGET",
@@ -34,28 +40,72 @@ __all__ = [
 Pads2 = tuple[tuple[int, int], tuple[int, int]]
 
 
-@njit(cache=True, nogil=True)
+def kernel_threads() -> int:
+    """Threads for the parallel loops here: as many as numpy's BLAS runs (its own default, or what
+    ``EMBER_CPU_BLAS_THREADS`` / ``OMP_NUM_THREADS`` set), so a convolution's copies and folds use
+    the cores its products use, and one thread where the products get one."""
+    global _BLAS
+    if _BLAS is None:
+        from .threads import _controller  # noqa: PLC0415 - scans the loaded libraries once
+
+        _BLAS = _controller() or []
+    if not _BLAS:
+        return 1
+    return max(1, min(numba.config.NUMBA_NUM_THREADS, int(_BLAS[0].num_threads)))
+
+
+_BLAS: list[Any] | None = None
+
+
+class _Threads:
+    """numba's thread count for the calling thread set to :func:`kernel_threads` while in the block."""
+
+    def __enter__(self) -> None:
+        self.prev = numba.get_num_threads()
+        want = kernel_threads()
+        if want != self.prev:
+            numba.set_num_threads(want)
+
+    def __exit__(self, *exc: object) -> None:
+        if numba.get_num_threads() != self.prev:
+            numba.set_num_threads(self.prev)
+
+
+def _threaded(fn: Any) -> Any:
+    """``fn`` run inside :class:`_Threads`."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kw: Any) -> Any:
+        with _Threads():
+            return fn(*args, **kw)
+
+    return run
+
+
+@njit(cache=True, nogil=True, parallel=True)
 def _im2col(xp, cols, n, c, hp, wp, kh, kw, sh, sw, dh, dw, oh, ow):  # pragma: no cover - numba
-    """``xp`` flat padded (N, C, hp, wp), ``cols`` flat (C*kh*kw, N*oh*ow)."""
+    """``xp`` flat padded (N, C, hp, wp), ``cols`` flat (C*kh*kw, N*oh*ow); rows in parallel."""
     plane = hp * wp
-    d = 0
-    for ch in range(c):
-        for u in range(kh):
-            for v in range(kw):
-                for b in range(n):
-                    base = (b * c + ch) * plane + u * dh * wp + v * dw
-                    for i in range(oh):
-                        s = base + i * sh * wp
-                        dst = cols[d : d + ow]
-                        if sw == 1:
-                            src = xp[s : s + ow]
-                            for j in range(ow):
-                                dst[j] = src[j]
-                        else:
-                            src = xp[s : s + (ow - 1) * sw + 1]
-                            for j in range(ow):
-                                dst[j] = src[j * sw]
-                        d += ow
+    length = oh * ow
+    total = n * length
+    for row in prange(c * kh * kw):
+        ch = row // (kh * kw)
+        u = (row // kw) % kh
+        v = row % kw
+        for b in range(n):
+            base = (b * c + ch) * plane + u * dh * wp + v * dw
+            for i in range(oh):
+                s = base + i * sh * wp
+                d = row * total + b * length + i * ow
+                dst = cols[d : d + ow]
+                if sw == 1:
+                    src = xp[s : s + ow]
+                    for j in range(ow):
+                        dst[j] = src[j]
+                else:
+                    src = xp[s : s + (ow - 1) * sw + 1]
+                    for j in range(ow):
+                        dst[j] = src[j * sw]
 
 
 def _padded(x: np.ndarray, padding: Pads2) -> np.ndarray:
@@ -69,6 +119,7 @@ def _padded(x: np.ndarray, padding: Pads2) -> np.ndarray:
     return out
 
 
+@_threaded
 def im2col(
     x: np.ndarray,
     kernel: tuple[int, int],
@@ -88,10 +139,10 @@ def im2col(
     return cols
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _rows_to_nchw(y, out, bias, has_bias, n, cout, length):  # pragma: no cover - numba
     """``y`` flat (cout, n * length) -> ``out`` flat (n, cout, length), plus ``bias[co]`` if given."""
-    for b in range(n):
+    for b in prange(n):
         for co in range(cout):
             s = co * n * length + b * length
             d = (b * cout + co) * length
@@ -118,12 +169,12 @@ def rows_to_nchw(y: np.ndarray, n: int, bias: np.ndarray | None, out: np.ndarray
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _small_k_conv(wm, cols, out, bias, has_bias, n, cout, per_group, k, length):  # pragma: no cover
     """``out`` flat (n, cout, length) = wm (cout, k) @ columns (rows of group co // per_group), plus
     bias: k passes over each output row (in L1) instead of a BLAS product with a tiny K."""
     total = n * length
-    for b in range(n):
+    for b in prange(n):
         for co in range(cout):
             dst = out[(b * cout + co) * length : (b * cout + co + 1) * length]
             first = (co // per_group) * k
@@ -137,12 +188,12 @@ def _small_k_conv(wm, cols, out, bias, has_bias, n, cout, per_group, k, length):
                     dst[j] += wv * src[j]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _k9_conv(wm, cols, out, bias, has_bias, n, cout, per_group, length):  # pragma: no cover - numba
     """:func:`_small_k_conv` for K = 9 (one input channel a group, 3x3): the nine products summed
-    in registers, one store per output element (W3's first layer: 1.3 -> 0.35 ms)."""
+    in registers, one store per output element (W3's first layer: 1.3 -> 0.85 ms)."""
     total = n * length
-    for b in range(n):
+    for b in prange(n):
         for co in range(cout):
             dst = out[(b * cout + co) * length : (b * cout + co + 1) * length]
             o = (co // per_group) * 9 * total + b * length
@@ -165,40 +216,42 @@ def _k9_conv(wm, cols, out, bias, has_bias, n, cout, per_group, length):  # prag
                 )  # fmt: skip
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _col2im(cols, out, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):  # pragma: no cover - numba
     """``cols`` flat (N, C*kh*kw, oh*ow) -> ``out`` flat (N, C, h, w): each plane zeroed, then every
-    window row's in-bounds run added through row slices (vectorised at stride 1)."""
+    window row's in-bounds run added through row slices (vectorised at stride 1); planes in parallel."""
     length = oh * ow
-    for b in range(n):
-        for ch in range(c):
-            plane = out[(b * c + ch) * h * w : (b * c + ch + 1) * h * w]
-            for e in range(h * w):
-                plane[e] = 0
-            for u in range(kh):
-                for v in range(kw):
-                    src = cols[((b * c + ch) * kh * kw + u * kw + v) * length :]
-                    off = v * dw - pw  # input column of window j: j * sw + off
-                    j0 = min(ow, max(0, (-off + sw - 1) // sw))
-                    j1 = max(j0, min(ow, (w - 1 - off) // sw + 1))
-                    if j1 <= j0:
+    for pl in prange(n * c):
+        b = pl // c
+        ch = pl % c
+        plane = out[(b * c + ch) * h * w : (b * c + ch + 1) * h * w]
+        for e in range(h * w):
+            plane[e] = 0
+        for u in range(kh):
+            for v in range(kw):
+                src = cols[((b * c + ch) * kh * kw + u * kw + v) * length :]
+                off = v * dw - pw  # input column of window j: j * sw + off
+                j0 = min(ow, max(0, (-off + sw - 1) // sw))
+                j1 = max(j0, min(ow, (w - 1 - off) // sw + 1))
+                if j1 <= j0:
+                    continue
+                for i in range(oh):
+                    y = i * sh - ph + u * dh
+                    if y < 0 or y >= h:
                         continue
-                    for i in range(oh):
-                        y = i * sh - ph + u * dh
-                        if y < 0 or y >= h:
-                            continue
-                        a = src[i * ow + j0 : i * ow + j1]
-                        start = y * w + j0 * sw + off
-                        if sw == 1:
-                            d = plane[start : start + j1 - j0]
-                            for j in range(j1 - j0):
-                                d[j] += a[j]
-                        else:
-                            d = plane[start : start + (j1 - j0 - 1) * sw + 1]
-                            for j in range(j1 - j0):
-                                d[j * sw] += a[j]
+                    a = src[i * ow + j0 : i * ow + j1]
+                    start = y * w + j0 * sw + off
+                    if sw == 1:
+                        d = plane[start : start + j1 - j0]
+                        for j in range(j1 - j0):
+                            d[j] += a[j]
+                    else:
+                        d = plane[start : start + (j1 - j0 - 1) * sw + 1]
+                        for j in range(j1 - j0):
+                            d[j * sw] += a[j]
 
 
+@_threaded
 def col2im(cols: np.ndarray, size: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
            padding: Pads2, dilation: tuple[int, int], blocks: tuple[int, int]) -> np.ndarray:  # fmt: skip
     """Fold ``cols`` (N, C * kh * kw, oh * ow) into (N, C, *size), overlapping windows summed."""
@@ -211,11 +264,11 @@ def col2im(cols: np.ndarray, size: tuple[int, int], kernel: tuple[int, int], str
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _max_pool2d(x, out, planes, h, w, kh, kw, sh, sw, oh, ow):  # pragma: no cover - numba
     """Unpadded, undilated windows; planes flattened. The maximum as numpy's ``maximum`` folds
     it over the offsets in row-major order (the first of equal values; NaN propagates)."""
-    for p in range(planes):
+    for p in prange(planes):
         xs = x[p * h * w : (p + 1) * h * w]
         for i in range(oh):
             row = out[(p * oh + i) * ow : (p * oh + i + 1) * ow]
@@ -229,10 +282,10 @@ def _max_pool2d(x, out, planes, h, w, kh, kw, sh, sw, oh, ow):  # pragma: no cov
                 row[j] = m
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _max_pool2d_2x2(x, out, planes, h, w, oh, ow):  # pragma: no cover - numba
     """2x2 windows at stride 2 (unrolled), as :func:`_max_pool2d`."""
-    for p in range(planes):
+    for p in prange(planes):
         for i in range(oh):
             r0 = x[p * h * w + 2 * i * w : p * h * w + 2 * i * w + 2 * ow]
             r1 = x[p * h * w + (2 * i + 1) * w : p * h * w + (2 * i + 1) * w + 2 * ow]
@@ -247,6 +300,7 @@ def _max_pool2d_2x2(x, out, planes, h, w, oh, ow):  # pragma: no cover - numba
                 row[j] = m if (m >= e or m != m) else e
 
 
+@_threaded
 def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
     """Max pool of ``x`` (N, C, H, W) over unpadded, undilated windows."""
     n, c, h, w = x.shape
@@ -263,6 +317,60 @@ def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) 
 
 
 # -- the backend's entry points: 2-D float convolutions over slices of the batch --------------
+class _ColumnCache:
+    """The im2col columns of recent forward passes by input array, for the weight gradient of the
+    same convolution (it needs the same columns; W3's second layer: 14 MB, ~1.6 ms a step on one
+    thread). An entry goes when it is taken, when its input is freed (a weak reference: inference
+    keeps nothing past its activations), or when newer ones need the budget. Handles are never
+    written after creation (see ember_cpu.backend), so an input's columns stay valid."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.entries: dict[int, tuple[Any, tuple[Any, ...], np.ndarray]] = {}  # insertion order: oldest first
+        self.bytes = 0
+        self.hits = 0
+        self.lock = threading.Lock()
+
+    def put(self, x: np.ndarray, key: tuple[Any, ...], cols: np.ndarray) -> None:
+        if cols.nbytes > self.budget:
+            return
+        ident = id(x)
+        try:
+            ref = weakref.ref(x, lambda r, i=ident: self._drop(i, r))
+        except TypeError:
+            return
+        with self.lock:
+            self._pop(ident)
+            while self.entries and self.bytes + cols.nbytes > self.budget:
+                self._pop(next(iter(self.entries)))
+            self.entries[ident] = (ref, key, cols)
+            self.bytes += cols.nbytes
+
+    def take(self, x: np.ndarray, key: tuple[Any, ...]) -> np.ndarray | None:
+        with self.lock:
+            entry = self._pop(id(x))
+        if entry is None or entry[0]() is not x or entry[1] != key:
+            return None
+        self.hits += 1
+        return entry[2]
+
+    def _pop(self, ident: int) -> Any:
+        entry = self.entries.pop(ident, None)
+        if entry is not None:
+            self.bytes -= entry[2].nbytes
+        return entry
+
+    def _drop(self, ident: int, ref: Any) -> None:
+        with self.lock:
+            entry = self.entries.get(ident)
+            if entry is not None and entry[0] is ref:
+                self._pop(ident)
+
+
+#: columns kept between a forward pass and its weight gradient (64 MiB at most)
+COLUMNS = _ColumnCache(64 << 20)
+
+
 #: a convolution with at most this many columns per output channel (Cin/G * kh * kw) runs its
 #: forward product as numba loops and its weight gradient as one product per sample
 SMALL_K = 16
@@ -287,6 +395,7 @@ def _batch_step(n: int, per_sample: int, *sizes: int) -> int:
     return max(1, min(n, limit // max(per_sample, 1)))
 
 
+@_threaded
 def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: tuple[int, int], padding: Pads2,
            dilation: tuple[int, int], groups: int) -> np.ndarray:  # fmt: skip
     """A 2-D convolution (N, Cin, H, W) * (Cout, Cin/G, kh, kw): per slice of the batch, the columns
@@ -306,6 +415,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: tuple[
     for s in range(0, n, step):
         m = min(step, n - s)
         cols = im2col(x[s : s + m], (kh, kw), stride, padding, dilation, (oh, ow))
+        if step >= n:
+            COLUMNS.put(x, ((kh, kw), stride, padding, dilation, groups), cols)
         if small:
             piece, c = out[s : s + m].reshape(-1), cols.reshape(-1)
             if k == 9:
@@ -322,6 +433,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: tuple[
     return out.reshape(n, cout, oh, ow)
 
 
+@_threaded
 def conv2d_weight_grad(g: np.ndarray, x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
                        padding: Pads2, dilation: tuple[int, int], groups: int) -> np.ndarray:  # fmt: skip
     """A 2-D convolution's weight gradient: per slice of the batch, ``g`` as rows (Cout, m*L) times
@@ -338,7 +450,9 @@ def conv2d_weight_grad(g: np.ndarray, x: np.ndarray, kernel: tuple[int, int], st
     gw = None
     for s in range(0, n, step):
         m = min(step, n - s)
-        cols = im2col(x[s : s + m], kernel, stride, padding, dilation, (oh, ow))
+        cols = COLUMNS.take(x, (tuple(kernel), stride, padding, dilation, groups)) if step >= n else None
+        if cols is None:
+            cols = im2col(x[s : s + m], kernel, stride, padding, dilation, (oh, ow))
         if k <= SMALL_K:
             per_sample = cols.reshape(groups, k, m, length).transpose(2, 0, 3, 1)  # (m, G, L, K)
             part = np.matmul(g[s : s + m].reshape(m, groups, cout // groups, length), per_sample).sum(axis=0)
@@ -357,6 +471,7 @@ def conv2d_weight_grad(g: np.ndarray, x: np.ndarray, kernel: tuple[int, int], st
     return np.ascontiguousarray(gw).reshape(cout, cg, kh, kw)
 
 
+@_threaded
 def conv2d_transpose(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, size: tuple[int, int],
                      stride: tuple[int, int], padding: Pads2, dilation: tuple[int, int], groups: int,
                      ) -> np.ndarray:  # fmt: skip
