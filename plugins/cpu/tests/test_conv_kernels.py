@@ -196,3 +196,16 @@ def test_the_weight_gradient_takes_the_forward_columns_and_inference_keeps_none(
     with em.no_grad():
         z = em.conv(em.tensor(xv + 1.0, device=dev), w, padding=1)  # its input is freed at once
     assert z.shape == y.shape and not conv_kernels.COLUMNS.entries, "an inference pass left columns behind"
+
+
+def test_the_parallel_loops_take_the_blas_thread_count():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import numba
+
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        assert conv_kernels.kernel_threads() == 1
+        before = numba.get_num_threads()
+        with conv_kernels.BlasLikeThreads():
+            assert numba.get_num_threads() == 1
+        assert numba.get_num_threads() == before
+    assert 1 <= conv_kernels.kernel_threads() <= numba.config.NUMBA_NUM_THREADS

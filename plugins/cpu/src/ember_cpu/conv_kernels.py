@@ -27,7 +27,10 @@ import numpy as np
 from numba import njit, prange
 
 __all__ = [
+    "COLUMNS",
     "COLUMN_BUDGET",
+    "BlasLikeThreads",
+    "kernel_threads",
     "col2im",
     "conv2d",
     "conv2d_transpose",
@@ -57,7 +60,7 @@ def kernel_threads() -> int:
 _BLAS: list[Any] | None = None
 
 
-class _Threads:
+class BlasLikeThreads:
     """numba's thread count for the calling thread set to :func:`kernel_threads` while in the block."""
 
     def __enter__(self) -> None:
@@ -72,11 +75,11 @@ class _Threads:
 
 
 def _threaded(fn: Any) -> Any:
-    """``fn`` run inside :class:`_Threads`."""
+    """``fn`` run inside :class:`BlasLikeThreads`."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kw: Any) -> Any:
-        with _Threads():
+        with BlasLikeThreads():
             return fn(*args, **kw)
 
     return run

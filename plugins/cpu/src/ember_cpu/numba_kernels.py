@@ -3,7 +3,9 @@
 ``max_pool2d_backward`` routes each window's gradient to the window's first maximum (the
 kernel offsets in row-major order, padding as -inf), exactly as the shared numpy kernel
 (``ember.array_module.conv.max_pool_backward``) does, in one pass over the output instead of
-one strided pass per kernel offset; planes (sample, channel) run in parallel only with
+one strided pass per kernel offset. Over windows that do not overlap (W3's pools) its planes
+(sample, channel) run in parallel on as many threads as numpy's BLAS runs, as the convolution
+kernels (``ember_cpu.conv_kernels.kernel_threads``); the general loop only with
 ``EMBER_CPU_NUMBA_PARALLEL=1`` (as the fused loops: serial by default).
 
 The 2-D fold, convolution and pooling forward kernels are in ``ember_cpu.conv_kernels``.
@@ -12,7 +14,7 @@ The 2-D fold, convolution and pooling forward kernels are in ``ember_cpu.conv_ke
 variance, one for the result, accumulating in float64; ``layer_norm_backward_rows`` is its
 input gradient in four passes per row (mean, variance, the two means of the rule, the result).
 
-The last three always run on one thread: BLAS holds both cores around them, and a parallel region paid
+The layer norm kernels always run on one thread: BLAS holds both cores around them, and a parallel region paid
 more in waiting for descheduled threads than it saved on the shared 2-core machine measured.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .conv_kernels import BlasLikeThreads  # the conv kernels' thread policy
 from .numba_codegen import PARALLEL
 
 __all__ = ["layer_norm_backward_rows", "layer_norm_rows", "max_pool2d_backward"]
@@ -52,14 +55,15 @@ def _max_pool2d_backward(g, x, out, grad, kh, kw, sh, sw, ph, pw, dh, dw):  # pr
                         break
 
 
-@njit(fastmath=False, cache=True, nogil=True)
+@njit(fastmath=False, cache=True, nogil=True, parallel=True)
 def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw):  # pragma: no cover - numba
     """Windows that do not overlap (stride >= kernel, no padding or dilation), planes flattened:
     every element of a window is stored (the gradient at its first maximum, else 0), without
-    branches, so ``grad`` need not be zeroed where windows cover it."""
+    branches, so ``grad`` need not be zeroed where windows cover it. Planes in parallel, on the
+    threads ``conv_kernels.kernel_threads`` gives (numpy's BLAS's count)."""
     planes, oh, ow = out.shape
     if kh == 2 and kw == 2:  # unrolled: the loops over runtime window sizes ran ~6x slower
-        for p in range(planes):
+        for p in prange(planes):
             for i in range(oh):
                 r0 = i * sh
                 r1 = r0 + 1
@@ -77,7 +81,7 @@ def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw):  # pragma: n
                     grad[p, r1, c0] = gv if c else 0
                     grad[p, r1, c1] = gv if d else 0
         return
-    for p in range(planes):
+    for p in prange(planes):
         for i in range(oh):
             for j in range(ow):
                 m = out[p, i, j]
@@ -101,7 +105,7 @@ def max_pool2d_backward(
 ) -> np.ndarray:
     """The gradient of a 2-D max pool with respect to ``x`` (float32 or float64, NCHW)."""
     disjoint = stride[0] >= kernel[0] and stride[1] >= kernel[1] and tuple(dilation) == (1, 1)
-    if disjoint and not any(lo or hi for lo, hi in padding) and not PARALLEL:
+    if disjoint and not any(lo or hi for lo, hi in padding):
         n, c, h, w = x.shape
         oh, ow = out.shape[2:]
         planes = n * c
@@ -109,10 +113,11 @@ def max_pool2d_backward(
         grad = np.empty(x.shape, dtype=x.dtype) if covered else np.zeros(x.shape, dtype=x.dtype)
         # no zeroed buffer to fault in, no branches around the stores: W3's first pool
         # (64x32x28x28, 2x2) ~10x faster than the generic loop (see the 2026-12-05 log)
-        _max_pool2d_backward_disjoint(
-            g.reshape(planes, *g.shape[2:]), x.reshape(planes, h, w), out.reshape(planes, *out.shape[2:]),
-            grad.reshape(planes, h, w), kernel[0], kernel[1], stride[0], stride[1],
-        )  # fmt: skip
+        with BlasLikeThreads():
+            _max_pool2d_backward_disjoint(
+                g.reshape(planes, *g.shape[2:]), x.reshape(planes, h, w), out.reshape(planes, *out.shape[2:]),
+                grad.reshape(planes, h, w), kernel[0], kernel[1], stride[0], stride[1],
+            )  # fmt: skip
         return grad
     grad = np.zeros(x.shape, dtype=x.dtype)
     _max_pool2d_backward(
