@@ -6,9 +6,9 @@ weight gradient are each *one* GEMM over the whole batch (K = N * L for the weig
 instead of one small product per sample plus a sum.
 
 The loops copy or add whole rows through slices taken once per row (``dst = cols[d : d + ow]``)
-and index those by the loop variable alone: numba then knows the index is not negative and
-LLVM vectorises the row, where ``cols[d + j]`` keeps a wraparound test per element and runs
-scalar (a row add of W3's sizes: 3.4 ms against 0.64 ms).
+indexed by the loop variable alone, or through unsigned indices: numba then knows the index is
+not negative and LLVM vectorises the row, where ``cols[d + j]`` with a signed ``d`` keeps a
+wraparound test per element and runs scalar (a row add of W3's sizes: 3.4 ms against 0.64 ms).
 
 The input gradient (a transposed convolution) is one product per sample, then a fold that zeroes
 each output plane and adds every window row's in-bounds run (:func:`col2im`: W3's (64, 288, 196)
@@ -24,7 +24,7 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, uint64
 
 __all__ = [
     "COLUMNS",
@@ -100,12 +100,12 @@ def _im2col(xp, cols, n, c, hp, wp, kh, kw, sh, sw, dh, dw, oh, ow):  # pragma: 
             for i in range(oh):
                 s = base + i * sh * wp
                 d = row * total + b * length + i * ow
-                dst = cols[d : d + ow]
-                if sw == 1:
-                    src = xp[s : s + ow]
-                    for j in range(ow):
-                        dst[j] = src[j]
+                if sw == 1:  # unsigned indices: no wraparound test, no slice to build (1.56 -> 1.31 ms)
+                    su, du = uint64(s), uint64(d)
+                    for j in range(uint64(ow)):
+                        cols[du + j] = xp[su + j]
                 else:
+                    dst = cols[d : d + ow]
                     src = xp[s : s + (ow - 1) * sw + 1]
                     for j in range(ow):
                         dst[j] = src[j * sw]
@@ -227,12 +227,13 @@ def _col2im(cols, out, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):  # p
     for pl in prange(n * c):
         b = pl // c
         ch = pl % c
-        plane = out[(b * c + ch) * h * w : (b * c + ch + 1) * h * w]
+        o = pl * h * w
+        plane = out[o : o + h * w]
         for e in range(h * w):
             plane[e] = 0
         for u in range(kh):
             for v in range(kw):
-                src = cols[((b * c + ch) * kh * kw + u * kw + v) * length :]
+                cbase = ((b * c + ch) * kh * kw + u * kw + v) * length
                 off = v * dw - pw  # input column of window j: j * sw + off
                 j0 = min(ow, max(0, (-off + sw - 1) // sw))
                 j1 = max(j0, min(ow, (w - 1 - off) // sw + 1))
@@ -242,16 +243,14 @@ def _col2im(cols, out, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):  # p
                     y = i * sh - ph + u * dh
                     if y < 0 or y >= h:
                         continue
-                    a = src[i * ow + j0 : i * ow + j1]
-                    start = y * w + j0 * sw + off
-                    if sw == 1:
-                        d = plane[start : start + j1 - j0]
-                        for j in range(j1 - j0):
-                            d[j] += a[j]
+                    cu = uint64(cbase + i * ow + j0)
+                    du = uint64(o + y * w + j0 * sw + off)
+                    if sw == 1:  # unsigned indices, as in _im2col (1.52 -> 1.04 ms)
+                        for j in range(uint64(j1 - j0)):
+                            out[du + j] += cols[cu + j]
                     else:
-                        d = plane[start : start + (j1 - j0 - 1) * sw + 1]
-                        for j in range(j1 - j0):
-                            d[j * sw] += a[j]
+                        for j in range(uint64(j1 - j0)):
+                            out[du + j * uint64(sw)] += cols[cu + j]
 
 
 @_threaded
