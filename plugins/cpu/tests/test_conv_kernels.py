@@ -198,14 +198,33 @@ def test_the_weight_gradient_takes_the_forward_columns_and_inference_keeps_none(
     assert z.shape == y.shape and not conv_kernels.COLUMNS.entries, "an inference pass left columns behind"
 
 
-def test_the_parallel_loops_take_the_blas_thread_count():
+def test_the_loops_split_over_the_blas_thread_count(monkeypatch):
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    import numba
-
     with threadpoolctl.threadpool_limits(1, user_api="blas"):
         assert conv_kernels.kernel_threads() == 1
-        before = numba.get_num_threads()
-        with conv_kernels.BlasLikeThreads():
-            assert numba.get_num_threads() == 1
-        assert numba.get_num_threads() == before
-    assert 1 <= conv_kernels.kernel_threads() <= numba.config.NUMBA_NUM_THREADS
+    assert conv_kernels.kernel_threads() >= 1
+    seen = []
+    monkeypatch.setattr(conv_kernels, "kernel_threads", lambda: 3)
+    conv_kernels.split(lambda tag, lo, hi: seen.append((tag, lo, hi)), 10, "k")
+    assert sorted(seen) == [("k", 0, 3), ("k", 3, 6), ("k", 6, 10)]
+    seen.clear()
+    conv_kernels.split(lambda tag, lo, hi: seen.append((tag, lo, hi)), 3, "k")  # too few to split
+    assert seen == [("k", 0, 3)]
+    # three parts of every kernel give the float64 loops' values
+    gen = np.random.default_rng(13)
+    x, w, b = gen.standard_normal((3, 4, 7, 6)), gen.standard_normal((5, 4, 3, 3)), gen.standard_normal(5)
+    pads = ((1, 1), (1, 1))
+    want, grads = _conv_reference(x, w, b, (1, 1), pads, (1, 1), 1)
+    g = gen.standard_normal(want.shape)
+    gx, gw, _ = grads(g)
+    np.testing.assert_allclose(conv_kernels.conv2d(x, w, b, (1, 1), pads, (1, 1), 1), want, rtol=1e-12)
+    np.testing.assert_allclose(conv_kernels.conv2d_weight_grad(g, x, (3, 3), (1, 1), pads, (1, 1), 1), gw, rtol=1e-12)
+    got = conv_kernels.conv2d_transpose(g, w, None, (7, 6), (1, 1), pads, (1, 1), 1)
+    np.testing.assert_allclose(got, gx, rtol=1e-12, atol=1e-12)
+    x1 = gen.standard_normal((3, 1, 8, 9))
+    w1 = gen.standard_normal((4, 1, 3, 3))
+    np.testing.assert_allclose(
+        conv_kernels.conv2d(x1, w1, None, (1, 1), pads, (1, 1), 1),
+        _conv_reference(x1, w1, None, (1, 1), pads, (1, 1), 1)[0], rtol=1e-12,
+    )  # fmt: skip
+    np.testing.assert_array_equal(conv_kernels.max_pool2d(x, (2, 2), (2, 2)), _max_pool_reference(x, (2, 2), (2, 2)))

@@ -17,20 +17,19 @@ columns 3.9 -> 1.4 ms against ``numba_kernels.col2im2d``'s per-element 4-D index
 
 from __future__ import annotations
 
-import functools
+import os
 import threading
 import weakref
 from typing import Any
 
-import numba
 import numpy as np
-from numba import njit, prange, uint64
+from numba import njit, uint64
 
 __all__ = [
     "COLUMNS",
     "COLUMN_BUDGET",
-    "BlasLikeThreads",
     "kernel_threads",
+    "split",
     "col2im",
     "conv2d",
     "conv2d_transpose",
@@ -54,44 +53,56 @@ def kernel_threads() -> int:
         _BLAS = _controller() or []
     if not _BLAS:
         return 1
-    return max(1, min(numba.config.NUMBA_NUM_THREADS, int(_BLAS[0].num_threads)))
+    return max(1, min(_CORES, int(_BLAS[0].num_threads)))
 
 
 _BLAS: list[Any] | None = None
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-class BlasLikeThreads:
-    """numba's thread count for the calling thread set to :func:`kernel_threads` while in the block."""
-
-    def __enter__(self) -> None:
-        self.prev = numba.get_num_threads()
-        want = kernel_threads()
-        if want != self.prev:
-            numba.set_num_threads(want)
-
-    def __exit__(self, *exc: object) -> None:
-        if numba.get_num_threads() != self.prev:
-            numba.set_num_threads(self.prev)
+_POOL: Any = None
+_POOL_LOCK = threading.Lock()
 
 
-def _threaded(fn: Any) -> Any:
-    """``fn`` run inside :class:`BlasLikeThreads`."""
+def _pool(workers: int) -> Any:
+    """A process-wide pool of ``workers`` threads (grown on demand) that wait on a queue: no spinning
+    between kernels, so the BLAS's own threads keep the cores to themselves in between."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers < workers:
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
-    @functools.wraps(fn)
-    def run(*args: Any, **kw: Any) -> Any:
-        with BlasLikeThreads():
-            return fn(*args, **kw)
-
-    return run
+            _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ember-cpu-conv")
+        return _POOL
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _im2col(xp, cols, n, c, hp, wp, kh, kw, sh, sw, dh, dw, oh, ow):  # pragma: no cover - numba
+#: below this many outer iterations a loop runs on the calling thread alone
+MIN_SPLIT = 2
+
+
+def split(kernel: Any, count: int, *args: Any) -> None:
+    """``kernel(*args, lo, hi)`` over ``[0, count)``, cut into :func:`kernel_threads` contiguous
+    parts that run at once (the kernels are numba ``nogil`` loops over independent outputs):
+    the caller runs the last part, pool threads the others."""
+    parts = min(kernel_threads(), count // MIN_SPLIT) if count >= 2 * MIN_SPLIT else 1
+    if parts <= 1:
+        kernel(*args, 0, count)
+        return
+    cuts = [count * i // parts for i in range(parts + 1)]
+    pool = _pool(parts - 1)
+    futures = [pool.submit(kernel, *args, cuts[i], cuts[i + 1]) for i in range(parts - 1)]
+    kernel(*args, cuts[-2], cuts[-1])
+    for f in futures:
+        f.result()
+
+
+@njit(cache=True, nogil=True)
+def _im2col(xp, cols, n, c, hp, wp, kh, kw, sh, sw, dh, dw, oh, ow, lo, hi):  # pragma: no cover - numba
     """``xp`` flat padded (N, C, hp, wp), ``cols`` flat (C*kh*kw, N*oh*ow); rows in parallel."""
     plane = hp * wp
     length = oh * ow
     total = n * length
-    for row in prange(c * kh * kw):
+    for row in range(lo, hi):
         ch = row // (kh * kw)
         u = (row // kw) % kh
         v = row % kw
@@ -122,7 +133,6 @@ def _padded(x: np.ndarray, padding: Pads2) -> np.ndarray:
     return out
 
 
-@_threaded
 def im2col(
     x: np.ndarray,
     kernel: tuple[int, int],
@@ -138,14 +148,14 @@ def im2col(
     xp = _padded(x, padding)
     hp, wp = xp.shape[2:]
     cols = np.empty((c * kh * kw, n * oh * ow), dtype=x.dtype)
-    _im2col(xp.reshape(-1), cols.reshape(-1), n, c, hp, wp, kh, kw, *stride, *dilation, oh, ow)
+    split(_im2col, c * kh * kw, xp.reshape(-1), cols.reshape(-1), n, c, hp, wp, kh, kw, *stride, *dilation, oh, ow)
     return cols
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _rows_to_nchw(y, out, bias, has_bias, n, cout, length):  # pragma: no cover - numba
+@njit(cache=True, nogil=True)
+def _rows_to_nchw(y, out, bias, has_bias, n, cout, length, lo, hi):  # pragma: no cover - numba
     """``y`` flat (cout, n * length) -> ``out`` flat (n, cout, length), plus ``bias[co]`` if given."""
-    for b in prange(n):
+    for b in range(lo, hi):
         for co in range(cout):
             s = co * n * length + b * length
             d = (b * cout + co) * length
@@ -168,16 +178,16 @@ def rows_to_nchw(y: np.ndarray, n: int, bias: np.ndarray | None, out: np.ndarray
     if out is None:
         out = np.empty((n, cout, length), dtype=y.dtype)
     b = np.ascontiguousarray(bias) if bias is not None else np.zeros(1, dtype=y.dtype)
-    _rows_to_nchw(np.ascontiguousarray(y).reshape(-1), out.reshape(-1), b, bias is not None, n, cout, length)
+    split(_rows_to_nchw, n, np.ascontiguousarray(y).reshape(-1), out.reshape(-1), b, bias is not None, n, cout, length)
     return out
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _small_k_conv(wm, cols, out, bias, has_bias, n, cout, per_group, k, length):  # pragma: no cover
+@njit(cache=True, nogil=True)
+def _small_k_conv(wm, cols, out, bias, has_bias, n, cout, per_group, k, length, lo, hi):  # pragma: no cover
     """``out`` flat (n, cout, length) = wm (cout, k) @ columns (rows of group co // per_group), plus
     bias: k passes over each output row (in L1) instead of a BLAS product with a tiny K."""
     total = n * length
-    for b in prange(n):
+    for b in range(lo, hi):
         for co in range(cout):
             dst = out[(b * cout + co) * length : (b * cout + co + 1) * length]
             first = (co // per_group) * k
@@ -191,12 +201,12 @@ def _small_k_conv(wm, cols, out, bias, has_bias, n, cout, per_group, k, length):
                     dst[j] += wv * src[j]
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _k9_conv(wm, cols, out, bias, has_bias, n, cout, per_group, length):  # pragma: no cover - numba
+@njit(cache=True, nogil=True)
+def _k9_conv(wm, cols, out, bias, has_bias, n, cout, per_group, length, lo, hi):  # pragma: no cover - numba
     """:func:`_small_k_conv` for K = 9 (one input channel a group, 3x3): the nine products summed
     in registers, one store per output element (W3's first layer: 1.3 -> 0.85 ms)."""
     total = n * length
-    for b in prange(n):
+    for b in range(lo, hi):
         for co in range(cout):
             dst = out[(b * cout + co) * length : (b * cout + co + 1) * length]
             o = (co // per_group) * 9 * total + b * length
@@ -219,12 +229,12 @@ def _k9_conv(wm, cols, out, bias, has_bias, n, cout, per_group, length):  # prag
                 )  # fmt: skip
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _col2im(cols, out, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):  # pragma: no cover - numba
+@njit(cache=True, nogil=True)
+def _col2im(cols, out, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, lo, hi):  # pragma: no cover - numba
     """``cols`` flat (N, C*kh*kw, oh*ow) -> ``out`` flat (N, C, h, w): each plane zeroed, then every
     window row's in-bounds run added through row slices (vectorised at stride 1); planes in parallel."""
     length = oh * ow
-    for pl in prange(n * c):
+    for pl in range(lo, hi):
         b = pl // c
         ch = pl % c
         o = pl * h * w
@@ -253,7 +263,6 @@ def _col2im(cols, out, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):  # p
                             out[du + j * uint64(sw)] += cols[cu + j]
 
 
-@_threaded
 def col2im(cols: np.ndarray, size: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
            padding: Pads2, dilation: tuple[int, int], blocks: tuple[int, int]) -> np.ndarray:  # fmt: skip
     """Fold ``cols`` (N, C * kh * kw, oh * ow) into (N, C, *size), overlapping windows summed."""
@@ -262,15 +271,16 @@ def col2im(cols: np.ndarray, size: tuple[int, int], kernel: tuple[int, int], str
     c = ck // (kh * kw)
     out = np.empty((n, c) + tuple(size), dtype=cols.dtype)
     flat = np.ascontiguousarray(cols).reshape(-1)
-    _col2im(flat, out.reshape(-1), n, c, *size, kh, kw, *stride, padding[0][0], padding[1][0], *dilation, *blocks)
+    pads = (padding[0][0], padding[1][0])
+    split(_col2im, n * c, flat, out.reshape(-1), n, c, *size, kh, kw, *stride, *pads, *dilation, *blocks)
     return out
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _max_pool2d(x, out, planes, h, w, kh, kw, sh, sw, oh, ow):  # pragma: no cover - numba
+@njit(cache=True, nogil=True)
+def _max_pool2d(x, out, planes, h, w, kh, kw, sh, sw, oh, ow, lo, hi):  # pragma: no cover - numba
     """Unpadded, undilated windows; planes flattened. The maximum as numpy's ``maximum`` folds
     it over the offsets in row-major order (the first of equal values; NaN propagates)."""
-    for p in prange(planes):
+    for p in range(lo, hi):
         xs = x[p * h * w : (p + 1) * h * w]
         for i in range(oh):
             row = out[(p * oh + i) * ow : (p * oh + i + 1) * ow]
@@ -284,10 +294,10 @@ def _max_pool2d(x, out, planes, h, w, kh, kw, sh, sw, oh, ow):  # pragma: no cov
                 row[j] = m
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _max_pool2d_2x2(x, out, planes, h, w, oh, ow):  # pragma: no cover - numba
+@njit(cache=True, nogil=True)
+def _max_pool2d_2x2(x, out, planes, h, w, oh, ow, lo, hi):  # pragma: no cover - numba
     """2x2 windows at stride 2 (unrolled), as :func:`_max_pool2d`."""
-    for p in prange(planes):
+    for p in range(lo, hi):
         for i in range(oh):
             r0 = x[p * h * w + 2 * i * w : p * h * w + 2 * i * w + 2 * ow]
             r1 = x[p * h * w + (2 * i + 1) * w : p * h * w + (2 * i + 1) * w + 2 * ow]
@@ -302,7 +312,6 @@ def _max_pool2d_2x2(x, out, planes, h, w, oh, ow):  # pragma: no cover - numba
                 row[j] = m if (m >= e or m != m) else e
 
 
-@_threaded
 def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
     """Max pool of ``x`` (N, C, H, W) over unpadded, undilated windows."""
     n, c, h, w = x.shape
@@ -312,9 +321,9 @@ def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) 
     out = np.empty((n, c, oh, ow), dtype=x.dtype)
     flat = np.ascontiguousarray(x).reshape(-1)
     if tuple(kernel) == (2, 2) and tuple(stride) == (2, 2):
-        _max_pool2d_2x2(flat, out.reshape(-1), n * c, h, w, oh, ow)
+        split(_max_pool2d_2x2, n * c, flat, out.reshape(-1), n * c, h, w, oh, ow)
     else:
-        _max_pool2d(flat, out.reshape(-1), n * c, h, w, kh, kw, sh, sw, oh, ow)
+        split(_max_pool2d, n * c, flat, out.reshape(-1), n * c, h, w, kh, kw, sh, sw, oh, ow)
     return out
 
 
@@ -397,7 +406,6 @@ def _batch_step(n: int, per_sample: int, *sizes: int) -> int:
     return max(1, min(n, limit // max(per_sample, 1)))
 
 
-@_threaded
 def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: tuple[int, int], padding: Pads2,
            dilation: tuple[int, int], groups: int) -> np.ndarray:  # fmt: skip
     """A 2-D convolution (N, Cin, H, W) * (Cout, Cin/G, kh, kw): per slice of the batch, the columns
@@ -422,9 +430,9 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: tuple[
         if small:
             piece, c = out[s : s + m].reshape(-1), cols.reshape(-1)
             if k == 9:
-                _k9_conv(flat_w, c, piece, b, bias is not None, m, cout, cout // groups, length)
+                split(_k9_conv, m, flat_w, c, piece, b, bias is not None, m, cout, cout // groups, length)
             else:
-                _small_k_conv(flat_w, c, piece, b, bias is not None, m, cout, cout // groups, k, length)
+                split(_small_k_conv, m, flat_w, c, piece, b, bias is not None, m, cout, cout // groups, k, length)
             continue
         if groups == 1:
             y = wm[0] @ cols
@@ -435,7 +443,6 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: tuple[
     return out.reshape(n, cout, oh, ow)
 
 
-@_threaded
 def conv2d_weight_grad(g: np.ndarray, x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
                        padding: Pads2, dilation: tuple[int, int], groups: int) -> np.ndarray:  # fmt: skip
     """A 2-D convolution's weight gradient: per slice of the batch, ``g`` as rows (Cout, m*L) times
@@ -473,7 +480,6 @@ def conv2d_weight_grad(g: np.ndarray, x: np.ndarray, kernel: tuple[int, int], st
     return np.ascontiguousarray(gw).reshape(cout, cg, kh, kw)
 
 
-@_threaded
 def conv2d_transpose(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, size: tuple[int, int],
                      stride: tuple[int, int], padding: Pads2, dilation: tuple[int, int], groups: int,
                      ) -> np.ndarray:  # fmt: skip

@@ -5,7 +5,7 @@ kernel offsets in row-major order, padding as -inf), exactly as the shared numpy
 (``ember.array_module.conv.max_pool_backward``) does, in one pass over the output instead of
 one strided pass per kernel offset. Over windows that do not overlap (W3's pools) its planes
 (sample, channel) run in parallel on as many threads as numpy's BLAS runs, as the convolution
-kernels (``ember_cpu.conv_kernels.kernel_threads``); the general loop only with
+kernels (``ember_cpu.conv_kernels.split``); the general loop only with
 ``EMBER_CPU_NUMBA_PARALLEL=1`` (as the fused loops: serial by default).
 
 The 2-D fold, convolution and pooling forward kernels are in ``ember_cpu.conv_kernels``.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .conv_kernels import BlasLikeThreads  # the conv kernels' thread policy
+from .conv_kernels import split  # the conv kernels' threads
 from .numba_codegen import PARALLEL
 
 __all__ = ["layer_norm_backward_rows", "layer_norm_rows", "max_pool2d_backward"]
@@ -55,15 +55,15 @@ def _max_pool2d_backward(g, x, out, grad, kh, kw, sh, sw, ph, pw, dh, dw):  # pr
                         break
 
 
-@njit(fastmath=False, cache=True, nogil=True, parallel=True)
-def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw):  # pragma: no cover - numba
+@njit(fastmath=False, cache=True, nogil=True)
+def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw, lo, hi):  # pragma: no cover - numba
     """Windows that do not overlap (stride >= kernel, no padding or dilation), planes flattened:
     every element of a window is stored (the gradient at its first maximum, else 0), without
     branches, so ``grad`` need not be zeroed where windows cover it. Planes in parallel, on the
     threads ``conv_kernels.kernel_threads`` gives (numpy's BLAS's count)."""
     planes, oh, ow = out.shape
     if kh == 2 and kw == 2:  # unrolled: the loops over runtime window sizes ran ~6x slower
-        for p in prange(planes):
+        for p in range(lo, hi):
             for i in range(oh):
                 r0 = i * sh
                 r1 = r0 + 1
@@ -81,7 +81,7 @@ def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw):  # pragma: n
                     grad[p, r1, c0] = gv if c else 0
                     grad[p, r1, c1] = gv if d else 0
         return
-    for p in prange(planes):
+    for p in range(lo, hi):
         for i in range(oh):
             for j in range(ow):
                 m = out[p, i, j]
@@ -113,11 +113,11 @@ def max_pool2d_backward(
         grad = np.empty(x.shape, dtype=x.dtype) if covered else np.zeros(x.shape, dtype=x.dtype)
         # no zeroed buffer to fault in, no branches around the stores: W3's first pool
         # (64x32x28x28, 2x2) ~10x faster than the generic loop (see the 2026-12-05 log)
-        with BlasLikeThreads():
-            _max_pool2d_backward_disjoint(
-                g.reshape(planes, *g.shape[2:]), x.reshape(planes, h, w), out.reshape(planes, *out.shape[2:]),
-                grad.reshape(planes, h, w), kernel[0], kernel[1], stride[0], stride[1],
-            )  # fmt: skip
+        split(
+            _max_pool2d_backward_disjoint, planes,
+            g.reshape(planes, *g.shape[2:]), x.reshape(planes, h, w), out.reshape(planes, *out.shape[2:]),
+            grad.reshape(planes, h, w), kernel[0], kernel[1], stride[0], stride[1],
+        )  # fmt: skip
         return grad
     grad = np.zeros(x.shape, dtype=x.dtype)
     _max_pool2d_backward(
