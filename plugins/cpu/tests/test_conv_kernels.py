@@ -198,8 +198,11 @@ def test_the_weight_gradient_takes_the_forward_columns_and_inference_keeps_none(
     assert z.shape == y.shape and not conv_kernels.COLUMNS.entries, "an inference pass left columns behind"
 
 
-def test_the_loops_split_over_the_blas_thread_count(monkeypatch):
+def test_the_loops_split_over_the_blas_thread_count_when_parallel_is_on(monkeypatch):
     threadpoolctl = pytest.importorskip("threadpoolctl")
+    monkeypatch.setattr(conv_kernels, "PARALLEL", False)
+    assert conv_kernels.kernel_threads() == 1  # serial by default
+    monkeypatch.setattr(conv_kernels, "PARALLEL", True)
     with threadpoolctl.threadpool_limits(1, user_api="blas"):
         assert conv_kernels.kernel_threads() == 1
     assert conv_kernels.kernel_threads() >= 1

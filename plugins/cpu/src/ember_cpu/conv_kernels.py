@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 from numba import njit, uint64
 
+from .numba_codegen import PARALLEL
+
 __all__ = [
     "COLUMNS",
     "COLUMN_BUDGET",
@@ -43,10 +45,15 @@ Pads2 = tuple[tuple[int, int], tuple[int, int]]
 
 
 def kernel_threads() -> int:
-    """Threads for the parallel loops here: as many as numpy's BLAS runs (its own default, or what
+    """Threads for the loops here: one, unless ``EMBER_CPU_NUMBA_PARALLEL=1`` (the fused loops'
+    switch, numba_codegen.PARALLEL); then as many as numpy's BLAS runs (its own default, or what
     ``EMBER_CPU_BLAS_THREADS`` / ``OMP_NUM_THREADS`` set), so a convolution's copies and folds use
-    the cores its products use, and one thread where the products get one."""
+    the cores its products use. Serial by default: on the quiet 2-core machine two parts gave W3
+    28.9 ms against 28.1 on one (the loops are memory-bound, the hand-off costs ~50 us), and under
+    load a part waits for its descheduled thread (col2im's median 1.2 -> 3.5 ms at load 5)."""
     global _BLAS
+    if not PARALLEL:
+        return 1
     if _BLAS is None:
         from .threads import _controller  # noqa: PLC0415 - scans the loaded libraries once
 

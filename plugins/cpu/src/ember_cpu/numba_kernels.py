@@ -3,10 +3,9 @@
 ``max_pool2d_backward`` routes each window's gradient to the window's first maximum (the
 kernel offsets in row-major order, padding as -inf), exactly as the shared numpy kernel
 (``ember.array_module.conv.max_pool_backward``) does, in one pass over the output instead of
-one strided pass per kernel offset. Over windows that do not overlap (W3's pools) its planes
-(sample, channel) run in parallel on as many threads as numpy's BLAS runs, as the convolution
-kernels (``ember_cpu.conv_kernels.split``); the general loop only with
-``EMBER_CPU_NUMBA_PARALLEL=1`` (as the fused loops: serial by default).
+one strided pass per kernel offset; planes (sample, channel) run in parallel only with
+``EMBER_CPU_NUMBA_PARALLEL=1`` (as the fused loops: serial by default; over windows that do not
+overlap, W3's pools, on the convolution kernels' threads: ``ember_cpu.conv_kernels.split``).
 
 The 2-D fold, convolution and pooling forward kernels are in ``ember_cpu.conv_kernels``.
 
