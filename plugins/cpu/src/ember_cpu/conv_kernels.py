@@ -483,13 +483,15 @@ def conv2d_weight_grad(g: np.ndarray, x: np.ndarray, kernel: tuple[int, int], st
             part = np.matmul(g[s : s + m].reshape(m, groups, cout // groups, length), per_sample).sum(axis=0)
         else:
             rows = np.ascontiguousarray(g[s : s + m].reshape(m, cout, length).transpose(1, 0, 2))
+            # as (cols @ rows^T)^T: OpenBLAS runs (288, 12544) @ (12544, 64) in 6.5 ms against
+            # 7.5 for (64, 12544) @ (12544, 288) (W3's second layer, one thread)
             if groups == 1:
-                part = rows.reshape(cout, m * length) @ cols.T
+                part = (cols @ rows.reshape(cout, m * length).T).T
             else:
                 part = np.matmul(
-                    rows.reshape(groups, cout // groups, m * length),
-                    cols.reshape(groups, k, m * length).transpose(0, 2, 1),
-                )
+                    cols.reshape(groups, k, m * length),
+                    rows.reshape(groups, cout // groups, m * length).transpose(0, 2, 1),
+                ).transpose(0, 2, 1)
             del rows
         gw = part if gw is None else gw + part
         del cols
