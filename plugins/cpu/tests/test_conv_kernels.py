@@ -231,3 +231,19 @@ def test_the_loops_split_over_the_blas_thread_count_when_parallel_is_on(monkeypa
         _conv_reference(x1, w1, None, (1, 1), pads, (1, 1), 1)[0], rtol=1e-12,
     )  # fmt: skip
     np.testing.assert_array_equal(conv_kernels.max_pool2d(x, (2, 2), (2, 2)), _max_pool_reference(x, (2, 2), (2, 2)))
+
+
+def test_scratch_buffers_are_reused_without_changing_results():
+    gen = np.random.default_rng(14)
+    x, w = gen.standard_normal((8, 16, 12, 12)), gen.standard_normal((24, 16, 3, 3))  # columns > 1 MiB
+    pads = ((1, 1), (1, 1))
+    want, grads = _conv_reference(x[:1], w, None, (1, 1), pads, (1, 1), 1)
+    g = gen.standard_normal((8, 24, 12, 12))
+    firsts = [conv_kernels.conv2d_transpose(g, w, None, (12, 12), (1, 1), pads, (1, 1), 1) for _ in range(3)]
+    assert any(conv_kernels.SCRATCH.free.values()), "no temporary went back to the pool"
+    for again in firsts[1:]:
+        np.testing.assert_array_equal(again, firsts[0])
+    for _ in range(2):
+        got = conv_kernels.conv2d(x, w, None, (1, 1), pads, (1, 1), 1)
+        np.testing.assert_allclose(got[:1], want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(firsts[0][:1], grads(g[:1])[0], rtol=1e-12, atol=1e-12)
