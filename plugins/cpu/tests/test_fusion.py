@@ -637,3 +637,24 @@ def test_gelu_backward_with_its_bias_gradient_runs_split(axes):
     d = (0.5 * (1 + np.vectorize(erf)(x64 / np.sqrt(2))) + x64 * np.exp(-0.5 * x64 * x64) / np.sqrt(2 * np.pi)) * g
     np.testing.assert_allclose(got[0], d, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[1], d.sum(axis=axes), rtol=1e-5, atol=1e-5)
+
+
+def test_a_kernel_writing_an_operand_in_place_drops_its_conv_columns():
+    """The conv kernels keep a forward pass's im2col columns by input array for the weight
+    gradient; a fused kernel that rewrites that array (``outs``) must drop them, or the gradient
+    would read the old values' columns. A run without ``outs`` leaves them."""
+    from ember_cpu import conv_kernels
+
+    backend = em.Device("cpu").backend
+    gen = np.random.default_rng(16)
+    shape = (40, 64)
+    p = gen.standard_normal(shape).astype(np.float32)
+    g = gen.standard_normal(shape).astype(np.float32)
+    key = ("probe", shape)
+    conv_kernels.COLUMNS.put(p, key, np.ones((4, 4), np.float32))
+    backend.run_fused(_sgd(), [p, g, 0.5], shape=shape)  # fresh results: p unchanged
+    assert conv_kernels.COLUMNS.take(p, key) is not None
+    conv_kernels.COLUMNS.put(p, key, np.ones((4, 4), np.float32))
+    got = backend.run_fused(_sgd(), [p, g, 0.5], shape=shape, outs=[p, None])
+    assert got[0] is p  # written in place
+    assert conv_kernels.COLUMNS.take(p, key) is None

@@ -4,12 +4,10 @@
 kernel offsets in row-major order, padding as -inf), exactly as the shared numpy kernel
 (``ember.array_module.conv.max_pool_backward``) does, in one pass over the output instead of
 one strided pass per kernel offset; planes (sample, channel) run in parallel only with
-``EMBER_CPU_NUMBA_PARALLEL=1`` (as the fused loops: serial by default).
+``EMBER_CPU_NUMBA_PARALLEL=1`` (as the fused loops: serial by default; over windows that do not
+overlap, W3's pools, on the convolution kernels' threads: ``ember_cpu.conv_kernels.split``).
 
-``col2im2d`` is the 2-D fold (the column layout of ``ember.array_module.conv.unfold``: rows
-``c * kh * kw + u * kw + v``, columns ``i * ow + j``) in one pass, instead of the numpy kernel's
-padded buffer and one strided add per kernel offset; a transposed convolution (a convolution's
-input gradient) runs it after its BLAS matmul. (An im2col kernel lost to numpy's strided copy.)
+The 2-D fold, convolution and pooling forward kernels are in ``ember_cpu.conv_kernels``.
 
 ``layer_norm_rows`` normalises each row of a (rows, n) array: a pass for the mean, one for the
 variance, one for the result, accumulating in float64; ``layer_norm_backward_rows`` is its
@@ -17,23 +15,19 @@ input gradient in four passes per row (mean, variance, the two means of the rule
 ``layer_norm_grads_rows`` adds the weight's and bias's gradients (column sums in float64) to
 the same passes, so the rule needs no second layer norm for ``xhat``.
 
-The last three always run on one thread: BLAS holds both cores around them, and a parallel region paid
+The layer norm kernels always run on one thread: BLAS holds both cores around them, and a parallel region paid
 more in waiting for descheduled threads than it saved on the shared 2-core machine measured.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numba import njit, prange
 
+from .conv_kernels import split  # the conv kernels' threads
 from .numba_codegen import PARALLEL
 
-__all__ = [
-    "col2im2d", "layer_norm_backward_rows", "layer_norm_grads_rows", "layer_norm_rows", "max_pool2d_backward",
-    "window_blocks",
-]  # fmt: skip
+__all__ = ["layer_norm_backward_rows", "layer_norm_grads_rows", "layer_norm_rows", "max_pool2d_backward"]
 
 
 @njit(parallel=PARALLEL, fastmath=False, cache=True, nogil=True)
@@ -63,13 +57,14 @@ def _max_pool2d_backward(g, x, out, grad, kh, kw, sh, sw, ph, pw, dh, dw):  # pr
 
 
 @njit(fastmath=False, cache=True, nogil=True)
-def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw):  # pragma: no cover - numba
+def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw, lo, hi):  # pragma: no cover - numba
     """Windows that do not overlap (stride >= kernel, no padding or dilation), planes flattened:
     every element of a window is stored (the gradient at its first maximum, else 0), without
-    branches, so ``grad`` need not be zeroed where windows cover it."""
+    branches, so ``grad`` need not be zeroed where windows cover it. Planes in parallel, on the
+    threads ``conv_kernels.kernel_threads`` gives (numpy's BLAS's count)."""
     planes, oh, ow = out.shape
     if kh == 2 and kw == 2:  # unrolled: the loops over runtime window sizes ran ~6x slower
-        for p in range(planes):
+        for p in range(lo, hi):
             for i in range(oh):
                 r0 = i * sh
                 r1 = r0 + 1
@@ -87,7 +82,7 @@ def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw):  # pragma: n
                     grad[p, r1, c0] = gv if c else 0
                     grad[p, r1, c1] = gv if d else 0
         return
-    for p in range(planes):
+    for p in range(lo, hi):
         for i in range(oh):
             for j in range(ow):
                 m = out[p, i, j]
@@ -111,7 +106,7 @@ def max_pool2d_backward(
 ) -> np.ndarray:
     """The gradient of a 2-D max pool with respect to ``x`` (float32 or float64, NCHW)."""
     disjoint = stride[0] >= kernel[0] and stride[1] >= kernel[1] and tuple(dilation) == (1, 1)
-    if disjoint and not any(lo or hi for lo, hi in padding) and not PARALLEL:
+    if disjoint and not any(lo or hi for lo, hi in padding):
         n, c, h, w = x.shape
         oh, ow = out.shape[2:]
         planes = n * c
@@ -119,7 +114,8 @@ def max_pool2d_backward(
         grad = np.empty(x.shape, dtype=x.dtype) if covered else np.zeros(x.shape, dtype=x.dtype)
         # no zeroed buffer to fault in, no branches around the stores: W3's first pool
         # (64x32x28x28, 2x2) ~10x faster than the generic loop (see the 2026-12-05 log)
-        _max_pool2d_backward_disjoint(
+        split(
+            _max_pool2d_backward_disjoint, planes,
             g.reshape(planes, *g.shape[2:]), x.reshape(planes, h, w), out.reshape(planes, *out.shape[2:]),
             grad.reshape(planes, h, w), kernel[0], kernel[1], stride[0], stride[1],
         )  # fmt: skip
@@ -130,58 +126,6 @@ def max_pool2d_backward(
         dilation[0], dilation[1],
     )  # fmt: skip
     return grad
-
-
-@njit(fastmath=False, cache=True, nogil=True)
-def _col2im2d(cols, out, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):  # pragma: no cover - numba
-    n, c, h, w = out.shape
-    for b in range(n):
-        for ch in range(c):
-            for u in range(kh):
-                for v in range(kw):
-                    row = (ch * kh + u) * kw + v
-                    off = v * dw - pw  # column of block j: j * sw + off, kept inside [0, w)
-                    j0 = max(0, (-off + sw - 1) // sw)
-                    j1 = min(ow, (w - 1 - off) // sw + 1)
-                    for i in range(oh):
-                        y = i * sh - ph + u * dh
-                        if y < 0 or y >= h:
-                            continue
-                        base = i * ow
-                        for j in range(j0, j1):
-                            out[b, ch, y, j * sw + off] += cols[b, row, base + j]
-
-
-def window_blocks(
-    size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], padding: Any, dilation: tuple[int, ...]
-) -> tuple[int, ...]:
-    """How many windows fit along each spatial axis of ``size`` (padded)."""
-    return tuple(
-        (sz + lo + hi - d * (k - 1) - 1) // s + 1
-        for sz, (lo, hi), k, s, d in zip(size, padding, kernel, stride, dilation)
-    )
-
-
-def col2im2d(
-    cols: np.ndarray,
-    size: tuple[int, int],
-    kernel: tuple[int, int],
-    stride: tuple[int, int],
-    padding: tuple[tuple[int, int], tuple[int, int]],
-    dilation: tuple[int, int],
-    blocks: tuple[int, int] | None = None,
-) -> np.ndarray:
-    """(N, C * kh * kw, oh * ow) -> (N, C, *size), overlapping windows summed (unfold's adjoint);
-    ``blocks`` (oh, ow) defaults to the windows that fit in ``size``."""
-    n = cols.shape[0]
-    c = cols.shape[1] // (kernel[0] * kernel[1])
-    oh, ow = blocks if blocks is not None else window_blocks(size, kernel, stride, padding, dilation)
-    out = np.zeros((n, c) + tuple(size), dtype=cols.dtype)
-    _col2im2d(
-        cols, out, kernel[0], kernel[1], stride[0], stride[1], padding[0][0], padding[1][0], dilation[0], dilation[1],
-        oh, ow,
-    )  # fmt: skip
-    return out
 
 
 @njit(fastmath=False, cache=True, nogil=True)
