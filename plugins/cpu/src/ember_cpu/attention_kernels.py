@@ -6,7 +6,8 @@ maximum, exp, the sum in float64 and the division, where numpy takes five passes
 temporaries. ``softmax_grad_rows`` is the score gradient ``p * (gp - <gp, p>) * scale``, in
 place in ``gp``. Both run one row at a time so that a row stays in L1 between its passes.
 
-exp is :func:`exp_f64`, arithmetic on float64 and a bit cast (relative error below 1e-9), so
+exp is :func:`exp_f64` (the fused loops' ``numba_codegen.ember_exp64``), arithmetic on float64
+and a bit cast (relative error below 1e-14), so
 LLVM vectorises the exp pass; numba's own ``np.exp`` is a scalar libm call per element (no
 SVML here). fastmath stays off: row sums run on eight independent float64 accumulators, so the
 additions do not wait on each other, in a fixed order.
@@ -19,17 +20,12 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from .numba_codegen import float64_math
+
+#: the fused loops' float64 exp (``numba_codegen.ember_exp64``, compiled from the same text)
+exp_f64 = float64_math()["ember_exp64"]
+
 __all__ = ["exp_f32", "exp_f64", "softmax_rows", "softmax_grad_rows"]
-
-
-@intrinsic
-def _bits_to_f64(typingctx, bits):  # pragma: no cover - numba
-    """The float64 whose IEEE bits are the int64 ``bits``."""
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return types.float64(types.int64), codegen
 
 
 @intrinsic
@@ -64,40 +60,6 @@ def exp_f32(x):  # pragma: no cover - numba
     v = p * _bits_to_f32(np.int32(k + _F32(127.0)) << 23)
     if x < _F32(-87.0):
         v = _F32(0.0)
-    if x != x:
-        v = x
-    return v
-
-
-_LOG2E = 1.4426950408889634
-_LN2_HI = 0.6931471803691238  # ln 2 split so that k * _LN2_HI is exact for |k| < 2^20
-_LN2_LO = 1.9082149292705877e-10
-
-
-@njit(inline="always", fastmath=False)
-def exp_f64(x):  # pragma: no cover - numba
-    """exp of a float64: 2^k * p(r) with r = x - k ln 2 in [-ln2/2, ln2/2] and p the degree-10
-    Taylor polynomial (its error, r^11/11!, is below 1e-10 relative); NaN in, NaN out."""
-    c = min(max(x, -708.0), 709.0)
-    k = np.floor(c * _LOG2E + 0.5)
-    r = (c - k * _LN2_HI) - k * _LN2_LO
-    p = 2.505210838544172e-08
-    p = 2.755731922398589e-07 + r * p
-    p = 2.7557319223985893e-06 + r * p
-    p = 2.48015873015873e-05 + r * p
-    p = 1.984126984126984e-04 + r * p
-    p = 1.388888888888889e-03 + r * p
-    p = 8.333333333333333e-03 + r * p
-    p = 4.1666666666666664e-02 + r * p
-    p = 1.6666666666666666e-01 + r * p
-    p = 0.5 + r * p
-    p = 1.0 + r * p
-    p = 1.0 + r * p
-    v = p * _bits_to_f64(np.int64(k + 1023.0) << 52)
-    if x > 709.0:
-        v = np.inf
-    if x < -745.0:
-        v = 0.0
     if x != x:
         v = x
     return v

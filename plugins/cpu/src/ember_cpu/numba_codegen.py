@@ -40,7 +40,7 @@ from ember.lazy.program import Const, FusedProgram
 
 __all__ = [
     "Layout", "RowLayout", "LIBM_OPS", "NUMBA_DTYPES", "NUMBA_OPS", "NUMBA_REDUCTIONS", "KERNEL_NAME", "PARALLEL",
-    "VECTOR_F32_OPS", "compilable", "libm_bound", "source", "reduce_source",
+    "VECTOR_F32_OPS", "compilable", "float64_math", "libm_bound", "source", "reduce_source",
 ]  # fmt: skip
 
 #: generate ``parallel=True`` loops (EMBER_CPU_NUMBA_PARALLEL=1); serial by default, see above
@@ -176,7 +176,7 @@ def ember_erfc_fast_T(x):
     r = ember_erfc64(abs(np.float64(x)))
     return T(r if x >= 0 else 2.0 - r)
 """,
-    # exp of a float32 value in float64 (relative error < 3e-10, far below float32's ulp), from
+    # exp of a float32 value in float64 (relative error < 1e-14, far below float32's ulp), from
     # arithmetic and a bit cast only, so LLVM vectorises the loop around it; numba's np.exp is a
     # scalar libm call per element. Underflow flushes below 1e-307 (0 once rounded to float32)
     "sigmoid_f32": """
@@ -239,7 +239,11 @@ def ember_exp64(x):
     xc = min(max(x, -708.0), 709.0)
     k = np.floor(xc * 1.4426950408889634 + 0.5)
     r = xc - k * 0.6931471803691238 - k * 1.9082149292705877e-10
-    p = 2.48015873015873e-05
+    # degree 10 (truncation r^11/11! < 3e-13 relative): float64-grade, for attention's float64 rows
+    p = 2.505210838544172e-08
+    p = 2.755731922398589e-07 + r * p
+    p = 2.7557319223985893e-06 + r * p
+    p = 2.48015873015873e-05 + r * p
     p = 1.984126984126984e-04 + r * p
     p = 1.388888888888889e-03 + r * p
     p = 8.333333333333333e-03 + r * p
@@ -251,6 +255,8 @@ def ember_exp64(x):
     v = p * ember_f64_from_bits(np.int64(k + 1023.0) << 52)
     if x > 709.0:
         v = np.inf
+    if x < -745.0:  # below the smallest subnormal's log (-inf included): 0, not the clamp's exp(-708)
+        v = 0.0
     return v
 
 @njit(inline="always")
@@ -267,6 +273,20 @@ def ember_erfc64(a):
     p = 1.00002368 + t * p
     return t * ember_exp64(-a * a - 1.26551223 + t * p)
 """
+
+
+def float64_math() -> dict[str, object]:
+    """``ember_exp64`` and ``ember_erfc64`` compiled from the text the generated kernels embed, for
+    the backend's hand-written numba kernels (attention's softmax rows): one float64 exp for both."""
+    from llvmlite import ir  # noqa: PLC0415 - numba's, imported only where numba is
+    from numba import njit, types  # noqa: PLC0415
+    from numba.extending import intrinsic  # noqa: PLC0415
+
+    names: dict[str, object] = {"np": np, "njit": njit, "intrinsic": intrinsic, "ir": ir, "types": types}
+    exec(compile(_EXP64, "<ember_cpu.numba_codegen float64 math>", "exec"), names)  # ember's own text
+    return names
+
+
 #: helpers that call ember_exp64 (or ember_erfc64)
 _USES_EXP64 = frozenset({"erfc_fast", "sigmoid_f32", "erf_f32"})
 
