@@ -327,7 +327,9 @@ NN: tuple[OpSpec, ...] = (
             Case("causal_empty", (x((2, 6, 3)), x((2, 6, 4)), x((2, 3, 4)), x((2, 3, 3))), {"is_causal": True}),
             Case("bool_mask", (x((2, 3, 6)), x((2, 3, 4)), x((2, 5, 4)), x((2, 5, 6)), Arg((3, 5), "mask"))),
             Case("additive_mask", (x((2, 3, 6)), x((2, 3, 4)), x((2, 5, 4)), x((2, 5, 6)), x((3, 5))), {"scale": 0.3}),
-            Case("broadcast_kv", (x((2, 3, 6)), x((2, 3, 4)), x((1, 5, 4)), x((1, 5, 6)))),
+            # gk and gv sum the broadcast batch too: a backend computing in 16 bits (ember-checked's
+            # float16) rounds that sum of products of products once more (3.7% seen, 1.6% allowed before)
+            Case("broadcast_kv", (x((2, 3, 6)), x((2, 3, 4)), x((1, 5, 4)), x((1, 5, 6))), tol=2.5),
             Case(
                 "noncontig", (x((2, 3, 6)), x((2, 3, 4), "noncontig"), x((2, 5, 4), "flipped"), x((2, 5, 6), "strided"))
             ),
