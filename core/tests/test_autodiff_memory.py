@@ -136,7 +136,7 @@ def _attention_ref(q, k, v, g, scale, mask=None, causal=False):
 def test_attention_runs_over_batch_slices_with_unchanged_values(monkeypatch, masked):
     """(B, H, L, S) scores larger than q, k and v: the composite and the rule take them a batch slice
     at a time; outputs and gradients equal the whole computation's (float64 numpy reference)."""
-    from ember.ops import nn as nn_ops
+    from ember.ops import attention as nn_ops
 
     rng = np.random.default_rng(4)
     b, h, n, e = 3, 2, 12, 4

@@ -77,6 +77,7 @@ from .errors import (
 )
 from .extension import backend_extension
 from .jit import jit
+from .ops.attention import scaled_dot_product_attention
 from .ops.conv import conv, conv_transpose, fold, unfold
 from .ops.einsum import einsum
 from .ops.elementwise import (
@@ -198,7 +199,6 @@ from .ops.nn import (
     mish,
     relu,
     rms_norm,
-    scaled_dot_product_attention,
     sigmoid,
     silu,
     softmax,

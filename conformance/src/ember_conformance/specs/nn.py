@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 import ember as em
-from ember.ops.nn import attention_backward, layer_norm_backward, layer_norm_grads, softmax_backward
+from ember.ops.attention import attention_backward
+from ember.ops.nn import layer_norm_backward, layer_norm_grads, softmax_backward
 
 from ..inputs import Arg, Case, Domain
 from .base import FLOAT, OpSpec, x

@@ -18,6 +18,7 @@ from typing import Any
 from ..dtypes import finfo
 from ..errors import InvalidArgumentError, NotImplementedOpError, ShapeError
 from ..ops import nn as _nn
+from ..ops.attention import scaled_dot_product_attention as _attention
 from ..ops.conv import conv as _conv_op
 from ..ops.conv import conv_transpose as _conv_transpose_op
 from ..ops.elementwise import _tensor_arg, where
@@ -400,9 +401,7 @@ def scaled_dot_product_attention(
     scale: float | None = None,
 ) -> Tensor:
     """softmax(q k^T * scale + mask) v; a boolean ``attn_mask`` is True where attention is allowed."""
-    return _nn.scaled_dot_product_attention(
-        query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p
-    )
+    return _attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p)
 
 
 def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:

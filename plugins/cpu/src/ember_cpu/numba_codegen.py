@@ -291,7 +291,8 @@ def float64_math() -> dict[str, object]:
 
     names: dict[str, object] = {"np": np, "njit": njit, "intrinsic": intrinsic, "ir": ir, "types": types}
     text = _EXP64.replace(_DEGREE8_HEAD, _DEGREE10_HEAD, 1)
-    assert text != _EXP64, "ember_exp64's polynomial changed: update _DEGREE8_HEAD"
+    if text == _EXP64:
+        raise RuntimeError("ember_exp64's polynomial changed: update numba_codegen._DEGREE8_HEAD")
     exec(compile(text, "<ember_cpu.numba_codegen float64 math>", "exec"), names)  # ember's own text
     return names
 
