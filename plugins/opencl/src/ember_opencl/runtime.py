@@ -216,7 +216,10 @@ class Runtime:
             device=device,
             strategy="static" if device is None else None,
             sub_allocate=lambda page, offset, nbytes: page.get_sub_region(offset, nbytes),
-            sub_release=self._release,
+            # no sub_release: a view (sub-buffer) is released by pyopencl when its last Python reference
+            # dies. Released explicitly, NVIDIA's driver (580, H100) crashed in clReleaseMemObject on a
+            # step plan's views when the plan was dropped (W3, W4 at gpu sizes; PoCL did not); left to
+            # pyopencl the same runs pass (plugins/cuda/logs/h100-2026-12-06-pm/opencl-crash)
             alignment=max(int(self.device.mem_base_addr_align) // 8, 16),
         )
 
