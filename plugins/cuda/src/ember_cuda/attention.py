@@ -12,6 +12,8 @@ tile is pre-scaled by ``scale * log2(e)`` so the exponentials are ``exp2``. floa
 do). Covered: head sizes 32, 64, 96 and 128 with ``v`` of the same size, ``is_causal``, batch
 dimensions that broadcast. An explicit ``attn_mask``, float64 or other head sizes go to the
 shared kernel (``fallback``). ``CALLS`` counts the kernel's launches, so tests can tell it ran.
+Compiled with ``STATS`` (``source(head, stats=True)``), the same kernel is the backward's first
+pass (``attention_backward.py``): each row's log-sum-exp and ``dO . O`` instead of O.
 """
 
 from __future__ import annotations
