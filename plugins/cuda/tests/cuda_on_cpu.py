@@ -5,7 +5,10 @@ a per-warp buffer between two warp barriers (a lane missing from a shuffle or a 
 and the run times out). Shared memory is a heap buffer of exactly the launch's size, filled with
 NaN before every block (a read of a slot no thread wrote shows up in the result), and the
 program is built with AddressSanitizer where g++ has it, so an index past a tile or past an
-operand fails the run. Slow (a thread switch per barrier): small shapes only."""
+operand fails the run; or with ThreadSanitizer, which sees the barriers as synchronisation, so
+two threads touching a shared-memory slot with no ``__syncthreads`` between them fail it (a
+barrier taken out of the dK/dV kernel: 2 races reported). Slow (a thread switch per barrier):
+small shapes only."""
 
 from __future__ import annotations
 
@@ -130,7 +133,7 @@ def _namespace(src: str, tag: str) -> str:
 
 
 @functools.cache
-def _program(head: int, sanitize: bool) -> str:
+def _program(head: int, sanitizer: str | None) -> str:
     """The compiled program for ``head``: the stats and forward kernels and the backward's two."""
     from ember_cuda import attention, attention_backward
 
@@ -149,37 +152,46 @@ def _program(head: int, sanitize: bool) -> str:
     with open(cpp, "w") as f:
         f.write(text)
     flags = ["-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", "-ffp-contract=off"]
-    if sanitize:
-        flags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
+    if sanitizer:
+        flags += [f"-fsanitize={sanitizer}", "-fno-omit-frame-pointer"]
     done = subprocess.run(["g++", *flags, "-o", exe, cpp], capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"g++ failed:\n{done.stderr[-4000:]}")
     return exe
 
 
-def sanitizer_available() -> bool:
-    """Whether g++ links AddressSanitizer here."""
+@functools.cache
+def sanitizer_available(name: str = "address") -> bool:
+    """Whether g++ links sanitizer ``name`` (address, thread) here."""
     folder = tempfile.mkdtemp(prefix="ember-asan-")
     src = os.path.join(folder, "a.cpp")
     with open(src, "w") as f:
         f.write("int main() { return 0; }\n")
     done = subprocess.run(
-        ["g++", "-fsanitize=address", "-o", os.path.join(folder, "a"), src], capture_output=True, check=False
+        ["g++", f"-fsanitize={name}", "-o", os.path.join(folder, "a"), src], capture_output=True, check=False
     )
     return done.returncode == 0
 
 
 def run(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, *, causal: bool, scale: float, sanitize: bool = True
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    g: np.ndarray,
+    *,
+    causal: bool,
+    scale: float,
+    sanitizer: str | None = "address",
 ) -> dict[str, np.ndarray]:
     """The kernels over (batch, L, D) / (batch, S, D) float32 arrays: lse, delta, o (the
-    forward kernel's output), dq, dk, dv, each as the kernel wrote it."""
+    forward kernel's output), dq, dk, dv, each as the kernel wrote it. ``sanitizer``: address
+    or thread (when g++ has it here), or None."""
     from ember_cuda import attention_backward as ab
     from ember_cuda.attention import _LOG2E
 
     batch, L, head = q.shape
     S = k.shape[1]
-    exe = _program(head, sanitize and sanitizer_available())
+    exe = _program(head, sanitizer if sanitizer and sanitizer_available(sanitizer) else None)
     sizes = ab.shared_bytes(head)
     t = ab.tiles(head)
     with tempfile.TemporaryDirectory(prefix="ember-attn-") as folder:
@@ -188,7 +200,7 @@ def run(
         args = [exe, folder, str(batch), str(L), str(S), str(int(causal)), repr(float(scale))]
         args += [repr(float(np.float32(scale * _LOG2E))), str(sizes["stats"]), str(sizes["dkdv"]), str(sizes["dq"])]
         args += [str(t["dkdv"][0]), str(t["dq"][0])]
-        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", TSAN_OPTIONS="halt_on_error=1")
         done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False, env=env)
         if done.returncode:
             raise RuntimeError(f"the kernels failed on the CPU ({done.returncode}):\n{done.stderr[-4000:]}")

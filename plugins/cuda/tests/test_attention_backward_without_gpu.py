@@ -181,6 +181,18 @@ def test_the_cuda_kernels_run_on_the_cpu_match_float64(batch, L, S, head, causal
     np.testing.assert_allclose(s, want, rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.skipif(
+    not (cuda_on_cpu.available() and cuda_on_cpu.sanitizer_available("thread")),
+    reason="g++ with ThreadSanitizer is not installed (it builds the kernels for the CPU)",
+)
+@pytest.mark.parametrize(("L", "S", "head", "causal"), [(70, 90, 64, True), (100, 37, 128, False)])
+def test_the_cuda_kernels_have_no_shared_memory_race(L, S, head, causal) -> None:  # noqa: ANN001
+    """Every shared-memory slot one thread writes and another reads has a __syncthreads between."""
+    q, k, v, g = _operands(1, L, S, head)
+    got = cuda_on_cpu.run(q, k, v, g, causal=causal, scale=0.125, sanitizer="thread")
+    assert np.isfinite(got["dq"]).all()
+
+
 def _numpy_softmax(s: np.ndarray, *, axis: int) -> np.ndarray:
     mx = s.max(axis, keepdims=True)
     e = np.exp(s - np.where(np.isinf(mx), 0, mx))
