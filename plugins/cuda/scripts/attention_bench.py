@@ -69,12 +69,11 @@ def main() -> None:
         "chunked": chunked(g, q, k, v, is_causal=causal, scale=scale),
     }
     try:
-        from benchmarks.peers import import_peer
-
-        torch = import_peer("torch")
+        import torch
     except ImportError:
         print("torch is not installed: no comparison with it")
         return
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 stays float32, as ember's (benchmarks/peers.py)
     tq, tk, tv = (torch.from_dlpack(a).requires_grad_(True) for a in (q, k, v))
     tg = torch.from_dlpack(g)
     sdpa = torch.nn.functional.scaled_dot_product_attention
