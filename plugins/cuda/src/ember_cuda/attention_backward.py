@@ -367,10 +367,11 @@ def chunked_backward(cp: Any, softmax: Callable[..., Any], softmax_backward: Cal
             keep = cp.arange(S)[None, :] <= cp.arange(L)[:, None] + (S - L)
         empty_rows = mk is not None or (is_causal and L > S)  # only then can a row see no key
         step = max(1, SCORE_BUDGET // (L * S))
+        sc = work(scale)
         for idx in _blocks(whole, step):
-            qi, ki, vi, gi = qb[idx], kb[idx], vb[idx], gb[idx]
+            # the scale goes on q (L x E), not on the (L x S) scores: gk = gs^T (q * scale), gq = (gs k) * scale
+            qi, ki, vi, gi = qb[idx] * sc, kb[idx], vb[idx], gb[idx]
             s = cp.matmul(qi, cp.swapaxes(ki, -1, -2))
-            s *= work(scale)
             if keep is not None:
                 s = cp.where(keep, s, -cp.inf)
             if mk is not None:
@@ -382,19 +383,25 @@ def chunked_backward(cp: Any, softmax: Callable[..., Any], softmax_backward: Cal
             cp.matmul(cp.swapaxes(p, -1, -2), gi, out=gv[idx])
             gs = softmax_backward(p, cp.matmul(gi, cp.swapaxes(vi, -1, -2)), axis=-1)
             del p
-            gs *= work(scale)
-            cp.matmul(gs, ki, out=gq[idx])
+            gqi = gq[idx]  # a view: the product lands in the packed result
+            cp.matmul(gs, ki, out=gqi)
+            gqi *= sc
             cp.matmul(cp.swapaxes(gs, -1, -2), qi, out=gk[idx])
         return packed.astype(out_dtype, copy=False)
 
     return run
 
 
-def flash_attention_backward(cp: Any, table: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
+def flash_attention_backward(
+    cp: Any, table: dict[str, Callable[..., Any]], *, chunked: bool = False
+) -> Callable[..., Any]:
     """``scaled_dot_product_attention_backward`` over CuPy arrays: the three kernels where they
-    apply, :func:`chunked_backward` (with ``table``'s softmax row kernels) elsewhere."""
+    apply, :func:`chunked_backward` (with ``table``'s softmax row kernels) elsewhere, or
+    everywhere with ``chunked`` (to compare the two on one workload)."""
     compiled: dict[tuple[str, int], Any] = {}
     fallback = chunked_backward(cp, table["softmax"], table["softmax_backward"])
+    if chunked:
+        return fallback
     computed = {np.dtype(np.float32), np.dtype(np.float16)}
     try:
         import ml_dtypes

@@ -143,7 +143,7 @@ class CudaBackend(Backend):
             "scaled_dot_product_attention_backward": "flash-style: a stats pass (log-sum-exp, delta), a dK/dV kernel "
             "per key tile and a dQ kernel per query tile (deterministic, no atomics, no score tensor; the forward's "
             "cases); a mask, float64 or other head sizes: cuBLAS over batch slices with the row kernels; "
-            "EMBER_CUDA_FLASH_BACKWARD=0: autodiff's composite rule",
+            "EMBER_CUDA_FLASH_BACKWARD=0: autodiff's composite rule, =chunked: the cuBLAS path throughout",
             "softmax": "one warp per row along the last axis (softmax, log_softmax, softmax_backward); other axes "
             "through CuPy",
             "dequant_matmul": "NF4 decoded by a kernel of its own, then cuBLAS; int8 scales the product",
@@ -167,8 +167,13 @@ class CudaBackend(Backend):
         table["sum"] = self._sum(table["sum"])
         table.update(conv_kernels(cp, table))
         table["scaled_dot_product_attention"] = flash_attention(cp, table["scaled_dot_product_attention"])
-        if os.environ.get("EMBER_CUDA_FLASH_BACKWARD", "") != "0":  # 0: autodiff's composite rule (to compare)
-            table["scaled_dot_product_attention_backward"] = flash_attention_backward(cp, table)
+        # EMBER_CUDA_FLASH_BACKWARD: 0 leaves attention's backward to autodiff's composite rule,
+        # "chunked" runs cuBLAS over batch slices for every case (each to compare with the kernels)
+        backward = os.environ.get("EMBER_CUDA_FLASH_BACKWARD", "1")
+        if backward != "0":
+            table["scaled_dot_product_attention_backward"] = flash_attention_backward(
+                cp, table, chunked=backward == "chunked"
+            )
         multi = self.device_count() > 1
         return {op: self._guard(op, fn, multi) for op, fn in table.items()}
 
