@@ -136,3 +136,20 @@ def test_other_head_sizes_and_float64_take_the_chunked_fallback() -> None:
         assert attention.CALLS[CHUNKED] == chunked + 1
         tol = 1e-10 if dtype == np.float64 else 3e-5
         _check(got, reference(q, k, v, g, True, 1 / np.sqrt(head)), rtol=1e-4, atol=tol)
+
+
+def test_the_chunked_path_agrees_with_the_kernels() -> None:
+    """EMBER_CUDA_FLASH_BACKWARD=chunked's path (cuBLAS over batch slices) on the kernels' own case."""
+    from ember_cuda.attention_backward import flash_attention_backward
+
+    backend = em.Device.cuda(0).backend
+    cp = backend.cp
+    table = {op: backend.implementation(op) for op in ("softmax", "softmax_backward")}
+    flash = flash_attention_backward(cp, table)
+    chunked = flash_attention_backward(cp, table, chunked=True)
+    q, k, v, g = (cp.asarray(a) for a in _operands((2, 4), (2, 4), 130, 130, 64))
+    before = attention.CALLS[CHUNKED]
+    a = flash(g, q, k, v, is_causal=True, scale=0.125)
+    b = chunked(g, q, k, v, is_causal=True, scale=0.125)
+    assert attention.CALLS[CHUNKED] == before + 1
+    np.testing.assert_allclose(cp.asnumpy(a), cp.asnumpy(b), rtol=1e-4, atol=3e-5)
