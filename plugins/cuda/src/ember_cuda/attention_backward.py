@@ -17,8 +17,9 @@ in a fixed order, so a run gives the same bits every time (and no zeroed buffer,
 traffic), at the price of the two recomputed products of the dq pass.
 
 Scores are computed from q pre-scaled by ``scale * log2(e)`` in the forward kernel's order (the
-same ``fmaf`` chain over the head), so the recomputed ``P`` is the forward's, bit for bit; float32
-throughout, float16/bfloat16 computed in float32. Causal masking (key n visible to query r
+same ``fmaf`` chain over the head), so the recomputed scores are the stats pass's, bit for bit,
+and ``P = exp2(s - lse)`` sums to 1 over a row up to rounding; float32 throughout,
+float16/bfloat16 computed in float32. Causal masking (key n visible to query r
 when ``n <= r + S - L``) skips the tiles nobody sees; rows that see no key get lse = +inf and
 zero gradients. The kernels cover the forward kernel's cases (head sizes 32/64/96/128, v of the
 same size, no explicit mask); the rest (a mask, float64, other head sizes) runs
