@@ -63,6 +63,7 @@ def main() -> None:
         ms = gpu_ms(fn)
         print(f"attention fwd+bwd {name:36s} {ms:7.3f} ms  {flops / ms / 1e9:6.1f} TFLOP/s")
     assert attention.CALLS["scaled_dot_product_attention_backward"] > before, "the flash backward did not run"
+    kernel_breakdown(cp, gpu_ms, q, k, v, g, causal, scale)
     n = B * H * L * HEAD
     ours = {
         "flash": flash(g, q, k, v, is_causal=causal, scale=scale),
@@ -101,6 +102,51 @@ def main() -> None:
         ]
         print(f"attention {label} backward vs torch: max abs difference dq {diffs[0]:.2e} dk {diffs[1]:.2e} "
               f"dv {diffs[2]:.2e}")  # fmt: skip
+
+
+def kernel_breakdown(cp, gpu_ms, q, k, v, g, causal: bool, scale: float) -> None:  # noqa: ANN001
+    """Each of the flash backward's three kernels alone (launched as attention_backward.py does)."""
+    import numpy as np
+    from ember_cuda import attention_backward as ab
+    from ember_cuda.attention import _LOG2E, kernel_name
+    from ember_cuda.attention import source as stats_source
+
+    batch = B * H
+    sizes, bn, bm = ab.shared_bytes(HEAD), ab.tiles(HEAD)["dkdv"][0], ab.tiles(HEAD)["dq"][0]
+    lse, delta = cp.empty(batch * L, cp.float32), cp.empty(batch * L, cp.float32)
+    gq, gk, gv = (cp.empty_like(q) for _ in range(3))
+    common = (np.int32(L), np.int32(L))
+    qscale, flags = np.float32(scale * _LOG2E), (np.int32(causal), np.int32(0))
+    kernels = {}
+    for which, src, name in (
+        ("stats", stats_source(HEAD, stats=True), kernel_name(HEAD, stats=True)),
+        ("dkdv", ab.source(HEAD), f"ember_flash_attention_dkdv_d{HEAD}"),
+        ("dq", ab.source(HEAD), f"ember_flash_attention_dq_d{HEAD}"),
+    ):
+        kernels[which] = cp.RawKernel(src, name)
+        kernels[which].max_dynamic_shared_size_bytes = sizes[which]
+    t64, tkv, tq = -(-L // 64), -(-L // bn), -(-L // bm)
+    launches = {
+        "stats": lambda: kernels["stats"](
+            (batch * t64,), (128,), (q, k, v, g, lse, delta, *common, np.int32(t64), qscale, *flags),
+            shared_mem=sizes["stats"],
+        ),
+        "dkdv": lambda: kernels["dkdv"](
+            (batch * tkv,), (128,),
+            (q, k, v, g, lse, delta, gk, gv, *common, np.int32(tkv), qscale, np.float32(1 / _LOG2E), *flags),
+            shared_mem=sizes["dkdv"],
+        ),
+        "dq": lambda: kernels["dq"](
+            (batch * tq,), (128,),
+            (q, k, v, g, lse, delta, gq, *common, np.int32(tq), qscale, np.float32(scale), *flags),
+            shared_mem=sizes["dq"],
+        ),
+    }  # fmt: skip
+    products = {"stats": 2, "dkdv": 4, "dq": 3}  # (L x S x D) products each kernel computes
+    for which, fn in launches.items():
+        ms = gpu_ms(fn)
+        flops = 2 * products[which] * batch * L * L * HEAD / (2 if causal else 1)
+        print(f"attention backward kernel {which:5s} {ms:7.3f} ms  {flops / ms / 1e9:6.1f} TFLOP/s")
 
 
 if __name__ == "__main__":
