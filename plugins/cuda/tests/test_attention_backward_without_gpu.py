@@ -244,3 +244,94 @@ def test_the_chunked_fallback_matches_float64(qshape, kshape, mask, causal, dtyp
     tol = 2e-2 if dtype == np.float16 else 1e-5
     for name, a, w in zip(("dq", "dk", "dv"), parts, want):
         np.testing.assert_allclose(a, np.broadcast_to(w, a.shape), rtol=tol, atol=tol, err_msg=name)
+
+
+class _Array(np.ndarray):
+    """numpy standing in for a CuPy array: ``.data.ptr`` is its address."""
+
+    @property
+    def data(self):  # noqa: ANN201
+        from types import SimpleNamespace
+
+        return SimpleNamespace(ptr=self.ctypes.data)
+
+
+def _signature(source: str, name: str) -> list[str]:
+    """The kinds (pointer, int, float) of kernel ``name``'s parameters, after the preprocessor."""
+    import re
+    import subprocess
+
+    text = subprocess.run(["g++", "-E", "-P", "-x", "c++", "-"], input=source, capture_output=True, text=True).stdout
+    params = text[text.index(name + "(") + len(name) + 1 :].split(")")[0]
+    kinds = []
+    for p in params.split(","):
+        kinds.append("pointer" if "*" in p else "int" if re.search(r"\bint\b", p) else "float")
+    return kinds
+
+
+class _FakeCupy:
+    """Enough of CuPy over numpy for ``flash_attention_backward``'s launches: each RawKernel call
+    is checked against the kernel's CUDA signature and recorded, not run."""
+
+    float32, float16, float64, bool_ = np.float32, np.float16, np.float64, np.bool_
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[str, tuple, tuple, int]] = []
+        fake = self
+
+        class RawKernel:
+            def __init__(self, source: str, name: str) -> None:
+                self.kinds, self.name = _signature(source, name), name
+                self.max_dynamic_shared_size_bytes = 0
+
+            def __call__(self, grid, block, args, shared_mem=0) -> None:  # noqa: ANN001
+                assert len(args) == len(self.kinds), (self.name, len(args), self.kinds)
+                for a, kind in zip(args, self.kinds):
+                    want = {"pointer": _Array, "int": np.int32, "float": np.float32}[kind]
+                    assert isinstance(a, want), (self.name, kind, type(a))
+                    if kind == "pointer":
+                        assert a.flags.c_contiguous and a.dtype == np.float32 and a.ctypes.data % 16 == 0
+                assert block == (128,) and 0 < shared_mem <= self.max_dynamic_shared_size_bytes
+                fake.launches.append((self.name, grid, args, shared_mem))
+
+        self.RawKernel = RawKernel
+
+    def broadcast_to(self, a, shape):  # noqa: ANN001, ANN201
+        return np.broadcast_to(a, shape).view(_Array)
+
+    def ascontiguousarray(self, a):  # noqa: ANN001, ANN201
+        return np.ascontiguousarray(a).view(_Array)
+
+    def empty(self, n, dtype):  # noqa: ANN001, ANN201
+        return np.zeros(n, dtype).view(_Array)
+
+
+@pytest.mark.skipif(not cuda_on_cpu.available(), reason="g++ is not installed (its preprocessor reads the signatures)")
+@pytest.mark.parametrize(("qlead", "klead", "L", "S", "head", "dtype"), [
+    ((2, 3), (1, 3), 70, 90, 64, np.float32),
+    ((), (), 130, 33, 128, np.float16),
+    ((4,), (4,), 1, 200, 32, np.float32),
+])  # fmt: skip
+def test_the_launches_match_the_kernels_signatures(qlead, klead, L, S, head, dtype) -> None:  # noqa: ANN001
+    """Each launch passes as many arguments as its kernel takes, of the kinds it declares
+    (contiguous, 16-byte-aligned float32 arrays for the pointers), a grid of one block per tile
+    and no more shared memory than the kernel was allowed; the result has the packed size."""
+    fake = _FakeCupy()
+    run = attention_backward.flash_attention_backward(fake, {"softmax": None, "softmax_backward": None})
+    batch = int(np.prod(np.broadcast_shapes(qlead, klead)))
+    q = np.zeros(qlead + (L, head), dtype)
+    k = np.zeros(klead + (S, head), dtype)
+    g = np.zeros(np.broadcast_shapes(qlead, klead) + (L, head), dtype)
+    out = run(g, q, k, k, is_causal=True, scale=0.5)
+    assert out.shape == (batch * (L + 2 * S) * head,) and out.dtype == dtype
+    names = [n for n, *_ in fake.launches]
+    assert names == [f"ember_flash_attention_{w}_d{head}" for w in ("stats", "dkdv", "dq")]
+    bn, bm = attention_backward.tiles(head)["dkdv"][0], attention_backward.tiles(head)["dq"][0]
+    assert [grid for _, grid, *_ in fake.launches] == [
+        (batch * -(-L // 64),),
+        (batch * -(-S // bn),),
+        (batch * -(-L // bm),),
+    ]
+    stats, dkdv, dq = (args for _, _, args, _ in fake.launches)
+    assert stats[4] is dkdv[4] is dq[4] and stats[5] is dkdv[5] is dq[5]  # lse and delta flow from the stats pass
+    assert dkdv[6].size == dkdv[7].size == batch * S * head and dq[6].size == batch * L * head
