@@ -1,9 +1,10 @@
 """The flash attention backward (``attention_backward.py``) checked without a GPU (CI has none):
 its sources compile under NVRTC as CuPy would compile them; its blocked algorithm, written once
 more in numpy with the kernels' tiles, lse/delta pass and causal rule, matches float64; the
-CUDA source itself, run on the CPU by g++ (``cuda_on_cpu.py``), matches float64; and the
-chunked fallback (masks, float64, other head sizes) matches it, run over numpy as its array
-module. ``test_cuda_attention_backward.py`` runs the kernels on a GPU."""
+CUDA source itself, run on the CPU by g++ (``cuda_on_cpu.py``, under AddressSanitizer and
+ThreadSanitizer), matches float64; the Python side's launches match the kernels' signatures
+(a stand-in CuPy); and the chunked fallback (masks, float64, other head sizes) matches float64,
+run over numpy as its array module. ``test_cuda_attention_backward.py`` runs the kernels on a GPU."""
 
 from __future__ import annotations
 
