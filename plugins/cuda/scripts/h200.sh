@@ -4,13 +4,13 @@
 # no network, so ember is installed from source without dependencies; scikit-learn (for the
 # digits data) comes as carried wheels in .whl (see the device README).
 # Usage, from the repository root:  bash plugins/cuda/scripts/h200.sh
-#   STEPS="tests conformance train profile bench w6 onnx" (default: tests conformance train bench w6),
+#   STEPS="tests conformance train profile attention bench w6 onnx" (default: tests conformance train bench w6),
 #   CONFORMANCE_S (default 420, per fusion mode), SHARDS (default 6), FUSION_MODES (default "1 0": the
 #   conformance suite once with EMBER_FUSION=1, the lazy layer's fused kernels, and once eager),
 #   BENCH_WORKLOADS (default "W1 W2 W3 W4 W5 W6"), WARM=1 to keep CuPy's kernel cache between calls,
 #   CONFORMANCE_ARGS (more pytest arguments, e.g. --ember-dtypes=complex64,complex128).
 # Writes to $OUT: summary.txt, env.txt, tests.log, conformance.log (every shard of every fusion
-# mode), train.log, profile.txt, bench.txt, bench.json, w6.txt (W6 fused and unfused), onnx.log.
+# mode), train.log, profile.txt, attention.txt, bench.txt, bench.json, w6.txt (W6 fused and unfused), onnx.log.
 set -u
 OUT=${OUT:-/tmp/ember-cuda-h200}
 STEPS=${STEPS:-tests conformance train bench w6}
@@ -67,6 +67,10 @@ for step in $STEPS; do
   profile)
     timeout 300 $PY plugins/cuda/scripts/profile_cuda.py ${PROFILE_WORKLOADS:-} >"$OUT/profile.txt" 2>&1
     note "profile: exit $? after $((SECONDS - start)) s" ;;
+  attention)
+    { timeout 120 $PY plugins/cuda/scripts/attention_bench.py; timeout 120 $PY plugins/cuda/scripts/attention_bench.py --causal; } \
+      >"$OUT/attention.txt" 2>&1
+    note "attention fwd+bwd at W4's shape: exit $? after $((SECONDS - start)) s; $(grep -c ' ms ' "$OUT/attention.txt") timings" ;;
   bench)
     timeout 420 $PY -m benchmarks ${BENCH_WORKLOADS:-W1 W2 W3 W4 W5 W6} --device cuda:0 --peers torch,cupy \
       --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1

@@ -12,6 +12,8 @@ tile is pre-scaled by ``scale * log2(e)`` so the exponentials are ``exp2``. floa
 do). Covered: head sizes 32, 64, 96 and 128 with ``v`` of the same size, ``is_causal``, batch
 dimensions that broadcast. An explicit ``attn_mask``, float64 or other head sizes go to the
 shared kernel (``fallback``). ``CALLS`` counts the kernel's launches, so tests can tell it ran.
+Compiled with ``STATS`` (``source(head, stats=True)``), the same kernel is the backward's first
+pass (``attention_backward.py``): each row's log-sum-exp and ``dO . O`` instead of O.
 """
 
 from __future__ import annotations
@@ -41,9 +43,17 @@ _SOURCE = r"""
 #define KS (BN + 4)
 #define DJ (D / 32)
 #define NEG_INF __int_as_float(0xff800000)  // NVRTC has no math.h, so no INFINITY
+#define STATS {STATS}
+// STATS 1: the backward's first pass (attention_backward.py): instead of O, each query row's
+// log-sum-exp (log2 units, of the pre-scaled scores) and delta = sum_j P_ij (dO_i . V_j) = dO_i . O_i
 extern "C" __global__ void __launch_bounds__(128)
-ember_flash_attention_d{D}(const float* __restrict__ Q, const float* __restrict__ K, const float* __restrict__ V,
-                         float* __restrict__ O, const int L, const int S, const int tiles,
+{NAME}(const float* __restrict__ Q, const float* __restrict__ K, const float* __restrict__ V,
+#if STATS
+                         const float* __restrict__ G, float* __restrict__ LSE, float* __restrict__ DELTA,
+#else
+                         float* __restrict__ O,
+#endif
+                         const int L, const int S, const int tiles,
                          const float qscale, const int causal, const int offset) {{
     extern __shared__ float4 smem4[];
     float* smem = (float*)smem4;
@@ -159,6 +169,31 @@ ember_flash_attention_d{D}(const float* __restrict__ Q, const float* __restrict_
             }}
         }}
     }}
+#if STATS
+    const float* Gb = G + b * (long long)L * D;
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {{
+        const int r = q0 + 4 * ty + i;
+        float dot = 0.f;
+        if (r < L) {{
+            #pragma unroll
+            for (int jj = 0; jj < DJ; ++jj) {{
+                const float4 gg = *(const float4*)(Gb + (long long)r * D + 32 * jj + 4 * tx);
+                dot = fmaf(gg.x, o[i][4 * jj], dot); dot = fmaf(gg.y, o[i][4 * jj + 1], dot);
+                dot = fmaf(gg.z, o[i][4 * jj + 2], dot); dot = fmaf(gg.w, o[i][4 * jj + 3], dot);
+            }}
+        }}
+        // the row's 8 threads (tx) sum their columns; every lane shuffles (no divergence around it)
+        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+        if (r < L && tx == 0) {{
+            const bool seen = lrow[i] > 0.f;  // a row that sees no key: lse = +inf (P = 0), delta = 0
+            LSE[b * (long long)L + r] = seen ? mrow[i] + log2f(lrow[i]) : -NEG_INF;
+            DELTA[b * (long long)L + r] = seen ? dot / lrow[i] : 0.f;
+        }}
+    }}
+#else
     float* Ob = O + b * (long long)L * D;
     #pragma unroll
     for (int i = 0; i < 4; ++i) {{
@@ -170,13 +205,20 @@ ember_flash_attention_d{D}(const float* __restrict__ Q, const float* __restrict_
             *(float4*)(Ob + (long long)r * D + 32 * jj + 4 * tx) = make_float4(
                 o[i][4 * jj] * inv, o[i][4 * jj + 1] * inv, o[i][4 * jj + 2] * inv, o[i][4 * jj + 3] * inv);
     }}
+#endif
 }}
 """
 
 
-def source(head: int) -> str:
-    """The kernel's CUDA source for head size ``head`` (compile-checked by the tests with nvcc)."""
-    return _SOURCE.format(D=head)
+def source(head: int, stats: bool = False) -> str:
+    """The kernel's CUDA source for head size ``head`` (compile-checked by the tests with nvcc);
+    ``stats``: the backward's first pass, writing each row's log-sum-exp and delta instead of O."""
+    return _SOURCE.format(D=head, STATS=int(stats), NAME=kernel_name(head, stats))
+
+
+def kernel_name(head: int, stats: bool = False) -> str:
+    """The kernel's entry point in :func:`source`."""
+    return f"ember_flash_attention_{'stats_' if stats else ''}d{head}"
 
 
 def shared_bytes(head: int) -> int:
@@ -198,7 +240,7 @@ def flash_attention(cp: Any, fallback: Callable[..., Any]) -> Callable[..., Any]
     def kernel(head: int) -> Any:
         k = compiled.get(head)
         if k is None:
-            k = cp.RawKernel(source(head), f"ember_flash_attention_d{head}")
+            k = cp.RawKernel(source(head), kernel_name(head))
             k.max_dynamic_shared_size_bytes = shared_bytes(head)
             compiled[head] = k
         return k

@@ -30,6 +30,7 @@ from ember.memory import MemoryStats, measured_stats
 
 from . import graphs, philox, runtime
 from .attention import flash_attention
+from .attention_backward import flash_attention_backward
 from .blas import blas_kernels
 from .codegen import FUSION_OPS
 from .conv import conv_kernels
@@ -139,6 +140,10 @@ class CudaBackend(Backend):
             "float16/bfloat16": "stored natively; heavy ops compute in float32 and round back",
             "scaled_dot_product_attention": "a flash-style tiled kernel (float32 compute, head sizes 32/64/96/128, "
             "no explicit mask); other cases through the shared kernel",
+            "scaled_dot_product_attention_backward": "flash-style: a stats pass (log-sum-exp, delta), a dK/dV kernel "
+            "per key tile and a dQ kernel per query tile (deterministic, no atomics, no score tensor; the forward's "
+            "cases); a mask, float64 or other head sizes: cuBLAS over batch slices with the row kernels; "
+            "EMBER_CUDA_FLASH_BACKWARD=0: autodiff's composite rule, =chunked: the cuBLAS path throughout",
             "softmax": "one warp per row along the last axis (softmax, log_softmax, softmax_backward); other axes "
             "through CuPy",
             "dequant_matmul": "NF4 decoded by a kernel of its own, then cuBLAS; int8 scales the product",
@@ -162,6 +167,13 @@ class CudaBackend(Backend):
         table["sum"] = self._sum(table["sum"])
         table.update(conv_kernels(cp, table))
         table["scaled_dot_product_attention"] = flash_attention(cp, table["scaled_dot_product_attention"])
+        # EMBER_CUDA_FLASH_BACKWARD: 0 leaves attention's backward to autodiff's composite rule,
+        # "chunked" runs cuBLAS over batch slices for every case (each to compare with the kernels)
+        backward = os.environ.get("EMBER_CUDA_FLASH_BACKWARD", "1")
+        if backward != "0":
+            table["scaled_dot_product_attention_backward"] = flash_attention_backward(
+                cp, table, chunked=backward == "chunked"
+            )
         multi = self.device_count() > 1
         return {op: self._guard(op, fn, multi) for op, fn in table.items()}
 
