@@ -205,3 +205,35 @@ def test_lazy_bool_and_cast_chain(lazy_dev):
     counted = em.where(mask, tx, -tx).astype(em.float16)
     np.testing.assert_array_equal(mask.numpy(), (x > 0) & (x < 1))
     np.testing.assert_array_equal(counted.numpy(), np.where((x > 0) & (x < 1), x, -x).astype(np.float16))
+
+
+def test_sync_frees_the_operands_of_a_step_output_whose_loss_sum_was_dropped(dev):
+    """W4's shape of step: ``out = x1 + (h @ w + b)``, then ``out.sum().backward()``. The deferred
+    sum dies unread; synchronize() still computes ``out`` (a tensor holds it) and so drops the
+    matmul result and ``x1`` it reads, instead of holding them into the next step (at W4's GPU
+    size that broke the device pool's step plan: 38 driver allocations a step)."""
+    import gc
+    import weakref
+
+    adev = dev.autodiff()
+    with lazy.fusion(True, adev):
+        h = RNG.standard_normal((4, 8, 16)).astype(np.float32)
+        w = RNG.standard_normal((16, 16)).astype(np.float32)
+        b = RNG.standard_normal(16).astype(np.float32)
+        th = em.tensor(h, device=adev)
+        tw = em.tensor(w, device=adev).requires_grad_()
+        tb = em.tensor(b, device=adev).requires_grad_()
+        x1 = th * 2.0 + 1.0
+        prod = th @ tw
+        product = weakref.ref(prod._data if not isinstance(prod._data, lazy.LazyBuffer) else prod._data.realize())
+        out = x1 + (prod + tb)
+        del prod, x1
+        out.sum().backward()
+        adev.synchronize()
+        gc.collect()
+        assert out._data.real is not None, "a step output a tensor holds stayed pending through synchronize()"
+        assert product() is None, "the matmul result the output reads outlived synchronize()"
+        h64 = h.astype(np.float64)
+        expected = h64 * 2.0 + 1.0 + (h64 @ w + b)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(tb.grad.numpy(), np.full(16, 32.0), rtol=1e-6)

@@ -368,6 +368,7 @@ class Lazy:
         """Realize every pending value that something outside the lazy graph still holds."""
         live = [n for r in self.pending if (n := r()) is not None and n.real is None]
         self.pending = []
+        _recount_uses(live)
         held = _held(live)
         del live
         for node in reversed(held):  # the latest first: earlier ones join its kernel as outputs
@@ -500,6 +501,20 @@ def _held(nodes: list[LazyBuffer], extra: int = 0) -> list[LazyBuffer]:
     """
     base = _BASE + extra
     return [n for n in nodes if sys.getrefcount(n) - base > n.uses]
+
+
+def _recount_uses(live: list[LazyBuffer]) -> None:
+    """Set each node's ``uses`` to the unrealized nodes in ``live`` (every one still alive) that
+    hold it. A consumer that died unrealized (the loss's ``sum``, which backward never reads)
+    never gave its use back, so its operand looked held by nothing but the graph: it stayed
+    pending through a sync, keeping its region's inputs (whole activations) alive into the next
+    step, where the device pool's step plan counted them as memory outside the step."""
+    for n in live:
+        n.uses = 0
+    for n in live:
+        for a in n.args:
+            if type(a) is LazyBuffer and a.real is None:
+                a.uses += 1
 
 
 def _calibrate() -> int:
