@@ -58,6 +58,20 @@ def _build_threads() -> int:
         ) from None
 
 
+def _sub_buffers(platform: Any) -> bool:
+    """Whether the adaptive pool carves blocks out of larger buffers (sub-buffers) on this platform:
+    ``EMBER_OPENCL_SUB_BUFFERS=1/0``; unset, everywhere but NVIDIA's. NVIDIA's driver (580.159, an H100)
+    crashed in clReleaseMemObject on the views of a dropped step plan's arena, released explicitly or
+    by pyopencl when the view died (W3, W4 at gpu sizes: plugins/cuda/logs/h100-2026-12-06-pm/
+    opencl-crash); without sub-buffers the same runs pass, at a cost in step time (W3 1.71x static's)."""
+    value = os.environ.get("EMBER_OPENCL_SUB_BUFFERS", "").strip()
+    if value in ("0", "1"):
+        return value == "1"
+    if value:
+        raise InvalidArgumentError(f"EMBER_OPENCL_SUB_BUFFERS must be 1 or 0 (unset: on but for NVIDIA), not {value!r}")
+    return "NVIDIA" not in platform.name.upper()
+
+
 #: threads building programs in the background (EMBER_OPENCL_BUILD_THREADS). 0, the default: each
 #: program builds on the calling thread when its kernel is asked for. Opt-in until measured on a GPU:
 #: PoCL compiles one program at a time (more threads were no faster, benchmarks.cold_start --probe),
@@ -166,6 +180,8 @@ class Runtime:
         with driver_errors("creating the context and queue", self.label):
             self.context = cl.Context([device])
             self._queue = cl.CommandQueue(self.context, device)
+        #: whether the pool may carve blocks out of larger buffers (see :func:`_sub_buffers`)
+        self.sub_buffers = _sub_buffers(platform)
         self.fp64 = _has(device, "cl_khr_fp64")
         self.fp16 = _has(device, "cl_khr_fp16")
         self.atomics64 = _has(device, "cl_khr_int64_base_atomics")
@@ -215,11 +231,10 @@ class Runtime:
             max_class=self.max_alloc,
             device=device,
             strategy="static" if device is None else None,
-            sub_allocate=lambda page, offset, nbytes: page.get_sub_region(offset, nbytes),
-            # no sub_release: a view (sub-buffer) is released by pyopencl when its last Python reference
-            # dies. Released explicitly, NVIDIA's driver (580, H100) crashed in clReleaseMemObject on a
-            # step plan's views when the plan was dropped (W3, W4 at gpu sizes; PoCL did not); left to
-            # pyopencl the same runs pass (plugins/cuda/logs/h100-2026-12-06-pm/opencl-crash)
+            sub_allocate=(lambda page, offset, nbytes: page.get_sub_region(offset, nbytes))
+            if self.sub_buffers
+            else None,
+            sub_release=self._release,
             alignment=max(int(self.device.mem_base_addr_align) // 8, 16),
         )
 
