@@ -148,16 +148,42 @@ class _Plan:
 
     def keep_slots(self, keep: list[int]) -> None:
         """Whole buffers: keep only the slots ``keep`` (renumbered in that order); the other slots'
-        positions are no longer planned."""
+        positions move into a kept slot at least their size that is free over their lifetime (largest
+        first), else are no longer planned."""
         index = {k: i for i, k in enumerate(keep)}
+        members: list[list[int]] = [[] for _ in keep]
+        dropped = []
         for j, k in enumerate(self.offsets):
-            if k is not None and index.get(k) is None:
-                self.offsets[j] = None
+            if k is None:
+                continue
+            i = self.offsets[j] = index.get(k)
+            if i is None:
+                dropped.append(j)
                 self.masks[j] = 0
                 self.overlaps[j] = ()
-            elif k is not None:
-                self.offsets[j] = index[k]
+            else:
+                members[i].append(j)
         self.slots = [self.slots[k] for k in keep]
+        p = self.period
+        for j in sorted(dropped, key=lambda j: (-self.sizes[j], j)):  # into a kept slot free over its lifetime
+            life = self.lives[j]
+            fits = [
+                i
+                for i in range(len(keep))
+                if self.slots[i] >= self.sizes[j]
+                and all((s - j) % p >= life and (j - s) % p >= self.lives[s] for s in members[i])
+            ]
+            if fits:
+                i = min(fits, key=lambda i: (self.slots[i], i))
+                members[i].append(j)
+                self.offsets[j] = i
+        for group in members:
+            mask = 0
+            for j in group:
+                mask |= 1 << j
+            for j in group:
+                self.masks[j] = mask
+                self.overlaps[j] = tuple(i for i in group if i != j)
         self.extent = sum(self.slots)
         self.planned = sum(k is not None for k in self.offsets)
 
@@ -535,6 +561,18 @@ class _Planner(Generic[Raw]):
         self._arena = arena
         self._active = True
         self._first_lap = True
+
+    def _slots_idle(self) -> int:
+        """Bytes of a whole-buffer plan's slots not holding a live block now (the arena's idle part)."""
+        arena, plan = self._arena, self._plan
+        if arena is None or plan is None:
+            return 0
+        used, live, sizes = 0, arena.live, plan.sizes
+        while live:
+            low = live & -live
+            used += sizes[low.bit_length() - 1]
+            live ^= low
+        return arena.size - used
 
     def _trim_to(self, more: int) -> None:
         """Release cached buffers until ``more`` bytes fit within adaptive's headroom over the peak in use."""
