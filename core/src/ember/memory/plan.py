@@ -1,4 +1,4 @@
-"""adaptive's step plan (where the backend can address an offset in a buffer): a training loop asks
+"""adaptive's step plan: a training loop asks
 for the same sizes in the same order every step, and frees them at the same points. The pool
 records the sizes it is asked for and when each block dies; once the last period of requests
 repeats the one before it (two identical steps), it places every block of a step that dies within
@@ -18,6 +18,11 @@ arena goes once its blocks are dead) and the pool records again. A planned range
 block kept longer than it was last time is not handed out twice: that request takes the pool's
 other paths.
 
+Without views (a backend that passes no ``sub_allocate``) the plan is of whole buffers: each
+planned position gets a *slot*, one driver buffer kept across steps, shared by positions whose
+lifetimes never overlap; only the slots that fit the headroom (in the first lap too) are kept, the
+other positions take the pool's other paths (docs/memory.md, "Without views").
+
 A loop inside the step (conv's per-sample loop repeats its requests batch-size times) also looks
 like a period while it runs. The pool remembers each repeat that ended (a plan dropped, or a
 candidate it passed over), by its sizes: when the same repeat starts again within ``MAX_PERIOD``
@@ -31,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic
 
-from .strategies import HEADROOM, Raw
+from .strategies import HEADROOM, SMALL_LIMIT, Raw
 
 #: the longest step (in requests) the pool plans for, and the shortest it takes for one
 MAX_PERIOD = 2048
@@ -45,12 +50,18 @@ class _Plan:
     """A placement of one period of requests: per position, its size and (planned blocks) its offset,
     its length, and the positions whose ranges overlap it; ``extent`` is the arena's size."""
 
-    __slots__ = ("period", "sizes", "offsets", "lengths", "lives", "overlaps", "masks", "extent", "planned")
+    __slots__ = (
+        "period", "sizes", "offsets", "lengths", "lives", "overlaps", "masks", "extent", "planned", "slots"
+    )  # fmt: skip
 
-    def __init__(self, sizes: list[int], lifetimes: list[int | None], alignment: int) -> None:
+    def __init__(self, sizes: list[int], lifetimes: list[int | None], alignment: int, whole: bool = False) -> None:
         p = self.period = len(sizes)
         self.sizes = sizes
         self.lives = [life or 0 for life in lifetimes]
+        self.slots: list[int] = []  # whole buffers: each slot's size (``offsets`` then holds slot indices)
+        if whole:
+            self._place_whole(lifetimes)
+            return
         self.lengths = [-(-s // alignment) * alignment for s in sizes]
         self.offsets: list[int | None] = [None] * p
         placed: list[tuple[int, int, int, int]] = []  # (start, lifetime, offset, end)
@@ -94,11 +105,93 @@ class _Plan:
                 mask |= 1 << i
             self.masks[j] = mask
 
+    def _place_whole(self, lifetimes: list[int | None]) -> None:
+        """Without views: each planned position gets a *slot*, one whole driver buffer reused every lap,
+        shared by positions whose lifetimes never overlap; largest first, each into the smallest slot
+        at least its size that is free over its lifetime, else a new slot of its size. ``offsets[j]``
+        is j's slot, ``masks[j]`` the bits of every position of that slot, ``extent`` the slots' sum."""
+        p = self.period
+        self.lengths = list(self.sizes)
+        self.offsets = [None] * p
+        members: list[list[tuple[int, int]]] = []  # per slot: (start, lifetime) of its positions
+        order = sorted((j for j in range(p) if lifetimes[j] is not None), key=lambda j: (-self.sizes[j], j))
+        by_size: list[int] = []  # slot indices, sorted by slot size (smallest first)
+        for j in order:
+            life = lifetimes[j] or 0
+            n = self.sizes[j]
+            chosen = None
+            for k in by_size:
+                if self.slots[k] < n:
+                    continue
+                if all((s - j) % p >= life and (j - s) % p >= life2 for s, life2 in members[k]):
+                    chosen = k
+                    break
+            if chosen is None:
+                chosen = len(self.slots)
+                self.slots.append(n)
+                members.append([])
+                by_size.append(chosen)
+                by_size.sort(key=lambda k: (self.slots[k], k))
+            members[chosen].append((j, life))
+            self.offsets[j] = chosen
+        self.extent = sum(self.slots)
+        self.planned = len(order)
+        self.masks = [0] * p
+        self.overlaps = [()] * p
+        for group in members:
+            mask = 0
+            for j, _ in group:
+                mask |= 1 << j
+            for j, _ in group:
+                self.masks[j] = mask
+                self.overlaps[j] = tuple(i for i, _ in group if i != j)
 
-def make_plan(sizes: list[int], lifetimes: list[int | None], alignment: int) -> _Plan:
+    def keep_slots(self, keep: list[int]) -> None:
+        """Whole buffers: keep only the slots ``keep`` (renumbered in that order); the other slots'
+        positions move into a kept slot at least their size that is free over their lifetime (largest
+        first), else are no longer planned."""
+        index = {k: i for i, k in enumerate(keep)}
+        members: list[list[int]] = [[] for _ in keep]
+        dropped = []
+        for j, k in enumerate(self.offsets):
+            if k is None:
+                continue
+            i = self.offsets[j] = index.get(k)
+            if i is None:
+                dropped.append(j)
+                self.masks[j] = 0
+                self.overlaps[j] = ()
+            else:
+                members[i].append(j)
+        self.slots = [self.slots[k] for k in keep]
+        p = self.period
+        for j in sorted(dropped, key=lambda j: (-self.sizes[j], j)):  # into a kept slot free over its lifetime
+            life = self.lives[j]
+            fits = [
+                i
+                for i in range(len(keep))
+                if self.slots[i] >= self.sizes[j]
+                and all((s - j) % p >= life and (j - s) % p >= self.lives[s] for s in members[i])
+            ]
+            if fits:
+                i = min(fits, key=lambda i: (self.slots[i], i))
+                members[i].append(j)
+                self.offsets[j] = i
+        for group in members:
+            mask = 0
+            for j in group:
+                mask |= 1 << j
+            for j in group:
+                self.masks[j] = mask
+                self.overlaps[j] = tuple(i for i in group if i != j)
+        self.extent = sum(self.slots)
+        self.planned = sum(k is not None for k in self.offsets)
+
+
+def make_plan(sizes: list[int], lifetimes: list[int | None], alignment: int, whole: bool = False) -> _Plan:
     """The placement of one period: ``sizes[j]`` asked at position j, dead ``lifetimes[j]`` requests
-    later (None: it outlives the period, not planned)."""
-    return _Plan(sizes, lifetimes, alignment)
+    later (None: it outlives the period, not planned); ``whole``: into whole buffers (slots), not one arena."""
+    return _Plan(sizes, lifetimes, alignment, whole)
 
 
 def rotate(sizes: list[int], lifetimes: list[int | None], phase: int) -> tuple[list[int], list[int | None]]:
@@ -131,24 +224,28 @@ def quietest(sizes: list[int], lifetimes: list[int | None]) -> int:
 
 
 class _Arena(Generic[Raw]):
-    """The driver buffer a plan's blocks are carved from, and which positions hold a live block."""
+    """The driver buffer a plan's blocks are carved from (or, without views, its slots' whole buffers),
+    and which positions hold a live block."""
 
     # live: a bit per position holding a live block; views: each position's view of the arena, made once
-    __slots__ = ("raw", "size", "live", "count", "views")
+    # (whole buffers: its slot's buffer); slots: the whole buffers, by slot (empty for an arena)
+    __slots__ = ("raw", "size", "live", "count", "views", "slots")
 
-    def __init__(self, raw: Raw, size: int, period: int) -> None:
+    def __init__(self, raw: Raw | None, size: int, period: int) -> None:
         self.raw = raw
         self.size = size
         self.live = 0
         self.views: list[Raw | None] = [None] * period
         self.count = 0
+        self.slots: list[tuple[Raw, int]] = []
 
 
 class _Planner(Generic[Raw]):
     """BufferPool's step plan: recording the requests, finding the period, serving from the arena."""
 
-    def _plan_reset(self) -> None:
-        """Forget the plan (its arena goes now, or when its last block dies) and record afresh."""
+    def _plan_reset(self, cache: bool = False) -> None:
+        """Forget the plan (its arena goes now, or when its last block dies) and record afresh;
+        ``cache``: a whole-buffer plan's slots go to the free lists, not back to the driver."""
         self._plan: _Plan | None = None
         self._ppos = 0
         self._active = False
@@ -170,10 +267,23 @@ class _Planner(Generic[Raw]):
             if arena.count:
                 self._retired.append(arena)
             else:
-                self._release_arena(arena)
+                self._release_arena(arena, cache)
 
-    def _release_arena(self, arena: _Arena[Raw]) -> None:
-        """Give an arena (none of its blocks alive) back to the driver, its views first."""
+    def _release_arena(self, arena: _Arena[Raw], cache: bool = False) -> None:
+        """Give an arena (none of its blocks alive) back to the driver, its views first; a whole-buffer
+        plan's slots are ordinary buffers: with ``cache`` they go to the free lists (a dropped plan's
+        buffers serve the requests recorded next, and the next plan's slots: no driver call)."""
+        if arena.slots:  # whole buffers, no views
+            slots, arena.slots, arena.views = arena.slots, [], []
+            for raw, size in slots:
+                limit = self.cache_limit
+                if cache and self._keep and (limit is None or self.cached + size <= limit):
+                    self._free.setdefault(size, []).append(raw)
+                    self.cached += size
+                    self._touched[size] = self._clock
+                else:
+                    self._release_driver(raw, size)
+            return
         if self._sub_release is not None:
             for view in arena.views:
                 if view is not None:
@@ -269,8 +379,12 @@ class _Planner(Generic[Raw]):
         else:
             phase = quietest(sizes, lifetimes)
         sizes, lifetimes = rotate(sizes, lifetimes, phase)
-        plan = make_plan(sizes, lifetimes, self.alignment)
-        if not plan.planned or not self._fits(plan, rotate(uses, uses, phase)[0] if len(uses) == p else None):
+        plan = make_plan(sizes, lifetimes, self.alignment, whole=self._sub is None)
+        if plan.slots and len(uses) == p:  # whole buffers: the slots that fit the headroom, lap one included
+            fits = self._fit_slots(plan, rotate(uses, uses, phase)[0])
+        else:
+            fits = self._fits(plan, rotate(uses, uses, phase)[0] if len(uses) == p else None)
+        if not plan.planned or not fits:
             self.plan_refusals += plan.planned > 0
             self._hold = self._next_token + 8 * p  # record again only after 8 more periods (a plan costs O(p^2))
             self._cand = self._run = 0
@@ -288,6 +402,12 @@ class _Planner(Generic[Raw]):
         the pool does without it (the step's peak in use minus those blocks is less than the arena)."""
         if uses is None:
             return False
+        outside, high = self._outside(plan, uses)
+        return plan.extent + max(outside) <= (1 + HEADROOM) * high
+
+    def _outside(self, plan: _Plan, uses: list[int]) -> tuple[list[int], int]:
+        """Per position of the period, the bytes in use just after its request outside the plan's
+        blocks; and the peak in use the plan is held to."""
         p = plan.period
         delta = [0] * (p + 1)  # bytes of planned blocks in use after each request of the period
         for j in range(p):
@@ -301,13 +421,73 @@ class _Planner(Generic[Raw]):
                 delta[p] -= plan.sizes[j]
                 delta[0] += plan.sizes[j]
                 delta[j + life - p] -= plan.sizes[j]
-        planned, outside, high = 0, 0, self._high
+        planned, high = 0, self._high
+        outside = [0] * p
         for j in range(p):
             planned += delta[j]
             after = uses[j] + plan.sizes[j]
             high = max(high, after)
-            outside = max(outside, after - planned)
-        return plan.extent + outside <= (1 + HEADROOM) * high
+            outside[j] = after - planned
+        return outside, high
+
+    def _fit_slots(self, plan: _Plan, uses: list[int]) -> bool:
+        """A whole-buffer plan: drop slots (their positions take the ordinary paths) until the slots beside
+        what is held outside them fit adaptive's headroom at every position, in the first lap too (where
+        the blocks of the lap before, which will live in slots, are still in other buffers); each time the
+        slot that lowers the most held at the worst position most, the one of fewest positions on a tie
+        (O(slots x period): a 2048-request period plans in ~0.2 s here). Whether any slot is left.
+        (On the recorded W4 CPU-size trace every slot kept would need 1.28x the step's planned peak.)"""
+        outside, high = self._outside(plan, uses)
+        budget = (1 + HEADROOM) * high
+        p = plan.period
+        n = len(plan.slots)
+        # per slot, what dropping it adds to what is held outside the slots after each request: its
+        # blocks, less those of the lap before still alive in the first lap (held outside then anyway);
+        # built from difference arrays, so the cost is O(slots x period), not O(sum of lifetimes)
+        lift = [[0] * (p + 1) for _ in range(n)]
+        early = [0] * (p + 1)  # the blocks of the lap before still alive in the first lap, all slots
+        members = [0] * n
+        for j in range(p):
+            k = plan.offsets[j]
+            if k is None:
+                continue
+            members[k] += 1
+            size, end = plan.sizes[j], j + plan.lives[j]
+            row = lift[k]
+            row[j] += size
+            if end <= p:
+                row[end] -= size
+            else:  # wraps: alive from the lap's start too, where lap one holds it outside anyway (no gain)
+                row[p] -= size
+                early[0] += size
+                early[end - p] -= size
+        held = []  # held outside the slots after each request, the first lap's worst
+        run = 0
+        for t in range(p):
+            run += early[t]
+            held.append(outside[t] + run)
+        gains = []
+        for row in lift:
+            run = 0
+            gain = []
+            for t in range(p):
+                run += row[t]
+                gain.append(run)
+            gains.append(gain)
+        keep = set(range(n))
+        extent = plan.extent
+        while keep:
+            top = max(held)
+            if extent + top <= budget:
+                break
+            t = held.index(top)  # the worst position: drop the slot that lowers it most (fewest positions on a tie)
+            best = max(keep, key=lambda k: (plan.slots[k] - gains[k][t], -members[k], -k))
+            keep.discard(best)
+            extent -= plan.slots[best]
+            held = list(map(int.__add__, held, gains[best]))
+        if len(keep) < n:
+            plan.keep_slots(sorted(keep))
+        return bool(keep)
 
     def _plan_acquire(self, size: int, token: int, avoid: Callable[[Raw], bool] | None = None) -> Raw | None:
         """The planned block for this request, or None (not planned, its range still held or one
@@ -320,7 +500,7 @@ class _Planner(Generic[Raw]):
         if plan.sizes[r] != size:
             self.plan_drops += 1
             self._remember(self._plan_sig, self._start, token)  # a loop inside a step ends so: passed over next time
-            self._plan_reset()
+            self._plan_reset(cache=True)
             self._record(size, token)
             return None
         self._ppos = r + 1 if r + 1 < plan.period else 0
@@ -329,7 +509,10 @@ class _Planner(Generic[Raw]):
                 self._activate(plan)
             elif self._first_lap:  # the buffers of the steps before the plan are dead by now
                 self._first_lap = False
-                self._empty_free()
+                if plan.slots:  # whole buffers: cached ones beyond the headroom go (blocks outside use the rest)
+                    self._trim_to(0)
+                else:
+                    self._empty_free()
         arena = self._arena
         offset = plan.offsets[r]
         if offset is None or arena is None:
@@ -351,6 +534,9 @@ class _Planner(Generic[Raw]):
 
     def _activate(self, plan: _Plan) -> None:
         """The plan's first position is next: free buffers go back to the driver, then the arena comes."""
+        if plan.slots:
+            self._activate_whole(plan)
+            return
         self._empty_free()
         try:
             raw = self._new(plan.extent)
@@ -364,7 +550,55 @@ class _Planner(Generic[Raw]):
         self._active = True
         self._first_lap = True
 
+    def _activate_whole(self, plan: _Plan) -> None:
+        """The plan's first position is next, without views: each slot takes a free buffer of its size
+        (no driver call), other free buffers go back to the driver as far as the headroom needs for the
+        slots left, which then get new ones (blocks outside the plan keep reusing the rest)."""
+        arena: _Arena[Raw] = _Arena(None, 0, plan.period)
+        taken: list[Raw | None] = [self._take_free(size, None) for size in plan.slots]
+        self._trim_to(sum(size for raw, size in zip(taken, plan.slots) if raw is None))
+        try:
+            for k, size in enumerate(plan.slots):
+                if taken[k] is None:
+                    taken[k] = self._new(size)
+                    self.misses += 1
+        except MemoryError:  # the device cannot hold the slots: the ordinary paths serve this request
+            for k, raw in enumerate(taken):
+                if raw is not None:
+                    self._release_driver(raw, plan.slots[k])
+            self.plan_refusals += 1
+            self._plan_reset()
+            self._hold = self._next_token + 8 * plan.period
+            return
+        arena.slots = [(raw, size) for raw, size in zip(taken, plan.slots)]  # type: ignore[misc]
+        arena.size = plan.extent
+        for j, k in enumerate(plan.offsets):
+            if k is not None:
+                arena.views[j] = taken[k]
+        self._arena = arena
+        self._active = True
+        self._first_lap = True
+
+    def _slots_idle(self) -> int:
+        """Bytes of a whole-buffer plan's slots not holding a live block now (the arena's idle part)."""
+        arena, plan = self._arena, self._plan
+        if arena is None or plan is None:
+            return 0
+        used, live, sizes = 0, arena.live, plan.sizes
+        while live:
+            low = live & -live
+            used += sizes[low.bit_length() - 1]
+            live ^= low
+        return arena.size - used
+
+    def _trim_to(self, more: int) -> None:
+        """Release cached buffers until ``more`` bytes fit within adaptive's headroom over the peak in use."""
+        excess = self.reserved + more - int(self._high * (1 + HEADROOM))
+        if excess > 0 and self.cached:
+            self._make_room(excess, SMALL_LIMIT + 1)
+
     def _retire_arena(self, arena: _Arena[Raw]) -> None:
-        """The last block of a dropped plan's arena died: the arena goes back to the driver."""
+        """The last block of a dropped plan's arena died: the arena goes back to the driver (whole
+        buffers: to the free lists)."""
         self._retired.remove(arena)
-        self._release_arena(arena)
+        self._release_arena(arena, cache=True)

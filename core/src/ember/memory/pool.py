@@ -141,8 +141,8 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         self._pages: list[_Page[Raw]] = []
         self._where: dict[int, tuple[_Page[Raw], int, int]] = {}  # id(view) -> (its page, offset, length)
         self.carved = 0  # blocks carved out of pages (requests served without a driver call)
-        # the step plan (adaptive with sub-allocation, .plan): the arena its blocks are carved from,
-        # arenas of dropped plans whose blocks still live, and the planned blocks by token
+        # the step plan (adaptive, .plan): the arena its blocks are carved from (without sub-allocation:
+        # its slots' whole buffers), arenas of dropped plans whose blocks still live, the planned blocks by token
         self._arena: _Arena[Raw] | None = None
         self._retired: list[_Arena[Raw]] = []
         self._planned_of: dict[int, tuple[_Arena[Raw], int]] = {}
@@ -171,7 +171,7 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         self._plan_reset()
         self._loops.clear()
         self.strategy = name
-        self._learn = name == "adaptive" and self._sub is not None  # record requests to plan a step
+        self._learn = name == "adaptive"  # record requests to plan a step (an arena, or whole buffers)
         self._keep = name != "exclusive"  # cache freed buffers
         self._fine = name != "static"  # round finely (else the size-class ladder)
         self._high = self.in_use
@@ -262,6 +262,12 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
             self.peak_in_use = in_use
         if in_use > self._high:
             self._high = in_use
+        if self._sub is None and self._clock >= self._next_scan:  # a whole-buffer plan keeps cached buffers:
+            self._pressing = True  # those of sizes the program stopped asking for still go when idle
+            try:
+                self._release_idle()
+            finally:
+                self._pressing = False
         self._live[token] = (raw, have, size)
         return Block(raw, have, self, token)
 
@@ -282,6 +288,8 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
                 # the slack a larger buffer adds shares the headroom with the free ranges of pages (a page's
                 # unused tail): together they stay within it (PoCL W4's step 2 reached 1.054x in use before)
                 spare = sum(page.size - page.used for page in self._pages) if self._pages else 0
+                if self._arena is not None and self._arena.slots:  # whole-buffer slots idle now count the same
+                    spare += self._slots_idle()
                 found = self._take_larger(size, avoid, int(self._high * HEADROOM) - self._slack - spare)
                 if found is not None:
                     self.hits += 1

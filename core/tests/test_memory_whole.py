@@ -1,0 +1,92 @@
+"""adaptive's step plan without views (a backend that passes no ``sub_allocate``: opencl on NVIDIA's
+platform): a repeating step is served from whole buffers kept across steps (one per slot of the plan),
+so it stops calling the driver while reserved stays within 1.05x of the peak in use; a step whose
+slots would pass the headroom is refused and keeps the ordinary paths; a dropped plan's buffers go to
+the free lists, and nothing leaks. Fake driver, recorded W3 / W4 traces, no wall clock."""
+
+from __future__ import annotations
+
+import json
+
+from test_memory_plan import TRACES, run_steps, steps_of
+from test_memory_strategies import check_books, make
+
+from ember.memory.plan import make_plan
+
+
+def test_a_repeating_step_without_views_stops_calling_the_driver_within_the_headroom():
+    """W3 batch 64 (opencl CPU sizes): the ordinary paths allocate and free 10 buffers every step at
+    steady state (43, 19, 17, 10, 10, 10, 10, 10 before the whole-buffer plan); planned, none."""
+    trace = json.loads((TRACES / "w3_batch64_steps.json").read_text())
+    pool, dev = make("adaptive")
+    live: dict = {}
+    rows = run_steps(pool, dev, steps_of(trace), live)  # asserts reserved <= 1.05x peak in use at every event
+    assert pool.planned > 0 and pool.plan_drops == 0 and pool._plan is not None and pool._plan.slots
+    assert sum(r["allocs"] for r in rows[:2]) > 0  # the first steps do call the driver
+    assert [r["allocs"] + r["frees"] for r in rows[5:]] == [0] * (len(rows) - 5)
+    for r in rows:
+        assert r["reserved"] <= 1.05 * pool.peak_in_use, r
+    check_books(pool, dev)
+    live.clear()
+    assert pool.in_use == 0 and pool.reserved == sum(dev.live.values())  # nothing leaked
+    pool.empty()
+    assert dev.live == {} and pool.reserved == 0
+
+
+def test_slots_past_the_headroom_are_dropped_until_the_rest_fits():
+    """W4 CPU sizes: a buffer for every slot would need 1.28x the step's planned peak (its sizes do not
+    line up over time); the plan keeps only the slots that fit the headroom (lap one included), the other
+    positions take the ordinary paths, and reserved stays within 1.05x at every event."""
+    trace = json.loads((TRACES / "w4_cpu_steps.json").read_text())
+    pool, dev = make("adaptive")
+    live: dict = {}
+    rows = run_steps(pool, dev, steps_of(trace), live)  # asserts the headroom at every event
+    plan = pool._plan
+    assert plan is not None and 0 < plan.planned < sum(life > 0 for life in plan.lives) and pool.planned > 0
+    full = make_plan(plan.sizes, [life or None for life in plan.lives], 1, whole=True)  # a slot for every position
+    assert full.extent > 1.1 * pool.peak_in_use and len(plan.slots) < len(full.slots) and plan.extent < full.extent
+    steady = [r["allocs"] for r in rows[5:]]
+    assert len(set(steady)) == 1 and steady[0] <= rows[2]["allocs"]  # no more than before the plan
+    live.clear()
+    check_books(pool, dev)
+    assert pool.in_use == 0
+
+
+def test_a_dropped_whole_buffer_plan_caches_its_buffers():
+    """After the plan forms, a new batch size (every request twice as large): the plan goes, its buffers
+    return to the free lists (not the driver) once their blocks die, reserved stays within the headroom,
+    and empty() gives everything back."""
+    trace = json.loads((TRACES / "w3_batch64_steps.json").read_text())
+    steps = steps_of(trace)
+    pool, dev = make("adaptive")
+    live: dict = {}
+    run_steps(pool, dev, steps, live)
+    assert pool.planned > 0
+    live.clear()
+    extent = pool._plan.extent
+    releases, cached = dev.releases, pool.cached
+    ids = max(e[0] for e in trace["events"]) + 1
+    shifted = [[[e[0] + ids, *e[1:]] for e in step] for step in steps[:2]]
+    probe = pool.acquire(3)  # a request of no planned size drops the plan at once
+    assert pool.plan_drops == 1 and pool._plan is None
+    assert dev.releases == releases and pool.cached >= cached + extent - probe.nbytes  # slots: to the free lists
+    del probe
+    run_steps(pool, dev, shifted, live, scale=2)
+    live.clear()
+    check_books(pool, dev)
+    assert pool.in_use == 0
+    pool.empty()
+    assert dev.live == {} and pool.reserved == 0
+
+
+def test_switching_strategy_releases_a_whole_buffer_plan():
+    """exclusive keeps nothing: a plan's buffers still held when the strategy changes are released when
+    their blocks die, not cached."""
+    trace = json.loads((TRACES / "w3_batch64_steps.json").read_text())
+    pool, dev = make("adaptive")
+    live: dict = {}
+    run_steps(pool, dev, steps_of(trace)[:6], live)
+    assert pool.planned > 0
+    pool.set_strategy("exclusive")
+    live.clear()
+    assert pool.cached == 0 and pool.in_use == 0 and dev.live == {} and pool.reserved == 0
