@@ -1,0 +1,265 @@
+"""Large fused elementwise kernels over several cores with plain threads: the range is cut into
+chunks that the calling thread and helper threads take one at a time, each chunk a call of the
+same serial ``nogil`` numba kernel (:mod:`ember_cpu.fusion`).
+
+No OpenMP and no spinning: a helper sleeps on a queue between kernels, so numpy's BLAS threads
+keep the cores between two products (numba's ``parallel=True`` loops, ``EMBER_CPU_NUMBA_PARALLEL=1``,
+took W6 to 1.11x torch but W2/W3/W4 to 3-5x, their OpenMP workers and OpenBLAS's spinning for the
+same 2 cores). The caller never waits for a chunk nobody took: a helper that is descheduled (the
+machine loaded by other processes) or busy with another kernel leaves its chunks to the caller,
+which then runs the whole range as the serial kernel would, plus a little bookkeeping. The caller
+waits only for chunks a helper is running.
+
+Each element is computed by the same code whichever thread runs its chunk, so the results are
+bit-identical to the serial kernel's. ``EMBER_CPU_FUSED_THREADS=n`` sets the threads (helpers and
+the caller; ``1``: serial); unset, every core the process may run on. With
+``EMBER_CPU_NUMBA_PARALLEL=1`` the kernels are numba's parallel loops and nothing is split here.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ember.errors import InvalidArgumentError
+
+from .numba_codegen import PARALLEL
+from .threads import WINDOW, _busy_seconds
+
+__all__ = ["MIN_SPLIT_ELEMENTS", "CHUNK_ELEMENTS", "Splitter", "splitter"]
+
+#: fused kernels over fewer elements run on the calling thread alone (waking a helper costs
+#: ~10-50 us, a 2^19-element float32 kernel ~0.5-2 ms)
+MIN_SPLIT_ELEMENTS = 1 << 19
+
+#: elements of one chunk: small enough that a descheduled helper holds back little, large
+#: enough that a numba call's ~5 us of dispatch stays small
+CHUNK_ELEMENTS = 1 << 17
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _threads(value: str) -> int:
+    """Threads from ``EMBER_CPU_FUSED_THREADS``'s value: unset, every core; 1 under numba's own
+    parallel loops."""
+    if PARALLEL:
+        return 1
+    value = value.strip()
+    if not value:
+        return _cores()
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InvalidArgumentError(
+            f"EMBER_CPU_FUSED_THREADS={value!r}: use a thread count of at least 1 (1: fused kernels run serially)"
+        )
+    return n
+
+
+class _Job:
+    """One split kernel: ``call(lo, hi)`` over ``[0, count)`` in chunks of ``grain``."""
+
+    __slots__ = ("call", "count", "grain", "next", "busy", "lock", "done", "error", "helped")
+
+    def __init__(self, call: Callable[[int, int], Any], count: int, grain: int) -> None:
+        self.call, self.count, self.grain = call, count, grain
+        self.next = 0
+        self.busy = 0  # chunks taken and not finished
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.helped = 0  # chunks the helpers ran
+
+    def work(self, helper: bool) -> None:
+        """Take chunks until none is left; sets ``done`` when the last running chunk finishes."""
+        lock = self.lock
+        while True:
+            with lock:
+                lo = self.next
+                if lo >= self.count or self.error is not None:
+                    return
+                self.next = hi = min(self.count, lo + self.grain)
+                self.busy += 1
+                if helper:
+                    self.helped += 1
+            try:
+                self.call(lo, hi)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                with lock:
+                    self.error = self.error or e
+            finally:
+                with lock:
+                    self.busy -= 1
+                    if self.busy == 0 and (self.next >= self.count or self.error is not None):
+                        self.done.set()
+
+
+#: nice value the process's other threads get while a split kernel runs (see :class:`Quieted`)
+NICE = 19
+
+
+def _can_renice() -> bool:
+    """Whether this process may lower a thread's priority and give it back (raising a nice
+    value needs no privilege, lowering it again needs CAP_SYS_NICE or RLIMIT_NICE): tried on
+    a thread of its own, which then ends."""
+    if not hasattr(os, "setpriority") or not os.path.isdir("/proc/self/task"):
+        return False
+    ok: list[bool] = []
+
+    def probe() -> None:
+        tid = threading.get_native_id()
+        try:
+            old = os.getpriority(os.PRIO_PROCESS, tid)
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, old + 1))
+            os.setpriority(os.PRIO_PROCESS, tid, old)
+            ok.append(os.getpriority(os.PRIO_PROCESS, tid) == old)
+        except OSError:
+            ok.append(False)
+
+    t = threading.Thread(target=probe, name="ember-cpu-nice-probe")
+    t.start()
+    t.join()
+    return bool(ok and ok[0])
+
+
+class Quieted:
+    """The process's threads other than ``mine`` at nice :data:`NICE` until :meth:`restore`.
+
+    OpenBLAS's idle workers spin (a busy loop, no ``sched_yield``) for ~0.1 s after every
+    multithreaded product, so right after a matmul a helper thread shares its core with one at
+    equal weight: W4's GELU regions, which follow products, ran no faster split than serial.
+    At nice 19 the spinner gets ~1.5% of the core while the kernel runs, and its old nice
+    value back afterwards."""
+
+    __slots__ = ("saved",)
+
+    def __init__(self, mine: set[int]) -> None:
+        self.saved: list[tuple[int, int]] = []
+        for name in os.listdir("/proc/self/task"):
+            tid = int(name)
+            if tid in mine:
+                continue
+            try:
+                old = os.getpriority(os.PRIO_PROCESS, tid)
+                if old < NICE:
+                    os.setpriority(os.PRIO_PROCESS, tid, NICE)
+                    self.saved.append((tid, old))
+            except OSError:  # the thread ended meanwhile
+                pass
+
+    def restore(self) -> None:
+        for tid, old in self.saved:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, old)
+            except OSError:
+                pass
+
+
+class Load:
+    """Cores the other processes keep busy, measured as :class:`ember_cpu.threads.BlasThreads`
+    does (``/proc/stat``'s busy time less this process's CPU time, every ``WINDOW`` seconds):
+    a helper thread on a core another process holds waits for the scheduler's next slice,
+    and the caller waits for the chunk that helper holds (a GELU region after a product on
+    the 2-core machine at load ~7: 4.2 ms serial, 8.2 split)."""
+
+    def __init__(self) -> None:
+        self.cores = _cores()
+        #: other processes' busy cores over the last window (0 until measured)
+        self.others = 0.0
+        self._next = 0.0
+        self._sample: tuple[float, float, float] | None = None
+
+    def idle(self) -> int:
+        """Cores the other processes left idle over the last window (all of them without /proc)."""
+        now = time.monotonic()
+        if now >= self._next:
+            busy = _busy_seconds()
+            if busy is not None:
+                own = time.process_time()
+                if self._sample is not None:
+                    wall, busy0, own0 = self._sample
+                    self.others = max(0.0, (busy - busy0) - (own - own0)) / max(now - wall, 1e-9)
+                self._sample = (now, busy, own)
+            self._next = now + WINDOW
+        return max(1, min(self.cores, int(self.cores - self.others + 0.25)))
+
+
+class Splitter:
+    """The helper threads (started on first use, daemons) and the policy of when to split."""
+
+    def __init__(self, threads: int | None = None, *, quiet: bool | None = None) -> None:
+        #: threads a split kernel runs on, the caller's included (1: never split)
+        self.threads = _threads(os.environ.get("EMBER_CPU_FUSED_THREADS", "")) if threads is None else threads
+        #: whether the process's other threads run at nice NICE while a kernel is split (None: when allowed)
+        self.quiet = quiet
+        #: kernels split, kernels left whole because other processes held the cores, and chunks
+        #: the helper threads ran (the rest ran on the callers)
+        self.counts = {"split": 0, "busy": 0, "helper_chunks": 0}
+        #: the other processes' load (None: not measured, every core counts as idle)
+        self.load: Load | None = Load() if threads is None else None
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._helpers: list[threading.Thread] = []
+        self._tids: set[int] = set()
+        self._lock = threading.Lock()
+
+    def wanted(self, elements: int) -> bool:
+        """Whether a kernel over ``elements`` elements is split."""
+        return self.threads > 1 and elements >= MIN_SPLIT_ELEMENTS
+
+    def _start(self) -> None:
+        with self._lock:
+            while len(self._helpers) < self.threads - 1:
+                t = threading.Thread(target=self._serve, name=f"ember-cpu-fused-{len(self._helpers)}", daemon=True)
+                t.start()
+                self._helpers.append(t)
+                self._tids.add(t.native_id)
+
+    def _serve(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            job.work(helper=True)
+
+    def run(self, call: Callable[[int, int], Any], count: int, grain: int) -> None:
+        """``call(lo, hi)`` over ``[0, count)`` in chunks of ``grain``, on this thread and the
+        helpers; returns when every chunk has run (re-raising a chunk's error)."""
+        grain = max(1, grain)
+        threads = self.threads if self.load is None else min(self.threads, self.load.idle())
+        if threads <= 1 or count <= grain:
+            self.counts["busy"] += self.threads > 1 and count > grain
+            call(0, count)
+            return
+        if len(self._helpers) < self.threads - 1:
+            self._start()
+        if self.quiet is None:
+            self.quiet = _can_renice()
+        quieted = Quieted({threading.get_native_id(), *self._tids}) if self.quiet else None
+        job = _Job(call, count, grain)
+        try:
+            for _ in range(min(threads - 1, (count - 1) // grain)):
+                self._queue.put(job)
+            job.work(helper=False)
+            job.done.wait()
+        finally:
+            if quieted is not None:
+                quieted.restore()
+        self.counts["split"] += 1
+        self.counts["helper_chunks"] += job.helped
+        if job.error is not None:
+            raise job.error
+
+
+#: the process's helper threads for fused kernels
+splitter = Splitter()
