@@ -199,3 +199,10 @@ def test_other_threads_run_at_nice_19_while_a_kernel_is_split_and_get_their_nice
     finally:
         stop.set()
         t.join()
+
+
+def test_ember_cpu_fused_nice_0_leaves_the_other_threads_alone(monkeypatch):
+    monkeypatch.setenv("EMBER_CPU_FUSED_NICE", "0")
+    assert parallel.Splitter(2).quiet is False
+    monkeypatch.delenv("EMBER_CPU_FUSED_NICE")
+    assert parallel.Splitter(2).quiet is None  # tried at the first split

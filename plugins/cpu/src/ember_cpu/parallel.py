@@ -12,8 +12,11 @@ waits only for chunks a helper is running.
 
 Each element is computed by the same code whichever thread runs its chunk, so the results are
 bit-identical to the serial kernel's. ``EMBER_CPU_FUSED_THREADS=n`` sets the threads (helpers and
-the caller; ``1``: serial); unset, every core the process may run on. With
-``EMBER_CPU_NUMBA_PARALLEL=1`` the kernels are numba's parallel loops and nothing is split here.
+the caller; ``1``: serial); unset, every core the process may run on, less those other processes
+kept busy over the last 0.25 s (:class:`Load`). While a kernel is split the process's other
+threads run at nice 19 (:class:`Quieted`: OpenBLAS's spinning workers; ``EMBER_CPU_FUSED_NICE=0``
+leaves them alone). With ``EMBER_CPU_NUMBA_PARALLEL=1`` the kernels are numba's parallel loops
+and nothing is split here.
 """
 
 from __future__ import annotations
@@ -108,6 +111,9 @@ class _Job:
 #: nice value the process's other threads get while a split kernel runs (see :class:`Quieted`)
 NICE = 19
 
+#: a process with more threads than this is left alone (two system calls a thread and kernel)
+MAX_QUIETED = 64
+
 
 def _can_renice() -> bool:
     """Whether this process may lower a thread's priority and give it back (raising a nice
@@ -146,7 +152,10 @@ class Quieted:
 
     def __init__(self, mine: set[int]) -> None:
         self.saved: list[tuple[int, int]] = []
-        for name in os.listdir("/proc/self/task"):
+        names = os.listdir("/proc/self/task")
+        if len(names) > MAX_QUIETED:
+            return
+        for name in names:
             tid = int(name)
             if tid in mine:
                 continue
@@ -201,8 +210,11 @@ class Splitter:
     def __init__(self, threads: int | None = None, *, quiet: bool | None = None) -> None:
         #: threads a split kernel runs on, the caller's included (1: never split)
         self.threads = _threads(os.environ.get("EMBER_CPU_FUSED_THREADS", "")) if threads is None else threads
-        #: whether the process's other threads run at nice NICE while a kernel is split (None: when allowed)
+        #: whether the process's other threads run at nice NICE while a kernel is split (None: where
+        #: allowed; ``EMBER_CPU_FUSED_NICE=0``: never)
         self.quiet = quiet
+        if quiet is None and os.environ.get("EMBER_CPU_FUSED_NICE", "").strip() == "0":
+            self.quiet = False
         #: kernels split, kernels left whole because other processes held the cores, and chunks
         #: the helper threads ran (the rest ran on the callers)
         self.counts = {"split": 0, "busy": 0, "helper_chunks": 0}
