@@ -35,9 +35,10 @@ from .threads import WINDOW, _busy_seconds
 
 __all__ = ["MIN_SPLIT_ELEMENTS", "CHUNK_ELEMENTS", "Splitter", "splitter"]
 
-#: fused kernels over fewer elements run on the calling thread alone (waking a helper costs
-#: ~10-50 us, a 2^19-element float32 kernel ~0.5-2 ms)
-MIN_SPLIT_ELEMENTS = 1 << 19
+#: fused kernels over fewer elements run on the calling thread alone: a split costs ~15 us and
+#: ~25 more for the nice values, and W2's (784, 1024) updates, memory-bound, ran no faster split
+#: (9.7-11.7 ms serial, 9.8-12.2 split, interleaved rounds); W4's GELU regions are 2^20
+MIN_SPLIT_ELEMENTS = 1 << 20
 
 #: elements of one chunk: small enough that a descheduled helper holds back little, large
 #: enough that a numba call's ~5 us of dispatch stays small
