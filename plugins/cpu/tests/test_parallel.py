@@ -31,7 +31,7 @@ def _small_parts(monkeypatch, tmp_path):
 def _with(threads: int, fn):
     """``fn()`` with FUSED's kernels split over ``threads`` threads (1: the serial kernel)."""
     saved = FUSED.splitter
-    FUSED.splitter = parallel.Splitter(threads, quiet=False)
+    FUSED.splitter = parallel.Splitter(threads)
     try:
         return fn(), FUSED.splitter.counts
     finally:
@@ -169,40 +169,3 @@ def test_a_kernel_is_left_whole_while_other_processes_hold_the_cores():
     s.load.others = 0.2
     s.run(lambda lo, hi: seen.append((lo, hi)), 100, 10)
     assert s.counts["split"] == 1
-
-
-@pytest.mark.skipif(not parallel._can_renice(), reason="this process may not give a thread its nice value back")
-def test_other_threads_run_at_nice_19_while_a_kernel_is_split_and_get_their_nice_back():
-    import os
-
-    ready, stop = threading.Event(), threading.Event()
-    tid: list[int] = []
-
-    def other():
-        tid.append(threading.get_native_id())
-        ready.set()
-        stop.wait(10)
-
-    t = threading.Thread(target=other)
-    t.start()
-    ready.wait(10)
-    try:
-        before = os.getpriority(os.PRIO_PROCESS, tid[0])
-        seen = []
-
-        def call(lo, hi):
-            seen.append(os.getpriority(os.PRIO_PROCESS, tid[0]))
-
-        parallel.Splitter(2, quiet=True).run(call, 4, 1)
-        assert seen and set(seen) == {parallel.NICE}
-        assert os.getpriority(os.PRIO_PROCESS, tid[0]) == before
-    finally:
-        stop.set()
-        t.join()
-
-
-def test_ember_cpu_fused_nice_0_leaves_the_other_threads_alone(monkeypatch):
-    monkeypatch.setenv("EMBER_CPU_FUSED_NICE", "0")
-    assert parallel.Splitter(2).quiet is False
-    monkeypatch.delenv("EMBER_CPU_FUSED_NICE")
-    assert parallel.Splitter(2).quiet is None  # tried at the first split

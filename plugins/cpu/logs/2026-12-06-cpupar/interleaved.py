@@ -1,6 +1,5 @@
 """W2/W3/W4/W6 on cpu, ember with fused kernels serial (EMBER_CPU_FUSED_THREADS=1's policy),
-split (the default policy), split whatever the other processes' load (``forced``), split with
-the process's other threads left at their nice value (``no_nice``), and torch,
+split (the default policy), split whatever the other processes' load (``forced``), and torch,
 interleaved in rounds in one process so that each round's figures see the same machine load.
 Run from the repository root:
 PYTHONPATH=$PYTHONPATH:. python plugins/cpu/logs/2026-12-06-cpupar/interleaved.py [ROUNDS] [W..]"""
@@ -13,7 +12,6 @@ import torch
 
 import ember as em
 from benchmarks import w2_mlp, w3_cnn, w4_transformer, w6_elementwise
-from ember_cpu import parallel
 from ember_cpu.backend import FUSED
 
 MODS = {"W2": w2_mlp, "W3": w3_cnn, "W4": w4_transformer, "W6": w6_elementwise}
@@ -23,7 +21,6 @@ dev = em.Device("cpu")
 splitter = FUSED.splitter
 threads = splitter.threads
 load = splitter.load
-quiet = parallel._can_renice() if splitter.quiet is None else splitter.quiet
 
 
 def timed(case, k):
@@ -45,26 +42,25 @@ for name in names:
     k = max(3, m.ITERS["cpu"] // 4)
     for c in (ember_case, torch_case):
         timed(c, 3)
-    res = {"serial": [], "split": [], "forced": [], "no_nice": [], "torch": []}
+    res = {"serial": [], "split": [], "forced": [], "torch": []}
     c0 = dict(splitter.counts)
     t0 = time.monotonic()
     for _ in range(rounds):
-        for cfg in ("serial", "split", "forced", "no_nice", "torch"):
+        for cfg in ("serial", "split", "forced", "torch"):
             if cfg == "torch":
                 res[cfg] += timed(torch_case, k)
                 continue
             splitter.threads = 1 if cfg == "serial" else threads
             splitter.load = None if cfg == "forced" else load
-            splitter.quiet = quiet and cfg != "no_nice"
             res[cfg] += timed(ember_case, k)
-    splitter.threads, splitter.load, splitter.quiet = threads, load, None
+    splitter.threads, splitter.load = threads, load
     med = {c: np.median(v) * 1e3 for c, v in res.items()}
     counts = {key: splitter.counts[key] - c0[key] for key in c0}
     print(
         f"{name}: serial {med['serial']:.2f} ms ({med['serial'] / med['torch']:.2f}x)  "
         f"split {med['split']:.2f} ms ({med['split'] / med['torch']:.2f}x)  "
         f"forced {med['forced']:.2f} ms ({med['forced'] / med['torch']:.2f}x)  "
-        f"no_nice {med['no_nice']:.2f} ms ({med['no_nice'] / med['torch']:.2f}x)  torch {med['torch']:.2f} ms  "
+        f"torch {med['torch']:.2f} ms  "
         f"[{rounds}x{k} steps each, {time.monotonic() - t0:.0f} s, splitter {counts}, "
         f"others' load {load.others:.2f}]",
         flush=True,

@@ -13,10 +13,16 @@ waits only for chunks a helper is running.
 Each element is computed by the same code whichever thread runs its chunk, so the results are
 bit-identical to the serial kernel's. ``EMBER_CPU_FUSED_THREADS=n`` sets the threads (helpers and
 the caller; ``1``: serial); unset, every core the process may run on, less those other processes
-kept busy over the last 0.25 s (:class:`Load`). While a kernel is split the process's other
-threads run at nice 19 (:class:`Quieted`: OpenBLAS's spinning workers; ``EMBER_CPU_FUSED_NICE=0``
-leaves them alone). With ``EMBER_CPU_NUMBA_PARALLEL=1`` the kernels are numba's parallel loops
-and nothing is split here.
+kept busy over the last 0.25 s (:class:`Load`). With ``EMBER_CPU_NUMBA_PARALLEL=1`` the kernels
+are numba's parallel loops and nothing is split here.
+
+Right after a multithreaded product a split gains little: OpenBLAS's idle workers busy-wait
+~0.1 s after each one (no ``sched_yield``), and the helper shares a core with one (W4's
+(1024, 1024) bias-add GELU: 4.0 ms serial, 2.2 split, but 4.1-4.6 split right after a GEMM;
+giving the other threads nice 19 or SCHED_IDLE meanwhile did not help reliably, so nothing of
+the kind is done). ``OPENBLAS_THREAD_TIMEOUT=4`` in the environment before numpy is imported
+makes the workers sleep right after each product: 2.3-2.4 ms split after a GEMM, the GEMM itself
+unchanged (3.1-3.4 ms).
 """
 
 from __future__ import annotations
@@ -35,9 +41,9 @@ from .threads import WINDOW, _busy_seconds
 
 __all__ = ["MIN_SPLIT_ELEMENTS", "CHUNK_ELEMENTS", "Splitter", "splitter"]
 
-#: fused kernels over fewer elements run on the calling thread alone: a split costs ~15 us and
-#: ~25 more for the nice values, and W2's (784, 1024) updates, memory-bound, ran no faster split
-#: (9.7-11.7 ms serial, 9.8-12.2 split, interleaved rounds); W4's GELU regions are 2^20
+#: fused kernels over fewer elements run on the calling thread alone: a split costs ~15 us, and
+#: W2's (784, 1024) updates, memory-bound, ran no faster split (9.7-11.7 ms serial, 9.8-12.2
+#: split, interleaved rounds); W4's GELU regions are 2^20
 MIN_SPLIT_ELEMENTS = 1 << 20
 
 #: elements of one chunk: small enough that a descheduled helper holds back little, large
@@ -109,73 +115,6 @@ class _Job:
                         self.done.set()
 
 
-#: nice value the process's other threads get while a split kernel runs (see :class:`Quieted`)
-NICE = 19
-
-#: a process with more threads than this is left alone (two system calls a thread and kernel)
-MAX_QUIETED = 64
-
-
-def _can_renice() -> bool:
-    """Whether this process may lower a thread's priority and give it back (raising a nice
-    value needs no privilege, lowering it again needs CAP_SYS_NICE or RLIMIT_NICE): tried on
-    a thread of its own, which then ends."""
-    if not hasattr(os, "setpriority") or not os.path.isdir("/proc/self/task"):
-        return False
-    ok: list[bool] = []
-
-    def probe() -> None:
-        tid = threading.get_native_id()
-        try:
-            old = os.getpriority(os.PRIO_PROCESS, tid)
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, old + 1))
-            os.setpriority(os.PRIO_PROCESS, tid, old)
-            ok.append(os.getpriority(os.PRIO_PROCESS, tid) == old)
-        except OSError:
-            ok.append(False)
-
-    t = threading.Thread(target=probe, name="ember-cpu-nice-probe")
-    t.start()
-    t.join()
-    return bool(ok and ok[0])
-
-
-class Quieted:
-    """The process's threads other than ``mine`` at nice :data:`NICE` until :meth:`restore`.
-
-    OpenBLAS's idle workers spin (a busy loop, no ``sched_yield``) for ~0.1 s after every
-    multithreaded product, so right after a matmul a helper thread shares its core with one at
-    equal weight: W4's GELU regions, which follow products, ran no faster split than serial.
-    At nice 19 the spinner gets ~1.5% of the core while the kernel runs, and its old nice
-    value back afterwards."""
-
-    __slots__ = ("saved",)
-
-    def __init__(self, mine: set[int]) -> None:
-        self.saved: list[tuple[int, int]] = []
-        names = os.listdir("/proc/self/task")
-        if len(names) > MAX_QUIETED:
-            return
-        for name in names:
-            tid = int(name)
-            if tid in mine:
-                continue
-            try:
-                old = os.getpriority(os.PRIO_PROCESS, tid)
-                if old < NICE:
-                    os.setpriority(os.PRIO_PROCESS, tid, NICE)
-                    self.saved.append((tid, old))
-            except OSError:  # the thread ended meanwhile
-                pass
-
-    def restore(self) -> None:
-        for tid, old in self.saved:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, old)
-            except OSError:
-                pass
-
-
 class Load:
     """Cores the other processes keep busy, measured as :class:`ember_cpu.threads.BlasThreads`
     does (``/proc/stat``'s busy time less this process's CPU time, every ``WINDOW`` seconds):
@@ -208,14 +147,9 @@ class Load:
 class Splitter:
     """The helper threads (started on first use, daemons) and the policy of when to split."""
 
-    def __init__(self, threads: int | None = None, *, quiet: bool | None = None) -> None:
+    def __init__(self, threads: int | None = None) -> None:
         #: threads a split kernel runs on, the caller's included (1: never split)
         self.threads = _threads(os.environ.get("EMBER_CPU_FUSED_THREADS", "")) if threads is None else threads
-        #: whether the process's other threads run at nice NICE while a kernel is split (None: where
-        #: allowed; ``EMBER_CPU_FUSED_NICE=0``: never)
-        self.quiet = quiet
-        if quiet is None and os.environ.get("EMBER_CPU_FUSED_NICE", "").strip() == "0":
-            self.quiet = False
         #: kernels split, kernels left whole because other processes held the cores, and chunks
         #: the helper threads ran (the rest ran on the callers)
         self.counts = {"split": 0, "busy": 0, "helper_chunks": 0}
@@ -223,7 +157,6 @@ class Splitter:
         self.load: Load | None = Load() if threads is None else None
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._helpers: list[threading.Thread] = []
-        self._tids: set[int] = set()
         self._lock = threading.Lock()
 
     def wanted(self, elements: int) -> bool:
@@ -236,7 +169,6 @@ class Splitter:
                 t = threading.Thread(target=self._serve, name=f"ember-cpu-fused-{len(self._helpers)}", daemon=True)
                 t.start()
                 self._helpers.append(t)
-                self._tids.add(t.native_id)
 
     def _serve(self) -> None:
         while True:
@@ -256,18 +188,11 @@ class Splitter:
             return
         if len(self._helpers) < self.threads - 1:
             self._start()
-        if self.quiet is None:
-            self.quiet = _can_renice()
-        quieted = Quieted({threading.get_native_id(), *self._tids}) if self.quiet else None
         job = _Job(call, count, grain)
-        try:
-            for _ in range(min(threads - 1, (count - 1) // grain)):
-                self._queue.put(job)
-            job.work(helper=False)
-            job.done.wait()
-        finally:
-            if quieted is not None:
-                quieted.restore()
+        for _ in range(min(threads - 1, (count - 1) // grain)):
+            self._queue.put(job)
+        job.work(helper=False)
+        job.done.wait()
         self.counts["split"] += 1
         self.counts["helper_chunks"] += job.helped
         if job.error is not None:
