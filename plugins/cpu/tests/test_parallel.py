@@ -24,6 +24,7 @@ def _small_parts(monkeypatch, tmp_path):
     """Split from 2^12 elements in chunks of 2^9, so that small arrays make many parts."""
     monkeypatch.setattr(fusion, "MIN_ELEMENTS", 0)
     monkeypatch.setattr(parallel, "MIN_SPLIT_ELEMENTS", 1 << 12)
+    monkeypatch.setattr(parallel, "MIN_SPLIT_ARITHMETIC", 1 << 12)
     monkeypatch.setattr(fusion, "CHUNK_ELEMENTS", 1 << 9)
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
 
@@ -169,3 +170,21 @@ def test_a_kernel_is_left_whole_while_other_processes_hold_the_cores():
     s.load.others = 0.2
     s.run(lambda lo, hi: seen.append((lo, hi)), 100, 10)
     assert s.counts["split"] == 1
+
+
+def test_arithmetic_alone_splits_only_from_a_larger_size(monkeypatch):
+    """A kernel of arithmetic alone (memory-bound) splits from MIN_SPLIT_ARITHMETIC elements, one
+    with a transcendental op from MIN_SPLIT_ELEMENTS."""
+    monkeypatch.setattr(parallel, "MIN_SPLIT_ARITHMETIC", 1 << 14)
+    gen = np.random.default_rng(9)
+    shape = (64, 128)  # 2^13 elements
+    x = gen.standard_normal(shape).astype(np.float32)
+    inputs = (("float32", "tensor"),)
+    arith = FusedProgram(inputs, (("mul", "float32", (0, 0)), ("add", "float32", (1, 0))), (2,))
+    heavy = FusedProgram(inputs, (("sigmoid", "float32", (0,)),), (1,))
+    (got,), counts = _with(2, lambda: FUSED.run(arith, [x], shape))
+    assert counts["split"] == 0
+    np.testing.assert_allclose(got, x.astype(np.float64) ** 2 + x, rtol=1e-6, atol=1e-6)
+    (got,), counts = _with(2, lambda: FUSED.run(heavy, [x], shape))
+    assert counts["split"] == 1
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6, atol=1e-7)

@@ -40,6 +40,7 @@ from .numba_codegen import (
     LIBM_OPS,
     NUMBA_OPS,
     NUMBA_REDUCTIONS,
+    VECTOR_F32_OPS,
     Layout,
     RowLayout,
     compilable,
@@ -312,10 +313,14 @@ class Cuts:
     is), -1 (a view over the collapsed shape: its rows ``lo:hi``), else the element stride of
     the first axis (flat memory: from ``lo * stride`` on)."""
 
-    __slots__ = ("count", "inner", "rank", "tail", "args")
+    __slots__ = ("count", "inner", "rank", "tail", "args", "heavy")
 
-    def __init__(self, count: int, inner: int, rank: int, tail: tuple[int, ...], args: tuple[int | None, ...]) -> None:
+    def __init__(
+        self, count: int, inner: int, rank: int, tail: tuple[int, ...], args: tuple[int | None, ...], heavy: bool
+    ) -> None:
         self.count, self.inner, self.rank, self.tail, self.args = count, inner, rank, tail, args
+        #: whether the program has a transcendental op (compute-bound: split from fewer elements)
+        self.heavy = heavy
 
     def part(self, fn: Any, args: list[Any], lo: int, hi: int) -> None:
         """Run kernel ``fn`` over outer indices ``[lo, hi)``; ``args`` are the arguments after the head."""
@@ -474,7 +479,7 @@ class FusedKernels:
         """Kernel ``fn`` over its whole range: split over the helper threads
         (:mod:`ember_cpu.parallel`) when it is large, else in one call."""
         split = self.splitter
-        if split.wanted(head[0]):
+        if split.wanted(head[0], cuts.heavy):
             split.run(lambda lo, hi: cuts.part(fn, args, lo, hi), cuts.count, -(-CHUNK_ELEMENTS // cuts.inner))
         else:
             fn(*head, *args)
@@ -510,7 +515,8 @@ class FusedKernels:
             mode, first = next(modes)
             per.append(None if mode == "z" else -1 if mode == "s" else first if rank else 1)
         per += [inner] * sum(j < 0 for j in (layout.writes or (-1,) * len(prog.outputs)))
-        cuts = Cuts(cshape[0] if rank else head[0], inner, rank, tuple(cshape[1:]) + tuple(steps), tuple(per))
+        heavy = any(op in LIBM_OPS or op in VECTOR_F32_OPS for op, _, _ in prog.instructions)
+        cuts = Cuts(cshape[0] if rank else head[0], inner, rank, tuple(cshape[1:]) + tuple(steps), tuple(per), heavy)
         return self.kernel(prog, layout), head, tuple(recipes), out_dtypes, cuts
 
     def _run_split(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:

@@ -39,12 +39,16 @@ from ember.errors import InvalidArgumentError
 from .numba_codegen import PARALLEL
 from .threads import WINDOW, _busy_seconds
 
-__all__ = ["MIN_SPLIT_ELEMENTS", "CHUNK_ELEMENTS", "Splitter", "splitter"]
+__all__ = ["MIN_SPLIT_ELEMENTS", "MIN_SPLIT_ARITHMETIC", "CHUNK_ELEMENTS", "Splitter", "splitter"]
 
-#: fused kernels over fewer elements run on the calling thread alone: a split costs ~15 us, and
-#: W2's (784, 1024) updates, memory-bound, ran no faster split (9.7-11.7 ms serial, 9.8-12.2
-#: split, interleaved rounds); W4's GELU regions are 2^20
+#: fused kernels with a transcendental op (exp, erf, GELU, sigmoid...: compute-bound) over fewer
+#: elements run on the calling thread alone (a split costs ~15 us); W4's GELU regions are 2^20
 MIN_SPLIT_ELEMENTS = 1 << 20
+
+#: the same for kernels of arithmetic alone (memory-bound): W2's 1024x1024 and 784x1024 updates
+#: ran no faster split, often slower right after their products (interleaved rounds: W2 1.01-1.20x
+#: torch serial, 1.08-1.18x split), so only much larger ones split
+MIN_SPLIT_ARITHMETIC = 1 << 22
 
 #: elements of one chunk: small enough that a descheduled helper holds back little, large
 #: enough that a numba call's ~5 us of dispatch stays small
@@ -159,9 +163,10 @@ class Splitter:
         self._helpers: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def wanted(self, elements: int) -> bool:
-        """Whether a kernel over ``elements`` elements is split."""
-        return self.threads > 1 and elements >= MIN_SPLIT_ELEMENTS
+    def wanted(self, elements: int, heavy: bool = True) -> bool:
+        """Whether a kernel over ``elements`` elements is split (``heavy``: it has a
+        transcendental op, see :data:`MIN_SPLIT_ELEMENTS`)."""
+        return self.threads > 1 and elements >= (MIN_SPLIT_ELEMENTS if heavy else MIN_SPLIT_ARITHMETIC)
 
     def _start(self) -> None:
         with self._lock:
