@@ -7,6 +7,8 @@ they give its results exactly and compile nothing (the conformance suite's thous
 programs stay as fast as before). Large regions compile one kernel per (program, layout) with
 numba (:mod:`ember_cpu.numba_codegen`), cached in memory and, through numba's own cache, on
 disk under ``EMBER_CACHE_DIR/cpu-numba`` (``EMBER_KERNEL_CACHE=0`` keeps it in memory only).
+An elementwise kernel of at least :data:`ember_cpu.parallel.MIN_SPLIT_ELEMENTS` runs in parts
+of its outermost loop on several threads (:class:`Cuts`, :mod:`ember_cpu.parallel`).
 
 A program with a trailing reduction (``FusedProgram.reduce``) runs the same way: large ones as
 one numba loop nest that folds each row into an accumulator (:func:`reduce_plan`,
@@ -38,6 +40,7 @@ from .numba_codegen import (
     LIBM_OPS,
     NUMBA_OPS,
     NUMBA_REDUCTIONS,
+    VECTOR_F32_OPS,
     Layout,
     RowLayout,
     compilable,
@@ -45,6 +48,7 @@ from .numba_codegen import (
     reduce_source,
     source,
 )
+from .parallel import CHUNK_ELEMENTS, splitter
 
 __all__ = ["MIN_ELEMENTS", "FUSION_REDUCTIONS", "FusedKernels", "numba_missing", "fusion_ops", "interpret", "plan"]
 
@@ -207,14 +211,11 @@ def _fit(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return t
 
 
-def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tuple[int, ...], list[Any], list[int]]:
-    """The layout of iterating ``shape`` over ``tensors``, the collapsed shape, the arrays the
-    kernel reads and the element strides it takes as arguments. An input is a flat view
-    (``c``), a one-element view (``z``), or, when some input is strided, the flat memory it
-    spans read at an offset built from the coordinates: ``r`` when its last collapsed axis is
-    contiguous, ``b`` when it is broadcast along it, ``f`` otherwise (its strides but that of
-    ``r``/``b``'s last axis are arguments); a view with a negative stride is read through the
-    collapsed coordinates (``s``)."""
+def _plan(
+    shape: tuple[int, ...], tensors: list[np.ndarray]
+) -> tuple[Layout, tuple[int, ...], list[Any], list[int], list[int]]:
+    """:func:`plan`, and per tensor its element stride along the first collapsed axis (where a
+    split kernel's part starts reading: :meth:`FusedKernels._launch`)."""
     rank = len(shape)
     strides = []
     tensors = [_fit(t, shape) for t in tensors]
@@ -244,7 +245,20 @@ def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tup
             arrays.append(np.lib.stride_tricks.as_strided(t, shape=(span,), strides=(t.itemsize,)))
             args += st[:-1] if mode != "f" else st
     strided = any(m in "srbf" for m in modes)
-    return Layout(tuple(modes), len(cshape) if strided else 0), cshape, arrays, args
+    layout = Layout(tuple(modes), len(cshape) if strided else 0)
+    firsts = [st[0] if st else 0 for st in cstrides]
+    return layout, cshape, arrays, args, firsts
+
+
+def plan(shape: tuple[int, ...], tensors: list[np.ndarray]) -> tuple[Layout, tuple[int, ...], list[Any], list[int]]:
+    """The layout of iterating ``shape`` over ``tensors``, the collapsed shape, the arrays the
+    kernel reads and the element strides it takes as arguments. An input is a flat view
+    (``c``), a one-element view (``z``), or, when some input is strided, the flat memory it
+    spans read at an offset built from the coordinates: ``r`` when its last collapsed axis is
+    contiguous, ``b`` when it is broadcast along it, ``f`` otherwise (its strides but that of
+    ``r``/``b``'s last axis are arguments); a view with a negative stride is read through the
+    collapsed coordinates (``s``)."""
+    return _plan(shape, tensors)[:4]
 
 
 def reduce_plan(
@@ -284,8 +298,36 @@ def reduce_plan(
 #: a cached launch of an elementwise kernel (FusedKernels._launch): the compiled kernel, its
 #: leading arguments (element count, collapsed shape, strides), per tensor input how to view it
 #: (None: ``reshape(-1)``, a contiguous array's flat view; else the shape and byte strides of
-#: :func:`plan`'s ``as_strided`` view) and the outputs' numpy dtypes
-Launch = tuple[Any, tuple[int, ...], tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...], tuple[np.dtype, ...]]
+#: :func:`plan`'s ``as_strided`` view), the outputs' numpy dtypes and how to cut the kernel's
+#: arguments after the head for a part of the range (:class:`Cuts`)
+Launch = tuple[
+    Any, tuple[int, ...], tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...], tuple[np.dtype, ...], "Cuts"
+]
+
+
+class Cuts:
+    """How a part ``[lo, hi)`` of an elementwise kernel's outermost loop is called: the loop's
+    length ``count`` (the first collapsed axis, or every element of a flat loop), the elements
+    an outer step covers (``inner``), the collapsed shape's other axes and the stride arguments,
+    and per argument after the head how to cut it: None (a scalar or a one-element view: as
+    is), -1 (a view over the collapsed shape: its rows ``lo:hi``), else the element stride of
+    the first axis (flat memory: from ``lo * stride`` on)."""
+
+    __slots__ = ("count", "inner", "rank", "tail", "args", "heavy")
+
+    def __init__(
+        self, count: int, inner: int, rank: int, tail: tuple[int, ...], args: tuple[int | None, ...], heavy: bool
+    ) -> None:
+        self.count, self.inner, self.rank, self.tail, self.args = count, inner, rank, tail, args
+        #: whether the program has a transcendental op (compute-bound: split from fewer elements)
+        self.heavy = heavy
+
+    def part(self, fn: Any, args: list[Any], lo: int, hi: int) -> None:
+        """Run kernel ``fn`` over outer indices ``[lo, hi)``; ``args`` are the arguments after the head."""
+        head = ((hi - lo) * self.inner, hi - lo, *self.tail) if self.rank else (hi - lo,)
+        cut = [a if c is None else a[lo:hi] if c < 0 else a[lo * c :] for a, c in zip(args, self.args)]
+        fn(*head, *cut)
+
 
 #: cached launches kept before the cache starts over (a few per region of a training step)
 _MAX_LAUNCHES = 4096
@@ -372,6 +414,8 @@ class FusedKernels:
         }  # fmt: skip
         self._split: dict[FusedProgram, FusedProgram] = {}
         self._launches: dict[tuple[Any, ...], Launch] = {}
+        #: the threads large elementwise kernels are split over (ember_cpu.parallel)
+        self.splitter = splitter
 
     def run(
         self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], outs: list[Any] | None = None
@@ -413,8 +457,8 @@ class FusedKernels:
         launch = self._launches.get(key)
         if launch is None:
             launch = self._launches[key] = self._launch(prog, shape, tensors, writes)
-        fn, head, recipes, out_dtypes = launch
-        args: list[Any] = list(head)
+        fn, head, recipes, out_dtypes, cuts = launch
+        args: list[Any] = []
         views = iter(zip(tensors, recipes))
         for (dt, kind), v in zip(prog.inputs, operands):
             if kind == "scalar":
@@ -424,14 +468,22 @@ class FusedKernels:
                 args.append(t.reshape(-1) if how is None else _as_strided(t, shape, how))
         if outs is None:
             results = [np.empty(n, dtype=d) for d in out_dtypes]
-            fn(*args, *results)
-            self.counts["numba"] += 1
+            self._call(fn, head, [*args, *results], cuts)
             return [o.reshape(shape) for o in results]
         results = [np.empty(n, dtype=d) if g is None else g.reshape(-1) for g, d in zip(given, out_dtypes)]
-        fn(*args, *[o for o, j in zip(results, writes or (-1,) * len(results)) if j < 0])
-        self.counts["numba"] += 1
+        self._call(fn, head, [*args, *[o for o, j in zip(results, writes or (-1,) * len(results)) if j < 0]], cuts)
         self.counts["in_place"] += sum(j >= 0 for j in writes)
         return [o.reshape(shape) if g is None else g for o, g in zip(results, given)]
+
+    def _call(self, fn: Any, head: tuple[int, ...], args: list[Any], cuts: Cuts) -> None:
+        """Kernel ``fn`` over its whole range: split over the helper threads
+        (:mod:`ember_cpu.parallel`) when it is large, else in one call."""
+        split = self.splitter
+        if split.wanted(head[0], cuts.heavy):
+            split.run(lambda lo, hi: cuts.part(fn, args, lo, hi), cuts.count, -(-CHUNK_ELEMENTS // cuts.inner))
+        else:
+            fn(*head, *args)
+        self.counts["numba"] += 1
 
     def _launch(
         self, prog: FusedProgram, shape: tuple[int, ...], tensors: list[np.ndarray], writes: tuple[int, ...] = ()
@@ -440,7 +492,7 @@ class FusedKernels:
         tensors' shapes and strides, worked out once (:func:`plan` and the kernel lookup took
         about 100 us per call of W2's update regions; see :data:`Launch`); ``writes``: the
         inputs outputs are stored into (:class:`Layout`)."""
-        layout, cshape, arrays, steps = plan(shape, tensors)
+        layout, cshape, arrays, steps, firsts = _plan(shape, tensors)
         if any(j >= 0 for j in writes):
             layout = Layout(layout.modes, layout.rank, writes)
         head = (math.prod(shape), *(list(cshape) + steps if layout.rank else ()))
@@ -451,7 +503,21 @@ class FusedKernels:
         if len(self._launches) >= _MAX_LAUNCHES:  # shapes that change every call: start over
             self._launches.clear()
         dts = prog.value_dtypes()
-        return self.kernel(prog, layout), head, tuple(recipes), tuple(as_dtype(dts[o]).numpy for o in prog.outputs)
+        out_dtypes = tuple(as_dtype(dts[o]).numpy for o in prog.outputs)
+        rank = layout.rank
+        inner = math.prod(cshape[1:]) if rank else 1
+        per: list[int | None] = []
+        modes = iter(zip(layout.modes, firsts))
+        for _, kind in prog.inputs:
+            if kind == "scalar":
+                per.append(None)
+                continue
+            mode, first = next(modes)
+            per.append(None if mode == "z" else -1 if mode == "s" else first if rank else 1)
+        per += [inner] * sum(j < 0 for j in (layout.writes or (-1,) * len(prog.outputs)))
+        heavy = any(op in LIBM_OPS or op in VECTOR_F32_OPS for op, _, _ in prog.instructions)
+        cuts = Cuts(cshape[0] if rank else head[0], inner, rank, tuple(cshape[1:]) + tuple(steps), tuple(per), heavy)
+        return self.kernel(prog, layout), head, tuple(recipes), out_dtypes, cuts
 
     def _run_split(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
         """The program's elementwise part as one (vectorised) numba loop that also writes the

@@ -6,12 +6,13 @@ strided) and the inputs come as arguments, so one compiled kernel serves every s
 same layout (:class:`Layout`: a mode per tensor input, ``c`` contiguous and read as ``x[i]``,
 ``z`` one broadcast element; when one is strided, a loop per collapsed axis reads it as flat
 memory at an offset, ``r``/``b``/``f`` by its last axis's stride 1/0/other, or ``s`` through
-the collapsed coordinates if a stride is negative). The loop
-is serial unless ``EMBER_CPU_NUMBA_PARALLEL=1`` (then numba's ``prange`` splits it over the
-cores): measured on the shared 2-core machine under load, a serial loop over 2^17-2^23 float32
-elements ran 2-3x faster than numpy every time, while the parallel one ranged from as fast to
-380x slower (its workers wait for a busy core; 16 ms against 0.04 ms at 2^17). ``fastmath``
-stays off, so ``a * b + c`` is two roundings and NaN/inf behave as in numpy.
+the collapsed coordinates if a stride is negative). The loop is serial (``nogil``:
+:mod:`ember_cpu.parallel` runs parts of a large one on Python threads) unless
+``EMBER_CPU_NUMBA_PARALLEL=1`` (then numba's ``prange`` splits it over the cores): measured on
+the shared 2-core machine under load, a serial loop over 2^17-2^23 float32 elements ran 2-3x
+faster than numpy every time, while the parallel one ranged from as fast to 380x slower (its
+workers wait for a busy core; 16 ms against 0.04 ms at 2^17). ``fastmath`` stays off, so
+``a * b + c`` is two roundings and NaN/inf behave as in numpy.
 
 Semantics follow the unfused numpy kernels (``ember.array_module``): integer arithmetic wraps
 in the operands' width (numba widens to 64 bits, every integer result is cast back), integer
