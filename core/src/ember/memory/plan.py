@@ -380,7 +380,9 @@ class _Planner(Generic[Raw]):
             phase = quietest(sizes, lifetimes)
         sizes, lifetimes = rotate(sizes, lifetimes, phase)
         plan = make_plan(sizes, lifetimes, self.alignment, whole=self._sub is None)
-        if plan.slots and len(uses) == p:  # whole buffers: the slots that fit the headroom, lap one included
+        if not plan.planned:  # nothing placed (an empty plan has no positions to check)
+            fits = False
+        elif plan.slots and len(uses) == p:  # whole buffers: the slots that fit the headroom, lap one included
             fits = self._fit_slots(plan, rotate(uses, uses, phase)[0])
         else:
             fits = self._fits(plan, rotate(uses, uses, phase)[0] if len(uses) == p else None)
@@ -403,7 +405,7 @@ class _Planner(Generic[Raw]):
         if uses is None:
             return False
         outside, high = self._outside(plan, uses)
-        return plan.extent + max(outside) <= (1 + HEADROOM) * high
+        return plan.extent + max(outside, default=0) <= (1 + HEADROOM) * high
 
     def _outside(self, plan: _Plan, uses: list[int]) -> tuple[list[int], int]:
         """Per position of the period, the bytes in use just after its request outside the plan's
