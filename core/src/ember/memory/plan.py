@@ -312,7 +312,9 @@ class _Planner(Generic[Raw]):
         self._freed.append(-1)
         self._uses.append(self.in_use)
         p = self._cand
-        if p and seq[n - p] == size:  # the candidate holds: the common case, no key to look up
+        # the candidate holds: the common case, no key to look up (a short loop's candidate, a whole number
+        # of its laps, may be longer than the record so far: seq[n - p] would then wrap to its end)
+        if p and n >= p and seq[n - p] == size:
             self._run += 1
         else:
             if self._sig is not None:  # a loop passed over ended here: remembered, with how long it ran
