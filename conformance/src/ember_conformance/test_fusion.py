@@ -294,6 +294,15 @@ def test_fused_reduction_matches_numpy_and_unfused(device, op, axis, keepdims):
         assert kernels == 1, f"{kernels} fused kernels for one region and its {op}"
 
 
+@pytest.mark.parametrize("axis", [None, 1])
+def test_a_reduction_of_constants_only(device, axis):
+    """A region whose operands are all filled constants reads no tensor: its reduction still runs
+    (ember-opencl's fused reduction once failed on such a program with no tensor operand)."""
+    x = em.full((3, 5), 2.0, device=device)
+    got = (x * x + 1.0).sum(axis=axis).numpy()
+    np.testing.assert_allclose(got, np.sum(np.full((3, 5), 5.0), axis=axis), rtol=1e-6)
+
+
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
 def test_fused_integer_and_bool_reductions_are_exact(device, op):
     fused = _fuses_reduction(device, op)

@@ -240,7 +240,12 @@ def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: Sequen
     n_in = len(geoms)
     modes = tuple("z" if not any(ost[k] + ist[k]) else "s" for k in range(n_in))
     M, K = numel(osh), numel(ish)
-    span = max(off + sum(abs(s) * (d - 1) for d, s in zip(osh + ish, a + b)) for off, a, b in zip(offsets, ost, ist))
+    # the largest element index a tensor operand reaches (none: a program of scalars only, (x * x).sum() of
+    # an em.full, indexes nothing)
+    span = max(
+        (off + sum(abs(s) * (d - 1) for d, s in zip(osh + ish, a + b)) for off, a, b in zip(offsets, ost, ist)),
+        default=0,
+    )
     idx = "int" if max(span, M, K, numel(shape)) < 2**31 - 2**20 else "long"
     group, G = 0, 1
     if rt.is_cpu:
