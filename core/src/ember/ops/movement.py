@@ -96,16 +96,39 @@ def reshape(x: Any, /, shape: Any, *, copy: bool | None = None) -> Tensor:
     return apply(RESHAPE, (x,), {"shape": new}, new, x._dtype)
 
 
+#: (ndim, axes as given) -> the checked, non-negative permutation, for the permutes a model repeats
+_PERMUTATIONS: dict[tuple[int, tuple[Any, ...]], tuple[int, ...]] = {}
+
+
 def permute_dims(x: Any, axes: Sequence[int]) -> Tensor:
     """Reorder axes: output axis i is input axis ``axes[i]``."""
     x = _tensor_arg(x, "permute_dims")
+    shape = x._shape
+    if type(axes) is tuple or type(axes) is list:
+        key = (len(shape), tuple(axes))
+        try:
+            norm = _PERMUTATIONS.get(key)
+        except TypeError:  # an unhashable entry: the checks below say what is wrong
+            norm = key = None
+        if norm is None:
+            norm = _permutation(x, axes)
+            if key is not None:
+                if len(_PERMUTATIONS) >= 4096:
+                    _PERMUTATIONS.clear()
+                _PERMUTATIONS[key] = norm
+    else:
+        norm = _permutation(x, axes)
+    if norm == tuple(range(len(shape))):
+        return x
+    return apply(PERMUTE, (x,), {"axes": norm}, tuple([shape[a] for a in norm]), x._dtype)
+
+
+def _permutation(x: Tensor, axes: Sequence[int]) -> tuple[int, ...]:
+    """``axes`` checked to be a permutation of ``x``'s axes, made non-negative."""
     norm = tuple(normalize_axis(int(a), x.ndim, "permute_dims", "axes") for a in axes)
     if sorted(norm) != list(range(x.ndim)):
         raise ShapeError(f"permute_dims: axes={tuple(axes)} must be a permutation of 0..{x.ndim - 1}")
-    if norm == tuple(range(x.ndim)):
-        return x
-    shape = tuple(x._shape[a] for a in norm)
-    return apply(PERMUTE, (x,), {"axes": norm}, shape, x._dtype)
+    return norm
 
 
 def broadcast_to(x: Any, shape: Any) -> Tensor:
@@ -238,11 +261,14 @@ def expand_dims(x: Any, /, axis: Any = 0) -> Tensor:
 
 def swapaxes(x: Any, axis0: int, axis1: int) -> Tensor:
     x = _tensor_arg(x, "swapaxes")
-    a = normalize_axis(axis0, x.ndim, "swapaxes", "axis0")
-    b = normalize_axis(axis1, x.ndim, "swapaxes", "axis1")
-    axes = list(range(x.ndim))
+    ndim = len(x._shape)
+    a = normalize_axis(axis0, ndim, "swapaxes", "axis0")
+    b = normalize_axis(axis1, ndim, "swapaxes", "axis1")
+    if a == b:
+        return x
+    axes = list(range(ndim))
     axes[a], axes[b] = axes[b], axes[a]
-    return permute_dims(x, axes)
+    return apply(PERMUTE, (x,), {"axes": tuple(axes)}, tuple([x._shape[i] for i in axes]), x._dtype)
 
 
 def moveaxis(x: Any, source: Any, destination: Any) -> Tensor:

@@ -1,0 +1,67 @@
+"""The memo tables behind reshape and permute_dims (kept for ops a model repeats every step) give
+the answers and the errors of the uncached checks, whatever was looked up before."""
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.errors import ArgumentTypeError, ShapeError
+
+
+def test_reshape_repeated_matches_numpy():
+    ref = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    x = em.tensor(ref)
+    for shape in [(6, 4), (6, 4), (-1, 4), (4, -1), (2, 12), (-1, 4)]:
+        np.testing.assert_array_equal(x.reshape(shape).numpy(), ref.reshape(shape))
+
+
+@pytest.mark.parametrize("bad", [(6, 4.0), (6.0, 4), (True, 24), (24, True)])
+def test_reshape_refuses_non_ints_after_the_int_shape_was_seen(bad):
+    x = em.tensor(np.zeros((24,), dtype=np.float32))
+    x.reshape(tuple(int(v) for v in bad))  # the same key, as plain ints, is now remembered
+    with pytest.raises(ArgumentTypeError, match="reshape"):
+        x.reshape(bad)
+
+
+def test_reshape_errors_are_not_remembered():
+    x = em.tensor(np.zeros((2, 3), dtype=np.float32))
+    for _ in range(2):
+        with pytest.raises(ShapeError, match="cannot reshape"):
+            x.reshape((4, 2))
+
+
+def test_reshape_numpy_int_entries():
+    x = em.tensor(np.arange(6, dtype=np.float32))
+    assert x.reshape((np.int64(2), np.int64(3))).shape == (2, 3)
+
+
+@pytest.mark.parametrize("axes", [(2, 0, 1), [2, 0, 1], (-1, 0, 1), (2, -3, 1)])
+def test_permute_repeated_matches_numpy(axes):
+    ref = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    x = em.tensor(ref)
+    for _ in range(2):
+        np.testing.assert_array_equal(em.permute_dims(x, axes).numpy(), np.transpose(ref, axes))
+
+
+def test_permute_same_axes_on_another_rank_is_checked():
+    em.permute_dims(em.tensor(np.zeros((2, 3), dtype=np.float32)), (1, 0))
+    with pytest.raises(ShapeError, match="permutation"):
+        em.permute_dims(em.tensor(np.zeros((2, 3, 4), dtype=np.float32)), (1, 0))
+    with pytest.raises(ShapeError, match="permutation"):
+        em.permute_dims(em.tensor(np.zeros((2, 3), dtype=np.float32)), (1, 1))
+
+
+def test_swapaxes_and_matrix_transpose():
+    ref = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    x = em.tensor(ref)
+    np.testing.assert_array_equal(em.swapaxes(x, 0, 2).numpy(), np.swapaxes(ref, 0, 2))
+    np.testing.assert_array_equal(em.swapaxes(x, 1, -2).numpy(), ref)
+    np.testing.assert_array_equal(em.matrix_transpose(x).numpy(), np.swapaxes(ref, -1, -2))
+
+
+def test_matmul_fast_path_broadcasts_and_checks():
+    a = np.random.default_rng(0).standard_normal((2, 1, 3, 4))
+    b = np.random.default_rng(1).standard_normal((5, 4, 2))
+    np.testing.assert_allclose((em.tensor(a) @ em.tensor(b)).numpy(), a @ b, rtol=1e-12)
+    with pytest.raises(ShapeError, match="inner dimensions"):
+        em.tensor(a) @ em.tensor(a)
