@@ -65,3 +65,51 @@ def test_matmul_fast_path_broadcasts_and_checks():
     np.testing.assert_allclose((em.tensor(a) @ em.tensor(b)).numpy(), a @ b, rtol=1e-12)
     with pytest.raises(ShapeError, match="inner dimensions"):
         em.tensor(a) @ em.tensor(a)
+
+
+def test_split_chunk_unstack_roll_match_numpy():
+    ref = np.arange(60, dtype=np.float64).reshape(3, 4, 5)
+    x = em.tensor(ref)
+    for got, want in zip(em.split(x, 5, axis=-1), np.split(ref, 5, axis=-1)):
+        np.testing.assert_array_equal(got.numpy(), want)
+    for got, want in zip(em.split(x, [1, 3], axis=1), np.split(ref, [1, 3], axis=1)):
+        np.testing.assert_array_equal(got.numpy(), want)
+    (whole,) = em.split(x, 1, axis=0)
+    assert whole is x
+    for got, want in zip(em.chunk(x, 2, axis=2), np.array_split(ref, [3], axis=2)):
+        np.testing.assert_array_equal(got.numpy(), want)
+    for got, want in zip(em.unstack(x, axis=1), [ref[:, i] for i in range(4)]):
+        np.testing.assert_array_equal(got.numpy(), want)
+    np.testing.assert_array_equal(em.roll(x, 2, axis=2).numpy(), np.roll(ref, 2, axis=2))
+
+
+@pytest.mark.parametrize("axis", [None, 0, -1, (0, 2), (2, 0), ()])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_sum_and_mean_repeated_match_numpy(axis, keepdims):
+    ref = np.arange(24, dtype=np.float64).reshape(2, 3, 4) + 1
+    x = em.tensor(ref)
+    for _ in range(2):
+        np.testing.assert_allclose(
+            em.sum(x, axis=axis, keepdims=keepdims).numpy(), ref.sum(axis=axis, keepdims=keepdims)
+        )
+        np.testing.assert_allclose(
+            em.mean(x, axis=axis, keepdims=keepdims).numpy(), ref.mean(axis=axis, keepdims=keepdims)
+        )
+
+
+@pytest.mark.parametrize("bad", [(0, 1.0), (True,), 1.0, True])
+def test_reduction_refuses_non_int_axes_after_the_int_axes_were_seen(bad):
+    x = em.tensor(np.ones((2, 3), dtype=np.float32))
+    em.sum(x, axis=(0, 1))
+    em.sum(x, axis=1)
+    with pytest.raises(em.errors.EmberError):
+        em.sum(x, axis=bad)
+
+
+def test_reduction_axis_errors_are_not_remembered():
+    x = em.tensor(np.ones((2, 3), dtype=np.float32))
+    for _ in range(2):
+        with pytest.raises(em.errors.EmberError, match="twice"):
+            em.sum(x, axis=(0, 0))
+        with pytest.raises(em.errors.EmberError, match="out of range"):
+            em.mean(x, axis=2)

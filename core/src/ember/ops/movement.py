@@ -144,7 +144,7 @@ def broadcast_to(x: Any, shape: Any) -> Tensor:
 
 def slice_tensor(x: Tensor, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]) -> Tensor:
     """Basic slicing with normalised, in-range bounds and positive steps (one per axis)."""
-    shape = tuple(max(0, -(-(sp - st) // sd)) for st, sp, sd in zip(starts, stops, steps))
+    shape = tuple([max(0, -(-(sp - st) // sd)) for st, sp, sd in zip(starts, stops, steps)])
     if shape == x._shape:
         return x
     return apply(SLICE, (x,), {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)}, shape, x._dtype)
@@ -301,9 +301,15 @@ def flatten(x: Any, start_axis: int = 0, end_axis: int = -1) -> Tensor:
 
 
 def _take_slice(x: Tensor, axis: int, start: int, stop: int) -> Tensor:
-    starts = tuple(start if i == axis else 0 for i in range(x.ndim))
-    stops = tuple(stop if i == axis else d for i, d in enumerate(x._shape))
-    return slice_tensor(x, starts, stops, (1,) * x.ndim)
+    """``x[..., start:stop, ...]`` along ``axis`` (0 <= start <= stop <= length), ``x`` itself if whole."""
+    shape = x._shape
+    if start == 0 and stop == shape[axis]:
+        return x
+    ndim = len(shape)
+    after = shape[axis + 1 :]
+    params = {"starts": (0,) * axis + (start,) + (0,) * (ndim - axis - 1), "stops": shape[:axis] + (stop,) + after}
+    params["steps"] = (1,) * ndim
+    return apply(SLICE, (x,), params, shape[:axis] + (stop - start,) + after, x._dtype)
 
 
 def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
