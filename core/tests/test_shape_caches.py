@@ -113,3 +113,13 @@ def test_reduction_axis_errors_are_not_remembered():
             em.sum(x, axis=(0, 0))
         with pytest.raises(em.errors.EmberError, match="out of range"):
             em.mean(x, axis=2)
+
+
+def test_broadcast_pairs_repeated_and_errors():
+    a = np.ones((4, 1, 3))
+    b = np.arange(2.0).reshape(2, 1)
+    for _ in range(2):
+        np.testing.assert_array_equal((em.tensor(a) + em.tensor(b)).numpy(), a + b)
+        assert em.broadcast_shapes((4, 1, 3), (2, 1)) == np.broadcast_shapes((4, 1, 3), (2, 1))
+        with pytest.raises(ShapeError, match="do not broadcast"):
+            em.broadcast_shapes((2, 3), (4, 3))

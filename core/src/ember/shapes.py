@@ -75,12 +75,28 @@ def as_shape(shape: Any, argument: str = "shape", op: str = "op") -> Shape:
     return out
 
 
+#: (shape, shape) -> the shape they broadcast to, for the pairs a model meets every step
+_BROADCASTS: dict[tuple[Any, Any], Shape] = {}
+
+
 def broadcast_shapes(*shapes: Shape, op: str = "broadcast") -> Shape:
     """numpy broadcasting of several shapes; raises ShapeError naming both shapes."""
     if len(shapes) == 2:
         a, b = shapes
         if a == b:
             return a
+        if type(a) is tuple and type(b) is tuple:
+            out = _BROADCASTS.get(shapes)
+            if out is None:
+                out = _broadcast(shapes, op)  # a pair that does not broadcast raises, and is not kept
+                if len(_BROADCASTS) >= 4096:
+                    _BROADCASTS.clear()
+                _BROADCASTS[shapes] = out
+            return out
+    return _broadcast(shapes, op)
+
+
+def _broadcast(shapes: tuple[Shape, ...], op: str) -> Shape:
     ndim = max(len(s) for s in shapes)
     out = [1] * ndim
     for shape in shapes:
