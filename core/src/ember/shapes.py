@@ -75,12 +75,28 @@ def as_shape(shape: Any, argument: str = "shape", op: str = "op") -> Shape:
     return out
 
 
+#: (shape, shape) -> the shape they broadcast to, for the pairs a model meets every step
+_BROADCASTS: dict[tuple[Any, Any], Shape] = {}
+
+
 def broadcast_shapes(*shapes: Shape, op: str = "broadcast") -> Shape:
     """numpy broadcasting of several shapes; raises ShapeError naming both shapes."""
     if len(shapes) == 2:
         a, b = shapes
         if a == b:
             return a
+        if type(a) is tuple and type(b) is tuple:
+            out = _BROADCASTS.get(shapes)
+            if out is None:
+                out = _broadcast(shapes, op)  # a pair that does not broadcast raises, and is not kept
+                if len(_BROADCASTS) >= 4096:
+                    _BROADCASTS.clear()
+                _BROADCASTS[shapes] = out
+            return out
+    return _broadcast(shapes, op)
+
+
+def _broadcast(shapes: tuple[Shape, ...], op: str) -> Shape:
     ndim = max(len(s) for s in shapes)
     out = [1] * ndim
     for shape in shapes:
@@ -143,8 +159,26 @@ def reduced_shape(shape: Shape, axes: tuple[int, ...], keepdims: bool) -> Shape:
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
+#: (old shape, requested tuple of ints) -> resolved shape, for the reshapes a model repeats every step
+_RESHAPES: dict[tuple[Shape, Shape], Shape] = {}
+_INT = {int}
+
+
 def infer_reshape(old: Shape, new: Any, op: str = "reshape") -> Shape:
     """Resolve one ``-1`` in ``new`` and check the element count matches."""
+    if type(new) is tuple and set(map(type, new)) == _INT:  # plain ints only: 2.0 and True are refused
+        key = (old, new)
+        out = _RESHAPES.get(key)
+        if out is None:
+            out = _infer_reshape(old, new, op)
+            if len(_RESHAPES) >= 4096:
+                _RESHAPES.clear()
+            _RESHAPES[key] = out
+        return out
+    return _infer_reshape(old, new, op)
+
+
+def _infer_reshape(old: Shape, new: Any, op: str) -> Shape:
     if not isinstance(new, (bool, Iterable)) and hasattr(new, "__index__"):
         new = (new,)
     if isinstance(new, (str, bytes)) or not isinstance(new, Iterable):

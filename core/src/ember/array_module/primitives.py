@@ -217,7 +217,7 @@ def primitives(m: ArrayModule) -> dict[str, Callable[..., Any]]:
         return xp.broadcast_to(a, shape)
 
     def slice_(a: Any, *, starts: tuple[int, ...], stops: tuple[int, ...], steps: tuple[int, ...]) -> Any:
-        return a[tuple(slice(s, e, st) for s, e, st in zip(starts, stops, steps))]
+        return a[tuple(map(slice, starts, stops, steps))]
 
     def pad(a: Any, *, pads: tuple[tuple[int, int], ...], value: Any) -> Any:
         return xp.pad(a, pads, mode="constant", constant_values=np.asarray(value).astype(a.dtype)[()])

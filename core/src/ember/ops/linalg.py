@@ -49,6 +49,15 @@ def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product with numpy semantics (1-D operands, broadcast batch axes)."""
     a = _tensor_arg(a, "matmul", b if is_tensor(b) else None)
     b = _tensor_arg(b, "matmul", a)
+    shape_a, shape_b = a._shape, b._shape  # as the user passed them, for the messages
+    if len(shape_a) >= 2 and len(shape_b) >= 2 and a._dtype is b._dtype and a._dtype in NUMERIC_OR_COMPLEX:
+        # the common case (matrices or batches of them, one dtype): no promotion, no squeeze
+        n, k = shape_a[-2:]
+        k2, m = shape_b[-2:]
+        if k == k2:
+            lead_a, lead_b = shape_a[:-2], shape_b[:-2]
+            batch = lead_a if lead_a == lead_b else broadcast_shapes(lead_a, lead_b, op="matmul")
+            return apply(MATMUL, (a, b), {}, batch + (n, m), a._dtype)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul: operands must have at least 1 dimension; use * for scalars")
     dt = promote_types(a._dtype, b._dtype, "matmul") if a._dtype is not b._dtype else a._dtype
@@ -63,7 +72,6 @@ def matmul(a: Any, b: Any) -> Tensor:
             f"matmul: 1-D operands of shapes {a._shape} and {b._shape} differ in length "
             f"({a._shape[0]} != {b._shape[0]}); a vector product needs two vectors of the same length."
         )
-    shape_a, shape_b = a._shape, b._shape  # as the user passed them, for the message
     squeeze_a = a.ndim == 1
     squeeze_b = b.ndim == 1
     if squeeze_a:
@@ -88,9 +96,10 @@ def matmul(a: Any, b: Any) -> Tensor:
 def matrix_transpose(x: Any) -> Tensor:
     """Swap the last two axes."""
     x = _tensor_arg(x, "matrix_transpose")
-    if x.ndim < 2:
+    ndim = len(x._shape)
+    if ndim < 2:
         raise ShapeError(f"matrix_transpose: needs at least 2 dimensions, got shape {x._shape}")
-    return swapaxes(x, -1, -2)
+    return swapaxes(x, ndim - 1, ndim - 2)
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:

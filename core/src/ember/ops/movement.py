@@ -96,16 +96,39 @@ def reshape(x: Any, /, shape: Any, *, copy: bool | None = None) -> Tensor:
     return apply(RESHAPE, (x,), {"shape": new}, new, x._dtype)
 
 
+#: (ndim, axes as given) -> the checked, non-negative permutation, for the permutes a model repeats
+_PERMUTATIONS: dict[tuple[int, tuple[Any, ...]], tuple[int, ...]] = {}
+
+
 def permute_dims(x: Any, axes: Sequence[int]) -> Tensor:
     """Reorder axes: output axis i is input axis ``axes[i]``."""
     x = _tensor_arg(x, "permute_dims")
+    shape = x._shape
+    if type(axes) is tuple or type(axes) is list:
+        key = (len(shape), tuple(axes))
+        try:
+            norm = _PERMUTATIONS.get(key)
+        except TypeError:  # an unhashable entry: the checks below say what is wrong
+            norm = key = None
+        if norm is None:
+            norm = _permutation(x, axes)
+            if key is not None:
+                if len(_PERMUTATIONS) >= 4096:
+                    _PERMUTATIONS.clear()
+                _PERMUTATIONS[key] = norm
+    else:
+        norm = _permutation(x, axes)
+    if norm == tuple(range(len(shape))):
+        return x
+    return apply(PERMUTE, (x,), {"axes": norm}, tuple([shape[a] for a in norm]), x._dtype)
+
+
+def _permutation(x: Tensor, axes: Sequence[int]) -> tuple[int, ...]:
+    """``axes`` checked to be a permutation of ``x``'s axes, made non-negative."""
     norm = tuple(normalize_axis(int(a), x.ndim, "permute_dims", "axes") for a in axes)
     if sorted(norm) != list(range(x.ndim)):
         raise ShapeError(f"permute_dims: axes={tuple(axes)} must be a permutation of 0..{x.ndim - 1}")
-    if norm == tuple(range(x.ndim)):
-        return x
-    shape = tuple(x._shape[a] for a in norm)
-    return apply(PERMUTE, (x,), {"axes": norm}, shape, x._dtype)
+    return norm
 
 
 def broadcast_to(x: Any, shape: Any) -> Tensor:
@@ -121,7 +144,7 @@ def broadcast_to(x: Any, shape: Any) -> Tensor:
 
 def slice_tensor(x: Tensor, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]) -> Tensor:
     """Basic slicing with normalised, in-range bounds and positive steps (one per axis)."""
-    shape = tuple(max(0, -(-(sp - st) // sd)) for st, sp, sd in zip(starts, stops, steps))
+    shape = tuple([max(0, -(-(sp - st) // sd)) for st, sp, sd in zip(starts, stops, steps)])
     if shape == x._shape:
         return x
     return apply(SLICE, (x,), {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)}, shape, x._dtype)
@@ -238,11 +261,14 @@ def expand_dims(x: Any, /, axis: Any = 0) -> Tensor:
 
 def swapaxes(x: Any, axis0: int, axis1: int) -> Tensor:
     x = _tensor_arg(x, "swapaxes")
-    a = normalize_axis(axis0, x.ndim, "swapaxes", "axis0")
-    b = normalize_axis(axis1, x.ndim, "swapaxes", "axis1")
-    axes = list(range(x.ndim))
+    ndim = len(x._shape)
+    a = normalize_axis(axis0, ndim, "swapaxes", "axis0")
+    b = normalize_axis(axis1, ndim, "swapaxes", "axis1")
+    if a == b:
+        return x
+    axes = list(range(ndim))
     axes[a], axes[b] = axes[b], axes[a]
-    return permute_dims(x, axes)
+    return apply(PERMUTE, (x,), {"axes": tuple(axes)}, tuple([x._shape[i] for i in axes]), x._dtype)
 
 
 def moveaxis(x: Any, source: Any, destination: Any) -> Tensor:
@@ -275,9 +301,15 @@ def flatten(x: Any, start_axis: int = 0, end_axis: int = -1) -> Tensor:
 
 
 def _take_slice(x: Tensor, axis: int, start: int, stop: int) -> Tensor:
-    starts = tuple(start if i == axis else 0 for i in range(x.ndim))
-    stops = tuple(stop if i == axis else d for i, d in enumerate(x._shape))
-    return slice_tensor(x, starts, stops, (1,) * x.ndim)
+    """``x[..., start:stop, ...]`` along ``axis`` (0 <= start <= stop <= length), ``x`` itself if whole."""
+    shape = x._shape
+    if start == 0 and stop == shape[axis]:
+        return x
+    ndim = len(shape)
+    after = shape[axis + 1 :]
+    params = {"starts": (0,) * axis + (start,) + (0,) * (ndim - axis - 1), "stops": shape[:axis] + (stop,) + after}
+    params["steps"] = (1,) * ndim
+    return apply(SLICE, (x,), params, shape[:axis] + (stop - start,) + after, x._dtype)
 
 
 def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:

@@ -95,6 +95,28 @@ def _accumulator(dt: DType, op: str, dtype: Any) -> DType:
     return dt
 
 
+#: (shape, axis as given, keepdims) -> (axes, result shape), for the reductions a model repeats
+_REDUCTIONS: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+_INT = {int}
+
+
+def _reduction_shape(shape: tuple[int, ...], axis: Any, keepdims: bool, op: str) -> tuple[Any, ...]:
+    """The normalised axes and the result shape of reducing ``shape`` over ``axis``."""
+    t = type(axis)
+    if axis is None or t is int or (t is tuple and set(map(type, axis)) <= _INT):  # 1.0 or True: checked
+        key = (shape, axis, keepdims)
+        hit = _REDUCTIONS.get(key)
+        if hit is None:
+            axes = normalize_axes(axis, len(shape), op)
+            hit = (axes, reduced_shape(shape, axes, keepdims))
+            if len(_REDUCTIONS) >= 4096:
+                _REDUCTIONS.clear()
+            _REDUCTIONS[key] = hit
+        return hit
+    axes = normalize_axes(axis, len(shape), op)
+    return axes, reduced_shape(shape, axes, keepdims)
+
+
 def _reduce(
     op: Any,
     x: Any,
@@ -107,7 +129,8 @@ def _reduce(
     x = _tensor_arg(x, op.name)
     if x._dtype not in accepts:
         raise _reject(op.name, accepts, x._dtype)
-    axes = normalize_axes(axis, x.ndim, op.name)
+    keepdims = bool(keepdims)
+    axes, shape = _reduction_shape(x._shape, axis, keepdims, op.name)
     if not identity:
         for a in axes:
             if x._shape[a] == 0:
@@ -115,9 +138,8 @@ def _reduce(
                     f"{op.name}: cannot reduce over axis {a} of size 0 (shape {x._shape}); "
                     f"{op.name} has no identity element"
                 )
-    shape = reduced_shape(x._shape, axes, keepdims)
     dt = x._dtype if out_dtype is None else out_dtype
-    return apply(op, (x,), {"axes": axes, "keepdims": bool(keepdims)}, shape, dt)
+    return apply(op, (x,), {"axes": axes, "keepdims": keepdims}, shape, dt)
 
 
 def sum(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
@@ -336,10 +358,9 @@ def _floating(x: Any, op: str, accepts: frozenset = FLOAT) -> Tensor:
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Arithmetic mean over ``axis`` (floating-point and complex tensors)."""
     x = _floating(x, "mean", FLOAT_OR_COMPLEX)
-    axes = normalize_axes(axis, x.ndim, "mean")
-    return apply(
-        MEAN, (x,), {"axes": axes, "keepdims": bool(keepdims)}, reduced_shape(x._shape, axes, keepdims), x._dtype
-    )
+    keepdims = bool(keepdims)
+    axes, shape = _reduction_shape(x._shape, axis, keepdims, "mean")
+    return apply(MEAN, (x,), {"axes": axes, "keepdims": keepdims}, shape, x._dtype)
 
 
 def _var(x: Tensor, axes: tuple[int, ...], keepdims: bool, correction: float) -> Tensor:
