@@ -9,7 +9,8 @@ released before (a second release of a live handle, a view released after its pa
 ``NOSUB=1``, views (sub-buffers) are not released explicitly but left to pyopencl. ``ALIGN`` overrides
 the pool's alignment (NVIDIA's is 512 bytes). Written for the NVIDIA crash of 2026-12-06
 (plugins/cuda/logs/h100-2026-12-06-pm/opencl-crash): no double release was seen; the explicit release of
-a plan's views crashed, and with NOSUB=1 the same runs passed.
+a plan's views crashed; with NOSUB=1 the same runs passed once, and a later benchmark run crashed in the
+views' destructor, so ember-opencl now makes no sub-buffers on NVIDIA's platform (EMBER_OPENCL_SUB_BUFFERS).
 """
 
 import json
