@@ -35,6 +35,7 @@ from .array import CLArray
 from .cache import ProgramCache
 from .cltypes import ctype
 from .errors import DeviceMemoryError, KernelBuildError, driver_errors, no_platform_error, translate
+from .release import Releaser, release_mode
 
 __all__ = ["device_list", "describe", "Runtime", "Family", "FAMILIES", "FAMILY_AFTER", "BUILD_THREADS"]
 
@@ -182,6 +183,8 @@ class Runtime:
             self._queue = cl.CommandQueue(self.context, device)
         #: whether the pool may carve blocks out of larger buffers (see :func:`_sub_buffers`)
         self.sub_buffers = _sub_buffers(platform)
+        #: where releasing a buffer waits for the queue (NVIDIA), the last release happens on a thread
+        self.releaser = Releaser() if release_mode(platform) == "thread" else None
         self.fp64 = _has(device, "cl_khr_fp64")
         self.fp16 = _has(device, "cl_khr_fp16")
         self.atomics64 = _has(device, "cl_khr_int64_base_atomics")
@@ -240,11 +243,12 @@ class Runtime:
 
     def _release(self, buf: cl.Buffer) -> None:
         """Give a buffer back to the driver, after the deferred launches that may still use it (in
-        their queue order, not waiting for their programs)."""
+        their queue order, not waiting for their programs); on a :class:`Releaser`'s thread where set."""
+        release = buf.release if self.releaser is None else functools.partial(self.releaser.release, buf)
         if self._deferred:
-            self._deferred.append(buf.release)
+            self._deferred.append(release)
         else:
-            buf.release()
+            release()
 
     @staticmethod
     def _build_options(device: Any) -> str:

@@ -1,0 +1,98 @@
+"""Giving buffers back to the driver off the host's path: NVIDIA's clReleaseMemObject waits for the queue.
+
+On NVIDIA's OpenCL (driver 580, an H100) releasing a buffer blocks until the work queued so far has
+run, even a buffer no kernel touches: 3.1 ms behind a 3.1 ms kernel, ~1 ms a release in W4's step, so
+the adaptive pool's ~30 releases a step made the host wait on the GPU 30 times
+(plugins/cuda/logs/h100-2026-12-06-eve/probe-release). Here a release takes an extra reference with
+``clRetainMemObject`` (through ctypes, which lets go of the GIL), drops pyopencl's (not the last:
+it returns at once) and hands the handle to one daemon thread that makes the last release, which
+waits there while the host goes on queueing. The device memory comes back once the GPU has passed
+the buffer's last use, as it would have anyway.
+
+``EMBER_OPENCL_RELEASE=thread|now``; unset: ``thread`` on NVIDIA's platform, ``now`` elsewhere (PoCL
+and Mesa return at once).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import threading
+from typing import Any
+
+from ember.errors import InvalidArgumentError
+
+__all__ = ["Releaser", "release_mode"]
+
+
+def release_mode(platform: Any) -> str:
+    """``thread`` or ``now`` for ``platform`` (``EMBER_OPENCL_RELEASE`` overrides)."""
+    value = os.environ.get("EMBER_OPENCL_RELEASE", "").strip().lower()
+    if value in ("thread", "now"):
+        return value
+    if value:
+        raise InvalidArgumentError(
+            f"EMBER_OPENCL_RELEASE must be 'thread' (release buffers on a background thread) or 'now', not {value!r}"
+        )
+    return "thread" if "NVIDIA" in platform.name.upper() else "now"
+
+
+def _library() -> Any:
+    for name in ("libOpenCL.so.1", "libOpenCL.so"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        for fn in (lib.clRetainMemObject, lib.clReleaseMemObject):
+            fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
+        return lib
+    return None
+
+
+class Releaser:
+    """Releases pyopencl buffers on a daemon thread (see the module's docstring); where the OpenCL
+    library cannot be loaded through ctypes, or a retain fails, a buffer is released at once."""
+
+    def __init__(self) -> None:
+        self._lib = _library()
+        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._idle = threading.Condition(self._lock)
+        #: buffers handed to the thread, and those released at once (tests read them)
+        self.threaded = 0
+        self.direct = 0
+
+    def release(self, buf: Any) -> None:
+        """Give ``buf`` back: its last reference goes on the thread."""
+        lib = self._lib
+        handle = getattr(buf, "int_ptr", None)
+        if lib is None or not handle or lib.clRetainMemObject(ctypes.c_void_p(handle)) != 0:
+            self.direct += 1
+            buf.release()
+            return
+        buf.release()  # pyopencl's reference, not the last one: returns without waiting
+        with self._lock:
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ember-opencl-release", daemon=True)
+                self._thread.start()
+        self.threaded += 1
+        self._queue.put(handle)
+
+    def wait(self) -> None:
+        """Until every buffer handed over so far has been released (tests; a finish does not need it)."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0)
+
+    def _run(self) -> None:
+        release = self._lib.clReleaseMemObject
+        while True:
+            handle = self._queue.get()
+            release(ctypes.c_void_p(handle))
+            with self._idle:
+                self._pending -= 1
+                if not self._pending:
+                    self._idle.notify_all()

@@ -1,0 +1,68 @@
+"""ember-opencl's background releases (release.py): where clReleaseMemObject waits for the queue
+(NVIDIA), the last release of a buffer happens on a daemon thread; here forced on for PoCL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from ember.errors import InvalidArgumentError
+from ember_opencl.release import Releaser, release_mode
+
+
+class _Platform:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_the_mode_follows_the_platform_and_the_setting(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.delenv("EMBER_OPENCL_RELEASE", raising=False)
+    assert release_mode(_Platform("NVIDIA CUDA")) == "thread"
+    assert release_mode(_Platform("Portable Computing Language")) == "now"
+    monkeypatch.setenv("EMBER_OPENCL_RELEASE", "now")
+    assert release_mode(_Platform("NVIDIA CUDA")) == "now"
+    monkeypatch.setenv("EMBER_OPENCL_RELEASE", "later")
+    with pytest.raises(InvalidArgumentError, match="EMBER_OPENCL_RELEASE must be 'thread'"):
+        release_mode(_Platform("NVIDIA CUDA"))
+
+
+def _refcount(buf: cl.Buffer) -> int:
+    return int(buf.get_info(cl.mem_info.REFERENCE_COUNT))
+
+
+def test_a_buffer_goes_back_on_the_thread() -> None:
+    ctx = cl.create_some_context(interactive=False)
+    keep = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 1 << 20)
+    # a second pyopencl handle of the same buffer shows its driver reference count from outside
+    watch = cl.Buffer.from_int_ptr(keep.int_ptr, retain=True)
+    assert _refcount(watch) == 2
+    releaser = Releaser()
+    releaser.release(keep)
+    releaser.wait()
+    assert releaser.threaded == 1 and releaser.direct == 0
+    assert _refcount(watch) == 1  # the thread dropped exactly the reference the pool held
+
+
+def test_the_pools_releases_go_through_the_thread(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("EMBER_OPENCL_RELEASE", "thread")
+    monkeypatch.setenv("EMBER_OPENCL_SUB_BUFFERS", "0")  # whole buffers: every free is a driver release
+    from ember_opencl.runtime import Runtime
+
+    rt = Runtime(0)
+    assert rt.releaser is not None
+    pool = rt.pool
+    pool.set_strategy("exclusive")  # every freed block goes back to the driver
+    blocks = [pool.acquire(4 * n) for n in (1000, 30000, 5000)]
+    watches = [cl.Buffer.from_int_ptr(b.raw.int_ptr, retain=True) for b in blocks]
+    data = np.arange(1000, dtype=np.float32)
+    cl.enqueue_copy(rt.queue, blocks[0].raw, data)  # queued work on one of them before its release
+    frees = pool.frees
+    del blocks
+    rt.releaser.wait()
+    assert pool.frees - frees == 3
+    assert rt.releaser.threaded == 3 and rt.releaser.direct == 0
+    assert [_refcount(w) for w in watches] == [1, 1, 1]  # only the watches' own references are left
+    back = np.empty_like(data)
+    cl.enqueue_copy(rt.queue, back, watches[0], is_blocking=True)
+    np.testing.assert_array_equal(back, data)  # the copy queued before the release ran
