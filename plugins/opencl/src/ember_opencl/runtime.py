@@ -4,7 +4,7 @@ Devices are numbered over (platform, device) pairs: platforms sorted by name, ve
 version (the ICD loader's own order depends on the directory listing), devices in the order
 their platform reports them. ``Device("opencl:i")`` is pair ``i``.
 
-Programs build on a thread pool (:data:`BUILD_THREADS`) while the host goes on: a kernel whose
+Programs may build on a thread pool (:data:`BUILD_THREADS`) while the host goes on: a kernel whose
 program is still building is a :class:`_Pending` stand-in, and its launches, with every queue
 operation after them, wait in order in a host-side list until something needs the device's
 results (a download, ``finish``, the queue itself); so the programs a step needs compile side
@@ -48,14 +48,20 @@ FAMILY_AFTER = 1
 
 
 def _build_threads() -> int:
+    """``EMBER_OPENCL_BUILD_THREADS``: a whole number of threads >= 0 (unset or 0: build on the calling thread)."""
     value = os.environ.get("EMBER_OPENCL_BUILD_THREADS", "").strip()
+    if not value:
+        return 0
     try:
-        return max(0, int(value)) if value else 0
+        threads = int(value)
     except ValueError:
+        threads = -1
+    if threads < 0:
         raise InvalidArgumentError(
-            f"EMBER_OPENCL_BUILD_THREADS must be a whole number of threads (0: build on the calling thread), "
-            f"not {value!r}"
-        ) from None
+            f"EMBER_OPENCL_BUILD_THREADS must be a whole number of threads >= 0 (0: build on the calling "
+            f"thread), not {value!r}"
+        )
+    return threads
 
 
 def _sub_buffers(platform: Any) -> bool:
@@ -73,10 +79,10 @@ def _sub_buffers(platform: Any) -> bool:
 
 
 #: threads building programs in the background (EMBER_OPENCL_BUILD_THREADS). 0, the default: each
-#: program builds on the calling thread when its kernel is asked for. Opt-in until measured on a GPU:
-#: PoCL compiles one program at a time (more threads were no faster, benchmarks.cold_start --probe),
-#: and whether NVIDIA's compiler builds side by side is what plugins/opencl/scripts/cold_start_h200.sh
-#: measures first
+#: program builds on the calling thread when its kernel is asked for. Opt-in: neither PoCL nor NVIDIA
+#: (H100, driver 580.159) compiles programs of one process side by side: W2's 72 cold builds (the GEMM
+#: tuner's included) took 32.0 s built here and 29.5 s in 8 threads, their summed build time 28.2 -> 36.2 s,
+#: and loading 18 stored binaries 1.37 -> 1.83 s (plugins/cuda/logs/h100-2026-12-06-eve/call1/cold-bt*.txt)
 BUILD_THREADS = _build_threads()
 
 
