@@ -219,6 +219,8 @@ class Runtime:
         #: how often, and how long in all, the host waited for a program still building (a launch
         #: needing it, or a download or finish behind such a launch)
         self.waits = {"build_waits": 0, "build_wait_s": 0.0}
+        #: how many results were read back to the host: until the first, GEMMs are not tuned (tune.py)
+        self.read_backs = 0
 
     @property
     def queue(self) -> Any:
@@ -501,6 +503,7 @@ class Runtime:
             self._drain()
             with driver_errors("copying to the host", self.label, self.pool.stats):
                 cl.enqueue_copy(self._queue, host, a.buf, src_offset=a.offset * c.itemsize, is_blocking=True)
+        self.read_backs += 1
         if a.dtype.name == "bool":
             return host.view(np.bool_)
         return host.view(a.dtype.numpy)
