@@ -46,9 +46,7 @@ def test_the_setting_is_a_count_of_threads(monkeypatch, value, threads):
 @pytest.mark.parametrize("value", ["many", "-1", "2.5", "auto"])
 def test_a_bad_setting_names_the_variable(monkeypatch, value):
     monkeypatch.setenv("EMBER_OPENCL_BUILD_THREADS", value)
-    with pytest.raises(
-        InvalidArgumentError, match=r"EMBER_OPENCL_BUILD_THREADS must be a whole number of threads >= 0"
-    ):
+    with pytest.raises(InvalidArgumentError, match=r"EMBER_OPENCL_BUILD_THREADS must be a whole number >= 0"):
         runtime._build_threads()
 
 

@@ -33,6 +33,7 @@ from ember.memory import BufferPool
 from ember.shapes import numel
 
 from .array import CLArray
+from .build_worker import BuildProcesses
 from .cache import ProgramCache
 from .cltypes import ctype
 from .errors import DeviceMemoryError, KernelBuildError, driver_errors, no_platform_error, translate
@@ -48,21 +49,28 @@ FAMILIES = True
 FAMILY_AFTER = 1
 
 
-def _build_threads() -> int:
-    """``EMBER_OPENCL_BUILD_THREADS``: a whole number of threads >= 0 (unset or 0: build on the calling thread)."""
-    value = os.environ.get("EMBER_OPENCL_BUILD_THREADS", "").strip()
+def _count_setting(name: str, what: str) -> int:
+    """A whole number >= 0 from the environment variable ``name`` (unset: 0); ``what`` says what 0 means."""
+    value = os.environ.get(name, "").strip()
     if not value:
         return 0
     try:
-        threads = int(value)
+        count = int(value)
     except ValueError:
-        threads = -1
-    if threads < 0:
-        raise InvalidArgumentError(
-            f"EMBER_OPENCL_BUILD_THREADS must be a whole number of threads >= 0 (0: build on the calling "
-            f"thread), not {value!r}"
-        )
-    return threads
+        count = -1
+    if count < 0:
+        raise InvalidArgumentError(f"{name} must be a whole number >= 0 ({what}), not {value!r}")
+    return count
+
+
+def _build_threads() -> int:
+    """``EMBER_OPENCL_BUILD_THREADS``: threads building in the background (unset or 0: none)."""
+    return _count_setting("EMBER_OPENCL_BUILD_THREADS", "threads; 0: build on the calling thread")
+
+
+def _build_processes() -> int:
+    """``EMBER_OPENCL_BUILD_PROCESSES``: worker processes compiling programs (unset or 0: none)."""
+    return _count_setting("EMBER_OPENCL_BUILD_PROCESSES", "worker processes; 0: compile in this process")
 
 
 def _sub_buffers(platform: Any) -> bool:
@@ -85,6 +93,9 @@ def _sub_buffers(platform: Any) -> bool:
 #: tuner's included) took 32.0 s built here and 29.5 s in 8 threads, their summed build time 28.2 -> 36.2 s,
 #: and loading 18 stored binaries 1.37 -> 1.83 s (plugins/cuda/logs/h100-2026-12-06-eve/call1/cold-bt*.txt)
 BUILD_THREADS = _build_threads()
+#: worker processes compiling programs (EMBER_OPENCL_BUILD_PROCESSES, :mod:`.build_worker`). 0, the
+#: default: none. With N, N builds are under way at once (at least N build threads)
+BUILD_PROCESSES = _build_processes()
 
 
 @dataclass(frozen=True)
@@ -219,6 +230,10 @@ class Runtime:
         self._argtypes: dict[int, list[Any]] = {}
         #: background program builds (None: on the calling thread); see the module's docstring
         threads = BUILD_THREADS
+        if BUILD_PROCESSES:
+            where = (platform.name, platform.vendor, platform.version, platform.get_devices().index(device))
+            self.programs.processes = BuildProcesses(BUILD_PROCESSES, where)
+            threads = max(threads, BUILD_PROCESSES)
         self._builder = ThreadPoolExecutor(threads, "ember-opencl-build") if threads else None
         #: while True (an em.jit recording), kernels are built before :meth:`kernel` returns
         self._sync = False
@@ -237,6 +252,8 @@ class Runtime:
         the same size later (H100, W2: 0.85 s for the first GEMM program, 0.44-0.58 s for the others).
         Not on CPU devices (PoCL's time goes to each build, and its cores are the host's); not where a
         stored program exists (a warm process loads binaries; the compiler would only compete)."""
+        if self.programs.processes is not None and self._cold():
+            self.programs.processes.start()  # (the workers open the device meanwhile)
         if not WARM_UP or self.is_cpu or not self._cold():
             return None
         thread = threading.Thread(target=self._build_warm_up, name="ember-opencl-warm-up")
