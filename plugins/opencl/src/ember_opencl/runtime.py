@@ -254,8 +254,8 @@ class Runtime:
         stored program exists (a warm process loads binaries; the compiler would only compete)."""
         if self.programs.processes is not None and self._cold():
             self.programs.processes.start()  # (the workers open the device meanwhile)
-        if not WARM_UP or self.is_cpu or not self._cold():
-            return None
+        if not WARM_UP or self.is_cpu or self.programs.processes is not None or not self._cold():
+            return None  # (with build processes this process compiles nothing: it loads their binaries)
         thread = threading.Thread(target=self._build_warm_up, name="ember-opencl-warm-up")
         thread.start()  # (not a daemon: an exit waits for the build rather than cutting the driver off)
         return thread
