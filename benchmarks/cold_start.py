@@ -28,9 +28,11 @@ its plugins and pyopencl/pytools that had no cached bytecode (``PYTHONDONTWRITEB
 builds on the calling thread before its first launch, the default). ``--as-gpu`` tells a CPU
 device's runtime it is a GPU (grid-stride launches, the tiled matmul, no mid-step read-backs): the
 GPU's set of programs (19 for W2) on PoCL.
+``--no-warm-up`` sets ``ember_opencl.runtime.WARM_UP = False`` (no compiler warm-up at device open).
 ``--build-processes N`` sets ``EMBER_OPENCL_BUILD_PROCESSES`` (worker processes compiling programs).
 ``--bytecode`` compiles ember's, the plugins' and pyopencl's modules to bytecode first, as ``pip
-install`` does, and runs the children without ``PYTHONDONTWRITEBYTECODE``.
+install`` does, and runs the children without ``PYTHONDONTWRITEBYTECODE`` (the bytecode stays:
+later runs without the flag use it too, so run those first).
 ``--model-build-s S`` adds S seconds of sleep to every program build (a model of a compiler that
 takes S a program and runs builds side by side; e.g. 0.18 for NVIDIA's, measured serially): on
 PoCL, whose compiler takes a lock, it shows what background builds save where a driver does not.
@@ -133,11 +135,22 @@ def _bytecode_misses() -> int:
     return missing
 
 
-def child(spec: str, size: str, family_after: int | None, model_build_s: float = 0.0, as_gpu: bool = False) -> None:
+def child(
+    spec: str,
+    size: str,
+    family_after: int | None,
+    model_build_s: float = 0.0,
+    as_gpu: bool = False,
+    warm_up: bool = True,
+) -> None:
     """One new process: import, open the device, two W2 steps; prints one JSON line."""
     import ember as em
 
     _family_after(family_after)
+    if not warm_up:
+        from ember_opencl import runtime
+
+        runtime.WARM_UP = False
     if model_build_s:
         _model_builds(model_build_s)
     t_import = time.perf_counter()
@@ -243,6 +256,7 @@ def main() -> None:
     ap.add_argument("--build-processes", type=int, default=None, help="EMBER_OPENCL_BUILD_PROCESSES in the children")
     ap.add_argument("--bytecode", action="store_true", help="children with bytecode, compiled first (see above)")
     ap.add_argument("--model-build-s", type=float, default=0.0, help="sleep this long more in every program build")
+    ap.add_argument("--no-warm-up", action="store_true", help="ember_opencl.runtime.WARM_UP = False (see above)")
     ap.add_argument("--as-gpu", action="store_true", help="a CPU device takes a GPU's paths (see above)")
     ap.add_argument("--probe", action="store_true", help="time builds by program size and in threads instead")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -252,7 +266,7 @@ def main() -> None:
         probe(args.device)
         return
     if args.child:
-        child(args.device, size, args.family_after, args.model_build_s, args.as_gpu)
+        child(args.device, size, args.family_after, args.model_build_s, args.as_gpu, not args.no_warm_up)
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if args.bytecode:
@@ -279,6 +293,7 @@ def main() -> None:
             cmd += [] if args.family_after is None else ["--family-after", str(args.family_after)]
             cmd += ["--model-build-s", str(args.model_build_s)] if args.model_build_s else []
             cmd += ["--as-gpu"] if args.as_gpu else []
+            cmd += ["--no-warm-up"] if args.no_warm_up else []
             env["EMBER_COLD_START_SPAWNED"] = repr(time.time())
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
             if done.returncode:
