@@ -4,10 +4,13 @@ NVIDIA's driver (H100, 580.159) and PoCL compile one program at a time per proce
 build side by side (README, *Cold start: background builds*), but processes do (four processes each
 building W2's 19 programs at once: 4.4-5.3 s each, one alone 4.0 s). A :class:`BuildProcesses` keeps
 N workers (``python -m ember_opencl.build_worker``, importing pyopencl alone), each with a context on
-the same device; a worker compiles a source and returns the program's binary, which the runtime loads
-into its own context (what a disk-cache hit does) and stores. On PoCL the binary's read-back, which
-holds the GIL in the runtime's process, is the worker's. A worker that fails or dies is not used again:
-the program builds in the runtime's process, as without workers.
+the same device, its compiler started by a one-line build as it opens; a worker compiles a source
+and returns the program's binary, which the runtime loads into its own context (what a disk-cache
+hit does; on NVIDIA the binary is PTX, and the worker's build should have left its machine code in
+the driver's compute cache, shared by the processes, for the load to find: unmeasured) and stores.
+On PoCL the binary's read-back, which holds the GIL in the runtime's process, is the worker's. A
+worker that fails or dies is not used again: the program builds in the runtime's process, as
+without workers.
 
 The protocol is pickles with a 4-byte length, over the worker's stdin and stdout: first the device
 (platform name, vendor, version and the device's position in its platform), answered ``("ready",
@@ -63,6 +66,11 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     platform = next(p for p in cl.get_platforms() if (p.name, p.vendor, p.version) == (name, vendor, version))
     device = platform.get_devices()[position]
     context = cl.Context([device])
+    try:  # start the compiler before the first request (NVIDIA: the first build of a process ~0.3 s slower)
+        warm = "__kernel void ember_warm_up(__global int* x) { x[get_global_id(0)] = 0; }"
+        cl.Program(context, warm).build(devices=[device], cache_dir=False)
+    except Exception:
+        pass
     _write(replies, ("ready", device.name))
     while True:
         try:
