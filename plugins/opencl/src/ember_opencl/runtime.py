@@ -90,7 +90,7 @@ def _sub_buffers(platform: Any) -> bool:
 #: threads building programs in the background (EMBER_OPENCL_BUILD_THREADS). 0, the default: each
 #: program builds on the calling thread when its kernel is asked for. Opt-in: neither PoCL nor NVIDIA
 #: (H100, driver 580.159) compiles programs of one process side by side: W2's 72 cold builds (the GEMM
-#: tuner's included) took 32.0 s built here and 29.5 s in 8 threads, their summed build time 28.2 -> 36.2 s,
+#: tuner's included): first result 32.0 s built here, 29.5 s in 8 threads, their summed build time 28.2 -> 36.2 s,
 #: and loading 18 stored binaries 1.37 -> 1.83 s (plugins/cuda/logs/h100-2026-12-06-eve/call1/cold-bt*.txt)
 BUILD_THREADS = _build_threads()
 #: worker processes compiling programs (EMBER_OPENCL_BUILD_PROCESSES, :mod:`.build_worker`). 0, the
@@ -251,7 +251,8 @@ class Runtime:
         host goes on (making inputs, say): NVIDIA's first build of a process cost ~0.3-0.4 s more than
         the same size later (H100, W2: 0.85 s for the first GEMM program, 0.44-0.58 s for the others).
         Not on CPU devices (PoCL's time goes to each build, and its cores are the host's); not where a
-        stored program exists (a warm process loads binaries; the compiler would only compete)."""
+        stored program exists (a warm process loads binaries; the compiler would only compete); not
+        with build processes, whose workers are started here instead (they warm their own up)."""
         if self.programs.processes is not None and self._cold():
             self.programs.processes.start()  # (the workers open the device meanwhile)
         if not WARM_UP or self.is_cpu or self.programs.processes is not None or not self._cold():
