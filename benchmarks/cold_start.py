@@ -21,8 +21,18 @@ workloads; two figures count from the process's birth: ``spawn_to_first_result_s
 started the child: interpreter start-up and numpy included) and ``first_result_cpu_s`` (the CPU
 time of every thread of the process at the first result: less swayed than the wall clock by
 other work on a shared machine).
+``modules`` counts the modules imported by the first result, ``no_bytecode`` those of ember,
+its plugins and pyopencl/pytools that had no cached bytecode (``PYTHONDONTWRITEBYTECODE`` with no
+``__pycache__``, or a first run: each costs its compile, ~0.1-0.2 s in all for ember and the backend).
 ``--build-threads N`` sets ``EMBER_OPENCL_BUILD_THREADS`` in the children (0: every program
-builds on the calling thread before its first launch, as before background builds).
+builds on the calling thread before its first launch, the default). ``--as-gpu`` tells a CPU
+device's runtime it is a GPU (grid-stride launches, the tiled matmul, no mid-step read-backs): the
+GPU's set of programs (19 for W2) on PoCL.
+``--no-warm-up`` sets ``ember_opencl.runtime.WARM_UP = False`` (no compiler warm-up at device open).
+``--build-processes N`` sets ``EMBER_OPENCL_BUILD_PROCESSES`` (worker processes compiling programs).
+``--bytecode`` compiles ember's, the plugins' and pyopencl's modules to bytecode first, as ``pip
+install`` does, and runs the children without ``PYTHONDONTWRITEBYTECODE`` (the bytecode stays:
+later runs without the flag use it too, so run those first).
 ``--model-build-s S`` adds S seconds of sleep to every program build (a model of a compiler that
 takes S a program and runs builds side by side; e.g. 0.18 for NVIDIA's, measured serially): on
 PoCL, whose compiler takes a lock, it shows what background builds save where a driver does not.
@@ -103,11 +113,44 @@ def _open_parts(spec: str) -> dict[str, float]:
     return parts
 
 
-def child(spec: str, size: str, family_after: int | None, model_build_s: float = 0.0) -> None:
+def _as_gpu(dev: Any) -> None:
+    """Make an OpenCL CPU device's runtime take a GPU's paths (as plugins/opencl/tests/test_gpu_paths.py
+    does): grid-stride launches, the tiled matmul, no mid-step read-backs."""
+    rt = dev.backend.rt
+    rt.is_cpu, rt.compute_units = False, 4
+    dev.backend.cheap_readback = False
+
+
+def _bytecode_misses() -> int:
+    """How many imported modules of ember, its plugins, pyopencl and pytools have no cached bytecode."""
+    import importlib.util
+
+    prefixes = ("ember", "pyopencl", "pytools")
+    missing = 0
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not name.startswith(prefixes) or not path or not path.endswith(".py"):
+            continue
+        missing += not os.path.exists(importlib.util.cache_from_source(path))
+    return missing
+
+
+def child(
+    spec: str,
+    size: str,
+    family_after: int | None,
+    model_build_s: float = 0.0,
+    as_gpu: bool = False,
+    warm_up: bool = True,
+) -> None:
     """One new process: import, open the device, two W2 steps; prints one JSON line."""
     import ember as em
 
     _family_after(family_after)
+    if not warm_up:
+        from ember_opencl import runtime
+
+        runtime.WARM_UP = False
     if model_build_s:
         _model_builds(model_build_s)
     t_import = time.perf_counter()
@@ -115,6 +158,8 @@ def child(spec: str, size: str, family_after: int | None, model_build_s: float =
     dev = em.Device(spec)
     dev.synchronize()  # creates the backend (context, queue) now, not inside the first step
     t_open = time.perf_counter()
+    if as_gpu:
+        _as_gpu(dev)
     opening["context_s"] = t_open - t_import - sum(opening.values())
     from benchmarks import w2_mlp
 
@@ -127,6 +172,7 @@ def child(spec: str, size: str, family_after: int | None, model_build_s: float =
     cpu_first = time.process_time()
     spawned = os.environ.get("EMBER_COLD_START_SPAWNED")
     since_spawn = time.time() - float(spawned) if spawned else float("nan")
+    modules = len(sys.modules)
     first_stats = _program_stats(dev)
     case.step().item()
     t_second = time.perf_counter()
@@ -145,7 +191,8 @@ def child(spec: str, size: str, family_after: int | None, model_build_s: float =
         "spawn_to_first_result_s": since_spawn,
     }
     out = {k: round(v, 3) for k, v in {**out, **opening}.items()}
-    print(json.dumps({**out, "loss": value, **first_stats}), flush=True)
+    counts = {"modules": modules, "no_bytecode": _bytecode_misses()}
+    print(json.dumps({**out, "loss": value, **counts, **first_stats}), flush=True)
 
 
 def probe(spec: str) -> None:
@@ -206,7 +253,11 @@ def main() -> None:
         "--family-after", type=int, default=None, help="set ember_opencl.runtime.FAMILY_AFTER (-1: no families)"
     )
     ap.add_argument("--build-threads", type=int, default=None, help="EMBER_OPENCL_BUILD_THREADS in the children")
+    ap.add_argument("--build-processes", type=int, default=None, help="EMBER_OPENCL_BUILD_PROCESSES in the children")
+    ap.add_argument("--bytecode", action="store_true", help="children with bytecode, compiled first (see above)")
     ap.add_argument("--model-build-s", type=float, default=0.0, help="sleep this long more in every program build")
+    ap.add_argument("--no-warm-up", action="store_true", help="ember_opencl.runtime.WARM_UP = False (see above)")
+    ap.add_argument("--as-gpu", action="store_true", help="a CPU device takes a GPU's paths (see above)")
     ap.add_argument("--probe", action="store_true", help="time builds by program size and in threads instead")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -215,9 +266,11 @@ def main() -> None:
         probe(args.device)
         return
     if args.child:
-        child(args.device, size, args.family_after, args.model_build_s)
+        child(args.device, size, args.family_after, args.model_build_s, args.as_gpu, not args.no_warm_up)
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if args.bytecode:
+        _compile_bytecode(root)
     with tempfile.TemporaryDirectory() as tmp:
         for run in args.runs.split(","):
             if run not in RUNS:
@@ -230,17 +283,39 @@ def main() -> None:
                 subprocess.run(["rm", "-rf", env["EMBER_CACHE_DIR"]], check=True)
             if args.build_threads is not None:
                 env["EMBER_OPENCL_BUILD_THREADS"] = str(args.build_threads)
+            if args.build_processes is not None:
+                env["EMBER_OPENCL_BUILD_PROCESSES"] = str(args.build_processes)
+            if args.bytecode:
+                env.pop("PYTHONDONTWRITEBYTECODE", None)
             env.update(POCL_CACHE_DIR=os.path.join(driver, "pocl"), CUDA_CACHE_PATH=os.path.join(driver, "nv"))
             cmd = [sys.executable, "-m", "benchmarks.cold_start", "--device", args.device, "--child"]
             cmd += ["--gpu"] if args.gpu else []
             cmd += [] if args.family_after is None else ["--family-after", str(args.family_after)]
             cmd += ["--model-build-s", str(args.model_build_s)] if args.model_build_s else []
+            cmd += ["--as-gpu"] if args.as_gpu else []
+            cmd += ["--no-warm-up"] if args.no_warm_up else []
             env["EMBER_COLD_START_SPAWNED"] = repr(time.time())
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
             if done.returncode:
                 sys.exit(f"{run} run failed:\n{done.stderr[-4000:]}")
             result = json.loads(done.stdout.strip().splitlines()[-1])
             print(json.dumps({"run": run, "device": args.device, "size": size, **result}), flush=True)
+
+
+def _compile_bytecode(root: str) -> None:
+    """Compile ember's, its plugins', pyopencl's and pytools' modules to bytecode, as ``pip install``
+    does (a venv or ``pip install --target --no-compile`` under ``PYTHONDONTWRITEBYTECODE=1`` has none:
+    every process then compiles them, ~0.1-0.3 s)."""
+    import compileall
+    import importlib.util
+
+    names = ("ember", "ember_opencl", "ember_cpu", "pyopencl", "pytools", "platformdirs", "siphash24")
+    folders = [os.path.join(root, "benchmarks")]
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        folders += list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        compileall.compile_dir(folder, quiet=1, workers=0)
 
 
 def _pythonpath(root: str) -> str:

@@ -4,7 +4,9 @@ Elementwise ops (and native elementwise composites such as ``relu`` or ``gelu``)
 one-instruction programs for the generator in :mod:`ember_opencl.codegen`; reductions,
 scans, matmul, sorting, indexing and the neural-network fast paths have kernels of their
 own (:mod:`.reduce`, :mod:`.matmul`, :mod:`.sort`, :mod:`.indexing`, :mod:`.nn`). Movement
-ops are views. Everything is queued on one in-order queue; ``to_numpy`` waits for it.
+ops are views. Everything is queued on one in-order queue; ``to_numpy`` waits for it. Modules of
+kernels a training step like W2 never runs (conv, sort, quant, philox, replay) are imported at
+their first use: ~50 ms of a new process's import where there is no bytecode cache.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ember.lazy.replay import compile_fixed
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement
 
-from . import conv, fused_reduce, indexing, matmul, nn, philox, quant, reduce, sort
+from . import fused_reduce, indexing, matmul, nn, reduce
 from .array import CLArray
 from .codegen import FusedProgram
 from .complex import REAL_RESULT
@@ -37,7 +39,6 @@ from .elementwise import (
     where_program,
 )
 from .ops_table import BINARY_OPS, BOOL_RESULT, ELEMENTWISE_OPS, UNARY_OPS
-from .replay import OpenCLReplayer
 from .runtime import Runtime, describe, device_list
 
 __all__ = ["OpenCLBackend"]
@@ -98,9 +99,12 @@ class OpenCLBackend(ViewMovement, Backend):
             table[op] = functools.partial(self._unary, op)
         for op in BINARY_OPS:
             table[op] = functools.partial(self._binary, op)
-        if not conv.implicit_wins(self.rt):  # CPU devices: core's unfold + the vector matmul is faster
-            table.pop("conv", None)
-            table.pop("conv_transpose", None)
+        if self.rt.is_cpu:  # (a GPU always runs conv natively: conv.py is imported at its first use)
+            from . import conv  # noqa: PLC0415
+
+            if not conv.implicit_wins(self.rt):  # CPU devices: core's unfold + the vector matmul is faster
+                table.pop("conv", None)
+                table.pop("conv_transpose", None)
         return table
 
     def capability_notes(self) -> dict[str, str]:
@@ -138,6 +142,8 @@ class OpenCLBackend(ViewMovement, Backend):
     def compile_replay(self, program: Any) -> Callable[[list[Any]], None] | None:
         """An em.jit capture replayed as one list of pre-bound launches (None: a step reads back
         to the host or cannot be recorded; the step list replays, see replay.py)."""
+        from .replay import OpenCLReplayer  # noqa: PLC0415
+
         return compile_fixed(program, OpenCLReplayer(self.rt))
 
     # -- transfer and creation ---------------------------------------------------------------
@@ -166,6 +172,8 @@ class OpenCLBackend(ViewMovement, Backend):
 
     @native
     def random_bits(self, *, key: tuple[int, int], counter: int, size: int) -> CLArray:
+        from . import philox  # noqa: PLC0415
+
         return philox.random_bits(self.rt, key, counter, size)
 
     # -- elementwise ---------------------------------------------------------------------------
@@ -301,10 +309,14 @@ class OpenCLBackend(ViewMovement, Backend):
 
     @native
     def sort(self, a: CLArray, *, axis: int, descending: bool) -> CLArray:
+        from . import sort  # noqa: PLC0415
+
         return sort.sort(self.rt, a, axis, descending, want="values")
 
     @native
     def argsort(self, a: CLArray, *, axis: int, descending: bool) -> CLArray:
+        from . import sort  # noqa: PLC0415
+
         return sort.sort(self.rt, a, axis, descending, want="indices")
 
     # -- neural-network fast paths --------------------------------------------------------------------
@@ -347,38 +359,54 @@ class OpenCLBackend(ViewMovement, Backend):
     def conv(
         self, x: CLArray, w: CLArray, *bias: CLArray, stride: Any, padding: Any, dilation: Any, groups: int
     ) -> Any:
-        return conv.conv(self.rt, x, w, bias[0] if bias else None, stride, padding, dilation, groups)
+        from . import conv as cv  # noqa: PLC0415
+
+        return cv.conv(self.rt, x, w, bias[0] if bias else None, stride, padding, dilation, groups)
 
     @native
     def conv_transpose(
         self, x: CLArray, w: CLArray, *bias: CLArray, size: Any, stride: Any, padding: Any, dilation: Any, groups: int
     ) -> Any:
-        return conv.conv_transpose(self.rt, x, w, bias[0] if bias else None, size, stride, padding, dilation, groups)
+        from . import conv as cv  # noqa: PLC0415
+
+        return cv.conv_transpose(self.rt, x, w, bias[0] if bias else None, size, stride, padding, dilation, groups)
 
     @native
     def unfold(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any, value: float) -> CLArray:
-        return conv.unfold(self.rt, x, kernel, stride, padding, dilation, value)
+        from . import conv as cv  # noqa: PLC0415
+
+        return cv.unfold(self.rt, x, kernel, stride, padding, dilation, value)
 
     @native
     def fold(self, cols: CLArray, *, size: Any, kernel: Any, stride: Any, padding: Any, dilation: Any) -> CLArray:
-        return conv.fold(self.rt, cols, size, kernel, stride, padding, dilation)
+        from . import conv as cv  # noqa: PLC0415
+
+        return cv.fold(self.rt, cols, size, kernel, stride, padding, dilation)
 
     @native
     def max_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any) -> CLArray:
-        return conv.max_pool(self.rt, x, kernel, stride, padding, dilation)
+        from . import conv as cv  # noqa: PLC0415
+
+        return cv.max_pool(self.rt, x, kernel, stride, padding, dilation)
 
     @native
     def max_pool_backward(
         self, g: CLArray, x: CLArray, out: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
     ) -> CLArray:
-        return conv.max_pool_backward(self.rt, g, x, out, kernel, stride, padding, dilation)
+        from . import conv as cv  # noqa: PLC0415
+
+        return cv.max_pool_backward(self.rt, g, x, out, kernel, stride, padding, dilation)
 
     @native
     def avg_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, divisor: Any) -> CLArray:
-        return conv.avg_pool(self.rt, x, kernel, stride, padding, divisor)
+        from . import conv as cv  # noqa: PLC0415
+
+        return cv.avg_pool(self.rt, x, kernel, stride, padding, divisor)
 
     @native  # int8 / NF4 weights (ember.quant); the kernel is in quant.py
     def dequant_matmul(self, x: CLArray, q: CLArray, s: CLArray, *, format: str, shape: Any, block_size: int) -> Any:
+        from . import quant  # noqa: PLC0415
+
         return quant.dequant_matmul(self.rt, x, q, s, format, shape, block_size)
 
 

@@ -10,8 +10,9 @@ store them (``binary_s``) and loading stored ones (``load_s``); the disk layer's
 are in ``disk.stats()``.
 
 Programs are futures (:meth:`ProgramCache.request`): a build runs on the caller's thread pool
-while the host goes on, a build already under way is shared (nothing builds twice), and a
-program that failed to build fails again, with the same error, wherever it is asked for.
+while the host goes on (with ``processes``, in a worker process: :mod:`.build_worker`), a build
+already under way is shared (nothing builds twice), and a program that failed to build fails
+again, with the same error, wherever it is asked for.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pyopencl as cl
 
 from ember.kernel_cache import KernelCache
 
+from .build_worker import BuildFailed, BuildProcesses, Unavailable
 from .errors import KernelBuildError, translate
 
 __all__ = ["ProgramCache", "device_name"]
@@ -48,6 +50,8 @@ class ProgramCache:
         self._programs: dict[tuple[str, str], Future[cl.Program]] = {}
         self._lock = threading.Lock()
         self.stats = {"memory_hits": 0, "disk_loads": 0, "builds": 0}
+        #: worker processes building programs (EMBER_OPENCL_BUILD_PROCESSES; None: this process builds)
+        self.processes: BuildProcesses | None = None
         #: seconds spent compiling source, reading binaries back from the driver, loading stored binaries
         #: (summed over the build threads: more than the wall time when builds overlap)
         self.seconds = {"build_s": 0.0, "binary_s": 0.0, "load_s": 0.0}
@@ -95,6 +99,8 @@ class ProgramCache:
                     with self._lock:
                         self.stats["disk_loads"] -= 1
                         self.stats["builds"] += 1
+                prg = None if self.processes is None else self._build_elsewhere(key, source, options)
+            if prg is None:
                 prg = self._build(source, options)
                 start = time.perf_counter()
                 binaries = prg.get_info(cl.program_info.BINARIES)
@@ -108,6 +114,29 @@ class ProgramCache:
             future.set_exception(exc)
         else:
             future.set_result(prg)
+
+    def _build_elsewhere(self, key: Any, source: str, options: str) -> cl.Program | None:
+        """``source`` built by a worker process and loaded here from its binary (stored too); None
+        when no worker could (build it here). A source that does not compile raises its
+        :class:`KernelBuildError` as a build here would."""
+        assert self.processes is not None
+        start = time.perf_counter()
+        try:
+            binary = self.processes.build(source, options)
+        except BuildFailed as exc:
+            raise self._build_error(source, options, str(exc)) from None
+        except Unavailable:
+            return None
+        finally:
+            self._count("build_s", time.perf_counter() - start)
+        start = time.perf_counter()
+        try:
+            prg = cl.Program(self.context, [self.device], [binary]).build(options=options, devices=[self.device])
+        except Exception:  # the worker's binary does not load here: build it here after all
+            return None
+        self._count("load_s", time.perf_counter() - start)
+        self.disk.store(key, binary)
+        return prg
 
     def _count(self, what: str, seconds: float) -> None:
         with self._lock:
@@ -152,4 +181,5 @@ class ProgramCache:
     def info(self) -> dict[str, Any]:
         """Build counters and the disk cache's counters (``memory_stats()["extra"]["kernel_cache"]``)."""
         seconds = {k: round(v, 4) for k, v in self.seconds.items()}
-        return {**self.stats, **seconds, "in_memory": len(self._programs), "disk": self.disk.stats()}
+        workers = {} if self.processes is None else dict(self.processes.stats)
+        return {**self.stats, **workers, **seconds, "in_memory": len(self._programs), "disk": self.disk.stats()}

@@ -4,7 +4,7 @@ Devices are numbered over (platform, device) pairs: platforms sorted by name, ve
 version (the ICD loader's own order depends on the directory listing), devices in the order
 their platform reports them. ``Device("opencl:i")`` is pair ``i``.
 
-Programs build on a thread pool (:data:`BUILD_THREADS`) while the host goes on: a kernel whose
+Programs may build on a thread pool (:data:`BUILD_THREADS`) while the host goes on: a kernel whose
 program is still building is a :class:`_Pending` stand-in, and its launches, with every queue
 operation after them, wait in order in a host-side list until something needs the device's
 results (a download, ``finish``, the queue itself); so the programs a step needs compile side
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
@@ -32,6 +33,7 @@ from ember.memory import BufferPool
 from ember.shapes import numel
 
 from .array import CLArray
+from .build_worker import BuildProcesses
 from .cache import ProgramCache
 from .cltypes import ctype
 from .errors import DeviceMemoryError, KernelBuildError, driver_errors, no_platform_error, translate
@@ -48,15 +50,28 @@ FAMILIES = True
 FAMILY_AFTER = 1
 
 
-def _build_threads() -> int:
-    value = os.environ.get("EMBER_OPENCL_BUILD_THREADS", "").strip()
+def _count_setting(name: str, what: str) -> int:
+    """A whole number >= 0 from the environment variable ``name`` (unset: 0); ``what`` says what 0 means."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return 0
     try:
-        return max(0, int(value)) if value else 0
+        count = int(value)
     except ValueError:
-        raise InvalidArgumentError(
-            f"EMBER_OPENCL_BUILD_THREADS must be a whole number of threads (0: build on the calling thread), "
-            f"not {value!r}"
-        ) from None
+        count = -1
+    if count < 0:
+        raise InvalidArgumentError(f"{name} must be a whole number >= 0 ({what}), not {value!r}")
+    return count
+
+
+def _build_threads() -> int:
+    """``EMBER_OPENCL_BUILD_THREADS``: threads building in the background (unset or 0: none)."""
+    return _count_setting("EMBER_OPENCL_BUILD_THREADS", "threads; 0: build on the calling thread")
+
+
+def _build_processes() -> int:
+    """``EMBER_OPENCL_BUILD_PROCESSES``: worker processes compiling programs (unset or 0: none)."""
+    return _count_setting("EMBER_OPENCL_BUILD_PROCESSES", "worker processes; 0: compile in this process")
 
 
 def _sub_buffers(platform: Any) -> bool:
@@ -74,11 +89,14 @@ def _sub_buffers(platform: Any) -> bool:
 
 
 #: threads building programs in the background (EMBER_OPENCL_BUILD_THREADS). 0, the default: each
-#: program builds on the calling thread when its kernel is asked for. Opt-in until measured on a GPU:
-#: PoCL compiles one program at a time (more threads were no faster, benchmarks.cold_start --probe),
-#: and whether NVIDIA's compiler builds side by side is what plugins/opencl/scripts/cold_start_h200.sh
-#: measures first
+#: program builds on the calling thread when its kernel is asked for. Opt-in: neither PoCL nor NVIDIA
+#: (H100, driver 580.159) compiles programs of one process side by side: W2's 72 cold builds (the GEMM
+#: tuner's included): first result 32.0 s built here, 29.5 s in 8 threads, their summed build time 28.2 -> 36.2 s,
+#: and loading 18 stored binaries 1.37 -> 1.83 s (plugins/cuda/logs/h100-2026-12-06-eve/call1/cold-bt*.txt)
 BUILD_THREADS = _build_threads()
+#: worker processes compiling programs (EMBER_OPENCL_BUILD_PROCESSES, :mod:`.build_worker`). 0, the
+#: default: none. With N, N builds are under way at once (at least N build threads)
+BUILD_PROCESSES = _build_processes()
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,11 @@ class _Pending:
         self.fallback = fallback
         self.kernel: Any = None
         self.wg = 0
+
+
+#: whether a GPU's runtime starts the driver's compiler while the host goes on, when ember's cache
+#: holds none of its programs (:meth:`Runtime._warm_up`)
+WARM_UP = True
 
 
 #: a grid-stride launch on a GPU is capped at this many work-groups per compute unit: W6 (2^26
@@ -210,12 +233,56 @@ class Runtime:
         self._argtypes: dict[int, list[Any]] = {}
         #: background program builds (None: on the calling thread); see the module's docstring
         threads = BUILD_THREADS
+        if BUILD_PROCESSES:
+            where = (platform.name, platform.vendor, platform.version, platform.get_devices().index(device))
+            self.programs.processes = BuildProcesses(BUILD_PROCESSES, where)
+            threads = max(threads, BUILD_PROCESSES)
         self._builder = ThreadPoolExecutor(threads, "ember-opencl-build") if threads else None
         #: while True (an em.jit recording), kernels are built before :meth:`kernel` returns
         self._sync = False
         #: how often, and how long in all, the host waited for a program still building (a launch
         #: needing it, or a download or finish behind such a launch)
-        self.waits = {"build_waits": 0, "build_wait_s": 0.0}
+        #: ``warm_up_s``: the compiler's warm-up build, on a thread of its own (:meth:`_warm_up`)
+        self.waits = {"build_waits": 0, "build_wait_s": 0.0, "warm_up_s": 0.0}
+        #: how many results were read back to the host: until the first, GEMMs are not tuned (tune.py)
+        self.read_backs = 0
+        self._warm_up()
+
+    def _warm_up(self) -> threading.Thread | None:
+        """On a GPU whose programs are not on disk yet (a cold process will build them), build a
+        one-line program on a thread of its own, so the driver loads and starts its compiler while the
+        host goes on (making inputs, say): NVIDIA's first build of a process cost ~0.3-0.4 s more than
+        the same size later (H100, W2: 0.85 s for the first GEMM program, 0.44-0.58 s for the others).
+        Not on CPU devices (PoCL's time goes to each build, and its cores are the host's); not where a
+        stored program exists (a warm process loads binaries; the compiler would only compete); not
+        with build processes, whose workers are started here instead (they warm their own up)."""
+        if self.programs.processes is not None and self._cold():
+            self.programs.processes.start()  # (the workers open the device meanwhile)
+        if not WARM_UP or self.is_cpu or self.programs.processes is not None or not self._cold():
+            return None  # (with build processes this process compiles nothing: it loads their binaries)
+        thread = threading.Thread(target=self._build_warm_up, name="ember-opencl-warm-up")
+        thread.start()  # (not a daemon: an exit waits for the build rather than cutting the driver off)
+        return thread
+
+    def _cold(self) -> bool:
+        """Whether ember's disk cache holds no program for this device (or is off)."""
+        disk = self.programs.disk
+        if not disk.enabled:
+            return True
+        try:
+            with os.scandir(disk.directory) as entries:
+                return not any(e.name.endswith(".bin") for e in entries)
+        except OSError:
+            return True
+
+    def _build_warm_up(self) -> None:
+        start = time.perf_counter()
+        try:
+            source = "__kernel void ember_warm_up(__global int* x) { x[get_global_id(0)] = 0; }"
+            cl.Program(self.context, source).build(options=self.options, devices=[self.device], cache_dir=False)
+        except Exception:  # only a head start: a compiler that fails here says so at the first real build
+            pass
+        self.waits["warm_up_s"] = time.perf_counter() - start
 
     @property
     def queue(self) -> Any:
@@ -499,6 +566,7 @@ class Runtime:
             self._drain()
             with driver_errors("copying to the host", self.label, self.pool.stats):
                 cl.enqueue_copy(self._queue, host, a.buf, src_offset=a.offset * c.itemsize, is_blocking=True)
+        self.read_backs += 1
         if a.dtype.name == "bool":
             return host.view(np.bool_)
         return host.view(a.dtype.numpy)

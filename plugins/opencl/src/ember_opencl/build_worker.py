@@ -1,0 +1,197 @@
+"""Programs compiled in processes of their own (``EMBER_OPENCL_BUILD_PROCESSES=N``, opt-in).
+
+NVIDIA's driver (H100, 580.159) and PoCL compile one program at a time per process: threads do not
+build side by side (README, *Cold start: background builds*), but processes do (four processes each
+building W2's 19 programs at once: 4.4-5.3 s each, one alone 4.0 s). A :class:`BuildProcesses` keeps
+N workers (``python -m ember_opencl.build_worker``, importing pyopencl alone), each with a context on
+the same device, its compiler started by a one-line build as it opens; a worker compiles a source
+and returns the program's binary, which the runtime loads into its own context (what a disk-cache
+hit does; on NVIDIA the binary is PTX, and the worker's build should have left its machine code in
+the driver's compute cache, shared by the processes, for the load to find: unmeasured) and stores.
+On PoCL the binary's read-back, which holds the GIL in the runtime's process, is the worker's. A
+worker that fails or dies is not used again: the program builds in the runtime's process, as
+without workers.
+
+The protocol is pickles with a 4-byte length, over the worker's stdin and stdout: first the device
+(platform name, vendor, version and the device's position in its platform), answered ``("ready",
+name)``; then (source, options) requests, answered ``("ok", binary)``, ``("build_failed", log)`` or
+``("error", text)``. A closed stdin ends the worker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from typing import Any, BinaryIO
+
+__all__ = ["BuildProcesses", "BuildFailed", "Unavailable", "serve"]
+
+
+class BuildFailed(Exception):
+    """The source does not compile (the argument is the driver's log)."""
+
+
+class Unavailable(Exception):
+    """No worker could build it (none left, or it died): build in this process instead."""
+
+
+def _read(stream: BinaryIO) -> Any:
+    head = stream.read(4)
+    if len(head) < 4:
+        raise EOFError("the other end closed")
+    (size,) = struct.unpack("<I", head)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("the other end closed mid-message")
+    return pickle.loads(data)
+
+
+def _write(stream: BinaryIO, message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<I", len(data)) + data)
+    stream.flush()
+
+
+def serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    """The worker's loop: open the device named by the first message, then build until stdin closes."""
+    import pyopencl as cl
+
+    name, vendor, version, position = _read(requests)
+    platform = next(p for p in cl.get_platforms() if (p.name, p.vendor, p.version) == (name, vendor, version))
+    device = platform.get_devices()[position]
+    context = cl.Context([device])
+    try:  # start the compiler before the first request (NVIDIA: the first build of a process ~0.3 s slower)
+        warm = "__kernel void ember_warm_up(__global int* x) { x[get_global_id(0)] = 0; }"
+        cl.Program(context, warm).build(devices=[device], cache_dir=False)
+    except Exception:
+        pass
+    _write(replies, ("ready", device.name))
+    while True:
+        try:
+            source, options = _read(requests)
+        except EOFError:
+            return
+        try:
+            prg = cl.Program(context, source).build(options=options, devices=[device], cache_dir=False)
+            (binary,) = prg.get_info(cl.program_info.BINARIES)
+            reply: tuple[str, Any] = ("ok", bytes(binary))
+        except Exception as exc:
+            failed = "BUILD_PROGRAM_FAILURE" in str(exc) or getattr(exc, "code", None) == -11
+            reply = ("build_failed" if failed else "error", str(exc))
+        _write(replies, reply)
+
+
+class _Worker:
+    def __init__(self, where: tuple[str, str, str, int]) -> None:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where ember_opencl is found
+        path = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ember_opencl.build_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        _write(self.proc.stdin, where)  # type: ignore[arg-type]
+        self.ready = False
+
+    def build(self, source: str, options: str) -> tuple[str, Any]:
+        if not self.ready:
+            kind, _ = _read(self.proc.stdout)  # type: ignore[arg-type]
+            if kind != "ready":
+                raise EOFError(f"the worker answered {kind!r} instead of 'ready'")
+            self.ready = True
+        _write(self.proc.stdin, (source, options))  # type: ignore[arg-type]
+        return _read(self.proc.stdout)  # type: ignore[arg-type, no-any-return]
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            self.proc.wait(5)
+        except Exception:
+            self.proc.kill()
+
+
+class BuildProcesses:
+    """``count`` worker processes building programs for one device (``where``: platform name, vendor,
+    version, the device's position in its platform). :meth:`build` may be called from several
+    threads: each request takes an idle worker, or waits for one."""
+
+    def __init__(self, count: int, where: tuple[str, str, str, int]) -> None:
+        self.count = count
+        self.where = where
+        self._idle: queue.Queue[_Worker | None] = queue.Queue()
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._started = False
+        self.stats = {"process_builds": 0, "process_failures": 0}
+
+    def start(self) -> None:
+        """Start the workers (they import pyopencl and open the device meanwhile); at most once."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+            for _ in range(self.count):
+                try:
+                    worker = _Worker(self.where)
+                except Exception:
+                    continue
+                self._workers.append(worker)
+                self._idle.put(worker)
+            if not self._workers:
+                self._idle.put(None)
+        atexit.register(self.close)
+
+    def build(self, source: str, options: str) -> bytes:
+        """The binary of ``source`` built by a worker; :class:`BuildFailed` with the driver's log if it
+        does not compile, :class:`Unavailable` if no worker could (then build it here)."""
+        self.start()
+        worker = self._idle.get()
+        if worker is None:  # no worker is left: wake the next waiter too
+            self._idle.put(None)
+            raise Unavailable("no build worker is running")
+        try:
+            kind, payload = worker.build(source, options)
+        except Exception as exc:
+            self._retire(worker)
+            raise Unavailable(f"a build worker stopped: {exc}") from exc
+        self._idle.put(worker)
+        if kind == "ok":
+            with self._lock:
+                self.stats["process_builds"] += 1
+            return payload  # type: ignore[no-any-return]
+        if kind == "build_failed":
+            raise BuildFailed(payload)
+        with self._lock:
+            self.stats["process_failures"] += 1
+        raise Unavailable(f"a build worker could not build it: {payload}")
+
+    def _retire(self, worker: _Worker) -> None:
+        with self._lock:
+            self.stats["process_failures"] += 1
+            if worker in self._workers:
+                self._workers.remove(worker)
+            last = not self._workers
+        worker.close()
+        if last:
+            self._idle.put(None)
+
+    def close(self) -> None:
+        """End the workers (at exit, or when the runtime goes)."""
+        with self._lock:
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.close()
+
+
+if __name__ == "__main__":
+    replies = os.fdopen(os.dup(1), "wb")  # the protocol's; anything the driver prints goes to stderr
+    os.dup2(2, 1)
+    serve(sys.stdin.buffer, replies)

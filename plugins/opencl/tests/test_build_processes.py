@@ -1,0 +1,87 @@
+"""Programs compiled in worker processes (EMBER_OPENCL_BUILD_PROCESSES, ember_opencl.build_worker):
+the same results as building here, the binary stored for the next process, a source that does not
+compile raising its KernelBuildError with the log, and a worker that dies leaving the build to this
+process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.dtypes import as_dtype
+from ember.errors import InvalidArgumentError
+from ember_opencl import runtime
+from ember_opencl.build_worker import BuildProcesses
+from ember_opencl.cache import ProgramCache
+from ember_opencl.elementwise import binary_program, run_program, unary_program
+from ember_opencl.errors import KernelBuildError
+
+F32 = as_dtype("float32")
+RNG = np.random.default_rng(31)
+X = RNG.uniform(0.5, 2.0, (4, 9)).astype(np.float32)
+Y = RNG.uniform(0.5, 2.0, (4, 9)).astype(np.float32)
+ONE = "__kernel void one(__global float* x) { x[0] = 1.0f; }"
+BROKEN = "__kernel void twice(__global float* x) { x[get_global_id(0)] *= undeclared; }"
+
+
+@pytest.fixture
+def rt(dev, tmp_path, monkeypatch):
+    """A runtime of its own with two build workers and an empty program cache in ``tmp_path``."""
+    monkeypatch.setattr(runtime, "BUILD_PROCESSES", 2)
+    monkeypatch.setattr(runtime, "BUILD_THREADS", 0)
+    fresh = runtime.Runtime(dev.index)
+    workers = fresh.programs.processes
+    assert isinstance(workers, BuildProcesses) and workers.count == 2
+    assert fresh._builder is not None and fresh._builder._max_workers == 2  # two builds under way at once
+    fresh.programs = ProgramCache(fresh.context, fresh.device, fresh.label, directory=tmp_path)
+    fresh.programs.processes = workers
+    yield fresh
+    fresh._builder.shutdown()
+    workers.close()
+
+
+def test_programs_built_by_workers_give_the_same_results(rt, tmp_path):
+    a, b = rt.upload(X, F32), rt.upload(Y, F32)
+    e = run_program(rt, unary_program("log", "float32", "float32"), [a], a.shape)[0]
+    out = run_program(rt, binary_program("mul", "float32", "float32", False), [e, b], a.shape)[0]
+    np.testing.assert_allclose(rt.download(out), np.log(X.astype(np.float64)) * Y, rtol=2e-6)
+    info = rt.programs.info()
+    assert info["builds"] == 2 and info["process_builds"] == 2 and info["process_failures"] == 0
+    assert info["binary_s"] == 0.0  # no binary read back here: the worker's came with the build
+    assert info["disk"]["writes"] == 2  # stored for the next process
+    rt.programs.program(ONE, rt.options)
+    again = ProgramCache(rt.context, rt.device, rt.label, directory=tmp_path)  # (as the next process's)
+    again.program(ONE, rt.options)
+    assert again.stats["disk_loads"] == 1 and again.stats["builds"] == 0
+
+
+def test_a_source_that_does_not_compile_raises_its_log(rt):
+    with pytest.raises(KernelBuildError, match="failed to build") as err:
+        rt.programs.program(BROKEN, rt.options)
+    assert "undeclared" in str(err.value)  # the worker's build log
+    assert rt.programs.processes.stats["process_failures"] == 0  # the worker is fine and kept
+
+
+def test_a_dead_worker_leaves_the_build_to_this_process(rt):
+    workers = rt.programs.processes
+    workers.start()
+    for worker in list(workers._workers):
+        worker.proc.kill()
+        worker.proc.wait()
+    assert rt.programs.program(ONE, rt.options) is not None and rt.programs.stats["builds"] == 1
+    a = rt.upload(X, F32)
+    out = run_program(rt, unary_program("sqrt", "float32", "float32"), [a], a.shape)[0]
+    np.testing.assert_allclose(rt.download(out), np.sqrt(X.astype(np.float64)), rtol=2e-6)
+    assert workers.stats["process_builds"] == 0 and workers.stats["process_failures"] == 2
+    assert not workers._workers  # a dead worker is not used again
+    out = run_program(rt, unary_program("exp", "float32", "float32"), [a], a.shape)[0]  # none left: here
+    np.testing.assert_allclose(rt.download(out), np.exp(X.astype(np.float64)), rtol=2e-6)
+
+
+@pytest.mark.parametrize("value", ["two", "-2"])
+def test_a_bad_setting_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv("EMBER_OPENCL_BUILD_PROCESSES", value)
+    with pytest.raises(InvalidArgumentError, match=r"EMBER_OPENCL_BUILD_PROCESSES must be a whole number >= 0"):
+        runtime._build_processes()
+    monkeypatch.setenv("EMBER_OPENCL_BUILD_PROCESSES", " 3 ")
+    assert runtime._build_processes() == 3
