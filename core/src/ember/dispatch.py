@@ -390,7 +390,14 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
             dtype = as_dtype(name)
             record = record and dtype.kind in "fc"
             shape = tuple(shape)
-        out = make_tensor(handle, shape, dtype, dev)
+        out = _new(_TENSOR)  # make_tensor, inline: every op with a kernel comes this way
+        out._data = handle
+        out._shape = shape
+        out._dtype = dtype
+        out._device = dev
+        out._node = None
+        out._rg = False
+        out._grad = None
     if record:
         out._node = Node(op, inputs, params)
         out._rg = True
@@ -417,13 +424,21 @@ def scalar_value(value: Any, dtype: DType, op: str) -> Any:
     if kind == "b":
         return bool(value)
     v = int(value)
-    info = iinfo(dtype)
-    if not info.min <= v <= info.max:
+    bounds = _INT_BOUNDS.get(dtype)
+    if bounds is None:
+        info = iinfo(dtype)
+        bounds = _INT_BOUNDS[dtype] = (info.min, info.max)
+    lo, hi = bounds
+    if not lo <= v <= hi:
         raise DTypeError(
-            f"{op}: the Python int {v} does not fit in {dtype} (range {info.min}..{info.max}); "
+            f"{op}: the Python int {v} does not fit in {dtype} (range {lo}..{hi}); "
             f"cast the tensor to a wider dtype first"
         )
     return v
+
+
+#: integer dtype -> (min, max): scalar_value's range check without an iinfo per scalar (a handful of dtypes)
+_INT_BOUNDS: dict[DType, tuple[int, int]] = {}
 
 
 #: op name -> the op that computes it with operands swapped (``2 + x`` is ``x + 2``)
