@@ -1,0 +1,224 @@
+"""The host-time shortcuts of a training step (conv's and max_pool's remembered argument checks,
+where's scalar operand, the lazy layer's inline paths) give the answers and the errors of the
+general paths, whatever ran before; and the shortcuts are taken (counted calls, no clocks)."""
+
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.errors import ArgumentTypeError, DTypeError, ShapeError
+from ember.ops import conv as conv_module
+from ember.ops import pooling as pooling_module
+
+
+def _conv_ref(x, w, b=None, stride=(1, 1), padding=(0, 0)):
+    """Cross-correlation of (N, C, H, W) with (O, C, KH, KW) in float64, by loops."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2))
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    oh, ow = (h - kh) // stride[0] + 1, (wd - kw) // stride[1] + 1
+    out = np.zeros((n, o, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = x[:, :, i * stride[0] : i * stride[0] + kh, j * stride[1] : j * stride[1] + kw]
+            out[:, :, i, j] = np.tensordot(patch, w.astype(np.float64), axes=([1, 2, 3], [1, 2, 3]))
+    if b is not None:
+        out += b.astype(np.float64)[None, :, None, None]
+    return out
+
+
+def _pool_ref(x, k):
+    n, c, h, w = x.shape
+    return x.astype(np.float64)[:, :, : h // k * k, : w // k * k].reshape(n, c, h // k, k, w // k, k).max(axis=(3, 5))
+
+
+@pytest.fixture
+def conv_data(rng):
+    x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    return x, w, b
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "ref_kwargs"),
+    [
+        ({}, {}),
+        ({"padding": 1}, {"padding": (1, 1)}),
+        ({"padding": "same"}, {"padding": (1, 1)}),
+        ({"stride": (2, 1), "padding": (1, 0)}, {"stride": (2, 1), "padding": (1, 0)}),
+        ({"stride": [2, 2]}, {"stride": (2, 2)}),  # unhashable: the general path every time
+    ],
+)
+def test_conv_repeated_matches_reference(conv_data, kwargs, ref_kwargs):
+    x, w, b = conv_data
+    tx, tw, tb = em.tensor(x), em.tensor(w), em.tensor(b)
+    ref = _conv_ref(x, w, b, **ref_kwargs)
+    for _ in range(3):
+        np.testing.assert_allclose(em.conv(tx, tw, tb, **kwargs).numpy(), ref, rtol=1e-5, atol=1e-5)
+    ref = _conv_ref(x[:1], w, None, **ref_kwargs)[0]
+    for _ in range(2):  # unbatched (C, H, W): the batch axis added and taken away on the remembered path too
+        np.testing.assert_allclose(em.conv(tx[0], tw, **kwargs).numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_gradients_on_the_remembered_path(conv_data):
+    x, w, b = conv_data
+    tw = em.tensor(w, device=em.Device("cpu").autodiff()).requires_grad_()
+    tx = em.tensor(x, device=tw.device)
+    grads = []
+    for _ in range(2):
+        tw.grad = None
+        em.conv(tx, tw, padding=1).sum().backward()
+        grads.append(tw.grad.numpy())
+    # d(sum)/dw[o, c, i, j] = sum over n, positions of the padded input's window element
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = np.zeros(w.shape)
+    for i in range(3):
+        for j in range(3):
+            ref[:, :, i, j] = xp[:, :, i : i + 7, j : j + 6].sum(axis=(0, 2, 3))[None, :]
+    for g in grads:
+        np.testing.assert_allclose(g, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"stride": True}, ArgumentTypeError),
+        ({"dilation": True}, ArgumentTypeError),
+        ({"groups": True}, ShapeError),
+        ({"padding": True}, ArgumentTypeError),
+        ({"stride": 0}, ShapeError),
+    ],
+)
+def test_conv_refuses_after_the_accepted_arguments_were_seen(conv_data, bad, error):
+    x, w, _ = conv_data
+    tx, tw = em.tensor(x), em.tensor(w)
+    good = {k: 1 for k in bad}
+    em.conv(tx, tw, **good)
+    em.conv(tx, tw, **good)
+    with pytest.raises(error, match="conv"):
+        em.conv(tx, tw, **bad)
+
+
+def test_conv_dtype_check_follows_autocast(conv_data):
+    x, w, _ = conv_data
+    tx, tw = em.tensor(x), em.tensor(w).astype(em.float16)
+    with em.autocast():  # both run in float16: the weight matches
+        em.conv(tx, tw)
+        em.conv(tx, tw)
+    with pytest.raises(DTypeError, match="weight"):
+        em.conv(tx, tw)
+
+
+def test_conv_errors_are_not_remembered(conv_data):
+    x, w, _ = conv_data
+    tx, tw = em.tensor(x), em.tensor(w[:, :2])  # 2 input channels for a 3-channel input
+    for _ in range(2):
+        with pytest.raises(ShapeError, match="input channels"):
+            em.conv(tx, tw)
+
+
+def test_conv_remembered_path_skips_the_checks(conv_data, monkeypatch):
+    x, w, b = conv_data
+    tx, tw, tb = em.tensor(x), em.tensor(w), em.tensor(b)
+    em.conv(tx, tw, tb, padding=1)
+
+    def checks(*args, **kwargs):
+        raise AssertionError("the argument checks ran again")
+
+    monkeypatch.setattr(conv_module, "_conv_args", checks)
+    np.testing.assert_allclose(
+        em.conv(tx, tw, tb, padding=1).numpy(), _conv_ref(x, w, b, padding=(1, 1)), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_conv_remembered_table_is_bounded(conv_data, monkeypatch):
+    x, w, _ = conv_data
+    monkeypatch.setattr(conv_module, "_MAX_ARGS", 2)
+    monkeypatch.setattr(conv_module, "_CONV_ARGS", {})
+    tx, tw = em.tensor(x), em.tensor(w)
+    for p in range(4):
+        np.testing.assert_allclose(
+            em.conv(tx, tw, padding=p).numpy(), _conv_ref(x, w, padding=(p, p)), rtol=1e-5, atol=1e-5
+        )
+        assert len(conv_module._CONV_ARGS) <= 2
+
+
+@pytest.mark.parametrize("k", [2, (2, 2), 3])
+def test_max_pool_repeated_matches_reference(rng, k):
+    x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    kk = k if isinstance(k, int) else k[0]
+    for _ in range(3):
+        np.testing.assert_array_equal(em.max_pool(em.tensor(x), k).numpy(), _pool_ref(x, kk))
+        if not isinstance(k, int):  # (C, H, W) with a 2-d kernel: unbatched (an int kernel reads it as 1-d)
+            np.testing.assert_array_equal(em.max_pool(em.tensor(x[0]), k).numpy(), _pool_ref(x[:1], kk)[0])
+
+
+def test_max_pool_refuses_after_the_accepted_arguments_were_seen(rng):
+    x = em.tensor(rng.standard_normal((1, 2, 6, 6)).astype(np.float32))
+    em.max_pool(x, 2, stride=1)
+    em.max_pool(x, 2, stride=1)
+    with pytest.raises(ArgumentTypeError, match="max_pool"):
+        em.max_pool(x, 2, stride=True)
+    with pytest.raises(ShapeError, match="padding"):
+        em.max_pool(x, 2, padding=2)
+    with pytest.raises(ShapeError, match="padding"):
+        em.max_pool(x, 2, padding=2)
+
+
+def test_max_pool_remembered_path_skips_the_checks(rng, monkeypatch):
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    em.max_pool(em.tensor(x), 2)
+
+    def checks(*args, **kwargs):
+        raise AssertionError("the argument checks ran again")
+
+    monkeypatch.setattr(pooling_module, "_pool_args", checks)
+    np.testing.assert_array_equal(em.max_pool(em.tensor(x), 2).numpy(), _pool_ref(x, 2))
+
+
+def test_where_scalar_operands_match_numpy():
+    ref = np.array([1.5, -2.0, 0.0, 3.0], dtype=np.float32)
+    x = em.tensor(ref)
+    np.testing.assert_array_equal(em.where(x > 0, x, 0.0).numpy(), np.where(ref > 0, ref, 0.0))
+    np.testing.assert_array_equal(em.where(x > 0, 2, x).numpy(), np.where(ref > 0, 2.0, ref))
+    out = em.where(x > 0, x, 1j)
+    assert out.dtype == em.complex64
+    np.testing.assert_array_equal(out.numpy(), np.where(ref > 0, ref, 1j))
+    i = em.tensor(np.array([1, 2, 3], dtype=np.int8))
+    with pytest.raises(DTypeError, match="does not fit"):
+        em.where(i > 1, i, 300)
+    col = em.tensor(np.array([[1.0], [2.0]], dtype=np.float32))
+    np.testing.assert_array_equal(em.where(x > 0, x, col).numpy(), np.where(ref > 0, ref, [[1.0], [2.0]]))
+
+
+def _calls(fn, where):
+    """Python calls into functions whose file path contains ``where`` while ``fn`` runs."""
+    counts = Counter()
+
+    def prof(frame, event, arg):
+        if event == "call" and where in frame.f_code.co_filename:
+            counts[frame.f_code.co_name] += 1
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return counts
+
+
+def test_conv_and_pool_repeat_in_few_calls(conv_data):
+    """A repeated conv + max_pool passes through few core functions (measured 1 and 2 with the
+    remembered checks, 36 and 21 without): a guard against losing the shortcut."""
+    x, w, b = conv_data
+    tx, tw, tb = em.tensor(x), em.tensor(w), em.tensor(b)
+    y = em.conv(tx, tw, tb, padding=1)
+    em.max_pool(y, 2)
+    conv_calls = _calls(lambda: em.conv(tx, tw, tb, padding=1), "/ember/ops/")
+    pool_calls = _calls(lambda: em.max_pool(y, 2), "/ember/ops/")
+    assert sum(conv_calls.values()) <= 6, conv_calls
+    assert sum(pool_calls.values()) <= 6, pool_calls
