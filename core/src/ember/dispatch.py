@@ -35,12 +35,12 @@ import numpy as np
 from . import amp
 from .amp import _STATE as _AMP
 from .autodiff.mode import _STATE as _GRAD
-from .autodiff.node import Node, for_backward
+from .autodiff.node import OUTPUT_UNREAD, Node, for_backward
 from .backend import PRIMITIVE_SIGNATURES
 from .device import check_dtype, common_device
 from .dtypes import DType, as_dtype, bool_, category_error, iinfo, promote_types, scalar_dtype
 from .errors import DTypeError, InvalidArgumentError, NotImplementedOpError, ShapeError
-from .lazy import LazyBuffer, materialize
+from .lazy import Lazy, LazyBuffer, materialize
 from .shapes import broadcast_shapes
 
 if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above; Device is not needed at run time
@@ -72,6 +72,7 @@ __all__ = [
     "swaps",
     "realize",
     "for_backward",
+    "OUTPUT_UNREAD",
 ]
 
 #: the kinds an op can have; fusion reads them (elementwise chains, a trailing reduction)
@@ -381,6 +382,14 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
         defer = dev._defer
         if defer is None:
             handle = impl(*datas, **params)
+        elif not op.elementwise and type(defer) is Lazy:
+            # the lazy layer defers no such op: it would run the kernel at once unless an operand is deferred
+            for d in datas:
+                if type(d) is LazyBuffer:
+                    handle = defer(op, datas, params, shape, dtype)
+                    break
+            else:
+                handle = impl(*datas, **params)
         elif dev._least and _runs_now(op, datas, shape, dtype, dev._least):
             handle = impl(*datas, **params)
         else:

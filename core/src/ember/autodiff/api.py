@@ -6,8 +6,8 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..creation import ones_like, zeros_like
-from ..dispatch import is_tensor
+from ..creation import FULL, zeros_like
+from ..dispatch import create, is_tensor
 from ..errors import ArgumentTypeError, AutodiffError
 from ..lazy.jit import set_grad
 from .graph import run_backward
@@ -34,7 +34,10 @@ def _seed(out: Tensor, grad: Any, what: str) -> Tensor:
                 f"a single-element output. Pass grad= with the output's shape, or reduce it "
                 f"first (e.g. loss.sum())."
             )
-        return ones_like(out)
+        # ones_like(out), one create: the seed of every training step's backward
+        dt = out._dtype
+        value = 1.0 if dt.kind == "f" else 1
+        return create(FULL, out._device, (), {"shape": out._shape, "value": value, "dtype": dt}, out._shape, dt)
     if not is_tensor(grad):
         raise ArgumentTypeError(f"{what}: grad must be a Tensor, got {type(grad).__name__}")
     if grad.shape != out.shape:

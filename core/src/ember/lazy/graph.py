@@ -167,7 +167,40 @@ class Lazy:
                     fast = _FAST_POW.get(datas[1])
                     if fast in self.ops:
                         name, datas = fast, datas[:1]  # numpy's scalar-exponent paths
-                return self._node(name, datas, params, shape, dtype.name)
+                # a lazy node for the elementwise op (operand dtypes are looked at when it is realized),
+                # built here: every deferred op comes this way
+                size = 1
+                for d in datas:  # a handle or a scalar is one input (kernel argument) each
+                    size += d.size if type(d) is LazyBuffer and d.real is None else 1
+                args = tuple(datas)
+                if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
+                    datas = [
+                        d.realize() if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED else d
+                        for d in datas
+                    ]
+                    size = 1 + sum(d.size if type(d) is LazyBuffer and d.real is None else 1 for d in datas)
+                    args = tuple(datas)
+                if size > MAX_REGION:  # close the regions below this op: it starts a new one
+                    args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
+                    size = 1 + len(args)
+                for d in args:
+                    if type(d) is LazyBuffer and d.real is None:
+                        d.uses += 1
+                self.counts["deferred"] += 1
+                node = _new(LazyBuffer)  # LazyBuffer(...) and _track, inline: every deferred op comes this way
+                node.owner = self
+                node.op = name
+                node.dtype = params["dtype"].name if name == "cast" else dtype.name
+                node.shape = shape if type(shape) is tuple else tuple(shape)
+                node.args = args
+                node.real = None
+                node.uses = 0
+                node.size = size
+                pending = self.pending
+                pending.append(_weakref(node))
+                if len(pending) > self._compact_at:
+                    self._compact()
+                return node
             elif (
                 name == "full"
                 and type(params["value"]) in _SCALARS
@@ -185,42 +218,6 @@ class Lazy:
                     d.owner.realize(d)
                 datas[i] = d.real
         return self.state.impls[name](*datas, **params)
-
-    def _node(self, name: str, datas: list[Any], params: dict[str, Any], shape: Any, dtype: str) -> LazyBuffer:
-        """A lazy node for an elementwise op (operand dtypes are looked at when it is realized)."""
-        size = 1
-        for d in datas:  # a handle or a scalar is one input (kernel argument) each
-            size += d.size if type(d) is LazyBuffer and d.real is None else 1
-        args = tuple(datas)
-        if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
-            datas = [
-                d.realize() if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED else d for d in datas
-            ]
-            size = 1 + sum(d.size if type(d) is LazyBuffer and d.real is None else 1 for d in datas)
-            args = tuple(datas)
-        if size > MAX_REGION:  # close the regions below this op: it starts a new one
-            args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
-            size = 1 + len(args)
-        for d in args:
-            if type(d) is LazyBuffer and d.real is None:
-                d.uses += 1
-        if name == "cast":
-            dtype = params["dtype"].name
-        self.counts["deferred"] += 1
-        node = _new(LazyBuffer)  # LazyBuffer(...) and _track, inline: every deferred op comes this way
-        node.owner = self
-        node.op = name
-        node.dtype = dtype
-        node.shape = shape if type(shape) is tuple else tuple(shape)
-        node.args = args
-        node.real = None
-        node.uses = 0
-        node.size = size
-        pending = self.pending
-        pending.append(_weakref(node))
-        if len(pending) > self._compact_at:
-            self._compact()
-        return node
 
     def _reduction(
         self, name: str, datas: list[Any], params: dict[str, Any], shape: Any, dtype: str
@@ -380,8 +377,22 @@ class Lazy:
                         continue
                     a = a.real
                 elif ta in _SCALARS:
+                    # _scalar_dtype, inline: the dtype of the node's first tensor operand (a handle's, if
+                    # already an input of the program, without another handle_meta)
+                    sdt = None
+                    if node.op != "cast":
+                        for b in node.args:
+                            tb = type(b)
+                            if tb is LazyBuffer:
+                                sdt = b.dtype
+                                break
+                            if tb not in _SCALARS:
+                                j = handles.get(id(b))
+                                if j is not None:
+                                    sdt = inputs[j][0]
+                                break
                     refs.append(len(inputs))
-                    inputs.append((_scalar_dtype(node, k), "scalar"))
+                    inputs.append((sdt if sdt is not None else _scalar_dtype(node, k), "scalar"))
                     operands.append(a)
                     continue
                 index = handles.get(id(a))
