@@ -440,57 +440,55 @@ def _donor(order: list[LazyBuffer], operands: list[Any], program: FusedProgram, 
     shape, and held by nothing but the region's nodes (directly, or as the ``real`` of realized
     nodes only they hold) and ``operands``: a tensor, a saved input, a view's base or another
     region holding it adds a reference. None if there is none."""
+    wanted = (target.dtype, "tensor")
+    inputs = program.inputs
     for j in range(len(operands)):
-        if program.inputs[j] != (target.dtype, "tensor"):
+        if inputs[j] != wanted:
             continue
         h = operands[j]
-        uses, wrappers, counts = _readers(order, h)
+        # _readers, inline: how often the region's nodes read h, and the realized nodes whose value is h
+        # that they read, with how often
+        uses = 0
+        wrappers: list[LazyBuffer] = []
+        counts: list[int] = []
+        for node in order:
+            for a in node.args:
+                if a is h:
+                    uses += 1
+                elif type(a) is LazyBuffer and a.real is h:
+                    for k in range(len(wrappers)):
+                        if wrappers[k] is a:
+                            counts[k] += 1
+                            break
+                    else:
+                        wrappers.append(a)
+                        counts.append(1)
+        a = node = None  # the loops' variables hold no reference while they are counted
         if not uses and not wrappers:
             continue
         # references to h: operands, the local h, each wrapper's real, the region's args
-        if _refs(h) - _CALL_REFS - 2 - len(wrappers) - uses != 0:
+        if _getrefcount(h) - _DIRECT_REFS - 2 - len(wrappers) - uses != 0:
             continue
         # references to a wrapper: the list and the region's args
-        if any(_refs(wrappers[k]) - _CALL_REFS - 1 - counts[k] != 0 for k in range(len(wrappers))):
-            continue
-        if tuple(meta(h)[0]) == target.shape:
-            return h
+        for k in range(len(wrappers)):
+            if _getrefcount(wrappers[k]) - _DIRECT_REFS - 1 - counts[k] != 0:
+                break
+        else:
+            if tuple(meta(h)[0]) == target.shape:
+                return h
     return None
 
 
-def _readers(order: list[LazyBuffer], h: Any) -> tuple[int, list[LazyBuffer], list[int]]:
-    """How often the region's nodes read ``h`` as an argument, and the realized nodes whose value
-    is ``h`` that they read, with how often (its own locals are gone when it returns)."""
-    uses = 0
-    wrappers: list[LazyBuffer] = []
-    counts: list[int] = []
-    for node in order:
-        for a in node.args:
-            if a is h:
-                uses += 1
-            elif type(a) is LazyBuffer and a.real is h:
-                for k in range(len(wrappers)):
-                    if wrappers[k] is a:
-                        counts[k] += 1
-                        break
-                else:
-                    wrappers.append(a)
-                    counts.append(1)
-    return uses, wrappers, counts
-
-
-def _refs(x: Any) -> int:
-    return sys.getrefcount(x)
-
-
-def _calibrate_call() -> int:
-    """References :func:`_refs` adds to the count of an object (its argument, getrefcount's)."""
-    probe = object()
-    return _refs(probe) - 1
-
-
-_CALL_REFS = _calibrate_call()
 _getrefcount = sys.getrefcount
+
+
+def _calibrate_direct() -> int:
+    """References ``sys.getrefcount`` itself adds to the count of an object (its argument)."""
+    probe = object()
+    return _getrefcount(probe) - 1
+
+
+_DIRECT_REFS = _calibrate_direct()
 
 
 def _without_other_shapes(node: LazyBuffer, order: list[LazyBuffer]) -> list[LazyBuffer]:
