@@ -134,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--like-gpu",
         action="store_true",
-        help="on cpu, take a GPU backend's core path: --least 0 and no cheap readback (no host reads of targets)",
+        help=(
+            "on cpu, take a GPU backend's core path: --least 0, no cheap readback (no host reads of "
+            "targets), no in-place offers to fused kernels (as cuda)"
+        ),
     )
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
@@ -154,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             device.backend.cheap_readback = False  # this process's backend object only
         if args.least is not None:
             _set_least(device, args.least)
+        if args.like_gpu:
+            device._state.defer.donate = False  # no in-place offers (only the cpu backend takes outs=)
         case = module.ember(device, size)
         for _ in range(args.warmup):
             out = case.step()
