@@ -479,11 +479,16 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
             params: dict[str, Any] = {}
             wants = a._rg or b._rg
         elif isinstance(b, (int, float, complex)):
-            dt = scalar_dtype(a._dtype, b, op.name)
-            if dt is not a._dtype:  # a Python complex with a real tensor: the tensor becomes complex
-                check_dtype(a._device, dt, op.name)
-                a = apply(OPS["cast"], (a,), {"dtype": dt}, a._shape, dt)
-            bdata = scalar_value(b, dt, op.name)
+            tb = type(b)
+            if (tb is float or tb is int) and a._dtype.kind == "f":  # the common case (x * 0.5), inline
+                dt = a._dtype
+                bdata = float(b)
+            else:
+                dt = scalar_dtype(a._dtype, b, op.name)
+                if dt is not a._dtype:  # a Python complex with a real tensor: the tensor becomes complex
+                    check_dtype(a._device, dt, op.name)
+                    a = apply(OPS["cast"], (a,), {"dtype": dt}, a._shape, dt)
+                bdata = scalar_value(b, dt, op.name)
             shape = a._shape
             dev = a._device
             inputs = (a,)

@@ -106,7 +106,7 @@ def copy_(x: Tensor, value: Any) -> Tensor:
             "do it inside `with ember.no_grad():` (as optimizers do)"
         )
     if is_tensor(value):
-        src = value if value._device.same_hardware(x._device) else to(value.detach(), x._device)
+        src = value if value._device._state is x._device._state else to(value.detach(), x._device)
         if src._dtype is not x._dtype:
             src = astype(src, x._dtype)
         if src._shape != x._shape:

@@ -432,7 +432,7 @@ class Lazy:
         del live
         for node in reversed(held):  # the latest first: earlier ones join its kernel as outputs
             if node.real is None:
-                node.realize()
+                self.realize(node)  # node.realize(): pending holds this hook's nodes only
 
 
 def _donor(order: list[LazyBuffer], operands: list[Any], program: FusedProgram, target: LazyBuffer, meta: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import dispatch as _dispatch
 from ..amp import LOW
 from ..creation import zeros
 from ..dispatch import apply, define, is_tensor
@@ -47,8 +48,11 @@ MATMUL = define("matmul", kind="contraction", autocast=LOW, primitive=True, vjp=
 
 def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product with numpy semantics (1-D operands, broadcast batch axes)."""
-    a = _tensor_arg(a, "matmul", b if is_tensor(b) else None)
-    b = _tensor_arg(b, "matmul", a)
+    T = _dispatch._TENSOR
+    if type(a) is not T:
+        a = _tensor_arg(a, "matmul", b if is_tensor(b) else None)
+    if type(b) is not T:
+        b = _tensor_arg(b, "matmul", a)
     shape_a, shape_b = a._shape, b._shape  # as the user passed them, for the messages
     if len(shape_a) >= 2 and len(shape_b) >= 2 and a._dtype is b._dtype and a._dtype in NUMERIC_OR_COMPLEX:
         # the common case (matrices or batches of them, one dtype): no promotion, no squeeze

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import dispatch as _dispatch
 from ..amp import PROMOTE
 from ..creation import arange, tensor, zeros
 from ..dispatch import apply, define, is_tensor, lookup
@@ -89,7 +90,8 @@ CONCAT = define("concat", kind="movement", autocast=PROMOTE, primitive=True, vjp
 
 def reshape(x: Any, /, shape: Any, *, copy: bool | None = None) -> Tensor:
     """The same elements in a new shape (one entry may be -1)."""
-    x = _tensor_arg(x, "reshape")
+    if type(x) is not _dispatch._TENSOR:
+        x = _tensor_arg(x, "reshape")
     new = infer_reshape(x._shape, shape)
     if new == x._shape:
         return x
