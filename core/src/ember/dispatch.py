@@ -586,7 +586,15 @@ def create(
         handle = defer(op, list(args), params, shape, dtype)
     else:
         handle = impl(*args, **params)
-    return make_tensor(handle, shape, dtype, device)
+    t = _new(_TENSOR)  # make_tensor, inline: every constant of a step (a where's scalar, a seed) comes this way
+    t._data = handle
+    t._shape = shape
+    t._dtype = dtype
+    t._device = device
+    t._node = None
+    t._rg = False
+    t._grad = None
+    return t
 
 
 def to_host(x: Tensor) -> np.ndarray:

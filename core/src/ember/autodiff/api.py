@@ -7,11 +7,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..creation import FULL, zeros_like
-from ..dispatch import create, is_tensor
+from ..dispatch import create, is_tensor, make_tensor
 from ..errors import ArgumentTypeError, AutodiffError
 from ..lazy.jit import set_grad
 from .graph import run_backward
-from .mode import enable_grad, set_grad_enabled
+from .mode import _STATE as _GRAD
+from .mode import enable_grad
 
 if TYPE_CHECKING:  # annotations only: ember.tensor imports this module (a runtime import is a cycle)
     from ..tensor import Tensor
@@ -69,11 +70,15 @@ def backward(
     seed = _seed(out, grad, "backward")
     results = run_backward([out], [seed], create_graph=create_graph, retain_graph=retain_graph)
 
-    with set_grad_enabled(create_graph):
+    previous = _GRAD.enabled  # set_grad_enabled(create_graph), its state set here (run_backward checked the flag)
+    _GRAD.enabled = bool(create_graph)
+    try:
         for leaf, g in results.values():
             if not create_graph:
-                g = g.detach()
+                g = make_tensor(g._data, g._shape, g._dtype, g._device)  # g.detach()
             set_grad(leaf, g if leaf._grad is None else leaf._grad + g)
+    finally:
+        _GRAD.enabled = previous
 
 
 def _prepare(args: Sequence[Any], argnums: tuple[int, ...], what: str) -> tuple[list[Any], bool]:

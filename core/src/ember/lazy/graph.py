@@ -207,7 +207,20 @@ class Lazy:
                 and not (self.least and math.prod(shape) < self.least)
             ):
                 self.counts["deferred"] += 1
-                return self._track(LazyBuffer(self, "full", dtype.name, tuple(shape), (params["value"],), 1))
+                node = _new(LazyBuffer)  # LazyBuffer(self, "full", ...) and _track, inline
+                node.owner = self
+                node.op = "full"
+                node.dtype = dtype.name
+                node.shape = shape if type(shape) is tuple else tuple(shape)
+                node.args = (params["value"],)
+                node.real = None
+                node.uses = 0
+                node.size = 1
+                pending = self.pending
+                pending.append(_weakref(node))
+                if len(pending) > self._compact_at:
+                    self._compact()
+                return node
             elif name in self.reductions:
                 node = self._reduction(name, datas, params, shape, dtype.name)
                 if node is not None:

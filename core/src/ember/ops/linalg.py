@@ -14,7 +14,7 @@ from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeE
 from ..shapes import as_int, as_ints, broadcast_shapes, normalize_axes, normalize_axis
 from .elementwise import NUMERIC, NUMERIC_OR_COMPLEX, _needs, _reject, _tensor_arg, abs, conj, sqrt, where
 from .indexing import scatter_add, take_along_axis
-from .movement import permute_dims, reshape, slice_tensor, swapaxes
+from .movement import PERMUTE, permute_dims, reshape, slice_tensor
 
 if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
@@ -99,11 +99,21 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 def matrix_transpose(x: Any) -> Tensor:
     """Swap the last two axes."""
-    x = _tensor_arg(x, "matrix_transpose")
-    ndim = len(x._shape)
+    if type(x) is not _dispatch._TENSOR:
+        x = _tensor_arg(x, "matrix_transpose")
+    shape = x._shape
+    ndim = len(shape)
     if ndim < 2:
         raise ShapeError(f"matrix_transpose: needs at least 2 dimensions, got shape {x._shape}")
-    return swapaxes(x, ndim - 1, ndim - 2)
+    # swapaxes(x, -1, -2), its permutation built here: every matmul's backward transposes twice
+    axes = _TRANSPOSES.get(ndim)
+    if axes is None:
+        axes = _TRANSPOSES[ndim] = tuple(range(ndim - 2)) + (ndim - 1, ndim - 2)
+    return apply(PERMUTE, (x,), {"axes": axes}, shape[:-2] + (shape[-1], shape[-2]), x._dtype)
+
+
+#: ndim -> the permutation that swaps the last two axes
+_TRANSPOSES: dict[int, tuple[int, ...]] = {}
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:

@@ -41,7 +41,9 @@ def where(condition: Any, a: Any, b: Any) -> Tensor:
     if ta and tb:
         dt = a._dtype if a._dtype is b._dtype else promote_types(a._dtype, b._dtype, "where")
     elif ta:
-        dt = scalar_dtype(a._dtype, b, "where")
+        dt = a._dtype
+        if not ((type(b) is float or type(b) is int) and dt.kind == "f"):  # else scalar_dtype's answer is dt
+            dt = scalar_dtype(dt, b, "where")
     elif tb:
         dt = scalar_dtype(b._dtype, a, "where")
     else:
@@ -63,9 +65,10 @@ def where(condition: Any, a: Any, b: Any) -> Tensor:
 
 def _as_dtype_on(x: Any, dt: DType, like: Tensor) -> Tensor:
     """``x`` as a tensor of ``dt``: a tensor cast, a Python scalar a 0-d ``full`` on ``like``'s device."""
-    if is_tensor(x):
+    if type(x) is _dispatch._TENSOR:
         return x if x._dtype is dt else x.astype(dt)
     dev = like._device
     if dt.kind == "c":  # the only dtype a scalar brings that no operand has (a complex scalar, real tensors)
         check_dtype(dev, dt, "where")
-    return create(FULL, dev, (), {"shape": (), "value": scalar_value(x, dt, "where"), "dtype": dt}, (), dt)
+    value = float(x) if dt.kind == "f" and (type(x) is float or type(x) is int) else scalar_value(x, dt, "where")
+    return create(FULL, dev, (), {"shape": (), "value": value, "dtype": dt}, (), dt)
