@@ -267,3 +267,84 @@ def test_planned_pool_requests_take_few_calls():
     run(steps[7], check=True)
     live.clear()
     assert pool.in_use == 0
+
+
+def test_small_training_step_core_calls():
+    """A small CNN training step (conv, relu, max_pool, linear, cross_entropy, backward, SGD by hand,
+    W3's shape) passes through at most 400 core functions, comprehension frames aside (measured 348;
+    647 before this session's host-time work): a guard against losing the shortcuts, no clock read.
+    The loss after the steps matches a float64 numpy reference of the same steps."""
+    import os
+
+    dev = em.Device("cpu").autodiff()
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((2, 1, 8, 8)).astype(np.float32)
+    ys = np.array([1, 3])
+    init = {
+        "cw": rng.standard_normal((4, 1, 3, 3)).astype(np.float32) * 0.3,
+        "cb": np.zeros(4, np.float32),
+        "w": rng.standard_normal((64, 5)).astype(np.float32) * 0.1,
+        "b": np.zeros(5, np.float32),
+    }
+    x, y = em.tensor(xs, device=dev), em.tensor(ys, device=dev)
+    p = {k: em.tensor(v, device=dev).requires_grad_() for k, v in init.items()}
+    losses = []
+
+    def step():
+        for t in p.values():
+            t.grad = None
+        h = em.max_pool(em.relu(em.conv(x, p["cw"], p["cb"], padding=1)), 2)
+        loss = em.cross_entropy(h.reshape((2, 64)) @ p["w"] + p["b"], y)
+        loss.backward()
+        with em.no_grad():
+            for t in p.values():
+                t.copy_(t - 0.1 * t.grad)
+        losses.append(loss)
+
+    for _ in range(3):
+        step()
+    core = os.path.dirname(em.__file__) + os.sep
+    counts = Counter()
+
+    def prof(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            if code.co_filename.startswith(core) and code.co_name not in ("<listcomp>", "<dictcomp>", "<setcomp>"):
+                counts[code.co_name] += 1
+
+    sys.setprofile(prof)
+    try:
+        step()
+    finally:
+        sys.setprofile(None)
+    assert sum(counts.values()) <= 400, counts.most_common(20)
+
+    # the same four steps in float64 numpy: conv (pad 1), relu, 2x2 max pool, linear, mean cross-entropy
+    q = {k: v.astype(np.float64) for k, v in init.items()}
+    for _ in range(4):
+        xp = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        cols = np.stack([xp[:, 0, i : i + 8, j : j + 8] for i in range(3) for j in range(3)], axis=1)  # (2, 9, 8, 8)
+        z = np.einsum("nkhw,ok->nohw", cols, q["cw"].reshape(4, 9)) + q["cb"][None, :, None, None]
+        r = np.maximum(z, 0)
+        pooled = r.reshape(2, 4, 4, 2, 4, 2).max(axis=(3, 5))
+        flat = pooled.reshape(2, 64)
+        logits = flat @ q["w"] + q["b"]
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        prob = e / e.sum(axis=1, keepdims=True)
+        ref_loss = -np.mean(np.log(prob[np.arange(2), ys]))
+        dlogits = prob.copy()
+        dlogits[np.arange(2), ys] -= 1
+        dlogits /= 2
+        dw, db = flat.T @ dlogits, dlogits.sum(axis=0)
+        dflat = dlogits @ q["w"].T
+        dpooled = dflat.reshape(2, 4, 4, 4)
+        win = r.reshape(2, 4, 4, 2, 4, 2)
+        hit = win == pooled[:, :, :, None, :, None]
+        first = hit & (np.cumsum(np.cumsum(hit, axis=3), axis=5) == 1)  # one winner per window (ties: first)
+        dr = (first * dpooled[:, :, :, None, :, None]).reshape(2, 4, 8, 8)
+        dz = dr * (z > 0)
+        dcw = np.einsum("nohw,nkhw->ok", dz, cols).reshape(4, 1, 3, 3)
+        dcb = dz.sum(axis=(0, 2, 3))
+        for k, g in (("cw", dcw), ("cb", dcb), ("w", dw), ("b", db)):
+            q[k] = q[k] - 0.1 * g
+        np.testing.assert_allclose(losses.pop(0).numpy(), ref_loss, rtol=1e-4)
