@@ -318,11 +318,11 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         if self.strategy == "adaptive" and self.cached:
             target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
             # what is reserved once the buffers waiting for a deferred release (wgpu's, until a submit) go
-            held = self.reserved - sum(s for _, s in self._doomed) if self._doomed else self.reserved
+            held = self.reserved - sum([s for _, s in self._doomed]) if self._doomed else self.reserved
             if held + size > target:
                 # the slack a larger buffer adds shares the headroom with the free ranges of pages (a page's
                 # unused tail): together they stay within it (PoCL W4's step 2 reached 1.054x in use before)
-                spare = sum(page.size - page.used for page in self._pages) if self._pages else 0
+                spare = sum([page.size - page.used for page in self._pages]) if self._pages else 0
                 if self._arena is not None and self._arena.slots:  # whole-buffer slots idle now count the same
                     spare += self._slots_idle()
                 found = self._take_larger(size, avoid, int(self._high * HEADROOM) - self._slack - spare)
