@@ -174,11 +174,13 @@ class Lazy:
                     size += d.size if type(d) is LazyBuffer and d.real is None else 1
                 args = tuple(datas)
                 if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
-                    datas = [
-                        d.realize() if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED else d
-                        for d in datas
-                    ]
-                    size = 1 + sum(d.size if type(d) is LazyBuffer and d.real is None else 1 for d in datas)
+                    for i, d in enumerate(datas):
+                        if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED:
+                            d.owner.realize(d)
+                            datas[i] = d.real
+                    size = 1
+                    for d in datas:
+                        size += d.size if type(d) is LazyBuffer and d.real is None else 1
                     args = tuple(datas)
                 if size > MAX_REGION:  # close the regions below this op: it starts a new one
                     args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
