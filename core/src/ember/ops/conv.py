@@ -42,9 +42,12 @@ def _span(k: int, d: int) -> int:
 
 
 def _blocks(sizes: Ints, kernel: Ints, stride: Ints, padding: Pads, dilation: Ints) -> Ints:
-    """Number of kernel placements per spatial axis."""
+    """Number of kernel placements per spatial axis (``d * (k - 1) + 1`` is :func:`_span`)."""
     return tuple(
-        (n + lo + hi - _span(k, d)) // s + 1 for n, k, s, (lo, hi), d in zip(sizes, kernel, stride, padding, dilation)
+        [
+            (n + lo + hi - d * (k - 1) - 1) // s + 1
+            for n, k, s, (lo, hi), d in zip(sizes, kernel, stride, padding, dilation)
+        ]
     )
 
 
