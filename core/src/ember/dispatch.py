@@ -35,12 +35,12 @@ import numpy as np
 from . import amp
 from .amp import _STATE as _AMP
 from .autodiff.mode import _STATE as _GRAD
-from .autodiff.node import Node, for_backward
+from .autodiff.node import OUTPUT_UNREAD, Node, for_backward
 from .backend import PRIMITIVE_SIGNATURES
 from .device import check_dtype, common_device
 from .dtypes import DType, as_dtype, bool_, category_error, iinfo, promote_types, scalar_dtype
 from .errors import DTypeError, InvalidArgumentError, NotImplementedOpError, ShapeError
-from .lazy import LazyBuffer, materialize
+from .lazy import Lazy, LazyBuffer, materialize
 from .shapes import broadcast_shapes
 
 if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above; Device is not needed at run time
@@ -72,6 +72,7 @@ __all__ = [
     "swaps",
     "realize",
     "for_backward",
+    "OUTPUT_UNREAD",
 ]
 
 #: the kinds an op can have; fusion reads them (elementwise chains, a trailing reduction)
@@ -381,6 +382,14 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
         defer = dev._defer
         if defer is None:
             handle = impl(*datas, **params)
+        elif not op.elementwise and type(defer) is Lazy:
+            # the lazy layer defers no such op: it would run the kernel at once unless an operand is deferred
+            for d in datas:
+                if type(d) is LazyBuffer:
+                    handle = defer(op, datas, params, shape, dtype)
+                    break
+            else:
+                handle = impl(*datas, **params)
         elif dev._least and _runs_now(op, datas, shape, dtype, dev._least):
             handle = impl(*datas, **params)
         else:
@@ -390,7 +399,14 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
             dtype = as_dtype(name)
             record = record and dtype.kind in "fc"
             shape = tuple(shape)
-        out = make_tensor(handle, shape, dtype, dev)
+        out = _new(_TENSOR)  # make_tensor, inline: every op with a kernel comes this way
+        out._data = handle
+        out._shape = shape
+        out._dtype = dtype
+        out._device = dev
+        out._node = None
+        out._rg = False
+        out._grad = None
     if record:
         out._node = Node(op, inputs, params)
         out._rg = True
@@ -417,13 +433,21 @@ def scalar_value(value: Any, dtype: DType, op: str) -> Any:
     if kind == "b":
         return bool(value)
     v = int(value)
-    info = iinfo(dtype)
-    if not info.min <= v <= info.max:
+    bounds = _INT_BOUNDS.get(dtype)
+    if bounds is None:
+        info = iinfo(dtype)
+        bounds = _INT_BOUNDS[dtype] = (info.min, info.max)
+    lo, hi = bounds
+    if not lo <= v <= hi:
         raise DTypeError(
-            f"{op}: the Python int {v} does not fit in {dtype} (range {info.min}..{info.max}); "
+            f"{op}: the Python int {v} does not fit in {dtype} (range {lo}..{hi}); "
             f"cast the tensor to a wider dtype first"
         )
     return v
+
+
+#: integer dtype -> (min, max): scalar_value's range check without an iinfo per scalar (a handful of dtypes)
+_INT_BOUNDS: dict[DType, tuple[int, int]] = {}
 
 
 #: op name -> the op that computes it with operands swapped (``2 + x`` is ``x + 2``)
@@ -455,11 +479,16 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
             params: dict[str, Any] = {}
             wants = a._rg or b._rg
         elif isinstance(b, (int, float, complex)):
-            dt = scalar_dtype(a._dtype, b, op.name)
-            if dt is not a._dtype:  # a Python complex with a real tensor: the tensor becomes complex
-                check_dtype(a._device, dt, op.name)
-                a = apply(OPS["cast"], (a,), {"dtype": dt}, a._shape, dt)
-            bdata = scalar_value(b, dt, op.name)
+            tb = type(b)
+            if (tb is float or tb is int) and a._dtype.kind == "f":  # the common case (x * 0.5), inline
+                dt = a._dtype
+                bdata = float(b)
+            else:
+                dt = scalar_dtype(a._dtype, b, op.name)
+                if dt is not a._dtype:  # a Python complex with a real tensor: the tensor becomes complex
+                    check_dtype(a._device, dt, op.name)
+                    a = apply(OPS["cast"], (a,), {"dtype": dt}, a._shape, dt)
+                bdata = scalar_value(b, dt, op.name)
             shape = a._shape
             dev = a._device
             inputs = (a,)
@@ -557,7 +586,15 @@ def create(
         handle = defer(op, list(args), params, shape, dtype)
     else:
         handle = impl(*args, **params)
-    return make_tensor(handle, shape, dtype, device)
+    t = _new(_TENSOR)  # make_tensor, inline: every constant of a step (a where's scalar, a seed) comes this way
+    t._data = handle
+    t._shape = shape
+    t._dtype = dtype
+    t._device = device
+    t._node = None
+    t._rg = False
+    t._grad = None
+    return t
 
 
 def to_host(x: Tensor) -> np.ndarray:

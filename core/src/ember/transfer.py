@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import dispatch as _dispatch
 from .autodiff.mode import _STATE as _GRAD
 from .creation import full
 from .device import Device, check_dtype
-from .dispatch import apply, define, is_tensor, make_tensor, transfer
+from .dispatch import apply, define, make_tensor, transfer
 from .dtypes import DType, as_dtype
 from .errors import ArgumentTypeError, AutodiffError, DTypeError
 from .lazy.jit import set_data
@@ -105,8 +106,8 @@ def copy_(x: Tensor, value: Any) -> Tensor:
             "copy_: in-place update of a tensor that requires grad would corrupt the graph; "
             "do it inside `with ember.no_grad():` (as optimizers do)"
         )
-    if is_tensor(value):
-        src = value if value._device.same_hardware(x._device) else to(value.detach(), x._device)
+    if type(value) is _dispatch._TENSOR:  # is_tensor(value), inline: an update per parameter comes this way
+        src = value if value._device._state is x._device._state else to(value.detach(), x._device)
         if src._dtype is not x._dtype:
             src = astype(src, x._dtype)
         if src._shape != x._shape:

@@ -116,7 +116,8 @@ class View:
 
     # -- views -------------------------------------------------------------------------------
     def permute(self: V, axes: Sequence[int]) -> V:
-        return self.with_layout(tuple(self.shape[i] for i in axes), tuple(self.strides[i] for i in axes), self.offset)
+        shape, strides = self.shape, self.strides  # lists, not generators: one frame each, not one per axis
+        return self.with_layout(tuple([shape[i] for i in axes]), tuple([strides[i] for i in axes]), self.offset)
 
     def expand(self: V, shape: Shape) -> V:
         """numpy ``broadcast_to`` as a view: broadcast axes get stride 0."""
@@ -125,11 +126,14 @@ class View:
 
     def slice(self: V, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]) -> V:
         """``[start:stop:step]`` per axis (0 <= start <= stop <= dim, step >= 1, as the ``slice`` primitive)."""
-        shape = tuple(max(0, -(-(e - s) // k)) for s, e, k in zip(starts, stops, steps))
-        strides = tuple(st * k for st, k in zip(self.strides, steps))
+        # lists, not generators: one frame each, not one per axis (a step's slices come this way)
+        shape = tuple([max(0, -(-(e - s) // k)) for s, e, k in zip(starts, stops, steps)])
+        strides = tuple([st * k for st, k in zip(self.strides, steps)])
         if 0 in shape:
             return self.with_layout(shape, strides, self.offset)
-        offset = self.offset + sum(s * st for s, st in zip(starts, self.strides))
+        offset = self.offset
+        for s, st in zip(starts, self.strides):
+            offset += s * st
         return self.with_layout(shape, strides, offset)
 
     def flip(self: V, axes: Sequence[int]) -> V:

@@ -6,12 +6,13 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..creation import ones_like, zeros_like
-from ..dispatch import is_tensor
+from ..creation import FULL, zeros_like
+from ..dispatch import create, is_tensor, make_tensor
 from ..errors import ArgumentTypeError, AutodiffError
 from ..lazy.jit import set_grad
 from .graph import run_backward
-from .mode import enable_grad, set_grad_enabled
+from .mode import _STATE as _GRAD
+from .mode import enable_grad
 
 if TYPE_CHECKING:  # annotations only: ember.tensor imports this module (a runtime import is a cycle)
     from ..tensor import Tensor
@@ -34,7 +35,10 @@ def _seed(out: Tensor, grad: Any, what: str) -> Tensor:
                 f"a single-element output. Pass grad= with the output's shape, or reduce it "
                 f"first (e.g. loss.sum())."
             )
-        return ones_like(out)
+        # ones_like(out), one create: the seed of every training step's backward
+        dt = out._dtype
+        value = 1.0 if dt.kind == "f" else 1
+        return create(FULL, out._device, (), {"shape": out._shape, "value": value, "dtype": dt}, out._shape, dt)
     if not is_tensor(grad):
         raise ArgumentTypeError(f"{what}: grad must be a Tensor, got {type(grad).__name__}")
     if grad.shape != out.shape:
@@ -66,11 +70,15 @@ def backward(
     seed = _seed(out, grad, "backward")
     results = run_backward([out], [seed], create_graph=create_graph, retain_graph=retain_graph)
 
-    with set_grad_enabled(create_graph):
+    previous = _GRAD.enabled  # set_grad_enabled(create_graph), its state set here (run_backward checked the flag)
+    _GRAD.enabled = bool(create_graph)
+    try:
         for leaf, g in results.values():
             if not create_graph:
-                g = g.detach()
+                g = make_tensor(g._data, g._shape, g._dtype, g._device)  # g.detach()
             set_grad(leaf, g if leaf._grad is None else leaf._grad + g)
+    finally:
+        _GRAD.enabled = previous
 
 
 def _prepare(args: Sequence[Any], argnums: tuple[int, ...], what: str) -> tuple[list[Any], bool]:

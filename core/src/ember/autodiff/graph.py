@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..amp import autocast
-from ..dispatch import for_backward
+from ..amp import _STATE as _AMP
+from ..dispatch import OUTPUT_UNREAD, for_backward
 from ..errors import AutodiffError
 from ..ops.elementwise import real
 from ..ops.movement import concat, pad
+from .mode import _STATE as _GRAD
 from .mode import set_grad_enabled
 
 if TYPE_CHECKING:  # annotations only: ember.tensor imports this module through autodiff.api (a cycle)
@@ -56,8 +57,13 @@ def _topological(roots: list[Tensor]) -> list[Tensor]:
                 if child._node is not None and id(child._node) not in seen:
                     seen.add(id(child._node))
                     stack.append((child, 0))
-            else:
-                order.append(for_backward(t))
+            else:  # for_backward(t), with the stand-in its consumers made looked up here
+                node = t._node
+                if node.op.name in OUTPUT_UNREAD:
+                    ref = node._stand_in
+                    stub = ref() if ref is not None else None
+                    t = stub if stub is not None else for_backward(t)
+                order.append(t)
     return order
 
 
@@ -182,8 +188,14 @@ def run_backward(
         prev = grads.get(_vertex(root))
         grads[_vertex(root)] = seed if prev is None else prev + seed
     results: dict[int, tuple[Tensor, Tensor]] = {}
-    # gradients are computed in the dtypes the forward ops used: outside autocast
-    with set_grad_enabled(create_graph), autocast(enabled=False):
+    # gradients are computed in the dtypes the forward ops used: outside autocast (set_grad_enabled and
+    # autocast(enabled=False), the state set and restored here)
+    if type(create_graph) is not bool:
+        set_grad_enabled(create_graph)  # refuses what is no bool, with its message
+    previous = (_GRAD.enabled, _AMP.dtype)
+    _GRAD.enabled = bool(create_graph)
+    _AMP.dtype = None
+    try:
         if targets is not None:
             for root in roots:
                 if _vertex(root) in targets:
@@ -234,7 +246,9 @@ def run_backward(
                 node.inputs = None
                 node.datas = ()
             # and before the gradients are summed: from here on a computed input is only its metadata
-            inputs = tuple([x if x._node is None else for_backward(x) for x in inputs])
+            inputs = tuple(
+                [x if x._node is None or x._node.op.name not in OUTPUT_UNREAD else for_backward(x) for x in inputs]
+            )
             for inp, gi in zip(inputs, in_grads):
                 if gi is None or not inp._rg:
                     continue
@@ -264,4 +278,6 @@ def run_backward(
             # nothing of this node outlives its step: the next vjp runs without its gradients' temporaries
             del node, inputs, in_grads
             inp = gi = prev = wanted = None
+    finally:
+        _GRAD.enabled, _AMP.dtype = previous
     return results

@@ -58,8 +58,9 @@ class Node:
     def __init__(self, op: Any, inputs: tuple[Any, ...], params: dict[str, Any]) -> None:
         self.op = op
         name = op.name
-        if name in INPUTS_UNREAD:
-            inputs = tuple([_stand_in(t) for t in inputs])
+        if name in INPUTS_UNREAD:  # a stand-in for each input computed by an op whose rule skips its output
+            unread = OUTPUT_UNREAD
+            inputs = tuple([t if t._node is None or t._node.op.name not in unread else _stand_in(t) for t in inputs])
         elif name in READ_FOR:
             inputs = _trim(READ_FOR[name], inputs)
         self.inputs: tuple[Any, ...] | None = inputs
@@ -76,17 +77,14 @@ def _trim(reads: tuple[tuple[int, ...], ...], inputs: tuple[Any, ...]) -> tuple[
     n = len(inputs)
     kept = []
     for i, t in enumerate(inputs):
-        if i < len(reads) and not any(j < n and inputs[j]._rg for j in reads[i]):
-            t = _stand_in(t)
+        if i < len(reads):
+            for j in reads[i]:
+                if j < n and inputs[j]._rg:
+                    break
+            else:  # no input whose gradient reads t needs one
+                t = _stand_in(t)
         kept.append(t)
     return tuple(kept)
-
-
-def for_backward(t: Any) -> Any:
-    """What the backward walk keeps of a computed tensor until its node's turn: the tensor when its
-    op's rule reads the output, else a stand-in (so a forward output nobody else holds dies as soon
-    as the last consumer that reads it has run its rule)."""
-    return _stand_in(t)
 
 
 def _stand_in(t: Any) -> Any:
@@ -109,3 +107,10 @@ def _stand_in(t: Any) -> Any:
         stub._grad = None
         node._stand_in = weakref.ref(stub)  # a weak reference: no cycle between node and stand-in
     return stub
+
+
+#: What the backward walk keeps of a computed tensor until its node's turn: the tensor when its
+#: op's rule reads the output, else a stand-in (so a forward output nobody else holds dies as soon
+#: as the last consumer that reads it has run its rule). The same function as :func:`_stand_in`
+#: (one frame less on every node of every backward walk).
+for_backward = _stand_in

@@ -67,6 +67,9 @@ _COMPLEX: set[int] = set()
 _SCALARS = (bool, int, float)
 _COMPLEX_DTYPES = ("complex64", "complex128")
 
+_new = object.__new__
+_weakref = weakref.ref
+
 #: the region size a deferred reduction reports: anything that takes it as an operand realizes it
 _REDUCED = 1 << 30
 
@@ -107,7 +110,9 @@ class LazyBuffer:
 def materialize(data: Any) -> Any:
     """``data`` as a backend handle: a lazy value is realized, anything else returned as is."""
     if type(data) is LazyBuffer:
-        return data.real if data.real is not None else data.realize()
+        if data.real is None:
+            data.owner.realize(data)
+        return data.real
     return data
 
 
@@ -153,52 +158,81 @@ class Lazy:
                         if type(d) is LazyBuffer:
                             if d.real is None and d.size < _REDUCED:
                                 break
-                            datas[i] = d.real if d.real is not None else d.realize()  # a (deferred) reduction's value
+                            if d.real is None:  # a (deferred) reduction's value
+                                d.owner.realize(d)
+                            datas[i] = d.real
                     else:
                         return self.state.impls[name](*datas, **params)
                 if name == "pow" and dtype.kind == "f" and type(datas[1]) is float:
                     fast = _FAST_POW.get(datas[1])
                     if fast in self.ops:
                         name, datas = fast, datas[:1]  # numpy's scalar-exponent paths
-                return self._node(name, datas, params, shape, dtype.name)
+                # a lazy node for the elementwise op (operand dtypes are looked at when it is realized),
+                # built here: every deferred op comes this way
+                size = 1
+                for d in datas:  # a handle or a scalar is one input (kernel argument) each
+                    size += d.size if type(d) is LazyBuffer and d.real is None else 1
+                args = tuple(datas)
+                if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
+                    for i, d in enumerate(datas):
+                        if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED:
+                            d.owner.realize(d)
+                            datas[i] = d.real
+                    size = 1
+                    for d in datas:
+                        size += d.size if type(d) is LazyBuffer and d.real is None else 1
+                    args = tuple(datas)
+                if size > MAX_REGION:  # close the regions below this op: it starts a new one
+                    args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
+                    size = 1 + len(args)
+                for d in args:
+                    if type(d) is LazyBuffer and d.real is None:
+                        d.uses += 1
+                self.counts["deferred"] += 1
+                node = _new(LazyBuffer)  # LazyBuffer(...) and _track, inline: every deferred op comes this way
+                node.owner = self
+                node.op = name
+                node.dtype = params["dtype"].name if name == "cast" else dtype.name
+                node.shape = shape if type(shape) is tuple else tuple(shape)
+                node.args = args
+                node.real = None
+                node.uses = 0
+                node.size = size
+                pending = self.pending
+                pending.append(_weakref(node))
+                if len(pending) > self._compact_at:
+                    self._compact()
+                return node
             elif (
                 name == "full"
                 and type(params["value"]) in _SCALARS
                 and not (self.least and math.prod(shape) < self.least)
             ):
                 self.counts["deferred"] += 1
-                return self._track(LazyBuffer(self, "full", dtype.name, tuple(shape), (params["value"],), 1))
+                node = _new(LazyBuffer)  # LazyBuffer(self, "full", ...) and _track, inline
+                node.owner = self
+                node.op = "full"
+                node.dtype = dtype.name
+                node.shape = shape if type(shape) is tuple else tuple(shape)
+                node.args = (params["value"],)
+                node.real = None
+                node.uses = 0
+                node.size = 1
+                pending = self.pending
+                pending.append(_weakref(node))
+                if len(pending) > self._compact_at:
+                    self._compact()
+                return node
             elif name in self.reductions:
                 node = self._reduction(name, datas, params, shape, dtype.name)
                 if node is not None:
                     return node
         for i, d in enumerate(datas):
             if type(d) is LazyBuffer:
-                datas[i] = d.real if d.real is not None else d.realize()
+                if d.real is None:
+                    d.owner.realize(d)
+                datas[i] = d.real
         return self.state.impls[name](*datas, **params)
-
-    def _node(self, name: str, datas: list[Any], params: dict[str, Any], shape: Any, dtype: str) -> LazyBuffer:
-        """A lazy node for an elementwise op (operand dtypes are looked at when it is realized)."""
-        size = 1
-        for d in datas:  # a handle or a scalar is one input (kernel argument) each
-            size += d.size if type(d) is LazyBuffer and d.real is None else 1
-        args = tuple(datas)
-        if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
-            datas = [
-                d.realize() if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED else d for d in datas
-            ]
-            size = 1 + sum(d.size if type(d) is LazyBuffer and d.real is None else 1 for d in datas)
-            args = tuple(datas)
-        if size > MAX_REGION:  # close the regions below this op: it starts a new one
-            args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
-            size = 1 + len(args)
-        for d in args:
-            if type(d) is LazyBuffer and d.real is None:
-                d.uses += 1
-        if name == "cast":
-            dtype = params["dtype"].name
-        self.counts["deferred"] += 1
-        return self._track(LazyBuffer(self, name, dtype, tuple(shape), args, size))
 
     def _reduction(
         self, name: str, datas: list[Any], params: dict[str, Any], shape: Any, dtype: str
@@ -222,11 +256,15 @@ class Lazy:
 
     def _track(self, node: LazyBuffer) -> LazyBuffer:
         pending = self.pending
-        pending.append(weakref.ref(node))
-        if len(pending) > self._compact_at:  # drop the dead and realized; grow the bound with what stays
-            self.pending = pending = [r for r in pending if (n := r()) is not None and n.real is None]
-            self._compact_at = max(_COMPACT_AT, 2 * len(pending))
+        pending.append(_weakref(node))
+        if len(pending) > self._compact_at:
+            self._compact()
         return node
+
+    def _compact(self) -> None:
+        """Drop the dead and realized from ``pending``; grow the bound with what stays."""
+        self.pending = pending = [r for r in self.pending if (n := r()) is not None and n.real is None]
+        self._compact_at = max(_COMPACT_AT, 2 * len(pending))
 
     # -- realization ---------------------------------------------------------------------------
     def realize(self, target: LazyBuffer) -> None:
@@ -244,13 +282,27 @@ class Lazy:
             self.counts["single"] += 1
             self._run_eagerly(order)
             return
-        order = _without_other_shapes(target, order)
+        shape = target.shape
+        for n in order:
+            if n.shape != shape and n.op != "full":
+                del n
+                order = _without_other_shapes(target, order)
+                break
+        n = None
         program, operands = self._program(order)
         if id(program) in _COMPLEX:
             del program, operands
             self._run_eagerly(order)  # a complex operand (abs or real of a complex tensor): no generator has those
             return
-        outputs = _outputs(order, target)
+        # _outputs, inline: the target, then the region's values of its shape something outside holds
+        # (references: ``order``, the loop variable and getrefcount's argument, _LOOP_BASE; each
+        # unrealized consumer adds one, ``uses``)
+        outputs = [target]
+        base = _LOOP_BASE
+        for n in order:
+            if n is not target and n.shape == shape and n.op != "full" and _getrefcount(n) - base > n.uses:
+                outputs.append(n)
+        n = None
         if len(outputs) > 1:
             number = _values(order, len(program.inputs))
             program = _interned(program.inputs, program.instructions, tuple(number[id(n)] for n in outputs))
@@ -267,11 +319,15 @@ class Lazy:
             if results[0] is outs[0]:  # an offer the backend may leave (a region it runs op by op)
                 self.counts["in_place"] += 1
             del outs
-        self.counts["kernels"] += 1
-        self.counts["fused_values"] += len(program.instructions)
+        counts = self.counts
+        counts["kernels"] += 1
+        counts["fused_values"] += len(program.instructions)
         for node, handle in zip(outputs, results):
             node.real = handle
-            _release(node)
+            for a in node.args:  # _release, inline
+                if type(a) is LazyBuffer and a.uses > 0:
+                    a.uses -= 1
+            node.args = None
 
     def _realize_reduction(self, target: LazyBuffer) -> None:
         """Compute a deferred reduction and its source region as one kernel: the region's program
@@ -336,8 +392,22 @@ class Lazy:
                         continue
                     a = a.real
                 elif ta in _SCALARS:
+                    # _scalar_dtype, inline: the dtype of the node's first tensor operand (a handle's, if
+                    # already an input of the program, without another handle_meta)
+                    sdt = None
+                    if node.op != "cast":
+                        for b in node.args:
+                            tb = type(b)
+                            if tb is LazyBuffer:
+                                sdt = b.dtype
+                                break
+                            if tb not in _SCALARS:
+                                j = handles.get(id(b))
+                                if j is not None:
+                                    sdt = inputs[j][0]
+                                break
                     refs.append(len(inputs))
-                    inputs.append((_scalar_dtype(node, k), "scalar"))
+                    inputs.append((sdt if sdt is not None else _scalar_dtype(node, k), "scalar"))
                     operands.append(a)
                     continue
                 index = handles.get(id(a))
@@ -350,7 +420,11 @@ class Lazy:
             nodes.append((node, refs))
         n = len(inputs)
         body = tuple([(node.op, node.dtype, tuple([r if r >= 0 else n - 1 - r for r in refs])) for node, refs in nodes])
-        return _interned(tuple(inputs), body, (n + len(body) - 1,)), operands
+        key = (tuple(inputs), body, (n + len(body) - 1,), None)
+        program = _PROGRAMS.get(key)  # _interned's hit, inline
+        if program is None:
+            program = _interned(*key)
+        return program, operands
 
     def _run_eagerly(self, order: list[LazyBuffer]) -> None:
         """Compute the region op by op with the backend's own kernels, in topological order."""
@@ -373,7 +447,7 @@ class Lazy:
         del live
         for node in reversed(held):  # the latest first: earlier ones join its kernel as outputs
             if node.real is None:
-                node.realize()
+                self.realize(node)  # node.realize(): pending holds this hook's nodes only
 
 
 def _donor(order: list[LazyBuffer], operands: list[Any], program: FusedProgram, target: LazyBuffer, meta: Any) -> Any:
@@ -381,56 +455,55 @@ def _donor(order: list[LazyBuffer], operands: list[Any], program: FusedProgram, 
     shape, and held by nothing but the region's nodes (directly, or as the ``real`` of realized
     nodes only they hold) and ``operands``: a tensor, a saved input, a view's base or another
     region holding it adds a reference. None if there is none."""
+    wanted = (target.dtype, "tensor")
+    inputs = program.inputs
     for j in range(len(operands)):
-        if program.inputs[j] != (target.dtype, "tensor"):
+        if inputs[j] != wanted:
             continue
         h = operands[j]
-        uses, wrappers, counts = _readers(order, h)
+        # _readers, inline: how often the region's nodes read h, and the realized nodes whose value is h
+        # that they read, with how often
+        uses = 0
+        wrappers: list[LazyBuffer] = []
+        counts: list[int] = []
+        for node in order:
+            for a in node.args:
+                if a is h:
+                    uses += 1
+                elif type(a) is LazyBuffer and a.real is h:
+                    for k in range(len(wrappers)):
+                        if wrappers[k] is a:
+                            counts[k] += 1
+                            break
+                    else:
+                        wrappers.append(a)
+                        counts.append(1)
+        a = node = None  # the loops' variables hold no reference while they are counted
         if not uses and not wrappers:
             continue
         # references to h: operands, the local h, each wrapper's real, the region's args
-        if _refs(h) - _CALL_REFS - 2 - len(wrappers) - uses != 0:
+        if _getrefcount(h) - _DIRECT_REFS - 2 - len(wrappers) - uses != 0:
             continue
         # references to a wrapper: the list and the region's args
-        if any(_refs(wrappers[k]) - _CALL_REFS - 1 - counts[k] != 0 for k in range(len(wrappers))):
-            continue
-        if tuple(meta(h)[0]) == target.shape:
-            return h
+        for k in range(len(wrappers)):
+            if _getrefcount(wrappers[k]) - _DIRECT_REFS - 1 - counts[k] != 0:
+                break
+        else:
+            if tuple(meta(h)[0]) == target.shape:
+                return h
     return None
 
 
-def _readers(order: list[LazyBuffer], h: Any) -> tuple[int, list[LazyBuffer], list[int]]:
-    """How often the region's nodes read ``h`` as an argument, and the realized nodes whose value
-    is ``h`` that they read, with how often (its own locals are gone when it returns)."""
-    uses = 0
-    wrappers: list[LazyBuffer] = []
-    counts: list[int] = []
-    for node in order:
-        for a in node.args:
-            if a is h:
-                uses += 1
-            elif type(a) is LazyBuffer and a.real is h:
-                for k in range(len(wrappers)):
-                    if wrappers[k] is a:
-                        counts[k] += 1
-                        break
-                else:
-                    wrappers.append(a)
-                    counts.append(1)
-    return uses, wrappers, counts
+_getrefcount = sys.getrefcount
 
 
-def _refs(x: Any) -> int:
-    return sys.getrefcount(x)
-
-
-def _calibrate_call() -> int:
-    """References :func:`_refs` adds to the count of an object (its argument, getrefcount's)."""
+def _calibrate_direct() -> int:
+    """References ``sys.getrefcount`` itself adds to the count of an object (its argument)."""
     probe = object()
-    return _refs(probe) - 1
+    return _getrefcount(probe) - 1
 
 
-_CALL_REFS = _calibrate_call()
+_DIRECT_REFS = _calibrate_direct()
 
 
 def _without_other_shapes(node: LazyBuffer, order: list[LazyBuffer]) -> list[LazyBuffer]:
@@ -466,12 +539,27 @@ def _interned(
 
 
 def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
-    """Unrealized nodes of ``node``'s region in topological order (depth first, post-order)."""
+    """Unrealized nodes of ``node``'s region in topological order (depth first, post-order),
+    appended to ``order``; without recursion (one call per region, not one per node)."""
     seen.add(id(node))
-    for a in node.args:
-        if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
-            _collect(a, order, seen)
-    order.append(node)
+    stack = [node]
+    at = [0]  # per node on the stack, the next argument to look at
+    while stack:
+        args = stack[-1].args
+        i = at[-1]
+        n = len(args)
+        while i < n:
+            a = args[i]
+            i += 1
+            if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
+                seen.add(id(a))
+                at[-1] = i
+                stack.append(a)
+                at.append(0)
+                break
+        else:
+            order.append(stack.pop())
+            at.pop()
 
 
 def _values(order: list[LazyBuffer], n_inputs: int) -> dict[int, int]:
@@ -524,6 +612,18 @@ def _calibrate() -> int:
 
 #: references :func:`_held` sees to a node nothing else holds (interpreter versions differ)
 _BASE = _calibrate()
+
+
+def _calibrate_loop() -> int:
+    probe = [object()]
+    for n in probe:
+        return _getrefcount(n)
+    return 0  # pragma: no cover - the list holds one object
+
+
+#: references a ``for n in order`` loop of a function sees to a node only ``order`` holds
+#: (:meth:`Lazy.realize`'s outputs, inline)
+_LOOP_BASE = _calibrate_loop()
 
 
 def _release(node: LazyBuffer) -> None:

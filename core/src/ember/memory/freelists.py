@@ -36,7 +36,7 @@ class _FreeLists(Generic[Raw]):
         """adaptive: the smallest free buffer larger than ``size`` on its side of ``SMALL_LIMIT``, at most
         ``budget`` bytes larger (the slack it adds stays within half the headroom)."""
         small = size <= SMALL_LIMIT
-        fits = (s for s, b in self._free.items() if b and size < s <= size + budget and (s <= SMALL_LIMIT) == small)
+        fits = [s for s, b in self._free.items() if b and size < s <= size + budget and (s <= SMALL_LIMIT) == small]
         for have in sorted(fits):
             raw = self._take_free(have, avoid)
             if raw is not None:
@@ -52,10 +52,19 @@ class _FreeLists(Generic[Raw]):
         busy one submits the batch (:meth:`_release_driver`; skipping them releases buffers the loop
         needs sooner: lavapipe W3, 27 driver allocations a step instead of 25)."""
         small = size <= SMALL_LIMIT
-        order = sorted(
-            (s for s, b in self._free.items() if b),
-            key=lambda s: ((s <= SMALL_LIMIT) and not small, -self._touched.get(s, 0)),
-        )
+        touched = self._touched
+        # sorted by (large first for a large request, most recently freed first), ties in the free
+        # lists' order (the index): one list of keys, not a generator and a key function per size
+        order = [
+            s
+            for _, _, _, s in sorted(
+                [
+                    ((s <= SMALL_LIMIT) and not small, -touched.get(s, 0), i, s)
+                    for i, (s, b) in enumerate(self._free.items())
+                    if b
+                ]
+            )
+        ]
         busy = self.defer_release if callable(self.defer_release) else None
         if busy is not None and self._pressing and self.on_pressure is not None:
             busy = None

@@ -71,7 +71,7 @@ class _Plan:
             life = lifetimes[j] or 0
             n = self.lengths[j]
             busy = sorted(
-                (o, e) for (s, life2, o, e) in placed if (s - j) % p < life or (j - s) % p < life2
+                [(o, e) for (s, life2, o, e) in placed if (s - j) % p < life or (j - s) % p < life2]
             )  # the ranges of blocks alive at some point of this block's lifetime (positions mod p)
             offset = 0
             for lo, hi in busy:

@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # annotations only: _Page types the pool's page list
 
 __all__ = ["Block", "BufferPool"]
 
+_new = object.__new__
+
 
 class Block(Generic[Raw]):
     """One pooled buffer (``raw``, ``nbytes`` of it usable); it returns to its pool when collected."""
@@ -56,7 +58,22 @@ class Block(Generic[Raw]):
 
     def __del__(self) -> None:
         try:
-            self._pool._give_back(self._token)
+            pool = self._pool
+            token = self._token
+            planned = pool._planned_of
+            if planned:  # a step plan's block (the common case of a planned step), inline: its range is free again
+                got = planned.pop(token, None)
+                if got is not None:
+                    entry = pool._live.pop(token, None)  # a planned token is always live
+                    if entry is not None:
+                        pool.in_use -= entry[2]
+                    arena, r = got
+                    arena.live &= ~(1 << r)
+                    arena.count -= 1
+                    if not arena.count and arena is not pool._arena:
+                        pool._retire_arena(arena)
+                    return
+            pool._give_back(token)
         except Exception:  # interpreter shutdown: the device may be gone already
             pass
 
@@ -213,7 +230,20 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
                         self._planned_of[token] = (arena, r)
                         self.planned += 1
                         self.hits += 1
-                        return self._hand_out(view, size, size, token)
+                        if self._sub is None:  # whole buffers: _hand_out's idle scan may be due
+                            return self._hand_out(view, size, size, token)
+                        in_use = self.in_use = self.in_use + size  # _hand_out, inline
+                        if in_use > self.peak_in_use:
+                            self.peak_in_use = in_use
+                        if in_use > self._high:
+                            self._high = in_use
+                        self._live[token] = (view, size, size)
+                        block = _new(Block)  # Block(view, size, self, token), inline
+                        block.raw = view
+                        block.nbytes = size
+                        block._pool = self
+                        block._token = token
+                        return block
                 # every request advances the plan, one with avoid= too (else the plan's position drifts)
                 self._pressing = True
                 try:
@@ -253,7 +283,12 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
             finally:
                 self._pressing = False
         self._live[token] = (raw, have, size)
-        return Block(raw, have, self, token)
+        block = _new(Block)  # Block(raw, have, self, token), inline: the hot path
+        block.raw = raw
+        block.nbytes = have
+        block._pool = self
+        block._token = token
+        return block
 
     def _hand_out(self, raw: Raw, have: int, size: int, token: int) -> Block[Raw]:
         """Count ``size`` in use and wrap ``raw`` (``have`` bytes) in the block of ``token``."""
@@ -283,11 +318,11 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         if self.strategy == "adaptive" and self.cached:
             target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
             # what is reserved once the buffers waiting for a deferred release (wgpu's, until a submit) go
-            held = self.reserved - sum(s for _, s in self._doomed) if self._doomed else self.reserved
+            held = self.reserved - sum([s for _, s in self._doomed]) if self._doomed else self.reserved
             if held + size > target:
                 # the slack a larger buffer adds shares the headroom with the free ranges of pages (a page's
                 # unused tail): together they stay within it (PoCL W4's step 2 reached 1.054x in use before)
-                spare = sum(page.size - page.used for page in self._pages) if self._pages else 0
+                spare = sum([page.size - page.used for page in self._pages]) if self._pages else 0
                 if self._arena is not None and self._arena.slots:  # whole-buffer slots idle now count the same
                     spare += self._slots_idle()
                 found = self._take_larger(size, avoid, int(self._high * HEADROOM) - self._slack - spare)

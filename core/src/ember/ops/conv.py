@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import dispatch as _dispatch
+from ..amp import _STATE as _AMP
 from ..amp import LOW
 from ..creation import tensor
 from ..dispatch import Op, apply, define, effective_dtype
@@ -40,9 +42,12 @@ def _span(k: int, d: int) -> int:
 
 
 def _blocks(sizes: Ints, kernel: Ints, stride: Ints, padding: Pads, dilation: Ints) -> Ints:
-    """Number of kernel placements per spatial axis."""
+    """Number of kernel placements per spatial axis (``d * (k - 1) + 1`` is :func:`_span`)."""
     return tuple(
-        (n + lo + hi - _span(k, d)) // s + 1 for n, k, s, (lo, hi), d in zip(sizes, kernel, stride, padding, dilation)
+        [
+            (n + lo + hi - d * (k - 1) - 1) // s + 1
+            for n, k, s, (lo, hi), d in zip(sizes, kernel, stride, padding, dilation)
+        ]
     )
 
 
@@ -502,6 +507,27 @@ def conv(
     >>> em.conv(x, em.ones((1, 1, 3)), padding=1).tolist()
     [[[2.0, 3.0, 3.0, 2.0]]]
     """
+    T = _dispatch._TENSOR
+    key: tuple[Any, ...] | None = None
+    if type(x) is T and type(weight) is T and (bias is None or type(bias) is T):
+        # a model's convs repeat their arguments every step: the checks below ran for this key before
+        # (argument types in the key: True is refused where 1 is taken; autocast decides dtype matches)
+        key = (
+            x._shape, x._dtype, weight._shape, weight._dtype,
+            None if bias is None else bias._shape, None if bias is None else bias._dtype,
+            type(stride), stride, type(padding), padding, type(dilation), dilation, type(groups), groups,
+            _AMP.dtype,
+        )  # fmt: skip
+        try:
+            hit = _CONV_ARGS.get(key)
+        except TypeError:  # an unhashable argument (a list): the checks below take it
+            hit = key = None
+        if hit is not None:
+            params, shape, added = hit
+            if added:
+                x = expand_dims(x, 0)
+            y = apply(CONV, (x, weight) if bias is None else (x, weight, bias), dict(params), shape, x._dtype)
+            return squeeze(y, 0) if added else y
     x, w, extra, groups, added = _conv_args("conv", x, weight, bias, groups, transposed=False)
     nd = w.ndim - 2
     kernel = w._shape[2:]
@@ -509,7 +535,19 @@ def conv(
     dil = _ints(dilation, nd, "dilation", "conv", 1)
     pads = _conv_padding(padding, kernel, st, dil, "conv")
     _check_fits("conv", x._shape[2:], kernel, pads, dil)
+    if key is not None:
+        blocks = _blocks(x._shape[2:], kernel, st, pads, dil)
+        if len(_CONV_ARGS) >= _MAX_ARGS:
+            _CONV_ARGS.clear()
+        params = {"stride": st, "padding": pads, "dilation": dil, "groups": groups}
+        _CONV_ARGS[key] = (params, (x._shape[0], w._shape[0]) + blocks, added)
     return _unbatch(_conv_op(x, w, extra, st, pads, dil, groups), added)
+
+
+#: conv's arguments as given (tensor shapes and dtypes, the autocast dtype) -> its checked parameters,
+#: result shape and whether a batch axis was added; bounded (cleared when full)
+_CONV_ARGS: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[int, ...], bool]] = {}
+_MAX_ARGS = 1024
 
 
 def conv_transpose(

@@ -226,7 +226,8 @@ def one_hot_unchecked(index: Tensor, num_classes: int, dtype: Any) -> Tensor:
     """:func:`one_hot` of indices already known to be in range (a loss's backward re-uses the
     forward's targets: checking them again would read them back to the host a second time)."""
     classes = arange(num_classes, device=index._device)
-    return (expand_dims(index.astype(int64), -1) == classes).astype(dtype)
+    index = index if index._dtype is int64 else index.astype(int64)  # no clone of int64 indices
+    return (expand_dims(index, -1) == classes).astype(dtype)
 
 
 def nonzero(x: Any) -> tuple[Tensor, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import dispatch as _dispatch
 from ..amp import LOW
 from ..creation import zeros
 from ..dispatch import apply, define, is_tensor
@@ -13,7 +14,7 @@ from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeE
 from ..shapes import as_int, as_ints, broadcast_shapes, normalize_axes, normalize_axis
 from .elementwise import NUMERIC, NUMERIC_OR_COMPLEX, _needs, _reject, _tensor_arg, abs, conj, sqrt, where
 from .indexing import scatter_add, take_along_axis
-from .movement import permute_dims, reshape, slice_tensor, swapaxes
+from .movement import PERMUTE, permute_dims, reshape, slice_tensor
 
 if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
@@ -47,8 +48,11 @@ MATMUL = define("matmul", kind="contraction", autocast=LOW, primitive=True, vjp=
 
 def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product with numpy semantics (1-D operands, broadcast batch axes)."""
-    a = _tensor_arg(a, "matmul", b if is_tensor(b) else None)
-    b = _tensor_arg(b, "matmul", a)
+    T = _dispatch._TENSOR
+    if type(a) is not T:
+        a = _tensor_arg(a, "matmul", b if is_tensor(b) else None)
+    if type(b) is not T:
+        b = _tensor_arg(b, "matmul", a)
     shape_a, shape_b = a._shape, b._shape  # as the user passed them, for the messages
     if len(shape_a) >= 2 and len(shape_b) >= 2 and a._dtype is b._dtype and a._dtype in NUMERIC_OR_COMPLEX:
         # the common case (matrices or batches of them, one dtype): no promotion, no squeeze
@@ -95,11 +99,21 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 def matrix_transpose(x: Any) -> Tensor:
     """Swap the last two axes."""
-    x = _tensor_arg(x, "matrix_transpose")
-    ndim = len(x._shape)
+    if type(x) is not _dispatch._TENSOR:
+        x = _tensor_arg(x, "matrix_transpose")
+    shape = x._shape
+    ndim = len(shape)
     if ndim < 2:
         raise ShapeError(f"matrix_transpose: needs at least 2 dimensions, got shape {x._shape}")
-    return swapaxes(x, ndim - 1, ndim - 2)
+    # swapaxes(x, -1, -2), its permutation built here: every matmul's backward transposes twice
+    axes = _TRANSPOSES.get(ndim)
+    if axes is None:
+        axes = _TRANSPOSES[ndim] = tuple(range(ndim - 2)) + (ndim - 1, ndim - 2)
+    return apply(PERMUTE, (x,), {"axes": axes}, shape[:-2] + (shape[-1], shape[-2]), x._dtype)
+
+
+#: ndim -> the permutation that swaps the last two axes
+_TRANSPOSES: dict[int, tuple[int, ...]] = {}
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:

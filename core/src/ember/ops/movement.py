@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import dispatch as _dispatch
 from ..amp import PROMOTE
 from ..creation import arange, tensor, zeros
 from ..dispatch import apply, define, is_tensor, lookup
@@ -89,7 +90,8 @@ CONCAT = define("concat", kind="movement", autocast=PROMOTE, primitive=True, vjp
 
 def reshape(x: Any, /, shape: Any, *, copy: bool | None = None) -> Tensor:
     """The same elements in a new shape (one entry may be -1)."""
-    x = _tensor_arg(x, "reshape")
+    if type(x) is not _dispatch._TENSOR:
+        x = _tensor_arg(x, "reshape")
     new = infer_reshape(x._shape, shape)
     if new == x._shape:
         return x
@@ -208,14 +210,19 @@ def concat(arrays: Sequence[Any], axis: int | None = 0) -> Tensor:
 
     dt = result_type(*tensors) if len(tensors) > 1 else first._dtype
     tensors = [t if t._dtype is dt else t.astype(dt) for t in tensors]
-    for i, t in enumerate(tensors):
-        if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t._shape, first._shape)) if k != ax):
+    head, tail = first._shape[:ax], first._shape[ax + 1 :]
+    for i, t in enumerate(tensors):  # every shape equal to the first's outside the axis (no generator per tensor)
+        s = t._shape
+        if len(s) != len(first._shape) or s[:ax] != head or s[ax + 1 :] != tail:
             raise ShapeError(
                 f"concat: tensor {i} has shape {t._shape}, which differs from {first._shape} outside axis {ax}"
             )
     if len(tensors) == 1:
         return first
-    shape = tuple(sum(t._shape[ax] for t in tensors) if k == ax else d for k, d in enumerate(first._shape))
+    total = 0
+    for t in tensors:
+        total += t._shape[ax]
+    shape = head + (total,) + tail
     return apply(CONCAT, tuple(tensors), {"axis": ax}, shape, dt)
 
 

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from .. import dispatch as _dispatch
 from ..creation import zeros
 from ..dispatch import apply, define
 from ..dtypes import int64
 from ..errors import InvalidArgumentError, ShapeError
 from .conv import (
+    _MAX_ARGS,
     Ints,
     Pads,
     _batched,
@@ -213,9 +215,37 @@ def max_pool(
     >>> em.max_pool(em.tensor([[[1.0, 3.0, 2.0, 5.0]]]), 2).tolist()
     [[[3.0, 5.0]]]
     """
+    key: tuple[Any, ...] | None = None
+    if type(x) is _dispatch._TENSOR:
+        # a model's pools repeat their arguments every step: the checks of _pool_args ran for this key
+        # before (argument types in the key: True is refused where 1 is taken)
+        key = (
+            x._shape, x._dtype, type(kernel_size), kernel_size, type(stride), stride,
+            type(padding), padding, type(dilation), dilation, type(ceil_mode), ceil_mode,
+        )  # fmt: skip
+        try:
+            hit = _MAX_POOL_ARGS.get(key)
+        except TypeError:  # an unhashable argument (a list): _pool_args takes it
+            hit = key = None
+        if hit is not None:
+            params, shape, added = hit
+            if added:
+                x = expand_dims(x, 0)
+            y = apply(MAX_POOL, (x,), dict(params), shape, x._dtype)
+            return _unbatch(y, added)
     a = _pool_args("max_pool", x, kernel_size, stride, padding, dilation, ceil_mode)
     params = {"kernel": a.kernel, "stride": a.stride, "padding": a.pads, "dilation": a.dilation}
-    return _unbatch(apply(MAX_POOL, (a.x,), params, a.x._shape[:2] + a.out, a.x._dtype), a.added)
+    shape = a.x._shape[:2] + a.out
+    if key is not None:
+        if len(_MAX_POOL_ARGS) >= _MAX_ARGS:
+            _MAX_POOL_ARGS.clear()
+        _MAX_POOL_ARGS[key] = (dict(params), shape, a.added)
+    return _unbatch(apply(MAX_POOL, (a.x,), params, shape, a.x._dtype), a.added)
+
+
+#: max_pool's arguments as given (with the input's shape and dtype) -> its checked parameters, result
+#: shape and whether a batch axis was added; bounded (cleared when full)
+_MAX_POOL_ARGS: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[int, ...], bool]] = {}
 
 
 def avg_pool(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import dispatch as _dispatch
 from ..amp import _STATE as _AMP
 from ..amp import FLOAT32, autocast
 from ..dispatch import apply, define
@@ -126,7 +127,8 @@ def _reduce(
     out_dtype: DType | None,
     identity: bool = True,
 ) -> Tensor:
-    x = _tensor_arg(x, op.name)
+    if type(x) is not _dispatch._TENSOR:
+        x = _tensor_arg(x, op.name)
     if x._dtype not in accepts:
         raise _reject(op.name, accepts, x._dtype)
     keepdims = bool(keepdims)
@@ -144,10 +146,12 @@ def _reduce(
 
 def sum(x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
     """Sum over ``axis`` (all axes when None). Integers and booleans sum in int64/uint64."""
-    x = _tensor_arg(x, "sum")
-    acc = _accumulator(x._dtype, "sum", dtype)
-    if x._dtype is not acc:
-        x = x.astype(acc)
+    if type(x) is not _dispatch._TENSOR:
+        x = _tensor_arg(x, "sum")
+    if dtype is not None or x._dtype.kind in "biu":  # else the accumulator is x's own dtype
+        acc = _accumulator(x._dtype, "sum", dtype)
+        if x._dtype is not acc:
+            x = x.astype(acc)
     if dtype is not None and _AMP.dtype is not None:
         # an explicit dtype is the caller's choice: autocast's float32 policy does not override it
         with autocast(enabled=False):

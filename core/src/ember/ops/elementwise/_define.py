@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ... import dispatch as _dispatch
 from ...creation import asarray, full_like
 from ...dispatch import Op, apply, define, is_tensor, operand_message, swaps
 from ...dtypes import DType, bool_, category_error, real_dtype
@@ -21,14 +22,14 @@ RULES: dict[str, tuple[frozenset[DType], bool]] = {}
 
 def _needs(t: Any) -> bool:
     """Whether ``t`` is a tensor whose gradient is wanted."""
-    return is_tensor(t) and t._rg
+    return type(t) is _dispatch._TENSOR and t._rg
 
 
 _reject = category_error
 
 
 def _tensor_arg(x: Any, op: str, like: Tensor | None = None) -> Tensor:
-    if is_tensor(x):
+    if type(x) is _dispatch._TENSOR:  # is_tensor, inline: every op's arguments come this way
         return x
     try:
         return asarray(x, device=None if like is None else like._device)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ... import dispatch as _dispatch
 from ...amp import PROMOTE
-from ...creation import full
-from ...dispatch import apply, define, is_tensor, scalar_value
+from ...creation import FULL
+from ...device import check_dtype
+from ...dispatch import apply, create, define, is_tensor, scalar_value
 from ...dtypes import DType, bool_, promote_types, scalar_dtype
 from ...errors import DTypeError
 from ...shapes import broadcast_shapes
@@ -28,28 +30,45 @@ WHERE = define("where", kind="elementwise_ternary", primitive=True, vjp=_where_v
 
 def where(condition: Any, a: Any, b: Any) -> Tensor:
     """Elementwise ``a`` where ``condition`` else ``b`` (all three broadcast)."""
-    like = next((t for t in (condition, a, b) if is_tensor(t)), None)
-    cond = _tensor_arg(condition, "where", like)
+    T = _dispatch._TENSOR
+    ta, tb = type(a) is T, type(b) is T
+    if type(condition) is T:
+        cond = condition
+    else:
+        cond = _tensor_arg(condition, "where", a if ta else b if tb else None)
     if cond._dtype is not bool_:
         raise DTypeError(f"where: condition must be a bool tensor, got {cond._dtype}; compare first, e.g. x > 0")
-    if is_tensor(a) and is_tensor(b):
-        dt = promote_types(a._dtype, b._dtype, "where")
-    elif is_tensor(a):
-        dt = scalar_dtype(a._dtype, b, "where")
-    elif is_tensor(b):
+    if ta and tb:
+        dt = a._dtype if a._dtype is b._dtype else promote_types(a._dtype, b._dtype, "where")
+    elif ta:
+        dt = a._dtype
+        if not ((type(b) is float or type(b) is int) and dt.kind == "f"):  # else scalar_dtype's answer is dt
+            dt = scalar_dtype(dt, b, "where")
+    elif tb:
         dt = scalar_dtype(b._dtype, a, "where")
     else:
         a = _tensor_arg(a, "where", cond)
         dt = a._dtype
         if not is_tensor(b):
             dt = scalar_dtype(dt, b, "where")
-    a = _as_dtype_on(a, dt, cond)
-    b = _as_dtype_on(b, dt, cond)
-    shape = broadcast_shapes(cond._shape, a._shape, b._shape, op="where")
+    if type(a) is not T or a._dtype is not dt:
+        a = _as_dtype_on(a, dt, cond)
+    if type(b) is not T or b._dtype is not dt:
+        b = _as_dtype_on(b, dt, cond)
+    cs, sa, sb = cond._shape, a._shape, b._shape
+    if cs == sa and (sb == cs or not sb):  # the common case (a mask, a tensor, a scalar): no broadcast to work out
+        shape = cs
+    else:
+        shape = broadcast_shapes(cs, sa, sb, op="where")
     return apply(WHERE, (cond, a, b), {}, shape, dt)
 
 
 def _as_dtype_on(x: Any, dt: DType, like: Tensor) -> Tensor:
-    if is_tensor(x):
+    """``x`` as a tensor of ``dt``: a tensor cast, a Python scalar a 0-d ``full`` on ``like``'s device."""
+    if type(x) is _dispatch._TENSOR:
         return x if x._dtype is dt else x.astype(dt)
-    return full((), scalar_value(x, dt, "where"), dtype=dt, device=like._device)
+    dev = like._device
+    if dt.kind == "c":  # the only dtype a scalar brings that no operand has (a complex scalar, real tensors)
+        check_dtype(dev, dt, "where")
+    value = float(x) if dt.kind == "f" and (type(x) is float or type(x) is int) else scalar_value(x, dt, "where")
+    return create(FULL, dev, (), {"shape": (), "value": value, "dtype": dt}, (), dt)
