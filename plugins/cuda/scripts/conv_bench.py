@@ -242,23 +242,21 @@ def main() -> None:
         else:
             fwd_t = wgrad_t = dgrad_t = None
         want_y = fwd_t() if fwd_t else None
-        op(f"{layer} forward (+ bias)", lambda: old["conv"](x, w, b, **GEO), lambda: new["conv"](x, w, b, **GEO),
-           fwd_t, want_y)  # fmt: skip
-        variant(f"{layer} forward, one GEMM + swap", "batched_forward", False, lambda: new["conv"](x, w, b, **GEO),
-                want_y)  # fmt: skip
+        f_new = lambda: new["conv"](x, w, b, **GEO)  # noqa: E731
+        op(f"{layer} forward (+ bias)", lambda: old["conv"](x, w, b, **GEO), f_new, fwd_t, want_y)
+        variant(f"{layer} forward, one GEMM + swap", "forward_by_sample", conv.NEVER, f_new, want_y)
         want_dw = wgrad_t() if wgrad_t else None
-        op(f"{layer} weight grad", lambda: old["conv_weight_grad"](g, x, **kw),
-           lambda: new["conv_weight_grad"](g, x, **kw), wgrad_t, want_dw)  # fmt: skip
+        f_new = lambda: new["conv_weight_grad"](g, x, **kw)  # noqa: E731
+        op(f"{layer} weight grad", lambda: old["conv_weight_grad"](g, x, **kw), f_new, wgrad_t, want_dw)
         for label, ratio in (("per-sample partials", 1e9), ("swap + one GEMM", 0)):
-            variant(f"{layer} weight grad, {label}", "wgrad_partials", ratio,
-                    lambda: new["conv_weight_grad"](g, x, **kw), want_dw)  # fmt: skip
+            variant(f"{layer} weight grad, {label}", "wgrad_partials", ratio, f_new, want_dw)
         if layer == "conv1":
             return  # W3's first layer takes no input gradient
         want_dx = dgrad_t() if dgrad_t else None
-        op(f"{layer} input grad (conv_transpose)", lambda: old["conv_transpose"](g, w, size=size, **GEO),
-           lambda: new["conv_transpose"](g, w, size=size, **GEO), dgrad_t, want_dx)  # fmt: skip
-        variant(f"{layer} input grad, swap + one GEMM", "batched_transpose", False,
-                lambda: new["conv_transpose"](g, w, size=size, **GEO), want_dx)  # fmt: skip
+        f_new = lambda: new["conv_transpose"](g, w, size=size, **GEO)  # noqa: E731
+        op(f"{layer} input grad (conv_transpose)", lambda: old["conv_transpose"](g, w, size=size, **GEO), f_new,
+           dgrad_t, want_dx)  # fmt: skip
+        variant(f"{layer} input grad, swap + one GEMM", "transpose_by_sample", conv.NEVER, f_new, want_dx)
 
     def pool_ops(pool: str) -> None:
         x = rng.standard_normal(POOLS[pool], dtype=f32)
@@ -280,8 +278,8 @@ def main() -> None:
 
             want_dx = bwd_t()
         op(f"{pool} max_pool", lambda: old["max_pool"](x, **PGEO), lambda: new["max_pool"](x, **PGEO), fwd_t, want_out)
-        op(f"{pool} max_pool backward", lambda: old["max_pool_backward"](g, x, out, **PGEO),
-           lambda: new["max_pool_backward"](g, x, out, **PGEO), bwd_t, want_dx)  # fmt: skip
+        f_new = lambda: new["max_pool_backward"](g, x, out, **PGEO)  # noqa: E731
+        op(f"{pool} max_pool backward", lambda: old["max_pool_backward"](g, x, out, **PGEO), f_new, bwd_t, want_dx)
 
     for layer in LAYERS:
         guarded(f"{layer} ops", lambda layer=layer: conv_cases(layer))

@@ -120,9 +120,9 @@ CONV_CASES = [
     ((2, 3, 9, 8), (4, 3, 3, 3), (3, 2), ((0, 2), (1, 0)), (2, 1), True),  # stride 3 with dilation 2
 ]
 LAYOUTS = {
-    "by-sample": {"batched_forward": True, "batched_transpose": True, "wgrad_partials": 0.25},
-    "partials": {"batched_forward": True, "batched_transpose": True, "wgrad_partials": 1e9},
-    "one-gemm": {"batched_forward": False, "batched_transpose": False, "wgrad_partials": 0},
+    "by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
+    "partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
+    "one-gemm": {"forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
 }
 
 
@@ -170,7 +170,7 @@ def test_conv_and_its_gradients_match_float64(fake, layout, dtype, xs, ws, strid
     ct = {"float32": "float", "float64": "double"}[dtype]
     ran = {name.removeprefix("ember_").removesuffix(f"_{ct}"): n for name, n in fake.launches.items()}
     assert ran["im2col"] == 2 and ran["col2im"] == 1, ran
-    by_sample = LAYOUTS[layout]["batched_forward"]
+    by_sample = LAYOUTS[layout]["forward_by_sample"] == 0
     assert ran.get("pack_weight", 0) == (1 if bias and by_sample else 0), ran
     assert sum(v for n, v in ran.items() if n.startswith("swap01")) == 3 - 2 * by_sample - (
         by_sample and w.shape[1] * ws[2] * ws[3] <= conv.OPTIONS["wgrad_partials"] * want[0, 0].size
@@ -179,7 +179,7 @@ def test_conv_and_its_gradients_match_float64(fake, layout, dtype, xs, ws, strid
 
 def test_the_vectorised_transpose_runs_where_rows_allow_it(fake, monkeypatch) -> None:
     """The output transpose of the one-GEMM layout: float4 per thread when L % 4 == 0, else scalar."""
-    monkeypatch.setitem(conv.OPTIONS, "batched_forward", False)
+    monkeypatch.setitem(conv.OPTIONS, "forward_by_sample", conv.NEVER)
     k = _kernels(fake)
     rng = np.random.default_rng(5)
     for xs, kinds in (((2, 3, 8, 6), "swap01v"), ((2, 3, 7, 5), "swap01")):

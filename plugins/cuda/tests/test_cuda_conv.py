@@ -27,9 +27,9 @@ CONV_CASES = [
     ((2, 3, 11, 10), (4, 3, 5, 5), {"stride": 2, "padding": 2}),
 ]
 LAYOUTS = {
-    "by-sample": {"batched_forward": True, "batched_transpose": True, "wgrad_partials": 0.25},
-    "partials": {"batched_forward": True, "batched_transpose": True, "wgrad_partials": 1e9},
-    "one-gemm": {"batched_forward": False, "batched_transpose": False, "wgrad_partials": 0},
+    "by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
+    "partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
+    "one-gemm": {"forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
 }
 
 
@@ -64,10 +64,11 @@ def test_conv_forward_and_gradients_match_float64(dtype, xs, ws, kw, layout, mon
     # gradient's g (none with partials) by sample, else y, g and the input gradient's g
     partials = ws[1] * ws[2] * ws[3] <= conv.OPTIONS["wgrad_partials"] * math.prod(y64.shape[2:])
     swaps = 0 if partials else 1
-    if not conv.OPTIONS["batched_forward"]:
+    by_sample = conv.OPTIONS["forward_by_sample"] == 0
+    if not by_sample:
         swaps += 2
     assert ran.get("im2col") == 2 and ran.get("col2im") == 1 and ran.get("swap01", 0) == swaps, ran
-    assert ran.get("pack_weight", 0) == int(conv.OPTIONS["batched_forward"]), ran
+    assert ran.get("pack_weight", 0) == int(by_sample), ran
     want = _conv_step("cpu", *(v.astype(np.float64) for v in (x, w, b, g)), kw)
     tol = 2e-5 if dtype == "float32" else 1e-12
     for name, a, e in zip(("y", "dx", "dw", "db"), got, want):

@@ -35,17 +35,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["conv_kernels", "source", "CALLS", "OPTIONS"]
+__all__ = ["conv_kernels", "source", "CALLS", "OPTIONS", "NEVER"]
 
 #: launches per kernel name (tests read it; nothing else depends on it)
 CALLS: Counter[str] = Counter()
 
-#: layout choices, read at every call: ``batched_forward`` (the (N, CK, L) columns and a batched
-#: GEMM, else (CK, N*L) columns, one GEMM and a transpose of the output), ``batched_transpose``
-#: (likewise for conv_transpose: a batched GEMM, else the input transposed and one GEMM) and
-#: ``wgrad_partials`` (per-sample weight-gradient products summed by a GEMM when C*KH*KW <= this
-#: times OH*OW; 0 never)
-OPTIONS: dict[str, Any] = {"batched_forward": True, "batched_transpose": True, "wgrad_partials": 0.25}
+#: layout choices, read at every call: ``forward_by_sample`` (from this OH*OW on, the forward writes
+#: (N, CK, L) columns for a batched GEMM, below it (CK, N*L) columns, one GEMM and a transpose of
+#: the output), ``transpose_by_sample`` (likewise for conv_transpose: a batched GEMM from this OH*OW
+#: on, else the input transposed and one GEMM) and ``wgrad_partials`` (per-sample weight-gradient
+#: products summed by a GEMM when C*KH*KW <= this times OH*OW; 0 never). A batched GEMM of L-long
+#: rows wastes the part of its last tile past L; one GEMM over N*L wastes nothing but needs a transpose.
+OPTIONS: dict[str, Any] = {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25}
+#: an OH*OW no convolution reaches (for OPTIONS: never by sample)
+NEVER = 2**62
 
 _CTYPES = {"float32": "float", "float64": "double"}
 _THREADS = 256
@@ -353,7 +356,7 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         oh = _blocks(h, kh, stride[0], padding[0], dilation[0])
         ow = _blocks(wd, kw, stride[1], padding[1], dilation[1])
         ck, length = w.shape[1] * kh * kw, oh * ow
-        batched = OPTIONS["batched_forward"]
+        batched = length >= OPTIONS["forward_by_sample"]
         rows = -(-(ck + 1) // 4) * 4 if bias and batched else ck  # a ones row for the bias, K a multiple of 4
         if rows * n * length >= _MAX or cout * n * length >= _MAX:
             return other_conv(x, w, *bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
@@ -415,7 +418,7 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             )
         x, w = cp.ascontiguousarray(x), cp.ascontiguousarray(w)
         wt = w.reshape(cin, ck).T  # (Cout*K, Cin)
-        if OPTIONS["batched_transpose"]:
+        if length >= OPTIONS["transpose_by_sample"]:
             cols = matmul(wt, x.reshape(n, cin, length))  # (N, Cout*K, L)
             sn, sk = ck * length, length
         else:
