@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conv_old  # noqa: E402 - the previous conv.py, beside this script
 from ember_cuda import conv  # noqa: E402
 
-N = 512
+N = int(os.environ.get("CONV_BENCH_BATCH", "512"))  # W3 GPU size; smaller to smoke-test
 REPS = 20
 #: (input, weight) of W3's two convolutions, padding 1
 LAYERS = {"conv1": ((N, 1, 28, 28), (32, 1, 3, 3)), "conv2": ((N, 32, 14, 14), (64, 32, 3, 3))}
@@ -96,12 +96,12 @@ def main() -> None:
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
     print(f"W3 conv/pool pieces, batch {N}, float32, {name.decode() if isinstance(name, bytes) else name}, {sms} SMs")
-    print(f"  {'GPU ms per call':46s} {'old':>8s} {'new':>8s} {'new/old':>7s} {'torch':>8s}")
+    print(f"  {'GPU ms per call':52s} {'old':>8s} {'new':>8s} {'new/old':>7s} {'torch':>8s}")
     failures: list[str] = []
 
     def row(label: str, t_old: float | None, t_new: float | None, t_torch: float | None, note: str = "") -> None:
         ratio = f"{t_new / t_old:6.2f}x" if t_old and t_new else "       "
-        print(f"  {label:46s} {_fmt(t_old)} {_fmt(t_new)} {ratio} {_fmt(t_torch)}  {note}", flush=True)
+        print(f"  {label:52s} {_fmt(t_old)} {_fmt(t_new)} {ratio} {_fmt(t_torch)}  {note}", flush=True)
 
     def guarded(label: str, fn: Callable[[], None]) -> None:
         try:
@@ -192,14 +192,15 @@ def main() -> None:
     worst: dict[str, float] = {}
     totals = {"old": 0.0, "new": 0.0, "torch": 0.0}
 
+    def relative(got: Any, want: Any) -> float:
+        return float(cp.abs(got - want).max()) / max(float(cp.abs(want).max()), 1e-30)
+
     def check(label: str, got: Any, want: Any) -> str:
         if want is None:
             return ""
         backend.synchronize()
         torch.cuda.synchronize()
-        w = cp.from_dlpack(want.detach().contiguous())
-        err = float(cp.abs(got - w).max()) / max(float(cp.abs(w).max()), 1e-30)
-        worst[label] = err
+        worst[label] = err = relative(got, cp.from_dlpack(want.detach().contiguous()))
         return f"max|new - torch|/max|torch| {err:.1e}"
 
     def op(label: str, f_old: Callable[[], Any], f_new: Callable[[], Any], f_torch: Any, want: Any) -> None:
@@ -208,7 +209,10 @@ def main() -> None:
         totals["old"] += t_old
         totals["new"] += t_new
         totals["torch"] += t_torch or 0.0
-        row(label, t_old, t_new, t_torch, check(label, f_new(), want))
+        got = f_new()
+        worst[label + " (new vs old)"] = err = relative(got, f_old())
+        note = check(label, got, want) if want is not None else f"max|new - old|/max|old| {err:.1e}"
+        row(label, t_old, t_new, t_torch, note)
 
     def variant(label: str, option: str, value: Any, fn: Callable[[], Any], want: Any) -> None:
         keep = conv.OPTIONS[option]
@@ -286,13 +290,13 @@ def main() -> None:
     for pool in POOLS:
         guarded(f"{pool} ops", lambda pool=pool: pool_ops(pool))
     if totals["old"]:
-        print(f"  {'sum of the ops above (a W3 step runs each once)':46s} {_fmt(totals['old'])} {_fmt(totals['new'])} "
+        print(f"  {'sum of the ops above (a W3 step runs each once)':52s} {_fmt(totals['old'])} {_fmt(totals['new'])} "
               f"{totals['new'] / totals['old']:6.2f}x {_fmt(totals['torch'] or None)}")  # fmt: skip
     late = timer.late + (ttimer.late if ttimer is not None else [])
     if late:
         print(f"queueing outran the spin (these figures include host gaps): {late}")
     bad = {k: f"{v:.1e}" for k, v in worst.items() if not v <= 1e-4}
-    print("results against torch:", f"LARGE DIFFERENCES {bad}" if bad else f"{len(worst)} within 1e-4 (relative)")
+    print("results (new against torch and old):", f"LARGE DIFFERENCES {bad}" if bad else f"{len(worst)} within 1e-4")
     if failures:
         print(f"FAILED cases: {failures}")
     print(f"conv launches: {dict(conv.CALLS)}; {time.perf_counter() - t_begin:.1f} s in all")
