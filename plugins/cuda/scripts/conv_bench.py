@@ -3,10 +3,11 @@ conv 64 -> pool; float32) on cuda:0: GPU time per call of each kernel alone (the
 ``conv.py``, kept as ``conv_old.py``, beside the current one), of each op through ember-cuda's
 ``conv_kernels`` (old, new, and the new one's other layouts in ``conv.OPTIONS``) and of torch's
 equivalent (cuDNN; TF32 off, as ember's float32), with each result's largest difference from
-torch's. GPU time, not host time: a spin kernel holds the stream while the host queues the calls,
-so the events see the kernels back to back (a line names any case whose queueing outran the spin).
-A case that fails prints its error and the rest go on. Runs in well under a minute from the
-repository root:
+torch's; then W3's whole step under ``em.jit`` with the old and the new kernels (wall time, and GPU
+time per step traced by torch.profiler) beside torch's eager step. GPU time, not host time: a spin
+kernel holds the stream while the host queues the calls, so the events see the kernels back to
+back (a line names any case whose queueing outran the spin). A case that fails prints its error
+and the rest go on. Runs in well under a minute from the repository root:
 
     python3 plugins/cuda/scripts/conv_bench.py
 """
@@ -24,7 +25,9 @@ import numpy as np
 
 import ember as em
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # the repository (for benchmarks/)
+sys.path.insert(0, HERE)
 import conv_old  # noqa: E402 - the previous conv.py, beside this script
 from ember_cuda import conv  # noqa: E402
 
@@ -34,6 +37,7 @@ REPS = 20
 LAYERS = {"conv1": ((N, 1, 28, 28), (32, 1, 3, 3)), "conv2": ((N, 32, 14, 14), (64, 32, 3, 3))}
 #: inputs of W3's two 2x2 max pools
 POOLS = {"pool1": (N, 32, 28, 28), "pool2": (N, 64, 14, 14)}
+CONV_OPS = ("conv", "conv_weight_grad", "conv_transpose", "max_pool", "max_pool_backward")
 GEO = {"stride": (1, 1), "padding": ((1, 1), (1, 1)), "dilation": (1, 1), "groups": 1}
 PGEO = {"kernel": (2, 2), "stride": (2, 2), "padding": ((0, 0), (0, 0)), "dilation": (1, 1)}
 _SPIN = r"""
@@ -289,6 +293,10 @@ def main() -> None:
         guarded(f"{layer} ops", lambda layer=layer: conv_cases(layer))
     for pool in POOLS:
         guarded(f"{pool} ops", lambda pool=pool: pool_ops(pool))
+    if torch is not None:
+        guarded("W3 step", lambda: w3_step(dev, old, new, torch))
+    else:
+        print("no torch: no W3 step section (it traces kernels with torch.profiler)")
     if totals["old"]:
         print(f"  {'sum of the ops above (a W3 step runs each once)':52s} {_fmt(totals['old'])} {_fmt(totals['new'])} "
               f"{totals['new'] / totals['old']:6.2f}x {_fmt(totals['torch'] or None)}")  # fmt: skip
@@ -300,6 +308,55 @@ def main() -> None:
     if failures:
         print(f"FAILED cases: {failures}")
     print(f"conv launches: {dict(conv.CALLS)}; {time.perf_counter() - t_begin:.1f} s in all")
+
+
+def w3_step(dev: Any, old: dict[str, Any], new: dict[str, Any], torch: Any) -> None:
+    """W3's step under em.jit with each module's kernels in the device's op table, then torch's
+    eager step: median wall time of 20 steps, and the GPU time of 3 steps traced by CUPTI."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, ROOT)
+    from benchmarks import w3_cnn
+    from benchmarks.harness import time_case
+
+    size = {"batch": N}
+
+    def traced(case: Any) -> tuple[float, int, dict[str, float]]:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                case.step()
+            case.sync()
+        rows = [e for e in prof.key_averages() if e.device_time_total > 0]
+        ours = {e.key: e.device_time_total / 3e3 for e in rows if e.key.startswith(("ember_im2col", "ember_col2im",
+                "ember_swap01", "ember_max_pool", "ember_pack"))}  # fmt: skip
+        return sum(e.device_time_total for e in rows) / 3e3, sum(e.count for e in rows) // 3, ours
+
+    print(f" W3 step, batch {N} (em.jit; GPU ms per step from a CUPTI trace of 3 steps):")
+    impls = dev._state.impls
+    results = {}
+    try:
+        for label, table in (("old conv.py", old), ("new conv.py", new)):
+            for op in CONV_OPS:
+                impls[op] = table[op]
+            case = w3_cnn.ember_jit(dev, size)
+            wall = sorted(time_case(case, 3, 20))[10]
+            gpu, count, ours = traced(case)
+            results[label] = case.result()
+            print(f"  ember {label}: {wall * 1e3:.3f} ms wall, {gpu:.3f} ms GPU in {count} kernels a step")
+            print("    " + ", ".join(f"{k.removeprefix('ember_')} {v:.3f}" for k, v in sorted(ours.items())))
+    finally:
+        for op in CONV_OPS:
+            impls.pop(op, None)  # the backend's own again
+    diff = {
+        k: float(np.abs(results["new conv.py"][k] - v).max() / max(np.abs(v).max(), 1e-30))
+        for k, v in results["old conv.py"].items()
+    }
+    print(f"  after 26 steps each, new vs old, largest max|d|/max|old|: {max(diff.values()):.1e} "
+          f"({max(diff, key=diff.get)})")  # fmt: skip
+    case = w3_cnn.torch(torch.device("cuda"), size)
+    wall = sorted(time_case(case, 3, 20))[10]
+    gpu, count, _ = traced(case)
+    print(f"  torch eager: {wall * 1e3:.3f} ms wall, {gpu:.3f} ms GPU in {count} kernels a step")
 
 
 if __name__ == "__main__":
