@@ -3,7 +3,8 @@
 The kernels' own CUDA source is compiled by g++ into a shared library with stand-ins for the
 built-ins (``blockIdx`` and friends are globals, ``float4`` / ``double2`` plain structs); each
 kernel gets a C wrapper that runs every thread of the launch's grid one after another (the kernels
-share nothing between threads, so order does not matter). ``FakeCupy`` is enough of CuPy for
+share nothing between threads), last to first and then first to last: a result that differs
+between the two orders means two threads wrote one element. ``FakeCupy`` is enough of CuPy for
 ``conv.conv_kernels``: arrays are numpy arrays (``DeviceArray``, with CuPy's ``data.ptr``), each
 allocated with guard zones on both sides, and ``empty`` fills with NaN, so an element a kernel
 should write but does not shows up in the result, and a write past either end of a buffer fails the
@@ -69,10 +70,11 @@ def _library(code: str) -> tuple[ctypes.CDLL, dict[str, list[bool]]]:
         decl = ", ".join(f"{'void*' if ptr else 'int'} {p}" for p, ptr in params)
         call = ", ".join(f"({ptr}){p}" if ptr else p for p, ptr in params)
         wrappers.append(
-            f'extern "C" void run_{name}(int grid, int block, {decl}) {{\n'
+            f'extern "C" void run_{name}(int grid, int block, int reverse, {decl}) {{\n'
             "  gridDim = {(unsigned)grid, 1, 1}; blockDim = {(unsigned)block, 1, 1};\n"
-            "  for (int b = 0; b < grid; b++) for (int t = 0; t < block; t++) {\n"
-            "    blockIdx = {(unsigned)b, 0, 0}; threadIdx = {(unsigned)t, 0, 0};\n"
+            "  for (int j = 0; j < grid * block; j++) {\n"
+            "    const int k = reverse ? grid * block - 1 - j : j;\n"
+            "    blockIdx = {(unsigned)(k / block), 0, 0}; threadIdx = {(unsigned)(k % block), 0, 0};\n"
             f"    {name}({call});\n"
             "  }\n}\n"
         )
@@ -170,7 +172,15 @@ class FakeCupy:
                     else:
                         assert isinstance(a, np.int32), (name, type(a))
                         values.append(ctypes.c_int(int(a)))
-                run(ctypes.c_int(grid[0]), ctypes.c_int(block[0]), *values)
+                arrays = [a for a, ptr in zip(args, pointers) if ptr]
+                before = [a.copy() for a in arrays]
+                run(ctypes.c_int(grid[0]), ctypes.c_int(block[0]), ctypes.c_int(1), *values)
+                backwards = [a.copy() for a in arrays]
+                for a, b in zip(arrays, before):
+                    a[...] = b
+                run(ctypes.c_int(grid[0]), ctypes.c_int(block[0]), ctypes.c_int(0), *values)
+                for a, b in zip(arrays, backwards):  # two threads writing one element: the order shows
+                    assert a.tobytes() == b.tobytes(), f"{name}: the result depends on the order of its threads"
                 fake.launches[name] += 1
                 fake.check_guards()
 
