@@ -318,6 +318,8 @@ def w3_step(dev: Any, old: dict[str, Any], new: dict[str, Any], torch: Any) -> N
     sys.path.insert(0, ROOT)
     from benchmarks import w3_cnn
     from benchmarks.harness import time_case
+    from ember.backend import EXTENSION_KERNELS
+    from ember.device import invalidate
 
     size = {"batch": N}
 
@@ -331,13 +333,21 @@ def w3_step(dev: Any, old: dict[str, Any], new: dict[str, Any], torch: Any) -> N
                 "ember_swap01", "ember_max_pool", "ember_pack"))}  # fmt: skip
         return sum(e.device_time_total for e in rows) / 3e3, sum(e.count for e in rows) // 3, ours
 
+    def install(table: dict[str, Any] | None) -> None:
+        """``table``'s conv ops as the device kind's kernels (extension kernels win over the
+        backend's own table); None: the backend's own again."""
+        for op in CONV_OPS:
+            if table is None:
+                EXTENSION_KERNELS.pop((op, dev.kind), None)
+            else:
+                EXTENSION_KERNELS[(op, dev.kind)] = lambda backend, *h, _f=table[op], **p: _f(*h, **p)
+            invalidate(dev.kind, op)
+
     print(f" W3 step, batch {N} (em.jit; GPU ms per step from a CUPTI trace of 3 steps):")
-    impls = dev._state.impls
     results = {}
     try:
         for label, table in (("old conv.py", old), ("new conv.py", new)):
-            for op in CONV_OPS:
-                impls[op] = table[op]
+            install(table)
             case = w3_cnn.ember_jit(dev, size)
             wall = sorted(time_case(case, 3, 20))[10]
             gpu, count, ours = traced(case)
@@ -345,8 +355,7 @@ def w3_step(dev: Any, old: dict[str, Any], new: dict[str, Any], torch: Any) -> N
             print(f"  ember {label}: {wall * 1e3:.3f} ms wall, {gpu:.3f} ms GPU in {count} kernels a step")
             print("    " + ", ".join(f"{k.removeprefix('ember_')} {v:.3f}" for k, v in sorted(ours.items())))
     finally:
-        for op in CONV_OPS:
-            impls.pop(op, None)  # the backend's own again
+        install(None)
     diff = {
         k: float(np.abs(results["new conv.py"][k] - v).max() / max(np.abs(v).max(), 1e-30))
         for k, v in results["old conv.py"].items()
