@@ -1,8 +1,11 @@
 """ember-cuda's 2-D convolution and max-pool kernels (conv.py) against the cpu backend in float64
 (whose kernels the conformance suite holds to direct numpy loops): forward, input and weight
-gradients, with the launch counters showing the CUDA kernels ran."""
+gradients, for each layout ``conv.OPTIONS`` selects, with the launch counters showing the CUDA
+kernels ran. ``test_conv_without_gpu.py`` runs the same kernels on the CPU against numpy."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -20,7 +23,14 @@ CONV_CASES = [
     ((2, 2, 12, 10), (4, 2, 3, 2), {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)}),
     ((3, 4, 8, 8), (6, 4, 2, 4), {"padding": "same"}),  # asymmetric padding (an even kernel)
     ((64, 1, 28, 28), (32, 1, 3, 3), {"padding": 1}),  # W3's first layer
+    ((16, 32, 14, 14), (64, 32, 3, 3), {"padding": 1}),  # W3's second layer
+    ((2, 3, 11, 10), (4, 3, 5, 5), {"stride": 2, "padding": 2}),
 ]
+LAYOUTS = {
+    "by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
+    "partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
+    "one-gemm": {"forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
+}
 
 
 def _pair(dtype: str, xs: tuple[int, ...], ws: tuple[int, ...], seed: int) -> tuple[np.ndarray, ...]:
@@ -36,9 +46,12 @@ def _conv_step(device: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, g: np.n
     return [y.numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy()]
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(("xs", "ws", "kw"), CONV_CASES)
-def test_conv_forward_and_gradients_match_float64(dtype, xs, ws, kw):
+def test_conv_forward_and_gradients_match_float64(dtype, xs, ws, kw, layout, monkeypatch):
+    for k, v in LAYOUTS[layout].items():
+        monkeypatch.setitem(conv.OPTIONS, k, v)
     x, w, b = _pair(dtype, xs, ws, sum(xs) + sum(ws))
     y64 = em.conv(
         em.tensor(x.astype(np.float64)), em.tensor(w.astype(np.float64)), em.tensor(b.astype(np.float64)), **kw
@@ -47,8 +60,15 @@ def test_conv_forward_and_gradients_match_float64(dtype, xs, ws, kw):
     before = dict(conv.CALLS)
     got = _conv_step("cuda:0", x, w, b, g, kw)
     ran = {k: conv.CALLS[k] - before.get(k, 0) for k in conv.CALLS}
-    # forward and weight gradient: an im2col each; input gradient: col2im; swaps: y, g and the input gradient's g
-    assert ran.get("im2col") == 2 and ran.get("col2im") == 1 and ran.get("swap01") == 3, ran
+    # forward and weight gradient: an im2col each; input gradient: col2im; swaps: none but the weight
+    # gradient's g (none with partials) by sample, else y, g and the input gradient's g
+    partials = ws[1] * ws[2] * ws[3] <= conv.OPTIONS["wgrad_partials"] * math.prod(y64.shape[2:])
+    swaps = 0 if partials else 1
+    by_sample = conv.OPTIONS["forward_by_sample"] == 0
+    if not by_sample:
+        swaps += 2
+    assert ran.get("im2col") == 2 and ran.get("col2im") == 1 and ran.get("swap01", 0) == swaps, ran
+    assert ran.get("pack_weight", 0) == int(by_sample), ran
     want = _conv_step("cpu", *(v.astype(np.float64) for v in (x, w, b, g)), kw)
     tol = 2e-5 if dtype == "float32" else 1e-12
     for name, a, e in zip(("y", "dx", "dw", "db"), got, want):
@@ -60,6 +80,8 @@ POOL_CASES = [
     ((2, 3, 8, 8), {"kernel_size": 2}),
     ((1, 2, 7, 5), {"kernel_size": 3, "stride": 2, "padding": 1}),  # overlapping windows, padding
     ((2, 2, 9, 10), {"kernel_size": (2, 3), "stride": (2, 1), "dilation": (2, 1)}),
+    ((2, 2, 9, 7), {"kernel_size": 2}),  # tiled, a row and a column past the last window
+    ((2, 2, 7, 8), {"kernel_size": 3, "padding": 1}),  # tiled with padding
     ((64, 32, 28, 28), {"kernel_size": 2}),  # W3's first pool
 ]
 

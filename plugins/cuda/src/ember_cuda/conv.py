@@ -3,18 +3,27 @@
 The shared kernels build a convolution from a padded copy, a strided window view copied into
 columns and a batched matmul (CuPy's batched matmul makes a pointer array per call: ~0.2 ms of
 host time each), and a max-pool backward from ~5 kernels per window offset; on a small CNN that
-is ~200 launches a step and the host, not the GPU, sets the pace. Here:
+is ~200 launches a step and the host, not the GPU, sets the pace. Here (all memory-bound, so the
+design goal is few passes over memory and little index arithmetic per element):
 
-- ``conv``: one im2col kernel writes columns as (C*KH*KW, N*L), one cuBLAS GEMM with the weight
-  gives (Cout, N*L), and one kernel swaps the two leading axes to (N, Cout, L), adding the bias.
-- ``conv_weight_grad``: the gradient swapped to (Cout, N*L), the columns as above, one GEMM.
-- ``conv_transpose`` (a convolution's input gradient): the input swapped to (Cin, N*L), one GEMM
-  to columns, then a col2im kernel in which each output element gathers its window taps (no
-  atomics, no zero fill).
-- ``max_pool`` / ``max_pool_backward``: a thread per output (the window's maximum, NaN wins) and
-  a thread per input (the gradient of each window whose first maximum is this element).
+- ``conv``: one im2col kernel writes the columns as (N, C*KH*KW, L) (a thread per input pixel and
+  output position, writing its KH*KW taps), plus a row of ones when there is a bias; one
+  strided-batched cuBLAS GEMM of the weight (with the bias as one more column) against each
+  sample's columns gives (N, Cout, L), which is NCHW: no transpose, no bias pass.
+- ``conv_weight_grad``: when the columns are much smaller than the gradient (a first layer: C*K
+  columns of L-long rows, C*K << L), one batched GEMM of per-sample products g[n] @ cols[n]^T and
+  a GEMM with a ones vector summing them over the batch; otherwise the gradient swapped to
+  (Cout, N*L) (a vectorised transpose), the columns laid out (C*K, N*L), one GEMM.
+- ``conv_transpose`` (a convolution's input gradient): one batched GEMM of the weight against
+  each sample's input (already (N, Cin, L)) to (N, Cout*K, L) columns, then a col2im kernel in which
+  each output element gathers its window taps and the bias (no atomics, no zero fill).
+- ``max_pool``: a thread per output (the window's maximum, NaN wins). ``max_pool_backward``: when
+  the windows tile the input (stride == kernel, W3's 2x2) a thread per window writes the
+  gradient of all its inputs (x read once, no search per input); otherwise a thread per input
+  gathers the gradient of each window whose first maximum is this element.
 
-Other ranks, groups and dtypes go to the shared kernels.
+``OPTIONS`` switches between the layouts (``scripts/conv_bench.py`` times both). Other ranks,
+groups and dtypes go to the shared kernels.
 """
 
 from __future__ import annotations
@@ -26,136 +35,227 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["conv_kernels", "source", "CALLS"]
+__all__ = ["conv_kernels", "source", "CALLS", "OPTIONS", "NEVER"]
 
 #: launches per kernel name (tests read it; nothing else depends on it)
 CALLS: Counter[str] = Counter()
+
+#: layout choices, read at every call: ``forward_by_sample`` (from this OH*OW on, the forward writes
+#: (N, CK, L) columns for a batched GEMM, below it (CK, N*L) columns, one GEMM and a transpose of
+#: the output), ``transpose_by_sample`` (likewise for conv_transpose: a batched GEMM from this OH*OW
+#: on, else the input transposed and one GEMM) and ``wgrad_partials`` (per-sample weight-gradient
+#: products summed by a GEMM when C*KH*KW <= this times OH*OW; 0 never). A batched GEMM of L-long
+#: rows wastes the part of its last tile past L; one GEMM over N*L wastes nothing but needs a transpose.
+OPTIONS: dict[str, Any] = {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25}
+#: an OH*OW no convolution reaches (for OPTIONS: never by sample)
+NEVER = 2**62
 
 _CTYPES = {"float32": "float", "float64": "double"}
 _THREADS = 256
 #: arrays (and column buffers) of this many elements or more go to the shared kernels (32-bit
 #: indices, with room for a grid stride past the end)
 _MAX = 2**31 - 2**24
-
 _SOURCE = r"""
 typedef {T} T;
+typedef {V} V;  // VN elements of T in one load / store
 // 32-bit index arithmetic throughout (a 64-bit division costs ~20x a 32-bit one on the GPU): the
-// Python side sends arrays of 2^31 elements or more to the shared kernels
+// Python side sends arrays of 2^31 elements or more to the shared kernels. Each thread divides a
+// flat index two or three times and then walks a whole window, never dividing per element.
 #define GRID_LOOP(i, total) \
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (total); i += gridDim.x * blockDim.x)
 
-// cols[ck, n, l] = padded x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw]
+// a thread per (n, c, l = oh*OW + ow) writes its KH*KW taps:
+//   cols[n*sn + ((c*KH + kh)*KW + kw)*sk + l] = padded x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw]
+// (sn, sk) = (rows*L, L) lays the columns out (N, rows, L), (L, N*L) lays them out (rows, N*L). The
+// rows past C*KH*KW (``extra`` of them, written by the c == 0 threads) are ones when ``ones`` (a bias
+// folded into the GEMM), then zeros (K padded to a multiple of 4 for cuBLAS's aligned kernels).
+// Consecutive threads write consecutive l of each row: every store is coalesced.
 extern "C" __global__ void ember_im2col_{T}(const T* __restrict__ x, T* __restrict__ cols, const int N, const int C,
         const int H, const int W, const int OH, const int OW, const int KH, const int KW, const int sh, const int sw,
-        const int ph, const int pw, const int dh, const int dw) {{
-    const int L = OH * OW;
-    GRID_LOOP(i, C * KH * KW * N * L) {{
-        const int l = i % L, r = i / L;
-        const int n = r % N, ck = r / N;
-        const int kw = ck % KW, kh = (ck / KW) % KH, c = ck / (KW * KH);
-        const int ih = (l / OW) * sh - ph + kh * dh, iw = (l % OW) * sw - pw + kw * dw;
-        cols[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x[((n * C + c) * H + ih) * W + iw] : (T)0;
+        const int ph, const int pw, const int dh, const int dw, const int sn, const int sk, const int extra,
+        const int ones) {{
+    const int L = OH * OW, KK = KH * KW;
+    GRID_LOOP(i, N * C * L) {{
+        const int r = i / L, l = i - r * L;  // r = n*C + c
+        const int n = r / C, c = r - n * C;
+        const int oh = l / OW, ow = l - oh * OW;
+        const int h0 = oh * sh - ph, w0 = ow * sw - pw;
+        const T* __restrict__ xp = x + r * H * W;
+        T* __restrict__ out = cols + n * sn + c * KK * sk + l;
+        for (int kh = 0; kh < KH; kh++) {{
+            const int ih = h0 + kh * dh;
+            const bool row = ih >= 0 && ih < H;
+            for (int kw = 0; kw < KW; kw++) {{
+                const int iw = w0 + kw * dw;
+                *out = (row && iw >= 0 && iw < W) ? xp[ih * W + iw] : (T)0;
+                out += sk;
+            }}
+        }}
+        if (c == 0)
+            for (int e = 0; e < extra; e++) cols[n * sn + (C * KK + e) * sk + l] = (e == 0 && ones) ? (T)1 : (T)0;
     }}
 }}
 
-// x[n, c, ih, iw] = sum of the columns cols[(c, kh, kw), n, (oh, ow)] whose tap lands on (ih, iw)
-extern "C" __global__ void ember_col2im_{T}(const T* __restrict__ cols, T* __restrict__ x, const int N, const int C,
-        const int H, const int W, const int OH, const int OW, const int KH, const int KW, const int sh, const int sw,
-        const int ph, const int pw, const int dh, const int dw) {{
-    const int L = OH * OW;
-    GRID_LOOP(i, N * C * H * W) {{
-        const int iw = i % W, ih = (i / W) % H, c = (i / (W * H)) % C, n = i / (W * H * C);
-        T acc = 0;
+// a thread per x[n, c, ih, iw] = bias[c] + the sum of the columns whose tap lands on (ih, iw), the
+// columns laid out as im2col's (sn, sk); no atomics, no zero fill, no division when the stride is 1
+extern "C" __global__ void ember_col2im_{T}(const T* __restrict__ cols, T* __restrict__ x, const T* __restrict__ bias,
+        const int N, const int C, const int H, const int W, const int OH, const int OW, const int KH, const int KW,
+        const int sh, const int sw, const int ph, const int pw, const int dh, const int dw, const int sn, const int sk,
+        const int has_bias) {{
+    const int HW = H * W, KK = KH * KW;
+    GRID_LOOP(i, N * C * HW) {{
+        const int r = i / HW, p = i - r * HW;
+        const int n = r / C, c = r - n * C;
+        const int ih = p / W, iw = p - ih * W;
+        const T* __restrict__ base = cols + n * sn + c * KK * sk;
+        T acc = has_bias ? bias[c] : (T)0;
         for (int kh = 0; kh < KH; kh++) {{
             const int a = ih + ph - kh * dh;
-            if (a < 0 || a % sh) continue;
-            const int oh = a / sh;
+            if (a < 0) break;  // and every later kh
+            int oh = a;
+            if (sh != 1) {{
+                oh = a / sh;
+                if (oh * sh != a) continue;
+            }}
             if (oh >= OH) continue;
             for (int kw = 0; kw < KW; kw++) {{
                 const int b = iw + pw - kw * dw;
-                if (b < 0 || b % sw) continue;
-                const int ow = b / sw;
+                if (b < 0) break;
+                int ow = b;
+                if (sw != 1) {{
+                    ow = b / sw;
+                    if (ow * sw != b) continue;
+                }}
                 if (ow >= OW) continue;
-                acc += cols[(((c * KH + kh) * KW + kw) * N + n) * L + oh * OW + ow];
+                acc += base[(kh * KW + kw) * sk + oh * OW + ow];
             }}
         }}
         x[i] = acc;
     }}
 }}
 
-// dst[b, a, l] = src[a, b, l] (+ bias[a]): (Cout, N, L) <-> (N, Cout, L)
+// out[co, k] = w[co, k] for k < CK, bias[co] at k == CK, 0 past it: the weight beside im2col's ones row
+extern "C" __global__ void ember_pack_weight_{T}(const T* __restrict__ w, const T* __restrict__ bias,
+        T* __restrict__ out, const int rows, const int CK, const int CKP) {{
+    GRID_LOOP(i, rows * CKP) {{
+        const int r = i / CKP, k = i - r * CKP;
+        out[i] = k < CK ? w[r * CK + k] : (k == CK ? bias[r] : (T)0);
+    }}
+}}
+
+// dst[b, a, l] = src[a, b, l] (+ bias[a]): (A, B, L) <-> (B, A, L)
 extern "C" __global__ void ember_swap01_{T}(const T* __restrict__ src, T* __restrict__ dst,
         const T* __restrict__ bias, const int A, const int B, const int L, const int has_bias) {{
     GRID_LOOP(i, A * B * L) {{
-        const int l = i % L, r = i / L, b = r % B, a = r / B;
+        const int r = i / L, l = i - r * L, a = r / B, b = r - a * B;
         const T v = src[i];
         dst[(b * A + a) * L + l] = has_bias ? v + bias[a] : v;
+    }}
+}}
+
+// the same, VN elements a thread (L a multiple of VN, both arrays aligned to V): a quarter of the
+// threads and divisions
+extern "C" __global__ void ember_swap01v_{T}(const V* __restrict__ src, V* __restrict__ dst,
+        const T* __restrict__ bias, const int A, const int B, const int LV, const int has_bias) {{
+    GRID_LOOP(i, A * B * LV) {{
+        const int r = i / LV, l = i - r * LV, a = r / B, b = r - a * B;
+        V v = src[i];
+        if (has_bias) {{
+            const T s = bias[a];
+            {VADD}
+        }}
+        dst[(b * A + a) * LV + l] = v;
     }}
 }}
 
 // -inf (NVRTC has no math headers, so no INFINITY)
 #define NEG_INF (-(T)__longlong_as_double(0x7ff0000000000000LL))
 
-__device__ __forceinline__ T tap(const T* __restrict__ x, int base, int h, int w, const int H, const int W) {{
-    return (h >= 0 && h < H && w >= 0 && w < W) ? x[base + h * W + w] : NEG_INF;
+__device__ __forceinline__ T tap(const T* __restrict__ x, int h, int w, const int H, const int W) {{
+    return (h >= 0 && h < H && w >= 0 && w < W) ? x[h * W + w] : NEG_INF;
 }}
 
 // out[nc, oh, ow] = the maximum of the window (padding is -inf; a NaN wins, as numpy's maximum)
 extern "C" __global__ void ember_max_pool_{T}(const T* __restrict__ x, T* __restrict__ out, const int NC, const int H,
         const int W, const int OH, const int OW, const int KH, const int KW, const int sh, const int sw, const int ph,
         const int pw, const int dh, const int dw) {{
-    GRID_LOOP(i, NC * OH * OW) {{
-        const int ow = i % OW, oh = (i / OW) % OH, nc = i / (OW * OH);
+    const int P = OH * OW;
+    GRID_LOOP(i, NC * P) {{
+        const int nc = i / P, p = i - nc * P, oh = p / OW, ow = p - oh * OW;
+        const T* __restrict__ xp = x + nc * H * W;
+        const int h0 = oh * sh - ph, w0 = ow * sw - pw;
         T m = NEG_INF;
-        for (int kh = 0; kh < KH; kh++)
+        for (int kh = 0; kh < KH; kh++) {{
+            const int ih = h0 + kh * dh;
+            if (ih < 0 || ih >= H) continue;  // a -inf tap never replaces m
             for (int kw = 0; kw < KW; kw++) {{
-                const T v = tap(x, nc * H * W, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw, H, W);
+                const int iw = w0 + kw * dw;
+                if (iw < 0 || iw >= W) continue;
+                const T v = xp[ih * W + iw];
                 if (v > m || v != v) m = v;
             }}
+        }}
         out[i] = m;
     }}
 }}
 
-// dx[nc, ih, iw] = sum of g over the windows whose first tap equal to their maximum is (ih, iw)
+// the index (kh*KW + kw) of the window's first tap equal to best (padding taps are -inf), or -1
+__device__ __forceinline__ int first_max(const T* __restrict__ xp, const T best, const int h0, const int w0,
+        const int H, const int W, const int KH, const int KW, const int dh, const int dw) {{
+    for (int kh = 0; kh < KH; kh++)
+        for (int kw = 0; kw < KW; kw++)
+            if (tap(xp, h0 + kh * dh, w0 + kw * dw, H, W) == best) return kh * KW + kw;
+    return -1;
+}}
+
+// windows that tile the input (stride == kernel, no dilation, padding < kernel): a thread per window
+// writes all of its inputs, g at the first tap equal to the window's maximum (none when that is NaN)
+// and 0 elsewhere; the last window of a row / column also zeroes the inputs past the last window.
+// x is read once, dx written once, with no search per input element.
+extern "C" __global__ void ember_max_pool_backward_tiled_{T}(const T* __restrict__ g, const T* __restrict__ x,
+        const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
+        const int OW, const int KH, const int KW, const int ph, const int pw) {{
+    const int P = OH * OW;
+    GRID_LOOP(i, NC * P) {{
+        const int nc = i / P, p = i - nc * P, oh = p / OW, ow = p - oh * OW;
+        const T* __restrict__ xp = x + nc * H * W;
+        T* __restrict__ dp = dx + nc * H * W;
+        const int h0 = oh * KH - ph, w0 = ow * KW - pw;
+        const int first = first_max(xp, out[i], h0, w0, H, W, KH, KW, 1, 1);
+        const int fh = first < 0 ? -1 : first / KW, fw = first - fh * KW;
+        const T gv = g[i];
+        const int hs = h0 > 0 ? h0 : 0, he = oh == OH - 1 ? H : min(h0 + KH, H);
+        const int ws = w0 > 0 ? w0 : 0, we = ow == OW - 1 ? W : min(w0 + KW, W);
+        for (int h = hs; h < he; h++)
+            for (int w = ws; w < we; w++)
+                dp[h * W + w] = (h - h0 == fh && w - w0 == fw) ? gv : (T)0;
+    }}
+}}
+
+// any other window: a thread per input, dx[nc, ih, iw] = the sum of g over the windows whose first
+// tap equal to their maximum is (ih, iw)
 extern "C" __global__ void ember_max_pool_backward_{T}(const T* __restrict__ g, const T* __restrict__ x,
         const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
         const int OW, const int KH, const int KW, const int sh, const int sw, const int ph, const int pw,
         const int dh, const int dw) {{
-    const bool tiled = sh == KH && sw == KW && dh == 1 && dw == 1;  // windows tile the input
-    GRID_LOOP(i, NC * H * W) {{
-        const int iw = i % W, ih = (i / W) % H, nc = i / (W * H);
-        if (tiled) {{  // the one window holding (ih, iw): no search over offsets
-            const int oh = (ih + ph) / KH, ow = (iw + pw) / KW;
-            T acc = 0;
-            if (oh < OH && ow < OW) {{
-                const int o = (nc * OH + oh) * OW + ow, h0 = oh * KH - ph, w0 = ow * KW - pw;
-                const T best = out[o];
-                int first = -1;
-                for (int k = 0; k < KH * KW && first < 0; k++)
-                    if (tap(x, nc * H * W, h0 + k / KW, w0 + k % KW, H, W) == best) first = k;
-                if (first == (ih - h0) * KW + (iw - w0)) acc = g[o];
-            }}
-            dx[i] = acc;
-            continue;
-        }}
+    const int HW = H * W;
+    GRID_LOOP(i, NC * HW) {{
+        const int nc = i / HW, p = i - nc * HW, ih = p / W, iw = p - ih * W;
+        const T* __restrict__ xp = x + nc * HW;
         T acc = 0;
         for (int kh = 0; kh < KH; kh++) {{
             const int a = ih + ph - kh * dh;
-            if (a < 0 || a % sh) continue;
+            if (a < 0) break;
             const int oh = a / sh;
-            if (oh >= OH) continue;
+            if (oh * sh != a || oh >= OH) continue;
             for (int kw = 0; kw < KW; kw++) {{
                 const int b = iw + pw - kw * dw;
-                if (b < 0 || b % sw) continue;
+                if (b < 0) break;
                 const int ow = b / sw;
-                if (ow >= OW) continue;
+                if (ow * sw != b || ow >= OW) continue;
                 const int o = (nc * OH + oh) * OW + ow;
-                const T best = out[o];
-                int first = -1;
-                for (int k = 0; k < KH * KW && first < 0; k++)
-                    if (tap(x, nc * H * W, oh * sh - ph + (k / KW) * dh, ow * sw - pw + (k % KW) * dw, H, W) == best)
-                        first = k;
-                if (first == kh * KW + kw) acc += g[o];
+                if (first_max(xp, out[o], oh * sh - ph, ow * sw - pw, H, W, KH, KW, dh, dw) == kh * KW + kw)
+                    acc += g[o];
             }}
         }}
         dx[i] = acc;
@@ -163,10 +263,17 @@ extern "C" __global__ void ember_max_pool_backward_{T}(const T* __restrict__ g, 
 }}
 """
 
+#: per element type: the vector type of swap01v, its width and its bias add
+_VECTORS = {
+    "float": ("float4", 4, "v.x += s; v.y += s; v.z += s; v.w += s;"),
+    "double": ("double2", 2, "v.x += s; v.y += s;"),
+}
+
 
 def source(ctype: str) -> str:
-    """CUDA C of the five kernels for ``ctype`` (``float`` or ``double``)."""
-    return _SOURCE.format(T=ctype)
+    """CUDA C of the kernels for ``ctype`` (``float`` or ``double``)."""
+    vector, _, add = _VECTORS[ctype]
+    return _SOURCE.format(T=ctype, V=vector, VADD=add)
 
 
 def _blocks(size: int, k: int, s: int, pad: tuple[int, int], d: int) -> int:
@@ -182,11 +289,11 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
     i32 = np.int32
     matmul = fallback["matmul"]  # the backend's own (cuBLAS called directly: capturable in a CUDA graph)
 
-    def launch(ctype: str, name: str, total: int, args: tuple[Any, ...]) -> None:
+    def launch(ctype: str, name: str, total: int, args: tuple[Any, ...], counter: str | None = None) -> None:
         module = modules.get(ctype)
         if module is None:
             module = modules[ctype] = cp.RawModule(code=source(ctype))
-        CALLS[name] += 1
+        CALLS[counter or name] += 1
         blocks = max(1, min(-(-total // _THREADS), sms * 32))
         module.get_function(f"ember_{name}_{ctype}")((blocks,), (_THREADS,), args)
 
@@ -194,20 +301,41 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
         return (i32(kh), i32(kw), i32(sh), i32(sw), i32(padding[0][0]), i32(padding[1][0]), i32(dh), i32(dw))
 
-    def im2col(ctype: str, x: Any, oh: int, ow: int, geo: tuple[Any, ...]) -> Any:
-        """(C*KH*KW, N*OH*OW) columns of contiguous NCHW ``x``."""
+    def im2col(
+        ctype: str,
+        x: Any,
+        oh: int,
+        ow: int,
+        geo: tuple[Any, ...],
+        *,
+        by_sample: bool,
+        rows: int = 0,
+        ones: bool = False,
+    ) -> Any:
+        """Columns of contiguous NCHW ``x``: (N, rows, L) when ``by_sample``, else (rows, N*L);
+        ``rows`` past C*KH*KW are a ones row when ``ones``, then zeros."""
         n, c, h, w = x.shape
-        cols = cp.empty((c * int(geo[0]) * int(geo[1]), n * oh * ow), dtype=x.dtype)
+        ck, length = c * int(geo[0]) * int(geo[1]), oh * ow
+        rows = rows or ck
+        if by_sample:
+            cols, sn, sk = cp.empty((n, rows, length), dtype=x.dtype), rows * length, length
+        else:
+            cols, sn, sk = cp.empty((rows, n * length), dtype=x.dtype), length, n * length
         args = (x, cols, i32(n), i32(c), i32(h), i32(w), i32(oh), i32(ow), *geo)
-        launch(ctype, "im2col", cols.size, args)
+        launch(ctype, "im2col", n * c * length, (*args, i32(sn), i32(sk), i32(rows - ck), i32(ones)))
         return cols
 
     def swap01(ctype: str, src: Any, a: int, b: int, length: int, bias: Any = None) -> Any:
         """(A, B, L) -> (B, A, L), adding ``bias[a]`` when given."""
         dst = cp.empty((b, a, length), dtype=src.dtype)
         has = bias is not None
-        args = (src, dst, bias if has else src, i32(a), i32(b), i32(length), i32(has))
-        launch(ctype, "swap01", src.size, args)
+        width = 16 // src.itemsize
+        if length % width == 0 and src.data.ptr % 16 == 0 and dst.data.ptr % 16 == 0:
+            args = (src, dst, bias if has else src, i32(a), i32(b), i32(length // width), i32(has))
+            launch(ctype, "swap01v", src.size // width, args, "swap01")
+        else:
+            args = (src, dst, bias if has else src, i32(a), i32(b), i32(length), i32(has))
+            launch(ctype, "swap01", src.size, args)
         return dst
 
     def plain(*arrays: Any, nd: int) -> str | None:
@@ -227,12 +355,25 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         cout, _, kh, kw = w.shape
         oh = _blocks(h, kh, stride[0], padding[0], dilation[0])
         ow = _blocks(wd, kw, stride[1], padding[1], dilation[1])
-        if w.shape[1] * kh * kw * n * oh * ow >= _MAX or cout * n * oh * ow >= _MAX:
+        ck, length = w.shape[1] * kh * kw, oh * ow
+        batched = length >= OPTIONS["forward_by_sample"]
+        rows = -(-(ck + 1) // 4) * 4 if bias and batched else ck  # a ones row for the bias, K a multiple of 4
+        if rows * n * length >= _MAX or cout * n * length >= _MAX:
             return other_conv(x, w, *bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
-        cols = im2col(ctype, cp.ascontiguousarray(x), oh, ow, geometry((kh, kw), stride, padding, dilation))
-        yt = matmul(cp.ascontiguousarray(w).reshape(cout, -1), cols)  # (Cout, N*L)
+        geo = geometry((kh, kw), stride, padding, dilation)
+        x, w = cp.ascontiguousarray(x), cp.ascontiguousarray(w)
         b = cp.ascontiguousarray(bias[0]) if bias else None
-        return swap01(ctype, yt, cout, n, oh * ow, b).reshape(n, cout, oh, ow)
+        if not batched:
+            cols = im2col(ctype, x, oh, ow, geo, by_sample=False)
+            yt = matmul(w.reshape(cout, ck), cols)  # (Cout, N*L)
+            return swap01(ctype, yt, cout, n, length, b).reshape(n, cout, oh, ow)
+        cols = im2col(ctype, x, oh, ow, geo, by_sample=True, rows=rows, ones=b is not None)  # (N, rows, L)
+        if b is None:
+            wm = w.reshape(cout, ck)
+        else:  # [w | bias | 0...]: the GEMM adds the bias through the ones row
+            wm = cp.empty((cout, rows), dtype=x.dtype)
+            launch(ctype, "pack_weight", wm.size, (w, b, wm, i32(cout), i32(ck), i32(rows)))
+        return matmul(wm, cols).reshape(n, cout, oh, ow)  # (N, Cout, L): the weight broadcast over the batch
 
     other_wgrad = fallback["conv_weight_grad"]
 
@@ -242,10 +383,19 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             return other_wgrad(g, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation, groups=groups)
         n, cout, oh, ow = g.shape
         cin = x.shape[1]
-        if cin * math.prod(kernel) * n * oh * ow >= _MAX:
+        ck, length = cin * math.prod(kernel), oh * ow
+        if ck * n * length >= _MAX or n * cout * ck >= _MAX:
             return other_wgrad(g, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation, groups=groups)
-        gt = swap01(ctype, cp.ascontiguousarray(g), n, cout, oh * ow)  # (Cout, N, L)
-        cols = im2col(ctype, cp.ascontiguousarray(x), oh, ow, geometry(kernel, stride, padding, dilation))
+        geo = geometry(kernel, stride, padding, dilation)
+        g, x = cp.ascontiguousarray(g), cp.ascontiguousarray(x)
+        if ck <= OPTIONS["wgrad_partials"] * length:
+            # per-sample products (N, Cout, CK), far smaller than g, summed over the batch by a GEMM
+            cols = im2col(ctype, x, oh, ow, geo, by_sample=True)  # (N, CK, L)
+            part = matmul(g.reshape(n, cout, length), cols.transpose(0, 2, 1))
+            total = matmul(cp.ones((1, n), dtype=g.dtype), part.reshape(n, cout * ck))
+            return total.reshape((cout, cin, *kernel))
+        gt = swap01(ctype, g, n, cout, length)  # (Cout, N, L)
+        cols = im2col(ctype, x, oh, ow, geo, by_sample=False)  # (CK, N*L)
         return matmul(gt.reshape(cout, -1), cols.T).reshape((cout, cin, *kernel))
 
     other_transpose = fallback["conv_transpose"]
@@ -261,17 +411,25 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         n, cin, oh, ow = x.shape
         _, cout, kh, kw = w.shape
         h, wd = size
-        if cout * kh * kw * n * oh * ow >= _MAX or n * cout * h * wd >= _MAX:
+        ck, length = cout * kh * kw, oh * ow
+        if ck * n * length >= _MAX or n * cout * h * wd >= _MAX:
             return other_transpose(
                 x, w, *bias, size=size, stride=stride, padding=padding, dilation=dilation, groups=groups
             )
-        xt = swap01(ctype, cp.ascontiguousarray(x), n, cin, oh * ow)  # (Cin, N, L)
-        cols = matmul(cp.ascontiguousarray(w).reshape(cin, -1).T, xt.reshape(cin, -1))  # (Cout*K, N*L)
+        x, w = cp.ascontiguousarray(x), cp.ascontiguousarray(w)
+        wt = w.reshape(cin, ck).T  # (Cout*K, Cin)
+        if length >= OPTIONS["transpose_by_sample"]:
+            cols = matmul(wt, x.reshape(n, cin, length))  # (N, Cout*K, L)
+            sn, sk = ck * length, length
+        else:
+            xt = swap01(ctype, x, n, cin, length)  # (Cin, N, L)
+            cols = matmul(wt, xt.reshape(cin, -1))  # (Cout*K, N*L)
+            sn, sk = length, n * length
         y = cp.empty((n, cout, h, wd), dtype=x.dtype)
+        b = cp.ascontiguousarray(bias[0]) if bias else y
         geo = geometry((kh, kw), stride, padding, dilation)
-        launch(ctype, "col2im", y.size, (cols, y, i32(n), i32(cout), i32(h), i32(wd), i32(oh), i32(ow), *geo))
-        if bias:
-            y += bias[0].reshape(1, -1, 1, 1)
+        args = (cols, y, b, i32(n), i32(cout), i32(h), i32(wd), i32(oh), i32(ow), *geo, i32(sn), i32(sk))
+        launch(ctype, "col2im", y.size, (*args, i32(bool(bias))))
         return y
 
     other_pool, other_pool_grad = fallback["max_pool"], fallback["max_pool_backward"]
@@ -295,9 +453,16 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             return other_pool_grad(g, x, out, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
         n, c, h, w = x.shape
         oh, ow = out.shape[2:]
+        if out.size == 0:  # no window: no gradient
+            return cp.zeros(x.shape, dtype=x.dtype)
         dx = cp.empty(x.shape, dtype=x.dtype)
-        geo = geometry(kernel, stride, padding, dilation)
         g, x, out = cp.ascontiguousarray(g), cp.ascontiguousarray(x), cp.ascontiguousarray(out)
+        (kh, kw), (ph, pw) = kernel, (padding[0][0], padding[1][0])
+        if tuple(stride) == (kh, kw) and tuple(dilation) == (1, 1) and ph < kh and pw < kw:
+            args = (g, x, out, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), i32(kh), i32(kw), i32(ph), i32(pw))
+            launch(ctype, "max_pool_backward_tiled", out.size, args, "max_pool_backward")
+            return dx
+        geo = geometry(kernel, stride, padding, dilation)
         args = (g, x, out, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), *geo)
         launch(ctype, "max_pool_backward", dx.size, args)
         return dx

@@ -1,0 +1,243 @@
+"""ember-cuda's convolution and max-pool kernels (``conv.py``) checked without a GPU: the Python side
+and the CUDA source itself, compiled by g++ and run on the CPU behind a stand-in CuPy
+(``conv_on_cpu.py``: NaN-filled outputs, guarded buffers, cuBLAS's layouts checked), against direct
+numpy float64 loops over the windows, for every layout ``conv.OPTIONS`` selects: odd sizes,
+asymmetric padding, strides, dilation, 1x1 / 3x3 / 5x5 kernels, tiled and overlapping pools, ties,
+NaN and -inf. ``test_cuda_conv.py`` runs the same kernels on a GPU."""
+
+from __future__ import annotations
+
+import conv_on_cpu
+import numpy as np
+import pytest
+from ember_cuda import conv
+
+pytestmark = pytest.mark.skipif(not conv_on_cpu.available(), reason="g++ is not installed")
+
+
+def _fallback(name: str):  # noqa: ANN202
+    def refuse(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError(f"{name} went to the shared kernels")
+
+    return refuse
+
+
+@pytest.fixture
+def fake() -> conv_on_cpu.FakeCupy:
+    return conv_on_cpu.FakeCupy(sms=1)  # 32 blocks of 256: the larger cases loop over the grid
+
+
+def _kernels(fake: conv_on_cpu.FakeCupy, **fallback) -> dict:  # noqa: ANN003
+    names = ("conv", "conv_weight_grad", "conv_transpose", "max_pool", "max_pool_backward")
+    return conv.conv_kernels(fake, {"matmul": fake.matmul, **{n: _fallback(n) for n in names}, **fallback})
+
+
+# -- numpy float64 references: a loop over the kernel's taps, each tap a strided slice -------------
+
+
+def _tap(k: int, d: int, s: int, n: int) -> slice:
+    return slice(k * d, k * d + s * (n - 1) + 1, s)
+
+
+def _out_size(size: int, k: int, s: int, pad: tuple[int, int], d: int) -> int:
+    return (size + pad[0] + pad[1] - d * (k - 1) - 1) // s + 1
+
+
+def ref_conv(x, w, b, stride, padding, dilation):  # noqa: ANN001, ANN201
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    xp = np.pad(x, ((0, 0), (0, 0), *padding))
+    oh, ow = (_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i]) for i in (0, 1))
+    y = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for kh in range(w.shape[2]):
+        for kw in range(w.shape[3]):
+            patch = xp[:, :, _tap(kh, dilation[0], stride[0], oh), _tap(kw, dilation[1], stride[1], ow)]
+            y += np.einsum("nchw,oc->nohw", patch, w[:, :, kh, kw])
+    return y if b is None else y + b.astype(np.float64)[None, :, None, None]
+
+
+def ref_weight_grad(g, x, kernel, stride, padding, dilation):  # noqa: ANN001, ANN201
+    g, xp = g.astype(np.float64), np.pad(x.astype(np.float64), ((0, 0), (0, 0), *padding))
+    oh, ow = g.shape[2:]
+    dw = np.zeros((g.shape[1], x.shape[1], *kernel))
+    for kh in range(kernel[0]):
+        for kw in range(kernel[1]):
+            patch = xp[:, :, _tap(kh, dilation[0], stride[0], oh), _tap(kw, dilation[1], stride[1], ow)]
+            dw[:, :, kh, kw] = np.einsum("nohw,nchw->oc", g, patch)
+    return dw
+
+
+def ref_transpose(x, w, b, size, stride, padding, dilation):  # noqa: ANN001, ANN201
+    """The adjoint of ref_conv with weight ``w`` (Cin_t, Cout_t, KH, KW) at cotangent ``x``."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    (p0, p1), (q0, q1) = padding
+    y = np.zeros((x.shape[0], w.shape[1], size[0] + p0 + p1, size[1] + q0 + q1))
+    oh, ow = x.shape[2:]
+    for kh in range(w.shape[2]):
+        for kw in range(w.shape[3]):
+            sl = (slice(None), slice(None), _tap(kh, dilation[0], stride[0], oh), _tap(kw, dilation[1], stride[1], ow))
+            y[sl] += np.einsum("nohw,oc->nchw", x, w[:, :, kh, kw])
+    y = y[:, :, p0 : p0 + size[0], q0 : q0 + size[1]]
+    return y if b is None else y + b.astype(np.float64)[None, :, None, None]
+
+
+def _windows(x, kernel, stride, padding, dilation):  # noqa: ANN001, ANN202
+    """(-inf padded x, its taps as (N, C, OH, OW, KH*KW), the tap slices)."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), *padding), constant_values=-np.inf)
+    oh, ow = (_out_size(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i]) for i in (0, 1))
+    slices = [
+        (_tap(kh, dilation[0], stride[0], oh), _tap(kw, dilation[1], stride[1], ow))
+        for kh in range(kernel[0])
+        for kw in range(kernel[1])
+    ]
+    return xp, np.stack([xp[:, :, a, b] for a, b in slices], axis=-1), slices
+
+
+def ref_max_pool(x, kernel, stride, padding, dilation):  # noqa: ANN001, ANN201
+    return _windows(x, kernel, stride, padding, dilation)[1].max(axis=-1)  # a NaN propagates
+
+
+def ref_max_pool_backward(g, x, kernel, stride, padding, dilation):  # noqa: ANN001, ANN201
+    """g of each window to its first tap equal to the window's maximum; none when that is NaN."""
+    xp, taps, slices = _windows(x, kernel, stride, padding, dilation)
+    eq = taps == taps.max(axis=-1, keepdims=True)
+    first = np.where(eq.any(axis=-1), eq.argmax(axis=-1), -1)
+    dxp = np.zeros_like(xp)
+    for k, (a, b) in enumerate(slices):
+        dxp[:, :, a, b] += np.where(first == k, g.astype(np.float64), 0.0)
+    (p0, _), (q0, _) = padding
+    return dxp[:, :, p0 : p0 + x.shape[2], q0 : q0 + x.shape[3]]
+
+
+# -- cases -----------------------------------------------------------------------------------------
+
+CONV_CASES = [
+    # (x shape, w shape, stride, padding pairs, dilation, bias)
+    ((2, 3, 7, 9), (4, 3, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), True),  # C*K = 27: the ones row makes 28
+    ((3, 2, 11, 10), (5, 2, 5, 5), (2, 2), ((2, 2), (1, 3)), (1, 1), True),  # 5x5, stride 2, asymmetric padding
+    ((2, 2, 12, 9), (3, 2, 3, 2), (2, 1), ((1, 0), (0, 1)), (1, 2), False),  # dilation, no bias
+    ((2, 1, 28, 28), (4, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), True),  # W3's first layer: C*K << L
+    ((3, 4, 6, 5), (2, 4, 1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), True),  # 1x1
+    ((2, 3, 9, 8), (4, 3, 3, 3), (3, 2), ((0, 2), (1, 0)), (2, 1), True),  # stride 3 with dilation 2
+]
+LAYOUTS = {
+    "by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
+    "partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
+    "one-gemm": {"forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
+}
+
+
+@pytest.fixture(params=list(LAYOUTS))
+def layout(request, monkeypatch):  # noqa: ANN001, ANN201
+    for k, v in LAYOUTS[request.param].items():
+        monkeypatch.setitem(conv.OPTIONS, k, v)
+    return request.param
+
+
+def _tol(dtype: str) -> float:
+    return 2e-5 if dtype == "float32" else 1e-12
+
+
+def _close(got: np.ndarray, want: np.ndarray, dtype: str, what: str) -> None:
+    assert got.dtype == np.dtype(dtype), what
+    assert not np.isnan(got).any(), f"{what}: an element no kernel wrote"
+    tol = _tol(dtype)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())), err_msg=what)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("xs", "ws", "stride", "padding", "dilation", "bias"), CONV_CASES)
+def test_conv_and_its_gradients_match_float64(fake, layout, dtype, xs, ws, stride, padding, dilation, bias) -> None:
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in (xs, ws, ws[:1]))
+    k = _kernels(fake)
+    geo = {"stride": stride, "padding": padding, "dilation": dilation, "groups": 1}
+    args = (fake.asarray(x), fake.asarray(w)) + ((fake.asarray(b),) if bias else ())
+    y = k["conv"](*args, **geo)
+    want = ref_conv(x, w, b if bias else None, stride, padding, dilation)
+    _close(np.asarray(y), want, dtype, "conv")
+
+    g = rng.standard_normal(want.shape).astype(dtype)
+    dw = k["conv_weight_grad"](fake.asarray(g), fake.asarray(x), kernel=ws[2:], **geo)
+    _close(np.asarray(dw), ref_weight_grad(g, x, ws[2:], stride, padding, dilation), dtype, "conv_weight_grad")
+
+    # the input gradient is conv_transpose with the same weight; its bias is the transposed output's
+    tb = rng.standard_normal(xs[1]).astype(dtype)
+    targs = (fake.asarray(g), fake.asarray(w)) + ((fake.asarray(tb),) if bias else ())
+    dx = k["conv_transpose"](*targs, size=xs[2:], **geo)
+    want_dx = ref_transpose(g, w, tb if bias else None, xs[2:], stride, padding, dilation)
+    _close(np.asarray(dx), want_dx, dtype, "conv_transpose")
+
+    ct = {"float32": "float", "float64": "double"}[dtype]
+    ran = {name.removeprefix("ember_").removesuffix(f"_{ct}"): n for name, n in fake.launches.items()}
+    assert ran["im2col"] == 2 and ran["col2im"] == 1, ran
+    by_sample = LAYOUTS[layout]["forward_by_sample"] == 0
+    assert ran.get("pack_weight", 0) == (1 if bias and by_sample else 0), ran
+    assert sum(v for n, v in ran.items() if n.startswith("swap01")) == 3 - 2 * by_sample - (
+        by_sample and w.shape[1] * ws[2] * ws[3] <= conv.OPTIONS["wgrad_partials"] * want[0, 0].size
+    ), ran
+
+
+def test_the_vectorised_transpose_runs_where_rows_allow_it(fake, monkeypatch) -> None:
+    """The output transpose of the one-GEMM layout: float4 per thread when L % 4 == 0, else scalar."""
+    monkeypatch.setitem(conv.OPTIONS, "forward_by_sample", conv.NEVER)
+    k = _kernels(fake)
+    rng = np.random.default_rng(5)
+    for xs, kinds in (((2, 3, 8, 6), "swap01v"), ((2, 3, 7, 5), "swap01")):
+        x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (xs, (5, 3, 3, 3), (5,)))
+        geo = {"stride": (1, 1), "padding": ((1, 1), (1, 1)), "dilation": (1, 1), "groups": 1}
+        before = fake.launches[f"ember_{kinds}_float"]
+        y = k["conv"](fake.asarray(x), fake.asarray(w), fake.asarray(b), **geo)
+        assert fake.launches[f"ember_{kinds}_float"] == before + 1
+        _close(np.asarray(y), ref_conv(x, w, b, (1, 1), ((1, 1), (1, 1)), (1, 1)), "float32", str(xs))
+
+
+POOL_CASES = [
+    # (x shape, kernel, stride, padding pairs, dilation, the tiled kernel)
+    ((2, 3, 8, 8), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), True),  # W3's pools
+    ((2, 2, 9, 7), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), True),  # a row and a column past the windows
+    ((2, 2, 7, 8), (3, 3), (3, 3), ((1, 1), (1, 1)), (1, 1), True),  # tiled with padding
+    ((1, 3, 10, 9), (3, 2), (3, 2), ((1, 1), (0, 0)), (1, 1), True),
+    ((1, 2, 7, 5), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), False),  # overlapping windows, padding
+    ((2, 2, 9, 10), (2, 3), (2, 1), ((0, 0), (0, 0)), (2, 1), False),  # dilation
+    ((2, 2, 8, 8), (2, 2), (2, 2), ((0, 0), (0, 0)), (2, 2), False),  # stride == kernel, dilated: not tiled
+    ((2, 16, 28, 28), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), True),  # larger than one grid's threads
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("shape", "kernel", "stride", "padding", "dilation", "tiled"), POOL_CASES)
+def test_max_pool_and_its_gradient_route_to_the_first_maximum(
+    fake, dtype, shape, kernel, stride, padding, dilation, tiled
+) -> None:
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(-3, 4, shape).astype(dtype)  # many ties: the first maximum takes the gradient
+    x.reshape(-1)[::37] = np.nan  # a NaN wins its window and takes no gradient
+    x.reshape(-1)[5::41] = -np.inf
+    x[0, 0] = -np.inf  # whole windows of -inf (with padding: the first tap is a padded one)
+    k = _kernels(fake)
+    geo = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation}
+    out = k["max_pool"](fake.asarray(x), **geo)
+    want = ref_max_pool(x, kernel, stride, padding, dilation)
+    assert out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(np.asarray(out), want)
+    g = rng.standard_normal(want.shape).astype(dtype)
+    dx = k["max_pool_backward"](fake.asarray(g), fake.asarray(x), out, **geo)
+    _close(np.asarray(dx), ref_max_pool_backward(g, x, kernel, stride, padding, dilation), dtype, "dx")
+    ct = {"float32": "float", "float64": "double"}[dtype]
+    assert fake.launches[f"ember_max_pool_{ct}"] == 1
+    name = "max_pool_backward_tiled" if tiled else "max_pool_backward"
+    assert fake.launches[f"ember_{name}_{ct}"] == 1, fake.launches
+    assert conv.CALLS["max_pool_backward"] > 0
+
+
+def test_other_ranks_groups_and_dtypes_take_the_shared_kernels(fake) -> None:
+    taken = []
+    k = _kernels(fake, conv=lambda *a, **kw: taken.append("conv"), max_pool=lambda *a, **kw: taken.append("pool"))
+    rng = np.random.default_rng(3)
+    geo = {"stride": (1,), "padding": ((0, 0),), "dilation": (1,), "groups": 1}
+    k["conv"](fake.asarray(rng.standard_normal((2, 4, 9))), fake.asarray(rng.standard_normal((4, 4, 3))), **geo)
+    geo2 = {"stride": (1, 1), "padding": ((0, 0), (0, 0)), "dilation": (1, 1)}
+    x, w = fake.asarray(rng.standard_normal((2, 4, 5, 5))), fake.asarray(rng.standard_normal((4, 2, 3, 3)))
+    k["conv"](x, w, **geo2, groups=2)
+    k["max_pool"](fake.asarray(np.ones((2, 2, 4, 4), np.float16)), kernel=(2, 2), **geo2)
+    assert taken == ["conv", "conv", "pool"] and not fake.launches
