@@ -92,6 +92,7 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
     one = {dt: np.ones((), dtype=dt) for dt in gemm}
     zero = {dt: np.zeros((), dtype=dt) for dt in gemm}
     handle_of = cp.cuda.device.get_cublas_handle
+    last: dict[int, int] = {}  # per cuBLAS handle, the stream it was last set to
     stream_of = cp.cuda.get_current_stream
 
     def matmul(a: Any, b: Any) -> Any:
@@ -113,7 +114,10 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
         count = int(np.prod(batch)) if batch else 1
         out = cp.empty((*batch, m, n), dtype=dt)
         handle = handle_of()
-        set_stream(handle, stream_of().ptr)
+        stream = stream_of().ptr
+        if last.get(handle) != stream:  # cublasSetStream also resets the handle's workspace: only on a change
+            set_stream(handle, stream)
+            last[handle] = stream
         # row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLAS's first operand is B
         status = call(
             handle, lb[0], la[0], n, m, k,
