@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -25,10 +26,18 @@ import numpy as np
 from .dtypes import as_dtype
 from .kernel_cache import KernelCache
 
-__all__ = ["GemmTuner", "TileConfig", "shape_class", "parse_shape", "autotune_enabled", "AUTOTUNE_FLOPS", "covering"]
+__all__ = [
+    "GemmTuner", "TuningNotice", "TileConfig", "shape_class", "parse_shape", "autotune_enabled", "AUTOTUNE_FLOPS",
+    "covering",
+]  # fmt: skip
 
 AUTOTUNE_FLOPS = 2**30
 _DEFAULT_SHAPES = [(4096, 4096, 4096), (1024, 1024, 1024), (256, 256, 256)]
+
+
+class TuningNotice(UserWarning):
+    """A GEMM is being tuned on first use (seconds, once per device and driver): said once, so a slow
+    step has a reason on screen. ``warnings.simplefilter("ignore", TuningNotice)`` silences it."""
 
 
 class TileConfig(Protocol):
@@ -207,7 +216,16 @@ class GemmTuner(Generic[R, C]):
         if found is not None or id(rt) in self._busy or self.is_cpu(rt):
             return found
         if M * N * K >= AUTOTUNE_FLOPS and autotune_enabled():
-            found, _ = self.tune(rt, dt, M, N, K, budget_s=_autotune_budget())
+            budget = _autotune_budget()
+            name, _ = self.identity(rt)
+            warnings.warn(
+                f"ember-{self.backend}: tuning {dt} GEMM ({shape_class(M, N, K)} M/N/K) on {name} for up to "
+                f"{budget:g} s, once per device and driver: the choice is cached (EMBER_AUTOTUNE=0 skips "
+                f"this; `python -m ember_{self.backend}.tune` tunes ahead of time)",
+                TuningNotice,
+                stacklevel=2,
+            )
+            found, _ = self.tune(rt, dt, M, N, K, budget_s=budget)
         return found
 
     def record(self, rt: R, dt: str, cls: str, c: C, gflops: float | None = None) -> bool:
