@@ -3,6 +3,7 @@
     python plugins/opencl/scripts/release_cost.py opencl:0 gpu        # from the repository root
     SPIN=2 python plugins/opencl/scripts/release_cost.py opencl:0 quick   # PoCL: a short spin kernel
     MICRO=0 ...                                                     # the training steps only
+    WORKLOADS=W2,W3 ...                                             # which workloads (default W3,W4)
 
 First the driver alone (pyopencl): create / first fill / release of idle buffers, then, while a ~3 ms
 kernel runs, how long a release of an unrelated buffer, a create, and a release of the kernel's own
@@ -28,7 +29,7 @@ import numpy as np
 import pyopencl as cl
 
 import ember as em
-from benchmarks import w3_cnn, w4_transformer
+from benchmarks import w2_mlp, w3_cnn, w4_transformer
 
 SPIN = """__kernel void spin(__global float* a, int n) { int i = get_global_id(0);
     float x = a[i]; for (int k = 0; k < n; k++) x = x * 0.999f + 0.001f; a[i] = x; }"""
@@ -159,7 +160,9 @@ def main() -> None:
         print(dev, "| EMBER_OPENCL_RELEASE:", mode, "| releaser:", rt.releaser is not None)
         if os.environ.get("MICRO", "1") != "0":
             micro(rt, int(os.environ.get("SPIN", "20000")))
-    for module in (w3_cnn, w4_transformer):
+    chosen = os.environ.get("WORKLOADS", "W3,W4").split(",")
+    modules = {"W2": w2_mlp, "W3": w3_cnn, "W4": w4_transformer}
+    for module in (modules[w.strip()] for w in chosen):
         for strategy in ("static", "adaptive"):
             steps(spec, sizes, module, strategy)
 
