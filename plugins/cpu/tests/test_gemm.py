@@ -165,6 +165,8 @@ def test_backend_ops_run_with_the_blas_on_one_thread_and_put_it_back(monkeypatch
     from ember_cpu.backend import _fits_threads  # noqa: PLC0415
 
     monkeypatch.setattr(gemm.policy, "on", True)
+    monkeypatch.setattr(gemm, "RECENT", 1e9)
+    monkeypatch.setattr(gemm.splitter, "last_own", 0.0)  # as if ember's threads had split a kernel of their own
     get = gemm.blas_pin.funcs[0][0]
     before = get()
     seen = []
@@ -207,11 +209,15 @@ def test_convolutions_split_their_products(split, monkeypatch):
 
     x, w = _rand((3, 6, 11, 9)), _rand((8, 3, 3, 3), seed=1)
     pads = ((1, 0), (2, 1))
-    got = [
-        conv_kernels.conv2d(x, w, None, (1, 1), pads, (1, 1), 2),
-        conv_kernels.conv2d_weight_grad(_rand((3, 8, 10, 10), seed=2), x, (3, 3), (1, 1), pads, (1, 1), 2),
-        conv_kernels.conv2d_transpose(_rand((3, 8, 10, 10), seed=3), w, None, (11, 9), (1, 1), pads, (1, 1), 2),
-    ]
+    gemm.blas_pin.enter()  # as the backend's conv ops do while ember's threads are in use
+    try:
+        got = [
+            conv_kernels.conv2d(x, w, None, (1, 1), pads, (1, 1), 2),
+            conv_kernels.conv2d_weight_grad(_rand((3, 8, 10, 10), seed=2), x, (3, 3), (1, 1), pads, (1, 1), 2),
+            conv_kernels.conv2d_transpose(_rand((3, 8, 10, 10), seed=3), w, None, (11, 9), (1, 1), pads, (1, 1), 2),
+        ]
+    finally:
+        gemm.blas_pin.leave()
     assert split.counts["split"] >= 3
     monkeypatch.setattr(gemm.policy, "on", False)
     want = [
@@ -250,3 +256,23 @@ def test_concurrent_callers_each_get_their_product(split):
         t.join()
     for r in results:
         np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-4)
+
+
+def test_products_are_split_only_while_embers_threads_have_kernels_of_their_own(split, monkeypatch):
+    """Without a recent kernel of ember's own (a fused region, attention's blocks) the BLAS keeps
+    its threads and products are not split; after one, the ops pin it and split."""
+    from ember_cpu.backend import _fits_threads, _product  # noqa: PLC0415
+
+    split.last_own = float("-inf")
+    kernel = _fits_threads(lambda a, b: (gemm.blas_pin.held(), _product(a, b)))
+    a, b = _rand((90, 40)), _rand((40, 70), seed=1)
+    held, r = kernel(a, b)
+    assert not held and split.counts["split"] == 0
+    split.run(lambda lo, hi: None, 10, 1)  # a kernel of ember's own
+    held, r = kernel(a, b)
+    assert held and split.counts["split"] == 2  # that kernel and the product
+    np.testing.assert_allclose(r, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+    gemm.matmul(a, b)  # a product does not count as a kernel of ember's own
+    split.last_own = float("-inf")
+    gemm.matmul(a, b)
+    assert split.last_own == float("-inf")

@@ -429,9 +429,9 @@ BLAS_OPS = (
 
 
 def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b``: split over ember's threads when large (:func:`ember_cpu.gemm.matmul`), else
-    the shared kernel."""
-    if gemm.active():
+    """``a @ b``: split over ember's threads when the op pinned the BLAS and it is large
+    (:func:`ember_cpu.gemm.matmul`), else the shared kernel."""
+    if gemm.blas_pin.held():
         out = gemm.matmul(a, b)
         if out is not None:
             return out
@@ -439,13 +439,14 @@ def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _fits_threads(kernel: Any) -> Any:
-    """``kernel`` with numpy's BLAS on one thread (:mod:`ember_cpu.gemm`), or else after a look
-    at the machine's load (:meth:`ember_cpu.threads.BlasThreads.update`)."""
+    """``kernel`` with numpy's BLAS on one thread while ember's threads are in use
+    (:func:`ember_cpu.gemm.wanted`), or else after a look at the machine's load
+    (:meth:`ember_cpu.threads.BlasThreads.update`)."""
     update = blas_threads.update
-    active, pin = gemm.active, gemm.blas_pin
+    wanted, pin = gemm.wanted, gemm.blas_pin
 
     def run(*args: Any, **kw: Any) -> Any:
-        if active():
+        if wanted():
             pin.enter()
             try:
                 return kernel(*args, **kw)

@@ -2,12 +2,15 @@
 
 OpenBLAS's idle workers busy-wait ~0.1 s after each multithreaded product, so the core a
 product's second thread ran on stays taken while the next kernels (a fused kernel split over
-the cores, :mod:`ember_cpu.parallel`) want it. Here the backend's BLAS-bound ops run with the
-BLAS pinned to one thread (:class:`BlasPin`: set on entry, the previous count put back when the
-last of ember's calls leaves), and a large product is cut into blocks of rows (of columns when
-it has few rows, of batches when batched) that the caller and :data:`ember_cpu.parallel.splitter`'s
-helpers compute at once, each block one ``np.matmul(..., out=...)`` that releases the GIL.
-A helper sleeps on a queue when its block is done: nothing spins after a product.
+the cores, :mod:`ember_cpu.parallel`) want it. So while ember's threads have kernels of their
+own to split (:func:`wanted`), the backend's BLAS-bound ops run with the BLAS pinned to one
+thread (:class:`BlasPin`: set on entry, the previous count put back when the last of ember's
+calls leaves), and a large product is cut into blocks of rows (of columns when it has few rows,
+of batches when batched) that the caller and :data:`ember_cpu.parallel.splitter`'s helpers
+compute at once, each block one ``np.matmul(..., out=...)`` that releases the GIL. A helper
+sleeps on a queue when its block is done: nothing spins after a product. Otherwise OpenBLAS's
+own threads, faster at a product on their own (they share packed operands and start at once),
+keep the products.
 
 OpenBLAS does not cut the inner (K) dimension across threads nor vary its kernel with the
 number of rows, so every output element is summed in the same order as by the whole product:
@@ -27,6 +30,7 @@ import ctypes
 import math
 import os
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -35,11 +39,14 @@ from ember.errors import InvalidArgumentError
 
 from .parallel import splitter
 
-__all__ = ["MIN_SPLIT_FLOPS", "MIN_BLOCK_FLOPS", "SPLIT_GEMM", "BlasPin", "blas_pin", "active", "matmul", "product"]
+__all__ = [
+    "MIN_SPLIT_FLOPS", "MIN_BLOCK_FLOPS", "SPLIT_GEMM", "BlasPin", "blas_pin", "active", "wanted", "matmul", "product",
+]  # fmt: skip
 
 #: products of fewer floating-point operations (2 M N K per matrix) run on the calling thread
-#: alone: (1024, 256) @ (256, 256), 134 MFLOP, ran 1.27 ms on one thread, 0.71 split in two
-MIN_SPLIT_FLOPS = 1 << 26
+#: alone (two blocks of at least :data:`MIN_BLOCK_FLOPS`): (1024, 256) @ (256, 256), 134 MFLOP,
+#: ran 1.27 ms on one thread, 0.71 split in two
+MIN_SPLIT_FLOPS = 1 << 25
 
 #: the fewest floating-point operations a block gets: OpenBLAS's packing of the other operand,
 #: repeated by every block, stays small beside the block's arithmetic, and M N K stays above
@@ -113,8 +120,14 @@ class BlasPin:
             self._start()
         return bool(self.funcs)
 
+    def held(self) -> bool:
+        """Whether one of ember's calls holds the BLAS on one thread now."""
+        return self._depth > 0
+
     def enter(self) -> None:
         """Pin the BLAS to one thread (the first of nested or concurrent callers saves its count)."""
+        if not self._ready:
+            self._start()
         with self._lock:
             self._depth += 1
             if self._depth == 1:
@@ -150,8 +163,22 @@ class _Policy:
 policy = _Policy()
 
 
+#: seconds after ember's threads last had a kernel of their own to split (a fused region,
+#: attention's blocks) during which the BLAS-bound ops pin the BLAS and split their products
+RECENT = 0.25
+
+
+def wanted() -> bool:
+    """Whether this BLAS-bound op pins the BLAS and splits its products: :func:`active`, and
+    ember's threads split a kernel of their own within :data:`RECENT` seconds. Without such
+    kernels (W2: products and small elementwise ops) nothing contends with OpenBLAS's spinning
+    workers, whose shared packing and instant start make its own threads faster at products
+    (W2's (128, 1024) @ (1024, 1024): 1.52 ms against 1.66-1.70 split), so they keep them."""
+    return time.monotonic() - splitter.last_own < RECENT and active()
+
+
 def active() -> bool:
-    """Whether the backend's BLAS-bound ops pin the BLAS and split large products themselves."""
+    """Whether the backend's BLAS-bound ops may pin the BLAS and split large products themselves."""
     on = policy.on
     if on is None:
         fixed = os.environ.get("EMBER_CPU_BLAS_THREADS", "").strip() not in ("", "0")
@@ -159,11 +186,15 @@ def active() -> bool:
     return on
 
 
+#: blocks a product is cut into per thread: one repacks the other operand least (two gave W4
+#: 1.13-1.41x torch against 0.88-1.17x for one, interleaved at load ~2: no clear difference)
+BLOCKS_PER_THREAD = 1
+
+
 def _grain(count: int, unit_flops: int, threads: int) -> int:
-    """Units (rows, columns or matrices) a block gets out of ``count``: two blocks a thread (a
-    late helper leaves the caller one block, not half the product), none under
-    :data:`MIN_BLOCK_FLOPS`."""
-    return max(-(-count // (2 * threads)), -(-MIN_BLOCK_FLOPS // max(unit_flops, 1)))
+    """Units (rows, columns or matrices) a block gets out of ``count``: :data:`BLOCKS_PER_THREAD`
+    blocks a thread, none under :data:`MIN_BLOCK_FLOPS`."""
+    return max(-(-count // (BLOCKS_PER_THREAD * threads)), -(-MIN_BLOCK_FLOPS // max(unit_flops, 1)))
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
@@ -206,9 +237,9 @@ def _half(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
 
 
 def product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``np.matmul(a, b, out=out)``, split over ember's threads when :func:`matmul` takes it
-    and the backend's ops split their products (:func:`active`)."""
-    if active():
+    """``np.matmul(a, b, out=out)``, split over ember's threads when the calling op pinned the
+    BLAS (:func:`wanted`) and :func:`matmul` takes it."""
+    if blas_pin.held():
         r = matmul(a, b, out)
         if r is not None:
             return r
@@ -238,4 +269,4 @@ def _split(a: np.ndarray, b: np.ndarray, out: np.ndarray, batch: tuple[int, ...]
             np.matmul(a, b[..., lo:hi], out=out[..., lo:hi])
 
         count, unit = n, 2 * m * k * math.prod(batch)
-    splitter.run(call, count, _grain(count, unit, threads))
+    splitter.run(call, count, _grain(count, unit, threads), own=False)
