@@ -81,7 +81,11 @@ def test_fixed_count_from_environment(fake, monkeypatch):
 
 
 def test_blas_kernels_consult_the_policy(monkeypatch):
+    """With the split products off (ember_cpu.gemm), the BLAS-bound kernels first ask the policy."""
+    from ember_cpu import gemm  # noqa: PLC0415
     from ember_cpu.backend import BLAS_OPS, _fits_threads  # noqa: PLC0415
+
+    monkeypatch.setattr(gemm.policy, "on", False)
 
     impl = em.Device("cpu").backend.implementation
     assert impl("matmul").__wrapped__ is not None and impl("conv").__wrapped__ is not None

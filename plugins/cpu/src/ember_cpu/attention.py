@@ -135,7 +135,23 @@ _WORKERS = _Workers()
 
 
 def _run_blocks(fn: Any, blocks: list[tuple[Any, ...]]) -> None:
-    _WORKERS.run(fn, blocks)
+    """The blocks over ember's threads with the BLAS on one thread (:mod:`ember_cpu.gemm`), or
+    else over as many threads as the BLAS has (:class:`_Workers`)."""
+    from . import gemm  # noqa: PLC0415
+
+    if not gemm.active():
+        _WORKERS.run(fn, blocks)
+        return
+
+    def part(lo: int, hi: int) -> None:
+        for idx in blocks[lo:hi]:
+            fn(idx)
+
+    gemm.blas_pin.enter()
+    try:
+        gemm.splitter.run(part, len(blocks), 1)
+    finally:
+        gemm.blas_pin.leave()
 
 
 def _blocks(batch: tuple[int, ...], per_item: int) -> Iterator[tuple[Any, ...]]:

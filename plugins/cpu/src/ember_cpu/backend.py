@@ -29,7 +29,7 @@ from ember.memory import MemoryStats, unmeasured_stats
 from ember.random import philox_words
 
 from . import fusion as fused
-from . import host_memory, quant_kernels
+from . import gemm, host_memory, quant_kernels
 from .threads import blas_threads
 
 # numpy reports overflow / division by zero / invalid values as warnings; ember's semantics
@@ -215,15 +215,16 @@ class CpuBackend(Backend):
         """A stack of rows times one matrix ((..., M, K) @ (K, N)) as one 2-D BLAS product when
         the stack's rows merge without a copy: one GEMM with M x batch rows instead of one per
         matrix (W4's (8, 128, 768) @ (768, 256), one thread: 8.5-8.7 -> 4.2 ms; most of its
-        shapes 5-40 % faster, none slower beyond the noise); else the shared kernel."""
+        shapes 5-40 % faster, none slower beyond the noise); else the shared kernel. Large
+        products split over ember's threads (ember_cpu.gemm)."""
         if a.ndim > 2 and b.ndim == 2 and a.dtype == b.dtype:
             try:
                 rows = np.reshape(a, (-1, a.shape[-1]), copy=False)
             except ValueError:  # the stack's rows do not merge into one strided matrix
                 rows = None
             if rows is not None:
-                return _MATMUL(rows, b).reshape(a.shape[:-1] + b.shape[-1:])
-        return _MATMUL(a, b)
+                return _product(rows, b).reshape(a.shape[:-1] + b.shape[-1:])
+        return _product(a, b)
 
     # -- attention in blocks of heads (ember_cpu.attention) ------------------------------------
     @native
@@ -427,11 +428,30 @@ BLAS_OPS = (
 )  # fmt: skip
 
 
+def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b``: split over ember's threads when the op pinned the BLAS and it is large
+    (:func:`ember_cpu.gemm.matmul`), else the shared kernel."""
+    if gemm.blas_pin.held():
+        out = gemm.matmul(a, b)
+        if out is not None:
+            return out
+    return _MATMUL(a, b)
+
+
 def _fits_threads(kernel: Any) -> Any:
-    """``kernel`` after a look at the machine's load (:meth:`ember_cpu.threads.BlasThreads.update`)."""
+    """``kernel`` with numpy's BLAS on one thread while ember's threads are in use
+    (:func:`ember_cpu.gemm.wanted`), or else after a look at the machine's load
+    (:meth:`ember_cpu.threads.BlasThreads.update`)."""
     update = blas_threads.update
+    wanted, pin = gemm.wanted, gemm.blas_pin
 
     def run(*args: Any, **kw: Any) -> Any:
+        if wanted():
+            pin.enter()
+            try:
+                return kernel(*args, **kw)
+            finally:
+                pin.leave()
         update()
         return kernel(*args, **kw)
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numba import njit, uint64
 
+from .gemm import product
 from .numba_codegen import PARALLEL
 
 __all__ = [
@@ -489,7 +490,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: tuple[
                 split(_small_k_conv, m, flat_w, c, piece, b, bias is not None, m, cout, cout // groups, k, length)
             continue
         y = SCRATCH.take((groups, cout // groups, m * length), x.dtype)
-        np.matmul(wm, cols.reshape(groups, cg * kh * kw, m * length), out=y)
+        product(wm, cols.reshape(groups, cg * kh * kw, m * length), out=y)
         rows_to_nchw(y.reshape(cout, m * length), m, bias, out[s : s + m])
         SCRATCH.give(y)
         if step < n:
@@ -519,16 +520,16 @@ def conv2d_weight_grad(g: np.ndarray, x: np.ndarray, kernel: tuple[int, int], st
             cols = im2col(x[s : s + m], kernel, stride, padding, dilation, (oh, ow))
         if k <= SMALL_K:
             per_sample = cols.reshape(groups, k, m, length).transpose(2, 0, 3, 1)  # (m, G, L, K)
-            part = np.matmul(g[s : s + m].reshape(m, groups, cout // groups, length), per_sample).sum(axis=0)
+            part = product(g[s : s + m].reshape(m, groups, cout // groups, length), per_sample).sum(axis=0)
         else:
             rows = SCRATCH.take((cout, m, length), g.dtype)
             np.copyto(rows, g[s : s + m].reshape(m, cout, length).transpose(1, 0, 2))
             # as (cols @ rows^T)^T: OpenBLAS runs (288, 12544) @ (12544, 64) in 6.5 ms against
             # 7.5 for (64, 12544) @ (12544, 288) (W3's second layer, one thread)
             if groups == 1:
-                part = (cols @ rows.reshape(cout, m * length).T).T
+                part = product(cols, rows.reshape(cout, m * length).T).T
             else:
-                part = np.matmul(
+                part = product(
                     cols.reshape(groups, k, m * length),
                     rows.reshape(groups, cout // groups, m * length).transpose(0, 2, 1),
                 ).transpose(0, 2, 1)
@@ -558,7 +559,7 @@ def conv2d_transpose(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, size
         rows = SCRATCH.take((cin, m, length), x.dtype)
         np.copyto(rows, x[s : s + m].reshape(m, cin, length).transpose(1, 0, 2))
         cols = SCRATCH.take((groups, cog * kh * kw, m * length), x.dtype)
-        np.matmul(wm, rows.reshape(groups, cin // groups, m * length), out=cols)
+        product(wm, rows.reshape(groups, cin // groups, m * length), out=cols)
         out[s : s + m] = col2im(cols.reshape(-1, m * length), size, (kh, kw), stride, padding, dilation, (hx, wx), n=m)
         SCRATCH.give(cols)
         SCRATCH.give(rows)

@@ -157,6 +157,10 @@ class Splitter:
         #: kernels split, kernels left whole because other processes held the cores, and chunks
         #: the helper threads ran (the rest ran on the callers)
         self.counts = {"split": 0, "busy": 0, "helper_chunks": 0}
+        #: ``time.monotonic()`` when a kernel of ember's own (not a product, ``own=False``) last
+        #: asked to be split, whether or not the cores were idle: while this is recent the
+        #: backend's products run on these threads too (:func:`ember_cpu.gemm.wanted`)
+        self.last_own = float("-inf")
         #: the other processes' load (None: not measured, every core counts as idle)
         self.load: Load | None = Load() if threads is None else None
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -182,10 +186,13 @@ class Splitter:
                 return
             job.work(helper=True)
 
-    def run(self, call: Callable[[int, int], Any], count: int, grain: int) -> None:
+    def run(self, call: Callable[[int, int], Any], count: int, grain: int, own: bool = True) -> None:
         """``call(lo, hi)`` over ``[0, count)`` in chunks of ``grain``, on this thread and the
-        helpers; returns when every chunk has run (re-raising a chunk's error)."""
+        helpers; returns when every chunk has run (re-raising a chunk's error). ``own``: a
+        kernel of ember's own (recorded in :attr:`last_own`), not a BLAS product."""
         grain = max(1, grain)
+        if own and count > grain and self.threads > 1:
+            self.last_own = time.monotonic()
         threads = self.threads if self.load is None else min(self.threads, self.load.idle())
         if threads <= 1 or count <= grain:
             self.counts["busy"] += self.threads > 1 and count > grain

@@ -13,6 +13,8 @@ import numpy as np
 
 from ember.ops.quant import NF4_LEVELS
 
+from .gemm import product
+
 __all__ = ["dequant_matmul", "dequantize", "dequantize_op", "CALLS"]
 
 #: calls per op name (tests read it; nothing else depends on it)
@@ -62,8 +64,8 @@ def dequant_matmul(
     lead = x.shape[:-1]
     x2 = x.reshape(-1, shape[1]).astype(compute, copy=False)
     if format == "int8":  # the per-row scale commutes with the product: scale the (N, out) result
-        y = x2 @ qweight.astype(compute).T
+        y = product(x2, qweight.astype(compute).T)
         y *= scales.astype(compute)
     else:
-        y = x2 @ dequantize(qweight, scales, format, shape, block_size, compute).T
+        y = product(x2, dequantize(qweight, scales, format, shape, block_size, compute).T)
     return np.ascontiguousarray(y.reshape(lead + (shape[0],)).astype(dt, copy=False))
