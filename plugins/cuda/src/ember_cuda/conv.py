@@ -6,23 +6,27 @@ host time each), and a max-pool backward from ~5 kernels per window offset; on a
 is ~200 launches a step and the host, not the GPU, sets the pace. Here (all memory-bound, so the
 design goal is few passes over memory and little index arithmetic per element):
 
-- ``conv``: one im2col kernel writes the columns as (N, C*KH*KW, L) (a thread per input pixel and
-  output position, writing its KH*KW taps), plus a row of ones when there is a bias; one
-  strided-batched cuBLAS GEMM of the weight (with the bias as one more column) against each
-  sample's columns gives (N, Cout, L), which is NCHW: no transpose, no bias pass.
+- ``conv``: one im2col kernel (a thread per input pixel and output position, writing its KH*KW
+  taps). For long output rows (L = OH*OW >= 512) the columns are by sample, (N, C*KH*KW, L), plus
+  a row of ones when there is a bias, and one strided-batched cuBLAS GEMM of the weight (with the
+  bias as one more column) against each sample's columns gives (N, Cout, L), which is NCHW: no
+  transpose, no bias pass. For short rows a batched GEMM wastes most of a tile per sample, so
+  the columns are (C*KH*KW, N*L), one GEMM gives (Cout, N*L) and a vectorised transpose adds the
+  bias.
 - ``conv_weight_grad``: when the columns are much smaller than the gradient (a first layer: C*K
   columns of L-long rows, C*K << L), one batched GEMM of per-sample products g[n] @ cols[n]^T and
-  a GEMM with a ones vector summing them over the batch; otherwise the gradient swapped to
-  (Cout, N*L) (a vectorised transpose), the columns laid out (C*K, N*L), one GEMM.
-- ``conv_transpose`` (a convolution's input gradient): one batched GEMM of the weight against
-  each sample's input (already (N, Cin, L)) to (N, Cout*K, L) columns, then a col2im kernel in which
-  each output element gathers its window taps and the bias (no atomics, no zero fill).
+  a GEMM with a ones vector summing them over the batch; otherwise the gradient transposed to
+  (Cout, N*L), the columns laid out (C*K, N*L), one GEMM.
+- ``conv_transpose`` (a convolution's input gradient): the weight against the input, by sample
+  for long rows (one batched GEMM, the input already (N, Cin, L)) or, for short rows, against the
+  input transposed to (Cin, N*L) in one GEMM; then a col2im kernel in which each output element
+  gathers its window taps and the bias (no atomics, no zero fill).
 - ``max_pool``: a thread per output (the window's maximum, NaN wins). ``max_pool_backward``: when
   the windows tile the input (stride == kernel, W3's 2x2) a thread per window writes the
   gradient of all its inputs (x read once, no search per input); otherwise a thread per input
   gathers the gradient of each window whose first maximum is this element.
 
-``OPTIONS`` switches between the layouts (``scripts/conv_bench.py`` times both). Other ranks,
+``OPTIONS`` holds the thresholds (``scripts/conv_bench.py`` times each layout). Other ranks,
 groups and dtypes go to the shared kernels.
 """
 
@@ -45,8 +49,12 @@ CALLS: Counter[str] = Counter()
 #: the output), ``transpose_by_sample`` (likewise for conv_transpose: a batched GEMM from this OH*OW
 #: on, else the input transposed and one GEMM) and ``wgrad_partials`` (per-sample weight-gradient
 #: products summed by a GEMM when C*KH*KW <= this times OH*OW; 0 never). A batched GEMM of L-long
-#: rows wastes the part of its last tile past L; one GEMM over N*L wastes nothing but needs a transpose.
-OPTIONS: dict[str, Any] = {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25}
+#: rows wastes the part of its last tile past L (L = 196: 60 of 256 rows); one GEMM over N*L wastes
+#: nothing but needs a transpose. On the H100 (conv_bench.py, batch 512), W3's conv2 (L = 196) took
+#: 0.18 ms forward and 0.21 ms input gradient with one GEMM and the transpose, and the batched forms
+#: cost the W3 step about as much as the three transposes they saved; its conv1 weight gradient
+#: took 0.063 ms with partials, 0.18 ms with the transpose and one GEMM.
+OPTIONS: dict[str, Any] = {"forward_by_sample": 512, "transpose_by_sample": 512, "wgrad_partials": 0.25}
 #: an OH*OW no convolution reaches (for OPTIONS: never by sample)
 NEVER = 2**62
 
