@@ -356,17 +356,28 @@ def w3_step(dev: Any, old: dict[str, Any], new: dict[str, Any], torch: Any) -> N
             wall = sorted(time_case(case, 3, 20))[10]
             gpu, count, ours = traced(case)
             results[label] = case.result()
+            first = w3_cnn.ember(dev, size)  # eager, one step from the seeded start
+            first.step()
+            first.sync()
+            results[label + " step 1"] = first.result()
             print(f"  ember {label}: {wall * 1e3:.3f} ms wall, {gpu:.3f} ms GPU in {count} kernels a step")
             print("    " + ", ".join(f"{k.removeprefix('ember_')} {v:.3f}" for k, v in sorted(ours.items())))
     finally:
         install(None)
-    diff = {
-        k: float(np.abs(results["new conv.py"][k] - v).max() / max(np.abs(v).max(), 1e-30))
-        for k, v in results["old conv.py"].items()
-    }
-    print(f"  after 26 steps each, new vs old, largest max|d|/max|old|: {max(diff.values()):.1e} "
-          f"({max(diff, key=diff.get)})")  # fmt: skip
+
+    def gap(a: dict[str, Any], b: dict[str, Any]) -> str:
+        diff = {k: float(np.abs(a[k] - v).max() / max(np.abs(v).max(), 1e-30)) for k, v in b.items()}
+        worst = max(diff, key=diff.get)
+        return f"{diff[worst]:.1e} ({worst})"
+
+    print(f"  largest max|d|/max|b| over loss and gradients: new vs old after 1 step "
+          f"{gap(results['new conv.py step 1'], results['old conv.py step 1'])}, after 26 steps "
+          f"{gap(results['new conv.py'], results['old conv.py'])} (float32 trajectories part as they "
+          "train: scripts/w3_drift.py)")  # fmt: skip
     case = w3_cnn.torch(torch.device("cuda"), size)
+    case.step()
+    case.sync()
+    print(f"  after 1 step, new vs torch: {gap(results['new conv.py step 1'], case.result())}")
     wall = sorted(time_case(case, 3, 20))[10]
     gpu, count, _ = traced(case)
     print(f"  torch eager: {wall * 1e3:.3f} ms wall, {gpu:.3f} ms GPU in {count} kernels a step")
