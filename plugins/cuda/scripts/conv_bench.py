@@ -256,7 +256,8 @@ def main() -> None:
         want_y = fwd_t() if fwd_t else None
         f_new = lambda: new["conv"](x, w, b, **GEO)  # noqa: E731
         op(f"{layer} forward (+ bias)", lambda: old["conv"](x, w, b, **GEO), f_new, fwd_t, want_y)
-        variant(f"{layer} forward, one GEMM + swap", "forward_by_sample", conv.NEVER, f_new, want_y)
+        for label, value in (("by sample, batched GEMM", 0), ("one GEMM + swap", conv.NEVER)):
+            variant(f"{layer} forward, {label}", "forward_by_sample", value, f_new, want_y)
         want_dw = wgrad_t() if wgrad_t else None
         f_new = lambda: new["conv_weight_grad"](g, x, **kw)  # noqa: E731
         op(f"{layer} weight grad", lambda: old["conv_weight_grad"](g, x, **kw), f_new, wgrad_t, want_dw)
@@ -268,7 +269,8 @@ def main() -> None:
         f_new = lambda: new["conv_transpose"](g, w, size=size, **GEO)  # noqa: E731
         op(f"{layer} input grad (conv_transpose)", lambda: old["conv_transpose"](g, w, size=size, **GEO), f_new,
            dgrad_t, want_dx)  # fmt: skip
-        variant(f"{layer} input grad, swap + one GEMM", "transpose_by_sample", conv.NEVER, f_new, want_dx)
+        for label, value in (("by sample, batched GEMM", 0), ("swap + one GEMM", conv.NEVER)):
+            variant(f"{layer} input grad, {label}", "transpose_by_sample", value, f_new, want_dx)
 
     def pool_ops(pool: str) -> None:
         x = rng.standard_normal(POOLS[pool], dtype=f32)
