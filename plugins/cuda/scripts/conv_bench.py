@@ -144,14 +144,18 @@ def main() -> None:
         cols_old, cols_new = cp.empty((ck, n * length), f32), cp.empty((n, rows_new, length), f32)
         t_old = timer(f"{layer} im2col old", kernel("old", "im2col", cols_old.size, (x, cols_old, *dims)))
         extra = (i32(rows_new * length), i32(length), i32(rows_new - ck), i32(1))
-        t_new = timer(f"{layer} im2col new", kernel("new", "im2col", n * c * length, (x, cols_new, *dims, *extra)))
-        row(f"{layer} im2col (new: by sample, {ck} + {rows_new - ck} rows)", t_old, t_new, None)
+        for name in ("im2col3x3", "im2col"):
+            t_new = timer(f"{layer} {name}", kernel("new", name, n * c * length, (x, cols_new, *dims, *extra)))
+            label = f"{layer} im2col (new: by sample, {ck} + {rows_new - ck} rows)" if name != "im2col" else ""
+            row(label or "  the same, the window not fixed at compile time", t_old, t_new, None)
         if layer == "conv2":  # the input gradient's col2im: columns of Cin*K rows back to (N, Cin, H, W)
             y = cp.empty(x.shape, f32)
             t_old = timer("col2im old", kernel("old", "col2im", y.size, (cols_old, y, *dims)))
             args = (cols_new, y, b, *dims, i32(rows_new * length), i32(length), i32(0))
-            t_new = timer("col2im new", kernel("new", "col2im", y.size, args))
-            row(f"{layer} col2im (new: by sample)", t_old, t_new, None)
+            for name in ("col2im3x3", "col2im"):
+                t_new = timer(f"{name} new", kernel("new", name, y.size, args))
+                label = f"{layer} col2im (new: by sample)" if name != "col2im" else ""
+                row(label or "  the same, the window not fixed at compile time", t_old, t_new, None)
         yt = rng.standard_normal((cout, n, length), dtype=f32)
         dst = cp.empty((n, cout, length), f32)
         t_old = timer(
@@ -175,8 +179,10 @@ def main() -> None:
         dx = cp.empty(xs, f32)
         t_old = timer("pool bwd old", kernel("old", "max_pool_backward", dx.size, (g, x, out, dx, *dims, *geo)))
         args = (g, x, out, dx, *dims, i32(2), i32(2), i32(0), i32(0))
-        t_new = timer("pool bwd new", kernel("new", "max_pool_backward_tiled", out.size, args))
-        row(f"{pool} max_pool_backward (new: a thread per window)", t_old, t_new, None)
+        for name in ("max_pool_backward_tiled2x2", "max_pool_backward_tiled"):
+            t_new = timer(f"pool bwd {name}", kernel("new", name, out.size, args))
+            label = f"{pool} max_pool_backward (new: a thread per window)" if name.endswith("2x2") else ""
+            row(label or "  the same, the window not fixed at compile time", t_old, t_new, None)
 
     for layer in LAYERS:
         guarded(f"{layer} kernels", lambda layer=layer: im2col_case(layer))

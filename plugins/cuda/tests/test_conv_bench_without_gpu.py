@@ -94,4 +94,5 @@ def test_the_bench_runs_every_case(monkeypatch, capsys) -> None:  # noqa: ANN001
     # every kernel of both modules ran
     ran = {name.removesuffix("_float") for name in cp.launches}
     assert {"ember_im2col", "ember_col2im", "ember_swap01", "ember_swap01v", "ember_max_pool",
-            "ember_max_pool_backward", "ember_max_pool_backward_tiled", "ember_pack_weight"} <= ran, ran  # fmt: skip
+            "ember_max_pool_backward", "ember_max_pool_backward_tiled", "ember_pack_weight", "ember_im2col3x3",
+            "ember_col2im3x3", "ember_max_pool_backward_tiled2x2"} <= ran, ran  # fmt: skip

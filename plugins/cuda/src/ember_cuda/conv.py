@@ -69,6 +69,9 @@ typedef {V} V;  // VN elements of T in one load / store
 // 32-bit index arithmetic throughout (a 64-bit division costs ~20x a 32-bit one on the GPU): the
 // Python side sends arrays of 2^31 elements or more to the shared kernels. Each thread divides a
 // flat index two or three times and then walks a whole window, never dividing per element.
+// ember_im2col3x3, ember_col2im3x3 and ember_max_pool_backward_tiled2x2 run the same bodies as their
+// runtime-window kernels with the window fixed at compile time (W3's 3x3 convolutions and 2x2
+// pools): the tap loops unroll and their loads overlap.
 #define GRID_LOOP(i, total) \
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (total); i += gridDim.x * blockDim.x)
 
@@ -78,10 +81,12 @@ typedef {V} V;  // VN elements of T in one load / store
 // rows past C*KH*KW (``extra`` of them, written by the c == 0 threads) are ones when ``ones`` (a bias
 // folded into the GEMM), then zeros (K padded to a multiple of 4 for cuBLAS's aligned kernels).
 // Consecutive threads write consecutive l of each row: every store is coalesced.
-extern "C" __global__ void ember_im2col_{T}(const T* __restrict__ x, T* __restrict__ cols, const int N, const int C,
-        const int H, const int W, const int OH, const int OW, const int KH, const int KW, const int sh, const int sw,
+template <int FKH, int FKW>
+__device__ __forceinline__ void im2col_body(const T* __restrict__ x, T* __restrict__ cols, const int N, const int C,
+        const int H, const int W, const int OH, const int OW, const int KH_, const int KW_, const int sh, const int sw,
         const int ph, const int pw, const int dh, const int dw, const int sn, const int sk, const int extra,
         const int ones) {{
+    const int KH = FKH ? FKH : KH_, KW = FKW ? FKW : KW_;  // compile-time when fixed: loops unroll
     const int L = OH * OW, KK = KH * KW;
     GRID_LOOP(i, N * C * L) {{
         const int r = i / L, l = i - r * L;  // r = n*C + c
@@ -103,13 +108,27 @@ extern "C" __global__ void ember_im2col_{T}(const T* __restrict__ x, T* __restri
             for (int e = 0; e < extra; e++) cols[n * sn + (C * KK + e) * sk + l] = (e == 0 && ones) ? (T)1 : (T)0;
     }}
 }}
+extern "C" __global__ void ember_im2col_{T}(const T* __restrict__ x, T* __restrict__ cols, const int N, const int C,
+        const int H, const int W, const int OH, const int OW, const int KH, const int KW, const int sh, const int sw,
+        const int ph, const int pw, const int dh, const int dw, const int sn, const int sk, const int extra,
+        const int ones) {{
+    im2col_body<0, 0>(x, cols, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, sn, sk, extra, ones);
+}}
+extern "C" __global__ void ember_im2col3x3_{T}(const T* __restrict__ x, T* __restrict__ cols, const int N, const int C,
+        const int H, const int W, const int OH, const int OW, const int KH, const int KW, const int sh, const int sw,
+        const int ph, const int pw, const int dh, const int dw, const int sn, const int sk, const int extra,
+        const int ones) {{
+    im2col_body<3, 3>(x, cols, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, sn, sk, extra, ones);
+}}
 
 // a thread per x[n, c, ih, iw] = bias[c] + the sum of the columns whose tap lands on (ih, iw), the
 // columns laid out as im2col's (sn, sk); no atomics, no zero fill, no division when the stride is 1
-extern "C" __global__ void ember_col2im_{T}(const T* __restrict__ cols, T* __restrict__ x, const T* __restrict__ bias,
-        const int N, const int C, const int H, const int W, const int OH, const int OW, const int KH, const int KW,
+template <int FKH, int FKW>
+__device__ __forceinline__ void col2im_body(const T* __restrict__ cols, T* __restrict__ x, const T* __restrict__ bias,
+        const int N, const int C, const int H, const int W, const int OH, const int OW, const int KH_, const int KW_,
         const int sh, const int sw, const int ph, const int pw, const int dh, const int dw, const int sn, const int sk,
         const int has_bias) {{
+    const int KH = FKH ? FKH : KH_, KW = FKW ? FKW : KW_;  // compile-time when fixed: loops unroll
     const int HW = H * W, KK = KH * KW;
     GRID_LOOP(i, N * C * HW) {{
         const int r = i / HW, p = i - r * HW;
@@ -117,29 +136,30 @@ extern "C" __global__ void ember_col2im_{T}(const T* __restrict__ cols, T* __res
         const int ih = p / W, iw = p - ih * W;
         const T* __restrict__ base = cols + n * sn + c * KK * sk;
         T acc = has_bias ? bias[c] : (T)0;
-        for (int kh = 0; kh < KH; kh++) {{
+        for (int kh = 0; kh < KH; kh++) {{  // predicated, not branched: the taps' loads overlap
             const int a = ih + ph - kh * dh;
-            if (a < 0) break;  // and every later kh
-            int oh = a;
-            if (sh != 1) {{
-                oh = a / sh;
-                if (oh * sh != a) continue;
-            }}
-            if (oh >= OH) continue;
+            const int oh = sh == 1 ? a : a / sh;
+            const bool row = a >= 0 && oh * sh == a && oh < OH;
             for (int kw = 0; kw < KW; kw++) {{
                 const int b = iw + pw - kw * dw;
-                if (b < 0) break;
-                int ow = b;
-                if (sw != 1) {{
-                    ow = b / sw;
-                    if (ow * sw != b) continue;
-                }}
-                if (ow >= OW) continue;
-                acc += base[(kh * KW + kw) * sk + oh * OW + ow];
+                const int ow = sw == 1 ? b : b / sw;
+                if (row && b >= 0 && ow * sw == b && ow < OW) acc += base[(kh * KW + kw) * sk + oh * OW + ow];
             }}
         }}
         x[i] = acc;
     }}
+}}
+extern "C" __global__ void ember_col2im_{T}(const T* __restrict__ cols, T* __restrict__ x, const T* __restrict__ bias,
+        const int N, const int C, const int H, const int W, const int OH, const int OW, const int KH, const int KW,
+        const int sh, const int sw, const int ph, const int pw, const int dh, const int dw, const int sn, const int sk,
+        const int has_bias) {{
+    col2im_body<0, 0>(cols, x, bias, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, sn, sk, has_bias);
+}}
+extern "C" __global__ void ember_col2im3x3_{T}(const T* __restrict__ cols, T* __restrict__ x,
+        const T* __restrict__ bias, const int N, const int C, const int H, const int W, const int OH, const int OW,
+        const int KH, const int KW, const int sh, const int sw, const int ph, const int pw, const int dh, const int dw,
+        const int sn, const int sk, const int has_bias) {{
+    col2im_body<3, 3>(cols, x, bias, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, sn, sk, has_bias);
 }}
 
 // out[co, k] = w[co, k] for k < CK, bias[co] at k == CK, 0 past it: the weight beside im2col's ones row
@@ -220,9 +240,11 @@ __device__ __forceinline__ int first_max(const T* __restrict__ xp, const T best,
 // writes all of its inputs, g at the first tap equal to the window's maximum (none when that is NaN)
 // and 0 elsewhere; the last window of a row / column also zeroes the inputs past the last window.
 // x is read once, dx written once, with no search per input element.
-extern "C" __global__ void ember_max_pool_backward_tiled_{T}(const T* __restrict__ g, const T* __restrict__ x,
+template <int FKH, int FKW>
+__device__ __forceinline__ void max_pool_backward_tiled_body(const T* __restrict__ g, const T* __restrict__ x,
         const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
-        const int OW, const int KH, const int KW, const int ph, const int pw) {{
+        const int OW, const int KH_, const int KW_, const int ph, const int pw) {{
+    const int KH = FKH ? FKH : KH_, KW = FKW ? FKW : KW_;  // compile-time when fixed: loops unroll
     const int P = OH * OW;
     GRID_LOOP(i, NC * P) {{
         const int nc = i / P, p = i - nc * P, oh = p / OW, ow = p - oh * OW;
@@ -238,6 +260,16 @@ extern "C" __global__ void ember_max_pool_backward_tiled_{T}(const T* __restrict
             for (int w = ws; w < we; w++)
                 dp[h * W + w] = (h - h0 == fh && w - w0 == fw) ? gv : (T)0;
     }}
+}}
+extern "C" __global__ void ember_max_pool_backward_tiled_{T}(const T* __restrict__ g, const T* __restrict__ x,
+        const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
+        const int OW, const int KH, const int KW, const int ph, const int pw) {{
+    max_pool_backward_tiled_body<0, 0>(g, x, out, dx, NC, H, W, OH, OW, KH, KW, ph, pw);
+}}
+extern "C" __global__ void ember_max_pool_backward_tiled2x2_{T}(const T* __restrict__ g, const T* __restrict__ x,
+        const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
+        const int OW, const int KH, const int KW, const int ph, const int pw) {{
+    max_pool_backward_tiled_body<2, 2>(g, x, out, dx, NC, H, W, OH, OW, KH, KW, ph, pw);
 }}
 
 // any other window: a thread per input, dx[nc, ih, iw] = the sum of g over the windows whose first
@@ -329,8 +361,9 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             cols, sn, sk = cp.empty((n, rows, length), dtype=x.dtype), rows * length, length
         else:
             cols, sn, sk = cp.empty((rows, n * length), dtype=x.dtype), length, n * length
-        args = (x, cols, i32(n), i32(c), i32(h), i32(w), i32(oh), i32(ow), *geo)
-        launch(ctype, "im2col", n * c * length, (*args, i32(sn), i32(sk), i32(rows - ck), i32(ones)))
+        args = (x, cols, i32(n), i32(c), i32(h), i32(w), i32(oh), i32(ow), *geo, i32(sn), i32(sk))
+        name = "im2col3x3" if (int(geo[0]), int(geo[1])) == (3, 3) else "im2col"
+        launch(ctype, name, n * c * length, (*args, i32(rows - ck), i32(ones)), "im2col")
         return cols
 
     def swap01(ctype: str, src: Any, a: int, b: int, length: int, bias: Any = None) -> Any:
@@ -437,7 +470,7 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         b = cp.ascontiguousarray(bias[0]) if bias else y
         geo = geometry((kh, kw), stride, padding, dilation)
         args = (cols, y, b, i32(n), i32(cout), i32(h), i32(wd), i32(oh), i32(ow), *geo, i32(sn), i32(sk))
-        launch(ctype, "col2im", y.size, (*args, i32(bool(bias))))
+        launch(ctype, "col2im3x3" if (kh, kw) == (3, 3) else "col2im", y.size, (*args, i32(bool(bias))), "col2im")
         return y
 
     other_pool, other_pool_grad = fallback["max_pool"], fallback["max_pool_backward"]
@@ -468,7 +501,8 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         (kh, kw), (ph, pw) = kernel, (padding[0][0], padding[1][0])
         if tuple(stride) == (kh, kw) and tuple(dilation) == (1, 1) and ph < kh and pw < kw:
             args = (g, x, out, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), i32(kh), i32(kw), i32(ph), i32(pw))
-            launch(ctype, "max_pool_backward_tiled", out.size, args, "max_pool_backward")
+            name = "max_pool_backward_tiled2x2" if (kh, kw) == (2, 2) else "max_pool_backward_tiled"
+            launch(ctype, name, out.size, args, "max_pool_backward")
             return dx
         geo = geometry(kernel, stride, padding, dilation)
         args = (g, x, out, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), *geo)
