@@ -10,9 +10,9 @@ design goal is few passes over memory and little index arithmetic per element):
   taps). For long output rows (L = OH*OW >= 512) the columns are by sample, (N, C*KH*KW, L), plus
   a row of ones when there is a bias, and one strided-batched cuBLAS GEMM of the weight (with the
   bias as one more column) against each sample's columns gives (N, Cout, L), which is NCHW: no
-  transpose, no bias pass. For short rows a batched GEMM wastes most of a tile per sample, so
-  the columns are (C*KH*KW, N*L), one GEMM gives (Cout, N*L) and a vectorised transpose adds the
-  bias.
+  transpose, no bias pass. For short rows a batched GEMM idles the rows of each sample's last
+  tile past L (a quarter of the work at L = 196), so the columns are (C*KH*KW, N*L), one GEMM
+  gives (Cout, N*L) and a vectorised transpose adds the bias.
 - ``conv_weight_grad``: when the columns are much smaller than the gradient (a first layer: C*K
   columns of L-long rows, C*K << L), one batched GEMM of per-sample products g[n] @ cols[n]^T and
   a GEMM with a ones vector summing them over the batch; otherwise the gradient transposed to
@@ -65,7 +65,7 @@ _THREADS = 256
 _MAX = 2**31 - 2**24
 _SOURCE = r"""
 typedef {T} T;
-typedef {V} V;  // VN elements of T in one load / store
+typedef {V} V;  // 16 bytes of T in one load / store (swap01v)
 // 32-bit index arithmetic throughout (a 64-bit division costs ~20x a 32-bit one on the GPU): the
 // Python side sends arrays of 2^31 elements or more to the shared kernels. Each thread divides a
 // flat index two or three times and then walks a whole window, never dividing per element.
