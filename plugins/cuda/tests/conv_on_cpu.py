@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import weakref
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any
@@ -106,7 +107,7 @@ class FakeCupy:
         self.launches: Counter[str] = Counter()
         self.check_order = check_order  # run each launch in both thread orders and compare
         self.gemms = 0
-        self._buffers: list[tuple[np.ndarray, bytes, bytes]] = []
+        self._buffers: list[tuple[weakref.ref[np.ndarray], bytes, bytes]] = []  # (a buffer dies with its arrays)
 
     # -- arrays --------------------------------------------------------------------------------
     def empty(self, shape: Any, dtype: Any = np.float32) -> DeviceArray:
@@ -115,7 +116,7 @@ class FakeCupy:
         base = np.full(size + 2 * _GUARD, np.nan, dtype=dtype)
         base[:_GUARD] = np.arange(_GUARD)  # guard values a kernel would not write by chance
         base[-_GUARD:] = -np.arange(_GUARD) - 0.5
-        self._buffers.append((base, base[:_GUARD].tobytes(), base[-_GUARD:].tobytes()))
+        self._buffers.append((weakref.ref(base), base[:_GUARD].tobytes(), base[-_GUARD:].tobytes()))
         return base[_GUARD : _GUARD + size].reshape(shape).view(DeviceArray)
 
     def asarray(self, a: Any, dtype: Any = None) -> DeviceArray:
@@ -138,8 +139,10 @@ class FakeCupy:
         return a if isinstance(a, DeviceArray) and a.flags.c_contiguous else self.asarray(a)
 
     def check_guards(self) -> None:
-        for base, head, tail in self._buffers:
-            if base[:_GUARD].tobytes() != head or base[-_GUARD:].tobytes() != tail:
+        self._buffers = [b for b in self._buffers if b[0]() is not None]
+        for ref, head, tail in self._buffers:
+            base = ref()
+            if base is not None and (base[:_GUARD].tobytes() != head or base[-_GUARD:].tobytes() != tail):
                 raise AssertionError(f"a kernel wrote past a buffer of {base.size - 2 * _GUARD} elements")
 
     # -- cuBLAS's stand-in -----------------------------------------------------------------------
