@@ -27,6 +27,7 @@ CONV_CASES = [
     ((2, 3, 11, 10), (4, 3, 5, 5), {"stride": 2, "padding": 2}),
 ]
 LAYOUTS = {
+    "default": dict(conv.OPTIONS),
     "by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
     "partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
     "one-gemm": {"forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
@@ -60,15 +61,14 @@ def test_conv_forward_and_gradients_match_float64(dtype, xs, ws, kw, layout, mon
     before = dict(conv.CALLS)
     got = _conv_step("cuda:0", x, w, b, g, kw)
     ran = {k: conv.CALLS[k] - before.get(k, 0) for k in conv.CALLS}
-    # forward and weight gradient: an im2col each; input gradient: col2im; swaps: none but the weight
-    # gradient's g (none with partials) by sample, else y, g and the input gradient's g
-    partials = ws[1] * ws[2] * ws[3] <= conv.OPTIONS["wgrad_partials"] * math.prod(y64.shape[2:])
-    swaps = 0 if partials else 1
-    by_sample = conv.OPTIONS["forward_by_sample"] == 0
-    if not by_sample:
-        swaps += 2
+    # forward and weight gradient: an im2col each; input gradient: col2im; a transpose for each of the
+    # forward's y, the input gradient's g and the weight gradient's g that is not done by sample
+    length = math.prod(y64.shape[2:])
+    forward, transpose = (length >= conv.OPTIONS[k] for k in ("forward_by_sample", "transpose_by_sample"))
+    partials = ws[1] * ws[2] * ws[3] <= conv.OPTIONS["wgrad_partials"] * length
+    swaps = (not forward) + (not transpose) + (not partials)
     assert ran.get("im2col") == 2 and ran.get("col2im") == 1 and ran.get("swap01", 0) == swaps, ran
-    assert ran.get("pack_weight", 0) == int(by_sample), ran
+    assert ran.get("pack_weight", 0) == int(forward), ran
     want = _conv_step("cpu", *(v.astype(np.float64) for v in (x, w, b, g)), kw)
     tol = 2e-5 if dtype == "float32" else 1e-12
     for name, a, e in zip(("y", "dx", "dw", "db"), got, want):

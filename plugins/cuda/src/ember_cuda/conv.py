@@ -6,23 +6,27 @@ host time each), and a max-pool backward from ~5 kernels per window offset; on a
 is ~200 launches a step and the host, not the GPU, sets the pace. Here (all memory-bound, so the
 design goal is few passes over memory and little index arithmetic per element):
 
-- ``conv``: one im2col kernel writes the columns as (N, C*KH*KW, L) (a thread per input pixel and
-  output position, writing its KH*KW taps), plus a row of ones when there is a bias; one
-  strided-batched cuBLAS GEMM of the weight (with the bias as one more column) against each
-  sample's columns gives (N, Cout, L), which is NCHW: no transpose, no bias pass.
+- ``conv``: one im2col kernel (a thread per input pixel and output position, writing its KH*KW
+  taps). For long output rows (L = OH*OW >= 512) the columns are by sample, (N, C*KH*KW, L), plus
+  a row of ones when there is a bias, and one strided-batched cuBLAS GEMM of the weight (with the
+  bias as one more column) against each sample's columns gives (N, Cout, L), which is NCHW: no
+  transpose, no bias pass. For short rows a batched GEMM idles the rows of each sample's last
+  tile past L (a quarter of the work at L = 196), so the columns are (C*KH*KW, N*L), one GEMM
+  gives (Cout, N*L) and a vectorised transpose adds the bias.
 - ``conv_weight_grad``: when the columns are much smaller than the gradient (a first layer: C*K
   columns of L-long rows, C*K << L), one batched GEMM of per-sample products g[n] @ cols[n]^T and
-  a GEMM with a ones vector summing them over the batch; otherwise the gradient swapped to
-  (Cout, N*L) (a vectorised transpose), the columns laid out (C*K, N*L), one GEMM.
-- ``conv_transpose`` (a convolution's input gradient): one batched GEMM of the weight against
-  each sample's input (already (N, Cin, L)) to (N, Cout*K, L) columns, then a col2im kernel in which
-  each output element gathers its window taps and the bias (no atomics, no zero fill).
+  a GEMM with a ones vector summing them over the batch; otherwise the gradient transposed to
+  (Cout, N*L), the columns laid out (C*K, N*L), one GEMM.
+- ``conv_transpose`` (a convolution's input gradient): the weight against the input, by sample
+  for long rows (one batched GEMM, the input already (N, Cin, L)) or, for short rows, against the
+  input transposed to (Cin, N*L) in one GEMM; then a col2im kernel in which each output element
+  gathers its window taps and the bias (no atomics, no zero fill).
 - ``max_pool``: a thread per output (the window's maximum, NaN wins). ``max_pool_backward``: when
   the windows tile the input (stride == kernel, W3's 2x2) a thread per window writes the
   gradient of all its inputs (x read once, no search per input); otherwise a thread per input
   gathers the gradient of each window whose first maximum is this element.
 
-``OPTIONS`` switches between the layouts (``scripts/conv_bench.py`` times both). Other ranks,
+``OPTIONS`` holds the thresholds (``scripts/conv_bench.py`` times each layout). Other ranks,
 groups and dtypes go to the shared kernels.
 """
 
@@ -45,8 +49,12 @@ CALLS: Counter[str] = Counter()
 #: the output), ``transpose_by_sample`` (likewise for conv_transpose: a batched GEMM from this OH*OW
 #: on, else the input transposed and one GEMM) and ``wgrad_partials`` (per-sample weight-gradient
 #: products summed by a GEMM when C*KH*KW <= this times OH*OW; 0 never). A batched GEMM of L-long
-#: rows wastes the part of its last tile past L; one GEMM over N*L wastes nothing but needs a transpose.
-OPTIONS: dict[str, Any] = {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25}
+#: rows wastes the part of its last tile past L (L = 196: 60 of 256 rows); one GEMM over N*L wastes
+#: nothing but needs a transpose. On the H100 (conv_bench.py, batch 512), W3's conv2 (L = 196) took
+#: 0.18 ms forward and 0.21 ms input gradient with one GEMM and the transpose, and the batched forms
+#: cost the W3 step about as much as the three transposes they saved; its conv1 weight gradient
+#: took 0.063 ms with partials, 0.18 ms with the transpose and one GEMM.
+OPTIONS: dict[str, Any] = {"forward_by_sample": 512, "transpose_by_sample": 512, "wgrad_partials": 0.25}
 #: an OH*OW no convolution reaches (for OPTIONS: never by sample)
 NEVER = 2**62
 
@@ -57,10 +65,13 @@ _THREADS = 256
 _MAX = 2**31 - 2**24
 _SOURCE = r"""
 typedef {T} T;
-typedef {V} V;  // VN elements of T in one load / store
+typedef {V} V;  // 16 bytes of T in one load / store (swap01v)
 // 32-bit index arithmetic throughout (a 64-bit division costs ~20x a 32-bit one on the GPU): the
 // Python side sends arrays of 2^31 elements or more to the shared kernels. Each thread divides a
 // flat index two or three times and then walks a whole window, never dividing per element.
+// ember_im2col3x3, ember_col2im3x3 and ember_max_pool_backward_tiled2x2 run the same bodies as their
+// runtime-window kernels with the window fixed at compile time (W3's 3x3 convolutions and 2x2
+// pools): the tap loops unroll and their loads overlap.
 #define GRID_LOOP(i, total) \
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (total); i += gridDim.x * blockDim.x)
 
@@ -70,10 +81,12 @@ typedef {V} V;  // VN elements of T in one load / store
 // rows past C*KH*KW (``extra`` of them, written by the c == 0 threads) are ones when ``ones`` (a bias
 // folded into the GEMM), then zeros (K padded to a multiple of 4 for cuBLAS's aligned kernels).
 // Consecutive threads write consecutive l of each row: every store is coalesced.
-extern "C" __global__ void ember_im2col_{T}(const T* __restrict__ x, T* __restrict__ cols, const int N, const int C,
-        const int H, const int W, const int OH, const int OW, const int KH, const int KW, const int sh, const int sw,
+template <int FKH, int FKW>
+__device__ __forceinline__ void im2col_body(const T* __restrict__ x, T* __restrict__ cols, const int N, const int C,
+        const int H, const int W, const int OH, const int OW, const int KH_, const int KW_, const int sh, const int sw,
         const int ph, const int pw, const int dh, const int dw, const int sn, const int sk, const int extra,
         const int ones) {{
+    const int KH = FKH ? FKH : KH_, KW = FKW ? FKW : KW_;  // compile-time when fixed: loops unroll
     const int L = OH * OW, KK = KH * KW;
     GRID_LOOP(i, N * C * L) {{
         const int r = i / L, l = i - r * L;  // r = n*C + c
@@ -95,13 +108,27 @@ extern "C" __global__ void ember_im2col_{T}(const T* __restrict__ x, T* __restri
             for (int e = 0; e < extra; e++) cols[n * sn + (C * KK + e) * sk + l] = (e == 0 && ones) ? (T)1 : (T)0;
     }}
 }}
+extern "C" __global__ void ember_im2col_{T}(const T* __restrict__ x, T* __restrict__ cols, const int N, const int C,
+        const int H, const int W, const int OH, const int OW, const int KH, const int KW, const int sh, const int sw,
+        const int ph, const int pw, const int dh, const int dw, const int sn, const int sk, const int extra,
+        const int ones) {{
+    im2col_body<0, 0>(x, cols, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, sn, sk, extra, ones);
+}}
+extern "C" __global__ void ember_im2col3x3_{T}(const T* __restrict__ x, T* __restrict__ cols, const int N, const int C,
+        const int H, const int W, const int OH, const int OW, const int KH, const int KW, const int sh, const int sw,
+        const int ph, const int pw, const int dh, const int dw, const int sn, const int sk, const int extra,
+        const int ones) {{
+    im2col_body<3, 3>(x, cols, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, sn, sk, extra, ones);
+}}
 
 // a thread per x[n, c, ih, iw] = bias[c] + the sum of the columns whose tap lands on (ih, iw), the
 // columns laid out as im2col's (sn, sk); no atomics, no zero fill, no division when the stride is 1
-extern "C" __global__ void ember_col2im_{T}(const T* __restrict__ cols, T* __restrict__ x, const T* __restrict__ bias,
-        const int N, const int C, const int H, const int W, const int OH, const int OW, const int KH, const int KW,
+template <int FKH, int FKW>
+__device__ __forceinline__ void col2im_body(const T* __restrict__ cols, T* __restrict__ x, const T* __restrict__ bias,
+        const int N, const int C, const int H, const int W, const int OH, const int OW, const int KH_, const int KW_,
         const int sh, const int sw, const int ph, const int pw, const int dh, const int dw, const int sn, const int sk,
         const int has_bias) {{
+    const int KH = FKH ? FKH : KH_, KW = FKW ? FKW : KW_;  // compile-time when fixed: loops unroll
     const int HW = H * W, KK = KH * KW;
     GRID_LOOP(i, N * C * HW) {{
         const int r = i / HW, p = i - r * HW;
@@ -109,29 +136,30 @@ extern "C" __global__ void ember_col2im_{T}(const T* __restrict__ cols, T* __res
         const int ih = p / W, iw = p - ih * W;
         const T* __restrict__ base = cols + n * sn + c * KK * sk;
         T acc = has_bias ? bias[c] : (T)0;
-        for (int kh = 0; kh < KH; kh++) {{
+        for (int kh = 0; kh < KH; kh++) {{  // predicated, not branched: the taps' loads overlap
             const int a = ih + ph - kh * dh;
-            if (a < 0) break;  // and every later kh
-            int oh = a;
-            if (sh != 1) {{
-                oh = a / sh;
-                if (oh * sh != a) continue;
-            }}
-            if (oh >= OH) continue;
+            const int oh = sh == 1 ? a : a / sh;
+            const bool row = a >= 0 && oh * sh == a && oh < OH;
             for (int kw = 0; kw < KW; kw++) {{
                 const int b = iw + pw - kw * dw;
-                if (b < 0) break;
-                int ow = b;
-                if (sw != 1) {{
-                    ow = b / sw;
-                    if (ow * sw != b) continue;
-                }}
-                if (ow >= OW) continue;
-                acc += base[(kh * KW + kw) * sk + oh * OW + ow];
+                const int ow = sw == 1 ? b : b / sw;
+                if (row && b >= 0 && ow * sw == b && ow < OW) acc += base[(kh * KW + kw) * sk + oh * OW + ow];
             }}
         }}
         x[i] = acc;
     }}
+}}
+extern "C" __global__ void ember_col2im_{T}(const T* __restrict__ cols, T* __restrict__ x, const T* __restrict__ bias,
+        const int N, const int C, const int H, const int W, const int OH, const int OW, const int KH, const int KW,
+        const int sh, const int sw, const int ph, const int pw, const int dh, const int dw, const int sn, const int sk,
+        const int has_bias) {{
+    col2im_body<0, 0>(cols, x, bias, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, sn, sk, has_bias);
+}}
+extern "C" __global__ void ember_col2im3x3_{T}(const T* __restrict__ cols, T* __restrict__ x,
+        const T* __restrict__ bias, const int N, const int C, const int H, const int W, const int OH, const int OW,
+        const int KH, const int KW, const int sh, const int sw, const int ph, const int pw, const int dh, const int dw,
+        const int sn, const int sk, const int has_bias) {{
+    col2im_body<3, 3>(cols, x, bias, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, sn, sk, has_bias);
 }}
 
 // out[co, k] = w[co, k] for k < CK, bias[co] at k == CK, 0 past it: the weight beside im2col's ones row
@@ -212,9 +240,11 @@ __device__ __forceinline__ int first_max(const T* __restrict__ xp, const T best,
 // writes all of its inputs, g at the first tap equal to the window's maximum (none when that is NaN)
 // and 0 elsewhere; the last window of a row / column also zeroes the inputs past the last window.
 // x is read once, dx written once, with no search per input element.
-extern "C" __global__ void ember_max_pool_backward_tiled_{T}(const T* __restrict__ g, const T* __restrict__ x,
+template <int FKH, int FKW>
+__device__ __forceinline__ void max_pool_backward_tiled_body(const T* __restrict__ g, const T* __restrict__ x,
         const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
-        const int OW, const int KH, const int KW, const int ph, const int pw) {{
+        const int OW, const int KH_, const int KW_, const int ph, const int pw) {{
+    const int KH = FKH ? FKH : KH_, KW = FKW ? FKW : KW_;  // compile-time when fixed: loops unroll
     const int P = OH * OW;
     GRID_LOOP(i, NC * P) {{
         const int nc = i / P, p = i - nc * P, oh = p / OW, ow = p - oh * OW;
@@ -230,6 +260,16 @@ extern "C" __global__ void ember_max_pool_backward_tiled_{T}(const T* __restrict
             for (int w = ws; w < we; w++)
                 dp[h * W + w] = (h - h0 == fh && w - w0 == fw) ? gv : (T)0;
     }}
+}}
+extern "C" __global__ void ember_max_pool_backward_tiled_{T}(const T* __restrict__ g, const T* __restrict__ x,
+        const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
+        const int OW, const int KH, const int KW, const int ph, const int pw) {{
+    max_pool_backward_tiled_body<0, 0>(g, x, out, dx, NC, H, W, OH, OW, KH, KW, ph, pw);
+}}
+extern "C" __global__ void ember_max_pool_backward_tiled2x2_{T}(const T* __restrict__ g, const T* __restrict__ x,
+        const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
+        const int OW, const int KH, const int KW, const int ph, const int pw) {{
+    max_pool_backward_tiled_body<2, 2>(g, x, out, dx, NC, H, W, OH, OW, KH, KW, ph, pw);
 }}
 
 // any other window: a thread per input, dx[nc, ih, iw] = the sum of g over the windows whose first
@@ -321,8 +361,9 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             cols, sn, sk = cp.empty((n, rows, length), dtype=x.dtype), rows * length, length
         else:
             cols, sn, sk = cp.empty((rows, n * length), dtype=x.dtype), length, n * length
-        args = (x, cols, i32(n), i32(c), i32(h), i32(w), i32(oh), i32(ow), *geo)
-        launch(ctype, "im2col", n * c * length, (*args, i32(sn), i32(sk), i32(rows - ck), i32(ones)))
+        args = (x, cols, i32(n), i32(c), i32(h), i32(w), i32(oh), i32(ow), *geo, i32(sn), i32(sk))
+        name = "im2col3x3" if (int(geo[0]), int(geo[1])) == (3, 3) else "im2col"
+        launch(ctype, name, n * c * length, (*args, i32(rows - ck), i32(ones)), "im2col")
         return cols
 
     def swap01(ctype: str, src: Any, a: int, b: int, length: int, bias: Any = None) -> Any:
@@ -429,7 +470,7 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         b = cp.ascontiguousarray(bias[0]) if bias else y
         geo = geometry((kh, kw), stride, padding, dilation)
         args = (cols, y, b, i32(n), i32(cout), i32(h), i32(wd), i32(oh), i32(ow), *geo, i32(sn), i32(sk))
-        launch(ctype, "col2im", y.size, (*args, i32(bool(bias))))
+        launch(ctype, "col2im3x3" if (kh, kw) == (3, 3) else "col2im", y.size, (*args, i32(bool(bias))), "col2im")
         return y
 
     other_pool, other_pool_grad = fallback["max_pool"], fallback["max_pool_backward"]
@@ -460,7 +501,8 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         (kh, kw), (ph, pw) = kernel, (padding[0][0], padding[1][0])
         if tuple(stride) == (kh, kw) and tuple(dilation) == (1, 1) and ph < kh and pw < kw:
             args = (g, x, out, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), i32(kh), i32(kw), i32(ph), i32(pw))
-            launch(ctype, "max_pool_backward_tiled", out.size, args, "max_pool_backward")
+            name = "max_pool_backward_tiled2x2" if (kh, kw) == (2, 2) else "max_pool_backward_tiled"
+            launch(ctype, name, out.size, args, "max_pool_backward")
             return dx
         geo = geometry(kernel, stride, padding, dilation)
         args = (g, x, out, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), *geo)
