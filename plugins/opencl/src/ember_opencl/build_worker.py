@@ -12,7 +12,8 @@ On PoCL the binary's read-back, which holds the GIL in the runtime's process, is
 worker that fails or dies is not used again: the program builds in the runtime's process, as
 without workers.
 
-The protocol is pickles with a 4-byte length, over the worker's stdin and stdout: first the device
+The protocol is tuples of str, int and bytes fields (a tag byte and a 4-byte length each; nothing that
+could run code, unlike pickle), over the worker's stdin and stdout: first the device
 (platform name, vendor, version and the device's position in its platform), answered ``("ready",
 name)``; then (source, options) requests, answered ``("ok", binary)``, ``("build_failed", log)`` or
 ``("error", text)``. A closed stdin ends the worker.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import pickle
 import queue
 import struct
 import subprocess
@@ -41,20 +41,41 @@ class Unavailable(Exception):
     """No worker could build it (none left, or it died): build in this process instead."""
 
 
-def _read(stream: BinaryIO) -> Any:
-    head = stream.read(4)
-    if len(head) < 4:
-        raise EOFError("the other end closed")
-    (size,) = struct.unpack("<I", head)
+_TAGS = {str: b"s", int: b"i", bytes: b"b"}
+
+
+def _exactly(stream: BinaryIO, size: int) -> bytes:
     data = stream.read(size)
     if len(data) < size:
-        raise EOFError("the other end closed mid-message")
-    return pickle.loads(data)
+        raise EOFError("the other end closed")
+    return data
 
 
-def _write(stream: BinaryIO, message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<I", len(data)) + data)
+def _read(stream: BinaryIO) -> tuple[Any, ...]:
+    """One message: a tuple of str, int and bytes fields."""
+    (count,) = _exactly(stream, 1)
+    fields: list[Any] = []
+    for _ in range(count):
+        tag = _exactly(stream, 1)
+        (size,) = struct.unpack("<I", _exactly(stream, 4))
+        data = _exactly(stream, size)
+        if tag == b"b":
+            fields.append(data)
+        elif tag == b"s":
+            fields.append(data.decode())
+        elif tag == b"i":
+            fields.append(int(data))
+        else:
+            raise EOFError(f"a field of unknown kind {tag!r}: the other end is not an ember build worker")
+    return tuple(fields)
+
+
+def _write(stream: BinaryIO, message: tuple[Any, ...]) -> None:
+    parts = [bytes([len(message)])]
+    for field in message:
+        data = field if isinstance(field, bytes) else str(field).encode()
+        parts += [_TAGS[type(field)], struct.pack("<I", len(data)), data]
+    stream.write(b"".join(parts))
     stream.flush()
 
 
