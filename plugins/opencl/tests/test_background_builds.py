@@ -4,11 +4,9 @@ program that fails to build raising its clear error where its kernel is first ne
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import pytest
+from ocl_helpers import Gate
 
 from ember.dtypes import as_dtype
 from ember_opencl import runtime
@@ -22,27 +20,6 @@ X = RNG.uniform(0.5, 2.0, (5, 7)).astype(np.float32)
 Y = RNG.uniform(0.5, 2.0, (5, 7)).astype(np.float32)
 TWICE = "__kernel void twice(__global float* x) { x[get_global_id(0)] *= 2.0f; }"
 BROKEN = "__kernel void twice(__global float* x) { x[get_global_id(0)] *= undeclared; }"
-
-
-class Gate(ThreadPoolExecutor):
-    """A build pool whose builds wait until ``release()``: the kernels stay pending till then."""
-
-    def __init__(self) -> None:
-        super().__init__(4, "test-gate")
-        self._open = threading.Event()
-        self.submitted = 0
-
-    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
-        self.submitted += 1
-
-        def held():
-            self._open.wait(60)
-            return fn(*args, **kwargs)
-
-        return super().submit(held)
-
-    def release(self) -> None:
-        self._open.set()
 
 
 @pytest.fixture

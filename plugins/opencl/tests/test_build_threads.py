@@ -4,37 +4,14 @@ error), and, with threads, a training step issuing every build it needs before i
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import pytest
+from ocl_helpers import Gate
 
 import ember as em
 from ember.errors import InvalidArgumentError
 from ember_opencl import runtime
 from ember_opencl.cache import ProgramCache
-
-
-class Gate(ThreadPoolExecutor):
-    """A build pool whose builds wait until ``release()``: every kernel stays pending till then."""
-
-    def __init__(self) -> None:
-        super().__init__(4, "test-gate")
-        self._open = threading.Event()
-        self.submitted = 0
-
-    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
-        self.submitted += 1
-
-        def held():
-            self._open.wait(60)
-            return fn(*args, **kwargs)
-
-        return super().submit(held)
-
-    def release(self) -> None:
-        self._open.set()
 
 
 @pytest.mark.parametrize("value, threads", [("", 0), (" ", 0), ("0", 0), ("3", 3), (" 8 ", 8)])
