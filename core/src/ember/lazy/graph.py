@@ -309,7 +309,7 @@ class Lazy:
         impls = self.state.impls
         donor = None
         if self.donate and not hasattr(impls, "real"):  # not while em.jit records or a trace runs
-            donor = _donor(order, operands, program, target, self.meta)
+            donor = _donor(order, operands, program, target, self.meta, outputs)
         if donor is None:
             results = impls[RUN_FUSED](program, operands, shape=target.shape)
         else:
@@ -450,13 +450,23 @@ class Lazy:
                 self.realize(node)  # node.realize(): pending holds this hook's nodes only
 
 
-def _donor(order: list[LazyBuffer], operands: list[Any], program: FusedProgram, target: LazyBuffer, meta: Any) -> Any:
+def _donor(
+    order: list[LazyBuffer],
+    operands: list[Any],
+    program: FusedProgram,
+    target: LazyBuffer,
+    meta: Any,
+    outputs: list[LazyBuffer],
+) -> Any:
     """A tensor operand of the region that the target can be written into: of its dtype and
     shape, and held by nothing but the region's nodes (directly, or as the ``real`` of realized
     nodes only they hold) and ``operands``: a tensor, a saved input, a view's base or another
-    region holding it adds a reference. None if there is none."""
+    region holding it adds a reference. The region's nodes must die with it too: one that a
+    pending node outside still holds (and is not written out) is recomputed later from its
+    arguments, so none of those may read the operand. None if there is none."""
     wanted = (target.dtype, "tensor")
     inputs = program.inputs
+    kept = _outliving(order, outputs)
     for j in range(len(operands)):
         if inputs[j] != wanted:
             continue
@@ -481,6 +491,8 @@ def _donor(order: list[LazyBuffer], operands: list[Any], program: FusedProgram, 
         a = node = None  # the loops' variables hold no reference while they are counted
         if not uses and not wrappers:
             continue
+        if kept and _reads(kept, h):
+            continue
         # references to h: operands, the local h, each wrapper's real, the region's args
         if _getrefcount(h) - _DIRECT_REFS - 2 - len(wrappers) - uses != 0:
             continue
@@ -492,6 +504,49 @@ def _donor(order: list[LazyBuffer], operands: list[Any], program: FusedProgram, 
             if tuple(meta(h)[0]) == target.shape:
                 return h
     return None
+
+
+def _outliving(order: list[LazyBuffer], outputs: list[LazyBuffer]) -> list[LazyBuffer]:
+    """The region's nodes that outlive its kernel unrealized: held by something besides ``order``
+    and the region's own arguments (a pending node of a later region), and every node they read
+    in turn, short of the outputs (whose arguments the kernel drops). Such a node is recomputed
+    from its arguments where it is used, so they must keep their values."""
+    inside: dict[int, int] = {}
+    for n in order:
+        for a in n.args:
+            if type(a) is LazyBuffer:
+                inside[id(a)] = inside.get(id(a), 0) + 1
+    n = a = None  # the loop's variables hold no reference while nodes are counted
+    written = {id(o) for o in outputs}
+    base = _LOOP_BASE
+    ids = []
+    for n in order:  # counted before any list of ours holds a node
+        if n.op != "full" and id(n) not in written and _getrefcount(n) - base > inside.get(id(n), 0):
+            ids.append(id(n))
+    n = None
+    if not ids:
+        return []
+    by_id = {id(n): n for n in order}
+    seen = set(ids)
+    stack = [by_id[i] for i in ids]
+    kept = []
+    while stack:
+        node = stack.pop()
+        kept.append(node)
+        for a in node.args:
+            if type(a) is LazyBuffer and id(a) in by_id and id(a) not in seen and id(a) not in written:
+                seen.add(id(a))
+                stack.append(a)
+    return kept
+
+
+def _reads(nodes: list[LazyBuffer], h: Any) -> bool:
+    """Whether one of ``nodes`` reads the handle ``h``, directly or as a realized node's value."""
+    for node in nodes:
+        for a in node.args:
+            if a is h or (type(a) is LazyBuffer and a.real is h):
+                return True
+    return False
 
 
 _getrefcount = sys.getrefcount
