@@ -66,14 +66,17 @@ def median_seconds(fn: Callable[[], Any], warmup: int, iters: int) -> float:
     return statistics.median(time_case(Case(fn, no_sync, dict), warmup, iters))
 
 
-def time_case(case: Case, warmup: int, iters: int) -> list[float]:
+def time_case(case: Case, warmup: int, iters: int, probe: Callable[[], None] | None = None) -> list[float]:
     """Seconds per iteration: ``warmup`` untimed steps, then ``iters`` timed ones, each timed
-    from before ``step`` to after ``sync``."""
+    from before ``step`` to after ``sync``. ``probe`` (e.g. a read of the device pool's
+    counters) runs once after the warm-up and once after the timed steps."""
     for _ in range(warmup):
         out = case.step()
         case.sync()
         del out
     gc.collect()
+    if probe is not None:
+        probe()
     times = []
     clock = time.perf_counter
     for _ in range(iters):
@@ -82,6 +85,8 @@ def time_case(case: Case, warmup: int, iters: int) -> list[float]:
         case.sync()
         times.append(clock() - start)
         del out
+    if probe is not None:
+        probe()
     return times
 
 

@@ -153,6 +153,10 @@ def format_table(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             ok = row["status"] == "ok"
             ratio = row.get("ember_ratio")
             note = _check_text(row.get("check")) if ok else row.get("reason", "")
+            pool = row.get("pool")
+            if pool and (pool["allocations"] or pool["frees"]):  # the pool had not settled: driver calls timed
+                note = f"{note}; " if note else ""
+                note += f"pool {pool['allocations']} allocs / {pool['frees']} frees"
             rows.append(
                 [
                     f"{entry['id']} {entry['title']}" if i == 0 else "",

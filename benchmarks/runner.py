@@ -60,12 +60,28 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def _measure(impl: Impl, module: ModuleType, size: dict[str, int], warmup: int, iters: int) -> dict[str, Any]:
-    """Build one case and time it; a failure becomes a status with its reason."""
+def _pool_counts(device: Any) -> tuple[int, int] | None:
+    """The device pools' driver allocations and frees so far, or None where it keeps no count."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # a backend without pools: nothing to count
+        return None
+    allocations, frees = stats.get("allocations"), stats.get("frees")
+    return None if allocations is None or frees is None else (allocations, frees)
+
+
+def _measure(
+    impl: Impl, module: ModuleType, size: dict[str, int], warmup: int, iters: int, device: Any = None
+) -> dict[str, Any]:
+    """Build one case and time it; a failure becomes a status with its reason. With ``device``,
+    the row also says how many driver allocations and frees its pool made in the timed steps
+    (a pool that has not settled by then costs the step its driver calls)."""
     case: Case | None = None
+    marks: list[tuple[int, int] | None] = []
     try:
         case = impl.build(module, size)
-        times = time_case(case, warmup, iters)
+        probe = (lambda: marks.append(_pool_counts(device))) if device is not None else None
+        times = time_case(case, warmup, iters, probe)
     except Exception as exc:  # every failure is reported; none stops the run
         return _failure(exc)
     finally:
@@ -78,6 +94,8 @@ def _measure(impl: Impl, module: ModuleType, size: dict[str, int], warmup: int, 
         "min_ms": min(times) * 1e3,
         "times_ms": [t * 1e3 for t in times],
     }
+    if len(marks) == 2 and marks[0] is not None and marks[1] is not None:
+        row["pool"] = {"allocations": marks[1][0] - marks[0][0], "frees": marks[1][1] - marks[0][1]}
     value = module.derived(size, median)
     if value is not None:
         row["derived"] = {"value": value[0], "unit": value[1]}
@@ -159,9 +177,13 @@ def run(settings: Settings, device: Any, log: Callable[[str], None] = _log) -> l
                 continue
             if impl.name != "ember" and ember_check is not None:
                 row["check"] = _cross_check(ember_check, _check_result(impl, module), module)
-            row.update(_measure(impl, module, size, settings.warmup, iters))
+            mine = device if impl.name.startswith("ember") and device.kind != "cpu" else None
+            row.update(_measure(impl, module, size, settings.warmup, iters, mine))
             entry["impls"].append(row)
             shown = f"{row['median_ms']:.3f} ms" if row["status"] == "ok" else f"{row['status']}: {row['reason']}"
+            if row.get("pool"):
+                pool = row["pool"]
+                shown += f" (pool: {pool['allocations']} driver allocations, {pool['frees']} frees in {iters} steps)"
             log(f"{wid} {impl.label}: {shown}")
         _add_ratios(entry)
         entries.append(entry)

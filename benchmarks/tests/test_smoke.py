@@ -105,3 +105,24 @@ def test_compare_flags_mismatch_and_nan() -> None:
     bad = compare({"y": a, "z": a}, {"y": a, "z": a * 1.01}, 1e-4)
     assert bad["status"] == "mismatch" and bad["worst"] == "z"
     assert compare({"y": a * np.nan}, {"y": a}, 1e-4)["status"] == "mismatch"
+
+
+def test_a_pooled_devices_rows_count_the_driver_calls_of_their_timed_steps() -> None:
+    """On a device with pools, each ember row says how many driver allocations and frees the
+    timed steps made: with ``memory="exclusive"`` (a driver allocation per buffer) that is at
+    least one a step, and the table's note says so."""
+    from ember.errors import DeviceUnavailableError
+
+    try:
+        dev = em.Device("opencl:0", memory="exclusive")
+    except DeviceUnavailableError as exc:
+        pytest.skip(f"no opencl:0 here (CI has PoCL): {exc}")
+    settings = Settings(workloads=["W6"], device="opencl:0", peers=[], sizes="quick", iters=3, check=False)
+    entries = runner_mod.run(settings, dev, log=lambda message: None)
+    ember_row = entries[0]["impls"][0]
+    assert ember_row["status"] == "ok", ember_row
+    assert ember_row["pool"]["allocations"] >= 3 and ember_row["pool"]["frees"] >= 3
+    from benchmarks.report import format_table
+
+    _, rows = format_table({"workloads": entries})
+    assert "allocs" in rows[0][-1]
