@@ -66,3 +66,39 @@ def test_the_pools_releases_go_through_the_thread(monkeypatch) -> None:  # noqa:
     back = np.empty_like(data)
     cl.enqueue_copy(rt.queue, back, watches[0], is_blocking=True)
     np.testing.assert_array_equal(back, data)  # the copy queued before the release ran
+
+
+class _SlowLibrary:
+    """The OpenCL library with releases that wait for ``go`` (a driver behind on its queue)."""
+
+    def __init__(self, lib, go) -> None:  # noqa: ANN001
+        self._lib, self._go = lib, go
+        self.clRetainMemObject = lib.clRetainMemObject
+
+    def clReleaseMemObject(self, handle):  # noqa: ANN001, ANN201, N802 - the C name
+        self._go.wait()
+        return self._lib.clReleaseMemObject(handle)
+
+
+def test_a_release_waits_while_the_backlog_holds_more_than_the_limit() -> None:
+    """Buffers waiting on the thread still hold device memory: past ``limit`` bytes waiting, a
+    release waits for the thread (W4 on an H100 ran the card out of memory without the bound)."""
+    import threading
+
+    ctx = cl.create_some_context(interactive=False)
+    releaser = Releaser(limit=1 << 20)
+    go = threading.Event()
+    releaser._lib = _SlowLibrary(releaser._lib, go)
+    bufs = [cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 1 << 20) for _ in range(3)]
+    watches = [cl.Buffer.from_int_ptr(b.int_ptr, retain=True) for b in bufs]
+    releaser.release(bufs[0])  # 1 MiB waiting: at the limit, not past it
+    releaser.release(bufs[1])  # 2 MiB waiting
+    third = threading.Thread(target=releaser.release, args=(bufs[2],))
+    third.start()
+    third.join(0.5)
+    assert third.is_alive() and releaser.waited == 1  # held until the thread catches up
+    go.set()
+    third.join(10)
+    assert not third.is_alive()
+    releaser.wait()
+    assert releaser.threaded == 3 and [_refcount(w) for w in watches] == [1, 1, 1]

@@ -11,6 +11,11 @@ the buffer's last use, as it would have anyway.
 
 ``EMBER_OPENCL_RELEASE=thread|now``; unset: ``thread`` on NVIDIA's platform, ``now`` elsewhere (PoCL
 and Mesa return at once).
+
+The buffers waiting on the thread still hold device memory, and the thread gives back one per
+queue wait: a step that frees more than the GPU lets go of (W4 on an H100: ~38 buffers a step)
+grew the backlog to the whole card (MEM_OBJECT_ALLOCATION_FAILURE at 1.5 GiB in tensors). So
+``release`` waits while the backlog holds more than ``limit`` bytes (1/16 of the device's memory).
 """
 
 from __future__ import annotations
@@ -54,16 +59,20 @@ class Releaser:
     """Releases pyopencl buffers on a daemon thread (see the module's docstring); where the OpenCL
     library cannot be loaded through ctypes, or a retain fails, a buffer is released at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 1 << 30) -> None:
         self._lib = _library()
-        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._pending = 0
+        self._pending_bytes = 0
         self._idle = threading.Condition(self._lock)
-        #: buffers handed to the thread, and those released at once (tests read them)
+        #: most bytes of buffers waiting on the thread before ``release`` waits for it
+        self.limit = limit
+        #: buffers handed to the thread, those released at once, and releases that waited for the backlog
         self.threaded = 0
         self.direct = 0
+        self.waited = 0
 
     def release(self, buf: Any) -> None:
         """Give ``buf`` back: its last reference goes on the thread."""
@@ -73,14 +82,19 @@ class Releaser:
             self.direct += 1
             buf.release()
             return
+        nbytes = int(getattr(buf, "size", 0) or 0)
         buf.release()  # pyopencl's reference, not the last one: returns without waiting
-        with self._lock:
+        with self._idle:
+            if self._pending_bytes > self.limit:  # the thread is behind: wait for it, as a release would
+                self.waited += 1
+                self._idle.wait_for(lambda: self._pending_bytes <= self.limit)
             self._pending += 1
+            self._pending_bytes += nbytes
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ember-opencl-release", daemon=True)
                 self._thread.start()
         self.threaded += 1
-        self._queue.put(handle)
+        self._queue.put((handle, nbytes))
 
     def wait(self) -> None:
         """Until every buffer handed over so far has been released (tests; a finish does not need it)."""
@@ -90,9 +104,11 @@ class Releaser:
     def _run(self) -> None:
         release = self._lib.clReleaseMemObject
         while True:
-            handle = self._queue.get()
+            handle, nbytes = self._queue.get()
             release(ctypes.c_void_p(handle))
             with self._idle:
                 self._pending -= 1
-                if not self._pending:
+                before = self._pending_bytes
+                self._pending_bytes -= nbytes
+                if not self._pending or (before > self.limit >= self._pending_bytes):
                     self._idle.notify_all()

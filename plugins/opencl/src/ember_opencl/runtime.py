@@ -207,7 +207,9 @@ class Runtime:
         #: whether the pool may carve blocks out of larger buffers (see :func:`_sub_buffers`)
         self.sub_buffers = _sub_buffers(platform)
         #: where releasing a buffer waits for the queue (NVIDIA), the last release happens on a thread
-        self.releaser = Releaser() if release_mode(platform) == "thread" else None
+        self.releaser = None
+        if release_mode(platform) == "thread":  # a backlog of at most 1/16 of the device's memory
+            self.releaser = Releaser(max(1 << 28, int(device.global_mem_size) // 16))
         self.fp64 = _has(device, "cl_khr_fp64")
         self.fp16 = _has(device, "cl_khr_fp16")
         self.atomics64 = _has(device, "cl_khr_int64_base_atomics")
