@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +25,7 @@ from ember.dtypes import ALL_DTYPES, DType, as_dtype, real_dtype
 from ember.lazy import complex_products
 from ember.lazy.replay import compile_fixed
 from ember.memory import MemoryStats, measured_stats
-from ember.views import ViewMovement
+from ember.views import ViewMovement, contiguous_strides
 
 from . import fused_reduce, indexing, matmul, nn, reduce
 from .array import CLArray
@@ -61,6 +63,8 @@ class OpenCLBackend(ViewMovement, Backend):
     def __init__(self, device: Any) -> None:
         super().__init__(device)
         self.rt = Runtime(device.index)
+        if os.environ.get("EMBER_OPENCL_IN_PLACE", "1") == "0":  # to measure the in-place offer's effect
+            self.fusion_outs = False
         dtypes = set(ALL_DTYPES)
         reasons: dict[str, str] = {}
         if not self.rt.fp64:
@@ -209,11 +213,21 @@ class OpenCLBackend(ViewMovement, Backend):
     def fusion_ops(self) -> frozenset[str]:
         return _FUSION_OPS
 
-    def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[CLArray]:
-        """Run a fused program over ``shape``; returns its outputs (then its reduced value)."""
+    #: run_fused writes a region's target into an operand the lazy layer offers (see _in_place)
+    fusion_outs = True
+
+    def run_fused(
+        self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...], outs: Any = None
+    ) -> list[CLArray]:
+        """Run a fused program over ``shape``; returns its outputs (then its reduced value). An
+        offered ``outs[0]`` (the old buffer of ``p.copy_(p - lr * g)``) takes the target when
+        :func:`_in_place` allows: the update then runs in place, as torch's ``sub_``."""
+        shape = tuple(shape)
         if program.reduce is not None:
-            return fused_reduce.run_reduce(self.rt, program, operands, tuple(shape))
-        return run_program(self.rt, program, operands, tuple(shape))
+            return fused_reduce.run_reduce(self.rt, program, operands, shape)
+        if outs is not None and len(program.outputs) == 1 and _in_place(program, operands, shape, outs[0]):
+            return run_program(self.rt, program, operands, shape, outs=[outs[0]])
+        return run_program(self.rt, program, operands, shape)
 
     # -- reductions ------------------------------------------------------------------------------
     @native
@@ -423,3 +437,22 @@ def _arange_program(work: str, out: str) -> FusedProgram:
         ),
         (5,),
     )
+
+
+_BLOCK_REFS = 2  # sys.getrefcount(a.block) of a block only ``a`` holds: its slot and the call's argument
+
+
+def _in_place(program: FusedProgram, operands: list[Any], shape: tuple[int, ...], dest: Any) -> bool:
+    """Whether the fused kernel may store its one output into ``dest``, an operand the lazy layer
+    found nothing else holds: contiguous, of the output's shape and dtype, and its buffer viewed by
+    no other handle (a view of the same block, read at other indices, could see a value already
+    overwritten). The kernel reads each element before it stores that element, at the same index."""
+    if type(dest) is not CLArray or dest.block is None or dest.shape != shape:
+        return False
+    if dest.strides != contiguous_strides(shape):
+        return False
+    if as_dtype(program.value_dtypes()[program.outputs[0]]) is not dest.dtype:
+        return False
+    if sys.getrefcount(dest.block) != _BLOCK_REFS:
+        return False
+    return any(x is dest for x in operands)

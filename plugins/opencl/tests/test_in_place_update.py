@@ -1,0 +1,98 @@
+"""ember-opencl takes the lazy layer's offer (Backend.fusion_outs): ``p.copy_(p - lr * g)`` stores
+into p's old buffer, so an SGD step allocates no new parameter buffers and the pool's step plan
+is not refused for the parameters and their replacements held at once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.lazy.graph import stats
+
+
+def _block(t: em.Tensor):  # noqa: ANN202
+    return em.lazy.materialize(t._data).block
+
+
+@pytest.fixture
+def dev():  # noqa: ANN201
+    d = em.Device("opencl:0").autodiff()
+    if not d.capabilities.fusion or not em.lazy.fusion_enabled():
+        pytest.skip("fusion is off for this run (EMBER_FUSION=0): nothing is offered")
+    return d
+
+
+def test_sgd_updates_write_the_parameter_in_place(dev) -> None:  # noqa: ANN001
+    gen = np.random.default_rng(3)
+    p0 = gen.standard_normal((64, 96)).astype(np.float32)
+    g0 = gen.standard_normal((64, 96)).astype(np.float32)
+    p = em.tensor(p0, device=dev)
+    g = em.tensor(g0, device=dev)
+    with em.no_grad():
+        p.copy_(p - 0.25 * g)  # the first result is a fresh buffer
+        p.realize()
+        where = _block(p).raw.int_ptr  # the driver buffer, not the Block (holding it would forbid the offer)
+        before = stats(dev)["in_place"]
+        for step in range(3):
+            p.copy_(p - 0.25 * g)
+            p.realize()
+            assert _block(p).raw.int_ptr == where, f"step {step}: a new buffer"
+    assert stats(dev)["in_place"] == before + 3
+    want = p0.astype(np.float64) - 4 * 0.25 * g0.astype(np.float64)
+    np.testing.assert_allclose(p.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_view_of_the_old_values_keeps_them(dev) -> None:  # noqa: ANN001
+    """A view sharing p's buffer (here a row kept by the caller) makes the offer unsafe: p gets a new
+    buffer and the view still reads the values it had, as without the lazy layer."""
+    gen = np.random.default_rng(4)
+    p0 = gen.standard_normal((32, 48)).astype(np.float32)
+    g0 = gen.standard_normal((32, 48)).astype(np.float32)
+    p = em.tensor(p0, device=dev)
+    g = em.tensor(g0, device=dev)
+    with em.no_grad():
+        p.copy_(p * 1.0)
+        p.realize()
+        row = p[3]
+        row_before = row.numpy().copy()
+        before = stats(dev)["in_place"]
+        p.copy_(p - 0.5 * g)
+        p.realize()
+    assert stats(dev)["in_place"] == before  # not offered: the row shares p's buffer
+    np.testing.assert_array_equal(row.numpy(), row_before)
+    np.testing.assert_allclose(p.numpy(), p0 - 0.5 * g0, rtol=1e-6, atol=1e-6)
+
+
+def test_a_training_step_plans_its_memory_with_no_driver_calls(dev) -> None:  # noqa: ANN001
+    """W2's MLP shape, smaller, trained with SGD (its parameters were replaced every step before this
+    change, and on PoCL its step plan was refused): from the fourth step every request is planned."""
+    gen = np.random.default_rng(5)
+    params = []
+    for fan_in, fan_out in ((784, 256), (256, 256), (256, 10)):
+        w = (gen.standard_normal((fan_in, fan_out)) * fan_in**-0.5).astype(np.float32)
+        params.append(em.tensor(w, device=dev).requires_grad_())
+        params.append(em.tensor((gen.standard_normal(fan_out) * 0.1).astype(np.float32), device=dev).requires_grad_())
+    x = em.tensor(gen.standard_normal((64, 784)).astype(np.float32), device=dev)
+    y = em.tensor(gen.integers(0, 10, 64), device=dev)
+    pool = dev.backend.rt.pool  # this device's pool (other tests' Runtime objects register more)
+    if pool.strategy != "adaptive":
+        pytest.skip(f"the pool runs {pool.strategy!r} (EMBER_MEMORY): step plans are adaptive's")
+    losses = []
+    for step in range(10):
+        for w in params:
+            w.grad = None
+        h = em.relu(x @ params[0] + params[1])
+        h = em.relu(h @ params[2] + params[3])
+        loss = em.cross_entropy(h @ params[4] + params[5], y)
+        loss.backward()
+        with em.no_grad():
+            for w in params:
+                w.copy_(w - 0.1 * w.grad)
+        dev.synchronize()
+        losses.append(loss)
+        if step == 4:
+            misses, planned = pool.misses, pool.planned
+    assert pool.misses == misses, "driver allocations in steady state"
+    assert pool.planned > planned
+    assert losses[-1].item() < losses[0].item()
