@@ -89,8 +89,11 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
         set_stream, gemm = _entry_points(_library())
     except (OSError, AttributeError):
         return {}  # no loadable cuBLAS of these names: CuPy's matmul serves
-    one = {dt: np.ones((), dtype=dt) for dt in gemm}
-    zero = {dt: np.zeros((), dtype=dt) for dt in gemm}
+    # alpha and beta: host scalars that live as long as the kernels; their addresses are taken
+    # once (numpy's ``.ctypes`` builds an object per read: microseconds a GEMM on W3's host path)
+    scalars = [np.ones((), dtype=dt) for dt in gemm] + [np.zeros((), dtype=dt) for dt in gemm]
+    one = {dt: scalars[i].ctypes.data for i, dt in enumerate(gemm)}
+    zero = {dt: scalars[len(gemm) + i].ctypes.data for i, dt in enumerate(gemm)}
     handle_of = cp.cuda.device.get_cublas_handle
     last: dict[int, int] = {}  # per cuBLAS handle, the stream it was last set to
     stream_of = cp.cuda.get_current_stream
@@ -104,14 +107,18 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
         k2, n = b.shape[-2:]
         if k != k2 or 0 in (m, n, k):
             return other(a, b)
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         la, lb = _layout(a), _layout(b)
         if la is None or lb is None:
             return other(a, b)
-        for x in (a, b):  # a batch is all of the broadcast batch (stride r*c or 0) or one matrix (0)
-            if x.shape[:-2] != batch and int(np.prod(x.shape[:-2])) != 1:
-                return other(a, b)  # partly broadcast (e.g. (B, 1) against (B, H)): not one stride
-        count = int(np.prod(batch)) if batch else 1
+        if a.ndim == 2 and b.ndim == 2:  # the common case, without numpy's shape helpers
+            batch: tuple[int, ...] = ()
+            count = 1
+        else:
+            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+            for x in (a, b):  # a batch is all of the broadcast batch (stride r*c or 0) or one matrix (0)
+                if x.shape[:-2] != batch and int(np.prod(x.shape[:-2])) != 1:
+                    return other(a, b)  # partly broadcast (e.g. (B, 1) against (B, H)): not one stride
+            count = int(np.prod(batch)) if batch else 1
         out = cp.empty((*batch, m, n), dtype=dt)
         handle = handle_of()
         stream = stream_of().ptr
@@ -121,13 +128,14 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
         # row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLAS's first operand is B
         status = call(
             handle, lb[0], la[0], n, m, k,
-            one[dt].ctypes.data, b.data.ptr, lb[1], lb[2],
+            one[dt], b.data.ptr, lb[1], lb[2],
             a.data.ptr, la[1], la[2],
-            zero[dt].ctypes.data, out.data.ptr, n, m * n, count,
+            zero[dt], out.data.ptr, n, m * n, count,
         )  # fmt: skip
         if status:
             raise CudaError(f"matmul: cuBLAS gemmStridedBatched returned status {status} for {a.shape} @ {b.shape}")
         CALLS["gemm"] += 1
         return out
 
+    matmul.scalars = scalars  # type: ignore[attr-defined]  # the addresses above stay valid while matmul lives
     return {"matmul": matmul}
