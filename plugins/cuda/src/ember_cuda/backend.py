@@ -79,6 +79,8 @@ class CudaBackend(Backend):
     cheap_readback = False
     #: a reduction of a deferred region runs in the region's kernel (fused_reduce.py)
     fusion_reductions = FUSION_REDUCTIONS
+    #: run_fused writes a region's target into an operand the lazy layer offers (see _in_place)
+    fusion_outs = True
 
     @classmethod
     def device_count(cls) -> int:
@@ -114,6 +116,8 @@ class CudaBackend(Backend):
         self._fused: FusedKernels | None = None
         self._reductions: FusedReductions | None = None
         self._multi = self.device_count() > 1
+        if os.environ.get("EMBER_CUDA_IN_PLACE", "1") == "0":  # to measure the in-place offer's effect
+            self.fusion_outs = False
 
     # -- settings ------------------------------------------------------------------------------
     def set_tf32(self, enabled: bool) -> None:
@@ -226,16 +230,26 @@ class CudaBackend(Backend):
     def fusion_ops(self) -> frozenset[str]:
         return FUSION_OPS
 
-    def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[Any]:
+    def run_fused(
+        self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...], outs: Any = None
+    ) -> list[Any]:
         """Run a fused program over ``shape``: one op by its own kernel (the exact eager path),
-        more through a generated kernel cached per (program, layout)."""
+        more through a generated kernel cached per (program, layout). An offered ``outs[0]`` (the
+        old buffer of ``p.copy_(p - lr * g)``) takes the target when :func:`_in_place` allows: the
+        update then runs in place, as torch's ``sub_``."""
         shape = tuple(shape)
+        out = None
+        if outs is not None and program.reduce is None and len(program.outputs) == 1 and len(program.instructions) > 1:
+            if _in_place(self.cp, program, operands, shape, outs[0]):
+                out = outs[0]
         if self._multi:
             with self._device, self.stream:
-                return self._run_fused(program, operands, shape)
-        return self._run_fused(program, operands, shape)
+                return self._run_fused(program, operands, shape, out)
+        return self._run_fused(program, operands, shape, out)
 
-    def _run_fused(self, program: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
+    def _run_fused(
+        self, program: FusedProgram, operands: list[Any], shape: tuple[int, ...], out: Any = None
+    ) -> list[Any]:
         if program.reduce is not None:
             try:
                 if self._reductions is None:
@@ -252,7 +266,7 @@ class CudaBackend(Backend):
         try:
             if self._fused is None:
                 self._fused = FusedKernels(self.cp)
-            return self._fused.run(program, operands, shape)
+            return self._fused.run(program, operands, shape, out)
         except ValueError as exc:
             raise KernelLaunchError(
                 f"{self.device}: the fused program cannot be written as CUDA C ({exc}):\n{program.describe()}"
@@ -372,3 +386,18 @@ class CudaBackend(Backend):
     @native
     def random_bits(self, *, key: tuple[int, int], counter: int, size: int) -> Any:
         return philox.random_bits(self.cp, key, counter, size)
+
+
+def _in_place(cp: Any, program: FusedProgram, operands: list[Any], shape: tuple[int, ...], dest: Any) -> bool:
+    """Whether the fused kernel may store its one output into ``dest``, an operand the lazy layer
+    found nothing else holds: a CuPy array of its own (not a view: another array viewing the same
+    memory holds it as ``base``, so the lazy layer's count would have seen it), C-contiguous, of the
+    output's shape and dtype. The kernel reads each element before it stores that element, at the
+    same index."""
+    if type(dest) is not cp.ndarray or dest.base is not None or tuple(dest.shape) != shape:
+        return False
+    if not dest.flags.c_contiguous:
+        return False
+    if dest.dtype != _as_dtype(program.value_dtypes()[program.outputs[0]]).numpy:
+        return False
+    return any(x is dest for x in operands)

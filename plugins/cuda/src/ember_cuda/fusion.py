@@ -218,11 +218,15 @@ class FusedKernels:
         except (TypeError, ValueError, RuntimeError):  # CuPy's driver errors are RuntimeErrors
             return 8
 
-    def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...]) -> list[Any]:
-        """Run ``prog`` over ``shape``: ``operands`` are CuPy arrays and Python numbers in input order."""
+    def run(self, prog: FusedProgram, operands: list[Any], shape: tuple[int, ...], out: Any = None) -> list[Any]:
+        """Run ``prog`` over ``shape``: ``operands`` are CuPy arrays and Python numbers in input order;
+        ``out`` (a one-output program's) is written instead of a new array: an operand, in place."""
         cp = self.cp
         dts = prog.value_dtypes()
-        outs = [cp.empty(shape, dtype=_numpy_dtype(dts[o])) for o in prog.outputs]
+        if out is not None:
+            outs = [out]
+        else:
+            outs = [cp.empty(shape, dtype=_numpy_dtype(dts[o])) for o in prog.outputs]
         out_ptrs = [o.data.ptr for o in outs]
         tensors = [operands[j] for j in prog.tensor_inputs]
         ptrs = [t.data.ptr for t in tensors]

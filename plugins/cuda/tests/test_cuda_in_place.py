@@ -1,0 +1,115 @@
+"""ember-cuda takes the lazy layer's offer (Backend.fusion_outs): ``p.copy_(p - lr * g)`` stores
+into p's old buffer, so an SGD step allocates no new parameter buffers (as torch's ``sub_``). Needs
+an NVIDIA GPU and CuPy; elsewhere these skip with the backend's reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ember_cuda import runtime
+
+import ember as em
+from ember.lazy import materialize, stats
+
+pytestmark = pytest.mark.skipif(
+    runtime.device_count() == 0, reason=f"no CUDA device: {runtime.why_unavailable() or 'unknown'}"
+)
+
+
+@pytest.fixture
+def dev() -> em.Device:
+    """cuda:0 with autodiff and fusion on (whatever EMBER_FUSION says), back as it was afterwards."""
+    device = em.Device.cuda(0).autodiff()
+    if not device.backend.fusion_outs:
+        pytest.skip("EMBER_CUDA_IN_PLACE=0: the offer is declined")
+    with em.lazy.fusion(True, device):
+        yield device
+
+
+def _address(t: em.Tensor) -> int:
+    return materialize(t._data).data.ptr  # an int: holding the array would forbid the offer
+
+
+def test_sgd_updates_write_the_parameter_in_place(dev) -> None:  # noqa: ANN001
+    gen = np.random.default_rng(3)
+    p0 = gen.standard_normal((64, 96)).astype(np.float32)
+    g0 = gen.standard_normal((64, 96)).astype(np.float32)
+    p = em.tensor(p0, device=dev)
+    g = em.tensor(g0, device=dev)
+    with em.no_grad():
+        p.copy_(p - 0.25 * g)  # the first result is a fresh buffer
+        p.realize()
+        where = _address(p)
+        before = stats(dev)["in_place"]
+        for step in range(3):
+            p.copy_(p - 0.25 * g)
+            p.realize()
+            assert _address(p) == where, f"step {step}: a new buffer"
+    assert stats(dev)["in_place"] == before + 3
+    want = p0.astype(np.float64) - 4 * 0.25 * g0.astype(np.float64)
+    np.testing.assert_allclose(p.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_view_of_the_old_values_keeps_them(dev) -> None:  # noqa: ANN001
+    """A view sharing p's buffer (a row kept by the caller) makes the offer unsafe: p gets a new
+    buffer and the row still reads the values it had."""
+    gen = np.random.default_rng(4)
+    p0 = gen.standard_normal((32, 48)).astype(np.float32)
+    g0 = gen.standard_normal((32, 48)).astype(np.float32)
+    p = em.tensor(p0, device=dev)
+    g = em.tensor(g0, device=dev)
+    with em.no_grad():
+        p.copy_(p * 1.0)
+        p.realize()
+        row = p[3]
+        row_before = row.numpy().copy()
+        before = stats(dev)["in_place"]
+        p.copy_(p - 0.5 * g)
+        p.realize()
+    assert stats(dev)["in_place"] == before
+    np.testing.assert_array_equal(row.numpy(), row_before)
+    np.testing.assert_allclose(p.numpy(), p0 - 0.5 * g0, rtol=1e-6, atol=1e-6)
+
+
+def test_a_value_a_later_region_recomputes_is_not_overwritten(dev) -> None:  # noqa: ANN001
+    """gelu's tanh form differentiated through its composite: the case whose gradient came out
+    wrong when a region's inner value, recomputed later, read an overwritten buffer."""
+    gen = np.random.default_rng(5)
+    xa = gen.standard_normal((3, 4, 5))
+    wa = gen.standard_normal((3, 4, 5))
+    x = em.tensor(xa, device=dev).requires_grad_()
+    w = em.tensor(wa, device=dev)
+    (em.nn.functional.gelu(x, approximate="tanh") * w).sum().backward()
+    c = np.sqrt(2 / np.pi)
+    t = np.tanh(c * (xa + 0.044715 * xa**3))
+    want = (0.5 * (1 + t) + 0.5 * xa * (1 - t * t) * c * (1 + 3 * 0.044715 * xa**2)) * wa
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_training_step_reuses_its_parameter_buffers(dev) -> None:  # noqa: ANN001
+    """W2's MLP shape, smaller, trained with SGD: from the second step every parameter keeps its
+    buffer, and the loss goes down."""
+    gen = np.random.default_rng(5)
+    params = []
+    for fan_in, fan_out in ((784, 256), (256, 256), (256, 10)):
+        w = (gen.standard_normal((fan_in, fan_out)) * fan_in**-0.5).astype(np.float32)
+        params.append(em.tensor(w, device=dev).requires_grad_())
+        params.append(em.tensor((gen.standard_normal(fan_out) * 0.1).astype(np.float32), device=dev).requires_grad_())
+    x = em.tensor(gen.standard_normal((64, 784)).astype(np.float32), device=dev)
+    y = em.tensor(gen.integers(0, 10, 64), device=dev)
+    losses, addresses = [], []
+    for _ in range(6):
+        for w in params:
+            w.grad = None
+        h = em.relu(x @ params[0] + params[1])
+        h = em.relu(h @ params[2] + params[3])
+        loss = em.cross_entropy(h @ params[4] + params[5], y)
+        loss.backward()
+        with em.no_grad():
+            for w in params:
+                w.copy_(w - 0.1 * w.grad)
+        dev.synchronize()
+        losses.append(loss.item())
+        addresses.append([_address(w) for w in params])
+    assert addresses[-1] == addresses[1] == addresses[2]
+    assert losses[-1] < losses[0]
