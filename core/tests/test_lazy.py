@@ -20,6 +20,7 @@ from conftest import TwinBackend
 
 import ember as em
 from ember.dtypes import ALL_DTYPES, COMPLEX_DTYPES
+from ember.errors import InvalidArgumentError
 from ember.lazy import FusedProgram, LazyBuffer
 from ember.lazy.program import Reduce
 from ember.plugins import BackendSpec, PluginRegistry, get_registry
@@ -604,3 +605,33 @@ def test_small_ops_on_computed_operands_skip_the_lazy_hook(monkeypatch):
     y = em.exp(big) + 1.0  # deferred: the add joins the exp's region
     assert calls == ["exp", "add"]
     np.testing.assert_allclose(y.numpy(), np.e + 1.0, rtol=1e-6)
+
+
+def test_the_setting_moves_the_size_below_which_ops_run_at_once(monkeypatch):
+    """EMBER_FUSION_MIN_ELEMENTS overrides the backend's fusion_min_elements (read when a device's
+    lazy layer is made): smaller ops with no deferred operand run at once, larger ones defer."""
+    from ember.device import set_defer
+    from ember.lazy.graph import Lazy
+
+    d = _device("lazyfake")
+    with em.lazy.fusion(True, d):
+        installed = d._state.defer
+        monkeypatch.setenv("EMBER_FUSION_MIN_ELEMENTS", "16")
+        set_defer(d, Lazy(d))
+        try:
+            assert d._least == 16
+            small = em.tensor(arr(8), device=d)
+            large = em.tensor(arr(32), device=d)
+            before = em.lazy.stats(d)["deferred"]
+            s = em.exp(small) + 1.0
+            assert em.lazy.stats(d)["deferred"] == before
+            y = em.exp(large) + 1.0
+            assert em.lazy.stats(d)["deferred"] == before + 2
+            np.testing.assert_allclose(s.numpy(), np.exp(arr(8)) + 1.0, rtol=1e-6)
+            np.testing.assert_allclose(y.numpy(), np.exp(arr(32)) + 1.0, rtol=1e-6)
+            monkeypatch.setenv("EMBER_FUSION_MIN_ELEMENTS", "lots")
+            with pytest.raises(InvalidArgumentError, match="EMBER_FUSION_MIN_ELEMENTS='lots'"):
+                Lazy(d)
+        finally:
+            set_defer(d, installed)
+        assert d._least == installed.least

@@ -1,19 +1,20 @@
 """Every setting ember reads from the environment, in one place.
 
-| variable             | meaning                                                  | default            |
-|----------------------|----------------------------------------------------------|--------------------|
-| EMBER_DEVICE         | the device ``Device.default()`` returns                  | ``cpu``            |
-| EMBER_PLUGINS        | comma-separated allow-list of plugin entry-point names   | all installed      |
-| EMBER_PLUGIN_TIMEOUT | seconds a plugin may take to import or load its backend  | ``60``             |
-| EMBER_CACHE_DIR      | where compiled kernels are cached                        | user cache dir     |
-| EMBER_KERNEL_CACHE   | ``0`` turns the on-disk kernel cache off                 | ``1``              |
-| EMBER_FUSION         | ``0``: fusing backends run every op eagerly (no lazy)    | ``1``              |
-| EMBER_FUSE_REDUCE    | ``0``: no reduction joins a fused region's kernel        | ``1``              |
-| EMBER_NN_FUSED       | ``0``: nn layers never call installed fused ops          | ``1``              |
-| EMBER_JIT_NATIVE     | ``0``: ``em.jit`` replays step lists, no backend replays | ``1``              |
-| EMBER_MEMORY         | device pool strategy: adaptive, static or exclusive      | ``adaptive``       |
-| EMBER_OPENCL_DEVICE  | default OpenCL device index                              | ``0``              |
-| EMBER_WGPU_ADAPTER   | default WGPU adapter index                               | ``0``              |
+| variable                  | meaning                                                  | default        |
+|---------------------------|----------------------------------------------------------|----------------|
+| EMBER_DEVICE              | the device ``Device.default()`` returns                  | ``cpu``        |
+| EMBER_PLUGINS             | comma-separated allow-list of plugin entry-point names   | all installed  |
+| EMBER_PLUGIN_TIMEOUT      | seconds a plugin may take to import or load its backend  | ``60``         |
+| EMBER_CACHE_DIR           | where compiled kernels are cached                        | user cache dir |
+| EMBER_KERNEL_CACHE        | ``0`` turns the on-disk kernel cache off                 | ``1``          |
+| EMBER_FUSION              | ``0``: fusing backends run every op eagerly (no lazy)    | ``1``          |
+| EMBER_FUSE_REDUCE         | ``0``: no reduction joins a fused region's kernel        | ``1``          |
+| EMBER_FUSION_MIN_ELEMENTS | smaller results with no deferred operand run at once     | the backend's  |
+| EMBER_NN_FUSED            | ``0``: nn layers never call installed fused ops          | ``1``          |
+| EMBER_JIT_NATIVE          | ``0``: ``em.jit`` replays step lists, no backend replays | ``1``          |
+| EMBER_MEMORY              | device pool strategy: adaptive, static or exclusive      | ``adaptive``   |
+| EMBER_OPENCL_DEVICE       | default OpenCL device index                              | ``0``          |
+| EMBER_WGPU_ADAPTER        | default WGPU adapter index                               | ``0``          |
 
 Values are read when asked for, so tests can change the environment.
 """
@@ -37,6 +38,7 @@ __all__ = [
     "nn_fused_enabled",
     "fusion_enabled",
     "fuse_reductions_enabled",
+    "fusion_min_elements",
     "jit_native_enabled",
     "memory_strategy",
     "MEMORY_STRATEGIES",
@@ -98,6 +100,24 @@ def fuse_reductions_enabled() -> bool:
     """Whether a trailing reduction joins its region's fused kernel where the backend offers it
     (``EMBER_FUSE_REDUCE=0``: no, the region is realized and the reduction kernel runs after)."""
     return _flag("EMBER_FUSE_REDUCE")
+
+
+def fusion_min_elements(default: int) -> int:
+    """Result size below which an op with no deferred operand runs at once instead of joining a
+    fused region (``EMBER_FUSION_MIN_ELEMENTS``; unset: ``default``, the backend's own choice).
+    Deferring costs host time per op; on a host-bound step, small ops may be cheaper run at once."""
+    raw = os.environ.get("EMBER_FUSION_MIN_ELEMENTS", "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidArgumentError(
+            f"EMBER_FUSION_MIN_ELEMENTS={raw!r}: expected a whole number >= 0, e.g. 65536 (0: defer every op)"
+        )
+    return value
 
 
 def nn_fused_enabled() -> bool:

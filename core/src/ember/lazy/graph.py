@@ -126,7 +126,7 @@ class Lazy:
         self.backend: Backend = backend
         self.ops: frozenset[str] = frozenset(backend.fusion_ops())
         #: ops with fewer result elements and no deferred operand run at once (Backend.fusion_min_elements)
-        self.least: int = backend.fusion_min_elements
+        self.least: int = config.fusion_min_elements(backend.fusion_min_elements)
         #: reductions the backend computes at the end of a fused program (Backend.fusion_reductions)
         self.reductions: frozenset[str] = (
             frozenset(backend.fusion_reductions) & REDUCE_OPS if config.fuse_reductions_enabled() else frozenset()
