@@ -107,13 +107,21 @@ class Gather:
 
 
 def _loader(
-    which: str, t: Tiling, acc: str, c: Any, kfast: bool, vw: int, gather: Gather | None, aligned: bool = False
+    which: str,
+    t: Tiling,
+    acc: str,
+    c: Any,
+    kfast: bool,
+    vw: int,
+    gather: Gather | None,
+    aligned: bool | str = False,
 ) -> tuple[list[str], list[str], list[str]]:
     """Statements staging one tile of A (``which="A"``: As[k][m]) or B (Bs[k][n]) into ``buf``:
     (declarations, fetch, put). Without ``t.rp`` fetch does it all (global straight to local); with
     it, fetch reads global memory into registers ``p<which>_<i>_<e>`` and put stores them in local
     memory, so the caller can compute in between. ``aligned``: vector loads through a vector
-    pointer (the host checked alignment), else ``vload``."""
+    pointer (the host checked alignment), else ``vload``; a string is a C condition on a kernel
+    argument choosing between the two when the kernel runs (one program for both)."""
     to = t.tm if which == "A" else t.tn
     lim = "M" if which == "A" else "N"
     base, o0 = ("a_base", "m0") if which == "A" else ("b_base", "n0")
@@ -150,9 +158,12 @@ def _loader(
             cond, ptr = f"go < {lim} && gk + {vw} <= K", f"{which} + {base} + go * {os_} + gk"
         else:
             cond, ptr = f"go + {vw} <= {lim} && gk < K", f"{which} + {base} + go + gk * {ks}"
-        load = f"*(__global const {V}*)({ptr})" if aligned else f"vload{vw}(0, {ptr})"
+        pointer, vload = f"*(__global const {V}*)({ptr})", f"vload{vw}(0, {ptr})"
         lanes = "0123456789abcdef"
-        out = [f"if ({cond}) {{", f"  const {V} w = {load};"]
+        if isinstance(aligned, str):
+            out = [f"if ({cond}) {{", f"  {V} w;", f"  if ({aligned}) w = {pointer}; else w = {vload};"]
+        else:
+            out = [f"if ({cond}) {{", f"  const {V} w = {pointer if aligned else vload};"]
         out += [f"  {dst(e)} = w.s{lanes[e]};" for e in range(vw)]
         out += ["} else {", *("  " + scalar(e) for e in range(vw)), "}"]
         return out
@@ -188,6 +199,7 @@ def gemm_source(
     bias: bool = False,
     name: str = "ember_matmul",
     aligned: tuple[bool, bool, bool] = (False, False, False),
+    dynamic_align: bool = False,
 ) -> tuple[str, list[Any]]:
     """OpenCL C of one member of the tiled family, and its scalar argument types.
 
@@ -196,7 +208,9 @@ def gemm_source(
     then with ``bias`` a per-row vector R + (off, stride) added to C (row ``b_last * M + m``:
     the output channel of a grouped convolution). ``aligned``: A's, B's vector loads and C's
     float4 stores may go through vector pointers (their offsets and strides are multiples of the
-    width; the caller checked)."""
+    width; the caller checked). ``dynamic_align`` instead adds a last argument ``al`` (bits 1, 2,
+    4: A, B, C aligned) read when the kernel runs, so aligned and unaligned operands share one
+    program (one build fewer per such pair on a cold start)."""
     c = ctype(dt)
     acc = _acc_type(dt)
     fma = c.kind == "f"
@@ -219,12 +233,16 @@ def gemm_source(
     if bias:
         params += [f"__global const {c.storage}* restrict R", f"const {idx} r_off", f"const {idx} r_s"]
         types += [None, npi, npi]
+    if dynamic_align:
+        params.append("const int al")
+        types.append(np.dtype(np.int32))
+    flags: tuple[bool | str, ...] = ("(al & 1)", "(al & 2)", "(al & 4)") if dynamic_align else aligned
     step = "acc[i][j] = fma(ra[i], rb[j], acc[i][j]);" if fma else "acc[i][j] += ra[i] * rb[j];"
     batch = unravel("z", rb, "bsh", idx, "b")
     nbuf = 2 if t.db else 1
     align = 4 * (8 if acc in ("double", "long", "ulong") else 4)
-    decl_a, load_a, put_a = _loader("A", t, acc, c, a_kfast, va, a_gather, aligned[0])
-    decl_b, load_b, put_b = _loader("B", t, acc, c, not b_nfast, vb, b_gather, aligned[1])
+    decl_a, load_a, put_a = _loader("A", t, acc, c, a_kfast, va, a_gather, flags[0])
+    decl_b, load_b, put_b = _loader("B", t, acc, c, not b_nfast, vb, b_gather, flags[1])
     V = f"{acc}4"
 
     def reads(which: str, n_items: int, threads: int, lid: str, reg: str) -> list[str]:
@@ -323,9 +341,13 @@ def gemm_source(
             store.append(f"  {{ const {idx} n = n0 + (tx + {q * rtn}) * 4;")
             vals = [f"acc[{i}][{q * 4 + e}]{plus}" for e in range(4)]
             if vec_store:
-                dst = f"*(__global {V}*)(C + c_base + m * N + n) = " if aligned[2] else ""
-                put4 = f"{dst}({V})({', '.join(vals)})"
-                put4 = put4 + ";" if aligned[2] else f"vstore4({put4}, 0, C + c_base + m * N + n);"
+                value4 = f"({V})({', '.join(vals)})"
+                pointer = f"*(__global {V}*)(C + c_base + m * N + n) = {value4};"
+                put4 = f"vstore4({value4}, 0, C + c_base + m * N + n);"
+                if isinstance(flags[2], str):
+                    put4 = f"{{ if ({flags[2]}) {pointer} else {put4} }}"
+                elif flags[2]:
+                    put4 = pointer
                 store.append(f"    if (n + 4 <= N) {put4} else")
             store.append("    {")
             for e in range(4):
@@ -459,14 +481,17 @@ def _pick(rt: Runtime, M: int, N: int) -> Tiling:
     return TILINGS["gpu_small"] if M * N >= 64 * 64 * 4 else TILINGS["tiny"]
 
 
-def choose(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
-    """The tuned tiling for this device, dtype and shape class if one is cached, else :func:`_pick`."""
+def _tuned(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling | None:
+    """The tuned tiling for this device, dtype and shape class if one is cached (and fits)."""
     from . import tune  # noqa: PLC0415  (tune imports this module)
 
     found = tune.lookup(rt, dt, M, N, K)
-    if found is not None and fits(rt, found, dt):
-        return found
-    return _pick(rt, M, N)
+    return found if found is not None and fits(rt, found, dt) else None
+
+
+def choose(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
+    """The tuned tiling for this device, dtype and shape class if one is cached, else :func:`_pick`."""
+    return _tuned(rt, dt, M, N, K) or _pick(rt, M, N)
 
 
 def _aligned(dt: str, vw: int, offset: int, strides: list[int]) -> bool:
@@ -542,7 +567,12 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
         vw, wn, wm = shape
         rt.launch(knl, (-(-N // (vw * wn)), -(-M // wm), numel(batch)), (1, 1, 1), args)
         return out
-    t = tiling or choose(rt, dt, M, N, K)
+    t = tiling or _tuned(rt, dt, M, N, K)
+    # the untuned choice (a cold process's first steps, before tuning) reads alignment as an argument:
+    # one program for aligned and unaligned operands of a shape class; a tuned or given tiling is
+    # specialised (what the tuner timed is what runs)
+    dynamic = t is None and _aligned(dt, 4, 0, [])
+    t = t or _pick(rt, M, N)
     vec_ok = dt in _VECTOR_DTYPES and t.vw > 1
     va = t.vw if vec_ok and (a_cs == 1 if a_kfast else a_rs == 1) else 1
     vb = t.vw if vec_ok and (b_rs == 1 if not b_nfast else b_cs == 1) else 1
@@ -550,9 +580,12 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     bl = _aligned(dt, vb, bv.offset, [b_cs if not b_nfast else b_rs, *bsb])
     aligned = (al, bl, _aligned(dt, 4, 0, [N, *bsc]))
     spec = (dt, t, len(bsh), idx, a_kfast, b_nfast, va, vb)
+    if dynamic:
+        args.append(al | bl << 1 | aligned[2] << 2)
 
     def make() -> tuple[str, list[Any]]:
-        return gemm_source(*spec, aligned=aligned)
+        return gemm_source(*spec, aligned=aligned, dynamic_align=dynamic)
 
-    launch_tiled(rt, t, ("matmul", *spec, aligned), make, "ember_matmul", M, N, numel(batch), args)
+    key = ("matmul", *spec, "dynamic" if dynamic else aligned)
+    launch_tiled(rt, t, key, make, "ember_matmul", M, N, numel(batch), args)
     return out
