@@ -27,7 +27,17 @@ from .cltypes import NP_OF_C, ctype
 from .codegen import preamble, unravel
 from .runtime import Runtime
 
-__all__ = ["Tiling", "matmul", "TILINGS", "gemm_source", "Gather", "local_bytes", "fits", "LAYOUT_BITS"]
+__all__ = [
+    "Tiling",
+    "matmul",
+    "TILINGS",
+    "gemm_source",
+    "Gather",
+    "local_bytes",
+    "fits",
+    "LAYOUT_BITS",
+    "head_start_sources",
+]
 
 _VECTOR_DTYPES = frozenset(["float32", "float64", "int32", "int64", "uint32", "uint64"])
 
@@ -522,6 +532,17 @@ def _tuned(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling | None:
 def choose(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
     """The tuned tiling for this device, dtype and shape class if one is cached, else :func:`_pick`."""
     return _tuned(rt, dt, M, N, K) or _pick(rt, M, N)
+
+
+def head_start_sources(rt: Runtime) -> list[str]:
+    """The programs most GPU work needs first, for a cold process to build while its host makes
+    inputs (:meth:`Runtime._warm_up`): the generic float32 GEMMs of the untuned large and small
+    tilings, 2-D (what a 2-D ``a @ b`` of either size class builds: the same source, so the
+    step's request finds the program built or under way)."""
+    picks = (TILINGS["gpu_large"], TILINGS["gpu_small"])
+    return [
+        gemm_source("float32", t, 1, "int", True, True, 1, 1, generic=True)[0] for t in picks if fits(rt, t, "float32")
+    ]
 
 
 def _aligned(dt: str, vw: int, offset: int, strides: list[int]) -> bool:

@@ -130,6 +130,12 @@ class _Pending:
 #: whether a GPU's runtime starts the driver's compiler while the host goes on, when ember's cache
 #: holds none of its programs (:meth:`Runtime._warm_up`)
 WARM_UP = True
+#: whether that warm-up builds the programs most steps need first (the generic float32 GEMMs:
+#: :func:`.matmul.head_start_sources`) rather than a one-line program. NVIDIA builds one program at
+#: a time per process, ~0.2-0.85 s a GEMM program (H100), so the ones built while the host makes its
+#: inputs are off a cold first step's path; a process that never multiplies float32 matrices built
+#: them for nothing (once per driver and ember version: they are stored)
+HEAD_START = True
 
 
 #: a grid-stride launch on a GPU is capped at this many work-groups per compute unit: W6 (2^26
@@ -276,10 +282,21 @@ class Runtime:
             return True
 
     def _build_warm_up(self) -> None:
+        """Build the programs of :func:`.matmul.head_start_sources` through the program cache (a
+        step asking for one while it builds waits for it rather than building it again); with
+        :data:`HEAD_START` off, or none fitting the device, a one-line program only starts the compiler."""
         start = time.perf_counter()
+        sources = []
+        if HEAD_START:
+            from .matmul import head_start_sources  # noqa: PLC0415  (matmul imports this module)
+
+            sources = head_start_sources(self)
         try:
-            source = "__kernel void ember_warm_up(__global int* x) { x[get_global_id(0)] = 0; }"
-            cl.Program(self.context, source).build(options=self.options, devices=[self.device], cache_dir=False)
+            if not sources:
+                source = "__kernel void ember_warm_up(__global int* x) { x[get_global_id(0)] = 0; }"
+                cl.Program(self.context, source).build(options=self.options, devices=[self.device], cache_dir=False)
+            for source in sources:
+                self.programs.request(source, self.options)  # (built here; a failure is kept for its real use)
         except Exception:  # only a head start: a compiler that fails here says so at the first real build
             pass
         self.waits["warm_up_s"] = time.perf_counter() - start
