@@ -259,11 +259,18 @@ class Runtime:
         one-line program on a thread of its own, so the driver loads and starts its compiler while the
         host goes on (making inputs, say): NVIDIA's first build of a process cost ~0.3-0.4 s more than
         the same size later (H100, W2: 0.85 s for the first GEMM program, 0.44-0.58 s for the others).
+        With :data:`HEAD_START` those are the generic GEMMs most steps need first (built through the
+        program cache; with build processes, handed to the workers).
         Not on CPU devices (PoCL's time goes to each build, and its cores are the host's); not where a
         stored program exists (a warm process loads binaries; the compiler would only compete); not
         with build processes, whose workers are started here instead (they warm their own up)."""
         if self.programs.processes is not None and self._cold():
             self.programs.processes.start()  # (the workers open the device meanwhile)
+            if WARM_UP and HEAD_START and not self.is_cpu:  # their first builds: the head-start programs
+                from .matmul import head_start_sources  # noqa: PLC0415  (matmul imports this module)
+
+                for source in head_start_sources(self):
+                    self.programs.request(source, self.options, self._builder)
         if not WARM_UP or self.is_cpu or self.programs.processes is not None or not self._cold():
             return None  # (with build processes this process compiles nothing: it loads their binaries)
         thread = threading.Thread(target=self._build_warm_up, name="ember-opencl-warm-up")
