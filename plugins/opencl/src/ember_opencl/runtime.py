@@ -127,6 +127,9 @@ class _Pending:
         self.wg = 0
 
 
+#: deferred program binaries are stored at the latest when this many wait (see :meth:`Runtime._store_programs`)
+STORE_AFTER = 64
+
 #: whether a GPU's runtime starts the driver's compiler while the host goes on, when ember's cache
 #: holds none of its programs (:meth:`Runtime._warm_up`)
 WARM_UP = True
@@ -229,6 +232,11 @@ class Runtime:
         self.pool: BufferPool[cl.Buffer] = self._make_pool(f"opencl:{index}")
         self.replay_pools = ReplayPools()  # em.jit replays' private pools, counted by memory_stats
         self.programs = ProgramCache(self.context, device, self.label)
+        #: on a CPU device a binary's read-back compiles the program again (PoCL): stored once the
+        #: programs stop changing (:meth:`download`), off a new process's first result
+        self.programs.defer_stores = self.is_cpu
+        #: the program cache's build count at the last read-back (see :meth:`download`)
+        self._builds_seen = -1
         self.options = self._build_options(device)
         self._kernels: dict[Any, tuple[Any, int]] = {}
         #: kernels a family program holds that nothing has asked for yet: key -> (program, name, argtypes)
@@ -591,9 +599,19 @@ class Runtime:
             with driver_errors("copying to the host", self.label, self.pool.stats):
                 cl.enqueue_copy(self._queue, host, a.buf, src_offset=a.offset * c.itemsize, is_blocking=True)
         self.read_backs += 1
+        self._store_programs()
         if a.dtype.name == "bool":
             return host.view(np.bool_)
         return host.view(a.dtype.numpy)
+
+    def _store_programs(self) -> None:
+        """Store the binaries the program cache deferred once a read-back finds no program built since
+        the one before (a step that needs nothing new: a second step) or many are waiting."""
+        programs = self.programs
+        builds = programs.stats["builds"]
+        if programs.unstored and (builds == self._builds_seen or programs.unstored >= STORE_AFTER):
+            programs.store_deferred()
+        self._builds_seen = builds
 
     def finish(self) -> None:
         self._drain()
