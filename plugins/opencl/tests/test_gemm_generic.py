@@ -91,3 +91,19 @@ def test_a_given_tiling_stays_specialised(rt):
     (key,) = _gemm_kernels(rt)
     assert key[-1] == (True, True, True)  # the static aligned kernel, as the tuner times it
     assert "(lay & 1)" not in mm.gemm_source(*key[1:-1], aligned=key[-1])[0]
+
+
+def test_batched_and_broadcast_layouts_share_the_program(rt):
+    """A batch of left operands times one right operand (stride 0 over the batch), and batches
+    of transposed operands: the same generic program as the 2-D GEMMs of the tiling."""
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((3, 130, 24)), rng.standard_normal((24, 132))
+    got = rt.download(mm.matmul(rt, _upload(rt, a), _upload(rt, b)))
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+    at, bt = rng.standard_normal((2, 24, 130)), rng.standard_normal((2, 132, 24))  # stored transposed
+    ua, ub = _upload(rt, at), _upload(rt, bt)
+    lhs = ua.with_layout((2, 130, 24), (ua.strides[0], ua.strides[2], ua.strides[1]), 0)
+    rhs = ub.with_layout((2, 24, 132), (ub.strides[0], ub.strides[2], ub.strides[1]), 0)
+    got = rt.download(mm.matmul(rt, lhs, rhs))
+    np.testing.assert_allclose(got, at.transpose(0, 2, 1) @ bt.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
+    assert [key[-1] for key in _gemm_kernels(rt)] == ["generic"] and rt.programs.stats["builds"] == 1
