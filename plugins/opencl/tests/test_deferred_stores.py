@@ -69,3 +69,14 @@ def test_a_cpu_runtime_defers(dev):
     """(What is left at exit is stored then: test_cache_random_errors' second process loads the
     programs of a first one that read one result back and exited.)"""
     assert runtime.Runtime(dev.index).programs.defer_stores == bool(dev.backend.rt.is_cpu)
+
+
+def test_no_binary_is_read_back_with_the_disk_cache_off(dev, tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_KERNEL_CACHE", "0")
+    rt = dev.backend.rt
+    for defer in (False, True):
+        cache = ProgramCache(rt.context, rt.device, "t", directory=tmp_path)
+        cache.defer_stores = defer
+        cache.program(ONE, "")
+        cache.store_deferred()
+        assert cache.seconds["binary_s"] == 0.0 and _stored(cache) == 0

@@ -161,7 +161,10 @@ class ProgramCache:
         return prg
 
     def _store(self, key: Any, prg: cl.Program) -> None:
-        """Read ``prg``'s binary back from the driver and store it under ``key``."""
+        """Read ``prg``'s binary back from the driver and store it under ``key`` (nothing with the disk
+        cache off: the read-back is a compile of its own on PoCL)."""
+        if not self.disk.enabled:
+            return
         start = time.perf_counter()
         binaries = prg.get_info(cl.program_info.BINARIES)
         self._count("binary_s", time.perf_counter() - start)
