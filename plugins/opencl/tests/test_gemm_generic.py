@@ -107,3 +107,14 @@ def test_batched_and_broadcast_layouts_share_the_program(rt):
     got = rt.download(mm.matmul(rt, lhs, rhs))
     np.testing.assert_allclose(got, at.transpose(0, 2, 1) @ bt.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
     assert [key[-1] for key in _gemm_kernels(rt)] == ["generic"] and rt.programs.stats["builds"] == 1
+
+
+@pytest.mark.parametrize("dt", ["int32", "uint32"])
+def test_integer_gemms_run_generic_and_exact(rt, dt):
+    rng = np.random.default_rng(9)
+    a, b = rng.integers(0, 7, (130, 20)).astype(dt), rng.integers(0, 7, (20, 132)).astype(dt)
+    ua, ub = rt.upload(a, as_dtype(dt)), rt.upload(np.ascontiguousarray(b.T), as_dtype(dt))
+    rhs = ub.with_layout((20, 132), ub.strides[::-1], 0)  # B stored transposed
+    for lhs, right in ((ua, rt.upload(b, as_dtype(dt))), (ua, rhs)):
+        np.testing.assert_array_equal(rt.download(mm.matmul(rt, lhs, right)), a @ b)
+    assert [key[-1] for key in _gemm_kernels(rt)] == ["generic"]
