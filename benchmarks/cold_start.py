@@ -28,7 +28,9 @@ its plugins and pyopencl/pytools that had no cached bytecode (``PYTHONDONTWRITEB
 builds on the calling thread before its first launch, the default). ``--as-gpu`` tells a CPU
 device's runtime it is a GPU (grid-stride launches, the tiled matmul, no mid-step read-backs): the
 GPU's set of programs (19 for W2) on PoCL.
-``--no-warm-up`` sets ``ember_opencl.runtime.WARM_UP = False`` (no compiler warm-up at device open).
+``--no-warm-up`` sets ``ember_opencl.runtime.WARM_UP = False`` (no compiler warm-up at device open);
+``--no-head-start`` sets ``runtime.HEAD_START = False`` (the warm-up builds a one-line program instead
+of the generic float32 GEMMs).
 ``--build-processes N`` sets ``EMBER_OPENCL_BUILD_PROCESSES`` (worker processes compiling programs).
 ``--bytecode`` compiles ember's, the plugins' and pyopencl's modules to bytecode first, as ``pip
 install`` does, and runs the children without ``PYTHONDONTWRITEBYTECODE`` (the bytecode stays:
@@ -115,10 +117,12 @@ def _open_parts(spec: str) -> dict[str, float]:
 
 def _as_gpu(dev: Any) -> None:
     """Make an OpenCL CPU device's runtime take a GPU's paths (as plugins/opencl/tests/test_gpu_paths.py
-    does): grid-stride launches, the tiled matmul, no mid-step read-backs."""
+    does): grid-stride launches, the tiled matmul, no mid-step read-backs; and the warm-up a GPU's
+    runtime starts when it opens cold (``runtime.WARM_UP``: the head-start programs)."""
     rt = dev.backend.rt
     rt.is_cpu, rt.compute_units = False, 4
     dev.backend.cheap_readback = False
+    rt._warm_up()
 
 
 def _bytecode_misses() -> int:
@@ -142,15 +146,17 @@ def child(
     model_build_s: float = 0.0,
     as_gpu: bool = False,
     warm_up: bool = True,
+    head_start: bool = True,
 ) -> None:
     """One new process: import, open the device, two W2 steps; prints one JSON line."""
     import ember as em
 
     _family_after(family_after)
-    if not warm_up:
+    if not warm_up or not head_start:
         from ember_opencl import runtime
 
-        runtime.WARM_UP = False
+        runtime.WARM_UP = warm_up
+        runtime.HEAD_START = head_start
     if model_build_s:
         _model_builds(model_build_s)
     t_import = time.perf_counter()
@@ -257,6 +263,7 @@ def main() -> None:
     ap.add_argument("--bytecode", action="store_true", help="children with bytecode, compiled first (see above)")
     ap.add_argument("--model-build-s", type=float, default=0.0, help="sleep this long more in every program build")
     ap.add_argument("--no-warm-up", action="store_true", help="ember_opencl.runtime.WARM_UP = False (see above)")
+    ap.add_argument("--no-head-start", action="store_true", help="ember_opencl.runtime.HEAD_START = False (see above)")
     ap.add_argument("--as-gpu", action="store_true", help="a CPU device takes a GPU's paths (see above)")
     ap.add_argument("--probe", action="store_true", help="time builds by program size and in threads instead")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -266,7 +273,10 @@ def main() -> None:
         probe(args.device)
         return
     if args.child:
-        child(args.device, size, args.family_after, args.model_build_s, args.as_gpu, not args.no_warm_up)
+        child(
+            args.device, size, args.family_after, args.model_build_s, args.as_gpu, not args.no_warm_up,
+            not args.no_head_start,
+        )  # fmt: skip
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if args.bytecode:
@@ -294,6 +304,7 @@ def main() -> None:
             cmd += ["--model-build-s", str(args.model_build_s)] if args.model_build_s else []
             cmd += ["--as-gpu"] if args.as_gpu else []
             cmd += ["--no-warm-up"] if args.no_warm_up else []
+            cmd += ["--no-head-start"] if args.no_head_start else []
             env["EMBER_COLD_START_SPAWNED"] = repr(time.time())
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
             if done.returncode:

@@ -85,3 +85,23 @@ def test_a_bad_setting_names_the_variable(monkeypatch, value):
         runtime._build_processes()
     monkeypatch.setenv("EMBER_OPENCL_BUILD_PROCESSES", " 3 ")
     assert runtime._build_processes() == 3
+
+
+def test_a_cold_gpu_runtime_hands_the_head_start_programs_to_its_workers(rt, monkeypatch):
+    """With build processes the warm-up builds nothing here: the generic GEMMs go to the workers
+    at once (runtime.HEAD_START), and a matmul then finds its program built by them."""
+    from ember_opencl.matmul import head_start_sources, matmul
+
+    monkeypatch.setattr(runtime, "WARM_UP", True)
+    monkeypatch.setattr(runtime, "HEAD_START", True)
+    rt.is_cpu, rt.compute_units = False, 4
+    assert rt._warm_up() is None  # no warm-up thread of its own
+    sources = head_start_sources(rt)
+    assert sources and all(rt.programs.holds(s, rt.options) for s in sources)
+    a, b = RNG.standard_normal((130, 24)).astype(np.float32), RNG.standard_normal((24, 132)).astype(np.float32)
+    got = rt.download(matmul(rt, rt.upload(a, F32), rt.upload(b, F32)))  # the 64 x 64 tiling's
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    for source in sources:  # (the large tiling's may still be building)
+        rt.programs.program(source, rt.options)
+    info = rt.programs.info()
+    assert info["builds"] == len(sources) and info["process_builds"] == len(sources), info

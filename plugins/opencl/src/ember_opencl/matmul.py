@@ -27,7 +27,17 @@ from .cltypes import NP_OF_C, ctype
 from .codegen import preamble, unravel
 from .runtime import Runtime
 
-__all__ = ["Tiling", "matmul", "TILINGS", "gemm_source", "Gather", "local_bytes", "fits"]
+__all__ = [
+    "Tiling",
+    "matmul",
+    "TILINGS",
+    "gemm_source",
+    "Gather",
+    "local_bytes",
+    "fits",
+    "LAYOUT_BITS",
+    "head_start_sources",
+]
 
 _VECTOR_DTYPES = frozenset(["float32", "float64", "int32", "int64", "uint32", "uint64"])
 
@@ -107,13 +117,21 @@ class Gather:
 
 
 def _loader(
-    which: str, t: Tiling, acc: str, c: Any, kfast: bool, vw: int, gather: Gather | None, aligned: bool = False
+    which: str,
+    t: Tiling,
+    acc: str,
+    c: Any,
+    kfast: bool,
+    vw: int,
+    gather: Gather | None,
+    aligned: bool | str = False,
 ) -> tuple[list[str], list[str], list[str]]:
     """Statements staging one tile of A (``which="A"``: As[k][m]) or B (Bs[k][n]) into ``buf``:
     (declarations, fetch, put). Without ``t.rp`` fetch does it all (global straight to local); with
     it, fetch reads global memory into registers ``p<which>_<i>_<e>`` and put stores them in local
     memory, so the caller can compute in between. ``aligned``: vector loads through a vector
-    pointer (the host checked alignment), else ``vload``."""
+    pointer (the host checked alignment), else ``vload``; a string is a C condition on a kernel
+    argument choosing between the two when the kernel runs (one program for both)."""
     to = t.tm if which == "A" else t.tn
     lim = "M" if which == "A" else "N"
     base, o0 = ("a_base", "m0") if which == "A" else ("b_base", "n0")
@@ -150,9 +168,12 @@ def _loader(
             cond, ptr = f"go < {lim} && gk + {vw} <= K", f"{which} + {base} + go * {os_} + gk"
         else:
             cond, ptr = f"go + {vw} <= {lim} && gk < K", f"{which} + {base} + go + gk * {ks}"
-        load = f"*(__global const {V}*)({ptr})" if aligned else f"vload{vw}(0, {ptr})"
+        pointer, vload = f"*(__global const {V}*)({ptr})", f"vload{vw}(0, {ptr})"
         lanes = "0123456789abcdef"
-        out = [f"if ({cond}) {{", f"  const {V} w = {load};"]
+        if isinstance(aligned, str):
+            out = [f"if ({cond}) {{", f"  {V} w;", f"  if ({aligned}) w = {pointer}; else w = {vload};"]
+        else:
+            out = [f"if ({cond}) {{", f"  const {V} w = {pointer if aligned else vload};"]
         out += [f"  {dst(e)} = w.s{lanes[e]};" for e in range(vw)]
         out += ["} else {", *("  " + scalar(e) for e in range(vw)), "}"]
         return out
@@ -174,6 +195,26 @@ def _loader(
     return decl, fetch, put
 
 
+#: the bits of a generic GEMM's ``lay`` argument (:func:`gemm_source`)
+LAYOUT_BITS = {"a_aligned": 1, "b_aligned": 2, "c_aligned": 4, "a_kfast": 8, "b_kfast": 16, "a_vec": 32, "b_vec": 64}
+
+
+def _generic_loader(which: str, t: Tiling, acc: str, c: Any) -> list[str]:
+    """The statements staging one tile of ``which`` for every layout, chosen by ``lay``'s bits (a
+    uniform branch per tile): along k or along m / n, with ``t.vw``-wide loads or scalar ones."""
+    low = which.lower()
+    kfast, vec, aligned = (f"(lay & {LAYOUT_BITS[f'{low}_{f}']})" for f in ("kfast", "vec", "aligned"))
+
+    def fetch(along_k: bool) -> list[str]:
+        scalar = _loader(which, t, acc, c, along_k, 1, None)[1]
+        if t.vw == 1:
+            return scalar
+        wide = _loader(which, t, acc, c, along_k, t.vw, None, aligned)[1]
+        return [f"if ({vec}) {{", *("  " + s for s in wide), "} else {", *("  " + s for s in scalar), "}"]
+
+    return [f"if ({kfast}) {{", *("  " + s for s in fetch(True)), "} else {", *("  " + s for s in fetch(False)), "}"]
+
+
 def gemm_source(
     dt: str,
     t: Tiling,
@@ -188,6 +229,7 @@ def gemm_source(
     bias: bool = False,
     name: str = "ember_matmul",
     aligned: tuple[bool, bool, bool] = (False, False, False),
+    generic: bool = False,
 ) -> tuple[str, list[Any]]:
     """OpenCL C of one member of the tiled family, and its scalar argument types.
 
@@ -196,7 +238,12 @@ def gemm_source(
     then with ``bias`` a per-row vector R + (off, stride) added to C (row ``b_last * M + m``:
     the output channel of a grouped convolution). ``aligned``: A's, B's vector loads and C's
     float4 stores may go through vector pointers (their offsets and strides are multiples of the
-    width; the caller checked)."""
+    width; the caller checked). ``generic`` (a tiling without register prefetch, no gathers) instead
+    adds a last argument ``lay`` whose bits (:data:`LAYOUT_BITS`) say, when the kernel runs, which
+    axis of A and of B is contiguous, whether it has stride 1 (vector loads) and whether those
+    loads and C's stores are aligned; a_kfast, b_nfast, va, vb and ``aligned`` are then ignored. One
+    program serves every transpose and alignment of a shape class (W2's first step on a GPU built
+    7 GEMM programs, 2.95 of its 3.9 s of builds on an H100)."""
     c = ctype(dt)
     acc = _acc_type(dt)
     fma = c.kind == "f"
@@ -219,12 +266,23 @@ def gemm_source(
     if bias:
         params += [f"__global const {c.storage}* restrict R", f"const {idx} r_off", f"const {idx} r_s"]
         types += [None, npi, npi]
+    if generic:
+        assert not t.rp and a_gather is None and b_gather is None, "a generic GEMM: no prefetch, no gathers"
+        params.append("const int lay")
+        types.append(np.dtype(np.int32))
+    flags: tuple[bool | str, ...] = (
+        tuple(f"(lay & {LAYOUT_BITS[f]})" for f in ("a_aligned", "b_aligned", "c_aligned")) if generic else aligned
+    )
     step = "acc[i][j] = fma(ra[i], rb[j], acc[i][j]);" if fma else "acc[i][j] += ra[i] * rb[j];"
     batch = unravel("z", rb, "bsh", idx, "b")
     nbuf = 2 if t.db else 1
     align = 4 * (8 if acc in ("double", "long", "ulong") else 4)
-    decl_a, load_a, put_a = _loader("A", t, acc, c, a_kfast, va, a_gather, aligned[0])
-    decl_b, load_b, put_b = _loader("B", t, acc, c, not b_nfast, vb, b_gather, aligned[1])
+    if generic:
+        decl_a, load_a, put_a = [], _generic_loader("A", t, acc, c), []
+        decl_b, load_b, put_b = [], _generic_loader("B", t, acc, c), []
+    else:
+        decl_a, load_a, put_a = _loader("A", t, acc, c, a_kfast, va, a_gather, flags[0])
+        decl_b, load_b, put_b = _loader("B", t, acc, c, not b_nfast, vb, b_gather, flags[1])
     V = f"{acc}4"
 
     def reads(which: str, n_items: int, threads: int, lid: str, reg: str) -> list[str]:
@@ -323,9 +381,13 @@ def gemm_source(
             store.append(f"  {{ const {idx} n = n0 + (tx + {q * rtn}) * 4;")
             vals = [f"acc[{i}][{q * 4 + e}]{plus}" for e in range(4)]
             if vec_store:
-                dst = f"*(__global {V}*)(C + c_base + m * N + n) = " if aligned[2] else ""
-                put4 = f"{dst}({V})({', '.join(vals)})"
-                put4 = put4 + ";" if aligned[2] else f"vstore4({put4}, 0, C + c_base + m * N + n);"
+                value4 = f"({V})({', '.join(vals)})"
+                pointer = f"*(__global {V}*)(C + c_base + m * N + n) = {value4};"
+                put4 = f"vstore4({value4}, 0, C + c_base + m * N + n);"
+                if isinstance(flags[2], str):
+                    put4 = f"{{ if ({flags[2]}) {pointer} else {put4} }}"
+                elif flags[2]:
+                    put4 = pointer
                 store.append(f"    if (n + 4 <= N) {put4} else")
             store.append("    {")
             for e in range(4):
@@ -459,14 +521,28 @@ def _pick(rt: Runtime, M: int, N: int) -> Tiling:
     return TILINGS["gpu_small"] if M * N >= 64 * 64 * 4 else TILINGS["tiny"]
 
 
-def choose(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
-    """The tuned tiling for this device, dtype and shape class if one is cached, else :func:`_pick`."""
+def _tuned(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling | None:
+    """The tuned tiling for this device, dtype and shape class if one is cached (and fits)."""
     from . import tune  # noqa: PLC0415  (tune imports this module)
 
     found = tune.lookup(rt, dt, M, N, K)
-    if found is not None and fits(rt, found, dt):
-        return found
-    return _pick(rt, M, N)
+    return found if found is not None and fits(rt, found, dt) else None
+
+
+def choose(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
+    """The tuned tiling for this device, dtype and shape class if one is cached, else :func:`_pick`."""
+    return _tuned(rt, dt, M, N, K) or _pick(rt, M, N)
+
+
+def head_start_sources(rt: Runtime) -> list[str]:
+    """The programs most GPU work needs first, for a cold process to build while its host makes
+    inputs (:meth:`Runtime._warm_up`): the generic float32 GEMMs of the untuned large and small
+    tilings, 2-D (what a 2-D ``a @ b`` of either size class builds: the same source, so the
+    step's request finds the program built or under way)."""
+    picks = (TILINGS["gpu_large"], TILINGS["gpu_small"])
+    return [
+        gemm_source("float32", t, 1, "int", True, True, 1, 1, generic=True)[0] for t in picks if fits(rt, t, "float32")
+    ]
 
 
 def _aligned(dt: str, vw: int, offset: int, strides: list[int]) -> bool:
@@ -542,7 +618,13 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
         vw, wn, wm = shape
         rt.launch(knl, (-(-N // (vw * wn)), -(-M // wm), numel(batch)), (1, 1, 1), args)
         return out
-    t = tiling or choose(rt, dt, M, N, K)
+    t = tiling or _tuned(rt, dt, M, N, K)
+    # the untuned choice (a cold process's first steps, before tuning) reads the operands' layout as
+    # an argument: one program for every transpose and alignment of a shape class; a tuned or given
+    # tiling is specialised (what the tuner timed is what runs)
+    generic = t is None and _aligned(dt, 4, 0, [])
+    t = t or _pick(rt, M, N)
+    generic = generic and not t.rp
     vec_ok = dt in _VECTOR_DTYPES and t.vw > 1
     va = t.vw if vec_ok and (a_cs == 1 if a_kfast else a_rs == 1) else 1
     vb = t.vw if vec_ok and (b_rs == 1 if not b_nfast else b_cs == 1) else 1
@@ -550,9 +632,15 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     bl = _aligned(dt, vb, bv.offset, [b_cs if not b_nfast else b_rs, *bsb])
     aligned = (al, bl, _aligned(dt, 4, 0, [N, *bsc]))
     spec = (dt, t, len(bsh), idx, a_kfast, b_nfast, va, vb)
+    if generic:
+        bits = dict(zip(("a_aligned", "b_aligned", "c_aligned"), aligned))
+        bits.update(a_kfast=a_kfast, b_kfast=not b_nfast, a_vec=va > 1, b_vec=vb > 1)
+        args.append(sum(LAYOUT_BITS[f] for f, on in bits.items() if on))
+        spec = (dt, t, len(bsh), idx, True, True, 1, 1)  # (the layout is the argument's)
 
     def make() -> tuple[str, list[Any]]:
-        return gemm_source(*spec, aligned=aligned)
+        return gemm_source(*spec, aligned=aligned, generic=generic)
 
-    launch_tiled(rt, t, ("matmul", *spec, aligned), make, "ember_matmul", M, N, numel(batch), args)
+    key = ("matmul", *spec, "generic" if generic else aligned)
+    launch_tiled(rt, t, key, make, "ember_matmul", M, N, numel(batch), args)
     return out

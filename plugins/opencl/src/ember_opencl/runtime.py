@@ -127,9 +127,18 @@ class _Pending:
         self.wg = 0
 
 
+#: deferred program binaries are stored at the latest when this many wait (see :meth:`Runtime._store_programs`)
+STORE_AFTER = 64
+
 #: whether a GPU's runtime starts the driver's compiler while the host goes on, when ember's cache
 #: holds none of its programs (:meth:`Runtime._warm_up`)
 WARM_UP = True
+#: whether that warm-up builds the programs most steps need first (the generic float32 GEMMs:
+#: :func:`.matmul.head_start_sources`) rather than a one-line program. NVIDIA builds one program at
+#: a time per process, ~0.2-0.85 s a GEMM program (H100), so the ones built while the host makes its
+#: inputs are off a cold first step's path; a process that never multiplies float32 matrices built
+#: them for nothing (once per driver and ember version: they are stored)
+HEAD_START = True
 
 
 #: a grid-stride launch on a GPU is capped at this many work-groups per compute unit: W6 (2^26
@@ -225,6 +234,11 @@ class Runtime:
         self.pool: BufferPool[cl.Buffer] = self._make_pool(f"opencl:{index}")
         self.replay_pools = ReplayPools()  # em.jit replays' private pools, counted by memory_stats
         self.programs = ProgramCache(self.context, device, self.label)
+        #: on a CPU device a binary's read-back compiles the program again (PoCL): stored once the
+        #: programs stop changing (:meth:`download`), off a new process's first result
+        self.programs.defer_stores = self.is_cpu
+        #: the program cache's build count at the last read-back (see :meth:`download`)
+        self._builds_seen = -1
         self.options = self._build_options(device)
         self._kernels: dict[Any, tuple[Any, int]] = {}
         #: kernels a family program holds that nothing has asked for yet: key -> (program, name, argtypes)
@@ -255,11 +269,18 @@ class Runtime:
         one-line program on a thread of its own, so the driver loads and starts its compiler while the
         host goes on (making inputs, say): NVIDIA's first build of a process cost ~0.3-0.4 s more than
         the same size later (H100, W2: 0.85 s for the first GEMM program, 0.44-0.58 s for the others).
+        With :data:`HEAD_START` those are the generic GEMMs most steps need first (built through the
+        program cache; with build processes, handed to the workers).
         Not on CPU devices (PoCL's time goes to each build, and its cores are the host's); not where a
         stored program exists (a warm process loads binaries; the compiler would only compete); not
         with build processes, whose workers are started here instead (they warm their own up)."""
         if self.programs.processes is not None and self._cold():
             self.programs.processes.start()  # (the workers open the device meanwhile)
+            if WARM_UP and HEAD_START and not self.is_cpu:  # their first builds: the head-start programs
+                from .matmul import head_start_sources  # noqa: PLC0415  (matmul imports this module)
+
+                for source in head_start_sources(self):
+                    self.programs.request(source, self.options, self._builder)
         if not WARM_UP or self.is_cpu or self.programs.processes is not None or not self._cold():
             return None  # (with build processes this process compiles nothing: it loads their binaries)
         thread = threading.Thread(target=self._build_warm_up, name="ember-opencl-warm-up")
@@ -278,10 +299,21 @@ class Runtime:
             return True
 
     def _build_warm_up(self) -> None:
+        """Build the programs of :func:`.matmul.head_start_sources` through the program cache (a
+        step asking for one while it builds waits for it rather than building it again); with
+        :data:`HEAD_START` off, or none fitting the device, a one-line program only starts the compiler."""
         start = time.perf_counter()
+        sources = []
+        if HEAD_START:
+            from .matmul import head_start_sources  # noqa: PLC0415  (matmul imports this module)
+
+            sources = head_start_sources(self)
         try:
-            source = "__kernel void ember_warm_up(__global int* x) { x[get_global_id(0)] = 0; }"
-            cl.Program(self.context, source).build(options=self.options, devices=[self.device], cache_dir=False)
+            if not sources:
+                source = "__kernel void ember_warm_up(__global int* x) { x[get_global_id(0)] = 0; }"
+                cl.Program(self.context, source).build(options=self.options, devices=[self.device], cache_dir=False)
+            for source in sources:
+                self.programs.request(source, self.options)  # (built here; a failure is kept for its real use)
         except Exception:  # only a head start: a compiler that fails here says so at the first real build
             pass
         self.waits["warm_up_s"] = time.perf_counter() - start
@@ -569,9 +601,19 @@ class Runtime:
             with driver_errors("copying to the host", self.label, self.pool.stats):
                 cl.enqueue_copy(self._queue, host, a.buf, src_offset=a.offset * c.itemsize, is_blocking=True)
         self.read_backs += 1
+        self._store_programs()
         if a.dtype.name == "bool":
             return host.view(np.bool_)
         return host.view(a.dtype.numpy)
+
+    def _store_programs(self) -> None:
+        """Store the binaries the program cache deferred once a read-back finds no program built since
+        the one before (a step that needs nothing new: a second step) or many are waiting."""
+        programs = self.programs
+        builds = programs.stats["builds"]
+        if programs.unstored and (builds == self._builds_seen or programs.unstored >= STORE_AFTER):
+            programs.store_deferred()
+        self._builds_seen = builds
 
     def finish(self) -> None:
         self._drain()

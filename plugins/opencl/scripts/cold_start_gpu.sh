@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 10 on a GPU's OpenCL (helper oclwarm's changes): the first W2 result of a new process, cold
+# and warm, with the generic untuned GEMM and the warm-up's head start (the defaults), without the
+# head start, with 4 and 8 build processes, with bytecode (an installed package's import); then the
+# generic GEMM's speed against the specialised kernels (benchmarks.gemm_generic) and W2's step.
+# From the repository root on the device machine, one call, ~3-4 minutes:
+#   bash plugins/opencl/scripts/cold_start_gpu.sh
+#   BASE_SRC=base-src/plugins/opencl/src bash plugins/opencl/scripts/cold_start_gpu.sh  # also the base
+# BASE_SRC: a folder holding another ember_opencl (e.g. made before the call with
+#   mkdir -p base-src && git archive a650a2b plugins/opencl/src | tar -x -C base-src), run first on
+#   PYTHONPATH for the "base" rows, alternated with the tree's own.
+# EMBER_AUTOTUNE=0 throughout: the first result never waits for tuning (it starts after the first
+# read-back), and the second step would otherwise spend ~27 s tuning in every cold run.
+# Writes to $OUT (default /tmp/ember-cold-gpu): summary.txt and one file per measurement.
+set -u
+OUT=${OUT:-/tmp/ember-cold-gpu}
+PY=${PY:-python3}
+mkdir -p "$OUT"
+note() { echo "[$(date +%T)] $*" | tee -a "$OUT/summary.txt"; }
+
+if [ -d .whl ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >"$OUT/env.txt" 2>&1
+fi
+SRC=$PWD/core/src:$PWD/plugins/cpu/src:$PWD/plugins/opencl/src:$PWD/conformance/src:$PWD
+export PYTHONPATH=/tmp/site:$SRC
+export PYTHONUNBUFFERED=1 EMBER_AUTOTUNE=0
+if [ -z "${OCL_ICD_VENDORS:-}" ]; then  # NVIDIA's ICD beside the image's PoCL (shared/GPU-NOTES.md)
+  mkdir -p /tmp/ember-ocl-vendors
+  cp /etc/OpenCL/vendors/*.icd /tmp/ember-ocl-vendors/ 2>/dev/null || true
+  echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >/tmp/ember-ocl-vendors/nvidia.icd
+  export OCL_ICD_VENDORS=/tmp/ember-ocl-vendors
+fi
+idx=$($PY -c "from ember_opencl.runtime import device_list
+print(next((i for i, (p, d) in enumerate(device_list()) if 'NVIDIA' in p.name.upper()), -1))")
+dev=${DEV:-opencl:$idx}  # (DEV=opencl:0 SIZE= GEMM_SIZE=128 W2_ARGS=--quick BYTECODE_RUN=0: a dry run on PoCL)
+if [ "$dev" = opencl:-1 ]; then note "no NVIDIA OpenCL device (OCL_ICD_VENDORS=$OCL_ICD_VENDORS)"; exit 1; fi
+note "device $dev; host $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); git $(git rev-parse --short HEAD 2>/dev/null)"
+
+w2() {  # NAME [PYTHONPATH prefix] -- cold_start arguments...
+  local name=$1 prefix=$2
+  shift 2
+  PYTHONPATH=$prefix$PYTHONPATH timeout 240 $PY -m benchmarks.cold_start --device "$dev" ${SIZE---gpu} "$@" \
+    >"$OUT/$name.txt" 2>&1
+  note "$name ($*): exit $?"
+  grep '"run"' "$OUT/$name.txt" | $PY -c "
+import json, sys
+keys = ['first_result_s', 'spawn_to_first_result_s', 'import_s', 'open_s', 'inputs_s', 'numpy_inputs_s',
+        'first_step_s', 'builds', 'disk_loads', 'build_s', 'load_s', 'warm_up_s', 'process_builds', 'loss']
+for line in sys.stdin:
+    d = json.loads(line)
+    print('  ', d['run'], ' '.join(f'{k}={d[k]}' for k in keys if k in d))" | tee -a "$OUT/summary.txt"
+}
+
+for round in 1 2; do
+  w2 "new-$round" "" --runs cold,warm
+  [ -n "${BASE_SRC:-}" ] && w2 "base-$round" "$PWD/$BASE_SRC:" --runs cold,warm
+  w2 "no-head-start-$round" "" --runs cold --no-head-start
+done
+w2 processes-4 "" --runs cold,warm --build-processes 4
+w2 processes-8 "" --runs cold --build-processes 8
+[ "${BYTECODE_RUN:-1}" = 1 ] && w2 bytecode "" --runs cold,warm --bytecode  # (last: its bytecode stays)
+
+timeout 240 $PY -m benchmarks.gemm_generic --device "$dev" --size "${GEMM_SIZE:-4096}" >"$OUT/gemm-generic.txt" 2>&1
+note "gemm_generic (specialised vs generic kernel, W2's GEMMs at ${GEMM_SIZE:-4096}): exit $?"
+cat "$OUT/gemm-generic.txt" >>"$OUT/summary.txt"
+timeout 240 $PY -m benchmarks W2 --device "$dev" --peers torch ${W2_ARGS:-} >"$OUT/w2-step.txt" 2>&1
+note "W2 step, untuned (generic GEMMs), torch beside: exit $?"
+tail -15 "$OUT/w2-step.txt" >>"$OUT/summary.txt"
