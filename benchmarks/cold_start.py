@@ -29,8 +29,8 @@ builds on the calling thread before its first launch, the default). ``--as-gpu``
 device's runtime it is a GPU (grid-stride launches, the tiled matmul, no mid-step read-backs): the
 GPU's set of programs (19 for W2) on PoCL.
 ``--no-warm-up`` sets ``ember_opencl.runtime.WARM_UP = False`` (no compiler warm-up at device open);
-``--no-head-start`` sets ``runtime.HEAD_START = False`` (the warm-up builds a one-line program instead
-of the generic float32 GEMMs).
+``--head-start`` / ``--no-head-start`` set ``runtime.HEAD_START`` (the warm-up builds the generic
+float32 GEMMs, or a one-line program: the default, as the head start was slower on an H100).
 ``--build-processes N`` sets ``EMBER_OPENCL_BUILD_PROCESSES`` (worker processes compiling programs).
 ``--bytecode`` compiles ember's, the plugins' and pyopencl's modules to bytecode first, as ``pip
 install`` does, and runs the children without ``PYTHONDONTWRITEBYTECODE`` (the bytecode stays:
@@ -146,17 +146,18 @@ def child(
     model_build_s: float = 0.0,
     as_gpu: bool = False,
     warm_up: bool = True,
-    head_start: bool = True,
+    head_start: bool | None = None,
 ) -> None:
     """One new process: import, open the device, two W2 steps; prints one JSON line."""
     import ember as em
 
     _family_after(family_after)
-    if not warm_up or not head_start:
+    if not warm_up or head_start is not None:
         from ember_opencl import runtime
 
         runtime.WARM_UP = warm_up
-        runtime.HEAD_START = head_start
+        if head_start is not None:
+            runtime.HEAD_START = head_start
     if model_build_s:
         _model_builds(model_build_s)
     t_import = time.perf_counter()
@@ -263,6 +264,7 @@ def main() -> None:
     ap.add_argument("--bytecode", action="store_true", help="children with bytecode, compiled first (see above)")
     ap.add_argument("--model-build-s", type=float, default=0.0, help="sleep this long more in every program build")
     ap.add_argument("--no-warm-up", action="store_true", help="ember_opencl.runtime.WARM_UP = False (see above)")
+    ap.add_argument("--head-start", action="store_true", help="ember_opencl.runtime.HEAD_START = True (see above)")
     ap.add_argument("--no-head-start", action="store_true", help="ember_opencl.runtime.HEAD_START = False (see above)")
     ap.add_argument("--as-gpu", action="store_true", help="a CPU device takes a GPU's paths (see above)")
     ap.add_argument("--probe", action="store_true", help="time builds by program size and in threads instead")
@@ -275,7 +277,7 @@ def main() -> None:
     if args.child:
         child(
             args.device, size, args.family_after, args.model_build_s, args.as_gpu, not args.no_warm_up,
-            not args.no_head_start,
+            True if args.head_start else (False if args.no_head_start else None),
         )  # fmt: skip
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -304,6 +306,7 @@ def main() -> None:
             cmd += ["--model-build-s", str(args.model_build_s)] if args.model_build_s else []
             cmd += ["--as-gpu"] if args.as_gpu else []
             cmd += ["--no-warm-up"] if args.no_warm_up else []
+            cmd += ["--head-start"] if args.head_start else []
             cmd += ["--no-head-start"] if args.no_head_start else []
             env["EMBER_COLD_START_SPAWNED"] = repr(time.time())
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 10 on a GPU's OpenCL (helper oclwarm's changes): the first W2 result of a new process, cold
-# and warm, with the generic untuned GEMM and the warm-up's head start (the defaults), without the
+# and warm, with the defaults (generic untuned GEMM until the first read-back, no head start), with the
 # head start, with 4 and 8 build processes, with bytecode (an installed package's import); then the
 # generic GEMM's speed against the specialised kernels (benchmarks.gemm_generic) and W2's step.
 # From the repository root on the device machine, one call, ~3-4 minutes:
@@ -55,7 +55,7 @@ for line in sys.stdin:
 for round in 1 2; do
   w2 "new-$round" "" --runs cold,warm
   [ -n "${BASE_SRC:-}" ] && w2 "base-$round" "$PWD/$BASE_SRC:" --runs cold,warm
-  w2 "no-head-start-$round" "" --runs cold --no-head-start
+  w2 "head-start-$round" "" --runs cold --head-start
 done
 w2 processes-4 "" --runs cold,warm --build-processes 4
 w2 processes-8 "" --runs cold --build-processes 8

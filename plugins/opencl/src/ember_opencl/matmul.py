@@ -195,6 +195,13 @@ def _loader(
     return decl, fetch, put
 
 
+#: whether a GPU runs the generic untuned GEMM after the process's first read-back too. Before it (a
+#: cold first step) one program per tiling saves builds; after it untuned GEMMs are specialised per
+#: layout, as NVIDIA ran the generic kernel at 1.35-1.75x the specialised one's time on W2's large
+#: products (H100, 2026-12-06, benchmarks.gemm_generic). CPU devices keep it (PoCL: 0.74-1.08x, and
+#: a build there takes seconds).
+GENERIC_AFTER_FIRST_RESULT = False
+
 #: the bits of a generic GEMM's ``lay`` argument (:func:`gemm_source`)
 LAYOUT_BITS = {"a_aligned": 1, "b_aligned": 2, "c_aligned": 4, "a_kfast": 8, "b_kfast": 16, "a_vec": 32, "b_vec": 64}
 
@@ -622,7 +629,7 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     # the untuned choice (a cold process's first steps, before tuning) reads the operands' layout as
     # an argument: one program for every transpose and alignment of a shape class; a tuned or given
     # tiling is specialised (what the tuner timed is what runs)
-    generic = t is None and _aligned(dt, 4, 0, [])
+    generic = t is None and (rt.is_cpu or GENERIC_AFTER_FIRST_RESULT or not rt.read_backs) and _aligned(dt, 4, 0, [])
     t = t or _pick(rt, M, N)
     generic = generic and not t.rp
     vec_ok = dt in _VECTOR_DTYPES and t.vw > 1

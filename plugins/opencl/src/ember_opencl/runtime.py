@@ -136,9 +136,11 @@ WARM_UP = True
 #: whether that warm-up builds the programs most steps need first (the generic float32 GEMMs:
 #: :func:`.matmul.head_start_sources`) rather than a one-line program. NVIDIA builds one program at
 #: a time per process, ~0.2-0.85 s a GEMM program (H100), so the ones built while the host makes its
-#: inputs are off a cold first step's path; a process that never multiplies float32 matrices built
-#: them for nothing (once per driver and ember version: they are stored)
-HEAD_START = True
+#: inputs would be off a cold first step's path; measured, they were not: W2's cold first result on an
+#: H100 took 3.90 / 3.77 s with the head start and 3.61 / 3.29 s without (the warm-up's builds hold the
+#: driver's one build slot when the step's own programs arrive). Off by default; on, a process that
+#: never multiplies float32 matrices builds them for nothing (once per driver and ember version)
+HEAD_START = False
 
 
 #: a grid-stride launch on a GPU is capped at this many work-groups per compute unit: W6 (2^26
