@@ -115,6 +115,7 @@ def test_a_pooled_devices_rows_count_the_driver_calls_of_their_timed_steps() -> 
 
     try:
         dev = em.Device("opencl:0", memory="exclusive")
+        dev.backend  # noqa: B018 - the plugin loads here (a device spec alone does not load it)
     except DeviceUnavailableError as exc:
         pytest.skip(f"no opencl:0 here (CI has PoCL): {exc}")
     settings = Settings(workloads=["W6"], device="opencl:0", peers=[], sizes="quick", iters=3, check=False)
@@ -126,3 +127,33 @@ def test_a_pooled_devices_rows_count_the_driver_calls_of_their_timed_steps() -> 
 
     _, rows = format_table({"workloads": entries})
     assert "allocs" in rows[0][-1]
+
+
+def test_the_pool_counts_cover_the_timed_steps_only() -> None:
+    """The row's pool counts are the difference over the timed steps: allocations made while the
+    case is built and warmed up are not counted (a fake device whose pool counts every step)."""
+    from benchmarks import w6_elementwise
+
+    class Counting:
+        kind = "fake"
+
+        def __init__(self) -> None:
+            self.allocations = 0
+
+        def memory_stats(self) -> dict[str, Any]:
+            return {"allocations": self.allocations, "frees": 2 * self.allocations}
+
+    dev = Counting()
+
+    def build(module: Any, size: dict[str, int]) -> Case:
+        dev.allocations += 100  # building the case: outside the timed steps
+
+        def step() -> int:
+            dev.allocations += 1
+            return dev.allocations
+
+        return Case(step, lambda: None, dict)
+
+    row = runner_mod._measure(Impl("ember", "ember fake", build), w6_elementwise, {"n": 4}, 2, 5, dev)
+    assert row["status"] == "ok" and row["pool"] == {"allocations": 5, "frees": 10}
+    assert "pool" not in runner_mod._measure(Impl("ember", "ember fake", build), w6_elementwise, {"n": 4}, 2, 5)
