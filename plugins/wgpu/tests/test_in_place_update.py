@@ -177,3 +177,36 @@ def test_a_training_step_plans_its_memory_with_no_driver_calls(ad: Any) -> None:
     assert pool.misses == misses, "driver allocations in steady state"
     assert pool.planned > planned
     assert losses[-1].item() < losses[0].item()
+
+
+@pytest.mark.parametrize("shape", [(4, 9), (130,)])
+def test_an_output_that_is_an_operand_is_stored_through_its_binding(ad: Any, shape: tuple[int, ...]) -> None:
+    """run_program with an operand as the output compiles the in-place variant: no binding of its own
+    for the output, the operand's binding read-write (WebGPU forbids a writable binding aliasing
+    another), one dispatch; the values are numpy's (a vec4 kernel with a partial last vec4 too)."""
+    from ember.lazy.program import FusedProgram
+    from ember_wgpu.kernels import elementwise as ew
+
+    rt = ad.backend.rt
+    gen = np.random.default_rng(8)
+    p0 = gen.standard_normal(shape).astype(np.float32)
+    g0 = gen.standard_normal(shape).astype(np.float32)
+    p = rt.upload(p0, em.float32)
+    g = rt.upload(g0, em.float32)
+    f = "float32"
+    # out = g * s - p (the operand written is the second tensor: the binding is not the first)
+    program = FusedProgram(
+        ((f, "tensor"), (f, "scalar"), (f, "tensor")), (("mul", f, (0, 1)), ("sub", f, (3, 2))), (4,)
+    )
+    dispatches = rt.dispatches
+    (out,) = ew.run_program(rt, program, [g, 0.5, p], shape, [p])
+    assert out is p
+    assert rt.dispatches == dispatches + 1
+    (plan,) = [v for k, v in rt.plans.items() if k[0] == program and k[1] == shape]
+    assert plan.bound == ()  # no output bound: the dispatch bound g and p once each
+    source = plan.pipe.source
+    assert "var<storage, read_write> in1" in source and "out0" not in source
+    assert "var<storage, read> in0" in source
+    want = g0.astype(np.float64) * 0.5 - p0.astype(np.float64)
+    np.testing.assert_allclose(rt.read([p])[0], want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(rt.read([g])[0], g0)

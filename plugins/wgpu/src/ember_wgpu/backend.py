@@ -122,8 +122,8 @@ class WgpuBackend(ViewMovement, Backend):
         allowed), Python numbers for scalar inputs; one new contiguous handle per output (then
         the reduced value, when the program ends with a reduction). An offered ``outs[0]`` (the
         old buffer of ``p.copy_(p - lr * g)``) takes the target when :func:`_in_place` allows: the
-        update then runs in place, as torch's ``sub_`` (the buffer bound as an input and as the
-        output, so the dispatch runs the kernel's read-write twin)."""
+        update then runs in place, as torch's ``sub_``, stored through the operand's own binding
+        (read-write in that kernel: WebGPU forbids a writable binding aliasing another)."""
         shape = tuple(shape)
         if program.reduce is not None:
             return fused_reduce.run_reduce(self.rt, program, operands, shape)
@@ -427,8 +427,9 @@ def _in_place(program: FusedProgram, operands: list[Any], shape: tuple[int, ...]
     found nothing else holds: contiguous, of the output's shape and dtype, and its block (a whole
     buffer or a range of a page or arena) viewed by no other handle (a view of the same block, read
     at other indices, could see a value already overwritten). The kernel reads each element before
-    it stores that element, at the same index, in the same invocation."""
-    if type(dest) is not WgpuArray or dest.storage is None or dest.shape != shape:
+    it stores that element, at the same index, in the same invocation. A one-element tensor is
+    left (its input layout is a broadcast scalar, the output's not: it could not share a binding)."""
+    if type(dest) is not WgpuArray or dest.storage is None or dest.shape != shape or dest.size < 2:
         return False
     if dest.strides != contiguous_strides(shape):
         return False
