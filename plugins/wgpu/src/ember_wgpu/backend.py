@@ -10,6 +10,8 @@ buffers and submitted at sync points (see :mod:`ember_wgpu.runtime`).
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +23,7 @@ from ember.lazy import complex_products
 from ember.lazy.program import FusedProgram
 from ember.lazy.replay import compile_fixed
 from ember.memory import MemoryStats, measured_stats
-from ember.views import ViewMovement
+from ember.views import ViewMovement, contiguous_strides
 
 from . import adapters, quant
 from .handle import WgpuArray
@@ -61,6 +63,8 @@ class WgpuBackend(ViewMovement, Backend):
     def __init__(self, device: Any) -> None:
         super().__init__(device)
         self.rt = Runtime(device.index)
+        if os.environ.get("EMBER_WGPU_IN_PLACE", "1") == "0":  # to measure the in-place offer's effect
+            self.fusion_outs = False
 
     # -- discovery -------------------------------------------------------------------------
     @classmethod
@@ -108,13 +112,24 @@ class WgpuBackend(ViewMovement, Backend):
     def fusion_ops(self) -> frozenset[str]:
         return FUSION_OPS
 
-    def run_fused(self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...]) -> list[WgpuArray]:
+    #: run_fused writes a region's target into an operand the lazy layer offers (see _in_place)
+    fusion_outs = True
+
+    def run_fused(
+        self, program: FusedProgram, operands: list[Any], *, shape: tuple[int, ...], outs: Any = None
+    ) -> list[WgpuArray]:
         """Run a fused region in one kernel: tensor operands broadcast to ``shape`` (strided views
         allowed), Python numbers for scalar inputs; one new contiguous handle per output (then
-        the reduced value, when the program ends with a reduction)."""
+        the reduced value, when the program ends with a reduction). An offered ``outs[0]`` (the
+        old buffer of ``p.copy_(p - lr * g)``) takes the target when :func:`_in_place` allows: the
+        update then runs in place, as torch's ``sub_``, stored through the operand's own binding
+        (read-write in that kernel: WebGPU forbids a writable binding aliasing another)."""
+        shape = tuple(shape)
         if program.reduce is not None:
-            return fused_reduce.run_reduce(self.rt, program, operands, tuple(shape))
-        return ew.run_program(self.rt, program, operands, tuple(shape))
+            return fused_reduce.run_reduce(self.rt, program, operands, shape)
+        if outs is not None and len(program.outputs) == 1 and _in_place(program, operands, shape, outs[0]):
+            return ew.run_program(self.rt, program, operands, shape, [outs[0]])
+        return ew.run_program(self.rt, program, operands, shape)
 
     def compile_replay(self, program: Any) -> Callable[[list[Any]], None] | None:
         """An em.jit capture replayed as one command buffer per replay (None: a step reads back
@@ -402,3 +417,24 @@ class WgpuBackend(ViewMovement, Backend):
         divisor: tuple[tuple[int, ...], ...],
     ) -> WgpuArray:
         return pool.avg_pool(self.rt, x, tuple(kernel), tuple(stride), tuple(padding), divisor)
+
+
+_BLOCK_REFS = 2  # sys.getrefcount(a.storage) of a block only ``a`` holds: its slot and the call's argument
+
+
+def _in_place(program: FusedProgram, operands: list[Any], shape: tuple[int, ...], dest: Any) -> bool:
+    """Whether the fused kernel may store its one output into ``dest``, an operand the lazy layer
+    found nothing else holds: contiguous, of the output's shape and dtype, and its block (a whole
+    buffer or a range of a page or arena) viewed by no other handle (a view of the same block, read
+    at other indices, could see a value already overwritten). The kernel reads each element before
+    it stores that element, at the same index, in the same invocation. A one-element tensor is
+    left (its input layout is a broadcast scalar, the output's not: it could not share a binding)."""
+    if type(dest) is not WgpuArray or dest.storage is None or dest.shape != shape or dest.size < 2:
+        return False
+    if dest.strides != contiguous_strides(shape):
+        return False
+    if as_dtype(program.value_dtypes()[program.outputs[0]]) is not dest.dtype:
+        return False
+    if sys.getrefcount(dest.storage) != _BLOCK_REFS:
+        return False
+    return any(x is dest for x in operands)

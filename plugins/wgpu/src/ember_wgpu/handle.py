@@ -4,8 +4,9 @@ The buffer is an :class:`ember.memory.Block` of the runtime's pool: it returns t
 when the last view on it dies. :class:`WgpuArray` is what ember's core holds: element
 strides (0 = broadcast, negative = flipped) and an element offset over that block. reshape
 (where numpy would not copy), permute, expand, slice and flip make new views without
-touching memory; nothing ever writes into a buffer after the op that created it, so views
-are safe to share.
+touching memory; nothing writes into a buffer after the op that created it, so views are safe
+to share, except a fused kernel taking the lazy layer's in-place offer, which it does only when
+no other view holds the block (backend.py ``_in_place``).
 """
 
 from __future__ import annotations

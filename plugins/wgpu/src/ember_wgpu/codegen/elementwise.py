@@ -42,6 +42,8 @@ _LANES = "xyzw"
 Layouts = tuple[tuple[str, ...], tuple[str, ...]]
 #: a tensor seen over the iteration shape: element strides (0 where broadcast) and element offset
 Geometry = tuple[tuple[int, ...], int]
+#: per output, the tensor input it is stored through (in place), or None; () for none at all
+Alias = tuple[int | None, ...]
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,15 @@ class Kernel:
     fmt: str
     param_bytes: int
     n_tensors: int
-    n_outputs: int
+    n_outputs: int  # outputs with a binding of their own (not stored through an input's: ``alias``)
     vec: int
+    written: tuple[int, ...] = ()  # tensor inputs bound read-write: outputs are stored through them
+
+    @property
+    def bindings(self) -> tuple[str, ...]:
+        """The storage bindings' kinds in order: 'r' read-only, 'w' read-write."""
+        tensors = tuple("w" if b in self.written else "r" for b in range(self.n_tensors))
+        return tensors + ("w",) * self.n_outputs
 
 
 def param_field(k: int) -> str:
@@ -213,10 +222,17 @@ def literal(c: Const, types: TypeMap) -> str:
     return f"{v:#x}u" if t.cls == "u" else f"bitcast<i32>({v:#x}u)"
 
 
-def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec: int = 1) -> Kernel:
-    """WGSL for ``program`` over a rank-``rank`` shape with layouts ``lay``; ``vec`` is 1 or 4."""
+def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec: int = 1, alias: Alias = ()) -> Kernel:
+    """WGSL for ``program`` over a rank-``rank`` shape with layouts ``lay``; ``vec`` is 1 or 4.
+    ``alias[o]``: the tensor input whose binding output ``o`` is stored through (an in-place update:
+    that input is bound ``read_write`` and the output gets no binding of its own; WebGPU forbids a
+    writable binding overlapping another of the same buffer), or None."""
     program.check()
     ins, outs = lay
+    alias = tuple(alias) or (None,) * len(outs)
+    for o, b in enumerate(alias):
+        if b is not None and ins[b] != outs[o]:
+            raise ValueError(f"output {o} stored through input {b}: layouts {ins[b]!r} and {outs[o]!r} differ")
     dts = program.value_dtypes()
     n_in = len(program.inputs)
     tensors = program.tensor_inputs
@@ -273,14 +289,19 @@ def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec
     if vec == 4:
         decl.append("const _LANE = vec4<u32>(0u, 1u, 2u, 3u);")
     binding = 1
+    written = {b for b in alias if b is not None}
     for b, (t, lay_k) in enumerate(zip(tin, ins)):
         elem = f"vec4<{t.storage}>" if vec == 4 and lay_k == "c" else t.storage
-        decl.append(f"@group(0) @binding({binding}) var<storage, read> in{b}: array<{elem}>;")
+        access = "read_write" if b in written else "read"
+        decl.append(f"@group(0) @binding({binding}) var<storage, {access}> in{b}: array<{elem}>;")
         binding += 1
     for o, t in enumerate(tout):
+        if alias[o] is not None:
+            continue
         elem = f"vec4<{t.storage}>" if vec == 4 else t.storage
         decl.append(f"@group(0) @binding({binding}) var<storage, read_write> out{o}: array<{elem}>;")
         binding += 1
+    dest = [f"out{o}" if b is None else f"in{b}" for o, b in enumerate(alias)]
 
     for b, (t, lay_k) in enumerate(zip(tin, ins)):
         if lay_k == "s":
@@ -326,14 +347,14 @@ def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec
     for o, (v, t) in enumerate(zip(program.outputs, tout)):
         if vec == 4:
             parts = ", ".join(t.store(name(v, lane)) for lane in range(4))
-            at = f"out{o}[{out_index[o][0]} + i]"
+            at = f"{dest[o]}[{out_index[o][0]} + i]"
             body.append(f"let r{o} = vec4<{t.storage}>({parts});")
             body.append(
                 f"if (i < whole) {{ {at} = r{o}; }} else {{ {at} = select({at}, r{o}, _LANE < vec4<u32>(rem)); }}"
             )
         else:
             target = f"{out_index[o][0]} + i" if outs[o] == "c" else strided(*out_index[o])
-            body.append(f"out{o}[{target}] = {t.store(name(v, None))};")
+            body.append(f"{dest[o]}[{target}] = {t.store(name(v, None))};")
 
     main = "\n".join(
         [
@@ -348,7 +369,8 @@ def generate(program: FusedProgram, types: TypeMap, rank: int, lay: Layouts, vec
         ]
     )
     source = "\n".join(decl) + "\n" + with_helpers(main) + "\n" + main + "\n"
-    return Kernel(source, "".join(fmt), words * 4, len(tensors), len(program.outputs), vec)
+    n_bound = sum(b is None for b in alias)
+    return Kernel(source, "".join(fmt), words * 4, len(tensors), n_bound, vec, tuple(sorted(written)))
 
 
 def _instr_expr(types: TypeMap, dts: list[str], j: int, instr: tuple, name: Any) -> str:

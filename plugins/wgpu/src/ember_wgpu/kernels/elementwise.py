@@ -59,7 +59,19 @@ MAX_PLANS = 4096
 class _Plan:
     """One launch geometry of a program: its pipeline, the parameter block up to the scalars."""
 
-    __slots__ = ("pipe", "name", "head", "scalar_types", "tail", "groups", "out_dtypes", "pad", "whole", "grid")
+    __slots__ = (
+        "pipe",
+        "name",
+        "head",
+        "scalar_types",
+        "tail",
+        "groups",
+        "out_dtypes",
+        "pad",
+        "whole",
+        "grid",
+        "bound",
+    )
 
     def __init__(
         self,
@@ -70,6 +82,7 @@ class _Plan:
         tail: int,
         groups: int,
         out_dtypes: list[DType],
+        bound: tuple[int, ...] | None = None,
     ) -> None:
         self.pipe = pipe
         self.name = name
@@ -81,6 +94,7 @@ class _Plan:
         self.pad = bytes(tail)  # zero bytes after the scalars, up to the block's size
         self.whole = head + self.pad  # the block of a launch without scalar inputs
         self.grid = (groups, 1, 1)
+        self.bound = bound  # the outputs with a binding of their own (None: all; the others are stored in place)
 
 
 def run_program(
@@ -92,7 +106,9 @@ def run_program(
 ) -> list[WgpuArray]:
     """Run ``program`` over ``shape``: tensor operands (handles broadcasting to ``shape``, any
     strides) and Python numbers for scalar inputs, in input order. ``outs`` are destination
-    views of ``shape`` (default: new contiguous handles, one per program output)."""
+    views of ``shape`` (default: new contiguous handles, one per program output); an output that
+    is one of the tensor operands (the same handle: an in-place update) is stored through that
+    operand's binding, made read-write, rather than bound a second time."""
     tensors: list[WgpuArray] = []
     scalars: list[Any] = []
     for x in operands:
@@ -100,11 +116,17 @@ def run_program(
             tensors.append(x)
         else:
             scalars.append(x)
+    alias: tuple[int | None, ...] = ()
+    if outs is not None:
+        alias = tuple(next((b for b, x in enumerate(tensors) if x is o), None) for o in outs)
+        if not any(b is not None for b in alias):
+            alias = ()
     key = (
         program,
         shape,
         tuple((x.shape, x.strides, x.offset) for x in tensors),
         None if outs is None else tuple((o.strides, o.offset) for o in outs),
+        alias,
     )
     plan = rt.plans.get(key)
     if plan is None:
@@ -112,7 +134,7 @@ def run_program(
             return _run_split(rt, program, operands, shape, outs)
         if len(rt.plans) >= MAX_PLANS:
             rt.plans.clear()
-        plan = rt.plans[key] = _plan(rt, program, tensors, shape, outs)
+        plan = rt.plans[key] = _plan(rt, program, tensors, shape, outs, alias)
     if outs is None:
         outs = [rt.empty(shape, dt) for dt in plan.out_dtypes]
     if plan.groups == 0:
@@ -124,7 +146,8 @@ def run_program(
         params = plan.head + gen.pack_scalars(plan.scalar_types, words) + plan.pad
     else:
         params = plan.whole
-    rt.dispatch(plan.pipe, params, [x.buffer for x in tensors] + [o.buffer for o in outs], plan.grid, plan.name)
+    bound = outs if plan.bound is None else [outs[o] for o in plan.bound]
+    rt.dispatch(plan.pipe, params, [x.buffer for x in tensors] + [o.buffer for o in bound], plan.grid, plan.name)
     return list(outs)
 
 
@@ -134,9 +157,11 @@ def _plan(
     tensors: list[WgpuArray],
     shape: tuple[int, ...],
     outs: Sequence[WgpuArray] | None,
+    alias: tuple[int | None, ...] = (),
 ) -> _Plan:
-    """Layouts, vec width, the kernel (compiled once per program and layout class) and the
-    parameter block of this geometry."""
+    """Layouts, vec width, the kernel (compiled once per program, layout class and ``alias``: the
+    tensor input each output is stored through, see :func:`run_program`) and the parameter block
+    of this geometry."""
     dts = program.value_dtypes()
     out_dtypes = [as_dtype(dts[v]) for v in program.outputs]
     size = math.prod(shape)
@@ -150,21 +175,25 @@ def _plan(
         geo = [(o.strides, o.offset) for o in outs]
     lay = gen.layouts(shape, ins, geo)
     vec = gen.vec_width(program, rt.types, size, ins, geo, lay)
+    # an output stored through an input of its layout class (else bound twice: the twin binds both read-write)
+    alias = tuple(b if b is not None and lay[0][b] == lay[1][o] else None for o, b in enumerate(alias))
+    if not any(b is not None for b in alias):
+        alias = ()
     general = "g" in lay[0] or "g" in lay[1]
-    kkey = ("ew", program, len(shape) if general else 0, vec, lay)
+    kkey = ("ew", program, len(shape) if general else 0, vec, lay, alias)
     found = rt.kernels.get(kkey)
     if found is None:
-        kernel = gen.generate(program, rt.types, len(shape), lay, vec)
-        bindings = ("r",) * kernel.n_tensors + ("w",) * kernel.n_outputs
+        kernel = gen.generate(program, rt.types, len(shape), lay, vec, alias)
         name = program.instructions[0][0] if len(program.instructions) == 1 else "fused"
-        found = (kernel, rt.pipeline(name, kernel.source, bindings), name)
+        found = (kernel, rt.pipeline(name, kernel.source, kernel.bindings), name)
         rt.kernels[kkey] = found
     kernel, pipe, name = found
     head = gen.pack(program, rt.types, kernel, shape, ins, geo, [], lay, with_scalars=False)
     tail = kernel.param_bytes - len(head) - gen.scalar_bytes(scalar_types)
     items = -(-size // vec)  # vec4s (the last may be partial) or elements
     groups = min(-(-items // gen.WORKGROUP), MAX_GROUPS)
-    return _Plan(pipe, name, head, scalar_types, tail, groups, out_dtypes)
+    bound = tuple(o for o, b in enumerate(alias) if b is None) if alias else None
+    return _Plan(pipe, name, head, scalar_types, tail, groups, out_dtypes, bound)
 
 
 def _run_split(
