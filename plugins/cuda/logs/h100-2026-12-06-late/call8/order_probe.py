@@ -1,8 +1,8 @@
 """Temporary: why W3 on cuda runs ~2 ms slower after W2 in the same process."""
+
 import gc
 import statistics
 import sys
-import time
 
 import ember as em
 from benchmarks import w2_mlp, w3_cnn
@@ -15,7 +15,8 @@ def pool_line():
     s = dev.memory_stats()
     pools = s.get("pools") or {}
     cached = sum(p.get("cached_bytes", 0) for p in pools.values()) >> 20
-    return f"reserved {s['reserved_bytes'] >> 20} MiB, in use {s['in_use_bytes'] >> 20} MiB, cached {cached} MiB, gc objects {len(gc.get_objects())}"
+    reserved, in_use = s["reserved_bytes"] >> 20, s["in_use_bytes"] >> 20
+    return f"reserved {reserved} MiB, in use {in_use} MiB, cached {cached} MiB, gc objects {len(gc.get_objects())}"
 
 
 def w3(label, iters=30):
