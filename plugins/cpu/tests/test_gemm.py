@@ -276,3 +276,70 @@ def test_products_are_split_only_while_embers_threads_have_kernels_of_their_own(
     split.last_own = float("-inf")
     gemm.matmul(a, b)
     assert split.last_own == float("-inf")
+
+
+def _mlp_grads_float64(x, y, w1, b1, w2, b2, w3, b3):
+    """W2's MLP gradients by hand in float64: relu(x w1 + b1), relu(. w2 + b2), . w3 + b3, mean
+    softmax cross-entropy."""
+    z1 = x @ w1 + b1
+    h1 = np.maximum(z1, 0)
+    z2 = h1 @ w2 + b2
+    h2 = np.maximum(z2, 0)
+    logits = h2 @ w3 + b3
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    g = e / e.sum(axis=1, keepdims=True)
+    g[np.arange(len(y)), y] -= 1.0
+    g /= len(y)
+    grads = {"w3": h2.T @ g, "b3": g.sum(axis=0)}
+    g = (g @ w3.T) * (z2 > 0)
+    grads.update(w2=h1.T @ g, b2=g.sum(axis=0))
+    g = (g @ w2.T) * (z1 > 0)
+    grads.update(w1=x.T @ g, b1=g.sum(axis=0))
+    return grads
+
+
+def test_an_mlp_step_issues_eight_products_on_views_and_none_for_the_input(monkeypatch):
+    """W2's step (784 inputs, two hidden layers, 10 classes; smaller hidden and batch): 3 forward
+    products and 5 backward ones, as torch: no product for the input's gradient (the input needs
+    none), each transposed operand handed to the BLAS as a view of the saved array (no copy),
+    every gradient against float64."""
+    n, hid = 16, 48
+    gen = np.random.default_rng(21)
+    dims = ((784, hid), (hid, hid), (hid, 10))
+    p_np = {}
+    for i, (fan_in, fan_out) in enumerate(dims, start=1):
+        p_np[f"w{i}"] = (gen.standard_normal((fan_in, fan_out)) * fan_in**-0.5).astype(np.float32)
+        p_np[f"b{i}"] = (gen.standard_normal(fan_out) * 0.1).astype(np.float32)
+    x_np = gen.standard_normal((n, 784)).astype(np.float32)
+    y_np = gen.integers(0, 10, n)
+    dev = em.Device("cpu").autodiff()
+    seen = []
+    kernel = dev._state.impls["matmul"]
+
+    def counting(a, b):
+        seen.append(
+            (a.shape, b.shape, *((t.flags.c_contiguous, t.flags.f_contiguous, t.base is not None) for t in (a, b)))
+        )
+        return kernel(a, b)
+
+    monkeypatch.setitem(dev._state.impls, "matmul", counting)
+    x, y = em.tensor(x_np, device=dev), em.tensor(y_np, device=dev)
+    p = {k: em.tensor(v, device=dev, requires_grad=True) for k, v in p_np.items()}
+    h = em.relu(x @ p["w1"] + p["b1"])
+    h = em.relu(h @ p["w2"] + p["b2"])
+    em.cross_entropy(h @ p["w3"] + p["b3"], y).backward()
+    grads = {k: t.grad.numpy() for k, t in p.items()}
+    shapes = [(a, b) for a, b, *_ in seen]
+    assert shapes == [
+        ((n, 784), (784, hid)), ((n, hid), (hid, hid)), ((n, hid), (hid, 10)),  # forward
+        ((n, 10), (10, hid)), ((hid, n), (n, 10)),  # layer 3: input gradient, weight gradient
+        ((n, hid), (hid, hid)), ((hid, n), (n, hid)),  # layer 2
+        ((784, n), (n, hid)),  # layer 1: the weight gradient alone
+    ], shapes  # fmt: skip
+    # the 5 transposed operands (W^T, then X^T or H^T) come as F-ordered views of the saved arrays
+    flags = [f for s in seen for f in s[2:]]
+    assert sum(not c for c, _, _ in flags) == 5 and all(f and v for c, f, v in flags if not c), seen
+    wide = {k: v.astype(np.float64) for k, v in p_np.items()}
+    want = _mlp_grads_float64(x_np.astype(np.float64), y_np, **wide)
+    for k in p_np:
+        np.testing.assert_allclose(grads[k], want[k], rtol=1e-4, atol=1e-6, err_msg=k)

@@ -180,3 +180,71 @@ def test_without_numba_the_numpy_kernels_run(monkeypatch):
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(folded, _col2im_reference(cols, (7, 6), (3, 3), 1, 1, 1), rtol=1e-12, atol=1e-12)
+
+
+def _cross_entropy_reference(x, t, smoothing, ignore):
+    """Per-row softmax cross-entropy in float64 (a target equal to ``ignore`` gives 0)."""
+    x = x.astype(np.float64)
+    out = np.zeros(x.shape[0])
+    for r, k in enumerate(t):
+        if k == ignore:
+            continue
+        m = x[r].max()
+        m = 0.0 if np.isinf(m) else m
+        logp = x[r] - m - np.log(np.exp(x[r] - m).sum())
+        out[r] = (1 - smoothing) * -logp[k] - smoothing / x.shape[1] * logp.sum()
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+@pytest.mark.parametrize("ignore", [-100, 3])
+def test_cross_entropy_runs_the_numba_kernel(dtype, smoothing, ignore):
+    """W2's (128, 10) logits with large, -inf and ignored entries: per-sample losses, the mean and
+    its gradient against float64; the numba kernel ran once per forward."""
+    gen = np.random.default_rng(7)
+    xv = (gen.standard_normal((128, 10)) * 4).astype(dtype)
+    xv[0, 2], xv[1, :] = 80.0, -np.inf  # a large logit; a row of -inf (NaN loss, as the numpy kernel)
+    tv = gen.integers(0, 10, 128)
+    tv[5] = ignore
+    dev = em.Device("cpu").autodiff()
+    before = NATIVE_CALLS["cross_entropy"]
+    per = em.cross_entropy(em.tensor(xv, device=dev), em.tensor(tv, device=dev), ignore_index=ignore,
+                           reduction="none", label_smoothing=smoothing).numpy()  # fmt: skip
+    assert NATIVE_CALLS["cross_entropy"] == before + 1, "the numba cross-entropy did not run"
+    want = _cross_entropy_reference(xv, tv, smoothing, ignore)
+    tol = 1e-6 if dtype == np.float32 else 1e-12
+    assert per.dtype == dtype and np.isnan(per[1]) == (tv[1] != ignore)
+    keep = np.arange(128) != 1
+    np.testing.assert_allclose(per[keep], want[keep], rtol=tol, atol=tol)
+    # the mean's gradient over the finite rows (the backward rule is core's; the forward feeds it)
+    rows = np.flatnonzero(keep)
+    x = em.tensor(xv[rows], device=dev, requires_grad=True)
+    loss = em.cross_entropy(x, em.tensor(tv[rows], device=dev), ignore_index=ignore, label_smoothing=smoothing)
+    loss.backward()
+    valid = tv[rows] != ignore
+    np.testing.assert_allclose(float(loss.numpy()), want[rows].sum() / valid.sum(), rtol=tol * 10, atol=tol)
+    x64 = xv[rows].astype(np.float64)
+    p = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    hot = np.eye(10)[np.where(valid, tv[rows], 0)] * (1 - smoothing) + smoothing / 10
+    grad = (p - hot) * valid[:, None] / valid.sum()
+    np.testing.assert_allclose(x.grad.numpy(), grad, rtol=tol * 10, atol=tol)
+
+
+def test_cross_entropy_of_other_shapes_and_16_bit_floats_runs_the_numpy_kernel():
+    """(N, C, d) logits and float16 take the shared kernel, with the same values."""
+    gen = np.random.default_rng(8)
+    x3 = gen.standard_normal((4, 5, 3)).astype(np.float32)
+    t3 = gen.integers(0, 5, (4, 3))
+    x16 = gen.standard_normal((6, 5)).astype(np.float16)
+    t16 = gen.integers(0, 5, 6)
+    before = NATIVE_CALLS["cross_entropy"]
+    got3 = em.cross_entropy(em.tensor(x3), em.tensor(t3), reduction="none").numpy()
+    got16 = em.cross_entropy(em.tensor(x16), em.tensor(t16), reduction="none").numpy()
+    assert NATIVE_CALLS["cross_entropy"] == before
+    flat = np.moveaxis(x3, 1, -1).reshape(-1, 5)
+    want3 = _cross_entropy_reference(flat, t3.reshape(-1), 0.0, -100).reshape(4, 3)
+    np.testing.assert_allclose(got3, want3, rtol=1e-5, atol=1e-6)
+    want16 = _cross_entropy_reference(x16, t16, 0.0, -100)
+    np.testing.assert_allclose(got16.astype(np.float64), want16, rtol=2e-3, atol=2e-3)

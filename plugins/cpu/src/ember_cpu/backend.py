@@ -68,7 +68,7 @@ _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: calls of the hand-written numba kernels, by op (tests check that a kernel ran)
 NATIVE_CALLS = {
     "max_pool_backward": 0, "conv_transpose": 0, "fold": 0, "conv": 0, "conv_weight_grad": 0, "max_pool": 0,
-    "layer_norm": 0, "layer_norm_backward": 0, "layer_norm_grads": 0,
+    "layer_norm": 0, "layer_norm_backward": 0, "layer_norm_grads": 0, "cross_entropy": 0,
     "scaled_dot_product_attention": 0, "scaled_dot_product_attention_backward": 0,
 }  # fmt: skip
 
@@ -338,6 +338,19 @@ class CpuBackend(Backend):
         NATIVE_CALLS["fold"] += 1
         blocks = _conv().blocks2d(tuple(size), tuple(kernel), tuple(stride), padding, tuple(dilation))
         return _conv().col2im(cols, tuple(size), tuple(kernel), tuple(stride), padding, tuple(dilation), blocks)
+
+    @native
+    def cross_entropy(
+        self, logits: np.ndarray, target: np.ndarray, *, label_smoothing: float, ignore_index: int
+    ) -> np.ndarray:
+        """(N, C) float32/float64 logits with int64 targets: one numba pass per row
+        (W2's (128, 10): 0.13 ms in the numpy kernel's ten calls); else the numpy kernel."""
+        rows = logits.ndim == 2 and target.ndim == 1 and target.dtype == np.int64 and logits.size
+        if not rows or not _numba_floats(logits):
+            return _KERNELS["cross_entropy"](logits, target, label_smoothing=label_smoothing, ignore_index=ignore_index)
+        NATIVE_CALLS["cross_entropy"] += 1
+        x = np.ascontiguousarray(logits)
+        return _numba().cross_entropy_rows(x, np.ascontiguousarray(target), float(label_smoothing), int(ignore_index))
 
     @native
     def layer_norm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray, *, eps: float) -> np.ndarray:

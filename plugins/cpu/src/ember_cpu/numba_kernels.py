@@ -15,8 +15,14 @@ input gradient in four passes per row (mean, variance, the two means of the rule
 ``layer_norm_grads_rows`` adds the weight's and bias's gradients (column sums in float64) to
 the same passes, so the rule needs no second layer norm for ``xhat``.
 
-The layer norm kernels always run on one thread: BLAS holds both cores around them, and a parallel region paid
-more in waiting for descheduled threads than it saved on the shared 2-core machine measured.
+``cross_entropy_rows`` is softmax cross-entropy per row of (N, C) logits with int64 class
+targets in one pass per row (the max, the sum of exponentials in float64, the picked and the
+smoothing terms), as the shared kernel (``ember.array_module.nn.cross_entropy``) computes it in
+about ten numpy calls: W2's (128, 10) took 0.13 ms a step that way.
+
+The layer norm and cross-entropy kernels always run on one thread: BLAS holds both cores around
+them, and a parallel region paid more in waiting for descheduled threads than it saved on the
+shared 2-core machine measured.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from numba import njit, prange
 from .conv_kernels import split  # the conv kernels' threads
 from .numba_codegen import PARALLEL
 
-__all__ = ["layer_norm_backward_rows", "layer_norm_grads_rows", "layer_norm_rows", "max_pool2d_backward"]
+__all__ = [
+    "cross_entropy_rows", "layer_norm_backward_rows", "layer_norm_grads_rows", "layer_norm_rows", "max_pool2d_backward",
+]  # fmt: skip
 
 
 @njit(parallel=PARALLEL, fastmath=False, cache=True, nogil=True)
@@ -267,3 +275,42 @@ def layer_norm_grads_rows(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: floa
     _layer_norm_grads_rows(g, x, w, gx, sums[0], sums[1], eps, need_x)
     packed[packed.size - 2 * n :] = sums.reshape(-1)
     return packed
+
+
+@njit(fastmath=False, cache=True, nogil=True)
+def _cross_entropy_rows(x, t, out, smoothing, ignore):  # pragma: no cover - numba
+    rows, c = x.shape
+    for r in range(rows):
+        k = t[r]
+        if k == ignore:
+            out[r] = 0.0
+            continue
+        m = np.float64(x[r, 0])
+        for j in range(1, c):  # the max, NaN propagating (np.max)
+            v = np.float64(x[r, j])
+            if v > m or v != v:
+                m = v
+        if np.isinf(m):  # an infinite max shifts by 0, as the shared kernel's _max_keep
+            m = 0.0
+        total = 0.0
+        for j in range(c):
+            total += np.exp(np.float64(x[r, j]) - m)
+        lse = m + np.log(total)
+        if k < 0 or k >= c:  # the op checked the range; nothing outside the row is read
+            out[r] = np.nan
+            continue
+        loss = lse - x[r, k]
+        if smoothing != 0.0:
+            logp = 0.0
+            for j in range(c):
+                logp += np.float64(x[r, j]) - lse
+            loss = (1.0 - smoothing) * loss - (smoothing / c) * logp
+        out[r] = loss
+
+
+def cross_entropy_rows(x: np.ndarray, t: np.ndarray, smoothing: float, ignore: int) -> np.ndarray:
+    """Per-row softmax cross-entropy of ``x`` (N, C) at int64 targets ``t`` (N,), in x's dtype
+    (computed in float64); a target equal to ``ignore`` gives 0, label smoothing as PyTorch's."""
+    out = np.empty(x.shape[0], dtype=x.dtype)
+    _cross_entropy_rows(x, t, out, smoothing, ignore)
+    return out
