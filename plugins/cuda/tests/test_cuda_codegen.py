@@ -469,6 +469,42 @@ def test_the_runner_takes_the_float4_path_and_skips_empty_shapes() -> None:
     assert len(_Recorder.launches) == 1  # nothing to launch
 
 
+def test_an_in_place_run_stores_into_the_operand_through_unrestricted_pointers() -> None:
+    """``out=`` (the lazy layer's in-place offer): the launch's output address is the operand's, no
+    new array is made, and the kernel is its own compile with no ``__restrict__`` pointer (the
+    output aliases an input); NVRTC compiles it where the wheel is installed."""
+    from ember_cuda.fusion import COMPILE_OPTIONS, FusedKernels
+
+    cp = _FakeCupy()
+    kernels = FusedKernels(cp)
+    kernels._launcher = _Recorder
+    prog = FusedProgram(
+        (("float32", "tensor"), ("float32", "tensor"), ("float32", "scalar")),
+        (("mul", "float32", (1, 2)), ("sub", "float32", (0, 3))),
+        (4,),
+    )
+    p = np.arange(1024, dtype=np.float32).reshape(32, 32).view(_HostArray)
+    g = np.ones((32, 32), np.float32).view(_HostArray)
+    _Recorder.launches.clear()
+    fresh = kernels.run(prog, [p, g, 0.5], (32, 32))
+    assert fresh[0] is not p and "__restrict__" in cp.sources[-1]
+    outs = kernels.run(prog, [p, g, 0.5], (32, 32), p)
+    assert outs == [p]
+    assert _Recorder.launches[-1][1][-1] == p.ctypes.data  # the output address: the operand's own
+    assert len(cp.sources) == 2 and "__restrict__" not in cp.sources[-1]
+    assert cp.sources[-1] == cp.sources[0].replace("__restrict__ ", "")
+    kernels.run(prog, [p, g, 0.5], (32, 32), p)
+    assert len(cp.sources) == 2  # compiled once per (program, layout, in place)
+    try:
+        from nvrtc import compile_log, library
+    except ImportError:  # pragma: no cover - the helper sits beside this file
+        return
+    lib = library()
+    if lib is not None:
+        ok, log = compile_log(lib, cp.sources[-1], options=COMPILE_OPTIONS)
+        assert ok, log
+
+
 def test_a_single_op_program_calls_the_ops_own_kernel() -> None:
     """One instruction goes to the native table with eager's arguments: a tensor, the right
     operand of a binary op as a Python number, anything else as a 0-d array; the result is

@@ -42,6 +42,10 @@ def test_sgd_updates_write_the_parameter_in_place(dev) -> None:  # noqa: ANN001
     assert stats(dev)["in_place"] == before + 3
     want = p0.astype(np.float64) - 4 * 0.25 * g0.astype(np.float64)
     np.testing.assert_allclose(p.numpy(), want, rtol=1e-5, atol=1e-5)
+    # the in-place launches ran a kernel of their own, compiled with no restrict pointer (the output
+    # is an input's buffer)
+    aliased = [key for key in dev.backend.rt._kernels if key[0] == "ew" and key[-1] == "alias"]
+    assert aliased, "no in-place kernel was compiled"
 
 
 def test_a_training_step_plans_its_memory_with_no_driver_calls(dev) -> None:  # noqa: ANN001

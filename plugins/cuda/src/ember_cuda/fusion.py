@@ -190,16 +190,20 @@ class FusedKernels:
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.sms = int(props.get("multiProcessorCount", 100))
 
-    def launcher(self, prog: FusedProgram, layout: Layout) -> tuple[Any, int]:
+    def launcher(self, prog: FusedProgram, layout: Layout, alias: bool = False) -> tuple[Any, int]:
         """The launcher of ``prog`` under ``layout`` and its most blocks (one resident wave),
-        compiling it on first use (CuPy's CompileException, or ValueError from the generator)."""
-        key = (prog, layout)
+        compiling it on first use (CuPy's CompileException, or ValueError from the generator).
+        ``alias``: the output is one of the inputs' buffers (an in-place update), so no pointer is
+        declared ``__restrict__`` (which promises the compiler they never overlap)."""
+        key = (prog, layout, alias)
         found = self._cache.get(key)
         if found is None:
             with self._lock:
                 found = self._cache.get(key)
                 if found is None:
                     text = source(prog, layout)
+                    if alias:
+                        text = text.replace("__restrict__ ", "")
                     kernel = self.cp.RawKernel(text, KERNEL_NAME, options=COMPILE_OPTIONS)
                     launch = self._launcher(self.cp, kernel, argument_types(prog, layout))
                     found = self._cache[key] = (launch, self.sms * self._blocks_per_sm(launch))
@@ -237,6 +241,7 @@ class FusedKernels:
             tuple([(t.shape, t.strides) for t in tensors]),
             tuple([ptr % 16 == 0 for ptr in ptrs]),
             all(ptr % 16 == 0 for ptr in out_ptrs),
+            out is not None,
         )
         found = self._launches.get(key)
         if found is None:
@@ -244,7 +249,7 @@ class FusedKernels:
             f32 = tuple(dts[j] == "float32" for j in prog.tensor_inputs)
             vec4 = all(dts[o] == "float32" for o in prog.outputs) and key[4]
             p = plan(tuple(shape), described, f32 if vec4 else None)
-            launch, most = self.launcher(prog, p.layout) if p.n else (None, 0)
+            launch, most = self.launcher(prog, p.layout, out is not None) if p.n else (None, 0)
             if len(self._launches) >= _MAX_LAUNCHES:
                 self._launches.clear()
             found = self._launches[key] = (p, launch, most)

@@ -68,8 +68,11 @@ _PLANS: dict[Any, _Plan] = {}
 _MAX_PLANS = 8192
 
 
-def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: tuple[Any, ...]) -> _Plan:
-    """geoms: (shape, strides, offset) of each output, then of each tensor input (unbroadcast)."""
+def _plan(
+    rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: tuple[Any, ...], alias: bool = False
+) -> _Plan:
+    """geoms: (shape, strides, offset) of each output, then of each tensor input (unbroadcast);
+    ``alias``: an output shares an input's buffer (the kernel is compiled without ``restrict``)."""
     n = numel(shape)
     n_out = len(prog.outputs)
     strides = []
@@ -87,7 +90,11 @@ def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: tuple[
     big = n >= _INT_LIMIT or any(_extent(cshape, st, off) >= _INT_LIMIT for st, off in zip(cstrides, offsets))
     vec = 4 if _vectorizable(rt, prog, n, modes, offsets, n_out) else 1
     layout = Layout(rank, in_modes, out_modes, "long" if big else "int", grid_stride=not rt.is_cpu, vec=vec)
-    knl, wg = rt.kernel(("ew", prog, layout), functools.partial(_make, prog, layout), _family(prog, layout, rt.fp64))
+    if alias:
+        knl, wg = rt.kernel(("ew", prog, layout, "alias"), functools.partial(_make, prog, layout, True), None)
+    else:
+        family = _family(prog, layout, rt.fp64)
+        knl, wg = rt.kernel(("ew", prog, layout), functools.partial(_make, prog, layout), family)
     gsize, lsize = rt.grid(n // vec, wg)
     head = [n, *cshape] if "s" in modes else [n]
     passed = [st if m == "s" else () for st, m in zip(cstrides, modes)]
@@ -120,11 +127,13 @@ def run_program(
     ``outs`` are destination views (default: new contiguous handles of ``shape``).
     """
     tensors = [x for (_, kind), x in zip(prog.inputs, operands) if kind == "tensor"]
+    alias = False
     if outs is None:
         out_geo: tuple[Any, ...] = (None,)
     else:
         out_geo = tuple((o.shape, o.strides, o.offset) for o in outs)
-    key = (rt, prog, shape, out_geo, tuple((x.shape, x.strides, x.offset) for x in tensors))
+        alias = any(o.block is not None and o.block is x.block for o in outs for x in tensors)
+    key = (rt, prog, shape, out_geo, tuple((x.shape, x.strides, x.offset) for x in tensors), alias)
     plan = _PLANS.get(key)
     if plan is None:
         if outs is None:
@@ -135,7 +144,7 @@ def run_program(
         geoms += tuple((x.shape, x.strides, x.offset) for x in tensors)
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
-        plan = _PLANS[key] = _plan(rt, prog, shape, geoms) if numel(shape) else None  # type: ignore[assignment]
+        plan = _PLANS[key] = _plan(rt, prog, shape, geoms, alias) if numel(shape) else None  # type: ignore[assignment]
     if outs is None:
         dtypes = plan.out_dtypes if plan is not None else [ctype(prog.value_dtypes()[o]).dtype for o in prog.outputs]
         outs = [rt.empty(shape, dt) for dt in dtypes]
@@ -157,8 +166,10 @@ def run_program(
     return list(outs)
 
 
-def _make(prog: FusedProgram, layout: Layout) -> tuple[str, str, list[Any]]:
+def _make(prog: FusedProgram, layout: Layout, alias: bool = False) -> tuple[str, str, list[Any]]:
     source, argtypes = elementwise_source(prog, layout)
+    if alias:  # an output is an input's buffer (an in-place update): no pointer may be declared restrict
+        source = source.replace("* restrict ", "* ")
     return source, "ember_ew", argtypes
 
 
