@@ -12,6 +12,7 @@ from ember_cuda import runtime
 
 import ember as em
 from ember.lazy import materialize, stats
+from ember_conformance.training import SmallMLP
 
 pytestmark = pytest.mark.skipif(
     runtime.device_count() == 0, reason=f"no CUDA device: {runtime.why_unavailable() or 'unknown'}"
@@ -55,27 +56,10 @@ def test_sgd_updates_write_the_parameter_in_place(dev) -> None:  # noqa: ANN001
 def test_a_training_step_reuses_its_parameter_buffers(dev) -> None:  # noqa: ANN001
     """W2's MLP shape, smaller, trained with SGD: from the second step every parameter keeps its
     buffer, and the loss goes down."""
-    gen = np.random.default_rng(5)
-    params = []
-    for fan_in, fan_out in ((784, 256), (256, 256), (256, 10)):
-        w = (gen.standard_normal((fan_in, fan_out)) * fan_in**-0.5).astype(np.float32)
-        params.append(em.tensor(w, device=dev).requires_grad_())
-        params.append(em.tensor((gen.standard_normal(fan_out) * 0.1).astype(np.float32), device=dev).requires_grad_())
-    x = em.tensor(gen.standard_normal((64, 784)).astype(np.float32), device=dev)
-    y = em.tensor(gen.integers(0, 10, 64), device=dev)
+    mlp = SmallMLP(dev)
     losses, addresses = [], []
     for _ in range(6):
-        for w in params:
-            w.grad = None
-        h = em.relu(x @ params[0] + params[1])
-        h = em.relu(h @ params[2] + params[3])
-        loss = em.cross_entropy(h @ params[4] + params[5], y)
-        loss.backward()
-        with em.no_grad():
-            for w in params:
-                w.copy_(w - 0.1 * w.grad)
-        dev.synchronize()
-        losses.append(loss.item())
-        addresses.append([_address(w) for w in params])
+        losses.append(mlp.step().item())
+        addresses.append([_address(w) for w in mlp.params])
     assert addresses[-1] == addresses[1] == addresses[2]
     assert losses[-1] < losses[0]

@@ -10,6 +10,7 @@ import pytest
 
 import ember as em
 from ember.lazy.graph import stats
+from ember_conformance.training import SmallMLP
 
 
 def _block(t: em.Tensor):  # noqa: ANN202
@@ -51,30 +52,13 @@ def test_sgd_updates_write_the_parameter_in_place(dev) -> None:  # noqa: ANN001
 def test_a_training_step_plans_its_memory_with_no_driver_calls(dev) -> None:  # noqa: ANN001
     """W2's MLP shape, smaller, trained with SGD (its parameters were replaced every step before this
     change, and on PoCL its step plan was refused): from the fourth step every request is planned."""
-    gen = np.random.default_rng(5)
-    params = []
-    for fan_in, fan_out in ((784, 256), (256, 256), (256, 10)):
-        w = (gen.standard_normal((fan_in, fan_out)) * fan_in**-0.5).astype(np.float32)
-        params.append(em.tensor(w, device=dev).requires_grad_())
-        params.append(em.tensor((gen.standard_normal(fan_out) * 0.1).astype(np.float32), device=dev).requires_grad_())
-    x = em.tensor(gen.standard_normal((64, 784)).astype(np.float32), device=dev)
-    y = em.tensor(gen.integers(0, 10, 64), device=dev)
+    mlp = SmallMLP(dev)
     pool = dev.backend.rt.pool  # this device's pool (other tests' Runtime objects register more)
     if pool.strategy != "adaptive":
         pytest.skip(f"the pool runs {pool.strategy!r} (EMBER_MEMORY): step plans are adaptive's")
     losses = []
     for step in range(10):
-        for w in params:
-            w.grad = None
-        h = em.relu(x @ params[0] + params[1])
-        h = em.relu(h @ params[2] + params[3])
-        loss = em.cross_entropy(h @ params[4] + params[5], y)
-        loss.backward()
-        with em.no_grad():
-            for w in params:
-                w.copy_(w - 0.1 * w.grad)
-        dev.synchronize()
-        losses.append(loss)
+        losses.append(mlp.step())
         if step == 4:
             misses, planned = pool.misses, pool.planned
     assert pool.misses == misses, "driver allocations in steady state"

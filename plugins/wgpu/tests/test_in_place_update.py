@@ -15,6 +15,7 @@ import pytest
 
 import ember as em
 from ember.lazy.graph import stats
+from ember_conformance.training import SmallMLP
 from ember_wgpu.subbuffer import SubBuffer
 
 
@@ -130,28 +131,11 @@ def test_a_training_step_plans_its_memory_with_no_driver_calls(ad: Any) -> None:
     pool = ad.backend.rt.pool
     if pool.strategy != "adaptive":
         pytest.skip(f"the pool runs {pool.strategy!r} (EMBER_MEMORY): step plans are adaptive's")
-    gen = np.random.default_rng(5)
-    params = []
-    for fan_in, fan_out in ((784, 256), (256, 256), (256, 10)):
-        w = (gen.standard_normal((fan_in, fan_out)) * fan_in**-0.5).astype(np.float32)
-        params.append(em.tensor(w, device=ad).requires_grad_())
-        params.append(em.tensor((gen.standard_normal(fan_out) * 0.1).astype(np.float32), device=ad).requires_grad_())
-    x = em.tensor(gen.standard_normal((64, 784)).astype(np.float32), device=ad)
-    y = em.tensor(gen.integers(0, 10, 64), device=ad)
+    mlp = SmallMLP(ad)
     before = stats(ad)["in_place"]
     losses = []
     for step in range(10):
-        for w in params:
-            w.grad = None
-        h = em.relu(x @ params[0] + params[1])
-        h = em.relu(h @ params[2] + params[3])
-        loss = em.cross_entropy(h @ params[4] + params[5], y)
-        loss.backward()
-        with em.no_grad():
-            for w in params:
-                w.copy_(w - 0.1 * w.grad)
-        ad.synchronize()
-        losses.append(loss)
+        losses.append(mlp.step())
         if step == 4:
             misses, planned = pool.misses, pool.planned
     assert stats(ad)["in_place"] - before >= 6 * 8  # every parameter in place from the second step on

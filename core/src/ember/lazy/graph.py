@@ -466,7 +466,7 @@ def _donor(
     arguments, so none of those may read the operand. None if there is none."""
     wanted = (target.dtype, "tensor")
     inputs = program.inputs
-    kept = _outliving(order, outputs)
+    kept: list[LazyBuffer] | None = None  # found when a candidate first needs it (most regions offer none)
     for j in range(len(operands)):
         if inputs[j] != wanted:
             continue
@@ -491,6 +491,8 @@ def _donor(
         a = node = None  # the loops' variables hold no reference while they are counted
         if not uses and not wrappers:
             continue
+        if kept is None:
+            kept = _outliving(order, outputs)
         if kept and _reads(kept, h):
             continue
         # references to h: operands, the local h, each wrapper's real, the region's args
