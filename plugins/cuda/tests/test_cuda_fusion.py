@@ -69,7 +69,7 @@ def test_the_w6_chain_takes_the_float4_path(dev: em.Device) -> None:
     u = x64 * a64 + b64
     gelu = 0.5 * u * np.array([math.erfc(-v / math.sqrt(2)) for v in u])
     np.testing.assert_allclose(got, gelu / (1 + np.exp(-x64)), rtol=2e-5, atol=1e-6)
-    assert any(layout.vec4 for _, layout in _compiled(dev))
+    assert any(layout.vec4 for _, layout, _ in _compiled(dev))
 
 
 def test_broadcasting_operands_and_scalars(dev: em.Device) -> None:
@@ -83,7 +83,7 @@ def test_broadcasting_operands_and_scalars(dev: em.Device) -> None:
     assert _kernels(dev) == before + 1
     want = (x.astype(np.float64) - row) * col + one * 0.25 - 3
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    modes = {m for _, layout in _compiled(dev) for m in layout.modes}
+    modes = {m for _, layout, _ in _compiled(dev) for m in layout.modes}
     assert {"c", "s", "z"} <= modes
 
 
@@ -219,7 +219,7 @@ def test_large_sizes_index_with_64_bits(dev: em.Device) -> None:
     x = em.from_dlpack(cp.tile(cp.arange(256, dtype=cp.uint8), n // 256 + 1)[:n], device=dev)  # 0..255 repeating
     y = (x + 1) * 2
     got = materialize(y._data)
-    assert any(layout.index == "long long" for _, layout in _compiled(dev))
+    assert any(layout.index == "long long" for _, layout, _ in _compiled(dev))
     tail = cp.asnumpy(got[-300:]).astype(np.int64)
     want = ((np.arange(n - 300, n) % 256 + 1) * 2) % 256
     np.testing.assert_array_equal(tail, want)

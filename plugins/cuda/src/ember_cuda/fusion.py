@@ -182,7 +182,8 @@ class FusedKernels:
 
         self.cp = cp
         self._launcher = Launcher
-        self._cache: dict[tuple[FusedProgram, Layout], tuple[Any, int]] = {}
+        #: (program, layout, aliased output) -> (launcher, most blocks)
+        self._cache: dict[tuple[FusedProgram, Layout, bool], tuple[Any, int]] = {}
         #: (program, shape, operand shapes and strides, alignments) -> (plan, launcher, most blocks)
         self._launches: dict[tuple[Any, ...], tuple[Plan, Any, int]] = {}
         self._lock = threading.Lock()

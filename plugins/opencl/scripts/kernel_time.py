@@ -1,0 +1,97 @@
+"""GPU time per kernel of a workload's ember step on an OpenCL device, from queue profiling events:
+is a step bound by its kernels or by the host that queues them?
+
+    python plugins/opencl/scripts/kernel_time.py W3 --device opencl:0 --sizes gpu [--steps 10] [--jit]
+
+Opens the device with a profiling queue (pyopencl's CommandQueue wrapped before ember-opencl makes
+its queue), records the event of every kernel ember-opencl launches (programs build before their
+first launch here: EMBER_OPENCL_BUILD_THREADS=0), and prints per kernel name: launches per step,
+GPU µs per step, and the sum beside the step's wall time. ``--jit`` times the em.jit replay instead
+(its launches go through the same queue). A probe for the device machine, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+os.environ.setdefault("EMBER_OPENCL_BUILD_THREADS", "0")
+sys.path.insert(0, os.getcwd())  # the repository root: benchmarks/
+
+import pyopencl as cl  # noqa: E402
+
+_Queue = cl.CommandQueue
+EVENTS: list[tuple[str, Any]] = []
+
+
+def _profiling_queue(context: Any, device: Any = None, properties: Any = None) -> Any:
+    return _Queue(context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+
+
+def _record(knl: Any, *a: Any, **k: Any) -> Any:
+    event = _Kernel_call(knl, *a, **k)
+    EVENTS.append((knl.function_name, event))
+    return event
+
+
+def _record_nd(queue: Any, knl: Any, *a: Any, **k: Any) -> Any:
+    event = _enqueue_nd(queue, knl, *a, **k)
+    EVENTS.append((knl.function_name, event))
+    return event
+
+
+_enqueue_nd = cl.enqueue_nd_range_kernel
+cl.enqueue_nd_range_kernel = _record_nd  # em.jit's replay (ember_opencl.replay) enqueues through this
+cl.CommandQueue = _profiling_queue  # type: ignore[misc]
+_Kernel_call = cl.Kernel.__call__
+cl.Kernel.__call__ = _record  # type: ignore[method-assign]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("workload")
+    p.add_argument("--device", default="opencl:0")
+    p.add_argument("--sizes", default="gpu")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--jit", action="store_true")
+    args = p.parse_args()
+
+    import ember as em
+    from benchmarks.runner import WORKLOADS
+
+    module = WORKLOADS[args.workload]
+    dev = em.Device(args.device)
+    build = module.ember_jit if args.jit else module.ember
+    case = build(dev, dict(module.SIZES[args.sizes]))
+    step = case.step
+    for _ in range(3):
+        step()
+        case.sync()
+    EVENTS.clear()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    case.sync()
+    wall = (time.perf_counter() - t0) / args.steps
+    per: dict[str, list[float]] = defaultdict(list)
+    for name, event in EVENTS:
+        per[name].append((event.profile.end - event.profile.start) * 1e-3)
+    total = sum(sum(v) for v in per.values()) / args.steps
+    span = (EVENTS[-1][1].profile.end - EVENTS[0][1].profile.start) * 1e-3 / args.steps if EVENTS else 0.0
+    print(
+        f"{args.workload} {dev} {'em.jit' if args.jit else 'eager'}: wall {wall * 1e3:.3f} ms/step, "
+        f"kernels {len(EVENTS) / args.steps:.0f}/step, GPU busy {total / 1e3:.3f} ms/step, "
+        f"first-to-last kernel span {span / 1e3:.3f} ms/step"
+    )
+    print(f"{'launches/step':>13} {'GPU us/step':>11}  kernel")
+    for name, times in sorted(per.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{len(times) / args.steps:13.1f} {sum(times) / args.steps:11.1f}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
