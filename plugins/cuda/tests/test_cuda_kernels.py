@@ -136,6 +136,41 @@ def test_softmax_row_kernels_match_float64(shape: tuple[int, ...]) -> None:
     np.testing.assert_allclose(gy, y64 * (g - (g * y64).sum(-1, keepdims=True)), rtol=1e-5, atol=1e-6)
 
 
+def _ce_float64(x: np.ndarray, t: np.ndarray, smoothing: float, ignore: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row softmax cross-entropy and d(sum of g * loss)/dx for g = 1 / rows, in float64."""
+    rows, n = x.shape
+    z = x - x.max(1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    valid = t != ignore
+    safe = np.where(valid, t, 0)
+    loss = -(1 - smoothing) * logp[np.arange(rows), safe] - smoothing / n * logp.sum(1)
+    hot = np.eye(n)[safe] * (1 - smoothing) + smoothing / n
+    grad = (np.exp(logp) - hot) / rows * valid[:, None]
+    return np.where(valid, loss, 0.0), grad
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("shape", [(512, 10), (37, 1000), (3, 1)])
+def test_cross_entropy_row_kernels_match_float64(shape: tuple[int, int], smoothing: float) -> None:
+    """The forward and the logits' gradient each run as one kernel (W3's and W2's loss), with an
+    ignored target (-100) among the rows."""
+    rng = np.random.default_rng(shape[1])
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    t = rng.integers(0, shape[1], shape[0])
+    t[shape[0] // 2] = -100
+    before = dict(rows.CALLS)
+    dev = em.Device("cuda:0").autodiff()
+    xt = em.tensor(x, device=dev).requires_grad_()
+    per = F.cross_entropy(xt, em.tensor(t, device=dev), reduction="none", label_smoothing=smoothing)
+    (per.sum() / shape[0]).backward()
+    got_loss, got_grad = per.numpy(), xt.grad.numpy()
+    for op in ("cross_entropy", "cross_entropy_backward"):
+        assert rows.CALLS[op] == before.get(op, 0) + 1, f"the {op} row kernel did not run"
+    want_loss, want_grad = _ce_float64(x.astype(np.float64), t, smoothing, -100)
+    np.testing.assert_allclose(got_loss, want_loss, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(got_grad, want_grad, rtol=2e-5, atol=1e-7)
+
+
 def test_softmax_of_a_fully_masked_row_is_nan_as_on_the_cpu() -> None:
     x = np.array([[-np.inf, -np.inf], [0.0, 1.0]], dtype=np.float32)
     got = em.softmax(em.tensor(x, device="cuda:0")).numpy()

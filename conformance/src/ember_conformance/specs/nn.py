@@ -6,7 +6,7 @@ import numpy as np
 
 import ember as em
 from ember.ops.attention import attention_backward
-from ember.ops.nn import layer_norm_backward, layer_norm_grads, softmax_backward
+from ember.ops.nn import cross_entropy_backward, layer_norm_backward, layer_norm_grads, softmax_backward
 
 from ..inputs import Arg, Case, Domain
 from .base import FLOAT, OpSpec, x
@@ -45,6 +45,15 @@ def _np_layer_norm_backward(g, a, w, eps=1e-5):
     rstd = 1.0 / np.sqrt(np.mean((a - mu) ** 2, axis=axes, keepdims=True) + eps)
     xhat, gh = (a - mu) * rstd, g * w
     return rstd * (gh - np.mean(gh, axis=axes, keepdims=True) - xhat * np.mean(gh * xhat, axis=axes, keepdims=True))
+
+
+def _np_cross_entropy_backward(g, a, t, label_smoothing=0.0, ignore_index=-100):
+    """g * (softmax(a) - smoothed one-hot(t)) along the class axis 1, zero where t is ignored."""
+    c = a.shape[1]
+    p = _np_softmax(a, axis=1)
+    valid = t != ignore_index
+    hot = np.moveaxis(np.eye(c)[np.where(valid, t, 0)], -1, 1) * (1 - label_smoothing) + label_smoothing / c
+    return np.expand_dims(np.where(valid, g, 0.0), 1) * (p - hot)
 
 
 def _np_rms_norm(a, w, eps=1e-6):
@@ -261,6 +270,22 @@ NN: tuple[OpSpec, ...] = (
             Case("large", (x((256, 1000)), Arg((256,), "index", hi=1000))),
         ),
         grad=True,
+        tol=4.0,
+    ),
+    OpSpec(
+        "cross_entropy_backward",
+        cross_entropy_backward,
+        _np_cross_entropy_backward,
+        FLOAT,
+        (
+            Case("rows", (x((4,)), x((4, 5)), Arg((4,), "index", hi=5))),
+            Case("classes10", (x((6,)), x((6, 10)), Arg((6,), "index", hi=10))),
+            Case("spatial", (x((2, 4)), x((2, 3, 4)), Arg((2, 4), "index", hi=3))),
+            Case("smoothing", (x((4,)), x((4, 5)), Arg((4,), "index", hi=5)), {"label_smoothing": 0.1}),
+            Case("ignore", (x((6,)), x((6, 5)), Arg((6,), "index", lo=-1, hi=5)), {"ignore_index": -1}),
+            Case("noncontig", (x((3,), "flipped"), x((3, 5), "noncontig"), Arg((3,), "index", hi=5))),
+            Case("large", (x((256,)), x((256, 1000)), Arg((256,), "index", hi=1000))),
+        ),
         tol=4.0,
     ),
     OpSpec(

@@ -122,6 +122,20 @@ def cross_entropy(logits: Any, target: Any, *, label_smoothing: float, ignore_in
 
 
 @_wide
+def cross_entropy_backward(g: Any, logits: Any, target: Any, *, label_smoothing: float, ignore_index: int) -> Any:
+    xp = module_of(logits).xp
+    c = logits.shape[1]
+    valid = target != ignore_index
+    safe = xp.expand_dims(xp.where(valid, target, 0), 1)
+    classes = xp.arange(c).reshape((1, c) + (1,) * (logits.ndim - 2))
+    hot = (safe == classes).astype(logits.dtype)
+    if label_smoothing:
+        hot = hot * (1.0 - label_smoothing) + label_smoothing / c
+    scale = xp.expand_dims(xp.where(valid, g, 0), 1).astype(logits.dtype, copy=False)
+    return (scale * (softmax(logits, axis=1) - hot)).astype(logits.dtype, copy=False)
+
+
+@_wide
 def attention(q: Any, k: Any, v: Any, *mask: Any, is_causal: bool, scale: float) -> Any:
     xp = module_of(q).xp
     s = xp.matmul(q, xp.swapaxes(k, -1, -2)) * q.dtype.type(scale)
@@ -149,5 +163,6 @@ KERNELS: dict[str, Callable[..., Any]] = {
     "layer_norm": layer_norm,
     "rms_norm": rms_norm,
     "cross_entropy": cross_entropy,
+    "cross_entropy_backward": cross_entropy_backward,
     "scaled_dot_product_attention": attention,
 }

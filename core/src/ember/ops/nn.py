@@ -577,7 +577,16 @@ def _ce_composite(logits: Tensor, target: Tensor, label_smoothing: float, ignore
 def _ce_vjp(
     g: Tensor, out: Tensor, logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int
 ) -> tuple[Any, Any]:
+    if not is_grad_enabled() and _has_native(logits, CROSS_ENTROPY_BACKWARD.name):
+        # the backend's one kernel for the whole gradient (no graph recorded: not under create_graph)
+        params = {"label_smoothing": label_smoothing, "ignore_index": ignore_index}
+        return (apply(CROSS_ENTROPY_BACKWARD, (g, logits, target), params, logits._shape, logits._dtype), None)
+    return (_ce_grad(g, logits, target, label_smoothing, ignore_index), None)
 
+
+def _ce_grad(g: Tensor, logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
+    """d loss / d logits at cotangent ``g`` (per sample): ``g * (softmax(logits) - smoothed one-hot)``,
+    zero on the rows of ignored targets."""
     c = logits._shape[1]
     p = softmax(logits, axis=1)
     # the ignored targets' rows get no gradient: masked, unless one read of the targets (a backend
@@ -591,7 +600,41 @@ def _ce_vjp(
     if label_smoothing:
         hot = hot * (1.0 - label_smoothing) + label_smoothing / c
     scale = expand_dims(where(valid, g, 0.0) if masked else g, 1)
-    return (scale * (p - hot), None)
+    return scale * (p - hot)
+
+
+#: the gradient of the per-sample cross-entropy with respect to the logits, in one op, so that a
+#: backend computes it in one pass over the logits (autodiff's rule otherwise makes softmax, a
+#: one-hot from arange, a mask and three elementwise ops of it)
+CROSS_ENTROPY_BACKWARD = define(
+    "cross_entropy_backward",
+    kind="other",
+    native="cross_entropy_backward(g, logits, target, *, label_smoothing, ignore_index) -> handle  # d loss / d logits",
+    autocast=FLOAT32,
+    composite=_ce_grad,
+    differentiable=False,
+)
+
+
+def cross_entropy_backward(
+    g: Any, logits: Any, target: Any, label_smoothing: float = 0.0, ignore_index: int = -100
+) -> Tensor:
+    """The gradient of ``cross_entropy(logits, target, reduction='none', ...)`` with respect to the
+    logits at per-sample cotangent ``g`` (target's shape); integer class targets only."""
+    logits = _float_arg(logits, "cross_entropy_backward")
+    g = _tensor_arg(g, "cross_entropy_backward", logits)
+    target = _tensor_arg(target, "cross_entropy_backward", logits)
+    if logits.ndim < 2:
+        raise ShapeError(f"cross_entropy_backward: logits need (N, C, ...), got shape {logits._shape}")
+    expected = (logits._shape[0],) + logits._shape[2:]
+    if target._dtype.kind not in "iu" or target._shape != expected or g._shape != expected:
+        raise ShapeError(
+            f"cross_entropy_backward: logits {logits._shape} need integer target and g of shape {expected}, "
+            f"got target {target._dtype} {target._shape} and g {g._shape}"
+        )
+    target = target.astype(int64) if target._dtype is not int64 else target
+    params = {"label_smoothing": float(label_smoothing), "ignore_index": int(ignore_index)}
+    return apply(CROSS_ENTROPY_BACKWARD, (g, logits, target), params, logits._shape, logits._dtype)
 
 
 def _any_ignored(target: Tensor, ignore_index: int) -> bool:
