@@ -32,12 +32,16 @@ groups and dtypes go to the shared kernels.
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections import Counter
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+
+from .kernels import Launcher as _Launcher
 
 __all__ = ["conv_kernels", "source", "CALLS", "OPTIONS", "NEVER"]
 
@@ -329,13 +333,33 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
     i32 = np.int32
     matmul = fallback["matmul"]  # the backend's own (cuBLAS called directly: capturable in a CUDA graph)
 
-    def launch(ctype: str, name: str, total: int, args: tuple[Any, ...], counter: str | None = None) -> None:
+    #: (ctype, kernel name) -> its Launcher (a real GPU: the parameter block kept between calls,
+    #: as the elementwise kernels'), or the function object (CuPy's boxing call; a stand-in's)
+    launchers: dict[tuple[str, str], Any] = {}
+    ndarray = getattr(cp, "ndarray", None)
+
+    def launcher(ctype: str, name: str, args: tuple[Any, ...]) -> Any:
         module = modules.get(ctype)
         if module is None:
             module = modules[ctype] = cp.RawModule(code=source(ctype))
+        fn = module.get_function(f"ember_{name}_{ctype}")
+        if getattr(fn, "ptr", None) is None or ndarray is None:
+            return fn
+        # every conv kernel takes arrays (pointers) and int32 sizes
+        types = tuple(ctypes.c_void_p if isinstance(a, ndarray) else ctypes.c_int for a in args)
+        return _Launcher(cp, SimpleNamespace(kernel=fn), types)
+
+    def launch(ctype: str, name: str, total: int, args: tuple[Any, ...], counter: str | None = None) -> None:
+        key = (ctype, name)
+        run = launchers.get(key)
+        if run is None:
+            run = launchers[key] = launcher(ctype, name, args)
         CALLS[counter or name] += 1
         blocks = max(1, min(-(-total // _THREADS), sms * 32))
-        module.get_function(f"ember_{name}_{ctype}")((blocks,), (_THREADS,), args)
+        if type(run) is _Launcher:
+            run(blocks, _THREADS, *[a.data.ptr if type(a) is ndarray else int(a) for a in args])
+        else:
+            run((blocks,), (_THREADS,), args)
 
     def geometry(kernel: Any, stride: Any, padding: Any, dilation: Any) -> tuple[Any, ...]:
         (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation

@@ -259,6 +259,8 @@ class FusedReductions:
         self.sms = sms
         self._launcher = Launcher
         self._cache: dict[Any, Any] = {}
+        #: (program, shape, operand layouts) -> the launch plan of :meth:`run`
+        self._plans: dict[Any, tuple[Any, ...]] = {}
         self._lock = threading.Lock()
 
     def _compiled(self, key: Any, make: Any, name: str, argtypes: tuple[Any, ...]) -> Any:
@@ -273,18 +275,60 @@ class FusedReductions:
 
     def run(self, prog: FusedProgram, operands: Sequence[Any], shape: tuple[int, ...]) -> list[Any]:
         """Run ``prog`` (with ``prog.reduce`` set) over ``shape``: its full-size outputs, then the reduced value."""
-        cp = self.cp
-        r = prog.reduce
-        if r is None:
+        if prog.reduce is None:
             raise ValueError("FusedReductions.run() runs a program with a trailing reduction")
+        # a repeated reduction (a step's bias gradients, its loss) finds its whole launch by one
+        # dict lookup: layout, kernels, grid and the geometry arguments depend only on these
+        key = (prog, shape, *[(x.shape, x.strides) for (_, kind), x in zip(prog.inputs, operands) if kind == "tensor"])
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(prog, operands, shape)
+        launch, grid, head, inputs, out_geo, out_dts, red_len, red_dt, finish, out_shape, cols = plan
+        cp = self.cp
+        outs = [cp.empty(shape, dtype=dt) for dt in out_dts]
+        red = cp.empty((red_len,), dtype=red_dt)
+        values = list(head)
+        for (dt, geo), x in zip(inputs, operands):
+            if geo is None:
+                values.append(scalar_value(x, dt))
+            else:
+                values.append(x.data.ptr)
+                values += geo
+        for o, geo in zip(outs, out_geo):
+            values.append(o.data.ptr)
+            values += geo
+        values.append(red.data.ptr)
+        launch(grid, THREADS, *values)
+        COUNTS["cols"] += cols
+        if finish is None:
+            COUNTS["row"] += 1
+            return [*outs, red.reshape(out_shape)]
+        COUNTS["chunked"] += 1
+        m, g, k, vdt = head[0], head[3], head[1], finish[1]
+        final = cp.empty((m,), dtype=vdt)
+        finish[0](-(-m // THREADS), THREADS, m, g, k, red.data.ptr, final.data.ptr)
+        return [*outs, final.reshape(out_shape)]
+
+    def _plan(self, prog: FusedProgram, operands: Sequence[Any], shape: tuple[int, ...]) -> tuple[Any, ...]:
+        """What :meth:`run` needs to launch ``prog`` over ``shape`` with operands of these layouts:
+        (launcher, grid, leading arguments, per input (dtype, geometry or None for a scalar),
+        per output geometry, output dtypes, partial buffer length and dtype, (finisher, dtype) or
+        None, reduced shape, whether the column layout); compiles the kernels on first use."""
+        r = prog.reduce
+        assert r is not None
         dts = prog.value_dtypes()
         rank = len(shape)
         tensors = [x for (_, kind), x in zip(prog.inputs, operands) if kind == "tensor"]
-        outs = [cp.empty(shape, dtype=as_dtype(dts[o]).numpy) for o in prog.outputs]
+        out_dts = [as_dtype(dts[o]).numpy for o in prog.outputs]
         strides: list[tuple[int, ...]] = []
-        for t in [*tensors, *outs]:
-            pad = rank - t.ndim
-            own = [0 if t.shape[d] == 1 else t.strides[d] // t.itemsize for d in range(t.ndim)]
+        # the outputs are new C-contiguous arrays of ``shape``
+        layouts = [(t.shape, t.strides, t.itemsize) for t in tensors]
+        for dt in out_dts:
+            item = np.dtype(dt).itemsize
+            layouts.append((shape, tuple(int(v) for v in _c_strides(shape, item)), item))
+        for tshape, tstrides, item in layouts:
+            pad = rank - len(tshape)
+            own = [0 if tshape[d] == 1 else tstrides[d] // item for d in range(len(tshape))]
             strides.append(tuple([0] * pad + own[max(0, -pad) :]))
         osh, ost, ish, ist = _collapse(shape, r.axes, strides)
         n_in = len(tensors)
@@ -310,28 +354,30 @@ class FusedReductions:
         vdt = as_dtype(dts[r.value]).numpy
         cval = ctype(dts[r.value])
         acc_np = np.dtype(np.float32) if cval.half else vdt
-        red = cp.empty((M * G,), dtype=acc_np if partial else vdt)
-        values: list[Any] = [M, K, -(-K // G), G, *osh, *ish]
-        geo = iter(zip(tensors, ost, ist))
-        for (dt, kind), x in zip(prog.inputs, operands):
+        head = (M, K, -(-K // G), G, *osh, *ish)
+        geo = iter(zip(ost, ist))
+        inputs = []
+        for dt, kind in prog.inputs:
             if kind == "scalar":
-                values.append(scalar_value(x, dt))
-                continue
-            t, a, b = next(geo)
-            values += [int(t.data.ptr), 0, *a, *b]
-        for o, a, b in zip(outs, ost[n_in:], ist[n_in:]):
-            values += [int(o.data.ptr), 0, *a, *b]
-        values.append(int(red.data.ptr))
-        launch(blocks * G, THREADS, *values)
-        COUNTS["cols"] += cols
-        out_shape = r.shape(shape)
-        if not partial:
-            COUNTS["row"] += 1
-            return [*outs, red.reshape(out_shape)]
-        COUNTS["chunked"] += 1
-        final = cp.empty((M,), dtype=vdt)
-        finish = self._compiled(
-            ("finish", r.op, dts[r.value]), lambda: finish_source(r.op, dts[r.value]), _FINISH, (_I, _I, _I, _P, _P)
-        )
-        finish(-(-M // THREADS), THREADS, M, G, K, int(red.data.ptr), int(final.data.ptr))
-        return [*outs, final.reshape(out_shape)]
+                inputs.append((dt, None))
+            else:
+                a, b = next(geo)
+                inputs.append((dt, (0, *a, *b)))
+        out_geo = [(0, *a, *b) for a, b in zip(ost[n_in:], ist[n_in:])]
+        finish = None
+        if partial:
+            fin = self._compiled(
+                ("finish", r.op, dts[r.value]), lambda: finish_source(r.op, dts[r.value]), _FINISH, (_I, _I, _I, _P, _P)
+            )
+            finish = (fin, vdt)
+        return (launch, blocks * G, head, inputs, out_geo, out_dts, M * G, acc_np if partial else vdt, finish,
+                r.shape(shape), int(cols))  # fmt: skip
+
+
+def _c_strides(shape: tuple[int, ...], item: int) -> list[int]:
+    """Byte strides of a C-contiguous array of ``shape``."""
+    out, step = [], item
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return out[::-1]
