@@ -50,7 +50,7 @@ def test_pool_reuses_buffers(rt):
     assert rt.pool.hits >= hits + 5
 
 
-def test_dispatches_are_batched(rt, monkeypatch):
+def test_dispatches_are_batched(rt, sync_points_only, monkeypatch):
     x = rt.upload(np.ones(64, np.float32), D.float32)
     rt.flush()
     pressed = []  # submits of the pool making room (adaptive's step plan switching over, say)
@@ -65,6 +65,48 @@ def test_dispatches_are_batched(rt, monkeypatch):
     before_read = rt.submits
     assert rt.read([y])[0][0] == 101.0
     assert rt.submits <= before_read + 2  # the batch, then the readback copy
+
+
+def test_chunked_submits_start_small_after_a_sync_point_and_keep_results(rt):
+    """Under ``submit_every`` the open batch goes to the device every few dispatches (4 after a sync
+    point, doubling up to the setting) so it runs while the host records; results do not change."""
+    before = rt.submit_every
+    try:
+        x = rt.upload(np.ones(64, np.float32), D.float32)
+        rt.set_submit_every(16)
+        rt.synchronize()
+        submits = rt.submits
+        y = x
+        for _ in range(60):  # chunks of 4, 8, 16, 16, 16: five submits, none left open
+            y = ew.apply_op(rt, "add", [y, x])
+        assert rt.submits - submits == 5 and rt._count == 0
+        assert rt.read([y])[0][0] == 61.0
+        submits = rt.submits
+        for _ in range(4):  # the read was a sync point: the next submit comes after 4 dispatches again
+            y = ew.apply_op(rt, "mul", [y, 1.0])
+        assert rt.submits == submits + 1
+        rt.set_submit_every(0)  # sync points only
+        submits = rt.submits
+        for _ in range(100):
+            y = ew.apply_op(rt, "sub", [y, x])
+        assert rt.submits == submits and rt._count == 100
+        np.testing.assert_array_equal(rt.read([y])[0], np.full(64, -39.0, np.float32))
+    finally:
+        rt.set_submit_every(before)  # MAX_BATCH: sync points only
+
+
+def test_submit_every_setting_is_checked(rt, monkeypatch):
+    from ember.errors import InvalidArgumentError
+    from ember_wgpu import runtime
+
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_EVERY", "often")
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_EVERY"):
+        runtime._submit_every(cpu=False)
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_EVERY", "")
+    assert runtime._submit_every(cpu=True) == runtime.MAX_BATCH  # CPU adapters: sync points only
+    assert runtime._submit_every(cpu=False) == 32
+    with pytest.raises(InvalidArgumentError, match="submit_every"):
+        rt.set_submit_every(-1)
 
 
 def test_memory_stats(dev):

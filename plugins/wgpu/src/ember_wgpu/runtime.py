@@ -5,8 +5,11 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
 
 * **pipelines** are compiled once per WGSL source (the source encodes kernel, dtypes and
   workgroup size) and kept for the life of the device;
-* **dispatches** are recorded into one open compute pass and submitted at sync points only:
-  a readback, ``synchronize()``, a full parameter arena, or every ``MAX_BATCH`` dispatches;
+* **dispatches** are recorded into one open compute pass and submitted at sync points (a
+  readback, ``synchronize()``, a full parameter arena) and, on GPU adapters, once the pass holds
+  a chunk of dispatches (:func:`_submit_every`: 4, then 8, ... up to 32 after each sync point),
+  so the device runs the start of a step while the host records the rest: a batch held to the
+  sync point leaves the device idle for the whole of the host's recording (~65 us a submit);
 * **parameters** (shapes, strides, offsets, scalars) of every dispatch are appended to one
   host-side arena, written with a single ``queue.write_buffer`` before the submit, and bound
   through a dynamic uniform offset, so a kernel's bind group does not change with them;
@@ -90,6 +93,25 @@ def _sync_mode(device: Any, cpu: bool) -> str:
     if not callable(getattr(device, "_poll_wait", None)) or getattr(device, "_internal", None) is None:
         return "map"
     return mode
+
+
+#: dispatches in the first chunk submitted after a sync point (then doubling up to _submit_every())
+SUBMIT_FIRST = 4
+
+
+def _submit_every(cpu: bool) -> int:
+    """Dispatches after which the open batch is submitted without waiting for a sync point
+    (``EMBER_WGPU_SUBMIT_EVERY``; 0: only at sync points and every ``MAX_BATCH``). Default 32 on
+    GPU adapters, where the device then overlaps the host's recording; 0 on CPU adapters, whose
+    device threads share the host's cores."""
+    raw = os.environ.get("EMBER_WGPU_SUBMIT_EVERY", "").strip()
+    try:
+        every = int(raw) if raw else (0 if cpu else 32)
+    except ValueError:
+        raise InvalidArgumentError(f"EMBER_WGPU_SUBMIT_EVERY={raw!r}: give a number of dispatches, e.g. 32") from None
+    if every < 0:
+        raise InvalidArgumentError(f"EMBER_WGPU_SUBMIT_EVERY={raw!r}: give 0 (sync points only) or more")
+    return min(every, MAX_BATCH) if every else MAX_BATCH
 
 
 def _spin_seconds() -> float:
@@ -200,7 +222,12 @@ class Runtime:
         # bytes are the same (a synchronized step repeating its launches) skips queue.write_buffer
         self._arena_view = memoryview(self._arena_host)
         self._arena_last = b""
-        self.sync_mode = _sync_mode(self.device, str(self.adapter.info.get("adapter_type", "")).lower() == "cpu")
+        cpu = str(self.adapter.info.get("adapter_type", "")).lower() == "cpu"
+        self.sync_mode = _sync_mode(self.device, cpu)
+        # the open batch is submitted at `_chunk` dispatches: SUBMIT_FIRST after a sync point, doubling
+        # up to `submit_every` (MAX_BATCH: sync points only)
+        self.submit_every = _submit_every(cpu)
+        self._chunk = self._first_chunk()
         self.spin_s = _spin_seconds()
         self._raw_poll: tuple[Any, Any, Any] | None = None  # wgpu-native's poll, the device, NULL: see _spin
         self._staging_buf: Any = None  # the mappable buffer of the last read, kept for the next (read())
@@ -452,8 +479,22 @@ class Runtime:
         self._names.append(name or pipe.name)
         self._count += 1
         self.dispatches += 1
-        if self._count >= MAX_BATCH:
+        if self._count >= self._chunk:
             self.flush()
+            self._chunk = min(2 * self._chunk, self.submit_every)
+
+    def set_submit_every(self, every: int) -> None:
+        """Submit the open batch every ``every`` dispatches from now on (0: at sync points only), as
+        ``EMBER_WGPU_SUBMIT_EVERY`` does at start-up; the first chunk after a sync point is smaller."""
+        if every < 0:
+            raise InvalidArgumentError(f"submit_every={every}: give 0 (sync points only) or more dispatches")
+        self.submit_every = min(every, MAX_BATCH) if every else MAX_BATCH
+        self._chunk = self._first_chunk()
+
+    def _first_chunk(self) -> int:
+        """The dispatches of the first submit after a sync point (the device is idle then: start it soon)."""
+        every = self.submit_every
+        return min(SUBMIT_FIRST, every) if every < MAX_BATCH else MAX_BATCH
 
     def _check_groups(self, pipe: Pipeline, groups: tuple[int, int, int], name: str) -> bool:
         """Whether a dispatch over ``groups`` runs anything; raises past the adapter's limit."""
@@ -585,6 +626,7 @@ class Runtime:
             try:
                 self.flush(copies=copies)  # the open batch and the copies: one submit
                 self._map_read(staging, total)
+                self._chunk = self._first_chunk()
                 raw = staging.read_mapped(0, total)
                 staging.unmap()
             except BaseException:
@@ -661,6 +703,7 @@ class Runtime:
                     f"wgpu:{self.index} ({self.name}): waiting for the device failed: {exc}"
                 ) from None
         self.waits += 1
+        self._chunk = self._first_chunk()
         self._check_lost()
 
     def _spin(self) -> bool:
