@@ -344,7 +344,7 @@ class Runtime:
             n *= d
         if n == 0:
             return WgpuArray(None, shape, dtype)
-        return WgpuArray(self.alloc(n * self.types[dtype].itemsize), shape, dtype)
+        return WgpuArray(self.alloc(n * self.types[dtype].host.itemsize), shape, dtype)
 
     def upload(self, array: np.ndarray, dtype: DType) -> WgpuArray:
         """A tensor holding ``array`` (any numpy array with ``dtype``'s values)."""
@@ -462,7 +462,7 @@ class Runtime:
         off = self._arena_used
         self._arena_host[off : off + n] = params
         self._arena_used = off + -(-n // self.align) * self.align
-        uids = tuple(b.uid for b in buffers)
+        uids = tuple([b.uid for b in buffers])
         key = (pipe.layout_key, n, uids)
         found = self._bg_cache.get(key)
         if found is None:

@@ -118,14 +118,14 @@ def run_program(
             scalars.append(x)
     alias: tuple[int | None, ...] = ()
     if outs is not None:
-        alias = tuple(next((b for b, x in enumerate(tensors) if x is o), None) for o in outs)
+        alias = tuple([next((b for b, x in enumerate(tensors) if x is o), None) for o in outs])
         if not any(b is not None for b in alias):
             alias = ()
     key = (
         program,
         shape,
-        tuple((x.shape, x.strides, x.offset) for x in tensors),
-        None if outs is None else tuple((o.strides, o.offset) for o in outs),
+        tuple([(x.shape, x.strides, x.offset) for x in tensors]),
+        None if outs is None else tuple([(o.strides, o.offset) for o in outs]),
         alias,
     )
     plan = rt.plans.get(key)
@@ -147,7 +147,10 @@ def run_program(
     else:
         params = plan.whole
     bound = outs if plan.bound is None else [outs[o] for o in plan.bound]
-    rt.dispatch(plan.pipe, params, [x.buffer for x in tensors] + [o.buffer for o in bound], plan.grid, plan.name)
+    # every operand and output holds a block here: none is empty when the launch covers elements
+    buffers = [x.storage.raw for x in tensors]
+    buffers += [o.storage.raw for o in bound]
+    rt.dispatch(plan.pipe, params, buffers, plan.grid, plan.name)
     return list(outs)
 
 
