@@ -1,0 +1,60 @@
+"""Launch plans kept per geometry (matmul, conv): a repeat of a geometry reuses its plan, any change
+of shape, strides, offset or tuned choice makes a new one, and results match numpy float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import dtypes as D
+from ember_wgpu import tune
+from ember_wgpu.kernels import matmul
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(autouse=True)
+def _no_autotune(monkeypatch):
+    monkeypatch.setenv("EMBER_AUTOTUNE", "0")
+
+
+def _plans(rt, kind):
+    return {k for k in rt.plans if k[0] == kind}
+
+
+def test_matmul_plans_follow_the_operands_geometry(rt):
+    a = RNG.standard_normal((2, 20, 12)).astype(np.float32)
+    b = RNG.standard_normal((12, 16)).astype(np.float32)
+    big = RNG.standard_normal((24, 16)).astype(np.float32)
+    A, B = rt.upload(a, D.float32), rt.upload(b, D.float32)
+    before = _plans(rt, "matmul")
+    first = matmul.matmul(rt, A, B)
+    again = matmul.matmul(rt, A, B)  # the same geometry: the same plan
+    made = _plans(rt, "matmul") - before
+    assert len(made) == 1
+    Bt = rt.upload(np.ascontiguousarray(b.T), D.float32).permute((1, 0))  # other strides
+    Bs = rt.upload(big, D.float32).slice((12, 0), (24, 16), (1, 1))  # an offset view of the same shape
+    cases = [(first, b), (again, b), (matmul.matmul(rt, A, Bt), b), (matmul.matmul(rt, A, Bs), big[12:])]
+    assert len(_plans(rt, "matmul") - before) == 3
+    got = rt.read([c for c, _ in cases])
+    for g, (_, rhs) in zip(got, cases):
+        np.testing.assert_allclose(g, a.astype(np.float64) @ rhs.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_a_new_tuned_choice_drops_the_plans(rt, tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    tune.forget(rt)
+    a = RNG.standard_normal((40, 48)).astype(np.float32)
+    b = RNG.standard_normal((48, 72)).astype(np.float32)
+    A, B = rt.upload(a, D.float32), rt.upload(b, D.float32)
+    matmul.matmul(rt, A, B)
+    assert _plans(rt, "matmul")
+    choice = matmul.Config(32, 32, 16, 4, 4, True)
+    tune.record(rt, "float32", tune.shape_class(40, 72, 48), choice)
+    assert not _plans(rt, "matmul")
+    rt.kernels = {k: v for k, v in rt.kernels.items() if not (k[0] == "matmul" and choice in k)}
+    got = rt.read([matmul.matmul(rt, A, B)])[0]
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert any(k[0] == "matmul" and choice in k for k in rt.kernels), "the new choice did not run"
+    tune.forget(rt)
+    assert not _plans(rt, "matmul")
