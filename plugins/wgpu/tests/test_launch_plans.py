@@ -58,3 +58,38 @@ def test_a_new_tuned_choice_drops_the_plans(rt, tmp_path, monkeypatch):
     assert any(k[0] == "matmul" and choice in k for k in rt.kernels), "the new choice did not run"
     tune.forget(rt)
     assert not _plans(rt, "matmul")
+
+
+def _conv_ref(x, w, b, stride, pad):
+    """Direct 2-D convolution in float64 (groups 1)."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, _, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    out = np.zeros((n, co, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = x[:, :, i * stride : i * stride + kh, j * stride : j * stride + kw]
+            out[:, :, i, j] = np.einsum("nchw,ochw->no", patch, w.astype(np.float64))
+    return out + b.astype(np.float64)[None, :, None, None]
+
+
+def test_conv_plans_follow_the_operands_geometry(rt):
+    from ember_wgpu.kernels import conv
+
+    x = RNG.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(4).astype(np.float32)
+    X, W, B = rt.upload(x, D.float32), rt.upload(w, D.float32), rt.upload(b, D.float32)
+    wide = rt.upload(np.concatenate([x, x[:, :1]], axis=1), D.float32)
+    Xs = wide.slice((0, 1, 0, 0), (2, 4, 9, 9), (1, 1, 1, 1))  # channels 1..3: an offset, other strides
+    xs = np.concatenate([x, x[:, :1]], axis=1)[:, 1:]
+    args = ((2, 2), ((1, 1), (1, 1)), (1, 1), 1)
+    before = _plans(rt, "conv")
+    outs = [conv.conv(rt, X, W, B, *args), conv.conv(rt, X, W, B, *args)]
+    assert len(_plans(rt, "conv") - before) == 1  # the repeat took the first call's plan
+    outs.append(conv.conv(rt, Xs, W, B, *args))
+    assert len(_plans(rt, "conv") - before) == 2
+    got = rt.read(outs)
+    for g, xin in zip(got, (x, x, xs)):
+        np.testing.assert_allclose(g, _conv_ref(xin, w, b, 2, 1), rtol=1e-4, atol=1e-4)
