@@ -38,6 +38,8 @@ def test_tensor_over_the_binding_limit_names_the_limit(rt):
     with pytest.raises(WgpuLimitError, match="max-storage-buffer-binding-size") as info:
         rt.alloc(too_big)
     assert str(too_big) in str(info.value)
+    with pytest.raises(WgpuLimitError, match="max-storage-buffer-binding-size"):
+        rt.empty((too_big // 4,), D.float32)  # a kernel's output: the same check
 
 
 def test_pool_reuses_buffers(rt):

@@ -96,6 +96,13 @@ class PublicRecorder(_Placing):
     def dispatch(self, x: int, y: int, z: int) -> None:
         self._pass.dispatch_workgroups(x, y, z)
 
+    def record(self, pipeline: Any, bind_group: Any, offset: int, x: int, y: int, z: int) -> None:
+        """One dispatch: the pipeline (None: the one set last), bind group 0 at ``offset``, the grid."""
+        if pipeline is not None:
+            self._pass.set_pipeline(pipeline)
+        self._pass.set_bind_group(0, bind_group, [offset])
+        self._pass.dispatch_workgroups(x, y, z)
+
     def finish(self, copies: Sequence[Copy] = ()) -> Any:
         """End the pass, append ``copies`` and finish the encoder (raises wgpu's ``GPUError`` for
         an invalid batch); the encoder is closed either way."""
@@ -151,6 +158,16 @@ class NativeRecorder(_Placing):
 
     def dispatch(self, x: int, y: int, z: int) -> None:
         self.lib.wgpuComputePassEncoderDispatchWorkgroups(self._pass, x, y, z)
+
+    def record(self, pipeline: Any, bind_group: Any, offset: int, x: int, y: int, z: int) -> None:
+        """One dispatch (three C calls, one Python frame): the pipeline (None: the one set last),
+        bind group 0 at ``offset``, the grid."""
+        lib, compute_pass = self.lib, self._pass
+        if pipeline is not None:
+            lib.wgpuComputePassEncoderSetPipeline(compute_pass, pipeline._internal)
+        self._offsets[0] = offset
+        lib.wgpuComputePassEncoderSetBindGroup(compute_pass, 0, bind_group._internal, 1, self._offsets)
+        lib.wgpuComputePassEncoderDispatchWorkgroups(compute_pass, x, y, z)
 
     def finish(self, copies: Sequence[Copy] = ()) -> Any:
         lib = self.lib

@@ -327,7 +327,7 @@ class Runtime:
                 return True
         return False
 
-    def alloc(self, nbytes: int, upload: bool = False) -> Block[Any]:
+    def alloc(self, nbytes: int, upload: bool = False) -> Block[Any]:  # empty() repeats the check
         """A pooled buffer of at least ``nbytes`` (for an upload: one no pending command uses)."""
         if nbytes > self.max_binding:
             raise WgpuLimitError(
@@ -344,7 +344,10 @@ class Runtime:
             n *= d
         if n == 0:
             return WgpuArray(None, shape, dtype)
-        return WgpuArray(self.alloc(n * self.types[dtype].host.itemsize), shape, dtype)
+        n *= self.types[dtype].host.itemsize
+        if n > self.max_binding:
+            self.alloc(n)  # raises, naming the limit
+        return WgpuArray(self.pool.acquire(n, None), shape, dtype)
 
     def upload(self, array: np.ndarray, dtype: DType) -> WgpuArray:
         """A tensor holding ``array`` (any numpy array with ``dtype``'s values)."""
@@ -449,7 +452,11 @@ class Runtime:
         self, pipe: Pipeline, params: bytes, buffers: Sequence[Any], groups: tuple[int, int, int], name: str = ""
     ) -> None:
         """Record one dispatch of ``pipe`` over ``groups`` workgroups (submitted at the next sync)."""
-        if not self._check_groups(pipe, groups, name):
+        gx, gy, gz = groups
+        limit = self.max_groups
+        if (gx > limit or gy > limit or gz > limit or not (gx and gy and gz)) and not self._check_groups(
+            pipe, groups, name
+        ):
             return
         n = len(params)
         if self._arena_used + n > ARENA_BYTES:
@@ -471,10 +478,10 @@ class Runtime:
         if rw:
             pipe = pipe.twin or self.twin(pipe)
         if pipe is not self._last_pipe:
-            rec.set_pipeline(pipe.pipeline)
+            rec.record(pipe.pipeline, bg, off, gx, gy, gz)
             self._last_pipe = pipe
-        rec.set_bind_group(bg, off)
-        rec.dispatch(*groups)
+        else:
+            rec.record(None, bg, off, gx, gy, gz)
         self.batch_refs.update(uids)
         self._names.append(name or pipe.name)
         self._count += 1
