@@ -147,7 +147,11 @@ class TypeMap(dict):  # type: ignore[type-arg]
 
     def uses_f16(self, *dtypes: DType | str) -> bool:
         """Whether a kernel touching these dtypes needs ``enable f16;``."""
-        return self.f16_native and any((d if isinstance(d, str) else d.name) == "float16" for d in dtypes)
+        if self.f16_native:
+            for d in dtypes:
+                if (d if isinstance(d, str) else d.name) == "float16":
+                    return True
+        return False
 
     # -- host conversion ----------------------------------------------------------------
     def to_device_bytes(self, array: np.ndarray, dtype: DType) -> np.ndarray:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,6 +72,7 @@ class _Plan:
         "whole",
         "grid",
         "bound",
+        "pack_f32",
     )
 
     def __init__(
@@ -95,6 +97,9 @@ class _Plan:
         self.whole = head + self.pad  # the block of a launch without scalar inputs
         self.grid = (groups, 1, 1)
         self.bound = bound  # the outputs with a binding of their own (None: all; the others are stored in place)
+        # scalars all float32: packed in one call (as scalar_words + pack_scalars would: float(v) as 'f')
+        f32 = scalar_types and all(t.name == "float32" for t in scalar_types)
+        self.pack_f32 = struct.Struct("<" + "f" * len(scalar_types)).pack if f32 else None
 
 
 def run_program(
@@ -118,9 +123,14 @@ def run_program(
             scalars.append(x)
     alias: tuple[int | None, ...] = ()
     if outs is not None:
-        alias = tuple([next((b for b, x in enumerate(tensors) if x is o), None) for o in outs])
-        if not any(b is not None for b in alias):
-            alias = ()
+        at: list[int | None] = [None] * len(outs)  # the operand each output is (an in-place update)
+        for i, o in enumerate(outs):
+            for b, x in enumerate(tensors):
+                if x is o:
+                    at[i] = b
+                    break
+        if at.count(None) < len(at):
+            alias = tuple(at)
     key = (
         program,
         shape,
@@ -139,7 +149,9 @@ def run_program(
         outs = [rt.empty(shape, dt) for dt in plan.out_dtypes]
     if plan.groups == 0:
         return list(outs)
-    if scalars:
+    if scalars and plan.pack_f32 is not None:
+        params = plan.head + plan.pack_f32(*[float(v) for v in scalars]) + plan.pad
+    elif scalars:
         words: list[int | float] = []
         for value, t in zip(scalars, plan.scalar_types):
             words.extend(gen.scalar_words(value, t))
