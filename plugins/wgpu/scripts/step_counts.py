@@ -5,9 +5,10 @@ Deterministic counts where wall-clock on a loaded host is noise. Run from the re
 
     PYTHONPATH=$PYTHONPATH:. python plugins/wgpu/scripts/step_counts.py W2 W3 W4 --sizes quick
 
-``--time 0,32`` times synchronized steps instead, alternating rounds of the runtime's
-``submit_every`` settings given (0: submit at sync points only) in one process, and prints each
-setting's median step time (wall and this process's CPU time).
+``--time 0,32,32:0`` times synchronized steps instead, alternating rounds of the runtime's
+submit settings given in one process (``EVERY`` or ``EVERY:GROUPS``: ``Runtime.set_submit_every``;
+0 = submit at sync points only), and prints each setting's median step time (wall, this process's
+CPU time and the main thread's CPU time: the host's recording).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def measure(name: str, device: str, sizes: str, batch: int | None, warmup: int, 
 
 
 def time_settings(
-    name: str, device: str, sizes: str, batch: int | None, settings: list[int], rounds: int, steps: int
+    name: str, device: str, sizes: str, batch: int | None, settings: list[str], rounds: int, steps: int
 ) -> None:
     """Median step time of workload ``name`` under each ``submit_every`` in ``settings``, rounds alternated."""
     import ember as em
@@ -105,26 +106,33 @@ def time_settings(
     for _ in range(3):
         case.step()
         case.sync()
-    wall: dict[int, list[float]] = {s: [] for s in settings}
-    cpu: dict[int, list[float]] = {s: [] for s in settings}
-    subs: dict[int, int] = {s: 0 for s in settings}
+    wall: dict[str, list[float]] = {s: [] for s in settings}
+    cpu: dict[str, list[float]] = {s: [] for s in settings}
+    host: dict[str, list[float]] = {s: [] for s in settings}
+    subs: dict[str, int] = {s: 0 for s in settings}
+    from ember_wgpu.runtime import _submit_groups
+
+    default_groups = _submit_groups()  # the start-up setting (an earlier workload may have changed rt's)
     for _ in range(rounds):
         for s in settings:
-            rt.set_submit_every(s)
+            every, _, groups = s.partition(":")
+            rt.set_submit_every(int(every), int(groups) if groups else default_groups)
             case.step()
             case.sync()
             before = rt.submits
             for _ in range(steps):
-                t, c = time.perf_counter(), time.process_time()
+                t, c, h = time.perf_counter(), time.process_time(), time.thread_time()
                 case.step()
                 case.sync()
                 wall[s].append(time.perf_counter() - t)
                 cpu[s].append(time.process_time() - c)
+                host[s].append(time.thread_time() - h)
             subs[s] += rt.submits - before
     for s in settings:
         print(
-            f"{name} {size} submit_every={s}: median {statistics.median(wall[s]) * 1e3:.3f} ms wall, "
+            f"{name} {size} submit={s}: median {statistics.median(wall[s]) * 1e3:.3f} ms wall, "
             f"{statistics.median(cpu[s]) * 1e3:.3f} ms process CPU, "
+            f"{statistics.median(host[s]) * 1e3:.3f} ms main-thread CPU, "
             f"{subs[s] / (rounds * steps):.1f} submits/step ({rounds}x{steps} steps)"
         )
 
@@ -137,11 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int)
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--time", help="comma-separated submit_every settings to time, alternated (e.g. 0,32)")
+    p.add_argument("--time", help="comma-separated submit settings to time, alternated (e.g. 0,32,32:0)")
     p.add_argument("--rounds", type=int, default=10)
     args = p.parse_args(argv)
     if args.time:
-        settings = [int(v) for v in args.time.split(",")]
+        settings = args.time.split(",")
         for name in args.workloads:
             time_settings(name, args.device, args.sizes, args.batch, settings, args.rounds, args.steps)
         return 0

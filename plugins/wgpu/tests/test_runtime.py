@@ -71,11 +71,12 @@ def test_dispatches_are_batched(rt, sync_points_only, monkeypatch):
 
 def test_chunked_submits_start_small_after_a_sync_point_and_keep_results(rt):
     """Under ``submit_every`` the open batch goes to the device every few dispatches (4 after a sync
-    point, doubling up to the setting) so it runs while the host records; results do not change."""
-    before = rt.submit_every
+    point, doubling up to the setting) once it holds ``submit_groups`` workgroups, so it runs while
+    the host records; results do not change."""
+    every, groups = rt.submit_every, rt.submit_groups
     try:
         x = rt.upload(np.ones(64, np.float32), D.float32)
-        rt.set_submit_every(16)
+        rt.set_submit_every(16, groups=0)
         rt.synchronize()
         submits = rt.submits
         y = x
@@ -87,6 +88,14 @@ def test_chunked_submits_start_small_after_a_sync_point_and_keep_results(rt):
         for _ in range(4):  # the read was a sync point: the next submit comes after 4 dispatches again
             y = ew.apply_op(rt, "mul", [y, 1.0])
         assert rt.submits == submits + 1
+        rt.set_submit_every(16, groups=6)  # one workgroup a launch: a chunk waits for its sixth
+        rt.synchronize()
+        submits = rt.submits
+        for _ in range(5):
+            y = ew.apply_op(rt, "mul", [y, 1.0])
+        assert rt.submits == submits and rt._count == 5
+        y = ew.apply_op(rt, "mul", [y, 1.0])
+        assert rt.submits == submits + 1 and rt._count == 0
         rt.set_submit_every(0)  # sync points only
         submits = rt.submits
         for _ in range(100):
@@ -94,10 +103,10 @@ def test_chunked_submits_start_small_after_a_sync_point_and_keep_results(rt):
         assert rt.submits == submits and rt._count == 100
         np.testing.assert_array_equal(rt.read([y])[0], np.full(64, -39.0, np.float32))
     finally:
-        rt.set_submit_every(before)  # MAX_BATCH: sync points only
+        rt.set_submit_every(every, groups)  # MAX_BATCH: sync points only
 
 
-def test_submit_every_setting_is_checked(rt, monkeypatch):
+def test_submit_settings_are_checked(rt, monkeypatch):
     from ember.errors import InvalidArgumentError
     from ember_wgpu import runtime
 
@@ -107,6 +116,11 @@ def test_submit_every_setting_is_checked(rt, monkeypatch):
     monkeypatch.setenv("EMBER_WGPU_SUBMIT_EVERY", "")
     assert runtime._submit_every(cpu=True) == runtime.MAX_BATCH  # CPU adapters: sync points only
     assert runtime._submit_every(cpu=False) == 32
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_GROUPS", "lots")
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_GROUPS"):
+        runtime._submit_groups()
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_GROUPS", "")
+    assert runtime._submit_groups() == runtime.SUBMIT_GROUPS
     with pytest.raises(InvalidArgumentError, match="submit_every"):
         rt.set_submit_every(-1)
 

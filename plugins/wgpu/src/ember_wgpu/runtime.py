@@ -7,9 +7,11 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
   workgroup size) and kept for the life of the device;
 * **dispatches** are recorded into one open compute pass and submitted at sync points (a
   readback, ``synchronize()``, a full parameter arena) and, on GPU adapters, once the pass holds
-  a chunk of dispatches (:func:`_submit_every`: 4, then 8, ... up to 32 after each sync point),
-  so the device runs the start of a step while the host records the rest: a batch held to the
-  sync point leaves the device idle for the whole of the host's recording (~65 us a submit);
+  a chunk of dispatches (:func:`_submit_every`: 4, then 8, ... up to 32 after each sync point)
+  with work enough to be worth a submit (``SUBMIT_GROUPS`` workgroups), so the device runs the
+  start of a step while the host records the rest: a batch held to the sync point leaves the
+  device idle for the whole of the host's recording. Chains of tiny launches (W1) stay in one
+  batch: a submit costs ~65 us;
 * **parameters** (shapes, strides, offsets, scalars) of every dispatch are appended to one
   host-side arena, written with a single ``queue.write_buffer`` before the submit, and bound
   through a dynamic uniform offset, so a kernel's bind group does not change with them;
@@ -97,6 +99,9 @@ def _sync_mode(device: Any, cpu: bool) -> str:
 
 #: dispatches in the first chunk submitted after a sync point (then doubling up to _submit_every())
 SUBMIT_FIRST = 4
+#: workgroups a chunk must hold before it is submitted early (EMBER_WGPU_SUBMIT_GROUPS): an
+#: H100 holds ~1-2k resident workgroups; a chain of one-workgroup launches is not worth a submit
+SUBMIT_GROUPS = 1024
 
 
 def _submit_every(cpu: bool) -> int:
@@ -112,6 +117,18 @@ def _submit_every(cpu: bool) -> int:
     if every < 0:
         raise InvalidArgumentError(f"EMBER_WGPU_SUBMIT_EVERY={raw!r}: give 0 (sync points only) or more")
     return min(every, MAX_BATCH) if every else MAX_BATCH
+
+
+def _submit_groups() -> int:
+    """Workgroups a chunk must hold to be submitted before a sync point (``EMBER_WGPU_SUBMIT_GROUPS``)."""
+    raw = os.environ.get("EMBER_WGPU_SUBMIT_GROUPS", "").strip()
+    try:
+        groups = int(raw) if raw else SUBMIT_GROUPS
+    except ValueError:
+        raise InvalidArgumentError(
+            f"EMBER_WGPU_SUBMIT_GROUPS={raw!r}: give a number of workgroups, e.g. 1024"
+        ) from None
+    return max(groups, 0)
 
 
 def _spin_seconds() -> float:
@@ -227,7 +244,9 @@ class Runtime:
         # the open batch is submitted at `_chunk` dispatches: SUBMIT_FIRST after a sync point, doubling
         # up to `submit_every` (MAX_BATCH: sync points only)
         self.submit_every = _submit_every(cpu)
+        self.submit_groups = _submit_groups()
         self._chunk = self._first_chunk()
+        self._groups = 0  # workgroups of the open batch
         self.spin_s = _spin_seconds()
         self._raw_poll: tuple[Any, Any, Any] | None = None  # wgpu-native's poll, the device, NULL: see _spin
         self._staging_buf: Any = None  # the mappable buffer of the last read, kept for the next (read())
@@ -486,16 +505,20 @@ class Runtime:
         self._names.append(name or pipe.name)
         self._count += 1
         self.dispatches += 1
-        if self._count >= self._chunk:
+        self._groups += gx * gy * gz
+        if self._count >= self._chunk and (self._groups >= self.submit_groups or self._count >= MAX_BATCH):
             self.flush()
             self._chunk = min(2 * self._chunk, self.submit_every)
 
-    def set_submit_every(self, every: int) -> None:
-        """Submit the open batch every ``every`` dispatches from now on (0: at sync points only), as
-        ``EMBER_WGPU_SUBMIT_EVERY`` does at start-up; the first chunk after a sync point is smaller."""
+    def set_submit_every(self, every: int, groups: int | None = None) -> None:
+        """Submit the open batch every ``every`` dispatches from now on (0: at sync points only)
+        once it holds ``groups`` workgroups (None: as before), as ``EMBER_WGPU_SUBMIT_EVERY`` and
+        ``EMBER_WGPU_SUBMIT_GROUPS`` do at start-up; the first chunk after a sync point is smaller."""
         if every < 0:
             raise InvalidArgumentError(f"submit_every={every}: give 0 (sync points only) or more dispatches")
         self.submit_every = min(every, MAX_BATCH) if every else MAX_BATCH
+        if groups is not None:
+            self.submit_groups = max(groups, 0)
         self._chunk = self._first_chunk()
 
     def _first_chunk(self) -> int:
@@ -583,6 +606,7 @@ class Runtime:
         self._last_pipe = None
         self._arena_used = 0
         self._count = 0
+        self._groups = 0
         self._names = []
         try:
             command_buffer = self.recorder.finish(copies)
@@ -741,6 +765,8 @@ class Runtime:
             "arena_writes": self.arena_writes,
             "waits": self.waits,
             "pending_dispatches": self._count,
+            "submit_every": self.submit_every,
+            "submit_groups": self.submit_groups,
             "sync_mode": self.sync_mode,
             "recorder": self.recorder.kind,
         }
