@@ -224,6 +224,7 @@ class Runtime:
         self._arena_host = bytearray(ARENA_BYTES)
         self._arena_used = 0
         self.recorder = recorder(self.device, self.queue)
+        self._write_arena = self.recorder.writer(self._arena, self._arena_host)  # (bytes) -> the arena's first bytes
         self._open = False  # a compute pass is being recorded
         self._last_pipe: Pipeline | None = None
         self._count = 0
@@ -599,7 +600,7 @@ class Runtime:
         names = self._names
         used = self._arena_used
         if used and self._arena_view[:used] != self._arena_last:
-            self.queue.write_buffer(self._arena, 0, self._arena_host, 0, used)
+            self._write_arena(used)
             self.arena_writes += 1
             self._arena_last = bytes(self._arena_view[:used]) if used <= _ARENA_REMEMBER else b""
         self._open = False
