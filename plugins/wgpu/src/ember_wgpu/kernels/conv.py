@@ -91,8 +91,10 @@ def unfold(
     n, c = x.shape[:2]
     sizes = x.shape[2:]
     blocks = tuple(
-        (s + lo + hi - (k - 1) * d - 1) // st + 1
-        for s, k, (lo, hi), d, st in zip(sizes, kernel, padding, dilation, stride)
+        [
+            (s + lo + hi - (k - 1) * d - 1) // st + 1
+            for s, k, (lo, hi), d, st in zip(sizes, kernel, padding, dilation, stride)
+        ]
     )
     kk, length = prod(kernel), prod(blocks)
     out = rt.empty((n, c * kk, length), x.dtype)
@@ -162,8 +164,10 @@ def fold(
     if out.size == 0:
         return out
     blocks = tuple(
-        (s + lo + hi - (k - 1) * d - 1) // st + 1
-        for s, k, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
+        [
+            (s + lo + hi - (k - 1) * d - 1) // st + 1
+            for s, k, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
+        ]
     )
     src = ew.contiguous(rt, cols)
     t = rt.types[cols.dtype]
@@ -298,8 +302,10 @@ def conv(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, stride
     cout, kernel = w.shape[0], tuple(w.shape[2:])
     size = tuple(x.shape[2:])
     blocks = tuple(
-        (s + lo + hi - (kk - 1) * d - 1) // st + 1
-        for s, kk, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
+        [
+            (s + lo + hi - (kk - 1) * d - 1) // st + 1
+            for s, kk, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
+        ]
     )
     out = rt.empty((n, cout) + blocks, x.dtype)
     k = (cin // groups) * prod(kernel)

@@ -42,7 +42,10 @@ MAX_GROUPS = 65535
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     first = shapes[0] if shapes else ()
-    if all(s == first for s in shapes):
+    for s in shapes:
+        if s != first:
+            break
+    else:
         return first
     rank = max((len(s) for s in shapes), default=0)
     out = [1] * rank
@@ -254,7 +257,7 @@ def op_program(op: str, dtype: str, inputs: tuple[tuple[str, str], ...]) -> Fuse
 def apply_op(rt: Runtime, op: str, args: Sequence[Any], dtype: DType | None = None) -> WgpuArray:
     """``op`` over handles and Python scalars (scalars take the first handle's dtype)."""
     handles = [a for a in args if isinstance(a, WgpuArray)]
-    shape = broadcast_shape(*(h.shape for h in handles))
+    shape = broadcast_shape(*[h.shape for h in handles])
     like = handles[0].dtype if op != "where" else handles[1 if isinstance(args[1], WgpuArray) else -1].dtype
     if dtype is None:
         dtype = bool_ if op in BOOL_RESULT else like

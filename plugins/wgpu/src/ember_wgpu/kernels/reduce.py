@@ -201,8 +201,8 @@ def _run(rt: Runtime, op: str, x: WgpuArray, out: WgpuArray, a: int, r: int, b: 
 def _squeeze(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Drop size-1 axes (they do not change a reduction) and renumber ``axes``."""
     keep = [i for i, d in enumerate(shape) if d != 1]
-    new_axes = tuple(keep.index(i) for i in axes if i in keep)
-    return tuple(shape[i] for i in keep), new_axes
+    new_axes = tuple([keep.index(i) for i in axes if i in keep])
+    return tuple([shape[i] for i in keep]), new_axes
 
 
 def reduce(
@@ -217,7 +217,7 @@ def reduce(
     arg = op in ("argmax", "argmin")
     out_dtype = int64 if arg else (bool_ if op in ("any", "all") else (out_dtype or x.dtype))
     axes = tuple(sorted(set(axes)))
-    out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes)
+    out_shape = tuple([1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes])
     out = rt.empty(out_shape, out_dtype)
     if out.size == 0:
         return out
