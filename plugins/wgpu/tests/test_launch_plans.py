@@ -93,3 +93,25 @@ def test_conv_plans_follow_the_operands_geometry(rt):
     got = rt.read(outs)
     for g, xin in zip(got, (x, x, xs)):
         np.testing.assert_allclose(g, _conv_ref(xin, w, b, 2, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_reduction_plans_follow_the_input_geometry(rt):
+    from ember_wgpu.kernels import reduce
+
+    x = RNG.standard_normal((6, 5, 8)).astype(np.float32)
+    X = rt.upload(x, D.float32)
+    Xt = X.permute((2, 1, 0))  # strided: copied contiguous first, then the same kernel
+    before = _plans(rt, "reduce")
+    cases = [
+        (reduce.reduce(rt, X, "sum", (0,), False), x.astype(np.float64).sum(0)),
+        (reduce.reduce(rt, X, "sum", (0,), False), x.astype(np.float64).sum(0)),
+        (reduce.reduce(rt, X, "max", (2,), True), x.astype(np.float64).max(2, keepdims=True)),
+        (reduce.reduce(rt, Xt, "mean", (0,), False), x.transpose(2, 1, 0).astype(np.float64).mean(0)),
+        (reduce.reduce(rt, Xt, "mean", (0,), False), x.transpose(2, 1, 0).astype(np.float64).mean(0)),
+    ]
+    assert len(_plans(rt, "reduce") - before) == 3  # the repeats took their first call's plan
+    reduce.reduce(rt, X, "sum", (0, 2), False)  # axes apart: permuted into a copy, not planned
+    assert len(_plans(rt, "reduce") - before) == 3
+    got = rt.read([c for c, _ in cases])
+    for g, (_, want) in zip(got, cases):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
