@@ -106,6 +106,36 @@ def test_chunked_submits_start_small_after_a_sync_point_and_keep_results(rt):
         rt.set_submit_every(every, groups)  # MAX_BATCH: sync points only
 
 
+def test_a_repeated_step_writes_no_parameters_and_a_changed_one_does(rt):
+    """Parameters start at the arena's start after each sync point: a step repeating its launches
+    finds its bytes on the device already (also across chunked submits); a changed scalar is written."""
+    every, groups = rt.submit_every, rt.submit_groups
+    try:
+        rt.set_submit_every(4, groups=0)  # chunks of 4 then 8: two submits in a step of 12 launches
+        x = rt.upload(np.arange(64, dtype=np.float32), D.float32)
+
+        def step(scale):
+            y = x
+            for _ in range(6):
+                y = ew.apply_op(rt, "mul", [ew.apply_op(rt, "add", [y, 1.0]), scale])
+            rt.synchronize()
+            return y
+
+        step(1.0)
+        writes = rt.arena_writes
+        y = step(1.0)
+        assert rt.arena_writes == writes
+        np.testing.assert_array_equal(rt.read([y])[0], np.arange(64, dtype=np.float32) + 6)
+        y = step(0.5)
+        assert rt.arena_writes > writes
+        want = np.arange(64, dtype=np.float64)
+        for _ in range(6):
+            want = (want + 1.0) * 0.5
+        np.testing.assert_allclose(rt.read([y])[0], want, rtol=1e-6)
+    finally:
+        rt.set_submit_every(every, groups)
+
+
 def test_submit_settings_are_checked(rt, monkeypatch):
     from ember.errors import InvalidArgumentError
     from ember_wgpu import runtime

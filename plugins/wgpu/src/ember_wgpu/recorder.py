@@ -13,7 +13,6 @@ when the native pieces are missing).
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -124,9 +123,9 @@ class PublicRecorder(_Placing):
     def submit(self, command_buffer: Any) -> None:
         self.queue.submit([command_buffer])
 
-    def writer(self, buffer: Any, host: bytearray) -> Callable[[int], None]:
-        """A call writing ``host[:size]`` into ``buffer`` at offset 0 (``size`` a multiple of 4)."""
-        return lambda size: self.queue.write_buffer(buffer, 0, host, 0, size)
+    def writer(self, buffer: Any, host: bytearray) -> Callable[[int, int], None]:
+        """A call writing ``host[offset : offset + size]`` into ``buffer`` at ``offset`` (multiples of 4)."""
+        return lambda offset, size: self.queue.write_buffer(buffer, offset, host, offset, size)
 
 
 class NativeRecorder(_Placing):
@@ -204,14 +203,19 @@ class NativeRecorder(_Placing):
         finally:
             self.lib.wgpuCommandBufferRelease(command_buffer)
 
-    def writer(self, buffer: Any, host: bytearray) -> Callable[[int], None]:
-        """A call writing ``host[:size]`` into ``buffer`` at offset 0 (``size`` a multiple of 4): one
-        C call, no Python frame (wgpu-py's ``write_buffer`` takes ~15, checking what holds here by
-        construction: the arena's bounds and alignment)."""
+    def writer(self, buffer: Any, host: bytearray) -> Callable[[int, int], None]:
+        """A call writing ``host[offset : offset + size]`` into ``buffer`` at ``offset`` (multiples of
+        4): one C call (wgpu-py's ``write_buffer`` takes ~15 Python frames, checking what holds here
+        by construction: the arena's bounds and alignment)."""
         from wgpu.backends.wgpu_native import ffi
 
         self._host_ref = ffi.from_buffer(host)  # the host bytes' address, kept alive with the recorder
-        return functools.partial(self.lib.wgpuQueueWriteBuffer, self.queue_id, buffer._internal, 0, self._host_ref)
+        write, queue, target, base = self.lib.wgpuQueueWriteBuffer, self.queue_id, buffer._internal, self._host_ref
+
+        def write_range(offset: int, size: int) -> None:
+            write(queue, target, offset, base + offset, size)
+
+        return write_range
 
 
 def recorder(device: Any, queue: Any) -> NativeRecorder | PublicRecorder:

@@ -13,8 +13,10 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
   device idle for the whole of the host's recording. Chains of tiny launches (W1) stay in one
   batch: a submit costs ~65 us;
 * **parameters** (shapes, strides, offsets, scalars) of every dispatch are appended to one
-  host-side arena, written with a single ``queue.write_buffer`` before the submit, and bound
-  through a dynamic uniform offset, so a kernel's bind group does not change with them;
+  host-side arena, from its start after each sync point; a submit writes the range its batch
+  appended with one ``wgpuQueueWriteBuffer``, unless a copy of what the device's arena holds
+  says those bytes are there already (a step repeating its launches writes nothing); they are
+  bound through a dynamic uniform offset, so a kernel's bind group does not change with them;
 * **bind groups** are cached by (layout, buffers), which a training loop hits every step
   because the pool hands the same buffers back;
 * **sub-allocation**: under ``adaptive`` small blocks are ranges of pages and a step plan's
@@ -72,8 +74,6 @@ __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
 MAX_BATCH = 2048
 ARENA_BYTES = 1 << 22
 _BG_CACHE_LIMIT = 16384
-#: parameter bytes of a batch up to which flush() remembers them, to skip writing the same again
-_ARENA_REMEMBER = 4096
 #: readback staging buffers up to this size are kept for the next read
 _STAGING_KEEP = 64 << 20
 
@@ -222,9 +222,10 @@ class Runtime:
         self._bg_by_uid: dict[int, list[tuple]] = {}
         self._arena = self.device.create_buffer(size=ARENA_BYTES, usage=usage.UNIFORM | usage.COPY_DST)
         self._arena_host = bytearray(ARENA_BYTES)
-        self._arena_used = 0
+        self._arena_used = 0  # the arena's bytes in use since the last sync point
+        self._arena_sent = 0  # ... of which the submits so far wrote (or found written)
         self.recorder = recorder(self.device, self.queue)
-        self._write_arena = self.recorder.writer(self._arena, self._arena_host)  # (bytes) -> the arena's first bytes
+        self._write_arena = self.recorder.writer(self._arena, self._arena_host)  # (offset, bytes)
         self._open = False  # a compute pass is being recorded
         self._last_pipe: Pipeline | None = None
         self._count = 0
@@ -236,10 +237,11 @@ class Runtime:
         self.waits = 0
         self._watcher = _LostWatcher()
         logging.getLogger("wgpu").addHandler(self._watcher)
-        # what the arena held after its last write, when that was small: a batch whose parameter
-        # bytes are the same (a synchronized step repeating its launches) skips queue.write_buffer
+        # what the device's arena holds (buffers start zeroed): a batch whose parameter bytes are
+        # there already, at the same offsets (a synchronized step repeating its launches), writes none
         self._arena_view = memoryview(self._arena_host)
-        self._arena_last = b""
+        self._arena_device = bytearray(ARENA_BYTES)
+        self._arena_device_view = memoryview(self._arena_device)
         cpu = str(self.adapter.info.get("adapter_type", "")).lower() == "cpu"
         self.sync_mode = _sync_mode(self.device, cpu)
         # the open batch is submitted at `_chunk` dispatches: SUBMIT_FIRST after a sync point, doubling
@@ -481,6 +483,7 @@ class Runtime:
         n = len(params)
         if self._arena_used + n > ARENA_BYTES:
             self.flush()
+            self._arena_used = self._arena_sent = 0  # (queue.write_buffer runs after the work submitted)
         rec = self.recorder
         if not self._open:
             rec.begin()
@@ -598,14 +601,16 @@ class Runtime:
             self.pool.trim()
             return
         names = self._names
-        used = self._arena_used
-        if used and self._arena_view[:used] != self._arena_last:
-            self._write_arena(used)
-            self.arena_writes += 1
-            self._arena_last = bytes(self._arena_view[:used]) if used <= _ARENA_REMEMBER else b""
+        start, used = self._arena_sent, self._arena_used
+        if used > start:
+            fresh = self._arena_view[start:used]
+            if fresh != self._arena_device_view[start:used]:
+                self._write_arena(start, used - start)
+                self._arena_device_view[start:used] = fresh
+                self.arena_writes += 1
+            self._arena_sent = used
         self._open = False
         self._last_pipe = None
-        self._arena_used = 0
         self._count = 0
         self._groups = 0
         self._names = []
@@ -659,6 +664,7 @@ class Runtime:
                 self.flush(copies=copies)  # the open batch and the copies: one submit
                 self._map_read(staging, total)
                 self._chunk = self._first_chunk()
+                self._arena_used = self._arena_sent = 0
                 raw = staging.read_mapped(0, total)
                 staging.unmap()
             except BaseException:
@@ -736,6 +742,7 @@ class Runtime:
                 ) from None
         self.waits += 1
         self._chunk = self._first_chunk()
+        self._arena_used = self._arena_sent = 0  # the next step's parameters from the start again
         self._check_lost()
 
     def _spin(self) -> bool:
