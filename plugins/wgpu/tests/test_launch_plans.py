@@ -115,3 +115,22 @@ def test_reduction_plans_follow_the_input_geometry(rt):
     got = rt.read([c for c, _ in cases])
     for g, (_, want) in zip(got, cases):
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_reduction_plans_take_new_scalars_each_launch(rt):
+    """One plan per geometry; the scalar input is packed per launch (two values, one plan)."""
+    from ember_conformance.fused_reduce_checks import chain, chain_values, operands
+    from ember_wgpu.kernels import fused_reduce
+
+    prog = chain("float32", "sum", (1,), full=True)
+    x, a = operands((12, 40))
+    X, A = rt.upload(x, D.float32), rt.upload(a, D.float32)
+    before, rows = _plans(rt, "fused_reduce"), fused_reduce.COUNTS["row"]
+    runs = [(s, fused_reduce.run_reduce(rt, prog, [X, A, s], (12, 40))) for s in (0.5, -1.5, 0.5)]
+    assert len(_plans(rt, "fused_reduce") - before) == 1
+    assert fused_reduce.COUNTS["row"] == rows + 3  # the row kernel ran each time
+    got = rt.read([t for _, (y, v) in runs for t in (y, v)])
+    for k, (s, _) in enumerate(runs):
+        y, v = chain_values(x, a, s)
+        np.testing.assert_allclose(got[2 * k], y, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got[2 * k + 1], v.sum(1), rtol=1e-4, atol=1e-4)
