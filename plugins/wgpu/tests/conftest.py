@@ -24,3 +24,13 @@ def dev() -> Any:
 def rt(dev: Any) -> Any:
     """The device's runtime (pipelines, pool, batching)."""
     return dev.backend.rt
+
+
+@pytest.fixture
+def sync_points_only(rt: Any) -> Any:
+    """The runtime submitting its open batch at sync points only (no chunked submits, whatever
+    ``EMBER_WGPU_SUBMIT_EVERY`` says), for tests of what the open batch holds; restored after."""
+    before = rt.submit_every
+    rt.set_submit_every(0)
+    yield rt
+    rt.set_submit_every(before)

@@ -38,6 +38,8 @@ def test_tensor_over_the_binding_limit_names_the_limit(rt):
     with pytest.raises(WgpuLimitError, match="max-storage-buffer-binding-size") as info:
         rt.alloc(too_big)
     assert str(too_big) in str(info.value)
+    with pytest.raises(WgpuLimitError, match="max-storage-buffer-binding-size"):
+        rt.empty((too_big // 4,), D.float32)  # a kernel's output: the same check
 
 
 def test_pool_reuses_buffers(rt):
@@ -50,7 +52,7 @@ def test_pool_reuses_buffers(rt):
     assert rt.pool.hits >= hits + 5
 
 
-def test_dispatches_are_batched(rt, monkeypatch):
+def test_dispatches_are_batched(rt, sync_points_only, monkeypatch):
     x = rt.upload(np.ones(64, np.float32), D.float32)
     rt.flush()
     pressed = []  # submits of the pool making room (adaptive's step plan switching over, say)
@@ -65,6 +67,93 @@ def test_dispatches_are_batched(rt, monkeypatch):
     before_read = rt.submits
     assert rt.read([y])[0][0] == 101.0
     assert rt.submits <= before_read + 2  # the batch, then the readback copy
+
+
+def test_chunked_submits_start_small_after_a_sync_point_and_keep_results(rt):
+    """Under ``submit_every`` the open batch goes to the device every few dispatches (4 after a sync
+    point, doubling up to the setting) once it holds ``submit_groups`` workgroups, so it runs while
+    the host records; results do not change."""
+    every, groups = rt.submit_every, rt.submit_groups
+    try:
+        x = rt.upload(np.ones(64, np.float32), D.float32)
+        rt.set_submit_every(16, groups=0)
+        for _ in range(2):  # the second time, the pool has what the chain needs: no submit of its own
+            rt.synchronize()
+            submits = rt.submits
+            y = x
+            for _ in range(60):  # chunks of 4, 8, 16, 16, 16: five submits, none left open
+                y = ew.apply_op(rt, "add", [y, x])
+        assert rt.submits - submits == 5 and rt._count == 0
+        assert rt.read([y])[0][0] == 61.0
+        submits = rt.submits
+        for _ in range(4):  # the read was a sync point: the next submit comes after 4 dispatches again
+            y = ew.apply_op(rt, "mul", [y, 1.0])
+        assert rt.submits == submits + 1
+        rt.set_submit_every(16, groups=6)  # one workgroup a launch: a chunk waits for its sixth
+        rt.synchronize()
+        submits = rt.submits
+        for _ in range(5):
+            y = ew.apply_op(rt, "mul", [y, 1.0])
+        assert rt.submits == submits and rt._count == 5
+        y = ew.apply_op(rt, "mul", [y, 1.0])
+        assert rt.submits == submits + 1 and rt._count == 0
+        rt.set_submit_every(0)  # sync points only
+        submits = rt.submits
+        for _ in range(100):
+            y = ew.apply_op(rt, "sub", [y, x])
+        assert rt.submits == submits and rt._count == 100
+        np.testing.assert_array_equal(rt.read([y])[0], np.full(64, -39.0, np.float32))
+    finally:
+        rt.set_submit_every(every, groups)  # MAX_BATCH: sync points only
+
+
+def test_a_repeated_step_writes_no_parameters_and_a_changed_one_does(rt):
+    """Parameters start at the arena's start after each sync point: a step repeating its launches
+    finds its bytes on the device already (also across chunked submits); a changed scalar is written."""
+    every, groups = rt.submit_every, rt.submit_groups
+    try:
+        rt.set_submit_every(4, groups=0)  # three submits of 4 launches in a step of 12
+        x = rt.upload(np.arange(64, dtype=np.float32), D.float32)
+
+        def step(scale):
+            y = x
+            for _ in range(6):
+                y = ew.apply_op(rt, "mul", [ew.apply_op(rt, "add", [y, 1.0]), scale])
+            rt.synchronize()
+            return y
+
+        step(1.0)
+        writes = rt.arena_writes
+        y = step(1.0)
+        assert rt.arena_writes == writes
+        np.testing.assert_array_equal(rt.read([y])[0], np.arange(64, dtype=np.float32) + 6)
+        y = step(0.5)
+        assert rt.arena_writes > writes
+        want = np.arange(64, dtype=np.float64)
+        for _ in range(6):
+            want = (want + 1.0) * 0.5
+        np.testing.assert_allclose(rt.read([y])[0], want, rtol=1e-6)
+    finally:
+        rt.set_submit_every(every, groups)
+
+
+def test_submit_settings_are_checked(rt, monkeypatch):
+    from ember.errors import InvalidArgumentError
+    from ember_wgpu import runtime
+
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_EVERY", "often")
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_EVERY"):
+        runtime._submit_every(cpu=False)
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_EVERY", "")
+    assert runtime._submit_every(cpu=True) == runtime.MAX_BATCH  # CPU adapters: sync points only
+    assert runtime._submit_every(cpu=False) == 32
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_GROUPS", "lots")
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_GROUPS"):
+        runtime._submit_groups()
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_GROUPS", "")
+    assert runtime._submit_groups() == runtime.SUBMIT_GROUPS
+    with pytest.raises(InvalidArgumentError, match="submit_every"):
+        rt.set_submit_every(-1)
 
 
 def test_memory_stats(dev):

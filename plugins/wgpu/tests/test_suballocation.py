@@ -120,7 +120,9 @@ def test_an_upload_into_a_range_the_open_batch_uses_submits_it_first(adaptive: t
     np.testing.assert_allclose(c.numpy(), (_f64(a_np) * 2.0 + 1.0) * 3.0, rtol=1e-6)
 
 
-def test_a_page_the_open_batch_uses_goes_after_the_submit(adaptive: tuple[Any, Any, Any]) -> None:
+def test_a_page_the_open_batch_uses_goes_after_the_submit(
+    adaptive: tuple[Any, Any, Any], sync_points_only: Any
+) -> None:
     """A page released while a pending kernel still binds a range of it is destroyed after the
     batch is submitted (before it, the submit would fail validation): released from outside an
     acquire (here empty_cache()) it waits for the next submit, counted in reserved."""
@@ -141,7 +143,7 @@ def test_a_page_the_open_batch_uses_goes_after_the_submit(adaptive: tuple[Any, A
 
 
 def test_making_room_releases_a_page_the_open_batch_uses_after_submitting_it(
-    adaptive: tuple[Any, Any, Any], monkeypatch: pytest.MonkeyPatch
+    adaptive: tuple[Any, Any, Any], sync_points_only: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inside an acquire (adaptive making room) a page the open batch uses is released at once,
     the batch submitted first: kept to a later submit, it would stay held beside the new buffer."""

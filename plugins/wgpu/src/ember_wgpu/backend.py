@@ -27,6 +27,7 @@ from ember.views import ViewMovement, contiguous_strides
 
 from . import adapters, quant
 from .handle import WgpuArray
+from .kernels import arange as iota
 from .kernels import conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort
 from .kernels import elementwise as ew
 from .replay import WgpuReplayer
@@ -155,6 +156,8 @@ class WgpuBackend(ViewMovement, Backend):
 
     @native
     def arange(self, *, start: Any, step: Any, size: int, dtype: DType) -> WgpuArray:
+        if iota.fits(start, step, size, dtype):  # integers within int32: a kernel, exact (no upload)
+            return iota.arange(self.rt, start, step, size, dtype)
         # computed on the host as the CPU backend does (float64 / int64, then cast): exact match
         if dtype.kind == "f":
             host = (np.arange(size, dtype=np.float64) * step + start).astype(dtype.numpy)
@@ -437,4 +440,7 @@ def _in_place(program: FusedProgram, operands: list[Any], shape: tuple[int, ...]
         return False
     if sys.getrefcount(dest.storage) != _BLOCK_REFS:
         return False
-    return any(x is dest for x in operands)
+    for x in operands:
+        if x is dest:
+            return True
+    return False

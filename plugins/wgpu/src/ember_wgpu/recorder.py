@@ -14,7 +14,7 @@ when the native pieces are missing).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ember.errors import InvalidArgumentError
@@ -96,6 +96,13 @@ class PublicRecorder(_Placing):
     def dispatch(self, x: int, y: int, z: int) -> None:
         self._pass.dispatch_workgroups(x, y, z)
 
+    def record(self, pipeline: Any, bind_group: Any, offset: int, x: int, y: int, z: int) -> None:
+        """One dispatch: the pipeline (None: the one set last), bind group 0 at ``offset``, the grid."""
+        if pipeline is not None:
+            self._pass.set_pipeline(pipeline)
+        self._pass.set_bind_group(0, bind_group, [offset])
+        self._pass.dispatch_workgroups(x, y, z)
+
     def finish(self, copies: Sequence[Copy] = ()) -> Any:
         """End the pass, append ``copies`` and finish the encoder (raises wgpu's ``GPUError`` for
         an invalid batch); the encoder is closed either way."""
@@ -115,6 +122,10 @@ class PublicRecorder(_Placing):
 
     def submit(self, command_buffer: Any) -> None:
         self.queue.submit([command_buffer])
+
+    def writer(self, buffer: Any, host: bytearray) -> Callable[[int, int], None]:
+        """A call writing ``host[offset : offset + size]`` into ``buffer`` at ``offset`` (multiples of 4)."""
+        return lambda offset, size: self.queue.write_buffer(buffer, offset, host, offset, size)
 
 
 class NativeRecorder(_Placing):
@@ -152,6 +163,16 @@ class NativeRecorder(_Placing):
     def dispatch(self, x: int, y: int, z: int) -> None:
         self.lib.wgpuComputePassEncoderDispatchWorkgroups(self._pass, x, y, z)
 
+    def record(self, pipeline: Any, bind_group: Any, offset: int, x: int, y: int, z: int) -> None:
+        """One dispatch (three C calls, one Python frame): the pipeline (None: the one set last),
+        bind group 0 at ``offset``, the grid."""
+        lib, compute_pass = self.lib, self._pass
+        if pipeline is not None:
+            lib.wgpuComputePassEncoderSetPipeline(compute_pass, pipeline._internal)
+        self._offsets[0] = offset
+        lib.wgpuComputePassEncoderSetBindGroup(compute_pass, 0, bind_group._internal, 1, self._offsets)
+        lib.wgpuComputePassEncoderDispatchWorkgroups(compute_pass, x, y, z)
+
     def finish(self, copies: Sequence[Copy] = ()) -> Any:
         lib = self.lib
         encoder, compute_pass = self._encoder, self._pass
@@ -181,6 +202,20 @@ class NativeRecorder(_Placing):
             self.libf.wgpuQueueSubmit(self.queue_id, 1, self._buffers)
         finally:
             self.lib.wgpuCommandBufferRelease(command_buffer)
+
+    def writer(self, buffer: Any, host: bytearray) -> Callable[[int, int], None]:
+        """A call writing ``host[offset : offset + size]`` into ``buffer`` at ``offset`` (multiples of
+        4): one C call (wgpu-py's ``write_buffer`` takes ~15 Python frames, checking what holds here
+        by construction: the arena's bounds and alignment)."""
+        from wgpu.backends.wgpu_native import ffi
+
+        self._host_ref = ffi.from_buffer(host)  # the host bytes' address, kept alive with the recorder
+        write, queue, target, base = self.lib.wgpuQueueWriteBuffer, self.queue_id, buffer._internal, self._host_ref
+
+        def write_range(offset: int, size: int) -> None:
+            write(queue, target, offset, base + offset, size)
+
+        return write_range
 
 
 def recorder(device: Any, queue: Any) -> NativeRecorder | PublicRecorder:

@@ -5,11 +5,18 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
 
 * **pipelines** are compiled once per WGSL source (the source encodes kernel, dtypes and
   workgroup size) and kept for the life of the device;
-* **dispatches** are recorded into one open compute pass and submitted at sync points only:
-  a readback, ``synchronize()``, a full parameter arena, or every ``MAX_BATCH`` dispatches;
+* **dispatches** are recorded into one open compute pass and submitted at sync points (a
+  readback, ``synchronize()``, a full parameter arena) and, on GPU adapters, once the pass holds
+  a chunk of dispatches (:func:`_submit_every`: 4, then 8, ... up to 32 after each sync point)
+  with work enough to be worth a submit (``SUBMIT_GROUPS`` workgroups), so the device runs the
+  start of a step while the host records the rest: a batch held to the sync point leaves the
+  device idle for the whole of the host's recording. Chains of tiny launches (W1) stay in one
+  batch: a submit costs ~65 us;
 * **parameters** (shapes, strides, offsets, scalars) of every dispatch are appended to one
-  host-side arena, written with a single ``queue.write_buffer`` before the submit, and bound
-  through a dynamic uniform offset, so a kernel's bind group does not change with them;
+  host-side arena, from its start after each sync point; a submit writes the range its batch
+  appended with one ``wgpuQueueWriteBuffer``, unless a copy of what the device's arena holds
+  says those bytes are there already (a step repeating its launches writes nothing); they are
+  bound through a dynamic uniform offset, so a kernel's bind group does not change with them;
 * **bind groups** are cached by (layout, buffers), which a training loop hits every step
   because the pool hands the same buffers back;
 * **sub-allocation**: under ``adaptive`` small blocks are ranges of pages and a step plan's
@@ -67,8 +74,6 @@ __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
 MAX_BATCH = 2048
 ARENA_BYTES = 1 << 22
 _BG_CACHE_LIMIT = 16384
-#: parameter bytes of a batch up to which flush() remembers them, to skip writing the same again
-_ARENA_REMEMBER = 4096
 #: readback staging buffers up to this size are kept for the next read
 _STAGING_KEEP = 64 << 20
 
@@ -90,6 +95,40 @@ def _sync_mode(device: Any, cpu: bool) -> str:
     if not callable(getattr(device, "_poll_wait", None)) or getattr(device, "_internal", None) is None:
         return "map"
     return mode
+
+
+#: dispatches in the first chunk submitted after a sync point (then doubling up to _submit_every())
+SUBMIT_FIRST = 4
+#: workgroups a chunk must hold before it is submitted early (EMBER_WGPU_SUBMIT_GROUPS): an
+#: H100 holds ~1-2k resident workgroups; a chain of one-workgroup launches is not worth a submit
+SUBMIT_GROUPS = 1024
+
+
+def _submit_every(cpu: bool) -> int:
+    """Dispatches after which the open batch is submitted without waiting for a sync point
+    (``EMBER_WGPU_SUBMIT_EVERY``; 0: only at sync points and every ``MAX_BATCH``). Default 32 on
+    GPU adapters, where the device then overlaps the host's recording; 0 on CPU adapters, whose
+    device threads share the host's cores."""
+    raw = os.environ.get("EMBER_WGPU_SUBMIT_EVERY", "").strip()
+    try:
+        every = int(raw) if raw else (0 if cpu else 32)
+    except ValueError:
+        raise InvalidArgumentError(f"EMBER_WGPU_SUBMIT_EVERY={raw!r}: give a number of dispatches, e.g. 32") from None
+    if every < 0:
+        raise InvalidArgumentError(f"EMBER_WGPU_SUBMIT_EVERY={raw!r}: give 0 (sync points only) or more")
+    return min(every, MAX_BATCH) if every else MAX_BATCH
+
+
+def _submit_groups() -> int:
+    """Workgroups a chunk must hold to be submitted before a sync point (``EMBER_WGPU_SUBMIT_GROUPS``)."""
+    raw = os.environ.get("EMBER_WGPU_SUBMIT_GROUPS", "").strip()
+    try:
+        groups = int(raw) if raw else SUBMIT_GROUPS
+    except ValueError:
+        raise InvalidArgumentError(
+            f"EMBER_WGPU_SUBMIT_GROUPS={raw!r}: give a number of workgroups, e.g. 1024"
+        ) from None
+    return max(groups, 0)
 
 
 def _spin_seconds() -> float:
@@ -183,8 +222,10 @@ class Runtime:
         self._bg_by_uid: dict[int, list[tuple]] = {}
         self._arena = self.device.create_buffer(size=ARENA_BYTES, usage=usage.UNIFORM | usage.COPY_DST)
         self._arena_host = bytearray(ARENA_BYTES)
-        self._arena_used = 0
+        self._arena_used = 0  # the arena's bytes in use since the last sync point
+        self._arena_sent = 0  # ... of which the submits so far wrote (or found written)
         self.recorder = recorder(self.device, self.queue)
+        self._write_arena = self.recorder.writer(self._arena, self._arena_host)  # (offset, bytes)
         self._open = False  # a compute pass is being recorded
         self._last_pipe: Pipeline | None = None
         self._count = 0
@@ -196,11 +237,19 @@ class Runtime:
         self.waits = 0
         self._watcher = _LostWatcher()
         logging.getLogger("wgpu").addHandler(self._watcher)
-        # what the arena held after its last write, when that was small: a batch whose parameter
-        # bytes are the same (a synchronized step repeating its launches) skips queue.write_buffer
+        # what the device's arena holds (buffers start zeroed): a batch whose parameter bytes are
+        # there already, at the same offsets (a synchronized step repeating its launches), writes none
         self._arena_view = memoryview(self._arena_host)
-        self._arena_last = b""
-        self.sync_mode = _sync_mode(self.device, str(self.adapter.info.get("adapter_type", "")).lower() == "cpu")
+        self._arena_device = bytearray(ARENA_BYTES)
+        self._arena_device_view = memoryview(self._arena_device)
+        cpu = str(self.adapter.info.get("adapter_type", "")).lower() == "cpu"
+        self.sync_mode = _sync_mode(self.device, cpu)
+        # the open batch is submitted at `_chunk` dispatches: SUBMIT_FIRST after a sync point, doubling
+        # up to `submit_every` (MAX_BATCH: sync points only)
+        self.submit_every = _submit_every(cpu)
+        self.submit_groups = _submit_groups()
+        self._chunk = self._first_chunk()
+        self._groups = 0  # workgroups of the open batch
         self.spin_s = _spin_seconds()
         self._raw_poll: tuple[Any, Any, Any] | None = None  # wgpu-native's poll, the device, NULL: see _spin
         self._staging_buf: Any = None  # the mappable buffer of the last read, kept for the next (read())
@@ -300,7 +349,7 @@ class Runtime:
                 return True
         return False
 
-    def alloc(self, nbytes: int, upload: bool = False) -> Block[Any]:
+    def alloc(self, nbytes: int, upload: bool = False) -> Block[Any]:  # empty() repeats the check
         """A pooled buffer of at least ``nbytes`` (for an upload: one no pending command uses)."""
         if nbytes > self.max_binding:
             raise WgpuLimitError(
@@ -317,7 +366,10 @@ class Runtime:
             n *= d
         if n == 0:
             return WgpuArray(None, shape, dtype)
-        return WgpuArray(self.alloc(n * self.types[dtype].itemsize), shape, dtype)
+        n *= self.types[dtype].host.itemsize
+        if n > self.max_binding:
+            self.alloc(n)  # raises, naming the limit
+        return WgpuArray(self.pool.acquire(n, None), shape, dtype)
 
     def upload(self, array: np.ndarray, dtype: DType) -> WgpuArray:
         """A tensor holding ``array`` (any numpy array with ``dtype``'s values)."""
@@ -422,11 +474,16 @@ class Runtime:
         self, pipe: Pipeline, params: bytes, buffers: Sequence[Any], groups: tuple[int, int, int], name: str = ""
     ) -> None:
         """Record one dispatch of ``pipe`` over ``groups`` workgroups (submitted at the next sync)."""
-        if not self._check_groups(pipe, groups, name):
+        gx, gy, gz = groups
+        limit = self.max_groups
+        if (gx > limit or gy > limit or gz > limit or not (gx and gy and gz)) and not self._check_groups(
+            pipe, groups, name
+        ):
             return
         n = len(params)
         if self._arena_used + n > ARENA_BYTES:
             self.flush()
+            self._arena_used = self._arena_sent = 0  # (queue.write_buffer runs after the work submitted)
         rec = self.recorder
         if not self._open:
             rec.begin()
@@ -435,7 +492,7 @@ class Runtime:
         off = self._arena_used
         self._arena_host[off : off + n] = params
         self._arena_used = off + -(-n // self.align) * self.align
-        uids = tuple(b.uid for b in buffers)
+        uids = tuple([b.uid for b in buffers])
         key = (pipe.layout_key, n, uids)
         found = self._bg_cache.get(key)
         if found is None:
@@ -444,16 +501,34 @@ class Runtime:
         if rw:
             pipe = pipe.twin or self.twin(pipe)
         if pipe is not self._last_pipe:
-            rec.set_pipeline(pipe.pipeline)
+            rec.record(pipe.pipeline, bg, off, gx, gy, gz)
             self._last_pipe = pipe
-        rec.set_bind_group(bg, off)
-        rec.dispatch(*groups)
+        else:
+            rec.record(None, bg, off, gx, gy, gz)
         self.batch_refs.update(uids)
         self._names.append(name or pipe.name)
         self._count += 1
         self.dispatches += 1
-        if self._count >= MAX_BATCH:
+        self._groups += gx * gy * gz
+        if self._count >= self._chunk and (self._groups >= self.submit_groups or self._count >= MAX_BATCH):
             self.flush()
+            self._chunk = min(2 * self._chunk, self.submit_every)
+
+    def set_submit_every(self, every: int, groups: int | None = None) -> None:
+        """Submit the open batch every ``every`` dispatches from now on (0: at sync points only)
+        once it holds ``groups`` workgroups (None: as before), as ``EMBER_WGPU_SUBMIT_EVERY`` and
+        ``EMBER_WGPU_SUBMIT_GROUPS`` do at start-up; the first chunk after a sync point is smaller."""
+        if every < 0:
+            raise InvalidArgumentError(f"submit_every={every}: give 0 (sync points only) or more dispatches")
+        self.submit_every = min(every, MAX_BATCH) if every else MAX_BATCH
+        if groups is not None:
+            self.submit_groups = max(groups, 0)
+        self._chunk = self._first_chunk()
+
+    def _first_chunk(self) -> int:
+        """The dispatches of the first submit after a sync point (the device is idle then: start it soon)."""
+        every = self.submit_every
+        return min(SUBMIT_FIRST, every) if every < MAX_BATCH else MAX_BATCH
 
     def _check_groups(self, pipe: Pipeline, groups: tuple[int, int, int], name: str) -> bool:
         """Whether a dispatch over ``groups`` runs anything; raises past the adapter's limit."""
@@ -526,15 +601,18 @@ class Runtime:
             self.pool.trim()
             return
         names = self._names
-        used = self._arena_used
-        if used and self._arena_view[:used] != self._arena_last:
-            self.queue.write_buffer(self._arena, 0, self._arena_host, 0, used)
-            self.arena_writes += 1
-            self._arena_last = bytes(self._arena_view[:used]) if used <= _ARENA_REMEMBER else b""
+        start, used = self._arena_sent, self._arena_used
+        if used > start:
+            fresh = self._arena_view[start:used]
+            if fresh != self._arena_device_view[start:used]:
+                self._write_arena(start, used - start)
+                self._arena_device_view[start:used] = fresh
+                self.arena_writes += 1
+            self._arena_sent = used
         self._open = False
         self._last_pipe = None
-        self._arena_used = 0
         self._count = 0
+        self._groups = 0
         self._names = []
         try:
             command_buffer = self.recorder.finish(copies)
@@ -585,6 +663,8 @@ class Runtime:
             try:
                 self.flush(copies=copies)  # the open batch and the copies: one submit
                 self._map_read(staging, total)
+                self._chunk = self._first_chunk()
+                self._arena_used = self._arena_sent = 0
                 raw = staging.read_mapped(0, total)
                 staging.unmap()
             except BaseException:
@@ -661,6 +741,8 @@ class Runtime:
                     f"wgpu:{self.index} ({self.name}): waiting for the device failed: {exc}"
                 ) from None
         self.waits += 1
+        self._chunk = self._first_chunk()
+        self._arena_used = self._arena_sent = 0  # the next step's parameters from the start again
         self._check_lost()
 
     def _spin(self) -> bool:
@@ -691,6 +773,8 @@ class Runtime:
             "arena_writes": self.arena_writes,
             "waits": self.waits,
             "pending_dispatches": self._count,
+            "submit_every": self.submit_every,
+            "submit_groups": self.submit_groups,
             "sync_mode": self.sync_mode,
             "recorder": self.recorder.kind,
         }

@@ -102,6 +102,15 @@ class _WgpuTuner(GemmTuner[Runtime, Config]):
     def runtime(self, args: argparse.Namespace) -> Runtime:
         return Runtime(args.device)
 
+    def record(self, rt: Runtime, dt: str, cls: str, c: Config, gflops: float | None = None) -> bool:
+        """Store the choice, and drop ``rt``'s launch plans: a matmul plan holds the choice it was made with."""
+        rt.plans.clear()
+        return super().record(rt, dt, cls, c, gflops)
+
+    def forget(self, rt: Runtime) -> None:
+        rt.plans.clear()
+        super().forget(rt)
+
 
 _TUNER = _WgpuTuner()
 store_for = _TUNER.store_for

@@ -103,12 +103,14 @@ class WType:
         return expr
 
 
-class TypeMap:
-    """The WGSL types of every supported dtype on one device (float16 depends on a feature)."""
+class TypeMap(dict):  # type: ignore[type-arg]
+    """The WGSL types of every supported dtype on one device (float16 depends on a feature), looked
+    up by dtype or by name: a dict holding both keys, so ``types[dtype]`` on every launch runs no
+    Python code."""
 
     def __init__(self, f16_native: bool) -> None:
+        super().__init__()
         self.f16_native = f16_native
-        self._types: dict[str, WType] = {}
         for dt in (*ALL_DTYPES, complex64):
             cls = CLASS_OF.get(dt.name)
             if cls is None:
@@ -127,22 +129,29 @@ class TypeMap:
                 storage, host = "f16", np.dtype(np.float16)
             else:
                 storage, host = "f32", np.dtype(np.float32)
-            self._types[dt.name] = WType(dt, cls, storage, host)
+            self[dt.name] = self[dt] = WType(dt, cls, storage, host)
 
-    def __getitem__(self, dtype: DType | str) -> WType:
-        name = dtype if isinstance(dtype, str) else dtype.name
-        return self._types[name]
+    def __missing__(self, dtype: DType | str) -> WType:
+        """A dtype object other than ember's own (looked up by its name), else KeyError."""
+        name = getattr(dtype, "name", None)
+        if isinstance(name, str) and dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        raise KeyError(dtype)
 
     def __contains__(self, dtype: object) -> bool:
         name = dtype if isinstance(dtype, str) else getattr(dtype, "name", None)
-        return name in self._types
+        return dict.__contains__(self, name)
 
     def supported(self) -> frozenset[DType]:
-        return frozenset(t.dtype for t in self._types.values())
+        return frozenset(t.dtype for t in self.values())
 
     def uses_f16(self, *dtypes: DType | str) -> bool:
         """Whether a kernel touching these dtypes needs ``enable f16;``."""
-        return self.f16_native and any((d if isinstance(d, str) else d.name) == "float16" for d in dtypes)
+        if self.f16_native:
+            for d in dtypes:
+                if (d if isinstance(d, str) else d.name) == "float16":
+                    return True
+        return False
 
     # -- host conversion ----------------------------------------------------------------
     def to_device_bytes(self, array: np.ndarray, dtype: DType) -> np.ndarray:

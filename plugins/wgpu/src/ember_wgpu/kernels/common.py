@@ -36,14 +36,16 @@ class ParamBlock:
         self.names = [n for n, _ in self.fields]
         self.fmt = "<" + "".join(self._FMT[t] for _, t in self.fields)
         self.nbytes = ceil_div(len(self.fields) * 4, 16) * 16
-        self._pad = bytes(self.nbytes - len(self.fields) * 4)
+        # the fields, then zero bytes up to the block's size
+        self._struct = struct.Struct(f"{self.fmt}{self.nbytes - len(self.fields) * 4}x")
 
     def wgsl(self) -> str:
         members = ", ".join(f"{n}: {t}" for n, t in self.fields)
         return f"struct Params {{ {members} }}\n@group(0) @binding(0) var<uniform> P: Params;"
 
     def pack(self, values: dict[str, Any]) -> bytes:
-        return struct.pack(self.fmt, *(values.get(n, 0) for n in self.names)) + self._pad
+        get = values.get
+        return self._struct.pack(*[get(n, 0) for n in self.names])
 
 
 def header(f16: bool) -> str:

@@ -12,6 +12,7 @@ so overlaps add up without atomics and the result is deterministic (conv's weigh
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ember.dtypes import float32
 
@@ -90,8 +91,10 @@ def unfold(
     n, c = x.shape[:2]
     sizes = x.shape[2:]
     blocks = tuple(
-        (s + lo + hi - (k - 1) * d - 1) // st + 1
-        for s, k, (lo, hi), d, st in zip(sizes, kernel, padding, dilation, stride)
+        [
+            (s + lo + hi - (k - 1) * d - 1) // st + 1
+            for s, k, (lo, hi), d, st in zip(sizes, kernel, padding, dilation, stride)
+        ]
     )
     kk, length = prod(kernel), prod(blocks)
     out = rt.empty((n, c * kk, length), x.dtype)
@@ -161,8 +164,10 @@ def fold(
     if out.size == 0:
         return out
     blocks = tuple(
-        (s + lo + hi - (k - 1) * d - 1) // st + 1
-        for s, k, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
+        [
+            (s + lo + hi - (k - 1) * d - 1) // st + 1
+            for s, k, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
+        ]
     )
     src = ew.contiguous(rt, cols)
     t = rt.types[cols.dtype]
@@ -221,8 +226,8 @@ def _conv_config(rt: Runtime, m: int, n: int, k: int, dtype: str) -> mm.Config:
 
 
 def _implicit(rt: Runtime, kind: str, x: WgpuArray, wmat: WgpuArray, bias: WgpuArray | None, out: WgpuArray,
-              m: int, k: int, geo: dict[str, int], groups: int, config: mm.Config | None) -> None:  # fmt: skip
-    """Per (image, group): out[m, n] = wmat[g][m, :k] @ gather(x)[:k, n]."""
+              m: int, k: int, geo: dict[str, int], groups: int, config: mm.Config | None) -> mm._Plan:  # fmt: skip
+    """The launch computing, per (image, group), out[m, n] = wmat[g][m, :k] @ gather(x)[:k, n]."""
     nd = x.ndim - 2
     n_img, cin = x.shape[:2]
     n = prod(out.shape[2:])
@@ -230,10 +235,12 @@ def _implicit(rt: Runtime, kind: str, x: WgpuArray, wmat: WgpuArray, bias: WgpuA
     cfg = config or _conv_config(rt, m, n, k, t.name)
     f16 = rt.types.uses_f16(x.dtype)
     va = cfg.vec and t.storage == "f32" and k % 4 == 0 and wmat.offset % 4 == 0 and wmat.buffer.size % 16 == 0
-    gather = _gather(kind, t, nd)
     key = ("conv_igemm", kind, t.name, nd, cfg, va, bias is not None)
-    kernel = compile_kernel(
-        rt, key, lambda: mm.tiled(t, t, 2, cfg, f16, False, False, va, False, gather, bias is not None), f"{kind}_igemm"
+    pipe, params = compile_kernel(
+        rt,
+        key,
+        lambda: mm.tiled(t, t, 2, cfg, f16, False, False, va, False, _gather(kind, t, nd), bias is not None),
+        f"{kind}_igemm",
     )
     cg = cin // groups
     values = {"m": m, "n": n, "k": k, "batch": n_img * groups, "a_off": wmat.offset, "b_off": x.offset}
@@ -242,12 +249,26 @@ def _implicit(rt: Runtime, kind: str, x: WgpuArray, wmat: WgpuArray, bias: WgpuA
     values.update({"g_cs": x.strides[1] & 0xFFFFFFFF, **geo})
     for i in range(nd):
         values[f"g_sx{i}"] = x.strides[2 + i] & 0xFFFFFFFF
-    buffers = [wmat.buffer, x.buffer, out.buffer]
     if bias is not None:
         values.update({"r_off": bias.offset, "r_s": bias.strides[0] & 0xFFFFFFFF})
-        buffers.append(bias.buffer)
     groups_xyz = (ceil_div(n, cfg.bn), ceil_div(m, cfg.bm), min(n_img * groups, 65535))
-    launch(rt, kernel, values, buffers, groups_xyz, f"{kind}_igemm")
+    return mm._Plan(pipe, params.pack(values), groups_xyz, out.shape)
+
+
+def _run(rt: Runtime, plan: mm._Plan, kind: str, x: WgpuArray, wmat: WgpuArray, bias: WgpuArray | None,
+         out: WgpuArray) -> WgpuArray:  # fmt: skip
+    buffers = [wmat.storage.raw, x.storage.raw, out.storage.raw]
+    if bias is not None:
+        buffers.append(bias.storage.raw)
+    rt.dispatch(plan.pipe, plan.params, buffers, plan.groups, f"{kind}_igemm")
+    return out
+
+
+def _key(kind: str, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, *args: Any) -> tuple:
+    """A conv launch's plan key: the operands' geometry and the convolution's arguments. The
+    weight matrix made from ``w`` (``w`` itself or a contiguous copy at offset 0) follows from it."""
+    b = None if bias is None else (bias.strides, bias.offset)
+    return (kind, x.dtype, x.shape, x.strides, x.offset, w.shape, w.strides, w.offset, b, *args)
 
 
 def _geo(size: tuple[int, ...], blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
@@ -270,13 +291,21 @@ def _empty_reduction(rt: Runtime, out: WgpuArray, bias: WgpuArray | None) -> Wgp
 def conv(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, stride: tuple[int, ...],
          padding: tuple[tuple[int, int], ...], dilation: tuple[int, ...], groups: int,
          config: mm.Config | None = None) -> WgpuArray:  # fmt: skip
-    """Convolution (N, C_in, *size) x (C_out, C_in / groups, *kernel) as an implicit GEMM."""
+    """Convolution (N, C_in, *size) x (C_out, C_in / groups, *kernel) as an implicit GEMM (its
+    launch planned once per geometry, kept in ``rt.plans``)."""
+    key = _key("conv", x, w, bias, stride, tuple(map(tuple, padding)), dilation, groups, config)
+    plan = rt.plans.get(key)
+    if plan is not None:
+        out = rt.empty(plan.shape, x.dtype)  # allocated before the weights' copy, as below
+        return _run(rt, plan, "conv", x, ew.contiguous(rt, w), bias, out)
     n, cin = x.shape[:2]
     cout, kernel = w.shape[0], tuple(w.shape[2:])
     size = tuple(x.shape[2:])
     blocks = tuple(
-        (s + lo + hi - (kk - 1) * d - 1) // st + 1
-        for s, kk, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
+        [
+            (s + lo + hi - (kk - 1) * d - 1) // st + 1
+            for s, kk, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
+        ]
     )
     out = rt.empty((n, cout) + blocks, x.dtype)
     k = (cin // groups) * prod(kernel)
@@ -285,14 +314,22 @@ def conv(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, stride
     if k == 0:
         return _empty_reduction(rt, out, bias)
     geo = _geo(size, blocks, kernel, stride, dilation, padding)
-    _implicit(rt, "conv", x, ew.contiguous(rt, w), bias, out, cout // groups, k, geo, groups, config)
-    return out
+    wmat = ew.contiguous(rt, w)
+    plan = _implicit(rt, "conv", x, wmat, bias, out, cout // groups, k, geo, groups, config)
+    _remember(rt, key, plan)
+    return _run(rt, plan, "conv", x, wmat, bias, out)
 
 
 def conv_transpose(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, size: tuple[int, ...],
                    stride: tuple[int, ...], padding: tuple[tuple[int, int], ...], dilation: tuple[int, ...],
                    groups: int, config: mm.Config | None = None) -> WgpuArray:  # fmt: skip
-    """Transposed convolution (conv's input gradient): x (N, C_in, *blocks), w (C_in, C_out / groups, *kernel)."""
+    """Transposed convolution (conv's input gradient): x (N, C_in, *blocks), w (C_in, C_out / groups, *kernel)
+    (its launch planned once per geometry, kept in ``rt.plans``)."""
+    key = _key("conv_transpose", x, w, bias, tuple(size), stride, tuple(map(tuple, padding)), dilation, groups, config)
+    plan = rt.plans.get(key)
+    if plan is not None:
+        out = rt.empty(plan.shape, x.dtype)
+        return _run(rt, plan, "transpose", x, _transpose_weights(rt, w, groups), bias, out)
     n, cin = x.shape[:2]
     cog, kernel = w.shape[1], tuple(w.shape[2:])
     kv = prod(kernel)
@@ -302,8 +339,22 @@ def conv_transpose(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | No
         return out
     if cg * kv == 0:
         return _empty_reduction(rt, out, bias)
-    wc = ew.contiguous(rt, w)  # A[g][co, ci * KV + tap] = w[g * cg + ci, co, tap]
-    wt = ew.contiguous(rt, wc.with_layout((groups, cog, cg, kv), (cg * cog * kv, kv, cog * kv, 1), wc.offset))
+    wt = _transpose_weights(rt, w, groups)
     geo = _geo(tuple(size), tuple(x.shape[2:]), kernel, stride, dilation, padding)
-    _implicit(rt, "transpose", x, wt, bias, out, cog, cg * kv, geo, groups, config)
-    return out
+    plan = _implicit(rt, "transpose", x, wt, bias, out, cog, cg * kv, geo, groups, config)
+    _remember(rt, key, plan)
+    return _run(rt, plan, "transpose", x, wt, bias, out)
+
+
+def _transpose_weights(rt: Runtime, w: WgpuArray, groups: int) -> WgpuArray:
+    """conv_transpose's A operand: A[g][co, ci * KV + tap] = w[g * cg + ci, co, tap], contiguous."""
+    cin, cog = w.shape[:2]
+    cg, kv = cin // groups, prod(w.shape[2:])
+    wc = ew.contiguous(rt, w)
+    return ew.contiguous(rt, wc.with_layout((groups, cog, cg, kv), (cg * cog * kv, kv, cog * kv, 1), wc.offset))
+
+
+def _remember(rt: Runtime, key: tuple, plan: mm._Plan) -> None:
+    if len(rt.plans) >= ew.MAX_PLANS:
+        rt.plans.clear()
+    rt.plans[key] = plan

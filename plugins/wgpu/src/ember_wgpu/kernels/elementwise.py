@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +42,10 @@ MAX_GROUPS = 65535
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     first = shapes[0] if shapes else ()
-    if all(s == first for s in shapes):
+    for s in shapes:
+        if s != first:
+            break
+    else:
         return first
     rank = max((len(s) for s in shapes), default=0)
     out = [1] * rank
@@ -71,6 +75,7 @@ class _Plan:
         "whole",
         "grid",
         "bound",
+        "pack_f32",
     )
 
     def __init__(
@@ -95,6 +100,9 @@ class _Plan:
         self.whole = head + self.pad  # the block of a launch without scalar inputs
         self.grid = (groups, 1, 1)
         self.bound = bound  # the outputs with a binding of their own (None: all; the others are stored in place)
+        # scalars all float32: packed in one call (as scalar_words + pack_scalars would: float(v) as 'f')
+        f32 = scalar_types and all(t.name == "float32" for t in scalar_types)
+        self.pack_f32 = struct.Struct("<" + "f" * len(scalar_types)).pack if f32 else None
 
 
 def run_program(
@@ -118,14 +126,19 @@ def run_program(
             scalars.append(x)
     alias: tuple[int | None, ...] = ()
     if outs is not None:
-        alias = tuple(next((b for b, x in enumerate(tensors) if x is o), None) for o in outs)
-        if not any(b is not None for b in alias):
-            alias = ()
+        at: list[int | None] = [None] * len(outs)  # the operand each output is (an in-place update)
+        for i, o in enumerate(outs):
+            for b, x in enumerate(tensors):
+                if x is o:
+                    at[i] = b
+                    break
+        if at.count(None) < len(at):
+            alias = tuple(at)
     key = (
         program,
         shape,
-        tuple((x.shape, x.strides, x.offset) for x in tensors),
-        None if outs is None else tuple((o.strides, o.offset) for o in outs),
+        tuple([(x.shape, x.strides, x.offset) for x in tensors]),
+        None if outs is None else tuple([(o.strides, o.offset) for o in outs]),
         alias,
     )
     plan = rt.plans.get(key)
@@ -139,7 +152,9 @@ def run_program(
         outs = [rt.empty(shape, dt) for dt in plan.out_dtypes]
     if plan.groups == 0:
         return list(outs)
-    if scalars:
+    if scalars and plan.pack_f32 is not None:
+        params = plan.head + plan.pack_f32(*[float(v) for v in scalars]) + plan.pad
+    elif scalars:
         words: list[int | float] = []
         for value, t in zip(scalars, plan.scalar_types):
             words.extend(gen.scalar_words(value, t))
@@ -147,7 +162,10 @@ def run_program(
     else:
         params = plan.whole
     bound = outs if plan.bound is None else [outs[o] for o in plan.bound]
-    rt.dispatch(plan.pipe, params, [x.buffer for x in tensors] + [o.buffer for o in bound], plan.grid, plan.name)
+    # every operand and output holds a block here: none is empty when the launch covers elements
+    buffers = [x.storage.raw for x in tensors]
+    buffers += [o.storage.raw for o in bound]
+    rt.dispatch(plan.pipe, params, buffers, plan.grid, plan.name)
     return list(outs)
 
 
@@ -239,7 +257,7 @@ def op_program(op: str, dtype: str, inputs: tuple[tuple[str, str], ...]) -> Fuse
 def apply_op(rt: Runtime, op: str, args: Sequence[Any], dtype: DType | None = None) -> WgpuArray:
     """``op`` over handles and Python scalars (scalars take the first handle's dtype)."""
     handles = [a for a in args if isinstance(a, WgpuArray)]
-    shape = broadcast_shape(*(h.shape for h in handles))
+    shape = broadcast_shape(*[h.shape for h in handles])
     like = handles[0].dtype if op != "where" else handles[1 if isinstance(args[1], WgpuArray) else -1].dtype
     if dtype is None:
         dtype = bool_ if op in BOOL_RESULT else like

@@ -238,18 +238,68 @@ def vec_width(
     return 4
 
 
+class _Plan:
+    """One geometry's launch of a region with a trailing reduction: pipeline, the parameter bytes
+    up to the scalar inputs (packed per launch), workgroups and the result's layout."""
+
+    __slots__ = (
+        "pipe", "head", "scalar_types", "scalar_pack", "pad", "groups", "out_dtypes", "M", "G", "acc_dt", "vdt",
+        "out_shape", "vec", "K",
+    )  # fmt: skip
+
+    def __init__(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
 def run_reduce(rt: Runtime, prog: FusedProgram, operands: Sequence[Any], shape: tuple[int, ...]) -> list[WgpuArray]:
-    """Run ``prog`` (with ``prog.reduce`` set) over ``shape``: its full-size outputs, then the reduced value."""
+    """Run ``prog`` (with ``prog.reduce`` set) over ``shape``: its full-size outputs, then the reduced
+    value. A geometry's launch is planned once and kept in ``rt.plans``."""
     r = prog.reduce
     if r is None:
         raise ValueError("run_reduce() runs a program with a trailing reduction; see elementwise.run_program")
-    dts = prog.value_dtypes()
     tensors = [x for (_, kind), x in zip(prog.inputs, operands) if kind == "tensor"]
     if len(tensors) + len(prog.outputs) + 1 > rt.max_storage_buffers:  # the region, then the reduction
         COUNTS["split"] += 1
         whole = FusedProgram(prog.inputs, prog.instructions, (*prog.outputs, r.value))
         *outs, value = ew.run_program(rt, whole, operands, shape)
         return [*outs, red_kernels.reduce(rt, value, r.op, r.axes, r.keepdims)]
+    key = ("fused_reduce", prog, shape, tuple([(x.shape, x.strides, x.offset) for x in tensors]))
+    plan = rt.plans.get(key)
+    if plan is None:
+        if len(rt.plans) >= ew.MAX_PLANS:
+            rt.plans.clear()
+        plan = rt.plans[key] = _plan(rt, prog, tensors, shape)
+    if plan.scalar_types:
+        words: list[int | float] = []
+        scalars = [x for (_, kind), x in zip(prog.inputs, operands) if kind == "scalar"]
+        for x, t in zip(scalars, plan.scalar_types):
+            words += gen.scalar_words(x, t)
+        params = plan.head + plan.scalar_pack(*words) + plan.pad
+    else:
+        params = plan.head
+    outs = [rt.empty(shape, dt) for dt in plan.out_dtypes]
+    red = rt.empty((plan.M * plan.G,), plan.acc_dt)
+    buffers = [x.storage.raw for x in tensors]
+    buffers += [o.storage.raw for o in outs]
+    buffers.append(red.storage.raw)
+    rt.dispatch(plan.pipe, params, buffers, plan.groups, "fused_reduce")
+    VEC4_LAUNCHES["vec4"] += plan.vec == 4
+    if plan.G == 1:
+        COUNTS["row"] += 1
+        return [*outs, WgpuArray(red.storage, plan.out_shape, plan.vdt)]
+    COUNTS["chunked"] += 1
+    total = rt.empty((plan.M,), plan.vdt)  # each row's G partials combined (a mean's sums, then times 1/K)
+    red_kernels._run(rt, r.op, red, total, plan.M, plan.G, 1, 1, 1.0 / plan.K)
+    return [*outs, WgpuArray(total.storage, plan.out_shape, plan.vdt)]
+
+
+def _plan(rt: Runtime, prog: FusedProgram, tensors: list[WgpuArray], shape: tuple[int, ...]) -> _Plan:
+    """The launch of ``prog`` over ``shape`` with these tensors' layouts: modes, vec width, kernel,
+    parameters (scalar inputs aside) and grid."""
+    r = prog.reduce
+    assert r is not None
+    dts = prog.value_dtypes()
     rank = len(shape)
     kept = [d for d in range(rank) if d not in r.axes]
     strides = [x.broadcast_strides(shape) for x in tensors] + [contiguous_strides(shape)] * len(prog.outputs)
@@ -262,33 +312,34 @@ def run_reduce(rt: Runtime, prog: FusedProgram, operands: Sequence[Any], shape: 
     partial = G > 1
     vec = vec_width(prog, rt.types, modes, ist, ost, offsets, K)
     chunk = ceil_div(K, G * vec) * vec  # the vec4 form's chunks start at multiples of 4
-    key = ("fused_reduce", prog, modes, len(osh), len(ish), partial, vec)
-    found = rt.kernels.get(key)
+    kkey = ("fused_reduce", prog, modes, len(osh), len(ish), partial, vec)
+    found = rt.kernels.get(kkey)
     if found is None:
         source, fmt, nbytes = reduce_source(prog, rt.types, modes, len(osh), len(ish), partial, vec)
         bindings = ("r",) * len(tensors) + ("w",) * (len(prog.outputs) + 1)
-        found = rt.kernels[key] = (rt.pipeline("fused_reduce", source, bindings), fmt, nbytes)
+        found = rt.kernels[kkey] = (rt.pipeline("fused_reduce", source, bindings), fmt, nbytes)
     pipe, fmt, nbytes = found
     values: list[int | float] = [M, K, chunk, G, 1.0 / K, *osh, *ish]
     for off, a, b in zip(offsets, ost, ist):
         values += [off, *a, *b]
-    for (dt, kind), x in zip(prog.inputs, operands):
-        if kind == "scalar":
-            values += gen.scalar_words(x, rt.types[dt])
-    params = struct.pack(fmt, *values)
-    params += bytes(nbytes - len(params))
-    outs = [rt.empty(shape, as_dtype(dts[o])) for o in prog.outputs]
+    scalar_types = [rt.types[dt] for dt, kind in prog.inputs if kind == "scalar"]
+    scalar_fmt = "".join([gen._scalar_fmt(t) for t in scalar_types])
+    head = struct.pack(fmt[: len(fmt) - len(scalar_fmt)], *values)
+    pad = bytes(nbytes - len(head) - 4 * len(scalar_fmt))
     vdt = as_dtype(dts[r.value])
-    acc_dt = as_dtype("float32") if partial and rt.types[vdt].cls == "f" else vdt
-    red = rt.empty((M * G,), acc_dt)
-    buffers = [x.buffer for x in tensors] + [o.buffer for o in outs] + [red.buffer]
-    rt.dispatch(pipe, params, buffers, grid(M * G), "fused_reduce")
-    VEC4_LAUNCHES["vec4"] += vec == 4
-    out_shape = r.shape(shape)
-    if not partial:
-        COUNTS["row"] += 1
-        return [*outs, WgpuArray(red.storage, out_shape, vdt)]
-    COUNTS["chunked"] += 1
-    total = rt.empty((M,), vdt)  # each row's G partials combined (a mean's sums, then times 1/K)
-    red_kernels._run(rt, r.op, red, total, M, G, 1, 1, 1.0 / K)
-    return [*outs, WgpuArray(total.storage, out_shape, vdt)]
+    return _Plan(
+        pipe=pipe,
+        head=head if scalar_types else head + pad,
+        scalar_types=scalar_types,
+        scalar_pack=struct.Struct("<" + scalar_fmt).pack,
+        pad=pad,
+        groups=grid(M * G),
+        out_dtypes=[as_dtype(dts[o]) for o in prog.outputs],
+        M=M,
+        G=G,
+        acc_dt=as_dtype("float32") if partial and rt.types[vdt].cls == "f" else vdt,
+        vdt=vdt,
+        out_shape=r.shape(shape),
+        vec=vec,
+        K=K,
+    )

@@ -20,7 +20,7 @@ from ..handle import WgpuArray
 from ..runtime import Runtime
 from ..typemap import WType
 from . import elementwise as ew
-from .common import ParamBlock, ceil_div, compile_kernel, header, launch, prod
+from .common import ParamBlock, ceil_div, compile_kernel, header, prod
 
 __all__ = ["matmul", "CONFIGS", "Config", "Gather", "fits", "choose", "tiled"]
 
@@ -371,17 +371,49 @@ def _vec_ok(arr: WgpuArray, strides: list[int], fast: int, extent: int, dims: li
     return all(s % 4 == 0 for s in dims) and arr.buffer.size % 16 == 0
 
 
+class _Plan:
+    """One matmul geometry's launch: pipeline, parameter bytes, workgroups, the output's shape."""
+
+    __slots__ = ("pipe", "params", "groups", "shape")
+
+    def __init__(self, pipe: Any, params: bytes, groups: tuple[int, int, int], shape: tuple[int, ...]) -> None:
+        self.pipe = pipe
+        self.params = params
+        self.groups = groups
+        self.shape = shape
+
+
 def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None) -> WgpuArray:
-    """``a @ b`` for (..., M, K) @ (..., K, N) with broadcast batch axes (``config``: force a tiling)."""
+    """``a @ b`` for (..., M, K) @ (..., K, N) with broadcast batch axes (``config``: force a tiling).
+
+    A geometry's launch (kernel choice, parameter bytes, grid) is made once and kept in ``rt.plans``
+    under its operands' shapes, strides, offsets and dtype; :mod:`..tune` clears the plans when a
+    tuned choice changes. Buffers are whole vec4s (the pool's, :meth:`Runtime._create_buffer`), so
+    the vec4 checks depend on the key alone."""
+    key = ("matmul", a.dtype, a.shape, a.strides, a.offset, b.shape, b.strides, b.offset, config)
+    plan = rt.plans.get(key)
+    if plan is None:
+        m, k = a.shape[-2:]
+        n = b.shape[-1]
+        shape = ew.broadcast_shape(a.shape[:-2], b.shape[:-2]) + (m, n)
+        if prod(shape) == 0:
+            return rt.empty(shape, a.dtype)
+        if k == 0:
+            return ew.fill(rt, shape, 0, a.dtype)
+        if len(rt.plans) >= ew.MAX_PLANS:
+            rt.plans.clear()
+        plan = rt.plans[key] = _plan(rt, a, b, config)
+    out = rt.empty(plan.shape, a.dtype)
+    rt.dispatch(plan.pipe, plan.params, [a.storage.raw, b.storage.raw, out.storage.raw], plan.groups, "matmul")
+    return out
+
+
+def _plan(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None) -> _Plan:
+    """The launch of ``a @ b`` (neither empty, K > 0): kernel, parameters and grid."""
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch_shape = ew.broadcast_shape(a.shape[:-2], b.shape[:-2])
-    out = rt.empty(batch_shape + (m, n), a.dtype)
-    if out.size == 0:
-        return out
-    if k == 0:
-        return ew.fill(rt, out.shape, 0, a.dtype)
-    nb = len(batch_shape)
+    shape = batch_shape + (m, n)
     sa = a.broadcast_strides(batch_shape + (m, k))
     sb = b.broadcast_strides(batch_shape + (k, n))
     # drop batch axes of size 1; keep the rest (at least one field set for the decode)
@@ -397,9 +429,8 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None
     batch = values["batch"]
     z = min(batch, _MAX_Z)
     if t.cls in "lL":
-        kernel = compile_kernel(rt, ("matmul64", t.name, nb), lambda: _plain(t, nb), "matmul_int64")
-        launch(rt, kernel, values, [a.buffer, b.buffer, out.buffer], (ceil_div(n, 16), ceil_div(m, 16), z), "matmul")
-        return out
+        pipe, params = compile_kernel(rt, ("matmul64", t.name, nb), lambda: _plain(t, nb), "matmul_int64")
+        return _Plan(pipe, params.pack(values), (ceil_div(n, 16), ceil_div(m, 16), z), shape)
     cfg = config or choose(rt, t.name, m, n, k)
     f16 = rt.types.uses_f16(a.dtype)
     a_mfast = sa[-2] == 1 and sa[-1] != 1
@@ -407,15 +438,14 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None
     vec = cfg.vec and t.storage in ("f32", "i32", "u32")
     va = vec and _vec_ok(a, list(sa), -2 if a_mfast else -1, m if a_mfast else k, [d[1] for d in dims])
     vb = vec and _vec_ok(b, list(sb), -2 if b_kfast else -1, k if b_kfast else n, [d[2] for d in dims])
-    kernel = compile_kernel(
+    pipe, params = compile_kernel(
         rt,
         ("matmul", t.name, nb, cfg, a_mfast, b_kfast, va, vb),
         lambda: _tiled(t, t, nb, cfg, f16, a_mfast, b_kfast, va, vb),
         f"matmul_{cfg.bm}x{cfg.bn}x{cfg.bk}_{t.name}",
     )
     groups = (ceil_div(n, cfg.bn), ceil_div(m, cfg.bm), z)
-    launch(rt, kernel, values, [a.buffer, b.buffer, out.buffer], groups, "matmul")
-    return out
+    return _Plan(pipe, params.pack(values), groups, shape)
 
 
 tiled = _tiled  # the generator, reused by implicit-GEMM conv (conv.py)

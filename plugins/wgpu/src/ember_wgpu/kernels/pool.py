@@ -97,8 +97,10 @@ def _values(x_shape: tuple[int, ...], kernel, stride, padding, dilation, blocks,
 
 def _blocks(sizes, kernel, stride, padding, dilation) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
     return tuple(
-        (s + lo + hi - (k - 1) * d - 1) // st + 1
-        for s, k, (lo, hi), d, st in zip(sizes, kernel, padding, dilation, stride)
+        [
+            (s + lo + hi - (k - 1) * d - 1) // st + 1
+            for s, k, (lo, hi), d, st in zip(sizes, kernel, padding, dilation, stride)
+        ]
     )
 
 
@@ -181,7 +183,7 @@ def max_pool_backward(rt: Runtime, g: WgpuArray, x: WgpuArray, out: WgpuArray, k
     if gx.size == 0:
         return gx
     blocks = _blocks(x.shape[2:], kernel, stride, padding, dilation)
-    gc, xc, oc = (ew.contiguous(rt, a) for a in (g, x, out))
+    gc, xc, oc = [ew.contiguous(rt, a) for a in (g, x, out)]
     t = rt.types[x.dtype]
     f16 = rt.types.uses_f16(x.dtype)
     k = compile_kernel(rt, ("pool_grad", t.name, nd), lambda: _grad_build(t, nd, f16), "max_pool_backward")

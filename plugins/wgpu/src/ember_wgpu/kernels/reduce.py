@@ -11,6 +11,8 @@ Axes that are not one consecutive block are permuted to the end first (one copy)
 
 from __future__ import annotations
 
+from typing import Any
+
 from ember.dtypes import DType, bool_, float32, int64
 
 from ..codegen.ops import template
@@ -18,7 +20,7 @@ from ..handle import WgpuArray
 from ..runtime import Runtime
 from ..typemap import WType
 from . import elementwise as ew
-from .common import GROUP_ID, ParamBlock, ceil_div, compile_kernel, grid, header, launch, prod
+from .common import GROUP_ID, ParamBlock, ceil_div, compile_kernel, grid, header, prod
 
 __all__ = ["reduce", "identity", "combine", "accumulator_type", "LOWEST", "HIGHEST"]
 
@@ -186,23 +188,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     return "\n".join(lines), params, ("r", "w")
 
 
-def _run(rt: Runtime, op: str, x: WgpuArray, out: WgpuArray, a: int, r: int, b: int, segs: int = 1, scale: float = 1.0):
+class _Plan:
+    """A single-pass reduction's launch over the contiguous input: pipeline, parameter bytes,
+    workgroups, and the output's shape and dtype."""
+
+    __slots__ = ("pipe", "params", "groups", "shape", "dtype")
+
+    def __init__(self, pipe: Any, params: bytes, groups: tuple[int, int, int], shape: tuple[int, ...], dtype: DType):
+        self.pipe, self.params, self.groups, self.shape, self.dtype = pipe, params, groups, shape, dtype
+
+
+def _run(
+    rt: Runtime, op: str, x: WgpuArray, out: WgpuArray, a: int, r: int, b: int, segs: int = 1, scale: float = 1.0
+) -> _Plan:
+    """Launch the row or column kernel of ``op`` over ``x`` seen as (a, r, b); its plan, returned."""
     tin, tout = rt.types[x.dtype], rt.types[out.dtype]
     mode = "row" if b == 1 else "col"
     key = ("reduce", op, tin.name, tout.name, mode)
-    kernel = compile_kernel(rt, key, lambda: _build(rt, op, tin, tout, mode), f"{op}_{mode}")
+    pipe, params = compile_kernel(rt, key, lambda: _build(rt, op, tin, tout, mode), f"{op}_{mode}")
     rows = a * segs if b == 1 else a * b * segs
     seg_len = ceil_div(r, segs) if segs > 1 else r
     groups = grid(rows if b == 1 else ceil_div(rows, WG))
     values = {"rows": rows, "r": r, "b": b, "segs": segs, "seg_len": seg_len, "scale": scale}
-    launch(rt, kernel, values, [x.buffer, out.buffer], groups, op)
+    plan = _Plan(pipe, params.pack(values), groups, out.shape, out.dtype)
+    rt.dispatch(pipe, plan.params, [x.storage.raw, out.storage.raw], groups, op)
+    return plan
 
 
 def _squeeze(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Drop size-1 axes (they do not change a reduction) and renumber ``axes``."""
     keep = [i for i, d in enumerate(shape) if d != 1]
-    new_axes = tuple(keep.index(i) for i in axes if i in keep)
-    return tuple(shape[i] for i in keep), new_axes
+    new_axes = tuple([keep.index(i) for i in axes if i in keep])
+    return tuple([shape[i] for i in keep]), new_axes
 
 
 def reduce(
@@ -213,11 +230,20 @@ def reduce(
     keepdims: bool,
     out_dtype: DType | None = None,
 ) -> WgpuArray:
-    """``op`` over ``axes`` of ``x``; argmax/argmin take one axis and give int64."""
+    """``op`` over ``axes`` of ``x``; argmax/argmin take one axis and give int64. A reduction run
+    as one kernel over ``x`` made contiguous keeps its launch in ``rt.plans`` under ``x``'s
+    geometry and the arguments, so a step repeating it skips the analysis below."""
+    key = ("reduce", op, x.dtype, x.shape, x.strides, x.offset, tuple(axes), keepdims, out_dtype)
+    plan = rt.plans.get(key)
+    if plan is not None:
+        out = rt.empty(plan.shape, plan.dtype)  # before the input's copy, as below
+        c = ew.contiguous(rt, x)
+        rt.dispatch(plan.pipe, plan.params, [c.storage.raw, out.storage.raw], plan.groups, op)
+        return out
     arg = op in ("argmax", "argmin")
     out_dtype = int64 if arg else (bool_ if op in ("any", "all") else (out_dtype or x.dtype))
     axes = tuple(sorted(set(axes)))
-    out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes)
+    out_shape = tuple([1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes])
     out = rt.empty(out_shape, out_dtype)
     if out.size == 0:
         return out
@@ -235,12 +261,14 @@ def reduce(
         ew.copy_into(rt, src.reshape(out_shape), out)  # only size-1 axes come or go: always a view
         return out
     c = ew.contiguous(rt, x)
+    direct = True  # c is x made contiguous (False once permuted into another copy)
     shape, sq_axes = _squeeze(c.shape, axes)
     lo, hi = sq_axes[0], sq_axes[-1]
     if list(sq_axes) != list(range(lo, hi + 1)):
         kept = [i for i in range(len(shape)) if i not in sq_axes]
         order = kept + list(sq_axes)
         c = ew.contiguous(rt, WgpuArray(c.storage, tuple(shape), c.dtype).permute(order))
+        direct = False
         a_, r_, b_ = prod([shape[i] for i in kept]), prod([shape[i] for i in sq_axes]), 1
     else:
         a_, r_, b_ = prod(shape[:lo]), prod(shape[lo : hi + 1]), prod(shape[hi + 1 :])
@@ -248,6 +276,7 @@ def reduce(
         # few columns and a long reduction: move the reduced block last (one copy), reduce rows
         view = WgpuArray(c.storage, (a_, r_, b_), c.dtype).permute((0, 2, 1))
         c = ew.contiguous(rt, view)
+        direct = False
         a_, b_ = a_ * b_, 1
     if b_ > 1 and not arg and a_ * b_ < 32768 and r_ >= 1024:
         # few columns, long reduction: partial sums of segments first, so many threads work
@@ -263,7 +292,11 @@ def reduce(
         _run(rt, first, c, part, a_, r_, 1, segs)
         _run(rt, op, part, out, a_, segs, 1, 1, scale)
         return out
-    _run(rt, op, c, out, a_, r_, b_, 1, scale)
+    plan = _run(rt, op, c, out, a_, r_, b_, 1, scale)
+    if direct:  # the kernel read x made contiguous, nothing else: repeatable from the key
+        if len(rt.plans) >= ew.MAX_PLANS:
+            rt.plans.clear()
+        rt.plans[key] = plan
     return out
 
 

@@ -1,0 +1,163 @@
+"""What one training step asks of the WGPU runtime: dispatches, submits, parameter-arena writes,
+waits, bind groups and buffers created, and Python calls (all, and those in ember_wgpu), per step.
+
+Deterministic counts where wall-clock on a loaded host is noise. Run from the repository root:
+
+    PYTHONPATH=$PYTHONPATH:. python plugins/wgpu/scripts/step_counts.py W2 W3 W4 --sizes quick
+
+``--time 0,32,32:0`` times synchronized steps instead, alternating rounds of the runtime's
+submit settings given in one process (``EVERY`` or ``EVERY:GROUPS``: ``Runtime.set_submit_every``;
+0 = submit at sync points only), and prints each setting's median step time (wall, this process's
+CPU time and the main thread's CPU time: the host's recording).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+
+def _runtime_counters(rt: Any) -> dict[str, int]:
+    pool = {"misses": rt.pool.misses}
+    return {
+        "dispatches": rt.dispatches,
+        "submits": rt.submits,
+        "arena_writes": rt.arena_writes,
+        "waits": rt.waits,
+        "pool_misses": int(pool.get("misses", 0)),
+    }
+
+
+def measure(name: str, device: str, sizes: str, batch: int | None, warmup: int, steps: int) -> dict[str, float]:
+    """Per-step counters of workload ``name`` (averaged over ``steps`` after ``warmup``)."""
+    import ember as em
+    import ember_wgpu
+    from benchmarks.runner import WORKLOADS
+
+    module = WORKLOADS[name]
+    dev = em.Device(device)
+    size = dict(module.SIZES[sizes])
+    if batch is not None:
+        size["batch"] = batch
+    case = module.ember(dev, size)
+    rt = dev.backend.rt
+    made = Counter()
+    create_bg = rt.device.create_bind_group
+
+    def counted_bg(*a: Any, **k: Any) -> Any:
+        made["bind_groups"] += 1
+        return create_bg(*a, **k)
+
+    rt.device.create_bind_group = counted_bg
+    for _ in range(warmup):
+        out = case.step()
+        case.sync()
+        del out
+    before = _runtime_counters(rt)
+    made.clear()
+    calls: Counter[str] = Counter()
+    plugin = os.path.dirname(ember_wgpu.__file__) + os.sep
+
+    def prof(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls["python"] += 1
+            if frame.f_code.co_filename.startswith(plugin):
+                calls["ember_wgpu"] += 1
+        elif event == "c_call":
+            calls["c"] += 1
+
+    gc.collect()
+    sys.setprofile(prof)
+    try:
+        for _ in range(steps):
+            out = case.step()
+            case.sync()
+            del out
+    finally:
+        sys.setprofile(None)
+    after = _runtime_counters(rt)
+    row: dict[str, float] = {k: (after[k] - before[k]) / steps for k in after}
+    row["bind_groups_made"] = made["bind_groups"] / steps
+    for k, v in calls.items():
+        row[f"calls_{k}"] = v / steps
+    return row
+
+
+def time_settings(
+    name: str, device: str, sizes: str, batch: int | None, settings: list[str], rounds: int, steps: int
+) -> None:
+    """Median step time of workload ``name`` under each ``submit_every`` in ``settings``, rounds alternated."""
+    import ember as em
+    from benchmarks.runner import WORKLOADS
+
+    module = WORKLOADS[name]
+    dev = em.Device(device)
+    size = dict(module.SIZES[sizes])
+    if batch is not None:
+        size["batch"] = batch
+    case = module.ember(dev, size)
+    rt = dev.backend.rt
+    for _ in range(3):
+        case.step()
+        case.sync()
+    wall: dict[str, list[float]] = {s: [] for s in settings}
+    cpu: dict[str, list[float]] = {s: [] for s in settings}
+    host: dict[str, list[float]] = {s: [] for s in settings}
+    subs: dict[str, int] = {s: 0 for s in settings}
+    from ember_wgpu.runtime import _submit_groups
+
+    default_groups = _submit_groups()  # the start-up setting (an earlier workload may have changed rt's)
+    for _ in range(rounds):
+        for s in settings:
+            every, _, groups = s.partition(":")
+            rt.set_submit_every(int(every), int(groups) if groups else default_groups)
+            case.step()
+            case.sync()
+            before = rt.submits
+            for _ in range(steps):
+                t, c, h = time.perf_counter(), time.process_time(), time.thread_time()
+                case.step()
+                case.sync()
+                wall[s].append(time.perf_counter() - t)
+                cpu[s].append(time.process_time() - c)
+                host[s].append(time.thread_time() - h)
+            subs[s] += rt.submits - before
+    for s in settings:
+        print(
+            f"{name} {size} submit={s}: median {statistics.median(wall[s]) * 1e3:.3f} ms wall, "
+            f"{statistics.median(cpu[s]) * 1e3:.3f} ms process CPU, "
+            f"{statistics.median(host[s]) * 1e3:.3f} ms main-thread CPU, "
+            f"{subs[s] / (rounds * steps):.1f} submits/step ({rounds}x{steps} steps)"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("workloads", nargs="+")
+    p.add_argument("--device", default="wgpu:0")
+    p.add_argument("--sizes", default="quick")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--warmup", type=int, default=4)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--time", help="comma-separated submit settings to time, alternated (e.g. 0,32,32:0)")
+    p.add_argument("--rounds", type=int, default=10)
+    args = p.parse_args(argv)
+    if args.time:
+        settings = args.time.split(",")
+        for name in args.workloads:
+            time_settings(name, args.device, args.sizes, args.batch, settings, args.rounds, args.steps)
+        return 0
+    for name in args.workloads:
+        row = measure(name, args.device, args.sizes, args.batch, args.warmup, args.steps)
+        print(name, " ".join(f"{k}={v:.1f}" for k, v in row.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

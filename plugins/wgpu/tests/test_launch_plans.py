@@ -1,0 +1,136 @@
+"""Launch plans kept per geometry (matmul, conv): a repeat of a geometry reuses its plan, any change
+of shape, strides, offset or tuned choice makes a new one, and results match numpy float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import dtypes as D
+from ember_wgpu import tune
+from ember_wgpu.kernels import matmul
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(autouse=True)
+def _no_autotune(monkeypatch):
+    monkeypatch.setenv("EMBER_AUTOTUNE", "0")
+
+
+def _plans(rt, kind):
+    return {k for k in rt.plans if k[0] == kind}
+
+
+def test_matmul_plans_follow_the_operands_geometry(rt):
+    a = RNG.standard_normal((2, 20, 12)).astype(np.float32)
+    b = RNG.standard_normal((12, 16)).astype(np.float32)
+    big = RNG.standard_normal((24, 16)).astype(np.float32)
+    A, B = rt.upload(a, D.float32), rt.upload(b, D.float32)
+    before = _plans(rt, "matmul")
+    first = matmul.matmul(rt, A, B)
+    again = matmul.matmul(rt, A, B)  # the same geometry: the same plan
+    made = _plans(rt, "matmul") - before
+    assert len(made) == 1
+    Bt = rt.upload(np.ascontiguousarray(b.T), D.float32).permute((1, 0))  # other strides
+    Bs = rt.upload(big, D.float32).slice((12, 0), (24, 16), (1, 1))  # an offset view of the same shape
+    cases = [(first, b), (again, b), (matmul.matmul(rt, A, Bt), b), (matmul.matmul(rt, A, Bs), big[12:])]
+    assert len(_plans(rt, "matmul") - before) == 3
+    got = rt.read([c for c, _ in cases])
+    for g, (_, rhs) in zip(got, cases):
+        np.testing.assert_allclose(g, a.astype(np.float64) @ rhs.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_a_new_tuned_choice_drops_the_plans(rt, tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    tune.forget(rt)
+    a = RNG.standard_normal((40, 48)).astype(np.float32)
+    b = RNG.standard_normal((48, 72)).astype(np.float32)
+    A, B = rt.upload(a, D.float32), rt.upload(b, D.float32)
+    matmul.matmul(rt, A, B)
+    assert _plans(rt, "matmul")
+    choice = matmul.Config(32, 32, 16, 4, 4, True)
+    tune.record(rt, "float32", tune.shape_class(40, 72, 48), choice)
+    assert not _plans(rt, "matmul")
+    rt.kernels = {k: v for k, v in rt.kernels.items() if not (k[0] == "matmul" and choice in k)}
+    got = rt.read([matmul.matmul(rt, A, B)])[0]
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert any(k[0] == "matmul" and choice in k for k in rt.kernels), "the new choice did not run"
+    tune.forget(rt)
+    assert not _plans(rt, "matmul")
+
+
+def _conv_ref(x, w, b, stride, pad):
+    """Direct 2-D convolution in float64 (groups 1)."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, _, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    out = np.zeros((n, co, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = x[:, :, i * stride : i * stride + kh, j * stride : j * stride + kw]
+            out[:, :, i, j] = np.einsum("nchw,ochw->no", patch, w.astype(np.float64))
+    return out + b.astype(np.float64)[None, :, None, None]
+
+
+def test_conv_plans_follow_the_operands_geometry(rt):
+    from ember_wgpu.kernels import conv
+
+    x = RNG.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(4).astype(np.float32)
+    X, W, B = rt.upload(x, D.float32), rt.upload(w, D.float32), rt.upload(b, D.float32)
+    wide = rt.upload(np.concatenate([x, x[:, :1]], axis=1), D.float32)
+    Xs = wide.slice((0, 1, 0, 0), (2, 4, 9, 9), (1, 1, 1, 1))  # channels 1..3: an offset, other strides
+    xs = np.concatenate([x, x[:, :1]], axis=1)[:, 1:]
+    args = ((2, 2), ((1, 1), (1, 1)), (1, 1), 1)
+    before = _plans(rt, "conv")
+    outs = [conv.conv(rt, X, W, B, *args), conv.conv(rt, X, W, B, *args)]
+    assert len(_plans(rt, "conv") - before) == 1  # the repeat took the first call's plan
+    outs.append(conv.conv(rt, Xs, W, B, *args))
+    assert len(_plans(rt, "conv") - before) == 2
+    got = rt.read(outs)
+    for g, xin in zip(got, (x, x, xs)):
+        np.testing.assert_allclose(g, _conv_ref(xin, w, b, 2, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_reduction_plans_follow_the_input_geometry(rt):
+    from ember_wgpu.kernels import reduce
+
+    x = RNG.standard_normal((6, 5, 8)).astype(np.float32)
+    X = rt.upload(x, D.float32)
+    Xt = X.permute((2, 1, 0))  # strided: copied contiguous first, then the same kernel
+    before = _plans(rt, "reduce")
+    cases = [
+        (reduce.reduce(rt, X, "sum", (0,), False), x.astype(np.float64).sum(0)),
+        (reduce.reduce(rt, X, "sum", (0,), False), x.astype(np.float64).sum(0)),
+        (reduce.reduce(rt, X, "max", (2,), True), x.astype(np.float64).max(2, keepdims=True)),
+        (reduce.reduce(rt, Xt, "mean", (0,), False), x.transpose(2, 1, 0).astype(np.float64).mean(0)),
+        (reduce.reduce(rt, Xt, "mean", (0,), False), x.transpose(2, 1, 0).astype(np.float64).mean(0)),
+    ]
+    assert len(_plans(rt, "reduce") - before) == 3  # the repeats took their first call's plan
+    reduce.reduce(rt, X, "sum", (0, 2), False)  # axes apart: permuted into a copy, not planned
+    assert len(_plans(rt, "reduce") - before) == 3
+    got = rt.read([c for c, _ in cases])
+    for g, (_, want) in zip(got, cases):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_reduction_plans_take_new_scalars_each_launch(rt):
+    """One plan per geometry; the scalar input is packed per launch (two values, one plan)."""
+    from ember_conformance.fused_reduce_checks import chain, chain_values, operands
+    from ember_wgpu.kernels import fused_reduce
+
+    prog = chain("float32", "sum", (1,), full=True)
+    x, a = operands((12, 40))
+    X, A = rt.upload(x, D.float32), rt.upload(a, D.float32)
+    before, rows = _plans(rt, "fused_reduce"), fused_reduce.COUNTS["row"]
+    runs = [(s, fused_reduce.run_reduce(rt, prog, [X, A, s], (12, 40))) for s in (0.5, -1.5, 0.5)]
+    assert len(_plans(rt, "fused_reduce") - before) == 1
+    assert fused_reduce.COUNTS["row"] == rows + 3  # the row kernel ran each time
+    got = rt.read([t for _, (y, v) in runs for t in (y, v)])
+    for k, (s, _) in enumerate(runs):
+        y, v = chain_values(x, a, s)
+        np.testing.assert_allclose(got[2 * k], y, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got[2 * k + 1], v.sum(1), rtol=1e-4, atol=1e-4)
