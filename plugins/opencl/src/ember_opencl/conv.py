@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,6 @@ from .runtime import Runtime
 __all__ = ["conv", "conv_transpose", "unfold", "fold", "max_pool", "max_pool_backward", "avg_pool"]
 
 Pads = tuple[tuple[int, int], ...]
-L = np.dtype(np.int64)
 
 
 def _blocks(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], padding: Pads,
@@ -40,138 +40,262 @@ def _blocks(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, .
     )
 
 
-def _geometry(nd: int) -> list[str]:
-    """Kernel parameters describing the windows: sizes, blocks, kernel, stride, dilation, low pads."""
-    return [f"const long {n}{d}" for n in ("sz", "bl", "kr", "st", "dl", "lo") for d in range(nd)]
-
-
 def _launch(rt: Runtime, knl: Any, wg: int, n: int, args: list[Any]) -> None:
     local = min(wg, 64 if rt.is_cpu else 256)
     rt.launch(knl, (-(-n // local) * local,), (local,), args)
 
 
+# -- window kernels ----------------------------------------------------------------------
+# Every index is ``IDX``: ``int`` when each size, offset and thread count fits in 31 bits (chosen at
+# launch, a kernel per index width), else ``long``. Divisions by a size go through FDIV: in 32 bits
+# a multiply-high, an add and a shift with a magic number the host computes (a GPU emulates integer
+# division in ~20 instructions for 32 bits, ~70 for 64); the taps are nested loops, one per spatial
+# axis, whose offsets grow by addition (no per-tap unravel). Each thread divides a flat index a few
+# times and then walks its window.
+#: the sizes kernels divide by (each passed with its magic number): channels, blocks and positions of
+#: one image, and per axis size, blocks and stride
+def _divisors(nd: int) -> list[str]:
+    return ["C", "Lb", "Sz"] + [f"{n}{d}" for n in ("sz", "bl", "st") for d in range(nd)]
+
+
+U = np.dtype(np.uint32)
+
+
+def magic(d: int) -> tuple[int, int]:
+    """(m, s) with floor(x / d) == (mul_hi(x, m) + x) >> s for 0 <= x < 2**31 and 1 <= d < 2**31
+    (round-up multiplier, Granlund & Montgomery); (0, 0) for d == 0 (never divided by)."""
+    if d < 1:
+        return 0, 0
+    s = (d - 1).bit_length()
+    return ((1 << 32) * ((1 << s) - d)) // d + 1, s
+
+
+def _index(*extents: int) -> str:
+    """``int`` when every extent (element count, largest offset + 1) fits in 31 bits with room to spare."""
+    return "int" if max(extents) < 2**31 - 2**20 else "long"
+
+
+def _extent(a: CLArray) -> int:
+    return a.offset + sum(abs(s) * (d - 1) for d, s in zip(a.shape, a.strides)) + 1
+
+
+def _fdiv(idx: str) -> list[str]:
+    if idx == "int":
+        return [
+            "#define IDX int",
+            "#define FDIV(x, d) ((int)((mul_hi((uint)(x), d##_m) + (uint)(x)) >> d##_s))",
+        ]
+    return ["#define IDX long", "#define FDIV(x, d) ((x) / (d))"]
+
+
+def _split(var: str, nd: int, shape: str, prefix: str) -> list[str]:
+    """Statements splitting ``var`` (0 <= var < prod) into ``{prefix}0..`` over ``{shape}d`` (row-major)."""
+    out = [f"IDX {prefix}_r = {var};"]
+    for d in range(nd - 1, 0, -1):
+        out.append(f"const IDX {prefix}_q{d} = FDIV({prefix}_r, {shape}{d});")
+        out.append(f"const IDX {prefix}{d} = {prefix}_r - {prefix}_q{d} * {shape}{d}; {prefix}_r = {prefix}_q{d};")
+    out.append(f"const IDX {prefix}0 = {prefix}_r;")
+    return out
+
+
+def _nest(nd: int, pre: Any, body: list[str], var: str = "k", lo: Any = None, hi: Any = None) -> list[str]:
+    """Nested loops over ``{var}d`` (one per axis, 0..kr{d} unless ``lo(d)`` / ``hi(d)`` say otherwise),
+    ``pre(d)`` opening level d, ``body`` innermost."""
+    lines: list[str] = []
+    for d in range(nd):
+        ind = "  " * d
+        start = lo(d) if lo else "0"
+        stop = hi(d) if hi else f"kr{d}"
+        lines.append(f"{ind}for (IDX {var}{d} = {start}; {var}{d} < {stop}; {var}{d}++) {{")
+        lines += [ind + "  " + s for s in pre(d)]
+    lines += ["  " * nd + s for s in body]
+    lines += ["  " * d + "}" for d in reversed(range(nd))]
+    return lines
+
+
 def _tensor(name: str, c: Any, rank: int, const: bool = True) -> list[str]:
     q = "const " if const else ""
-    return [f"__global {q}{c.storage}* restrict {name}", f"const long {name}_off"] + [
-        f"const long {name}_s{d}" for d in range(rank)
+    return [f"__global {q}{c.storage}* restrict {name}", f"const IDX {name}_off"] + [
+        f"const IDX {name}_s{d}" for d in range(rank)
     ]
 
 
-def _at(name: str, coords: list[str]) -> str:
-    return f"{name}_off + " + " + ".join(f"({c}) * {name}_s{d}" for d, c in enumerate(coords))
+def _window_taps(nd: int, base: str, step: str) -> Any:
+    """``pre(d)`` of the tap loops of block ``b``: position p{d}, whether it is inside (in{d}) and
+    x's offset xo{d} (``base`` before axis 0), ``step`` the block's stride expression per axis."""
+
+    def pre(d: int) -> list[str]:
+        prev_in = f"in{d - 1} && " if d else ""
+        prev_o = f"xo{d - 1}" if d else base
+        return [
+            f"const IDX p{d} = b{d} * {step.format(d=d)} + k{d} * dl{d} - lo{d};",
+            f"const bool in{d} = {prev_in}p{d} >= 0 && p{d} < sz{d};",
+            f"const IDX xo{d} = {prev_o} + p{d} * x_s{d + 2};",
+        ]
+
+    return pre
 
 
-def _source(kind: str, dt: str, nd: int) -> tuple[str, list[Any]]:
-    """kind: unfold | fold | max_pool | avg_pool | max_pool_backward."""
+def _source(kind: str, dt: str, nd: int, idx: str) -> tuple[str, list[Any]]:
+    """kind: unfold | fold | max_pool | avg_pool | max_pool_backward | max_pool_backward_tiled."""
     c = ctype(dt)
     A = c.compute
-    params = ["const long n", f"__global {c.storage}* restrict out", "const long N", "const long C", *_geometry(nd)]
-    types: list[Any] = [L, None, L, L] + [L] * (6 * nd)
+    I = np.dtype(np.int32 if idx == "int" else np.int64)  # noqa: E741
+    params = ["const IDX n", f"__global {c.storage}* restrict out", "const IDX N", "const IDX C"]
+    params += [f"const IDX {n}{d}" for n in ("sz", "bl", "kr", "st", "dl", "lo") for d in range(nd)]
+    params += ["const IDX Lb", "const IDX Sz"]
+    params += [f"const uint {v}_{p}" for v in _divisors(nd) for p in "ms"]
+    types: list[Any] = [I, None, I, I] + [I] * (6 * nd) + [I, I] + [U] * (2 * len(_divisors(nd)))
     rank = 2 + nd
-    if kind == "fold":
-        params += _tensor("x", c, 3)
-        types += [None, L] + [L] * 3
-    else:
-        params += _tensor("x", c, rank)
-        types += [None, L] + [L] * rank
+    xrank = 3 if kind == "fold" else rank
+    params += _tensor("x", c, xrank)
+    types += [None, I] + [I] * xrank
     if kind == "unfold":
         params.append(f"const {A} value")
         types.append(c.np_compute)
     if kind == "avg_pool":
         params.append(f"__global const {A}* restrict divisor")
         types.append(None)
-    if kind == "max_pool_backward":
+    if kind.startswith("max_pool_backward"):
         params += _tensor("g", c, rank) + _tensor("y", c, rank)
-        types += ([None, L] + [L] * rank) * 2
-    kvol = " * ".join(f"kr{d}" for d in range(nd))
-    bvol = " * ".join(f"bl{d}" for d in range(nd))
-    body: list[str] = [f"const long K = {kvol};", f"const long Lb = {bvol};"]
-    inside = " && ".join(f"p{d} >= 0 && p{d} < sz{d}" for d in range(nd))
+        types += ([None, I] + [I] * rank) * 2
+    body: list[str] = ["const IDX K = " + " * ".join(f"kr{d}" for d in range(nd)) + ";"]
+    last = nd - 1
+    if kind in ("unfold", "max_pool", "avg_pool", "max_pool_backward_tiled"):
+        # a thread per (image, channel, block): r = nn * C + ch, l the block of the image
+        body += [
+            "const IDX r = FDIV(i, Lb); const IDX l = i - r * Lb;",
+            "const IDX nn = FDIV(r, C); const IDX ch = r - nn * C;",
+            *_split("l", nd, "bl", "b"),
+            "const IDX xb = x_off + nn * x_s0 + ch * x_s1;",
+        ]
     if kind == "unfold":
-        # out (N, C*K, Lb): i -> (n, c, kk, l)
-        body += [
-            "const long l = i % Lb; const long row = (i / Lb) % (C * K); const long nn = i / (Lb * C * K);",
-            "const long ch = row / K; const long kk = row % K;",
-            *unravel("kk", nd, "kr", "long", "k"),
-            *unravel("l", nd, "bl", "long", "b"),
-            *[f"const long p{d} = b{d} * st{d} + k{d} * dl{d} - lo{d};" for d in range(nd)],
-            f"{A} v = value;",
-            f"if ({inside}) v = {c.load('x', _at('x', ['nn', 'ch'] + [f'p{d}' for d in range(nd)]))};",
-            c.store("out", "i", "v"),
-        ]
+        # out (N, C*K, Lb) contiguous: tap kk of (r, l) at (r * K + kk) * Lb + l; stores coalesce along l
+        body += ["IDX o = r * K * Lb + l;"]
+        load = c.load("x", f"xo{last}")
+        body += _nest(nd, _window_taps(nd, "xb", "st{d}"), [f"{c.store('out', 'o', f'in{last} ? ({A}){load} : value')}",
+                                                           "o += Lb;"])  # fmt: skip
     elif kind in ("max_pool", "avg_pool"):
-        # out (N, C, *blocks)
-        first = "-INFINITY" if kind == "max_pool" else f"({A})0"
-        step = "if (v > acc || isnan(v)) acc = v;" if kind == "max_pool" else "acc += v;"
-        pad = "-INFINITY" if kind == "max_pool" else f"({A})0"
+        mx = kind == "max_pool"
+        step = "if (v > acc || isnan(v)) acc = v;" if mx else "acc += v;"  # a pad tap: -inf or 0, no change
+        body += [f"{A} acc = {'-INFINITY' if mx else f'({A})0'};"]
+        inner = [f"if (!in{last}) continue;", f"const {A} v = ({A}){c.load('x', f'xo{last}')};", step]
+        body += _nest(nd, _window_taps(nd, "xb", "st{d}"), inner)
+        body.append(c.store("out", "i", "acc / divisor[l]" if kind == "avg_pool" else "acc"))
+    elif kind == "max_pool_backward_tiled":
+        # windows tile the input (stride == kernel, dilation 1): this window's thread writes every
+        # input it covers (the last window of an axis also those past it): g at the first tap equal to
+        # the window's maximum (taps past the edges are -inf; none when the maximum is NaN), 0 elsewhere
+        yb = "y_off + nn * y_s0 + ch * y_s1 + " + " + ".join(f"b{d} * y_s{d + 2}" for d in range(nd))
+        gb = "g_off + nn * g_s0 + ch * g_s1 + " + " + ".join(f"b{d} * g_s{d + 2}" for d in range(nd))
         body += [
-            "const long l = i % Lb; const long nc = i / Lb; const long ch = nc % C; const long nn = nc / C;",
-            *unravel("l", nd, "bl", "long", "b"),
-            f"{A} acc = {first};",
-            "for (long kk = 0; kk < K; kk++) {",
-            *["  " + s for s in unravel("kk", nd, "kr", "long", "k")],
-            *[f"  const long p{d} = b{d} * st{d} + k{d} * dl{d} - lo{d};" for d in range(nd)],
-            f"  const {A} v = ({inside}) ? ({A}){c.load('x', _at('x', ['nn', 'ch'] + [f'p{d}' for d in range(nd)]))}"
-            f" : {pad};",
-            f"  {step}",
-            "}",
-            c.store("out", "i", "acc / divisor[l]" if kind == "avg_pool" else "acc"),
+            f"const {A} m = ({A}){c.load('y', yb)};",
+            f"const {A} gv = ({A}){c.load('g', gb)};",
+            "bool found = false;",
+            "IDX " + ", ".join(f"f{d} = -1" for d in range(nd)) + ";",
         ]
-    else:
-        # fold / max_pool_backward: out (N, C, *size); gather what lands on each position
-        body += [
-            "long rest = i;",
-            *[f"const long q{d} = rest % sz{d}; rest /= sz{d};" for d in reversed(range(nd))],
-            "const long ch = rest % C; const long nn = rest / C;",
-            f"{A} acc = 0;",
-            "for (long kk = 0; kk < K; kk++) {",
-            *["  " + s for s in unravel("kk", nd, "kr", "long", "k")],
-            *[f"  const long t{d} = q{d} + lo{d} - k{d} * dl{d};" for d in range(nd)],
-            "  if (" + " || ".join(f"t{d} < 0 || t{d} % st{d} != 0 || t{d} / st{d} >= bl{d}" for d in range(nd)) + ")",
-            "    continue;",
-            *[f"  const long b{d} = t{d} / st{d};" for d in range(nd)],
-            "  const long l = "
-            + " + ".join(f"b{d} * " + " * ".join([f"bl{e}" for e in range(d + 1, nd)] or ["1"]) for d in range(nd))
-            + ";",  # fmt: skip
+        search = [
+            f"const {A} v = in{last} ? ({A}){c.load('x', f'xo{last}')} : -INFINITY;",
+            "if (!found && v == m) { found = true; " + " ".join(f"f{d} = k{d};" for d in range(nd)) + " }",
         ]
-        if kind == "fold":
-            body += [f"  acc += ({A}){c.load('x', _at('x', ['nn', 'ch * K + kk', 'l']))};", "}"]
-        else:
-            bidx = ["nn", "ch"] + [f"b{d}" for d in range(nd)]
-            xpos = _at("x", ["nn", "ch"] + [f"p{d}" for d in range(nd)])
+        body += _nest(nd, _window_taps(nd, "xb", "kr{d}"), search)
+        for d in range(nd):
             body += [
-                f"  const {A} m = {c.load('y', _at('y', bidx))};",
-                "  long first = -1;",
-                "  for (long j = 0; j < K && first < 0; j++) {",
-                *["    " + s for s in unravel("j", nd, "kr", "long", "w")],
-                *[f"    const long p{d} = b{d} * st{d} + w{d} * dl{d} - lo{d};" for d in range(nd)],
-                f"    const {A} v = ({inside}) ? ({A}){c.load('x', xpos)} : -INFINITY;",
-                "    if (v == m) first = j;",
-                "  }",
-                f"  if (first == kk) acc += {c.load('g', _at('g', bidx))};",
-                "}",
+                f"const IDX w{d} = b{d} * kr{d} - lo{d};",
+                f"const IDX e{d} = b{d} == bl{d} - 1 ? sz{d} : min(w{d} + kr{d}, sz{d});",
             ]
+
+        def put(d: int) -> list[str]:
+            prev_o, prev_hit = (f"o{d - 1}", f"hit{d - 1}") if d else ("r", "found")
+            return [
+                f"const IDX o{d} = {prev_o} * sz{d} + q{d};",
+                f"const bool hit{d} = {prev_hit} && q{d} - w{d} == f{d};",
+            ]
+
+        store = c.store("out", f"o{last}", f"hit{last} ? gv : ({A})0")
+        body += _nest(nd, put, [store], "q", lambda d: f"max(w{d}, (IDX)0)", lambda d: f"e{d}")
+    else:
+        # fold / max_pool_backward: a thread per input position, summing what lands on it: window b
+        # holds the position at tap k when b * st + k * dl - lo == q
+        body += [
+            "const IDX r = FDIV(i, Sz); const IDX pos = i - r * Sz;",
+            "const IDX nn = FDIV(r, C); const IDX ch = r - nn * C;",
+            *_split("pos", nd, "sz", "q"),
+            f"{A} acc = 0;",
+        ]
+
+        def pre(d: int) -> list[str]:
+            prev_l, prev_k = (f"lb{d - 1}", f"kk{d - 1}") if d else ("(IDX)0", "(IDX)0")
+            return [
+                f"const IDX t{d} = q{d} + lo{d} - k{d} * dl{d};",
+                f"if (t{d} < 0) continue;",
+                f"const IDX b{d} = FDIV(t{d}, st{d});",
+                f"if (b{d} * st{d} != t{d} || b{d} >= bl{d}) continue;",
+                f"const IDX lb{d} = {prev_l} * bl{d} + b{d};",
+                f"const IDX kk{d} = {prev_k} * kr{d} + k{d};",
+            ]
+
+        if kind == "fold":
+            at = f"x_off + nn * x_s0 + (ch * K + kk{last}) * x_s1 + lb{last} * x_s2"
+            inner = [f"acc += ({A}){c.load('x', at)};"]
+        else:
+            yb = "y_off + nn * y_s0 + ch * y_s1 + " + " + ".join(f"b{d} * y_s{d + 2}" for d in range(nd))
+            gb = "g_off + nn * g_s0 + ch * g_s1 + " + " + ".join(f"b{d} * g_s{d + 2}" for d in range(nd))
+            xb = "x_off + nn * x_s0 + ch * x_s1"
+
+            def scan(d: int) -> list[str]:  # window b's taps w, until its first maximum
+                prev_o = f"xw{d - 1}" if d else xb
+                prev_in = f"iw{d - 1} && " if d else ""
+                return [
+                    f"const IDX pw{d} = b{d} * st{d} + w{d} * dl{d} - lo{d};",
+                    f"const bool iw{d} = {prev_in}pw{d} >= 0 && pw{d} < sz{d};",
+                    f"const IDX xw{d} = {prev_o} + pw{d} * x_s{d + 2};",
+                ]
+
+            test = [
+                f"const {A} v = iw{last} ? ({A}){c.load('x', f'xw{last}')} : -INFINITY;",
+                "if (v == m) { found = true; mine = " + " && ".join(f"w{d} == k{d}" for d in range(nd)) + "; }",
+            ]
+            loops = _nest(nd, scan, test, "w", hi=lambda d: f"kr{d} && !found")
+            inner = [f"const {A} m = ({A}){c.load('y', yb)};", "bool found = false, mine = false;", *loops]
+            inner.append(f"if (mine) acc += ({A}){c.load('g', gb)};")
+        body += _nest(nd, pre, inner)
         body.append(c.store("out", "i", "acc"))
-    lines = [preamble({dt}), f"__kernel void ember_{kind}(" + ", ".join(params) + ") {"]
-    lines += ["  const long i = get_global_id(0);", "  if (i >= n) return;"] + ["  " + s for s in body] + ["}"]
+    lines = [preamble({dt}), *_fdiv(idx), f"__kernel void ember_{kind}(" + ", ".join(params) + ") {"]
+    lines += ["  const IDX i = get_global_id(0);", "  if (i >= n) return;"] + ["  " + s for s in body] + ["}"]
     return "\n".join(lines) + "\n", types
 
 
-def _kernel(rt: Runtime, kind: str, dt: str, nd: int) -> tuple[Any, int]:
+def _kernel(rt: Runtime, kind: str, dt: str, nd: int, idx: str) -> tuple[Any, int]:
     def make() -> tuple[str, str, list[Any]]:
-        s, t = _source(kind, dt, nd)
+        s, t = _source(kind, dt, nd, idx)
         return s, f"ember_{kind}", t
 
-    return rt.kernel(("window", kind, dt, nd), make)
+    return rt.kernel(("window", kind, dt, nd, idx), make)
 
 
-def _geo(size: tuple[int, ...], blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
-         dilation: tuple[int, ...], padding: Pads) -> list[int]:  # fmt: skip
-    return [*size, *blocks, *kernel, *stride, *dilation, *(lo for lo, _ in padding)]
+#: launches of the window kernels by name (tests check which ran; nothing else depends on it)
+CALLS: Counter[str] = Counter()
 
 
-def _view(a: CLArray) -> list[Any]:
-    return [a.buf, a.offset, *a.strides]
+def _run(rt: Runtime, kind: str, out: CLArray, n: int, nc: tuple[int, int], size: tuple[int, ...],
+         blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+         padding: Pads, views: list[CLArray], extra: list[Any] = ()) -> None:  # fmt: skip
+    """Launch window kernel ``kind`` over ``n`` threads: geometry, magic numbers, then ``views`` and ``extra``."""
+    nd = len(kernel)
+    lb, sz = math.prod(blocks), math.prod(size)
+    idx = _index(n, out.size, lb * math.prod(kernel) * nc[0] * nc[1], *(_extent(v) for v in views))
+    knl, wg = _kernel(rt, kind, out.dtype.name, nd, idx)
+    values = dict(C=nc[1], Lb=lb, Sz=sz)
+    for d in range(nd):
+        values.update({f"sz{d}": size[d], f"bl{d}": blocks[d], f"st{d}": stride[d]})
+    magics = [v for name in _divisors(nd) for v in magic(values[name])]
+    geo = [*size, *blocks, *kernel, *stride, *dilation, *(lo for lo, _ in padding)]
+    args = [n, out.buf, *nc, *geo, lb, sz, *magics]
+    for v in views:
+        args += [v.buf, v.offset, *v.strides]
+    CALLS[kind] += 1
+    _launch(rt, knl, wg, n, args + list(extra))
 
 
 def unfold(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, dilation: Any, value: float) -> CLArray:
@@ -180,10 +304,9 @@ def unfold(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, dil
     blocks = _blocks(size, kernel, stride, padding, dilation)
     out = rt.empty((n, c * math.prod(kernel), math.prod(blocks)), x.dtype)
     if out.size and x.size:
-        knl, wg = _kernel(rt, "unfold", x.dtype.name, len(kernel))
-        geo = _geo(size, blocks, kernel, stride, dilation, padding)
         value_arg = ctype(x.dtype).np_compute.type(value)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(x), value_arg])
+        threads = n * c * math.prod(blocks)
+        _run(rt, "unfold", out, threads, (n, c), size, blocks, kernel, stride, dilation, padding, [x], [value_arg])
     elif out.size:
         raise ValueError("unfold of an empty input with non-empty output")  # pragma: no cover
     return out
@@ -196,9 +319,7 @@ def fold(rt: Runtime, cols: CLArray, size: Any, kernel: Any, stride: Any, paddin
     blocks = _blocks(size, kernel, stride, padding, dilation)
     out = rt.empty((n, c) + size, cols.dtype)
     if out.size:
-        knl, wg = _kernel(rt, "fold", cols.dtype.name, len(kernel))
-        geo = _geo(size, blocks, kernel, stride, dilation, padding)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(cols)])
+        _run(rt, "fold", out, out.size, (n, c), size, blocks, kernel, stride, dilation, padding, [cols])
     return out
 
 
@@ -207,10 +328,14 @@ def max_pool(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, d
     blocks = _blocks(x.shape[2:], kernel, stride, padding, dilation)
     out = rt.empty((n, c) + blocks, x.dtype)
     if out.size:
-        knl, wg = _kernel(rt, "max_pool", x.dtype.name, len(kernel))
-        geo = _geo(x.shape[2:], blocks, kernel, stride, dilation, padding)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(x)])
+        _run(rt, "max_pool", out, out.size, (n, c), x.shape[2:], blocks, kernel, stride, dilation, padding, [x])
     return out
+
+
+def tiles(kernel: Any, stride: Any, padding: Pads, dilation: Any) -> bool:
+    """Whether max-pool windows tile the input (stride == kernel, no dilation, each window holding an
+    input): each input belongs to at most one window, so a thread per window writes the gradient."""
+    return all(s == k and d == 1 and lo < k for k, s, d, (lo, _) in zip(kernel, stride, dilation, padding))
 
 
 def max_pool_backward(
@@ -219,10 +344,12 @@ def max_pool_backward(
     n, c = x.shape[:2]
     out = rt.empty(x.shape, x.dtype)
     if out.size:
-        blocks = y.shape[2:]
-        knl, wg = _kernel(rt, "max_pool_backward", x.dtype.name, len(kernel))
-        geo = _geo(x.shape[2:], blocks, kernel, stride, dilation, padding)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(x), *_view(g), *_view(y)])
+        blocks = tuple(y.shape[2:])
+        geo = (x.shape[2:], blocks, tuple(kernel), tuple(stride), tuple(dilation), padding)
+        if y.size and tiles(kernel, stride, padding, dilation):  # a thread per window, writing all its inputs
+            _run(rt, "max_pool_backward_tiled", out, y.size, (n, c), *geo, [x, g, y])
+        else:  # a thread per input, gathering over the windows that hold it
+            _run(rt, "max_pool_backward", out, out.size, (n, c), *geo, [x, g, y])
     return out
 
 
@@ -237,10 +364,13 @@ def avg_pool(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, d
             full = np.multiply.outer(full, np.asarray(d, dtype=np.float64))
         comp = ctype(x.dtype).np_compute
         div = rt.upload(np.ascontiguousarray(full.reshape(-1).astype(comp)), as_dtype(comp.name))
-        knl, wg = _kernel(rt, "avg_pool", x.dtype.name, len(kernel))
-        geo = _geo(x.shape[2:], blocks, kernel, stride, ones, padding)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(x), div.buf])
+        _run(rt, "avg_pool", out, out.size, (n, c), x.shape[2:], blocks, kernel, stride, ones, padding, [x], [div.buf])
     return out
+
+
+def _geo(size: tuple[int, ...], blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+         dilation: tuple[int, ...], padding: Pads) -> list[int]:  # fmt: skip
+    return [*size, *blocks, *kernel, *stride, *dilation, *(lo for lo, _ in padding)]
 
 
 # -- implicit GEMM -----------------------------------------------------------------------

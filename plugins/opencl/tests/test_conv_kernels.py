@@ -1,0 +1,137 @@
+"""The window kernels of conv.py (max-pool gradient by window or by input, unfold, fold, pooling) in
+both index widths, and the magic-number division they use, against numpy float64 references."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember_opencl import conv
+
+RNG = np.random.default_rng(5)
+
+
+def _up(rt, arr):
+    return rt.upload(np.ascontiguousarray(arr), em.dtypes.as_dtype(arr.dtype))
+
+
+def test_magic_division_is_exact():
+    """floor(x / d) == (mul_hi(x, m) + x) >> s for x < 2**31: small, power-of-two and large divisors."""
+    divisors = list(range(1, 200)) + [2**k + e for k in range(2, 31) for e in (-1, 0, 1)]
+    divisors += [int(d) for d in RNG.integers(1, 2**31, 300)]
+    for d in divisors:
+        m, s = conv.magic(d)
+        assert 0 < m < 2**32
+        x = np.concatenate([RNG.integers(0, 2**31, 4000), np.arange(2000), [2**31 - 1, d - 1, d, d + 1]])
+        x = x[(x >= 0) & (x < 2**31)].astype(np.uint64)
+        q = (((x * np.uint64(m)) >> np.uint64(32)) + x) >> np.uint64(s)
+        np.testing.assert_array_equal(q, x // np.uint64(d), err_msg=f"divisor {d}")
+
+
+def _windows(shape, kernel, stride, pads, dil):
+    blocks = [
+        (s + lo + hi - d * (k - 1) - 1) // st + 1 for s, (lo, hi), k, st, d in zip(shape, pads, kernel, stride, dil)
+    ]
+    return blocks, list(itertools.product(*[range(b) for b in blocks]))
+
+
+def _pool_grad_ref(x, g, kernel, stride, pads, dil):
+    """numpy float64: each window's gradient goes to its first maximum (padding is -inf; none on NaN)."""
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    out = np.zeros(x.shape)
+    blocks, wins = _windows(x.shape[2:], kernel, stride, pads, dil)
+    for n, c in np.ndindex(*x.shape[:2]):
+        for b in wins:
+            taps = []
+            for k in itertools.product(*[range(kk) for kk in kernel]):
+                p = tuple(bb * s + kk * d - lo for bb, kk, s, d, (lo, _) in zip(b, k, stride, dil, pads))
+                inside = all(0 <= q < sz for q, sz in zip(p, x.shape[2:]))
+                taps.append((x64[(n, c) + p] if inside else -np.inf, p if inside else None))
+            best = np.nan if any(np.isnan(v) for v, _ in taps) else max(v for v, _ in taps)
+            for v, p in taps:
+                if v == best:
+                    if p is not None:
+                        out[(n, c) + p] += g64[(n, c) + b]
+                    break
+    return out
+
+
+POOLS = [  # x shape, kernel, stride, pads, dilation, which kernel runs
+    ((2, 3, 9, 7), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), "max_pool_backward_tiled"),  # past the last window
+    ((2, 2, 8, 8), (3, 2), (3, 2), ((1, 1), (1, 1)), (1, 1), "max_pool_backward_tiled"),  # padded windows
+    ((2, 2, 11), (3,), (3,), ((2, 0),), (1,), "max_pool_backward_tiled"),
+    ((1, 2, 5, 4, 6), (2, 2, 3), (2, 2, 3), ((0, 0), (1, 1), (0, 0)), (1, 1, 1), "max_pool_backward_tiled"),
+    ((2, 3, 9, 7), (3, 3), (2, 1), ((1, 1), (1, 1)), (1, 1), "max_pool_backward"),  # overlapping windows
+    ((2, 2, 10, 9), (2, 2), (2, 2), ((0, 0), (0, 0)), (2, 1), "max_pool_backward"),  # dilated
+]
+
+
+@pytest.mark.parametrize("index", ["int", "long"])
+@pytest.mark.parametrize("shape, kernel, stride, pads, dil, kind", POOLS)
+def test_max_pool_backward(dev, monkeypatch, shape, kernel, stride, pads, dil, kind, index):
+    """Ties go to the window's first maximum, a NaN window routes nothing; x read through a transposed
+    view. ``kind`` is the kernel that must have run (a thread per window when windows tile the input)."""
+    rt = dev.backend.rt
+    monkeypatch.setattr(conv, "_index", lambda *extents: index)
+    x = RNG.integers(-3, 4, shape).astype(np.float32)  # many ties
+    x.reshape(-1)[5] = np.nan
+    xt = _up(rt, np.swapaxes(x, 0, 1).copy()).permute((1, 0) + tuple(range(2, x.ndim)))
+    y = conv.max_pool(rt, xt, kernel, stride, pads, dil)
+    g = RNG.standard_normal(y.shape).astype(np.float32)
+    before = conv.CALLS[kind]
+    got = dev.backend.to_numpy(conv.max_pool_backward(rt, _up(rt, g), xt, y, kernel, stride, pads, dil))
+    assert conv.CALLS[kind] == before + 1
+    np.testing.assert_allclose(got, _pool_grad_ref(x, g, kernel, stride, pads, dil), rtol=1e-6, atol=1e-6)
+    assert ("window", kind, "float32", len(kernel), index) in rt._kernels
+
+
+def test_tiles_needs_disjoint_windows():
+    assert conv.tiles((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1))
+    assert not conv.tiles((2, 2), (2, 1), ((0, 0), (0, 0)), (1, 1))  # overlap
+    assert not conv.tiles((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 2))  # dilated
+    assert not conv.tiles((2,), (2,), ((2, 0),), (1,))  # a window of padding only
+
+
+def _unfold_ref(x, kernel, stride, pads, dil, value):
+    n, c = x.shape[:2]
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + list(pads), constant_values=value)
+    blocks, wins = _windows(x.shape[2:], kernel, stride, pads, dil)
+    taps = list(itertools.product(*[range(k) for k in kernel]))
+    out = np.zeros((n, c, len(taps), len(wins)))
+    for j, b in enumerate(wins):
+        for t, k in enumerate(taps):
+            p = tuple(bb * s + kk * d for bb, kk, s, d in zip(b, k, stride, dil))
+            out[:, :, t, j] = xp[(slice(None), slice(None)) + p]
+    return out.reshape(n, c * len(taps), len(wins))
+
+
+@pytest.mark.parametrize("index", ["int", "long"])
+@pytest.mark.parametrize(
+    "shape, kernel, stride, pads, dil",
+    [((2, 3, 9, 7), (3, 2), (2, 1), ((1, 2), (0, 1)), (1, 2)), ((2, 2, 12), (3,), (2,), ((1, 1),), (1,))],
+)
+def test_unfold_fold_pool(dev, monkeypatch, shape, kernel, stride, pads, dil, index):
+    """unfold (pad value 0.5), its adjoint fold, and max / avg pooling in both index widths."""
+    rt = dev.backend.rt
+    monkeypatch.setattr(conv, "_index", lambda *extents: index)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    cols = conv.unfold(rt, _up(rt, x), kernel, stride, pads, dil, 0.5)
+    want = _unfold_ref(x, kernel, stride, pads, dil, 0.5)
+    np.testing.assert_allclose(dev.backend.to_numpy(cols), want, rtol=1e-6, atol=1e-6)
+    # fold is unfold's adjoint: <unfold(x), c> == <x, fold(c)> (pad value 0)
+    c = RNG.standard_normal(want.shape).astype(np.float32)
+    folded = dev.backend.to_numpy(conv.fold(rt, _up(rt, c), shape[2:], kernel, stride, pads, dil)).astype(np.float64)
+    lhs = (_unfold_ref(x, kernel, stride, pads, dil, 0.0) * c).sum()
+    np.testing.assert_allclose((x.astype(np.float64) * folded).sum(), lhs, rtol=1e-4)
+    ref = _unfold_ref(x, kernel, stride, pads, dil, -np.inf).reshape(shape[0], shape[1], -1, want.shape[-1])
+    got = dev.backend.to_numpy(conv.max_pool(rt, _up(rt, x), kernel, stride, pads, dil))
+    np.testing.assert_allclose(got.reshape(ref.shape[0], ref.shape[1], -1), ref.max(axis=2), rtol=1e-6)
+    ones = (1,) * len(kernel)
+    if dil == ones:
+        divisor = [np.full(b, float(kernel[d])) for d, b in enumerate(got.shape[2:])]
+        avg = dev.backend.to_numpy(conv.avg_pool(rt, _up(rt, x), kernel, stride, pads, divisor))
+        zero = _unfold_ref(x, kernel, stride, pads, dil, 0.0).reshape(ref.shape)
+        np.testing.assert_allclose(avg.reshape(ref.shape[0], ref.shape[1], -1), zero.mean(axis=2), rtol=1e-5)
