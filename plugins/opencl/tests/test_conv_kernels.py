@@ -1,15 +1,18 @@
-"""The window kernels of conv.py (max-pool gradient by window or by input, unfold, fold, pooling) in
-both index widths, and the magic-number division they use, against numpy float64 references."""
+"""The kernels of conv.py against numpy float64 references, in both index widths: the window kernels
+(max-pool gradient by window or by input, unfold, fold, pooling), the implicit-GEMM conv and its input
+gradient over several tilings, and the magic-number division both use."""
 
 from __future__ import annotations
 
 import itertools
 
+import conv_reference as ref
 import numpy as np
 import pytest
 
 import ember as em
 from ember_opencl import conv
+from ember_opencl.matmul import TILINGS, Tiling
 
 RNG = np.random.default_rng(5)
 
@@ -135,3 +138,50 @@ def test_unfold_fold_pool(dev, monkeypatch, shape, kernel, stride, pads, dil, in
         avg = dev.backend.to_numpy(conv.avg_pool(rt, _up(rt, x), kernel, stride, pads, divisor))
         zero = _unfold_ref(x, kernel, stride, pads, dil, 0.0).reshape(ref.shape)
         np.testing.assert_allclose(avg.reshape(ref.shape[0], ref.shape[1], -1), zero.mean(axis=2), rtol=1e-5)
+
+
+# -- implicit-GEMM conv: the images of the batch as GEMM columns ---------------------------------
+IGEMM_TILINGS = {
+    "c4db-64": Tiling(64, 128, 16, 8, 8, vw=4, chunk=4, db=True),  # W3's conv2 tile: the column part hoisted
+    "rows16": Tiling(16, 128, 16, 4, 8, vw=4, chunk=4, db=True),  # 64 work items, 128 columns: not hoisted
+    "odd_rp": TILINGS["odd_rp"],  # register prefetch, 2-wide A loads
+    "tiny": TILINGS["tiny"],  # chunk 1: scalar stores
+}
+
+
+@pytest.mark.parametrize("index", ["int", "long"])
+@pytest.mark.parametrize("tiling", list(IGEMM_TILINGS))
+def test_implicit_conv_batch_as_columns(dev, monkeypatch, tiling, index):
+    """conv (with bias) and its input gradient (conv_transpose) against numpy float64: 2-D with stride,
+    dilation and uneven padding, L = 5 * 4 positions per image (column tiles straddle images; float4
+    stores only where four columns are adjacent), input through a transposed view."""
+    rt = dev.backend.rt
+    monkeypatch.setattr(conv, "_index", lambda *extents: index)
+    t = IGEMM_TILINGS[tiling]
+    x = RNG.standard_normal((3, 5, 9, 8)).astype(np.float32)
+    w = RNG.standard_normal((6, 5, 3, 2)).astype(np.float32)
+    bias = RNG.standard_normal(6).astype(np.float32)
+    stride, pads, dil = (2, 2), ((1, 2), (0, 1)), (1, 2)
+    xt = _up(rt, np.swapaxes(x, 0, 1).copy()).permute((1, 0, 2, 3))
+    before = dict(conv.CALLS)
+    y = conv.conv(rt, xt, _up(rt, w), _up(rt, bias), stride, pads, dil, 1, t)
+    want = ref.conv(x, w, bias, stride, pads, dil, 1)
+    assert want.shape[2:] == (5, 4)
+    np.testing.assert_allclose(dev.backend.to_numpy(y), want, rtol=1e-4, atol=1e-4)
+    g = RNG.standard_normal(want.shape).astype(np.float32)
+    gx = conv.conv_transpose(rt, _up(rt, g), _up(rt, w), None, x.shape[2:], stride, pads, dil, 1, t)
+    want_gx = ref.conv_transpose(g, w, x.shape[2:], stride, pads, dil, 1)
+    np.testing.assert_allclose(dev.backend.to_numpy(gx), want_gx, rtol=1e-4, atol=1e-4)
+    for kind in ("conv_igemm", "transpose_igemm"):
+        assert conv.CALLS[kind] == before.get(kind, 0) + 1
+    keys = {k[1:5] for k in rt._kernels if isinstance(k, tuple) and k[0] == "conv_igemm"}
+    assert {("conv", "float32", t, 1), ("transpose", "float32", t, 1)} <= keys
+
+
+def test_gpu_conv_tiling_by_rows(dev, monkeypatch):
+    """A GPU's conv tile is the smallest of the conv family holding M rows (W3: 32 and 64)."""
+    rt = dev.backend.rt
+    monkeypatch.setattr(rt, "is_cpu", False)
+    monkeypatch.setattr(conv, "fits", lambda rt, t, dt: True)
+    for m, rows in ((8, 16), (32, 32), (64, 64), (96, 128)):
+        assert conv._conv_tiling(rt, "float32", m, 100352, 288).tm == rows

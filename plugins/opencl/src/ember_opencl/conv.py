@@ -23,8 +23,8 @@ from ember.dtypes import as_dtype
 
 from .array import CLArray
 from .cltypes import ctype
-from .codegen import preamble, unravel
-from .matmul import Gather, Tiling, choose, fits, gemm_source, launch_tiled
+from .codegen import preamble
+from .matmul import ColumnMap, Gather, Tiling, choose, fits, gemm_source, launch_tiled, magic
 from .runtime import Runtime
 
 __all__ = ["conv", "conv_transpose", "unfold", "fold", "max_pool", "max_pool_backward", "avg_pool"]
@@ -59,15 +59,6 @@ def _divisors(nd: int) -> list[str]:
 
 
 U = np.dtype(np.uint32)
-
-
-def magic(d: int) -> tuple[int, int]:
-    """(m, s) with floor(x / d) == (mul_hi(x, m) + x) >> s for 0 <= x < 2**31 and 1 <= d < 2**31
-    (round-up multiplier, Granlund & Montgomery); (0, 0) for d == 0 (never divided by)."""
-    if d < 1:
-        return 0, 0
-    s = (d - 1).bit_length()
-    return ((1 << 32) * ((1 << s) - d)) // d + 1, s
 
 
 def _index(*extents: int) -> str:
@@ -381,63 +372,114 @@ def implicit_wins(rt: Runtime) -> bool:
 
 
 def _gather(kind: str, dt: str, nd: int, idx: str) -> Gather:
-    """B of the conv GEMM: element (gk = ci * KV + tap, go = output position) read from the input.
+    """B of the conv GEMM: element (gk = ci * KV + tap, go = image * L + output position) read from the
+    input. The images of the batch are columns: one GEMM per group, no tile straddling an image's end.
 
     ``conv``: input position = out * stride + tap * dilation - pad (zero outside);
-    ``transpose``: the input position b with b * stride + tap * dilation - pad = out, if any."""
+    ``transpose``: the input position b with b * stride + tap * dilation - pad = out, if any.
+    What depends on the column only (image, output coordinates) is ``col``: once per kernel. Every
+    division is a magic-number FDIV (its ``_m``, ``_s`` arguments follow the sizes)."""
     c = ctype(dt)
     acc = "float" if c.is_wide_float else c.compute
     names = ("g_sz", "g_bl", "g_kr", "g_st", "g_dl", "g_lo", "g_sx")
-    params = [f"const {idx} g_kv", f"const {idx} g_cs"] + [f"const {idx} {n}{d}" for n in names for d in range(nd)]
+    params = [f"const {idx} g_kv", f"const {idx} g_cs", f"const {idx} g_L", f"const {idx} g_ns"]
+    params += [f"const {idx} {n}{d}" for n in names for d in range(nd)]
     npi = np.dtype(np.int32 if idx == "int" else np.int64)
-    code = [f"const {idx} ci = gk / g_kv, kk = gk % g_kv;", *unravel("kk", nd, "g_kr", idx, "wk")]
-    if kind == "conv":  # go runs over the output blocks g_bl, the input is g_sz
-        code += unravel("go", nd, "g_bl", idx, "wq")
-        code += [f"const {idx} p{d} = wq{d} * g_st{d} + wk{d} * g_dl{d} - g_lo{d};" for d in range(nd)]
+    types: list[Any] = [npi] * len(params)
+    divs = _gather_divisors(nd)
+    params += [f"const uint {v}_{p}" for v in divs for p in "ms"]
+    types += [U] * (2 * len(divs))
+    grid = "g_bl" if kind == "conv" else "g_sz"  # the output's coordinates (the columns)
+    col = ["const IDX img = FDIV(go, g_L); const IDX gl = go - img * g_L;", *_split("gl", nd, grid, "wq")]
+    col.append("const IDX xcol = img * g_ns;")
+    code = ["const IDX ci = FDIV(gk, g_kv); const IDX kk = gk - ci * g_kv;", *_split("kk", nd, "g_kr", "wk")]
+    if kind == "conv":
+        col += [f"const IDX h{d} = wq{d} * g_st{d} - g_lo{d};" for d in range(nd)]
+        code += [f"const IDX p{d} = h{d} + wk{d} * g_dl{d};" for d in range(nd)]
         inside = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
         pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
-    else:  # go runs over the output size g_sz, the input (blocks) is g_bl
-        code += unravel("go", nd, "g_sz", idx, "wq")
-        code += [f"const {idx} t{d} = wq{d} + g_lo{d} - wk{d} * g_dl{d};" for d in range(nd)]
-        inside = " && ".join(f"t{d} >= 0 && t{d} % g_st{d} == 0 && t{d} / g_st{d} < g_bl{d}" for d in range(nd))
-        pos = " + ".join(f"(t{d} / g_st{d}) * g_sx{d}" for d in range(nd))
-    code.append(f"if ({inside}) v = ({acc}){c.load('B', f'b_base + ci * g_cs + {pos}')};")
-    return Gather(tuple(code), tuple(params), (npi,) * len(params))
+    else:
+        col += [f"const IDX h{d} = wq{d} + g_lo{d};" for d in range(nd)]
+        code += [f"const IDX t{d} = h{d} - wk{d} * g_dl{d};" for d in range(nd)]
+        code += [f"const IDX u{d} = FDIV(max(t{d}, (IDX)0), g_st{d});" for d in range(nd)]
+        inside = " && ".join(f"t{d} >= 0 && u{d} * g_st{d} == t{d} && u{d} < g_bl{d}" for d in range(nd))
+        pos = " + ".join(f"u{d} * g_sx{d}" for d in range(nd))
+    code.append(f"if ({inside}) v = ({acc}){c.load('B', f'b_base + xcol + ci * g_cs + {pos}')};")
+    return Gather(tuple(code), tuple(params), tuple(types), tuple(col))
+
+
+def _gather_divisors(nd: int) -> list[str]:
+    return ["g_kv", "g_L"] + [f"{n}{d}" for n in ("g_sz", "g_bl", "g_kr", "g_st") for d in range(nd)]
+
+
+#: C of the conv GEMM: column n = image * L + position of an (N, C_out, *blocks) output, the group's
+#: rows at c_base (the kernel's batch axis is the group)
+_COLUMNS = ColumnMap(
+    ("const IDX ci_img = FDIV(n, g_L); const IDX cn = ci_img * c_img + (n - ci_img * g_L);",),
+    ("const IDX c_rs", "const IDX c_img"),
+)
+
+
+#: the conv GEMM's tile on GPUs by output channels per group (M), rows of the tile first: the columns
+#: (N = images x positions) are many, so a tile 128 columns wide with 8x8 (4x8 for 32 rows) per work
+#: item, float4 local reads and two local buffers (the c4db layout of the matmul family)
+_GPU_CONV_TILINGS = (
+    (16, Tiling(16, 128, 16, 4, 8, vw=4, chunk=4, db=True)),
+    (32, Tiling(32, 128, 16, 4, 8, vw=4, chunk=4, db=True)),
+    (64, Tiling(64, 128, 16, 8, 8, vw=4, chunk=4, db=True)),
+    (2**62, Tiling(128, 128, 16, 8, 8, vw=4, chunk=4, db=True)),
+)
 
 
 def _conv_tiling(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
-    """Few output channels per group make short wide GEMMs: a 16- or 32-row tile wastes less."""
-    t = choose(rt, dt, M, N, K)
-    for rows, small in ((16, Tiling(16, 128, 16, 4, 8, vw=4, chunk=4, db=True)),
-                        (32, Tiling(32, 128, 16, 4, 8, vw=4, chunk=4, db=True))):  # fmt: skip
-        if M <= rows and t.tm > rows and not rt.is_cpu and fits(rt, small, dt):
-            return small
-    return t
+    """GPUs: the smallest tile of :data:`_GPU_CONV_TILINGS` that holds M rows (few output channels
+    per group make short wide GEMMs); CPUs and what does not fit: the matmul's choice."""
+    if not rt.is_cpu:
+        for rows, t in _GPU_CONV_TILINGS:
+            if M <= rows and fits(rt, t, dt):
+                return t
+    return choose(rt, dt, M, N, K)
 
 
 def _implicit(
     rt: Runtime, kind: str, x: CLArray, wmat: CLArray, bias: CLArray | None, out: CLArray, M: int, K: int,
     geo: list[int], groups: int, tiling: Tiling | None,
 ) -> None:  # fmt: skip
-    """Launch the conv GEMM: per (image, group) C[M, N] = A[M, K] @ gather(x)[K, N], A = wmat (G, M, K)."""
+    """Launch the conv GEMM: per group C[M, N * L] = A[M, K] @ gather(x)[K, N * L], A = wmat (G, M, K),
+    C's columns image-major in the NCHW output."""
     n, cin = x.shape[:2]
     nd = x.ndim - 2
-    N = math.prod(out.shape[2:])
+    L = math.prod(out.shape[2:])
+    N = n * L
     dt = x.dtype.name
     cg = cin // groups
-    ext = max(out.size, wmat.size, x.offset + sum(abs(s) * (d - 1) for d, s in zip(x.shape, x.strides)))
-    idx = "int" if ext < 2**31 - 2**20 else "long"
+    idx = _index(out.size, wmat.size, N, _extent(x))
     t = tiling or _conv_tiling(rt, dt, M, N, K)
     va = t.vw if dt in ("float32", "float64") else 1
     gather = _gather(kind, dt, nd, idx)
-    spec = (dt, t, 2, idx, True, True, va, 1, None, gather, bias is not None, f"ember_{kind}_igemm")
+    spec = (dt, t, 1, idx, True, True, va, 1, None, gather, bias is not None)
+    name = f"ember_{kind}_igemm"
+    kv = math.prod(geo[2 * nd : 3 * nd])
+    size, blocks, kernel, stride = (geo[j * nd : (j + 1) * nd] for j in range(4))
+    values = {"g_kv": kv, "g_L": L}
+    for d in range(nd):
+        values.update({f"g_sz{d}": size[d], f"g_bl{d}": blocks[d], f"g_kr{d}": kernel[d], f"g_st{d}": stride[d]})
     args = [M, N, K, wmat.buf, wmat.offset, K, 1, x.buf, x.offset, 0, 0, out.buf]
-    args += [n, groups, 0, M * K, x.strides[0], cg * x.strides[1], out.shape[1] * N, M * N]
-    args += [math.prod(geo[2 * nd : 3 * nd]), x.strides[1], *geo, *x.strides[2:]]
+    args += [groups, M * K, cg * x.strides[1], M * L]
+    args += [kv, x.strides[1], L, x.strides[0], *geo, *x.strides[2:]]
+    args += [v for nm in _gather_divisors(nd) for v in magic(values[nm])]
+    args += [L, out.shape[1] * L]  # the column map: c_rs, c_img
     if bias is not None:
         args += [bias.buf, bias.offset, bias.strides[0]]
-    key = ("conv_igemm", kind, *spec[:-1])
-    launch_tiled(rt, t, key, lambda: gemm_source(*spec[:-1], name=spec[-1]), spec[-1], M, N, n * groups, args)
+    key = ("conv_igemm", kind, *spec)
+    CALLS[f"{kind}_igemm"] += 1
+
+    def make() -> tuple[str, list[Any]]:
+        npi = np.dtype(np.int32 if idx == "int" else np.int64)
+        cmap = ColumnMap(_COLUMNS.code, _COLUMNS.params, (npi, npi))
+        return gemm_source(*spec, name=name, c_map=cmap)
+
+    launch_tiled(rt, t, key, make, name, M, N, groups, args)
 
 
 def _zero_fill(rt: Runtime, out: CLArray, bias: CLArray | None) -> CLArray:
