@@ -146,6 +146,7 @@ IGEMM_TILINGS = {
     "rows16": Tiling(16, 128, 16, 4, 8, vw=4, chunk=4, db=True),  # 64 work items, 128 columns: not hoisted
     "odd_rp": TILINGS["odd_rp"],  # register prefetch, 2-wide A loads
     "tiny": TILINGS["tiny"],  # chunk 1: scalar stores
+    "narrow": conv._GPU_NARROW_TILINGS[-1][1],  # a weight gradient of few columns (W3's first layer)
 }
 
 
@@ -185,3 +186,52 @@ def test_gpu_conv_tiling_by_rows(dev, monkeypatch):
     monkeypatch.setattr(conv, "fits", lambda rt, t, dt: True)
     for m, rows in ((8, 16), (32, 32), (64, 64), (96, 128)):
         assert conv._conv_tiling(rt, "float32", m, 100352, 288).tm == rows
+    assert conv._conv_tiling(rt, "float32", 32, 9, 784) == conv._GPU_NARROW_TILINGS[-1][1]  # conv1's dW
+
+
+def _wgrad_ref(g, x, kernel, stride, pads, dil, groups):
+    """numpy float64: dw[o, c, tap] = sum over n, q of g[n, o, q] * padded x[n, g*cg + c, q * stride + tap * dil]."""
+    g64 = g.astype(np.float64)
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + list(pads))
+    n, cout = g.shape[:2]
+    cg, og = x.shape[1] // groups, cout // groups
+    blocks = g.shape[2:]
+    out = np.zeros((cout, cg, *kernel))
+    for tap in np.ndindex(*kernel):
+        sl = tuple(slice(t * d, t * d + (b - 1) * s + 1, s) for t, d, s, b in zip(tap, dil, stride, blocks))
+        patch = xp[(slice(None), slice(None)) + sl]
+        for q in range(groups):
+            gq = g64[:, q * og : (q + 1) * og].reshape(n, og, -1)
+            part = np.einsum("noq,ncq->oc", gq, patch[:, q * cg : (q + 1) * cg].reshape(n, cg, -1))
+            out[(slice(q * og, (q + 1) * og), slice(None)) + tap] = part
+    return out
+
+
+@pytest.mark.parametrize("index", ["int", "long"])
+@pytest.mark.parametrize(
+    "tiling, xs, ws, stride, pads, dil, groups",
+    [
+        ("c4db-64", (3, 4, 9, 8), (6, 2, 3, 2), (2, 1), ((1, 2), (0, 1)), (1, 2), 2),
+        ("odd_rp", (3, 5, 9, 8), (6, 5, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
+        ("tiny", (2, 3, 13), (4, 3, 4), (3,), ((2, 1),), (1,), 1),
+        ("narrow", (3, 1, 11, 10), (20, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
+    ],
+)
+def test_conv_weight_grad(dev, monkeypatch, tiling, xs, ws, stride, pads, dil, groups, index):
+    """Per-image GEMMs of g against gathered im2col columns, summed over the images; g through a
+    transposed view (copied to contiguous rows), x through a transposed view (read in place). With no
+    floor on the partials' size, the 1-D case (partials larger than g and x) takes two rounds."""
+    rt = dev.backend.rt
+    monkeypatch.setattr(conv, "_index", lambda *extents: index)
+    monkeypatch.setattr(conv, "PARTIALS_FLOOR", 0)
+    x = RNG.standard_normal(xs).astype(np.float32)
+    want_y = ref.conv(x, RNG.standard_normal(ws).astype(np.float32), None, stride, pads, dil, groups)
+    g = RNG.standard_normal(want_y.shape).astype(np.float32)
+    swap = (1, 0) + tuple(range(2, x.ndim))
+    xt = _up(rt, np.swapaxes(x, 0, 1).copy()).permute(swap)
+    gt = _up(rt, np.swapaxes(g, 0, 1).copy()).permute(swap)
+    before = conv.CALLS["wgrad_igemm"]
+    got = conv.conv_weight_grad(rt, gt, xt, ws[2:], stride, pads, dil, groups, IGEMM_TILINGS[tiling])
+    assert conv.CALLS["wgrad_igemm"] == before + (2 if len(xs) == 3 else 1)
+    want = _wgrad_ref(g, x, ws[2:], stride, pads, dil, groups)
+    np.testing.assert_allclose(dev.backend.to_numpy(got), want, rtol=1e-4, atol=1e-4)

@@ -1,13 +1,19 @@
-"""Window kernels: implicit-GEMM conv and conv_transpose, unfold (im2col), fold (col2im),
-max/avg pooling and max-pool's gradient.
+"""Window kernels: implicit-GEMM conv, conv_transpose and conv's weight gradient, unfold (im2col),
+fold (col2im), max/avg pooling and max-pool's gradient.
 
 Same signatures as the composites in ``ember.ops.conv``; 1-3 spatial dimensions, inputs read
-through strides. ``conv`` is one tiled GEMM per (image, group) whose B operand is gathered
-from the input on the fly (no im2col buffer), bias added in the store; ``conv_transpose`` (the
-input gradient of conv) gathers the same way from its input, keeping only the taps a stride
-lands on. Both reuse the tiled family of :mod:`.matmul`. fold and the max-pool gradient are
-gathers (each output element sums what lands on it), so they are deterministic and need no
-atomics; ties in max pooling route the gradient to the window's first maximum, as PyTorch does.
+through strides. ``conv`` is one tiled GEMM per group whose columns are the batch's output
+positions (image-major: no tile straddles only part of an image's columns) and whose B operand is
+gathered from the input on the fly (no im2col buffer), bias added in the store, C placed into the
+NCHW output by a :class:`~.matmul.ColumnMap`; ``conv_transpose`` (the input gradient of conv)
+gathers the same way from its input, keeping only the taps a stride lands on; ``conv_weight_grad``
+is a GEMM per (image, group) of the gradient against the image's gathered columns, the per-image
+partials summed by one kernel. All reuse the tiled family of :mod:`.matmul`. fold and the max-pool
+gradient are gathers (each output element sums what lands on it), so they are deterministic and need
+no atomics; ties in max pooling route the gradient to the window's first maximum, as PyTorch does.
+When the pooling windows tile the input (stride == kernel), a thread per window writes its inputs'
+gradient instead. Indices are 32-bit where everything fits (a kernel per index width) and divide by
+sizes through magic numbers (:func:`~.matmul.magic`).
 """
 
 from __future__ import annotations
@@ -389,6 +395,15 @@ def _gather(kind: str, dt: str, nd: int, idx: str) -> Gather:
     divs = _gather_divisors(nd)
     params += [f"const uint {v}_{p}" for v in divs for p in "ms"]
     types += [U] * (2 * len(divs))
+    if kind == "wgrad":  # rows gk: the output positions of one image (the batch axis); columns go: ci * KV + tap
+        col = ["const IDX ci = FDIV(go, g_kv); const IDX kk = go - ci * g_kv;", *_split("kk", nd, "g_kr", "wk")]
+        col += [f"const IDX dk{d} = wk{d} * g_dl{d} - g_lo{d};" for d in range(nd)]
+        code = [*_split("gk", nd, "g_bl", "wq")]
+        code += [f"const IDX p{d} = wq{d} * g_st{d} + dk{d};" for d in range(nd)]
+        inside = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
+        pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
+        code.append(f"if ({inside}) v = ({acc}){c.load('B', f'b_base + ci * g_cs + {pos}')};")
+        return Gather(tuple(code), tuple(params), tuple(types), tuple(col))
     grid = "g_bl" if kind == "conv" else "g_sz"  # the output's coordinates (the columns)
     col = ["const IDX img = FDIV(go, g_L); const IDX gl = go - img * g_L;", *_split("gl", nd, grid, "wq")]
     col.append("const IDX xcol = img * g_ns;")
@@ -431,11 +446,20 @@ _GPU_CONV_TILINGS = (
 )
 
 
+#: a weight gradient of few columns (C_in * KV <= 16: W3's first layer, 1 x 3 x 3): 16 columns, a
+#: work item per row pair (16 rows: one row) and column
+_GPU_NARROW_TILINGS = (
+    (16, Tiling(16, 16, 16, 1, 1, vw=4, db=True)),
+    (2**62, Tiling(32, 16, 16, 2, 1, vw=4, db=True)),
+)
+
+
 def _conv_tiling(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
-    """GPUs: the smallest tile of :data:`_GPU_CONV_TILINGS` that holds M rows (few output channels
-    per group make short wide GEMMs); CPUs and what does not fit: the matmul's choice."""
+    """GPUs: the smallest tile of :data:`_GPU_CONV_TILINGS` (of :data:`_GPU_NARROW_TILINGS` when N
+    <= 16) that holds M rows (few output channels per group make short wide GEMMs); CPUs and what
+    does not fit: the matmul's choice."""
     if not rt.is_cpu:
-        for rows, t in _GPU_CONV_TILINGS:
+        for rows, t in _GPU_NARROW_TILINGS if N <= 16 else _GPU_CONV_TILINGS:
             if M <= rows and fits(rt, t, dt):
                 return t
     return choose(rt, dt, M, N, K)
@@ -480,6 +504,104 @@ def _implicit(
         return gemm_source(*spec, name=name, c_map=cmap)
 
     launch_tiled(rt, t, key, make, name, M, N, groups, args)
+
+
+#: the weight gradient's per-image partials may take this many elements even where g and x are smaller
+#: (one round for W3's batch of 512: 512 x 64 x 288 = 9.4M)
+PARTIALS_FLOOR = 2**24
+
+
+def _sum_source(dt: str, idx: str) -> tuple[str, list[Any]]:
+    """out[i] (+)= sum over s < S of part[s * T + i] (``add``: onto out): a work-group of 32 outputs x 8
+    partial sums (loads coalesced along i), added in local memory; deterministic."""
+    c = ctype(dt)
+    acc = "float" if c.is_wide_float else c.compute
+    npi = np.dtype(np.int32 if idx == "int" else np.int64)
+    lines = [
+        preamble({dt}),
+        f"#define IDX {idx}",
+        "__kernel __attribute__((reqd_work_group_size(32, 8, 1)))",
+        f"void ember_sum_partials(const IDX T, const IDX S, const int add, __global const {c.storage}* restrict part,",
+        f"                        __global {c.storage}* restrict out) {{",
+        "  const int tx = get_local_id(0), ty = get_local_id(1);",
+        "  const IDX i = (IDX)get_group_id(0) * 32 + tx;",
+        f"  __local {acc} sums[8][33];",
+        f"  {acc} a = 0;",
+        f"  if (i < T) for (IDX s = ty; s < S; s += 8) a += ({acc}){c.load('part', 's * T + i')};",
+        "  sums[ty][tx] = a;",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        "  if (ty == 0 && i < T) {",
+        f"    {acc} t = 0;",
+        "    for (int j = 0; j < 8; j++) t += sums[j][tx];",
+        f"    if (add) t += ({acc}){c.load('out', 'i')};",
+        f"    {c.store('out', 'i', 't')}",
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n", [npi, npi, np.dtype(np.int32), None, None]
+
+
+def conv_weight_grad(
+    rt: Runtime, g: CLArray, x: CLArray, kernel: Any, stride: Any, padding: Pads, dilation: Any, groups: int,
+    tiling: Tiling | None = None,
+) -> CLArray:  # fmt: skip
+    """conv's weight gradient (C_out, C_in / groups, *kernel): per (image, group) a GEMM of g[n] (M, L)
+    against the image's im2col columns gathered on the fly (no unfold buffer), into per-image partials
+    (images, G, M, C_in/G * KV) summed over the images by one kernel (no atomics: deterministic). The
+    partials of a round hold at most max(g, x, :data:`PARTIALS_FLOOR`) elements (more images: rounds,
+    each summed onto the last)."""
+    from .elementwise import contiguous  # noqa: PLC0415
+
+    n, cout = g.shape[:2]
+    cin = x.shape[1]
+    cg, M = cin // groups, cout // groups
+    kernel = tuple(kernel)
+    nd = len(kernel)
+    kv = math.prod(kernel)
+    Ncols = cg * kv
+    blocks = tuple(g.shape[2:])
+    L = math.prod(blocks)
+    out = rt.empty((cout, cg) + kernel, g.dtype)
+    if out.size == 0:
+        return out
+    if n == 0 or L == 0:
+        return _zero_fill(rt, out, None)
+    lay = g.strides[2:]
+    if any(st != math.prod(blocks[d + 1 :]) for d, st in enumerate(lay) if blocks[d] > 1):
+        g = contiguous(rt, g)  # A's rows (one output channel's positions) read with one stride
+    T = groups * M * Ncols  # one image's partial
+    step = max(1, min(n, max(g.size, x.size, PARTIALS_FLOOR) // T))  # images per round
+    part = rt.empty((step, groups, M, Ncols), g.dtype)
+    dt = g.dtype.name
+    idx = _index(part.size, _extent(g), _extent(x))
+    t = tiling or _conv_tiling(rt, dt, M, Ncols, L)
+    va = t.vw if dt in ("float32", "float64") else 1
+    gather = _gather("wgrad", dt, nd, idx)
+    spec = (dt, t, 2, idx, True, False, va, 1, None, gather, False)
+    name = "ember_wgrad_igemm"
+    geo = _geo(tuple(x.shape[2:]), blocks, kernel, tuple(stride), tuple(dilation), tuple(padding))
+    size = x.shape[2:]
+    values = {"g_kv": kv, "g_L": L}
+    for d in range(nd):
+        values.update({f"g_sz{d}": size[d], f"g_bl{d}": blocks[d], f"g_kr{d}": kernel[d], f"g_st{d}": stride[d]})
+    tail = [g.strides[0], M * g.strides[1], x.strides[0], cg * x.strides[1], T, M * Ncols]
+    tail += [kv, x.strides[1], L, x.strides[0], *geo, *x.strides[2:]]
+    tail += [v for nm in _gather_divisors(nd) for v in magic(values[nm])]
+    key = ("conv_igemm", "wgrad", *spec)
+
+    def make_sum() -> tuple[str, str, list[Any]]:
+        source, types = _sum_source(dt, idx)
+        return source, "ember_sum_partials", types
+
+    summer, _ = rt.kernel(("conv_sum_partials", dt, idx), make_sum)
+    for s0 in range(0, n, step):
+        m = min(step, n - s0)
+        args = [M, Ncols, L, g.buf, g.offset + s0 * g.strides[0], g.strides[1], 1]
+        args += [x.buf, x.offset + s0 * x.strides[0], 0, 0, part.buf, m, groups, *tail]
+        CALLS["wgrad_igemm"] += 1
+        launch_tiled(rt, t, key, lambda: gemm_source(*spec, name=name), name, M, Ncols, m * groups, args)
+        rt.launch(summer, (-(-T // 32) * 32, 8), (32, 8), [T, m, int(s0 > 0), part.buf, out.buf])
+    return out
 
 
 def _zero_fill(rt: Runtime, out: CLArray, bias: CLArray | None) -> CLArray:

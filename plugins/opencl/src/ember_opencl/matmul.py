@@ -506,7 +506,9 @@ def _mapped_store(
     t: Tiling, c: Any, acc: str, idx: str, rows: list[str], rb: int, bias: bool, c_map: ColumnMap
 ) -> list[str]:
     """The C store through a :class:`ColumnMap`: each work item's column offsets once, then per row
-    scalar stores (chunk 4: one ``vstore4`` where the four columns are adjacent in memory)."""
+    scalar stores (chunk 4: one vector store where the four columns are adjacent in memory; buffers
+    start 16-byte aligned, the pool's minimum, so for a 4-byte type an element offset that is a
+    multiple of 4 takes a float4 pointer)."""
     rtn, _ = t.threads
     ch = t.chunk
     out = []
@@ -531,9 +533,17 @@ def _mapped_store(
         for q in range(t.wn // ch):
             vals = [f"acc[{i}][{q * ch + e}]{plus}" for e in range(ch)]
             scalar = [f"if (cv_{q}_{e}) {{ {c.store('C', f'crow + cn_{q}_{e}', vals[e])} }}" for e in range(ch)]
-            if vec:
-                out.append(f"  if (c4_{q}) vstore4(({acc}4)({', '.join(vals)}), 0, C + crow + cn_{q}_0); else {{")
-                out += ["    " + x for x in scalar] + ["  }"]
+            if vec:  # adjacent: a vector store (through a float4 pointer where 16-byte aligned)
+                v4 = f"({acc}4)({', '.join(vals)})"
+                out.append(f"  if (c4_{q}) {{")
+                if NP_OF_C[acc].itemsize == 4:
+                    out.append(
+                        f"    if (((crow + cn_{q}_0) & 3) == 0) *(__global {acc}4*)(C + crow + cn_{q}_0) = {v4};"
+                    )
+                    out.append(f"    else vstore4({v4}, 0, C + crow + cn_{q}_0);")
+                else:
+                    out.append(f"    vstore4({v4}, 0, C + crow + cn_{q}_0);")
+                out += ["  } else {", *("    " + x for x in scalar), "  }"]
             else:
                 out += ["  " + x for x in scalar]
         out.append("}")
