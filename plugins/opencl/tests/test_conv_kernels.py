@@ -152,31 +152,34 @@ IGEMM_TILINGS = {
 
 @pytest.mark.parametrize("index", ["int", "long"])
 @pytest.mark.parametrize("tiling", list(IGEMM_TILINGS))
-def test_implicit_conv_batch_as_columns(dev, monkeypatch, tiling, index):
+@pytest.mark.parametrize("cin, cout, groups", [(5, 6, 1), (32, 16, 2)])
+def test_implicit_conv_batch_as_columns(dev, monkeypatch, cin, cout, groups, tiling, index):
     """conv (with bias) and its input gradient (conv_transpose) against numpy float64: 2-D with stride,
     dilation and uneven padding, L = 5 * 4 positions per image (column tiles straddle images; float4
-    stores only where four columns are adjacent), input through a transposed view."""
+    stores only where four columns are adjacent), input through a transposed view. 16 channels per
+    group (both GEMMs' rows) take the tap-major rows (a k-step's rows share one tap), 5 and 3 not."""
     rt = dev.backend.rt
     monkeypatch.setattr(conv, "_index", lambda *extents: index)
     t = IGEMM_TILINGS[tiling]
-    x = RNG.standard_normal((3, 5, 9, 8)).astype(np.float32)
-    w = RNG.standard_normal((6, 5, 3, 2)).astype(np.float32)
-    bias = RNG.standard_normal(6).astype(np.float32)
+    x = RNG.standard_normal((3, cin, 9, 8)).astype(np.float32)
+    w = RNG.standard_normal((cout, cin // groups, 3, 2)).astype(np.float32)
+    bias = RNG.standard_normal(cout).astype(np.float32)
     stride, pads, dil = (2, 2), ((1, 2), (0, 1)), (1, 2)
     xt = _up(rt, np.swapaxes(x, 0, 1).copy()).permute((1, 0, 2, 3))
     before = dict(conv.CALLS)
-    y = conv.conv(rt, xt, _up(rt, w), _up(rt, bias), stride, pads, dil, 1, t)
-    want = ref.conv(x, w, bias, stride, pads, dil, 1)
+    y = conv.conv(rt, xt, _up(rt, w), _up(rt, bias), stride, pads, dil, groups, t)
+    want = ref.conv(x, w, bias, stride, pads, dil, groups)
     assert want.shape[2:] == (5, 4)
     np.testing.assert_allclose(dev.backend.to_numpy(y), want, rtol=1e-4, atol=1e-4)
     g = RNG.standard_normal(want.shape).astype(np.float32)
-    gx = conv.conv_transpose(rt, _up(rt, g), _up(rt, w), None, x.shape[2:], stride, pads, dil, 1, t)
-    want_gx = ref.conv_transpose(g, w, x.shape[2:], stride, pads, dil, 1)
+    gx = conv.conv_transpose(rt, _up(rt, g), _up(rt, w), None, x.shape[2:], stride, pads, dil, groups, t)
+    want_gx = ref.conv_transpose(g, w, x.shape[2:], stride, pads, dil, groups)
     np.testing.assert_allclose(dev.backend.to_numpy(gx), want_gx, rtol=1e-4, atol=1e-4)
     for kind in ("conv_igemm", "transpose_igemm"):
         assert conv.CALLS[kind] == before.get(kind, 0) + 1
-    keys = {k[1:5] for k in rt._kernels if isinstance(k, tuple) and k[0] == "conv_igemm"}
-    assert {("conv", "float32", t, 1), ("transpose", "float32", t, 1)} <= keys
+    keys = {k[1:5] + (bool(k[11].step),) for k in rt._kernels if isinstance(k, tuple) and k[0] == "conv_igemm"}
+    inner = cin // groups % t.tk == 0, cout // groups % t.tk == 0  # rows of conv, of conv_transpose
+    assert {("conv", "float32", t, 1, inner[0]), ("transpose", "float32", t, 1, inner[1])} <= keys
 
 
 def test_gpu_conv_tiling_by_rows(dev, monkeypatch):

@@ -377,18 +377,21 @@ def implicit_wins(rt: Runtime) -> bool:
     return not rt.is_cpu or os.environ.get("EMBER_OPENCL_IMPLICIT_CONV", "").strip() == "1"
 
 
-def _gather(kind: str, dt: str, nd: int, idx: str) -> Gather:
+def _gather(kind: str, dt: str, nd: int, idx: str, inner: bool = False) -> Gather:
     """B of the conv GEMM: element (gk = ci * KV + tap, go = image * L + output position) read from the
     input. The images of the batch are columns: one GEMM per group, no tile straddling an image's end.
 
     ``conv``: input position = out * stride + tap * dilation - pad (zero outside);
     ``transpose``: the input position b with b * stride + tap * dilation - pad = out, if any.
     What depends on the column only (image, output coordinates) is ``col``: once per kernel. Every
-    division is a magic-number FDIV (its ``_m``, ``_s`` arguments follow the sizes)."""
+    division is a magic-number FDIV (its ``_m``, ``_s`` arguments follow the sizes). ``inner``: the
+    rows are tap-major instead (gk = tap * C_g + ci, A's columns in that order) and the k-step
+    (``tk`` rows) divides C_g, so a k-step's rows share one tap: its position, bounds test and
+    offset are ``step`` statements (once per k-step and column), a row adds only ``ci * g_cs``."""
     c = ctype(dt)
     acc = "float" if c.is_wide_float else c.compute
     names = ("g_sz", "g_bl", "g_kr", "g_st", "g_dl", "g_lo", "g_sx")
-    params = [f"const {idx} g_kv", f"const {idx} g_cs", f"const {idx} g_L", f"const {idx} g_ns"]
+    params = [f"const {idx} g_kv", f"const {idx} g_cs", f"const {idx} g_L", f"const {idx} g_ns", f"const {idx} g_cg"]
     params += [f"const {idx} {n}{d}" for n in names for d in range(nd)]
     npi = np.dtype(np.int32 if idx == "int" else np.int64)
     types: list[Any] = [npi] * len(params)
@@ -407,6 +410,22 @@ def _gather(kind: str, dt: str, nd: int, idx: str) -> Gather:
     grid = "g_bl" if kind == "conv" else "g_sz"  # the output's coordinates (the columns)
     col = ["const IDX img = FDIV(go, g_L); const IDX gl = go - img * g_L;", *_split("gl", nd, grid, "wq")]
     col.append("const IDX xcol = img * g_ns;")
+    if inner:
+        step = ["const IDX tap = FDIV(kb, g_cg); const IDX ci0 = kb - tap * g_cg;", *_split("tap", nd, "g_kr", "wk")]
+        if kind == "conv":
+            col += [f"const IDX h{d} = wq{d} * g_st{d} - g_lo{d};" for d in range(nd)]
+            step += [f"const IDX p{d} = h{d} + wk{d} * g_dl{d};" for d in range(nd)]
+            ok = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
+            pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
+        else:
+            col += [f"const IDX h{d} = wq{d} + g_lo{d};" for d in range(nd)]
+            step += [f"const IDX t{d} = h{d} - wk{d} * g_dl{d};" for d in range(nd)]
+            step += [f"const IDX u{d} = FDIV(max(t{d}, (IDX)0), g_st{d});" for d in range(nd)]
+            ok = " && ".join(f"t{d} >= 0 && u{d} * g_st{d} == t{d} && u{d} < g_bl{d}" for d in range(nd))
+            pos = " + ".join(f"u{d} * g_sx{d}" for d in range(nd))
+        step += [f"const bool tap_ok = {ok};", f"const IDX tap_at = b_base + xcol + ci0 * g_cs + {pos};"]
+        code = [f"if (tap_ok) v = ({acc}){c.load('B', 'tap_at + k * g_cs')};"]
+        return Gather(tuple(code), tuple(params), tuple(types), tuple(col), tuple(step))
     code = ["const IDX ci = FDIV(gk, g_kv); const IDX kk = gk - ci * g_kv;", *_split("kk", nd, "g_kr", "wk")]
     if kind == "conv":
         col += [f"const IDX h{d} = wq{d} * g_st{d} - g_lo{d};" for d in range(nd)]
@@ -424,7 +443,7 @@ def _gather(kind: str, dt: str, nd: int, idx: str) -> Gather:
 
 
 def _gather_divisors(nd: int) -> list[str]:
-    return ["g_kv", "g_L"] + [f"{n}{d}" for n in ("g_sz", "g_bl", "g_kr", "g_st") for d in range(nd)]
+    return ["g_kv", "g_L", "g_cg"] + [f"{n}{d}" for n in ("g_sz", "g_bl", "g_kr", "g_st") for d in range(nd)]
 
 
 #: C of the conv GEMM: column n = image * L + position of an (N, C_out, *blocks) output, the group's
@@ -466,31 +485,38 @@ def _conv_tiling(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
 
 
 def _implicit(
-    rt: Runtime, kind: str, x: CLArray, wmat: CLArray, bias: CLArray | None, out: CLArray, M: int, K: int,
+    rt: Runtime, kind: str, x: CLArray, wv: CLArray, bias: CLArray | None, out: CLArray, M: int, K: int,
     geo: list[int], groups: int, tiling: Tiling | None,
 ) -> None:  # fmt: skip
-    """Launch the conv GEMM: per group C[M, N * L] = A[M, K] @ gather(x)[K, N * L], A = wmat (G, M, K),
-    C's columns image-major in the NCHW output."""
+    """Launch the conv GEMM: per group C[M, N * L] = A[M, K] @ gather(x)[K, N * L], A the weight ``wv``
+    (G, M, C_g, KV) copied to (G, M, K) channel-major, or tap-major where a k-step divides C_g (the
+    gather's ``inner`` form), C's columns image-major in the NCHW output."""
+    from .elementwise import contiguous  # noqa: PLC0415
+
     n, cin = x.shape[:2]
     nd = x.ndim - 2
     L = math.prod(out.shape[2:])
     N = n * L
     dt = x.dtype.name
     cg = cin // groups
-    idx = _index(out.size, wmat.size, N, _extent(x))
+    idx = _index(out.size, wv.size, N, _extent(x))
     t = tiling or _conv_tiling(rt, dt, M, N, K)
     va = t.vw if dt in ("float32", "float64") else 1
-    gather = _gather(kind, dt, nd, idx)
+    inner = cg % t.tk == 0
+    s0, s1, s2, s3 = wv.strides
+    kvol = wv.shape[3]
+    wmat = contiguous(rt, wv.with_layout((groups, M, kvol, cg), (s0, s1, s3, s2), wv.offset) if inner else wv)
+    gather = _gather(kind, dt, nd, idx, inner)
     spec = (dt, t, 1, idx, True, True, va, 1, None, gather, bias is not None)
     name = f"ember_{kind}_igemm"
     kv = math.prod(geo[2 * nd : 3 * nd])
     size, blocks, kernel, stride = (geo[j * nd : (j + 1) * nd] for j in range(4))
-    values = {"g_kv": kv, "g_L": L}
+    values = {"g_kv": kv, "g_L": L, "g_cg": cg}
     for d in range(nd):
         values.update({f"g_sz{d}": size[d], f"g_bl{d}": blocks[d], f"g_kr{d}": kernel[d], f"g_st{d}": stride[d]})
     args = [M, N, K, wmat.buf, wmat.offset, K, 1, x.buf, x.offset, 0, 0, out.buf]
     args += [groups, M * K, cg * x.strides[1], M * L]
-    args += [kv, x.strides[1], L, x.strides[0], *geo, *x.strides[2:]]
+    args += [kv, x.strides[1], L, x.strides[0], cg, *geo, *x.strides[2:]]
     args += [v for nm in _gather_divisors(nd) for v in magic(values[nm])]
     args += [L, out.shape[1] * L]  # the column map: c_rs, c_img
     if bias is not None:
@@ -581,11 +607,11 @@ def conv_weight_grad(
     name = "ember_wgrad_igemm"
     geo = _geo(tuple(x.shape[2:]), blocks, kernel, tuple(stride), tuple(dilation), tuple(padding))
     size = x.shape[2:]
-    values = {"g_kv": kv, "g_L": L}
+    values = {"g_kv": kv, "g_L": L, "g_cg": cg}
     for d in range(nd):
         values.update({f"g_sz{d}": size[d], f"g_bl{d}": blocks[d], f"g_kr{d}": kernel[d], f"g_st{d}": stride[d]})
     tail = [g.strides[0], M * g.strides[1], x.strides[0], cg * x.strides[1], T, M * Ncols]
-    tail += [kv, x.strides[1], L, x.strides[0], *geo, *x.strides[2:]]
+    tail += [kv, x.strides[1], L, x.strides[0], cg, *geo, *x.strides[2:]]
     tail += [v for nm in _gather_divisors(nd) for v in magic(values[nm])]
     key = ("conv_igemm", "wgrad", *spec)
 
@@ -635,7 +661,10 @@ def conv(
     if K == 0:
         return _zero_fill(rt, out, bias)
     geo = _geo(x.shape[2:], blocks, kernel, tuple(stride), tuple(dilation), tuple(padding))
-    _implicit(rt, "conv", x, contiguous(rt, w), bias, out, cout // groups, K, geo, groups, tiling)
+    wc = contiguous(rt, w)
+    cg, kv, og = cin // groups, math.prod(kernel), cout // groups
+    wv = wc.with_layout((groups, og, cg, kv), (og * cg * kv, cg * kv, kv, 1), wc.offset)  # A[g][co, ci, tap]
+    _implicit(rt, "conv", x, wv, bias, out, og, K, geo, groups, tiling)
     return out
 
 
@@ -658,9 +687,9 @@ def conv_transpose(
         return out
     if K == 0:
         return _zero_fill(rt, out, bias)
-    # A[g][co, ci * KV + tap] = w[g * cg + ci, co, tap]: a (G, C_out/G, C_in/G, KV) copy of the weight
+    # A[g][co, ci, tap] = w[g * cg + ci, co, tap]: a (G, C_out/G, C_in/G, KV) view of the weight
     wc = contiguous(rt, w)
     wt = wc.with_layout((groups, cog, cg, kv), (cg * cog * kv, kv, cog * kv, 1), wc.offset)
     geo = _geo(size, tuple(x.shape[2:]), kernel, tuple(stride), tuple(dilation), tuple(padding))
-    _implicit(rt, "transpose", x, contiguous(rt, wt), bias, out, cog, K, geo, groups, tiling)
+    _implicit(rt, "transpose", x, wt, bias, out, cog, K, geo, groups, tiling)
     return out

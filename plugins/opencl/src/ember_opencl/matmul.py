@@ -115,12 +115,15 @@ class Gather:
     ``params`` and ``types`` are the extra kernel arguments it reads. ``col`` (optional) are
     statements that depend on ``go`` only, declaring values ``code`` reads: when each work item
     stages one fixed row / column of the tile at every k-step, they run once per kernel (before the
-    k loop, ``go`` possibly out of range: no memory reads there), else beside ``code``."""
+    k loop, ``go`` possibly out of range: no memory reads there), else beside ``code``. ``step``
+    (optional) likewise depend on ``go`` and the k-step's first row ``kb`` only (``code`` then reads
+    row ``kb + k`` through ``k``): once per k-step where ``col`` is hoisted."""
 
     code: tuple[str, ...]
     params: tuple[str, ...] = ()
     types: tuple[Any, ...] = ()
     col: tuple[str, ...] = ()
+    step: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,9 @@ def _loader(
         slot = lambda e: f"{which}s[buf][k][o + {e}]"  # noqa: E731
     head.append(f"const IDX go = {o0} + o, gk = kb + k;")
 
-    inline_col = () if hoisted(t, which, kfast, gather) or gather is None else gather.col
+    lift = hoisted(t, which, kfast, gather)
+    inline_col = () if lift or gather is None else (*gather.col, *gather.step)
+    first = list(gather.step) if lift and gather is not None else []  # once per k-step, before the loads
 
     def value(dst: Callable[[int], str]) -> list[str]:
         """Statements setting ``dst(e)`` for e < vw from global memory (zero out of range)."""
@@ -209,13 +214,13 @@ def _loader(
         return out
 
     if not t.rp:
-        lines = [f"for (int l = tid; l < {units}; l += {threads}) {{", *("  " + h for h in head)]
+        lines = [*first, f"for (int l = tid; l < {units}; l += {threads}) {{", *("  " + h for h in head)]
         lines += ["  " + s for s in value(slot)]
         return [], lines + ["}"], []
     reg = lambda i: lambda e: f"p{which}_{i}_{e}"  # noqa: E731
     n_it = -(-units // threads)
     decl = [f"{acc} " + ", ".join(reg(i)(e) for i in range(n_it) for e in range(vw)) + ";"]
-    fetch, put = [], []
+    fetch, put = list(first), []
     for i in range(n_it):
         guard = f"if (l < {units}) " if (i + 1) * threads > units else ""
         fetch += [f"{{ const int l = tid + {i * threads};", f"  {guard}{{", *("    " + h for h in head)]
