@@ -72,6 +72,7 @@ def main() -> int:
         Tiling(64, 64, 16, 4, 4, vw=4, chunk=4, db=True),
         Tiling(64, 128, 16, 8, 8, vw=4, chunk=4, db=True),
         Tiling(64, 128, 8, 8, 8, vw=4, chunk=4, db=True, rp=True),
+        Tiling(64, 96, 16, 8, 8, vw=4, chunk=4, db=True),  # conv2's weight gradient: 288 = 3 x 96 columns
         Tiling(128, 128, 16, 8, 8, vw=4, chunk=4, db=True),
         TILINGS["tiny"],  # what W3's conv2 and its input gradient ran before 2026-12-06
     ]

@@ -238,3 +238,14 @@ def test_conv_weight_grad(dev, monkeypatch, tiling, xs, ws, stride, pads, dil, g
     assert conv.CALLS["wgrad_igemm"] == before + (2 if len(xs) == 3 else 1)
     want = _wgrad_ref(g, x, ws[2:], stride, pads, dil, groups)
     np.testing.assert_allclose(dev.backend.to_numpy(got), want, rtol=1e-4, atol=1e-4)
+
+
+def test_native_weight_grad_switch(dev, monkeypatch):
+    """Where conv is native (GPUs; a CPU with EMBER_OPENCL_IMPLICIT_CONV=1) its weight gradient is too,
+    unless EMBER_OPENCL_NATIVE_WGRAD=0 (the composite, to compare)."""
+    monkeypatch.setenv("EMBER_OPENCL_IMPLICIT_CONV", "1")
+    monkeypatch.delenv("EMBER_OPENCL_NATIVE_WGRAD", raising=False)
+    assert {"conv", "conv_transpose", "conv_weight_grad"} <= set(dev.backend.native_kernels())
+    monkeypatch.setenv("EMBER_OPENCL_NATIVE_WGRAD", "0")
+    table = dev.backend.native_kernels()
+    assert "conv" in table and "conv_weight_grad" not in table

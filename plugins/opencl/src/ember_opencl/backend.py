@@ -103,6 +103,8 @@ class OpenCLBackend(ViewMovement, Backend):
             table[op] = functools.partial(self._unary, op)
         for op in BINARY_OPS:
             table[op] = functools.partial(self._binary, op)
+        if os.environ.get("EMBER_OPENCL_NATIVE_WGRAD", "").strip() == "0":  # A/B: the unfold + matmul composite
+            table.pop("conv_weight_grad", None)
         if self.rt.is_cpu:  # (a GPU always runs conv natively: conv.py is imported at its first use)
             from . import conv  # noqa: PLC0415
 
