@@ -218,12 +218,14 @@ def _wgrad_ref(g, x, kernel, stride, pads, dil, groups):
         ("odd_rp", (3, 5, 9, 8), (6, 5, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
         ("tiny", (2, 3, 13), (4, 3, 4), (3,), ((2, 1),), (1,), 1),
         ("narrow", (3, 1, 11, 10), (20, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
+        ("odd24", (2, 3, 9, 8), (5, 3, 3, 3), (1, 2), ((1, 1), (0, 2)), (2, 1), 1),
     ],
 )
 def test_conv_weight_grad(dev, monkeypatch, tiling, xs, ws, stride, pads, dil, groups, index):
     """Per-image GEMMs of g against gathered im2col columns, summed over the images; g through a
     transposed view (copied to contiguous rows), x through a transposed view (read in place). With no
-    floor on the partials' size, the 1-D case (partials larger than g and x) takes two rounds."""
+    floor on the partials' size, the 1-D case (partials larger than g and x) takes two rounds. The
+    output position of a row is computed once per k-step, except with odd24 (24 work items)."""
     rt = dev.backend.rt
     monkeypatch.setattr(conv, "_index", lambda *extents: index)
     monkeypatch.setattr(conv, "PARTIALS_FLOOR", 0)
@@ -234,7 +236,8 @@ def test_conv_weight_grad(dev, monkeypatch, tiling, xs, ws, stride, pads, dil, g
     xt = _up(rt, np.swapaxes(x, 0, 1).copy()).permute(swap)
     gt = _up(rt, np.swapaxes(g, 0, 1).copy()).permute(swap)
     before = conv.CALLS["wgrad_igemm"]
-    got = conv.conv_weight_grad(rt, gt, xt, ws[2:], stride, pads, dil, groups, IGEMM_TILINGS[tiling])
+    t = IGEMM_TILINGS.get(tiling) or Tiling(32, 24, 16, 4, 8)  # odd24: 24 work items, the k part per element
+    got = conv.conv_weight_grad(rt, gt, xt, ws[2:], stride, pads, dil, groups, t)
     assert conv.CALLS["wgrad_igemm"] == before + (2 if len(xs) == 3 else 1)
     want = _wgrad_ref(g, x, ws[2:], stride, pads, dil, groups)
     np.testing.assert_allclose(dev.backend.to_numpy(got), want, rtol=1e-4, atol=1e-4)

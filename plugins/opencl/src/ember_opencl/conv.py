@@ -401,12 +401,12 @@ def _gather(kind: str, dt: str, nd: int, idx: str, inner: bool = False) -> Gathe
     if kind == "wgrad":  # rows gk: the output positions of one image (the batch axis); columns go: ci * KV + tap
         col = ["const IDX ci = FDIV(go, g_kv); const IDX kk = go - ci * g_kv;", *_split("kk", nd, "g_kr", "wk")]
         col += [f"const IDX dk{d} = wk{d} * g_dl{d} - g_lo{d};" for d in range(nd)]
-        code = [*_split("gk", nd, "g_bl", "wq")]
-        code += [f"const IDX p{d} = wq{d} * g_st{d} + dk{d};" for d in range(nd)]
+        row = [*_split("gk", nd, "g_bl", "wq"), *(f"const IDX r{d} = wq{d} * g_st{d};" for d in range(nd))]
+        code = [f"const IDX p{d} = r{d} + dk{d};" for d in range(nd)]
         inside = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
         pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
         code.append(f"if ({inside}) v = ({acc}){c.load('B', f'b_base + ci * g_cs + {pos}')};")
-        return Gather(tuple(code), tuple(params), tuple(types), tuple(col))
+        return Gather(tuple(code), tuple(params), tuple(types), tuple(col), row=tuple(row))
     grid = "g_bl" if kind == "conv" else "g_sz"  # the output's coordinates (the columns)
     col = ["const IDX img = FDIV(go, g_L); const IDX gl = go - img * g_L;", *_split("gl", nd, grid, "wq")]
     col.append("const IDX xcol = img * g_ns;")

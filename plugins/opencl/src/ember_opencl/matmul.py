@@ -117,13 +117,16 @@ class Gather:
     stages one fixed row / column of the tile at every k-step, they run once per kernel (before the
     k loop, ``go`` possibly out of range: no memory reads there), else beside ``code``. ``step``
     (optional) likewise depend on ``go`` and the k-step's first row ``kb`` only (``code`` then reads
-    row ``kb + k`` through ``k``): once per k-step where ``col`` is hoisted."""
+    row ``kb + k`` through ``k``): once per k-step where ``col`` is hoisted. ``row`` (optional)
+    depend on ``gk`` only: once per k-step where each work item stages one fixed k of the tile (the
+    loader walks k fastest and the work-group's size is a multiple of ``tk``)."""
 
     code: tuple[str, ...]
     params: tuple[str, ...] = ()
     types: tuple[Any, ...] = ()
     col: tuple[str, ...] = ()
     step: tuple[str, ...] = ()
+    row: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,8 +184,14 @@ def _loader(
     head.append(f"const IDX go = {o0} + o, gk = kb + k;")
 
     lift = hoisted(t, which, kfast, gather)
-    inline_col = () if lift or gather is None else (*gather.col, *gather.step)
-    first = list(gather.step) if lift and gather is not None else []  # once per k-step, before the loads
+    lift_row = gather is not None and bool(gather.row) and kfast and threads % t.tk == 0
+    inline_col: tuple[str, ...] = ()
+    first: list[str] = []  # once per k-step, before the loads
+    if gather is not None:
+        inline_col = (() if lift else (*gather.col, *gather.step)) + (() if lift_row else gather.row)
+        first = list(gather.step) if lift else []
+        if lift_row:  # this work item's k of the tile: tid % tk (the loop below steps by a multiple of tk)
+            first += [f"const IDX gk = kb + tid % {t.tk};", *gather.row]
 
     def value(dst: Callable[[int], str]) -> list[str]:
         """Statements setting ``dst(e)`` for e < vw from global memory (zero out of range)."""
