@@ -30,7 +30,7 @@ from ember.dtypes import as_dtype
 from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble
-from .matmul import ColumnMap, Gather, Tiling, choose, fits, gemm_source, launch_tiled, magic
+from .matmul import FDIV_INT, FDIV_LONG, ColumnMap, Gather, Tiling, choose, fits, gemm_source, launch_tiled, magic
 from .runtime import Runtime
 
 __all__ = ["conv", "conv_transpose", "unfold", "fold", "max_pool", "max_pool_backward", "avg_pool"]
@@ -55,7 +55,7 @@ def _launch(rt: Runtime, knl: Any, wg: int, n: int, args: list[Any]) -> None:
 # Every index is ``IDX``: ``int`` when each size, offset and thread count fits in 31 bits (chosen at
 # launch, a kernel per index width), else ``long``. Divisions by a size go through FDIV: in 32 bits
 # a multiply-high, an add and a shift with a magic number the host computes (a GPU emulates integer
-# division in ~20 instructions for 32 bits, ~70 for 64); the taps are nested loops, one per spatial
+# division in tens of instructions, more for 64 bits); the taps are nested loops, one per spatial
 # axis, whose offsets grow by addition (no per-tap unravel). Each thread divides a flat index a few
 # times and then walks its window.
 #: the sizes kernels divide by (each passed with its magic number): channels, blocks and positions of
@@ -77,12 +77,7 @@ def _extent(a: CLArray) -> int:
 
 
 def _fdiv(idx: str) -> list[str]:
-    if idx == "int":
-        return [
-            "#define IDX int",
-            "#define FDIV(x, d) ((int)((mul_hi((uint)(x), d##_m) + (uint)(x)) >> d##_s))",
-        ]
-    return ["#define IDX long", "#define FDIV(x, d) ((x) / (d))"]
+    return [f"#define IDX {idx}", FDIV_INT if idx == "int" else FDIV_LONG]
 
 
 def _split(var: str, nd: int, shape: str, prefix: str) -> list[str]:

@@ -461,7 +461,7 @@ def gemm_source(
 
 #: ``FDIV(x, d)``: floor(x / d) for 0 <= x < 2**31 through the magic pair ``d_m``, ``d_s`` (kernel
 #: arguments; :func:`magic`): a multiply-high, an add and a shift where a GPU emulates a 32-bit
-#: division in ~20 instructions. With 64-bit indices, a plain division.
+#: division in tens of instructions. With 64-bit indices, a plain division.
 FDIV_INT = "#define FDIV(x, d) ((int)((mul_hi((uint)(x), d##_m) + (uint)(x)) >> d##_s))"
 FDIV_LONG = "#define FDIV(x, d) ((x) / (d))"
 
