@@ -103,12 +103,15 @@ class OpenCLBackend(ViewMovement, Backend):
             table[op] = functools.partial(self._unary, op)
         for op in BINARY_OPS:
             table[op] = functools.partial(self._binary, op)
+        if os.environ.get("EMBER_OPENCL_NATIVE_WGRAD", "").strip() == "0":  # A/B: the unfold + matmul composite
+            table.pop("conv_weight_grad", None)
         if self.rt.is_cpu:  # (a GPU always runs conv natively: conv.py is imported at its first use)
             from . import conv  # noqa: PLC0415
 
             if not conv.implicit_wins(self.rt):  # CPU devices: core's unfold + the vector matmul is faster
                 table.pop("conv", None)
                 table.pop("conv_transpose", None)
+                table.pop("conv_weight_grad", None)
         return table
 
     def capability_notes(self) -> dict[str, str]:
@@ -117,8 +120,8 @@ class OpenCLBackend(ViewMovement, Backend):
             "complex64/complex128": "float2 / double2 pairs in numpy's layout; matmul is four real matmuls",
             "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
             "fusion": "elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0 turns it off)",
-            "conv": "GPUs: implicit GEMM (input gathered in the tiled matmul's loader; weight gradient unfold + "
-            "matmul); CPUs: core's unfold + matmul composite (faster there)",
+            "conv": "GPUs: implicit GEMM (input gathered in the tiled matmul's loader; the weight gradient per "
+            "image, summed by one kernel); CPUs: core's unfold + matmul composite (faster there)",
         }
 
     # -- housekeeping ----------------------------------------------------------------------
@@ -384,6 +387,14 @@ class OpenCLBackend(ViewMovement, Backend):
         from . import conv as cv  # noqa: PLC0415
 
         return cv.conv_transpose(self.rt, x, w, bias[0] if bias else None, size, stride, padding, dilation, groups)
+
+    @native
+    def conv_weight_grad(
+        self, g: CLArray, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any, groups: int
+    ) -> CLArray:
+        from . import conv as cv  # noqa: PLC0415
+
+        return cv.conv_weight_grad(self.rt, g, x, kernel, stride, padding, dilation, groups)
 
     @native
     def unfold(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any, value: float) -> CLArray:

@@ -1,19 +1,26 @@
-"""Window kernels: implicit-GEMM conv and conv_transpose, unfold (im2col), fold (col2im),
-max/avg pooling and max-pool's gradient.
+"""Window kernels: implicit-GEMM conv, conv_transpose and conv's weight gradient, unfold (im2col),
+fold (col2im), max/avg pooling and max-pool's gradient.
 
 Same signatures as the composites in ``ember.ops.conv``; 1-3 spatial dimensions, inputs read
-through strides. ``conv`` is one tiled GEMM per (image, group) whose B operand is gathered
-from the input on the fly (no im2col buffer), bias added in the store; ``conv_transpose`` (the
-input gradient of conv) gathers the same way from its input, keeping only the taps a stride
-lands on. Both reuse the tiled family of :mod:`.matmul`. fold and the max-pool gradient are
-gathers (each output element sums what lands on it), so they are deterministic and need no
-atomics; ties in max pooling route the gradient to the window's first maximum, as PyTorch does.
+through strides. ``conv`` is one tiled GEMM per group whose columns are the batch's output
+positions (image-major: no tile straddles only part of an image's columns) and whose B operand is
+gathered from the input on the fly (no im2col buffer), bias added in the store, C placed into the
+NCHW output by a :class:`~.matmul.ColumnMap`; ``conv_transpose`` (the input gradient of conv)
+gathers the same way from its input, keeping only the taps a stride lands on; ``conv_weight_grad``
+is a GEMM per (image, group) of the gradient against the image's gathered columns, the per-image
+partials summed by one kernel. All reuse the tiled family of :mod:`.matmul`. fold and the max-pool
+gradient are gathers (each output element sums what lands on it), so they are deterministic and need
+no atomics; ties in max pooling route the gradient to the window's first maximum, as PyTorch does.
+When the pooling windows tile the input (stride == kernel), a thread per window writes its inputs'
+gradient instead. Indices are 32-bit where everything fits (a kernel per index width) and divide by
+sizes through magic numbers (:func:`~.matmul.magic`).
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -22,14 +29,13 @@ from ember.dtypes import as_dtype
 
 from .array import CLArray
 from .cltypes import ctype
-from .codegen import preamble, unravel
-from .matmul import Gather, Tiling, choose, fits, gemm_source, launch_tiled
+from .codegen import preamble
+from .matmul import FDIV_INT, FDIV_LONG, ColumnMap, Gather, Tiling, choose, fits, gemm_source, launch_tiled, magic
 from .runtime import Runtime
 
 __all__ = ["conv", "conv_transpose", "unfold", "fold", "max_pool", "max_pool_backward", "avg_pool"]
 
 Pads = tuple[tuple[int, int], ...]
-L = np.dtype(np.int64)
 
 
 def _blocks(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], padding: Pads,
@@ -40,138 +46,248 @@ def _blocks(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, .
     )
 
 
-def _geometry(nd: int) -> list[str]:
-    """Kernel parameters describing the windows: sizes, blocks, kernel, stride, dilation, low pads."""
-    return [f"const long {n}{d}" for n in ("sz", "bl", "kr", "st", "dl", "lo") for d in range(nd)]
-
-
 def _launch(rt: Runtime, knl: Any, wg: int, n: int, args: list[Any]) -> None:
     local = min(wg, 64 if rt.is_cpu else 256)
     rt.launch(knl, (-(-n // local) * local,), (local,), args)
 
 
+# -- window kernels ----------------------------------------------------------------------
+# Every index is ``IDX``: ``int`` when each size, offset and thread count fits in 31 bits (chosen at
+# launch, a kernel per index width), else ``long``. Divisions by a size go through FDIV: in 32 bits
+# a multiply-high, an add and a shift with a magic number the host computes (a GPU emulates integer
+# division in tens of instructions, more for 64 bits); the taps are nested loops, one per spatial
+# axis, whose offsets grow by addition (no per-tap unravel). Each thread divides a flat index a few
+# times and then walks its window.
+#: the sizes kernels divide by (each passed with its magic number): channels, blocks and positions of
+#: one image, and per axis size, blocks and stride
+def _divisors(nd: int) -> list[str]:
+    return ["C", "Lb", "Sz"] + [f"{n}{d}" for n in ("sz", "bl", "st") for d in range(nd)]
+
+
+U = np.dtype(np.uint32)
+
+
+def _index(*extents: int) -> str:
+    """``int`` when every extent (element count, largest offset + 1) fits in 31 bits with room to spare."""
+    return "int" if max(extents) < 2**31 - 2**20 else "long"
+
+
+def _extent(a: CLArray) -> int:
+    return a.offset + sum(abs(s) * (d - 1) for d, s in zip(a.shape, a.strides)) + 1
+
+
+def _fdiv(idx: str) -> list[str]:
+    return [f"#define IDX {idx}", FDIV_INT if idx == "int" else FDIV_LONG]
+
+
+def _split(var: str, nd: int, shape: str, prefix: str) -> list[str]:
+    """Statements splitting ``var`` (0 <= var < prod) into ``{prefix}0..`` over ``{shape}d`` (row-major)."""
+    out = [f"IDX {prefix}_r = {var};"]
+    for d in range(nd - 1, 0, -1):
+        out.append(f"const IDX {prefix}_q{d} = FDIV({prefix}_r, {shape}{d});")
+        out.append(f"const IDX {prefix}{d} = {prefix}_r - {prefix}_q{d} * {shape}{d}; {prefix}_r = {prefix}_q{d};")
+    out.append(f"const IDX {prefix}0 = {prefix}_r;")
+    return out
+
+
+def _nest(nd: int, pre: Any, body: list[str], var: str = "k", lo: Any = None, hi: Any = None) -> list[str]:
+    """Nested loops over ``{var}d`` (one per axis, 0..kr{d} unless ``lo(d)`` / ``hi(d)`` say otherwise),
+    ``pre(d)`` opening level d, ``body`` innermost."""
+    lines: list[str] = []
+    for d in range(nd):
+        ind = "  " * d
+        start = lo(d) if lo else "0"
+        stop = hi(d) if hi else f"kr{d}"
+        lines.append(f"{ind}for (IDX {var}{d} = {start}; {var}{d} < {stop}; {var}{d}++) {{")
+        lines += [ind + "  " + s for s in pre(d)]
+    lines += ["  " * nd + s for s in body]
+    lines += ["  " * d + "}" for d in reversed(range(nd))]
+    return lines
+
+
 def _tensor(name: str, c: Any, rank: int, const: bool = True) -> list[str]:
     q = "const " if const else ""
-    return [f"__global {q}{c.storage}* restrict {name}", f"const long {name}_off"] + [
-        f"const long {name}_s{d}" for d in range(rank)
+    return [f"__global {q}{c.storage}* restrict {name}", f"const IDX {name}_off"] + [
+        f"const IDX {name}_s{d}" for d in range(rank)
     ]
 
 
-def _at(name: str, coords: list[str]) -> str:
-    return f"{name}_off + " + " + ".join(f"({c}) * {name}_s{d}" for d, c in enumerate(coords))
+def _window_taps(nd: int, base: str, step: str) -> Any:
+    """``pre(d)`` of the tap loops of block ``b``: position p{d}, whether it is inside (in{d}) and
+    x's offset xo{d} (``base`` before axis 0), ``step`` the block's stride expression per axis."""
+
+    def pre(d: int) -> list[str]:
+        prev_in = f"in{d - 1} && " if d else ""
+        prev_o = f"xo{d - 1}" if d else base
+        return [
+            f"const IDX p{d} = b{d} * {step.format(d=d)} + k{d} * dl{d} - lo{d};",
+            f"const bool in{d} = {prev_in}p{d} >= 0 && p{d} < sz{d};",
+            f"const IDX xo{d} = {prev_o} + p{d} * x_s{d + 2};",
+        ]
+
+    return pre
 
 
-def _source(kind: str, dt: str, nd: int) -> tuple[str, list[Any]]:
-    """kind: unfold | fold | max_pool | avg_pool | max_pool_backward."""
+def _source(kind: str, dt: str, nd: int, idx: str) -> tuple[str, list[Any]]:
+    """kind: unfold | fold | max_pool | avg_pool | max_pool_backward | max_pool_backward_tiled."""
     c = ctype(dt)
     A = c.compute
-    params = ["const long n", f"__global {c.storage}* restrict out", "const long N", "const long C", *_geometry(nd)]
-    types: list[Any] = [L, None, L, L] + [L] * (6 * nd)
+    I = np.dtype(np.int32 if idx == "int" else np.int64)  # noqa: E741
+    params = ["const IDX n", f"__global {c.storage}* restrict out", "const IDX N", "const IDX C"]
+    params += [f"const IDX {n}{d}" for n in ("sz", "bl", "kr", "st", "dl", "lo") for d in range(nd)]
+    params += ["const IDX Lb", "const IDX Sz"]
+    params += [f"const uint {v}_{p}" for v in _divisors(nd) for p in "ms"]
+    types: list[Any] = [I, None, I, I] + [I] * (6 * nd) + [I, I] + [U] * (2 * len(_divisors(nd)))
     rank = 2 + nd
-    if kind == "fold":
-        params += _tensor("x", c, 3)
-        types += [None, L] + [L] * 3
-    else:
-        params += _tensor("x", c, rank)
-        types += [None, L] + [L] * rank
+    xrank = 3 if kind == "fold" else rank
+    params += _tensor("x", c, xrank)
+    types += [None, I] + [I] * xrank
     if kind == "unfold":
         params.append(f"const {A} value")
         types.append(c.np_compute)
     if kind == "avg_pool":
         params.append(f"__global const {A}* restrict divisor")
         types.append(None)
-    if kind == "max_pool_backward":
+    if kind.startswith("max_pool_backward"):
         params += _tensor("g", c, rank) + _tensor("y", c, rank)
-        types += ([None, L] + [L] * rank) * 2
-    kvol = " * ".join(f"kr{d}" for d in range(nd))
-    bvol = " * ".join(f"bl{d}" for d in range(nd))
-    body: list[str] = [f"const long K = {kvol};", f"const long Lb = {bvol};"]
-    inside = " && ".join(f"p{d} >= 0 && p{d} < sz{d}" for d in range(nd))
+        types += ([None, I] + [I] * rank) * 2
+    body: list[str] = ["const IDX K = " + " * ".join(f"kr{d}" for d in range(nd)) + ";"]
+    last = nd - 1
+    if kind in ("unfold", "max_pool", "avg_pool", "max_pool_backward_tiled"):
+        # a thread per (image, channel, block): r = nn * C + ch, l the block of the image
+        body += [
+            "const IDX r = FDIV(i, Lb); const IDX l = i - r * Lb;",
+            "const IDX nn = FDIV(r, C); const IDX ch = r - nn * C;",
+            *_split("l", nd, "bl", "b"),
+            "const IDX xb = x_off + nn * x_s0 + ch * x_s1;",
+        ]
     if kind == "unfold":
-        # out (N, C*K, Lb): i -> (n, c, kk, l)
-        body += [
-            "const long l = i % Lb; const long row = (i / Lb) % (C * K); const long nn = i / (Lb * C * K);",
-            "const long ch = row / K; const long kk = row % K;",
-            *unravel("kk", nd, "kr", "long", "k"),
-            *unravel("l", nd, "bl", "long", "b"),
-            *[f"const long p{d} = b{d} * st{d} + k{d} * dl{d} - lo{d};" for d in range(nd)],
-            f"{A} v = value;",
-            f"if ({inside}) v = {c.load('x', _at('x', ['nn', 'ch'] + [f'p{d}' for d in range(nd)]))};",
-            c.store("out", "i", "v"),
-        ]
+        # out (N, C*K, Lb) contiguous: tap kk of (r, l) at (r * K + kk) * Lb + l; stores coalesce along l
+        body += ["IDX o = r * K * Lb + l;"]
+        load = c.load("x", f"xo{last}")
+        body += _nest(nd, _window_taps(nd, "xb", "st{d}"), [f"{c.store('out', 'o', f'in{last} ? ({A}){load} : value')}",
+                                                           "o += Lb;"])  # fmt: skip
     elif kind in ("max_pool", "avg_pool"):
-        # out (N, C, *blocks)
-        first = "-INFINITY" if kind == "max_pool" else f"({A})0"
-        step = "if (v > acc || isnan(v)) acc = v;" if kind == "max_pool" else "acc += v;"
-        pad = "-INFINITY" if kind == "max_pool" else f"({A})0"
+        mx = kind == "max_pool"
+        step = "if (v > acc || isnan(v)) acc = v;" if mx else "acc += v;"  # a pad tap: -inf or 0, no change
+        body += [f"{A} acc = {'-INFINITY' if mx else f'({A})0'};"]
+        inner = [f"if (!in{last}) continue;", f"const {A} v = ({A}){c.load('x', f'xo{last}')};", step]
+        body += _nest(nd, _window_taps(nd, "xb", "st{d}"), inner)
+        body.append(c.store("out", "i", "acc / divisor[l]" if kind == "avg_pool" else "acc"))
+    elif kind == "max_pool_backward_tiled":
+        # windows tile the input (stride == kernel, dilation 1): this window's thread writes every
+        # input it covers (the last window of an axis also those past it): g at the first tap equal to
+        # the window's maximum (taps past the edges are -inf; none when the maximum is NaN), 0 elsewhere
+        yb = "y_off + nn * y_s0 + ch * y_s1 + " + " + ".join(f"b{d} * y_s{d + 2}" for d in range(nd))
+        gb = "g_off + nn * g_s0 + ch * g_s1 + " + " + ".join(f"b{d} * g_s{d + 2}" for d in range(nd))
         body += [
-            "const long l = i % Lb; const long nc = i / Lb; const long ch = nc % C; const long nn = nc / C;",
-            *unravel("l", nd, "bl", "long", "b"),
-            f"{A} acc = {first};",
-            "for (long kk = 0; kk < K; kk++) {",
-            *["  " + s for s in unravel("kk", nd, "kr", "long", "k")],
-            *[f"  const long p{d} = b{d} * st{d} + k{d} * dl{d} - lo{d};" for d in range(nd)],
-            f"  const {A} v = ({inside}) ? ({A}){c.load('x', _at('x', ['nn', 'ch'] + [f'p{d}' for d in range(nd)]))}"
-            f" : {pad};",
-            f"  {step}",
-            "}",
-            c.store("out", "i", "acc / divisor[l]" if kind == "avg_pool" else "acc"),
+            f"const {A} m = ({A}){c.load('y', yb)};",
+            f"const {A} gv = ({A}){c.load('g', gb)};",
+            "bool found = false;",
+            "IDX " + ", ".join(f"f{d} = -1" for d in range(nd)) + ";",
         ]
-    else:
-        # fold / max_pool_backward: out (N, C, *size); gather what lands on each position
-        body += [
-            "long rest = i;",
-            *[f"const long q{d} = rest % sz{d}; rest /= sz{d};" for d in reversed(range(nd))],
-            "const long ch = rest % C; const long nn = rest / C;",
-            f"{A} acc = 0;",
-            "for (long kk = 0; kk < K; kk++) {",
-            *["  " + s for s in unravel("kk", nd, "kr", "long", "k")],
-            *[f"  const long t{d} = q{d} + lo{d} - k{d} * dl{d};" for d in range(nd)],
-            "  if (" + " || ".join(f"t{d} < 0 || t{d} % st{d} != 0 || t{d} / st{d} >= bl{d}" for d in range(nd)) + ")",
-            "    continue;",
-            *[f"  const long b{d} = t{d} / st{d};" for d in range(nd)],
-            "  const long l = "
-            + " + ".join(f"b{d} * " + " * ".join([f"bl{e}" for e in range(d + 1, nd)] or ["1"]) for d in range(nd))
-            + ";",  # fmt: skip
+        search = [
+            f"const {A} v = in{last} ? ({A}){c.load('x', f'xo{last}')} : -INFINITY;",
+            "if (!found && v == m) { found = true; " + " ".join(f"f{d} = k{d};" for d in range(nd)) + " }",
         ]
-        if kind == "fold":
-            body += [f"  acc += ({A}){c.load('x', _at('x', ['nn', 'ch * K + kk', 'l']))};", "}"]
-        else:
-            bidx = ["nn", "ch"] + [f"b{d}" for d in range(nd)]
-            xpos = _at("x", ["nn", "ch"] + [f"p{d}" for d in range(nd)])
+        body += _nest(nd, _window_taps(nd, "xb", "kr{d}"), search)
+        for d in range(nd):
             body += [
-                f"  const {A} m = {c.load('y', _at('y', bidx))};",
-                "  long first = -1;",
-                "  for (long j = 0; j < K && first < 0; j++) {",
-                *["    " + s for s in unravel("j", nd, "kr", "long", "w")],
-                *[f"    const long p{d} = b{d} * st{d} + w{d} * dl{d} - lo{d};" for d in range(nd)],
-                f"    const {A} v = ({inside}) ? ({A}){c.load('x', xpos)} : -INFINITY;",
-                "    if (v == m) first = j;",
-                "  }",
-                f"  if (first == kk) acc += {c.load('g', _at('g', bidx))};",
-                "}",
+                f"const IDX w{d} = b{d} * kr{d} - lo{d};",
+                f"const IDX e{d} = b{d} == bl{d} - 1 ? sz{d} : min(w{d} + kr{d}, sz{d});",
             ]
+
+        def put(d: int) -> list[str]:
+            prev_o, prev_hit = (f"o{d - 1}", f"hit{d - 1}") if d else ("r", "found")
+            return [
+                f"const IDX o{d} = {prev_o} * sz{d} + q{d};",
+                f"const bool hit{d} = {prev_hit} && q{d} - w{d} == f{d};",
+            ]
+
+        store = c.store("out", f"o{last}", f"hit{last} ? gv : ({A})0")
+        body += _nest(nd, put, [store], "q", lambda d: f"max(w{d}, (IDX)0)", lambda d: f"e{d}")
+    else:
+        # fold / max_pool_backward: a thread per input position, summing what lands on it: window b
+        # holds the position at tap k when b * st + k * dl - lo == q
+        body += [
+            "const IDX r = FDIV(i, Sz); const IDX pos = i - r * Sz;",
+            "const IDX nn = FDIV(r, C); const IDX ch = r - nn * C;",
+            *_split("pos", nd, "sz", "q"),
+            f"{A} acc = 0;",
+        ]
+
+        def pre(d: int) -> list[str]:
+            prev_l, prev_k = (f"lb{d - 1}", f"kk{d - 1}") if d else ("(IDX)0", "(IDX)0")
+            return [
+                f"const IDX t{d} = q{d} + lo{d} - k{d} * dl{d};",
+                f"if (t{d} < 0) continue;",
+                f"const IDX b{d} = FDIV(t{d}, st{d});",
+                f"if (b{d} * st{d} != t{d} || b{d} >= bl{d}) continue;",
+                f"const IDX lb{d} = {prev_l} * bl{d} + b{d};",
+                f"const IDX kk{d} = {prev_k} * kr{d} + k{d};",
+            ]
+
+        if kind == "fold":
+            at = f"x_off + nn * x_s0 + (ch * K + kk{last}) * x_s1 + lb{last} * x_s2"
+            inner = [f"acc += ({A}){c.load('x', at)};"]
+        else:
+            yb = "y_off + nn * y_s0 + ch * y_s1 + " + " + ".join(f"b{d} * y_s{d + 2}" for d in range(nd))
+            gb = "g_off + nn * g_s0 + ch * g_s1 + " + " + ".join(f"b{d} * g_s{d + 2}" for d in range(nd))
+            xb = "x_off + nn * x_s0 + ch * x_s1"
+
+            def scan(d: int) -> list[str]:  # window b's taps w, until its first maximum
+                prev_o = f"xw{d - 1}" if d else xb
+                prev_in = f"iw{d - 1} && " if d else ""
+                return [
+                    f"const IDX pw{d} = b{d} * st{d} + w{d} * dl{d} - lo{d};",
+                    f"const bool iw{d} = {prev_in}pw{d} >= 0 && pw{d} < sz{d};",
+                    f"const IDX xw{d} = {prev_o} + pw{d} * x_s{d + 2};",
+                ]
+
+            test = [
+                f"const {A} v = iw{last} ? ({A}){c.load('x', f'xw{last}')} : -INFINITY;",
+                "if (v == m) { found = true; mine = " + " && ".join(f"w{d} == k{d}" for d in range(nd)) + "; }",
+            ]
+            loops = _nest(nd, scan, test, "w", hi=lambda d: f"kr{d} && !found")
+            inner = [f"const {A} m = ({A}){c.load('y', yb)};", "bool found = false, mine = false;", *loops]
+            inner.append(f"if (mine) acc += ({A}){c.load('g', gb)};")
+        body += _nest(nd, pre, inner)
         body.append(c.store("out", "i", "acc"))
-    lines = [preamble({dt}), f"__kernel void ember_{kind}(" + ", ".join(params) + ") {"]
-    lines += ["  const long i = get_global_id(0);", "  if (i >= n) return;"] + ["  " + s for s in body] + ["}"]
+    lines = [preamble({dt}), *_fdiv(idx), f"__kernel void ember_{kind}(" + ", ".join(params) + ") {"]
+    lines += ["  const IDX i = get_global_id(0);", "  if (i >= n) return;"] + ["  " + s for s in body] + ["}"]
     return "\n".join(lines) + "\n", types
 
 
-def _kernel(rt: Runtime, kind: str, dt: str, nd: int) -> tuple[Any, int]:
+def _kernel(rt: Runtime, kind: str, dt: str, nd: int, idx: str) -> tuple[Any, int]:
     def make() -> tuple[str, str, list[Any]]:
-        s, t = _source(kind, dt, nd)
+        s, t = _source(kind, dt, nd, idx)
         return s, f"ember_{kind}", t
 
-    return rt.kernel(("window", kind, dt, nd), make)
+    return rt.kernel(("window", kind, dt, nd, idx), make)
 
 
-def _geo(size: tuple[int, ...], blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
-         dilation: tuple[int, ...], padding: Pads) -> list[int]:  # fmt: skip
-    return [*size, *blocks, *kernel, *stride, *dilation, *(lo for lo, _ in padding)]
+#: launches of the window kernels by name (tests check which ran; nothing else depends on it)
+CALLS: Counter[str] = Counter()
 
 
-def _view(a: CLArray) -> list[Any]:
-    return [a.buf, a.offset, *a.strides]
+def _run(rt: Runtime, kind: str, out: CLArray, n: int, nc: tuple[int, int], size: tuple[int, ...],
+         blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+         padding: Pads, views: list[CLArray], extra: list[Any] = ()) -> None:  # fmt: skip
+    """Launch window kernel ``kind`` over ``n`` threads: geometry, magic numbers, then ``views`` and ``extra``."""
+    nd = len(kernel)
+    lb, sz = math.prod(blocks), math.prod(size)
+    idx = _index(n, out.size, lb * math.prod(kernel) * nc[0] * nc[1], *(_extent(v) for v in views))
+    knl, wg = _kernel(rt, kind, out.dtype.name, nd, idx)
+    values = dict(C=nc[1], Lb=lb, Sz=sz)
+    for d in range(nd):
+        values.update({f"sz{d}": size[d], f"bl{d}": blocks[d], f"st{d}": stride[d]})
+    magics = [v for name in _divisors(nd) for v in magic(values[name])]
+    geo = [*size, *blocks, *kernel, *stride, *dilation, *(lo for lo, _ in padding)]
+    args = [n, out.buf, *nc, *geo, lb, sz, *magics]
+    for v in views:
+        args += [v.buf, v.offset, *v.strides]
+    CALLS[kind] += 1
+    _launch(rt, knl, wg, n, args + list(extra))
 
 
 def unfold(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, dilation: Any, value: float) -> CLArray:
@@ -180,10 +296,9 @@ def unfold(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, dil
     blocks = _blocks(size, kernel, stride, padding, dilation)
     out = rt.empty((n, c * math.prod(kernel), math.prod(blocks)), x.dtype)
     if out.size and x.size:
-        knl, wg = _kernel(rt, "unfold", x.dtype.name, len(kernel))
-        geo = _geo(size, blocks, kernel, stride, dilation, padding)
         value_arg = ctype(x.dtype).np_compute.type(value)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(x), value_arg])
+        threads = n * c * math.prod(blocks)
+        _run(rt, "unfold", out, threads, (n, c), size, blocks, kernel, stride, dilation, padding, [x], [value_arg])
     elif out.size:
         raise ValueError("unfold of an empty input with non-empty output")  # pragma: no cover
     return out
@@ -196,9 +311,7 @@ def fold(rt: Runtime, cols: CLArray, size: Any, kernel: Any, stride: Any, paddin
     blocks = _blocks(size, kernel, stride, padding, dilation)
     out = rt.empty((n, c) + size, cols.dtype)
     if out.size:
-        knl, wg = _kernel(rt, "fold", cols.dtype.name, len(kernel))
-        geo = _geo(size, blocks, kernel, stride, dilation, padding)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(cols)])
+        _run(rt, "fold", out, out.size, (n, c), size, blocks, kernel, stride, dilation, padding, [cols])
     return out
 
 
@@ -207,10 +320,14 @@ def max_pool(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, d
     blocks = _blocks(x.shape[2:], kernel, stride, padding, dilation)
     out = rt.empty((n, c) + blocks, x.dtype)
     if out.size:
-        knl, wg = _kernel(rt, "max_pool", x.dtype.name, len(kernel))
-        geo = _geo(x.shape[2:], blocks, kernel, stride, dilation, padding)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(x)])
+        _run(rt, "max_pool", out, out.size, (n, c), x.shape[2:], blocks, kernel, stride, dilation, padding, [x])
     return out
+
+
+def tiles(kernel: Any, stride: Any, padding: Pads, dilation: Any) -> bool:
+    """Whether max-pool windows tile the input (stride == kernel, no dilation, each window holding an
+    input): each input belongs to at most one window, so a thread per window writes the gradient."""
+    return all(s == k and d == 1 and lo < k for k, s, d, (lo, _) in zip(kernel, stride, dilation, padding))
 
 
 def max_pool_backward(
@@ -219,10 +336,12 @@ def max_pool_backward(
     n, c = x.shape[:2]
     out = rt.empty(x.shape, x.dtype)
     if out.size:
-        blocks = y.shape[2:]
-        knl, wg = _kernel(rt, "max_pool_backward", x.dtype.name, len(kernel))
-        geo = _geo(x.shape[2:], blocks, kernel, stride, dilation, padding)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(x), *_view(g), *_view(y)])
+        blocks = tuple(y.shape[2:])
+        geo = (x.shape[2:], blocks, tuple(kernel), tuple(stride), tuple(dilation), padding)
+        if y.size and tiles(kernel, stride, padding, dilation):  # a thread per window, writing all its inputs
+            _run(rt, "max_pool_backward_tiled", out, y.size, (n, c), *geo, [x, g, y])
+        else:  # a thread per input, gathering over the windows that hold it
+            _run(rt, "max_pool_backward", out, out.size, (n, c), *geo, [x, g, y])
     return out
 
 
@@ -237,10 +356,13 @@ def avg_pool(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, d
             full = np.multiply.outer(full, np.asarray(d, dtype=np.float64))
         comp = ctype(x.dtype).np_compute
         div = rt.upload(np.ascontiguousarray(full.reshape(-1).astype(comp)), as_dtype(comp.name))
-        knl, wg = _kernel(rt, "avg_pool", x.dtype.name, len(kernel))
-        geo = _geo(x.shape[2:], blocks, kernel, stride, ones, padding)
-        _launch(rt, knl, wg, out.size, [out.size, out.buf, n, c, *geo, *_view(x), div.buf])
+        _run(rt, "avg_pool", out, out.size, (n, c), x.shape[2:], blocks, kernel, stride, ones, padding, [x], [div.buf])
     return out
+
+
+def _geo(size: tuple[int, ...], blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+         dilation: tuple[int, ...], padding: Pads) -> list[int]:  # fmt: skip
+    return [*size, *blocks, *kernel, *stride, *dilation, *(lo for lo, _ in padding)]
 
 
 # -- implicit GEMM -----------------------------------------------------------------------
@@ -250,64 +372,257 @@ def implicit_wins(rt: Runtime) -> bool:
     return not rt.is_cpu or os.environ.get("EMBER_OPENCL_IMPLICIT_CONV", "").strip() == "1"
 
 
-def _gather(kind: str, dt: str, nd: int, idx: str) -> Gather:
-    """B of the conv GEMM: element (gk = ci * KV + tap, go = output position) read from the input.
+def _gather(kind: str, dt: str, nd: int, idx: str, inner: bool = False) -> Gather:
+    """B of the conv GEMM: element (gk = ci * KV + tap, go = image * L + output position) read from the
+    input. The images of the batch are columns: one GEMM per group, no tile straddling an image's end.
 
     ``conv``: input position = out * stride + tap * dilation - pad (zero outside);
-    ``transpose``: the input position b with b * stride + tap * dilation - pad = out, if any."""
+    ``transpose``: the input position b with b * stride + tap * dilation - pad = out, if any.
+    What depends on the column only (image, output coordinates) is ``col``: once per kernel. Every
+    division is a magic-number FDIV (its ``_m``, ``_s`` arguments follow the sizes). ``inner``: the
+    rows are tap-major instead (gk = tap * C_g + ci, A's columns in that order) and the k-step
+    (``tk`` rows) divides C_g, so a k-step's rows share one tap: its position, bounds test and
+    offset are ``step`` statements (once per k-step and column), a row adds only ``ci * g_cs``."""
     c = ctype(dt)
     acc = "float" if c.is_wide_float else c.compute
     names = ("g_sz", "g_bl", "g_kr", "g_st", "g_dl", "g_lo", "g_sx")
-    params = [f"const {idx} g_kv", f"const {idx} g_cs"] + [f"const {idx} {n}{d}" for n in names for d in range(nd)]
+    params = [f"const {idx} g_kv", f"const {idx} g_cs", f"const {idx} g_L", f"const {idx} g_ns", f"const {idx} g_cg"]
+    params += [f"const {idx} {n}{d}" for n in names for d in range(nd)]
     npi = np.dtype(np.int32 if idx == "int" else np.int64)
-    code = [f"const {idx} ci = gk / g_kv, kk = gk % g_kv;", *unravel("kk", nd, "g_kr", idx, "wk")]
-    if kind == "conv":  # go runs over the output blocks g_bl, the input is g_sz
-        code += unravel("go", nd, "g_bl", idx, "wq")
-        code += [f"const {idx} p{d} = wq{d} * g_st{d} + wk{d} * g_dl{d} - g_lo{d};" for d in range(nd)]
+    types: list[Any] = [npi] * len(params)
+    divs = _gather_divisors(nd)
+    params += [f"const uint {v}_{p}" for v in divs for p in "ms"]
+    types += [U] * (2 * len(divs))
+    if kind == "wgrad":  # rows gk: the output positions of one image (the batch axis); columns go: ci * KV + tap
+        col = ["const IDX ci = FDIV(go, g_kv); const IDX kk = go - ci * g_kv;", *_split("kk", nd, "g_kr", "wk")]
+        col += [f"const IDX dk{d} = wk{d} * g_dl{d} - g_lo{d};" for d in range(nd)]
+        row = [*_split("gk", nd, "g_bl", "wq"), *(f"const IDX r{d} = wq{d} * g_st{d};" for d in range(nd))]
+        code = [f"const IDX p{d} = r{d} + dk{d};" for d in range(nd)]
         inside = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
         pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
-    else:  # go runs over the output size g_sz, the input (blocks) is g_bl
-        code += unravel("go", nd, "g_sz", idx, "wq")
-        code += [f"const {idx} t{d} = wq{d} + g_lo{d} - wk{d} * g_dl{d};" for d in range(nd)]
-        inside = " && ".join(f"t{d} >= 0 && t{d} % g_st{d} == 0 && t{d} / g_st{d} < g_bl{d}" for d in range(nd))
-        pos = " + ".join(f"(t{d} / g_st{d}) * g_sx{d}" for d in range(nd))
-    code.append(f"if ({inside}) v = ({acc}){c.load('B', f'b_base + ci * g_cs + {pos}')};")
-    return Gather(tuple(code), tuple(params), (npi,) * len(params))
+        code.append(f"if ({inside}) v = ({acc}){c.load('B', f'b_base + ci * g_cs + {pos}')};")
+        return Gather(tuple(code), tuple(params), tuple(types), tuple(col), row=tuple(row))
+    grid = "g_bl" if kind == "conv" else "g_sz"  # the output's coordinates (the columns)
+    col = ["const IDX img = FDIV(go, g_L); const IDX gl = go - img * g_L;", *_split("gl", nd, grid, "wq")]
+    col.append("const IDX xcol = img * g_ns;")
+    if inner:
+        step = ["const IDX tap = FDIV(kb, g_cg); const IDX ci0 = kb - tap * g_cg;", *_split("tap", nd, "g_kr", "wk")]
+        if kind == "conv":
+            col += [f"const IDX h{d} = wq{d} * g_st{d} - g_lo{d};" for d in range(nd)]
+            step += [f"const IDX p{d} = h{d} + wk{d} * g_dl{d};" for d in range(nd)]
+            ok = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
+            pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
+        else:
+            col += [f"const IDX h{d} = wq{d} + g_lo{d};" for d in range(nd)]
+            step += [f"const IDX t{d} = h{d} - wk{d} * g_dl{d};" for d in range(nd)]
+            step += [f"const IDX u{d} = FDIV(max(t{d}, (IDX)0), g_st{d});" for d in range(nd)]
+            ok = " && ".join(f"t{d} >= 0 && u{d} * g_st{d} == t{d} && u{d} < g_bl{d}" for d in range(nd))
+            pos = " + ".join(f"u{d} * g_sx{d}" for d in range(nd))
+        step += [f"const bool tap_ok = {ok};", f"const IDX tap_at = b_base + xcol + ci0 * g_cs + {pos};"]
+        code = [f"if (tap_ok) v = ({acc}){c.load('B', 'tap_at + k * g_cs')};"]
+        return Gather(tuple(code), tuple(params), tuple(types), tuple(col), tuple(step))
+    code = ["const IDX ci = FDIV(gk, g_kv); const IDX kk = gk - ci * g_kv;", *_split("kk", nd, "g_kr", "wk")]
+    if kind == "conv":
+        col += [f"const IDX h{d} = wq{d} * g_st{d} - g_lo{d};" for d in range(nd)]
+        code += [f"const IDX p{d} = h{d} + wk{d} * g_dl{d};" for d in range(nd)]
+        inside = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
+        pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
+    else:
+        col += [f"const IDX h{d} = wq{d} + g_lo{d};" for d in range(nd)]
+        code += [f"const IDX t{d} = h{d} - wk{d} * g_dl{d};" for d in range(nd)]
+        code += [f"const IDX u{d} = FDIV(max(t{d}, (IDX)0), g_st{d});" for d in range(nd)]
+        inside = " && ".join(f"t{d} >= 0 && u{d} * g_st{d} == t{d} && u{d} < g_bl{d}" for d in range(nd))
+        pos = " + ".join(f"u{d} * g_sx{d}" for d in range(nd))
+    code.append(f"if ({inside}) v = ({acc}){c.load('B', f'b_base + xcol + ci * g_cs + {pos}')};")
+    return Gather(tuple(code), tuple(params), tuple(types), tuple(col))
+
+
+def _gather_divisors(nd: int) -> list[str]:
+    return ["g_kv", "g_L", "g_cg"] + [f"{n}{d}" for n in ("g_sz", "g_bl", "g_kr", "g_st") for d in range(nd)]
+
+
+#: C of the conv GEMM: column n = image * L + position of an (N, C_out, *blocks) output, the group's
+#: rows at c_base (the kernel's batch axis is the group)
+_COLUMNS = ColumnMap(
+    ("const IDX ci_img = FDIV(n, g_L); const IDX cn = ci_img * c_img + (n - ci_img * g_L);",),
+    ("const IDX c_rs", "const IDX c_img"),
+)
+
+
+#: the conv GEMM's tile on GPUs by output channels per group (M), rows of the tile first: the columns
+#: (N = images x positions) are many, so a tile 128 columns wide with 8x8 (4x8 for 32 rows) per work
+#: item, float4 local reads and two local buffers (the c4db layout of the matmul family)
+_GPU_CONV_TILINGS = (
+    (16, Tiling(16, 128, 16, 4, 8, vw=4, chunk=4, db=True)),
+    (32, Tiling(32, 128, 16, 4, 8, vw=4, chunk=4, db=True)),
+    (64, Tiling(64, 128, 16, 8, 8, vw=4, chunk=4, db=True)),
+    (2**62, Tiling(128, 128, 16, 8, 8, vw=4, chunk=4, db=True)),
+)
+
+
+#: a weight gradient of few columns (C_in * KV <= 16: W3's first layer, 1 x 3 x 3): 16 columns, a
+#: work item per row pair (16 rows: one row) and column
+_GPU_NARROW_TILINGS = (
+    (16, Tiling(16, 16, 16, 1, 1, vw=4, db=True)),
+    (2**62, Tiling(32, 16, 16, 2, 1, vw=4, db=True)),
+)
 
 
 def _conv_tiling(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
-    """Few output channels per group make short wide GEMMs: a 16- or 32-row tile wastes less."""
-    t = choose(rt, dt, M, N, K)
-    for rows, small in ((16, Tiling(16, 128, 16, 4, 8, vw=4, chunk=4, db=True)),
-                        (32, Tiling(32, 128, 16, 4, 8, vw=4, chunk=4, db=True))):  # fmt: skip
-        if M <= rows and t.tm > rows and not rt.is_cpu and fits(rt, small, dt):
-            return small
-    return t
+    """GPUs: the smallest tile of :data:`_GPU_CONV_TILINGS` (of :data:`_GPU_NARROW_TILINGS` when N
+    <= 16) that holds M rows (few output channels per group make short wide GEMMs); CPUs and what
+    does not fit: the matmul's choice."""
+    if not rt.is_cpu:
+        for rows, t in _GPU_NARROW_TILINGS if N <= 16 else _GPU_CONV_TILINGS:
+            if M <= rows and fits(rt, t, dt):
+                return t
+    return choose(rt, dt, M, N, K)
 
 
 def _implicit(
-    rt: Runtime, kind: str, x: CLArray, wmat: CLArray, bias: CLArray | None, out: CLArray, M: int, K: int,
+    rt: Runtime, kind: str, x: CLArray, wv: CLArray, bias: CLArray | None, out: CLArray, M: int, K: int,
     geo: list[int], groups: int, tiling: Tiling | None,
 ) -> None:  # fmt: skip
-    """Launch the conv GEMM: per (image, group) C[M, N] = A[M, K] @ gather(x)[K, N], A = wmat (G, M, K)."""
+    """Launch the conv GEMM: per group C[M, N * L] = A[M, K] @ gather(x)[K, N * L], A the weight ``wv``
+    (G, M, C_g, KV) copied to (G, M, K) channel-major, or tap-major where a k-step divides C_g (the
+    gather's ``inner`` form), C's columns image-major in the NCHW output."""
+    from .elementwise import contiguous  # noqa: PLC0415
+
     n, cin = x.shape[:2]
     nd = x.ndim - 2
-    N = math.prod(out.shape[2:])
+    L = math.prod(out.shape[2:])
+    N = n * L
     dt = x.dtype.name
     cg = cin // groups
-    ext = max(out.size, wmat.size, x.offset + sum(abs(s) * (d - 1) for d, s in zip(x.shape, x.strides)))
-    idx = "int" if ext < 2**31 - 2**20 else "long"
+    idx = _index(out.size, wv.size, N, _extent(x))
     t = tiling or _conv_tiling(rt, dt, M, N, K)
     va = t.vw if dt in ("float32", "float64") else 1
-    gather = _gather(kind, dt, nd, idx)
-    spec = (dt, t, 2, idx, True, True, va, 1, None, gather, bias is not None, f"ember_{kind}_igemm")
+    inner = cg % t.tk == 0
+    s0, s1, s2, s3 = wv.strides
+    kvol = wv.shape[3]
+    wmat = contiguous(rt, wv.with_layout((groups, M, kvol, cg), (s0, s1, s3, s2), wv.offset) if inner else wv)
+    gather = _gather(kind, dt, nd, idx, inner)
+    spec = (dt, t, 1, idx, True, True, va, 1, None, gather, bias is not None)
+    name = f"ember_{kind}_igemm"
+    kv = math.prod(geo[2 * nd : 3 * nd])
+    size, blocks, kernel, stride = (geo[j * nd : (j + 1) * nd] for j in range(4))
+    values = {"g_kv": kv, "g_L": L, "g_cg": cg}
+    for d in range(nd):
+        values.update({f"g_sz{d}": size[d], f"g_bl{d}": blocks[d], f"g_kr{d}": kernel[d], f"g_st{d}": stride[d]})
     args = [M, N, K, wmat.buf, wmat.offset, K, 1, x.buf, x.offset, 0, 0, out.buf]
-    args += [n, groups, 0, M * K, x.strides[0], cg * x.strides[1], out.shape[1] * N, M * N]
-    args += [math.prod(geo[2 * nd : 3 * nd]), x.strides[1], *geo, *x.strides[2:]]
+    args += [groups, M * K, cg * x.strides[1], M * L]
+    args += [kv, x.strides[1], L, x.strides[0], cg, *geo, *x.strides[2:]]
+    args += [v for nm in _gather_divisors(nd) for v in magic(values[nm])]
+    args += [L, out.shape[1] * L]  # the column map: c_rs, c_img
     if bias is not None:
         args += [bias.buf, bias.offset, bias.strides[0]]
-    key = ("conv_igemm", kind, *spec[:-1])
-    launch_tiled(rt, t, key, lambda: gemm_source(*spec[:-1], name=spec[-1]), spec[-1], M, N, n * groups, args)
+    key = ("conv_igemm", kind, *spec)
+    CALLS[f"{kind}_igemm"] += 1
+
+    def make() -> tuple[str, list[Any]]:
+        npi = np.dtype(np.int32 if idx == "int" else np.int64)
+        cmap = ColumnMap(_COLUMNS.code, _COLUMNS.params, (npi, npi))
+        return gemm_source(*spec, name=name, c_map=cmap)
+
+    launch_tiled(rt, t, key, make, name, M, N, groups, args)
+
+
+#: the weight gradient's per-image partials may take this many elements even where g and x are smaller
+#: (one round for W3's batch of 512: 512 x 64 x 288 = 9.4M)
+PARTIALS_FLOOR = 2**24
+
+
+def _sum_source(dt: str, idx: str) -> tuple[str, list[Any]]:
+    """out[i] (+)= sum over s < S of part[s * T + i] (``add``: onto out): a work-group of 32 outputs x 8
+    partial sums (loads coalesced along i), added in local memory; deterministic."""
+    c = ctype(dt)
+    acc = "float" if c.is_wide_float else c.compute
+    npi = np.dtype(np.int32 if idx == "int" else np.int64)
+    lines = [
+        preamble({dt}),
+        f"#define IDX {idx}",
+        "__kernel __attribute__((reqd_work_group_size(32, 8, 1)))",
+        f"void ember_sum_partials(const IDX T, const IDX S, const int add, __global const {c.storage}* restrict part,",
+        f"                        __global {c.storage}* restrict out) {{",
+        "  const int tx = get_local_id(0), ty = get_local_id(1);",
+        "  const IDX i = (IDX)get_group_id(0) * 32 + tx;",
+        f"  __local {acc} sums[8][33];",
+        f"  {acc} a = 0;",
+        f"  if (i < T) for (IDX s = ty; s < S; s += 8) a += ({acc}){c.load('part', 's * T + i')};",
+        "  sums[ty][tx] = a;",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        "  if (ty == 0 && i < T) {",
+        f"    {acc} t = 0;",
+        "    for (int j = 0; j < 8; j++) t += sums[j][tx];",
+        f"    if (add) t += ({acc}){c.load('out', 'i')};",
+        f"    {c.store('out', 'i', 't')}",
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n", [npi, npi, np.dtype(np.int32), None, None]
+
+
+def conv_weight_grad(
+    rt: Runtime, g: CLArray, x: CLArray, kernel: Any, stride: Any, padding: Pads, dilation: Any, groups: int,
+    tiling: Tiling | None = None,
+) -> CLArray:  # fmt: skip
+    """conv's weight gradient (C_out, C_in / groups, *kernel): per (image, group) a GEMM of g[n] (M, L)
+    against the image's im2col columns gathered on the fly (no unfold buffer), into per-image partials
+    (images, G, M, C_in/G * KV) summed over the images by one kernel (no atomics: deterministic). The
+    partials of a round hold at most max(g, x, :data:`PARTIALS_FLOOR`) elements (more images: rounds,
+    each summed onto the last)."""
+    from .elementwise import contiguous  # noqa: PLC0415
+
+    n, cout = g.shape[:2]
+    cin = x.shape[1]
+    cg, M = cin // groups, cout // groups
+    kernel = tuple(kernel)
+    nd = len(kernel)
+    kv = math.prod(kernel)
+    Ncols = cg * kv
+    blocks = tuple(g.shape[2:])
+    L = math.prod(blocks)
+    out = rt.empty((cout, cg) + kernel, g.dtype)
+    if out.size == 0:
+        return out
+    if n == 0 or L == 0:
+        return _zero_fill(rt, out, None)
+    lay = g.strides[2:]
+    if any(st != math.prod(blocks[d + 1 :]) for d, st in enumerate(lay) if blocks[d] > 1):
+        g = contiguous(rt, g)  # A's rows (one output channel's positions) read with one stride
+    T = groups * M * Ncols  # one image's partial
+    step = max(1, min(n, max(g.size, x.size, PARTIALS_FLOOR) // T))  # images per round
+    part = rt.empty((step, groups, M, Ncols), g.dtype)
+    dt = g.dtype.name
+    idx = _index(part.size, _extent(g), _extent(x))
+    t = tiling or _conv_tiling(rt, dt, M, Ncols, L)
+    va = t.vw if dt in ("float32", "float64") else 1
+    gather = _gather("wgrad", dt, nd, idx)
+    spec = (dt, t, 2, idx, True, False, va, 1, None, gather, False)
+    name = "ember_wgrad_igemm"
+    geo = _geo(tuple(x.shape[2:]), blocks, kernel, tuple(stride), tuple(dilation), tuple(padding))
+    size = x.shape[2:]
+    values = {"g_kv": kv, "g_L": L, "g_cg": cg}
+    for d in range(nd):
+        values.update({f"g_sz{d}": size[d], f"g_bl{d}": blocks[d], f"g_kr{d}": kernel[d], f"g_st{d}": stride[d]})
+    tail = [g.strides[0], M * g.strides[1], x.strides[0], cg * x.strides[1], T, M * Ncols]
+    tail += [kv, x.strides[1], L, x.strides[0], cg, *geo, *x.strides[2:]]
+    tail += [v for nm in _gather_divisors(nd) for v in magic(values[nm])]
+    key = ("conv_igemm", "wgrad", *spec)
+
+    def make_sum() -> tuple[str, str, list[Any]]:
+        source, types = _sum_source(dt, idx)
+        return source, "ember_sum_partials", types
+
+    summer, _ = rt.kernel(("conv_sum_partials", dt, idx), make_sum)
+    for s0 in range(0, n, step):
+        m = min(step, n - s0)
+        args = [M, Ncols, L, g.buf, g.offset + s0 * g.strides[0], g.strides[1], 1]
+        args += [x.buf, x.offset + s0 * x.strides[0], 0, 0, part.buf, m, groups, *tail]
+        CALLS["wgrad_igemm"] += 1
+        launch_tiled(rt, t, key, lambda: gemm_source(*spec, name=name), name, M, Ncols, m * groups, args)
+        rt.launch(summer, (-(-T // 32) * 32, 8), (32, 8), [T, m, int(s0 > 0), part.buf, out.buf])
+    return out
 
 
 def _zero_fill(rt: Runtime, out: CLArray, bias: CLArray | None) -> CLArray:
@@ -341,7 +656,10 @@ def conv(
     if K == 0:
         return _zero_fill(rt, out, bias)
     geo = _geo(x.shape[2:], blocks, kernel, tuple(stride), tuple(dilation), tuple(padding))
-    _implicit(rt, "conv", x, contiguous(rt, w), bias, out, cout // groups, K, geo, groups, tiling)
+    wc = contiguous(rt, w)
+    cg, kv, og = cin // groups, math.prod(kernel), cout // groups
+    wv = wc.with_layout((groups, og, cg, kv), (og * cg * kv, cg * kv, kv, 1), wc.offset)  # A[g][co, ci, tap]
+    _implicit(rt, "conv", x, wv, bias, out, og, K, geo, groups, tiling)
     return out
 
 
@@ -364,9 +682,9 @@ def conv_transpose(
         return out
     if K == 0:
         return _zero_fill(rt, out, bias)
-    # A[g][co, ci * KV + tap] = w[g * cg + ci, co, tap]: a (G, C_out/G, C_in/G, KV) copy of the weight
+    # A[g][co, ci, tap] = w[g * cg + ci, co, tap]: a (G, C_out/G, C_in/G, KV) view of the weight
     wc = contiguous(rt, w)
     wt = wc.with_layout((groups, cog, cg, kv), (cg * cog * kv, kv, cog * kv, 1), wc.offset)
     geo = _geo(size, tuple(x.shape[2:]), kernel, tuple(stride), tuple(dilation), tuple(padding))
-    _implicit(rt, "transpose", x, contiguous(rt, wt), bias, out, cog, K, geo, groups, tiling)
+    _implicit(rt, "transpose", x, wt, bias, out, cog, K, geo, groups, tiling)
     return out

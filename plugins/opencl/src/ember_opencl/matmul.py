@@ -37,6 +37,9 @@ __all__ = [
     "fits",
     "LAYOUT_BITS",
     "head_start_sources",
+    "ColumnMap",
+    "hoisted",
+    "magic",
 ]
 
 _VECTOR_DTYPES = frozenset(["float32", "float64", "int32", "int64", "uint32", "uint64"])
@@ -109,11 +112,41 @@ class Gather:
     """An operand read by generated statements instead of strides (implicit-GEMM conv).
 
     ``code`` sets ``v`` from ``go`` (row of A / column of B) and ``gk``, both in range;
-    ``params`` and ``types`` are the extra kernel arguments it reads."""
+    ``params`` and ``types`` are the extra kernel arguments it reads. ``col`` (optional) are
+    statements that depend on ``go`` only, declaring values ``code`` reads: when each work item
+    stages one fixed row / column of the tile at every k-step, they run once per kernel (before the
+    k loop, ``go`` possibly out of range: no memory reads there), else beside ``code``. ``step``
+    (optional) likewise depend on ``go`` and the k-step's first row ``kb`` only (``code`` then reads
+    row ``kb + k`` through ``k``): once per k-step where ``col`` is hoisted. ``row`` (optional)
+    depend on ``gk`` only: once per k-step where each work item stages one fixed k of the tile (the
+    loader walks k fastest and the work-group's size is a multiple of ``tk``)."""
 
     code: tuple[str, ...]
     params: tuple[str, ...] = ()
     types: tuple[Any, ...] = ()
+    col: tuple[str, ...] = ()
+    step: tuple[str, ...] = ()
+    row: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ColumnMap:
+    """Where column ``n`` of C lives when C is not row-major (M, N) per batch entry: ``code`` sets
+    ``cn`` from ``n`` (in range), element (m, n) is then ``c_base + m * c_rs + cn``; ``params`` /
+    ``types`` are extra kernel arguments (``c_rs`` among them), after the gathers'. Implicit-GEMM conv
+    runs the images of a batch as columns (n = image * L + position) of an NCHW output."""
+
+    code: tuple[str, ...]
+    params: tuple[str, ...] = ()
+    types: tuple[Any, ...] = ()
+
+
+def hoisted(t: Tiling, which: str, kfast: bool, gather: Gather | None) -> bool:
+    """Whether every work item stages the same row (A) / column (B) of the tile at every k-step, so a
+    gather's ``col`` statements run once per kernel: the loader walks the tile k-major (the row or
+    column index fastest) and the work-group's size is a multiple of the tile's width."""
+    rtn, rtm = t.threads
+    return gather is not None and bool(gather.col) and not kfast and (rtn * rtm) % (t.tm if which == "A" else t.tn) == 0
 
 
 def _loader(
@@ -150,10 +183,21 @@ def _loader(
         slot = lambda e: f"{which}s[buf][k][o + {e}]"  # noqa: E731
     head.append(f"const IDX go = {o0} + o, gk = kb + k;")
 
+    lift = hoisted(t, which, kfast, gather)
+    lift_row = gather is not None and bool(gather.row) and kfast and threads % t.tk == 0
+    inline_col: tuple[str, ...] = ()
+    first: list[str] = []  # once per k-step, before the loads
+    if gather is not None:
+        inline_col = (() if lift else (*gather.col, *gather.step)) + (() if lift_row else gather.row)
+        first = list(gather.step) if lift else []
+        if lift_row:  # this work item's k of the tile: tid % tk (the loop below steps by a multiple of tk)
+            first += [f"const IDX gk = kb + tid % {t.tk};", *gather.row]
+
     def value(dst: Callable[[int], str]) -> list[str]:
         """Statements setting ``dst(e)`` for e < vw from global memory (zero out of range)."""
         if gather is not None:
-            return [f"{acc} v = 0;", f"if (go < {lim} && gk < K) {{", *("  " + s for s in gather.code), "}",
+            code = (*inline_col, *gather.code)
+            return [f"{acc} v = 0;", f"if (go < {lim} && gk < K) {{", *("  " + s for s in code), "}",
                     f"{dst(0)} = v;"]  # fmt: skip
 
         def scalar(e: int) -> str:
@@ -179,13 +223,13 @@ def _loader(
         return out
 
     if not t.rp:
-        lines = [f"for (int l = tid; l < {units}; l += {threads}) {{", *("  " + h for h in head)]
+        lines = [*first, f"for (int l = tid; l < {units}; l += {threads}) {{", *("  " + h for h in head)]
         lines += ["  " + s for s in value(slot)]
         return [], lines + ["}"], []
     reg = lambda i: lambda e: f"p{which}_{i}_{e}"  # noqa: E731
     n_it = -(-units // threads)
     decl = [f"{acc} " + ", ".join(reg(i)(e) for i in range(n_it) for e in range(vw)) + ";"]
-    fetch, put = [], []
+    fetch, put = list(first), []
     for i in range(n_it):
         guard = f"if (l < {units}) " if (i + 1) * threads > units else ""
         fetch += [f"{{ const int l = tid + {i * threads};", f"  {guard}{{", *("    " + h for h in head)]
@@ -237,6 +281,7 @@ def gemm_source(
     name: str = "ember_matmul",
     aligned: tuple[bool, bool, bool] = (False, False, False),
     generic: bool = False,
+    c_map: ColumnMap | None = None,
 ) -> tuple[str, list[Any]]:
     """OpenCL C of one member of the tiled family, and its scalar argument types.
 
@@ -250,7 +295,8 @@ def gemm_source(
     axis of A and of B is contiguous, whether it has stride 1 (vector loads) and whether those
     loads and C's stores are aligned; a_kfast, b_nfast, va, vb and ``aligned`` are then ignored. One
     program serves every transpose and alignment of a shape class (W2's first step on a GPU built
-    7 GEMM programs, 2.95 of its 3.9 s of builds on an H100)."""
+    7 GEMM programs, 2.95 of its 3.9 s of builds on an H100). ``c_map``: C's columns are placed by
+    a :class:`ColumnMap` (its arguments follow the gathers'; no vector-pointer stores)."""
     c = ctype(dt)
     acc = _acc_type(dt)
     fma = c.kind == "f"
@@ -270,6 +316,9 @@ def gemm_source(
         if g is not None:
             params += list(g.params)
             types += list(g.types)
+    if c_map is not None:
+        params += list(c_map.params)
+        types += list(c_map.types)
     if bias:
         params += [f"__global const {c.storage}* restrict R", f"const {idx} r_off", f"const {idx} r_s"]
         types += [None, npi, npi]
@@ -369,8 +418,71 @@ def gemm_source(
             "  barrier(CLK_LOCAL_MEM_FENCE);",
             "}",
         ]
-    vec_store = ch == 4 and c.storage == acc
+    hoist: list[str] = []  # gathers' per-row / per-column statements, once per kernel
+    for which, g, kf in (("A", a_gather, a_kfast), ("B", b_gather, not b_nfast)):
+        if hoisted(t, which, kf, g):
+            assert g is not None
+            base, width = ("m0", t.tm) if which == "A" else ("n0", t.tn)
+            hoist += [f"const IDX go = {base} + tid % {width};", *g.col]
+    assert sum(1 for x in hoist if x.startswith("const IDX go =")) <= 1, "one hoisted gather per kernel"
     rows = [f"(ty + {(i // ch) * rtm}) * {ch} + {i % ch}" if ch > 1 else f"ty + {i * rtm}" for i in range(t.wm)]
+    if c_map is not None:
+        store = _mapped_store(t, c, acc, idx, rows, rb, bias, c_map)
+    else:
+        store = _rowmajor_store(t, c, acc, idx, rows, rb, bias, flags[2])
+    fdiv = []
+    if a_gather is not None or b_gather is not None or c_map is not None:
+        fdiv = [FDIV_INT if idx == "int" else FDIV_LONG]
+    lines = [
+        preamble({dt}),
+        f"#define IDX {idx}",
+        *fdiv,
+        f"__kernel __attribute__((reqd_work_group_size({rtn}, {rtm}, 1)))",
+        f"void {name}(" + ", ".join(params) + ") {",
+        "  const int tx = get_local_id(0), ty = get_local_id(1);",
+        f"  const int tid = ty * {rtn} + tx;",
+        f"  const {idx} n0 = ({idx})get_group_id(0) * {t.tn}, m0 = ({idx})get_group_id(1) * {t.tm};",
+        f"  const {idx} z = get_global_id(2);",
+        *("  " + s for s in batch),
+        f"  const {idx} a_base = a_off + " + " + ".join(f"b{d} * bsa{d}" for d in range(rb)) + ";",
+        f"  const {idx} b_base = b_off + " + " + ".join(f"b{d} * bsb{d}" for d in range(rb)) + ";",
+        f"  const {idx} c_base = " + " + ".join(f"b{d} * bsc{d}" for d in range(rb)) + ";",
+        f"  __local {acc} As[{nbuf}][{t.tk}][{t.tm + pad}] __attribute__((aligned({align})));",
+        f"  __local {acc} Bs[{nbuf}][{t.tk}][{t.tn + pad}] __attribute__((aligned({align})));",
+        f"  {acc} acc[{t.wm}][{t.wn}];",
+        f"  for (int i = 0; i < {t.wm}; i++) for (int j = 0; j < {t.wn}; j++) acc[i][j] = 0;",
+        *("  " + s for s in hoist),
+        *("  " + s for s in loop),
+        *("  " + s for s in store),
+        "}",
+    ]
+    return "\n".join(lines) + "\n", types
+
+
+#: ``FDIV(x, d)``: floor(x / d) for 0 <= x < 2**31 through the magic pair ``d_m``, ``d_s`` (kernel
+#: arguments; :func:`magic`): a multiply-high, an add and a shift where a GPU emulates a 32-bit
+#: division in tens of instructions. With 64-bit indices, a plain division.
+FDIV_INT = "#define FDIV(x, d) ((int)((mul_hi((uint)(x), d##_m) + (uint)(x)) >> d##_s))"
+FDIV_LONG = "#define FDIV(x, d) ((x) / (d))"
+
+
+def magic(d: int) -> tuple[int, int]:
+    """(m, s) with floor(x / d) == (mul_hi(x, m) + x) >> s for 0 <= x < 2**31 and 1 <= d < 2**31
+    (a round-up multiplier, Granlund & Montgomery); (0, 0) for d == 0 (never divided by)."""
+    if d < 1:
+        return 0, 0
+    s = (d - 1).bit_length()
+    return ((1 << 32) * ((1 << s) - d)) // d + 1, s
+
+
+def _rowmajor_store(
+    t: Tiling, c: Any, acc: str, idx: str, rows: list[str], rb: int, bias: bool, c_aligned: bool | str
+) -> list[str]:
+    """The C store of row-major (M, N) per batch entry (chunk 4: float4 stores where in range)."""
+    rtn, _ = t.threads
+    ch = t.chunk
+    V = f"{acc}4"
+    vec_store = ch == 4 and c.storage == acc
     store = [f"{idx} m;"]
     for i in range(t.wm):
         store.append(f"m = m0 + {rows[i]};")
@@ -391,9 +503,9 @@ def gemm_source(
                 value4 = f"({V})({', '.join(vals)})"
                 pointer = f"*(__global {V}*)(C + c_base + m * N + n) = {value4};"
                 put4 = f"vstore4({value4}, 0, C + c_base + m * N + n);"
-                if isinstance(flags[2], str):
-                    put4 = f"{{ if ({flags[2]}) {pointer} else {put4} }}"
-                elif flags[2]:
+                if isinstance(c_aligned, str):
+                    put4 = f"{{ if ({c_aligned}) {pointer} else {put4} }}"
+                elif c_aligned:
                     put4 = pointer
                 store.append(f"    if (n + 4 <= N) {put4} else")
             store.append("    {")
@@ -401,28 +513,55 @@ def gemm_source(
                 store.append(f"      if (n + {e} < N) {{ {c.store('C', f'c_base + m * N + n + {e}', vals[e])} }}")
             store.append("    } }")
         store.append("}")
-    lines = [
-        preamble({dt}),
-        f"#define IDX {idx}",
-        f"__kernel __attribute__((reqd_work_group_size({rtn}, {rtm}, 1)))",
-        f"void {name}(" + ", ".join(params) + ") {",
-        "  const int tx = get_local_id(0), ty = get_local_id(1);",
-        f"  const int tid = ty * {rtn} + tx;",
-        f"  const {idx} n0 = ({idx})get_group_id(0) * {t.tn}, m0 = ({idx})get_group_id(1) * {t.tm};",
-        f"  const {idx} z = get_global_id(2);",
-        *("  " + s for s in batch),
-        f"  const {idx} a_base = a_off + " + " + ".join(f"b{d} * bsa{d}" for d in range(rb)) + ";",
-        f"  const {idx} b_base = b_off + " + " + ".join(f"b{d} * bsb{d}" for d in range(rb)) + ";",
-        f"  const {idx} c_base = " + " + ".join(f"b{d} * bsc{d}" for d in range(rb)) + ";",
-        f"  __local {acc} As[{nbuf}][{t.tk}][{t.tm + pad}] __attribute__((aligned({align})));",
-        f"  __local {acc} Bs[{nbuf}][{t.tk}][{t.tn + pad}] __attribute__((aligned({align})));",
-        f"  {acc} acc[{t.wm}][{t.wn}];",
-        f"  for (int i = 0; i < {t.wm}; i++) for (int j = 0; j < {t.wn}; j++) acc[i][j] = 0;",
-        *("  " + s for s in loop),
-        *("  " + s for s in store),
-        "}",
-    ]
-    return "\n".join(lines) + "\n", types
+    return store
+
+
+def _mapped_store(
+    t: Tiling, c: Any, acc: str, idx: str, rows: list[str], rb: int, bias: bool, c_map: ColumnMap
+) -> list[str]:
+    """The C store through a :class:`ColumnMap`: each work item's column offsets once, then per row
+    scalar stores (chunk 4: one vector store where the four columns are adjacent in memory; buffers
+    start 16-byte aligned, the pool's minimum, so for a 4-byte type an element offset that is a
+    multiple of 4 takes a float4 pointer)."""
+    rtn, _ = t.threads
+    ch = t.chunk
+    out = []
+    cols = []  # (q, e) -> names
+    for q in range(t.wn // ch):
+        for e in range(ch):
+            n = f"n0 + (tx + {q * rtn}) * 4 + {e}" if ch > 1 else f"n0 + tx + {q * rtn}"
+            nm = f"cn_{q}_{e}"
+            out += [f"{idx} {nm} = 0;", f"const bool cv_{q}_{e} = ({n}) < N;", f"if (cv_{q}_{e}) {{",
+                    f"  const {idx} n = {n};", *("  " + s for s in c_map.code), f"  {nm} = cn;", "}"]  # fmt: skip
+            cols.append((q, e))
+        if ch == 4:
+            out.append(f"const bool c4_{q} = cv_{q}_3 && cn_{q}_3 == cn_{q}_0 + 3;")
+    out.append(f"{idx} m;")
+    vec = ch == 4 and c.storage == acc
+    for i in range(t.wm):
+        out += [f"m = m0 + {rows[i]};", "if (m < M) {", f"  const {idx} crow = c_base + m * c_rs;"]
+        plus = ""
+        if bias:
+            out.append(f"  const {acc} rbias = ({acc}){c.load('R', f'r_off + (b{rb - 1} * M + m) * r_s')};")
+            plus = " + rbias"
+        for q in range(t.wn // ch):
+            vals = [f"acc[{i}][{q * ch + e}]{plus}" for e in range(ch)]
+            scalar = [f"if (cv_{q}_{e}) {{ {c.store('C', f'crow + cn_{q}_{e}', vals[e])} }}" for e in range(ch)]
+            if vec:  # adjacent: a vector store (through a float4 pointer where 16-byte aligned)
+                v4 = f"({acc}4)({', '.join(vals)})"
+                out.append(f"  if (c4_{q}) {{")
+                if NP_OF_C[acc].itemsize == 4:
+                    out.append(
+                        f"    if (((crow + cn_{q}_0) & 3) == 0) *(__global {acc}4*)(C + crow + cn_{q}_0) = {v4};"
+                    )
+                    out.append(f"    else vstore4({v4}, 0, C + crow + cn_{q}_0);")
+                else:
+                    out.append(f"    vstore4({v4}, 0, C + crow + cn_{q}_0);")
+                out += ["  } else {", *("    " + x for x in scalar), "  }"]
+            else:
+                out += ["  " + x for x in scalar]
+        out.append("}")
+    return out
 
 
 #: CPU devices: no local memory, explicit vectors along N. Each work-group is one work item
