@@ -7,11 +7,12 @@ without copying. Kernels read inputs through their strides and write contiguous 
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from ember.dtypes import DType
 from ember.memory import Block
-from ember.views import View
+from ember.views import View, contiguous_strides
 
 __all__ = ["CLArray"]
 
@@ -26,7 +27,11 @@ class CLArray(View):
     def __init__(
         self, block: Block[Any] | None, shape: Shape, strides: Shape | None, offset: int, dtype: DType
     ) -> None:
-        View.__init__(self, shape, strides, offset)
+        # View.__init__'s work, inline (every op makes a few handles)
+        self.shape = shape
+        self.strides = contiguous_strides(shape) if strides is None else strides
+        self.offset = offset
+        self.size = prod(shape)
         self.block = block
         self.dtype = dtype
 

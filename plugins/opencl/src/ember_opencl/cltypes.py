@@ -10,7 +10,8 @@ Both compute in ``float``, as ember's CPU backend does. bool is a ``uchar`` hold
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -66,32 +67,26 @@ inline ushort ember_f2bf(float f) {
 
 @dataclass(frozen=True)
 class CType:
-    """One ember dtype as OpenCL C sees it."""
+    """One ember dtype as OpenCL C sees it. ``name``, ``kind``, ``np_storage``, ``np_compute`` and
+    ``itemsize`` are plain attributes set once (every launch reads some of them)."""
 
     dtype: DType
     storage: str
     compute: str
+    #: the dtype's name and kind
+    name: str = field(init=False, compare=False)
+    kind: str = field(init=False, compare=False)
+    #: numpy dtype of the buffer's raw elements (bfloat16: uint16) and of the compute type
+    np_storage: np.dtype = field(init=False, compare=False)
+    np_compute: np.dtype = field(init=False, compare=False)
+    itemsize: int = field(init=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return self.dtype.name
-
-    @property
-    def kind(self) -> str:
-        return self.dtype.kind
-
-    @property
-    def np_storage(self) -> np.dtype:
-        """numpy dtype of the buffer's raw elements (bfloat16: uint16)."""
-        return np.dtype(np.uint16) if self.name == "bfloat16" else NP_OF_C[self.storage]
-
-    @property
-    def np_compute(self) -> np.dtype:
-        return NP_OF_C[self.compute]
-
-    @property
-    def itemsize(self) -> int:
-        return self.np_storage.itemsize
+    def __post_init__(self) -> None:
+        name = self.dtype.name
+        storage = np.dtype(np.uint16) if name == "bfloat16" else NP_OF_C[self.storage]
+        for attr, value in (("name", name), ("kind", self.dtype.kind), ("np_storage", storage),
+                            ("np_compute", NP_OF_C[self.compute]), ("itemsize", storage.itemsize)):  # fmt: skip
+            object.__setattr__(self, attr, value)
 
     @property
     def is_wide_float(self) -> bool:
@@ -113,16 +108,18 @@ class CType:
         return f"{ptr}[{idx}] = ({self.storage})({value});"
 
 
-_CACHE: dict[str, CType] = {}
+#: by dtype name and by DType object (one lookup on the hot path)
+_CACHE: dict[DType | str, CType] = {}
 
 
 def ctype(dtype: DType | str) -> CType:
     """The :class:`CType` of an ember dtype (or its name)."""
-    name = dtype if isinstance(dtype, str) else dtype.name
-    found = _CACHE.get(name)
+    found = _CACHE.get(dtype)
     if found is None:
+        name = dtype if isinstance(dtype, str) else dtype.name
         storage, compute = _TYPES[name]
-        found = _CACHE[name] = CType(as_dtype(name), storage, compute)
+        found = _CACHE.get(name) or CType(as_dtype(name), storage, compute)
+        _CACHE[name] = _CACHE[dtype] = found
     return found
 
 
@@ -171,8 +168,25 @@ def literal(value: bool | int | float | complex, c: CType) -> str:
     return f"(({c.compute}){v})"
 
 
+#: np_scalar's results for nonzero Python ints and floats (a step passes the same few: lr, 1/n, ...)
+_SCALARS: dict[tuple[str, type, Any], np.generic] = {}
+
+
 def np_scalar(value: bool | int | float | complex, c: CType) -> np.generic:
     """``value`` rounded to ``c``'s dtype, then held in its compute type (a kernel argument)."""
+    kind = type(value)
+    if (kind is float or kind is int) and value:  # (not 0.0: -0.0 would find it; NaN never finds itself)
+        key = (c.name, kind, value)
+        found = _SCALARS.get(key)
+        if found is None:
+            if len(_SCALARS) >= 1024:
+                _SCALARS.clear()
+            found = _SCALARS[key] = _np_scalar(value, c)
+        return found
+    return _np_scalar(value, c)
+
+
+def _np_scalar(value: bool | int | float | complex, c: CType) -> np.generic:
     if c.name == "bfloat16":
         import ml_dtypes
 

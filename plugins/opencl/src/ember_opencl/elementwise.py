@@ -126,14 +126,23 @@ def run_program(
 
     ``outs`` are destination views (default: new contiguous handles of ``shape``).
     """
-    tensors = [x for (_, kind), x in zip(prog.inputs, operands) if kind == "tensor"]
+    tensors = []
+    in_geo = []
+    for (_, kind), x in zip(prog.inputs, operands):  # (plain loops: this runs for every elementwise op)
+        if kind == "tensor":
+            tensors.append(x)
+            in_geo.append((x.shape, x.strides, x.offset))
     alias = False
     if outs is None:
         out_geo: tuple[Any, ...] = (None,)
     else:
-        out_geo = tuple((o.shape, o.strides, o.offset) for o in outs)
-        alias = any(o.block is not None and o.block is x.block for o in outs for x in tensors)
-    key = (rt, prog, shape, out_geo, tuple((x.shape, x.strides, x.offset) for x in tensors), alias)
+        out_geo = tuple([(o.shape, o.strides, o.offset) for o in outs])
+        for o in outs:
+            if o.block is not None:
+                for x in tensors:
+                    if o.block is x.block:
+                        alias = True
+    key = (rt, prog, shape, out_geo, tuple(in_geo), alias)
     plan = _PLANS.get(key)
     if plan is None:
         if outs is None:
@@ -141,7 +150,7 @@ def run_program(
             geoms = (contiguous_geo,) * len(prog.outputs)
         else:
             geoms = out_geo
-        geoms += tuple((x.shape, x.strides, x.offset) for x in tensors)
+        geoms += tuple(in_geo)
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         plan = _PLANS[key] = _plan(rt, prog, shape, geoms, alias) if numel(shape) else None  # type: ignore[assignment]
@@ -151,15 +160,15 @@ def run_program(
     if plan is None:
         return list(outs)
     args: list[Any] = list(plan.head)
-    for o, st in zip(outs, plan.out_strides):
-        args.append(o.buf)
+    for o, st in zip(outs, plan.out_strides):  # (a non-empty launch: every handle has a block)
+        args.append(o.block.raw)
         args.append(o.offset)
         args.extend(st)
     for x, (kind, spec) in zip(operands, plan.in_specs):
         if kind == "scalar":
             args.append(np_scalar(x, spec))
         else:
-            args.append(x.buf)
+            args.append(x.block.raw)
             args.append(x.offset)
             args.extend(spec)
     rt.launch(plan.knl, plan.gsize, plan.lsize, args)

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from ember.shapes import numel
-from ember.views import collapse
+from ember.tuning import AUTOTUNE_FLOPS
+from ember.views import collapse, contiguous_strides
 
 from .array import CLArray
 from .cltypes import NP_OF_C, ctype
@@ -704,6 +705,28 @@ def _index_type(out: CLArray, views: list[CLArray]) -> str:
     return "int" if ext < 2**31 - 2**20 else "long"
 
 
+def tiled_launch(
+    rt: Runtime,
+    t: Tiling,
+    key: tuple[Any, ...],
+    make: Callable[[], tuple[str, list[Any]]],
+    name: str,
+    M: int,
+    N: int,
+    batch: int,
+) -> tuple[Any, tuple[int, int, int], tuple[int, int, int]]:
+    """(kernel, global size, local size) of a tiled-family kernel over an M x N output per batch
+    entry; the kernel is compiled once per key."""
+
+    def build() -> tuple[str, str, list[Any]]:
+        source, types = make()
+        return source, name, types
+
+    knl, _ = rt.kernel(key, build)
+    rtn, rtm = t.threads
+    return knl, (-(-N // t.tn) * rtn, -(-M // t.tm) * rtm, batch), (rtn, rtm, 1)
+
+
 def launch_tiled(
     rt: Runtime,
     t: Tiling,
@@ -716,36 +739,89 @@ def launch_tiled(
     args: list[Any],
 ) -> None:
     """Compile (once per key) and launch a tiled-family kernel over an M x N output per batch entry."""
+    knl, gsize, lsize = tiled_launch(rt, t, key, make, name, M, N, batch)
+    rt.launch(knl, gsize, lsize, args)
 
-    def build() -> tuple[str, str, list[Any]]:
-        source, types = make()
-        return source, name, types
 
-    knl, _ = rt.kernel(key, build)
-    rtn, rtm = t.threads
-    rt.launch(knl, (-(-N // t.tn) * rtn, -(-M // t.tm) * rtm, batch), (rtn, rtm, 1), args)
+class _Plan:
+    """What a matmul of one operand geometry launches, less its buffers: the output's shape, whether
+    B is copied contiguous first (the CPU vector kernel), the kernel, its sizes, and its arguments
+    with None where A's, B's and C's buffers go (:data:`_A`, :data:`_B`, :data:`_C`)."""
+
+    __slots__ = ("shape", "copy_b", "knl", "gsize", "lsize", "args")
+
+    def __init__(self, shape: tuple[int, ...], copy_b: bool, knl: Any, gsize: Any, lsize: Any, args: list[Any]) -> None:
+        self.shape, self.copy_b, self.knl, self.gsize, self.lsize, self.args = shape, copy_b, knl, gsize, lsize, args
+
+
+_A, _B, _C = 3, 7, 11  # (the positions of the buffers in a plan's arguments)
+#: matmul plans by (runtime, operand geometry, what the choice of kernel depends on): a step's GEMMs
+#: skip the layout analysis, the tuning lookup and the kernel lookup after their first call
+_PLANS: dict[Any, _Plan] = {}
+_MAX_PLANS = 2048
+#: bumped when a tuning choice is recorded or forgotten (tune.py): plans made before are not used again
+_TUNING = [0]
+
+
+def tuning_changed() -> None:
+    """A tuning choice changed: the plans made before no longer say which tiling runs."""
+    _TUNING[0] += 1
 
 
 def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) -> CLArray:
     """``a @ b`` for ``a`` (..., M, K) and ``b`` (..., K, N) with broadcast batch axes."""
+    key = None
+    if tiling is None:  # (a tiling given: the tuner's timed runs, not planned)
+        key = (rt, a.dtype, a.shape, a.strides, a.offset, b.dtype, b.shape, b.strides, b.offset, rt.is_cpu,
+               rt.compute_units, not rt.read_backs, GENERIC_AFTER_FIRST_RESULT, _TUNING[0])  # fmt: skip
+        plan = _PLANS.get(key)
+        if plan is not None:
+            return _run(rt, plan, a, b)
     M, K = a.shape[-2:]
     N = b.shape[-1]
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    out = rt.empty(batch + (M, N), a.dtype)
-    if out.size == 0:
-        return out
+    if not numel(batch + (M, N)):
+        return rt.empty(batch + (M, N), a.dtype)
     if K == 0:
         from .elementwise import copy_into  # noqa: PLC0415
 
+        out = rt.empty(batch + (M, N), a.dtype)
         zero = rt.upload(np.zeros(1, dtype=a.dtype.numpy), a.dtype)
         copy_into(rt, out, zero.with_layout((), (), 0))
         return out
-    dt = a.dtype.name
-    vector = tiling is None and rt.is_cpu and dt in _VECTOR_DTYPES
-    if vector and b.strides[-1] != 1 and N > 1:
+    plan, cacheable = _plan(rt, a, b, tiling, batch)
+    if key is not None and cacheable:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return _run(rt, plan, a, b)
+
+
+def _run(rt: Runtime, plan: _Plan, a: CLArray, b: CLArray) -> CLArray:
+    out = rt.empty(plan.shape, a.dtype)
+    if plan.copy_b:
         from .elementwise import contiguous  # noqa: PLC0415
 
-        b = contiguous(rt, b)  # O(K N) copy so the O(M N K) loop reads B rows as vectors
+        b = contiguous(rt, b)
+    args = plan.args.copy()
+    args[_A], args[_B], args[_C] = a.block.raw, b.block.raw, out.block.raw  # (non-empty: blocks)
+    rt.launch(plan.knl, plan.gsize, plan.lsize, args)
+    return out
+
+
+def _plan(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None, batch: tuple[int, ...]) -> tuple[_Plan, bool]:
+    """The launch of ``a @ b`` (a non-empty output, K > 0) from the operands' geometry, and whether it
+    may be kept for the next product of the same geometry: not where a large untuned GPU GEMM may
+    yet be tuned on first use (:func:`.tune.lookup`)."""
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    out_shape = batch + (M, N)
+    out = CLArray(None, out_shape, None, 0, a.dtype)  # (its geometry: the buffer comes at each run)
+    dt = a.dtype.name
+    vector = tiling is None and rt.is_cpu and dt in _VECTOR_DTYPES
+    copy_b = vector and b.strides[-1] != 1 and N > 1
+    if copy_b:  # O(K N) copy so the O(M N K) loop reads B rows as vectors (at each run: see _run)
+        b = b.with_layout(b.shape, contiguous_strides(b.shape), 0)
     av = a.expand(batch + (M, K))
     bv = b.expand(batch + (K, N))
     nb = len(batch)
@@ -756,20 +832,22 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     a_kfast = abs(a_cs) <= abs(a_rs) if M > 1 else True
     b_nfast = abs(b_cs) <= abs(b_rs) if K > 1 else True
     idx = _index_type(out, [av, bv])
-    args = [M, N, K, av.buf, av.offset, a_rs, a_cs, bv.buf, bv.offset, b_rs, b_cs, out.buf]
+    args = [M, N, K, None, av.offset, a_rs, a_cs, None, bv.offset, b_rs, b_cs, None]
     args += [*bsh, *bsa, *bsb, *bsc]
     if vector:
         shape = vector_shape(rt, dt)
         knl, _ = rt.kernel(("matmul_vec", dt, shape, len(bsh), idx), lambda: _make_vector(dt, shape, len(bsh), idx))
         vw, wn, wm = shape
-        rt.launch(knl, (-(-N // (vw * wn)), -(-M // wm), numel(batch)), (1, 1, 1), args)
-        return out
-    t = tiling or _tuned(rt, dt, M, N, K)
+        return _Plan(out_shape, copy_b, knl, (-(-N // (vw * wn)), -(-M // wm), numel(batch)), (1, 1, 1), args), True
+    tuned = tiling or _tuned(rt, dt, M, N, K)
+    cacheable = tiling is None and (tuned is not None or rt.is_cpu or M * N * K < AUTOTUNE_FLOPS)
     # the untuned choice (a cold process's first steps, before tuning) reads the operands' layout as
     # an argument: one program for every transpose and alignment of a shape class; a tuned or given
     # tiling is specialised (what the tuner timed is what runs)
-    generic = t is None and (rt.is_cpu or GENERIC_AFTER_FIRST_RESULT or not rt.read_backs) and _aligned(dt, 4, 0, [])
-    t = t or _pick(rt, M, N)
+    generic = (
+        tuned is None and (rt.is_cpu or GENERIC_AFTER_FIRST_RESULT or not rt.read_backs) and _aligned(dt, 4, 0, [])
+    )
+    t = tuned or _pick(rt, M, N)
     generic = generic and not t.rp
     vec_ok = dt in _VECTOR_DTYPES and t.vw > 1
     va = t.vw if vec_ok and (a_cs == 1 if a_kfast else a_rs == 1) else 1
@@ -788,5 +866,5 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
         return gemm_source(*spec, aligned=aligned, generic=generic)
 
     key = ("matmul", *spec, "generic" if generic else aligned)
-    launch_tiled(rt, t, key, make, "ember_matmul", M, N, numel(batch), args)
-    return out
+    knl, gsize, lsize = tiled_launch(rt, t, key, make, "ember_matmul", M, N, numel(batch))
+    return _Plan(out_shape, copy_b, knl, gsize, lsize, args), cacheable

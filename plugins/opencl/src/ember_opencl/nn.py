@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ember.shapes import numel
-from ember.views import collapse
+from ember.views import collapse, contiguous_strides
 
 from .array import CLArray
 from .cltypes import ctype
@@ -205,18 +205,6 @@ def logsumexp(rt: Runtime, a: CLArray, axes: tuple[int, ...], keepdims: bool) ->
 
 
 # -- layer norm / RMS norm -----------------------------------------------------------------
-def _rows(rt: Runtime, a: CLArray, k: int) -> tuple[CLArray, tuple[int, ...]]:
-    """``a`` as rows of its last ``k`` axes, each row contiguous: (handle, strides of the leading
-    axes). Rows a slice or a permutation of the leading axes left contiguous are read in place;
-    others are copied (on PoCL, reading 4096 rows of 512 at an element stride of 4096 in place
-    took twice the copy and the contiguous kernel together)."""
-    lead = a.ndim - k
-    sh, (st,) = collapse(a.shape[lead:], [a.strides[lead:]])
-    if len(sh) != 1 or st[0] != 1:
-        a = contiguous(rt, a)
-    return a, a.strides[:lead]
-
-
 def _norm_source(dt: str, group: int, ro: int, mode: str) -> tuple[str, list[Any]]:
     """mode "layer" (with a bias), "rms", or "backward": layer_norm's input gradient of ``g``,
     rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)). One row per work-group or work item:
@@ -278,26 +266,65 @@ def _norm_source(dt: str, group: int, ro: int, mode: str) -> tuple[str, list[Any
     return "\n".join(lines) + "\n", types
 
 
-def _flat_param(rt: Runtime, p: CLArray) -> tuple[CLArray, int]:
-    """``p`` as (handle, stride) walking its elements in order (one stride, or a copy)."""
-    sh, (st,) = collapse(p.shape, [p.strides])
-    if len(sh) == 1:
-        return p, st[0]
-    return contiguous(rt, p), 1
+#: norm launches by (runtime, mode, operand geometry, device kind): which operands are made contiguous
+#: first, the kernel, its sizes and its arguments with None where the buffers go (their positions)
+_NORMS: dict[Any, tuple[Any, ...]] = {}
+_MAX_NORMS = 1024
 
 
 def _run_norm(rt: Runtime, mode: str, x: CLArray, w: CLArray, extra: CLArray | None, eps: float) -> CLArray:
     """One norm kernel over the rows of ``w``'s trailing axes of ``x`` (rows at any stride read
-    in place); ``extra`` is the bias (mode "layer") or the output gradient (mode "backward")."""
+    in place); ``extra`` is the bias (mode "layer") or the output gradient (mode "backward").
+    Planned per geometry after the first call (the copies it makes, then one launch)."""
+    e_geo = None if extra is None else (extra.shape, extra.strides, extra.offset)
+    key = (rt, mode, x.dtype, x.shape, x.strides, x.offset, w.shape, w.strides, w.offset, e_geo, rt.is_cpu,
+           rt.compute_units)  # fmt: skip
     out = rt.empty(x.shape, x.dtype)
     if out.size == 0:
         return out
+    plan = _NORMS.get(key)
+    if plan is None:
+        if len(_NORMS) >= _MAX_NORMS:
+            _NORMS.clear()
+        plan = _NORMS[key] = _norm_plan(rt, mode, x, w, extra)
+    copies, knl, gsize, lsize, template, slots = plan
+    # the operands in the kernel's order (x, g; w, b), each made contiguous first where the plan says
+    handles = [x, extra, w] if mode == "backward" else [x, w, extra] if mode == "layer" else [x, w]
+    args = template.copy()
+    args[2] = out.block.raw
+    held = []  # (the copies live until the launch is queued: a dead one's buffer may be handed out again)
+    for h, copy, slot in zip(handles, copies, slots):
+        if copy:
+            h = contiguous(rt, h)  # type: ignore[arg-type]
+            held.append(h)
+        args[slot] = h.block.raw  # type: ignore[union-attr]
+    args[-1] = ctype(x.dtype).np_compute.type(eps)
+    rt.launch(knl, gsize, lsize, args)
+    return out
+
+
+def _geometry_of_contiguous(a: CLArray) -> CLArray:
+    """What :func:`.elementwise.contiguous` returns, as geometry only (``a``, or a C-order copy)."""
+    return a if a.is_contiguous() else a.with_layout(a.shape, contiguous_strides(a.shape), 0)
+
+
+def _norm_plan(rt: Runtime, mode: str, x: CLArray, w: CLArray, extra: CLArray | None) -> tuple[Any, ...]:
+    """:func:`_run_norm`'s launch from the operands' geometry: for x, g (backward), w and b (layer)
+    in that order, whether it is made contiguous first, and where its buffer goes in the arguments."""
     N = numel(w.shape)
-    M = out.size // N
-    views = [_rows(rt, x, w.ndim)]
-    if mode == "backward":
-        views.append(_rows(rt, extra, w.ndim))  # type: ignore[arg-type]
-    osh, ost = collapse(x.shape[: x.ndim - w.ndim], [lead for _, lead in views])
+    M = numel(x.shape) // N
+    rows = [x, extra] if mode == "backward" else [x]
+    params = [w, extra] if mode == "layer" else [w]
+    copies: list[bool] = []
+    views = []
+    # rows whose trailing axes collapse to one unit stride are read in place, others copied (on PoCL,
+    # reading 4096 rows of 512 at an element stride of 4096 in place took twice the copy and the
+    # contiguous kernel together); w and b are walked with one stride, or copied
+    for a in rows:
+        sh, (st,) = collapse(a.shape[a.ndim - w.ndim :], [a.strides[a.ndim - w.ndim :]])  # type: ignore[union-attr]
+        copies.append(len(sh) != 1 or st[0] != 1)
+        views.append(_geometry_of_contiguous(a) if copies[-1] else a)  # type: ignore[arg-type]
+    osh, ost = collapse(x.shape[: x.ndim - w.ndim], [v.strides[: x.ndim - w.ndim] for v in views])
     group = _row_group(rt, M, N)
     dt = x.dtype.name
     spec = (dt, group, len(osh), mode)
@@ -307,18 +334,25 @@ def _run_norm(rt: Runtime, mode: str, x: CLArray, w: CLArray, extra: CLArray | N
         return s, "ember_norm_backward" if mode == "backward" else "ember_norm", t
 
     knl, wg = rt.kernel(("norm", *spec), make)
-    args: list[Any] = [M, N, out.buf]
-    for a, _ in views:
-        args += [a.buf, a.offset]
+    args: list[Any] = [M, N, None]
+    slots = []
+    for v in views:
+        slots.append(len(args))
+        args += [None, v.offset]
     args += [*osh, *(s for st in ost for s in st)]
-    wv, ws = _flat_param(rt, w)
-    args += [wv.buf, wv.offset, ws]
-    if mode == "layer":
-        bv, bs = _flat_param(rt, extra)  # type: ignore[arg-type]
-        args += [bv.buf, bv.offset, bs]
-    args.append(ctype(dt).np_compute.type(eps))
-    _launch_rows(rt, knl, wg, M, group, args)
-    return out
+    for p in params:
+        sh, (st,) = collapse(p.shape, [p.strides])  # type: ignore[union-attr]
+        copies.append(len(sh) != 1)
+        pv, ps = (_geometry_of_contiguous(p), 1) if copies[-1] else (p, st[0])  # type: ignore[arg-type]
+        slots.append(len(args))
+        args += [None, pv.offset, ps]
+    args.append(None)  # eps
+    if group:
+        gsize, lsize = (M * group,), (group,)
+    else:
+        local = min(wg, 64 if rt.is_cpu else 128)
+        gsize, lsize = (-(-M // local) * local,), (local,)
+    return tuple(copies), knl, gsize, lsize, args, slots
 
 
 def layer_norm(rt: Runtime, x: CLArray, w: CLArray, b: CLArray | None, eps: float) -> CLArray:

@@ -260,7 +260,8 @@ def _launch(
     group: int = 0,
     out_idx: CLArray | None = None,
     in_idx: CLArray | None = None,
-) -> None:
+) -> tuple[Any, tuple[int], tuple[int], list[Any]]:
+    """(kernel, global size, local size, arguments) of one reduction pass of ``a`` into ``out``."""
     osh, ost, ish, ist = layout
     M, K = numel(osh), numel(ish)
     span = a.offset + sum(abs(s) * (d - 1) for d, s in zip(osh + ish, ost + ist))
@@ -279,34 +280,101 @@ def _launch(
     if in_idx is not None:
         args.append(in_idx.buf)
     if group:
-        rt.launch(knl, (M * groups_per_row * group,), (group,), args)
-    else:
-        local = min(wg, 64 if rt.is_cpu else 128)
-        rt.launch(knl, (-(-M // local) * local,), (local,), args)
+        return knl, (M * groups_per_row * group,), (group,), args
+    local = min(wg, 64 if rt.is_cpu else 128)
+    return knl, (-(-M // local) * local,), (local,), args
 
 
 def _group_size(rt: Runtime) -> int:
     return min(64 if rt.is_cpu else 256, rt.max_wg)
 
 
+class _Slot:
+    """A stand-in block while a plan is made: its ``raw`` marks where a buffer goes in the arguments."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self) -> None:
+        self.raw = self
+
+
+class _Plan:
+    """A reduction of one input geometry, less its buffers: the flat output's dtype and the result's
+    shape and strides, the temporaries' (shape, dtype), and each pass's (kernel, global size, local
+    size, arguments, [(argument position, buffer slot)]); slot 0 is the input, 1 the output, 2... the
+    temporaries."""
+
+    __slots__ = ("out_dt", "M", "shape", "strides", "temps", "passes")
+
+    def __init__(self, out_dt: DType, M: int, shape: Any, strides: Any, temps: list[Any], passes: list[Any]) -> None:
+        self.out_dt, self.M, self.shape, self.strides = out_dt, M, shape, strides
+        self.temps, self.passes = temps, passes
+
+
+#: reduction plans by (runtime, op, input geometry, axes, keepdims, device kind): a step's reductions
+#: skip the layout analysis and the kernel lookup after their first call
+_PLANS: dict[Any, _Plan] = {}
+_MAX_PLANS = 4096
+
+
 def reduce(rt: Runtime, op: str, a: CLArray, axes: tuple[int, ...], keepdims: bool) -> CLArray:
     """``op`` over ``axes`` of ``a`` (core has checked that max/min/arg* axes are non-empty)."""
-    out_shape = _reduced_shape(a.shape, axes, keepdims)
+    axes = tuple(axes)
+    key = (rt, op, a.dtype, a.shape, a.strides, a.offset, axes, keepdims, rt.is_cpu, rt.compute_units)
+    plan = _PLANS.get(key)
+    if plan is None:
+        out_shape = _reduced_shape(a.shape, axes, keepdims)
+        out_dt = _out_dtype(op, a)
+        M = numel(out_shape)
+        K = numel([a.shape[i] for i in axes])
+        if M == 0:
+            return rt.empty(out_shape, out_dt)
+        if K == 0:
+            value = {"sum": 0, "prod": 1, "any": False, "all": True}[op]
+            from .elementwise import run_program, unary_program  # noqa: PLC0415
+
+            one = rt.upload(np.asarray(value).astype(out_dt.numpy).reshape(1), out_dt)
+            ones = one.with_layout(out_shape, (0,) * len(out_shape), 0)
+            return run_program(rt, unary_program("copy", out_dt.name, out_dt.name), [ones], out_shape)[0]
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(rt, op, a, axes, out_shape, out_dt)
+    out = rt.empty((plan.M,), plan.out_dt)
+    bufs = [a.buf, out.buf]
+    temps = [rt.empty(shape, dt) for shape, dt in plan.temps]  # (alive until their passes are queued)
+    bufs += [t.buf for t in temps]
+    for knl, gsize, lsize, template, fills in plan.passes:
+        args = template.copy()
+        for pos, slot in fills:
+            args[pos] = bufs[slot]
+        rt.launch(knl, gsize, lsize, args)
+    return CLArray(out.block, plan.shape, plan.strides, 0, plan.out_dt)
+
+
+def _out_dtype(op: str, a: CLArray) -> DType:
+    return as_dtype("int64") if op in _ARG else as_dtype("bool") if op in ("any", "all") else a.dtype
+
+
+def _plan(rt: Runtime, op: str, a: CLArray, axes: tuple[int, ...], out_shape: tuple[int, ...], out_dt: DType) -> _Plan:
+    """The passes of ``op`` over ``axes`` of ``a`` (M > 0 rows of K > 0), made on stand-in buffers."""
     arg = op in _ARG
-    out_dt = as_dtype("int64") if arg else as_dtype("bool") if op in ("any", "all") else a.dtype
     M = numel(out_shape)
     K = numel([a.shape[i] for i in axes])
-    if M == 0:
-        return rt.empty(out_shape, out_dt)
-    if K == 0:
-        value = {"sum": 0, "prod": 1, "any": False, "all": True}[op]
-        from .elementwise import run_program, unary_program  # noqa: PLC0415
+    slots: list[_Slot] = []
+    temps: list[tuple[tuple[int, ...], DType]] = []
 
-        one = rt.upload(np.asarray(value).astype(out_dt.numpy).reshape(1), out_dt)
-        ones = one.with_layout(out_shape, (0,) * len(out_shape), 0)
-        return run_program(rt, unary_program("copy", out_dt.name, out_dt.name), [ones], out_shape)[0]
+    def stand_in(shape: tuple[int, ...], strides: Any, offset: int, dt: DType) -> CLArray:
+        slots.append(_Slot())
+        return CLArray(slots[-1], shape, strides, offset, dt)  # type: ignore[arg-type]
+
+    def temp(shape: tuple[int, ...], dt: DType) -> CLArray:
+        temps.append((shape, dt))
+        return stand_in(shape, None, 0, dt)
+
+    a = stand_in(a.shape, a.strides, a.offset, a.dtype)
+    out = stand_in((M,), None, 0, out_dt)
     layout = reduce_layout(a, axes)
-    out = rt.empty((M,), out_dt)
+    passes = []
     # one work item per row: on CPUs whenever there are rows enough for every core; on GPUs
     # when rows are short, or many and strided along the reduced axis (a leading-axis sum:
     # neighbouring items then read neighbouring addresses). Contiguous rows get a work-group.
@@ -316,24 +384,30 @@ def reduce(rt: Runtime, op: str, a: CLArray, axes: tuple[int, ...], keepdims: bo
     else:
         per_item = M >= 8192 and not (len(ist) == 1 and abs(ist[0]) == 1 and K > 64)
     if per_item or K <= 32:
-        _launch(rt, op, a, layout, out)
+        passes.append(_launch(rt, op, a, layout, out))
     else:
         group = _group_size(rt)
         target = rt.compute_units * (4 if rt.is_cpu else 16)
         g = max(1, min(-(-target // M), K // (group * 4)))
         if g == 1:
-            _launch(rt, op, a, layout, out, group=group)
+            passes.append(_launch(rt, op, a, layout, out, group=group))
         else:
             acc = as_dtype(_acc_dtype(op, a.dtype)) if not arg else a.dtype
             if arg and a.dtype.name in ("float16", "bfloat16"):
                 acc = a.dtype
-            part = rt.empty((M * g,), acc)
-            part_idx = rt.empty((M * g,), as_dtype("int64")) if arg else None
-            _launch(rt, op, a, layout, part, groups_per_row=g, group=group, out_idx=part_idx)
+            part = temp((M * g,), acc)
+            part_idx = temp((M * g,), as_dtype("int64")) if arg else None
+            passes.append(_launch(rt, op, a, layout, part, groups_per_row=g, group=group, out_idx=part_idx))
             second = {"sum": "sum", "prod": "prod", "max": "max", "min": "min", "any": "any", "all": "all"}.get(op, op)
             lay2 = ((M,), (g,), (g,), (1,))
-            _launch(rt, second, part, lay2, out, group=group if M < 64 else 0, in_idx=part_idx)
-    return out.reshape(out_shape)  # type: ignore[return-value]
+            passes.append(_launch(rt, second, part, lay2, out, group=group if M < 64 else 0, in_idx=part_idx))
+    where = {id(s): i for i, s in enumerate(slots)}
+    planned = []
+    for knl, gsize, lsize, args in passes:
+        fills = [(pos, where[id(x)]) for pos, x in enumerate(args) if type(x) is _Slot]
+        planned.append((knl, gsize, lsize, [None if type(x) is _Slot else x for x in args], fills))
+    final = out.reshape(out_shape)
+    return _Plan(out_dt, M, final.shape, final.strides, temps, planned)
 
 
 # -- cumsum -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -568,7 +569,7 @@ class Runtime:
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> CLArray:
         """A new contiguous handle (uninitialised)."""
-        n = numel(shape)
+        n = prod(shape)
         if not n:
             return CLArray(None, tuple(shape), None, 0, dtype)
         nbytes = n * ctype(dtype).itemsize

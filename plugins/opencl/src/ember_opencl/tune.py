@@ -28,7 +28,7 @@ from ember.tuning import GemmTuner
 from ember.tuning import shape_class as shape_class
 
 from .cache import device_name
-from .matmul import Tiling, fits, matmul
+from .matmul import Tiling, fits, matmul, tuning_changed
 from .runtime import Runtime
 
 __all__ = ["LARGE", "shape_class", "candidates", "lookup", "record", "tune", "forget", "store_for", "main"]
@@ -99,6 +99,14 @@ class _OpenCLTuner(GemmTuner[Runtime, Tiling]):
         if not rt.read_backs:
             return self.read(rt, dt, shape_class(M, N, K))
         return super().lookup(rt, dt, M, N, K)
+
+    def record(self, rt: Runtime, dt: str, cls: str, c: Tiling, gflops: float | None = None) -> bool:
+        tuning_changed()  # (matmul's plans made before say which tiling ran until now)
+        return super().record(rt, dt, cls, c, gflops)
+
+    def forget(self, rt: Runtime) -> None:
+        tuning_changed()
+        super().forget(rt)
 
     def sync(self, rt: Runtime) -> None:
         rt.finish()

@@ -1,0 +1,150 @@
+"""Launch plans: a matmul, reduction or norm of a geometry seen before reuses its first
+call's kernel, sizes and arguments (no layout analysis, tuning or kernel lookup), with the new
+buffers in place; a recorded tuning choice retires the plans made before it. Results against numpy
+float64 on fresh data at every call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.tuning import shape_class
+from ember_opencl import matmul, nn, reduce, tune
+from ember_opencl.matmul import TILINGS, Tiling
+
+RNG = np.random.default_rng(5)
+
+
+def _up(rt, arr):
+    return rt.upload(np.ascontiguousarray(arr), em.dtypes.as_dtype(arr.dtype))
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def rt(dev, request, monkeypatch):
+    """The device's runtime as it is, and told it is a GPU (tiled GEMMs, work-group reductions) with
+    the small test tiling for every untuned GEMM (PoCL builds it in seconds, not the GPU tilings' 10-30 s)."""
+    rt = dev.backend.rt
+    rt.download(_up(rt, np.zeros(1, np.float32)))  # (past the process's first read-back: see matmul's generic GEMM)
+    if request.param == "gpu":
+        monkeypatch.setattr(rt, "is_cpu", False)
+        monkeypatch.setattr(rt, "compute_units", 4)
+        monkeypatch.setattr(matmul, "_pick", lambda rt, M, N: TILINGS["odd"])
+    for module in (matmul, reduce):  # (this test's plans are its own)
+        monkeypatch.setattr(module, "_PLANS", {})
+    monkeypatch.setattr(nn, "_NORMS", {})
+    return rt
+
+
+@pytest.fixture
+def counted(rt, monkeypatch):
+    """How many kernel lookups the runtime served (a planned launch makes none)."""
+    calls = [0]
+    real = rt.kernel
+
+    def kernel(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rt, "kernel", kernel)
+    return calls
+
+
+def _view(rt, base, shape, strides, offset=0):
+    return _up(rt, np.ascontiguousarray(base).reshape(-1)).with_layout(tuple(shape), tuple(strides), offset)
+
+
+MATMULS = [  # (a shape, a strides, a offset), (b shape, b strides, b offset) over flat uploads of enough elements
+    (((37, 21), (21, 1), 0), ((21, 30), (30, 1), 0)),  # plain
+    (((37, 21), (21, 1), 0), ((21, 30), (1, 21), 0)),  # B transposed (the CPU kernel copies it first)
+    (((2, 1, 9, 13), (117, 117, 13, 1), 5), ((3, 13, 17), (221, 17, 1), 3)),  # broadcast batch, offsets
+]
+
+
+@pytest.mark.parametrize("ga, gb", MATMULS)
+def test_matmul_plan_is_reused(rt, counted, ga, gb):
+    for step in range(3):
+        fa, fb = (RNG.standard_normal(2000).astype(np.float32) for _ in range(2))
+        (sa, ta, oa), (sb, tb, ob) = ga, gb
+        a, b = _view(rt, fa, sa, ta, oa), _view(rt, fb, sb, tb, ob)
+        want = np.lib.stride_tricks.as_strided(fa[oa:], sa, [4 * s for s in ta]).astype(np.float64)
+        want = want @ np.lib.stride_tricks.as_strided(fb[ob:], sb, [4 * s for s in tb]).astype(np.float64)
+        before = counted[0]
+        got = rt.download(matmul.matmul(rt, a, b))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        if step:  # the first call planned it (and the CPU's copy of a transposed B): later ones look nothing up
+            assert counted[0] == before, "a planned matmul looked its kernel up again"
+
+
+def test_recorded_tiling_retires_plans(dev, rt, tmp_path, monkeypatch):
+    if rt.is_cpu:
+        pytest.skip("a CPU device runs the vector kernel, not a tuned tiling")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    tune.forget(rt)
+    a32 = RNG.standard_normal((40, 50)).astype(np.float32)
+    b32 = RNG.standard_normal((50, 70)).astype(np.float32)
+    a, b = _up(rt, a32), _up(rt, b32)
+    want = a32.astype(np.float64) @ b32
+    np.testing.assert_allclose(rt.download(matmul.matmul(rt, a, b)), want, rtol=1e-4, atol=1e-4)
+    choice = Tiling(32, 32, 8, 2, 4, vw=2, chunk=1, db=True)
+    tune.record(rt, "float32", shape_class(40, 70, 50), choice)
+    try:
+        np.testing.assert_allclose(rt.download(matmul.matmul(rt, a, b)), want, rtol=1e-4, atol=1e-4)
+        epoch = matmul._TUNING[0]
+        (plan,) = [p for k, p in matmul._PLANS.items() if k[0] is rt and k[2] == (40, 50) and k[-1] == epoch]
+        chosen = [knl for k, (knl, _) in rt._kernels.items() if k[:3] == ("matmul", "float32", choice)]
+        assert plan.knl in chosen, "the product after the choice was recorded did not run it"
+    finally:
+        tune.forget(rt)
+
+
+@pytest.mark.parametrize(
+    "op, shape, axes, keepdims",
+    [
+        ("sum", (3, 700), (1,), False),  # a work-group per row (or per chunk and a second pass)
+        ("argmax", (2, 5000), (1,), True),  # two passes with value and index temporaries on a GPU
+        ("max", (64, 33), (0,), False),  # a leading axis: one item per row
+        ("sum", (4, 6, 50), (0, 2), True),
+    ],
+)
+def test_reduction_plan_is_reused(rt, counted, op, shape, axes, keepdims):
+    for step in range(3):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        before = counted[0]
+        got = rt.download(reduce.reduce(rt, op, _up(rt, x), axes, keepdims))
+        if op == "argmax":
+            want = np.argmax(x, axis=axes[0], keepdims=keepdims)
+            np.testing.assert_array_equal(got, want)
+        else:
+            want = getattr(np, op)(x.astype(np.float64), axis=axes, keepdims=keepdims)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        assert got.shape == want.shape
+        if step:
+            assert counted[0] == before, "a planned reduction looked its kernel up again"
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_norm_plan_is_reused(dev, rt, counted, layout):
+    """layer_norm and its input gradient through dispatch, on a pool that gives a dead block back to
+    the driver at once: rows read at a stride are copied first, and the copies must outlive the launch."""
+    ad = em.Device(dev, memory="exclusive").autodiff()
+    rows, n, eps = 3, 40, 1e-5
+    for step in range(3):
+        xs, ws, bs, gs = (RNG.standard_normal(s) for s in ((rows, n), (n,), (n,), (rows, n)))
+        stored = xs.T if layout == "transposed" else xs
+        leaf = em.tensor(stored.astype(np.float32), device=ad, requires_grad=True)
+        x = leaf.permute((1, 0)) if layout == "transposed" else leaf
+        w, b, g = (em.tensor(a.astype(np.float32), device=ad) for a in (ws, bs, gs))
+        before = counted[0]
+        y = em.layer_norm(x, (n,), w, b, eps)
+        (y * g).sum().backward()
+        mu = xs.mean(axis=1, keepdims=True)
+        r = 1 / np.sqrt(xs.var(axis=1, keepdims=True) + eps)
+        xhat = (xs - mu) * r
+        np.testing.assert_allclose(y.numpy(), xhat * ws + bs, rtol=1e-4, atol=1e-4)
+        gw = gs * ws
+        gx = r * (gw - gw.mean(axis=1, keepdims=True) - xhat * (gw * xhat).mean(axis=1, keepdims=True))
+        got = leaf.grad.numpy()
+        np.testing.assert_allclose(got.T if layout == "transposed" else got, gx, rtol=1e-4, atol=1e-4)
+        if step:
+            assert counted[0] == before, "a planned norm looked its kernel up again"
