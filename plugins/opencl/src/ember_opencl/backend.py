@@ -466,4 +466,7 @@ def _in_place(program: FusedProgram, operands: list[Any], shape: tuple[int, ...]
         return False
     if sys.getrefcount(dest.block) != _BLOCK_REFS:
         return False
-    return any(x is dest for x in operands)
+    for x in operands:  # (a loop: no generator frame per operand)
+        if x is dest:
+            return True
+    return False
