@@ -469,3 +469,35 @@ def test_layer_norm_backward_runs_as_one_row_kernel(dev, monkeypatch, rows, layo
         assert copies == [], f"the norm kernels copied {copies} instead of reading the rows in place"
     want, _, _ = nn_reference.layer_norm_grads(gs, xs, 1, ws, eps)
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("shape", [(6, 7), (2, 100), (3, 40, 5)], ids=["item-rows", "work-group-rows", "spatial"])
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_cross_entropy_backward_runs_as_one_row_kernel(dev, monkeypatch, shape, ls):
+    """The loss's gradient with respect to the logits is the ember_ce_grad row kernel (not softmax, a
+    one-hot from arange and a mask), against float64: g * (softmax - smoothed one-hot), ignored rows 0."""
+    from ember.ops.nn import cross_entropy_backward
+    from ember_opencl.runtime import Runtime
+
+    keys = []
+    plain = Runtime.kernel
+    monkeypatch.setattr(Runtime, "kernel", lambda self, key, *a, **k: keys.append(key) or plain(self, key, *a, **k))
+    n, c, rest = shape[0], shape[1], shape[2:]
+    x = RNG.standard_normal(shape)
+    t = RNG.integers(0, c, size=(n, *rest))
+    t.flat[1] = -100
+    g = RNG.standard_normal((n, *rest))
+    got = cross_entropy_backward(
+        em.tensor(g.astype(np.float32), device=dev),
+        em.tensor(x.astype(np.float32), device=dev),
+        em.tensor(t, device=dev),
+        label_smoothing=ls,
+    ).numpy()
+    moved = np.moveaxis(x, 1, -1)
+    p = np.exp(moved - moved.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    hot = (1 - ls) * (np.arange(c) == np.where(t == -100, 0, t)[..., None]) + ls / c
+    want = np.moveaxis(np.where(t == -100, 0.0, g)[..., None] * (p - hot), -1, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert any(k[0] == "ce_grad" for k in keys if isinstance(k, tuple)), keys
+    assert not any(k[0] == "softmax" for k in keys if isinstance(k, tuple)), "the composite ran"

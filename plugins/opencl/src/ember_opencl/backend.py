@@ -366,6 +366,12 @@ class OpenCLBackend(ViewMovement, Backend):
         return nn.cross_entropy(self.rt, logits, target, label_smoothing, ignore_index)
 
     @native
+    def cross_entropy_backward(
+        self, g: CLArray, logits: CLArray, target: CLArray, *, label_smoothing: float, ignore_index: int
+    ) -> CLArray:
+        return nn.cross_entropy_backward(self.rt, g, logits, target, label_smoothing, ignore_index)
+
+    @native
     def scaled_dot_product_attention(
         self, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
     ) -> CLArray:

@@ -22,7 +22,15 @@ from .elementwise import contiguous
 from .matmul import matmul
 from .runtime import Runtime
 
-__all__ = ["softmax", "logsumexp", "layer_norm", "layer_norm_backward", "cross_entropy", "attention"]
+__all__ = [
+    "softmax",
+    "logsumexp",
+    "layer_norm",
+    "layer_norm_backward",
+    "cross_entropy",
+    "cross_entropy_backward",
+    "attention",
+]
 
 L = np.dtype(np.int64)
 
@@ -424,6 +432,75 @@ def cross_entropy(rt: Runtime, logits: CLArray, target: CLArray, label_smoothing
     args += [target.buf, target.offset, *tst, c.np_compute.type(label_smoothing), int(ignore_index)]
     _launch_rows(rt, knl, wg, M, group, args)
     return out
+
+
+def _ce_grad_source(dt: str, ro: int, group: int, smoothing: bool) -> tuple[str, list[Any]]:
+    """d loss / d logits of a row: g * (softmax(x) - the smoothed one-hot of t), zero where t is ignored
+    (the composite's formula, one pass for the max, one for the sum, one for the write)."""
+    c = ctype(dt)
+    A = c.compute
+    params = ["const long M", "const long C", f"__global {c.storage}* restrict out"]
+    params += [f"__global const {c.storage}* restrict x", "const long x_off", "const long x_is"]
+    params += [f"const long osh{d}" for d in range(ro)] + [f"const long x_os{d}" for d in range(ro)]
+    params += ["__global const long* restrict t", "const long t_off"] + [f"const long t_os{d}" for d in range(ro)]
+    params += [f"__global const {c.storage}* restrict g", "const long g_off"] + [
+        f"const long g_os{d}" for d in range(ro)
+    ]
+    params += [f"const {A} ls", "const long ignore"]
+    types: list[Any] = [L, L, None, None, L, L] + [L] * (2 * ro) + [None, L] + [L] * ro + [None, L] + [L] * ro
+    types += [c.np_compute, L]
+    x = c.load("x", "xb + k * x_is")
+    lines = [preamble({dt}), *_header("ember_ce_grad", params, group, A, ro, ["x", "t", "g"])]
+    lines += [f"  {A} mx = -INFINITY;", "  " + _loop(group, "k", "C") + " {", f"    const {A} v = {x};"]
+    lines += ["    if (v > mx || isnan(v)) mx = v;", "  }"]
+    lines += ["  " + s for s in _tree(group, A, "mx", "max")]
+    lines += [f"  if (isinf(mx)) mx = ({A})0;", f"  {A} tot = 0;", "  " + _loop(group, "k", "C") + " {"]
+    lines += [f"    tot += exp({x} - mx);", "  }"]
+    lines += ["  " + s for s in _tree(group, A, "tot", "sum")]
+    hot = f"(k == tg ? ({A})1 - ls : ({A})0) + ls / ({A})C" if smoothing else f"(k == tg ? ({A})1 : ({A})0)"
+    lines += [
+        "  const long tg = t[tb];",
+        f"  const {A} gs = tg != ignore ? ({A}){c.load('g', 'gb')} : ({A})0;",
+        "  " + _loop(group, "k", "C") + " {",
+        f"    const {A} p = exp({x} - mx) / tot;",
+        "    " + c.store("out", "row * C + k", f"gs * (p - ({hot}))"),
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n", types
+
+
+def cross_entropy_backward(
+    rt: Runtime, g: CLArray, logits: CLArray, target: CLArray, label_smoothing: float, ignore_index: int
+) -> CLArray:
+    """d loss / d logits (N, C, ...) of the per-sample loss at cotangent ``g`` (N, ...), one row kernel:
+    the class axis is moved last (a view), the result written in that order and viewed back."""
+    moved, order = _moved(logits, [1])
+    C = moved.shape[-1]
+    lead = moved.shape[:-1]
+    out = rt.empty(moved.shape, logits.dtype)
+    inverse = [0] * logits.ndim
+    for i, p in enumerate(order):
+        inverse[p] = i
+    if out.size == 0:
+        return out.permute(inverse)  # type: ignore[return-value]
+    osh, (xst, tst, gst) = collapse(lead, [moved.strides[:-1], target.strides, g.strides])
+    M = numel(lead)
+    group = _row_group(rt, M, C, abs(moved.strides[-1]) == 1)
+    dt = logits.dtype.name
+    spec = (dt, len(osh), group, bool(label_smoothing))
+
+    def make() -> tuple[str, str, list[Any]]:
+        src, types = _ce_grad_source(*spec)
+        return src, "ember_ce_grad", types
+
+    knl, wg = rt.kernel(("ce_grad", *spec), make)
+    c = ctype(dt)
+    args = [M, C, out.buf, moved.buf, moved.offset, moved.strides[-1], *osh, *xst]
+    args += [target.buf, target.offset, *tst, g.buf, g.offset, *gst]
+    args += [c.np_compute.type(label_smoothing), int(ignore_index)]
+    _launch_rows(rt, knl, wg, M, group, args)
+    return out.permute(inverse)  # type: ignore[return-value]
 
 
 # -- attention ---------------------------------------------------------------------------
