@@ -112,7 +112,7 @@ def test_implicit_conv_and_input_grad(dev, gpu_like, xs, ws, stride, pads, dil, 
     want_gx = ref.conv_transpose(g, w, size, stride, pads, dil, groups)
     gx = conv.conv_transpose(rt, _up(rt, g), _up(rt, w), None, size, stride, pads, dil, groups, TILINGS["odd"])
     np.testing.assert_allclose(dev.backend.to_numpy(gx), want_gx, rtol=1e-4, atol=1e-4)
-    assert {k[1] for k in _tiled_keys(rt, "conv_igemm")} == {"conv", "transpose"}  # the implicit kernels ran
+    assert {"conv", "transpose"} <= {k[1] for k in _tiled_keys(rt, "conv_igemm")}  # the implicit kernels ran
     assert conv.implicit_wins(rt)  # a GPU device takes this path through dispatch
 
 
