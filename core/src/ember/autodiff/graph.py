@@ -246,9 +246,17 @@ def run_backward(
                 node.inputs = None
                 node.datas = ()
             # and before the gradients are summed: from here on a computed input is only its metadata
-            inputs = tuple(
-                [x if x._node is None or x._node.op.name not in OUTPUT_UNREAD else for_backward(x) for x in inputs]
-            )
+            # (for_backward, inline: the stand-in the node's consumers made is looked up here)
+            stood = []
+            for x in inputs:
+                xn = x._node
+                if xn is not None and xn.op.name in OUTPUT_UNREAD:
+                    ref = xn._stand_in
+                    stub = ref() if ref is not None else None
+                    x = stub if stub is not None else for_backward(x)
+                stood.append(x)
+            inputs = stood
+            x = xn = stub = stood = None
             for inp, gi in zip(inputs, in_grads):
                 if gi is None or not inp._rg:
                     continue

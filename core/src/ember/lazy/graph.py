@@ -276,19 +276,39 @@ class Lazy:
         if target.size >= _REDUCED:
             self._realize_reduction(target)
             return
+        # _collect, inline (one call less per region), noting whether a value of another shape is in it
+        shape = target.shape
         order: list[LazyBuffer] = []
-        _collect(target, order, set())
+        other = False
+        seen = {id(target)}
+        stack = [target]
+        at = [0]  # per node on the stack, the next argument to look at
+        while stack:
+            args = stack[-1].args
+            i = at[-1]
+            k = len(args)
+            while i < k:
+                a = args[i]
+                i += 1
+                if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
+                    seen.add(id(a))
+                    at[-1] = i
+                    stack.append(a)
+                    at.append(0)
+                    break
+            else:
+                node = stack.pop()
+                at.pop()
+                if not other and node.shape != shape and node.op != "full":
+                    other = True
+                order.append(node)
+        a = node = args = None  # the loop's variables hold no reference while nodes are counted
         if len(order) == 1:  # one op alone: its own kernel, as eager (nothing to fuse, no program to build)
             self.counts["single"] += 1
             self._run_eagerly(order)
             return
-        shape = target.shape
-        for n in order:
-            if n.shape != shape and n.op != "full":
-                del n
-                order = _without_other_shapes(target, order)
-                break
-        n = None
+        if other:
+            order = _without_other_shapes(target, order)
         program, operands = self._program(order)
         if id(program) in _COMPLEX:
             del program, operands
@@ -375,28 +395,41 @@ class Lazy:
         operands: list[Any] = []
         handles: dict[int, int] = {}  # id(handle) -> input number: a handle read twice is one input
         number: dict[int, int] = {}  # id(node) -> input number (a constant) or -1 - instruction number
-        nodes: list[tuple[LazyBuffer, list[Any]]] = []
+        nodes: list[tuple[str, str, list[Any]]] = []
+        fixes: list[tuple[list[Any], int]] = []  # (refs, position) of each reference to an instruction
         meta = self.meta
         for node in order:
+            args = node.args
             if node.op == "full":  # a broadcast constant: a scalar input, not an instruction
                 number[id(node)] = len(inputs)
                 inputs.append((node.dtype, "scalar"))
-                operands.append(node.args[0])
+                operands.append(args[0])
                 continue
             refs: list[Any] = []
-            for k, a in enumerate(node.args):
+            for a in args:
                 ta = type(a)
                 if ta is LazyBuffer:
                     if a.real is None:
-                        refs.append(number[id(a)])
+                        r = number[id(a)]
+                        if r < 0:
+                            fixes.append((refs, len(refs)))
+                        refs.append(r)
                         continue
-                    a = a.real
-                elif ta in _SCALARS:
+                    # a value computed already: its handle is an input, of the dtype the node says
+                    h = a.real
+                    index = handles.get(id(h))
+                    if index is None:
+                        index = handles[id(h)] = len(inputs)
+                        inputs.append((a.dtype, "tensor"))
+                        operands.append(h)
+                    refs.append(index)
+                    continue
+                if ta in _SCALARS:
                     # _scalar_dtype, inline: the dtype of the node's first tensor operand (a handle's, if
                     # already an input of the program, without another handle_meta)
                     sdt = None
                     if node.op != "cast":
-                        for b in node.args:
+                        for b in args:
                             tb = type(b)
                             if tb is LazyBuffer:
                                 sdt = b.dtype
@@ -407,7 +440,7 @@ class Lazy:
                                     sdt = inputs[j][0]
                                 break
                     refs.append(len(inputs))
-                    inputs.append((sdt if sdt is not None else _scalar_dtype(node, k), "scalar"))
+                    inputs.append((sdt if sdt is not None else _scalar_dtype(node, len(refs) - 1), "scalar"))
                     operands.append(a)
                     continue
                 index = handles.get(id(a))
@@ -417,10 +450,15 @@ class Lazy:
                     operands.append(a)
                 refs.append(index)
             number[id(node)] = -1 - len(nodes)
-            nodes.append((node, refs))
+            nodes.append((node.op, node.dtype, refs))
+        a = b = node = None
         n = len(inputs)
-        body = tuple([(node.op, node.dtype, tuple([r if r >= 0 else n - 1 - r for r in refs])) for node, refs in nodes])
-        key = (tuple(inputs), body, (n + len(body) - 1,), None)
+        for refs, i in fixes:  # instruction j is value n + j
+            refs[i] = n - 1 - refs[i]
+        body = []
+        for op, dt, refs in nodes:
+            body.append((op, dt, tuple(refs)))
+        key = (tuple(inputs), tuple(body), (n + len(body) - 1,), None)
         program = _PROGRAMS.get(key)  # _interned's hit, inline
         if program is None:
             program = _interned(*key)
