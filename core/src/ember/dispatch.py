@@ -378,7 +378,15 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
         out = make_tensor(out._data, out._shape, out._dtype, dev)
     else:
         n = len(inputs)
-        datas = [first._data] if n == 1 else [first._data, inputs[1]._data] if n == 2 else [t._data for t in inputs]
+        datas = (
+            [first._data]
+            if n == 1
+            else [first._data, inputs[1]._data]
+            if n == 2
+            else [first._data, inputs[1]._data, inputs[2]._data]
+            if n == 3
+            else [t._data for t in inputs]
+        )
         defer = dev._defer
         if defer is None:
             handle = impl(*datas, **params)

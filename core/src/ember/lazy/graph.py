@@ -169,25 +169,48 @@ class Lazy:
                         name, datas = fast, datas[:1]  # numpy's scalar-exponent paths
                 # a lazy node for the elementwise op (operand dtypes are looked at when it is realized),
                 # built here: every deferred op comes this way
-                size = 1
-                for d in datas:  # a handle or a scalar is one input (kernel argument) each
-                    size += d.size if type(d) is LazyBuffer and d.real is None else 1
-                args = tuple(datas)
-                if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
-                    for i, d in enumerate(datas):
-                        if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED:
-                            d.owner.realize(d)
-                            datas[i] = d.real
+                args = None
+                n = len(datas)
+                if n == 2:  # a binary op (most deferred ops): a region within its bound, unrolled
+                    a, b = datas
+                    la = type(a) is LazyBuffer and a.real is None
+                    lb = type(b) is LazyBuffer and b.real is None
+                    size = 1 + (a.size if la else 1) + (b.size if lb else 1)
+                    if size <= MAX_REGION:
+                        if la:
+                            a.uses += 1
+                        if lb:
+                            b.uses += 1
+                        args = (a, b)
+                elif n == 1:  # a unary op or a cast
+                    a = datas[0]
+                    if type(a) is not LazyBuffer or a.real is not None:
+                        size = 2
+                        args = (a,)
+                    elif a.size < MAX_REGION:
+                        size = 1 + a.size
+                        a.uses += 1
+                        args = (a,)
+                if args is None:  # any other case
                     size = 1
-                    for d in datas:
+                    for d in datas:  # a handle or a scalar is one input (kernel argument) each
                         size += d.size if type(d) is LazyBuffer and d.real is None else 1
                     args = tuple(datas)
-                if size > MAX_REGION:  # close the regions below this op: it starts a new one
-                    args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
-                    size = 1 + len(args)
-                for d in args:
-                    if type(d) is LazyBuffer and d.real is None:
-                        d.uses += 1
+                    if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
+                        for i, d in enumerate(datas):
+                            if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED:
+                                d.owner.realize(d)
+                                datas[i] = d.real
+                        size = 1
+                        for d in datas:
+                            size += d.size if type(d) is LazyBuffer and d.real is None else 1
+                        args = tuple(datas)
+                    if size > MAX_REGION:  # close the regions below this op: it starts a new one
+                        args = tuple([d.realize() if type(d) is LazyBuffer else d for d in datas])
+                        size = 1 + len(args)
+                    for d in args:
+                        if type(d) is LazyBuffer and d.real is None:
+                            d.uses += 1
                 self.counts["deferred"] += 1
                 node = _new(LazyBuffer)  # LazyBuffer(...) and _track, inline: every deferred op comes this way
                 node.owner = self
