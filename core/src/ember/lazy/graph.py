@@ -386,7 +386,12 @@ class Lazy:
         shape = source.shape
         order: list[LazyBuffer] = []
         _collect(source, order, set())
-        order = _without_other_shapes(source, order)
+        for n in order:
+            if n.shape != shape and n.op != "full":
+                n = None
+                order = _without_other_shapes(source, order)
+                break
+        n = None
         del source  # from here on only the lists and the reduction hold it (_held counts references)
         program, operands = self._program(order)
         if id(program) in _COMPLEX:
@@ -399,8 +404,11 @@ class Lazy:
         candidates = [n for n in order if n.op != "full" and n.shape == shape]
         full = _held(candidates, extra=1)
         del candidates
-        number = _values(order, len(program.inputs))
-        outputs = tuple(number[id(n)] for n in full)
+        if full:
+            number = _values(order, len(program.inputs))
+            outputs = tuple([number[id(n)] for n in full])
+        else:
+            outputs = ()
         program = _interned(program.inputs, program.instructions, outputs, Reduce(op, value, axes, keepdims))
         results = impls[RUN_FUSED](program, operands, shape=shape)
         self.counts["kernels"] += 1
@@ -410,7 +418,10 @@ class Lazy:
             node.real = handle
             _release(node)
         target.real = results[len(full)]
-        _release(target)
+        source = target.args[0]  # _release(target), inline: its one node argument, the region's source
+        if source.uses > 0:
+            source.uses -= 1
+        target.args = None
 
     def _program(self, order: list[LazyBuffer]) -> tuple[FusedProgram, list[Any]]:
         """The region ``order`` (topological, target last) as a program writing the target."""
@@ -493,11 +504,18 @@ class Lazy:
         for node in order:
             if node.op == "full":
                 node.real = impls["full"](shape=node.shape, value=node.args[0], dtype=_dtype(node.dtype))
-            else:
-                args = [a.real if type(a) is LazyBuffer else a for a in node.args]
-                params = {"dtype": _dtype(node.dtype)} if node.op == "cast" else {}
-                node.real = impls[node.op](*args, **params)
-            _release(node)
+                node.args = None
+                continue
+            args = []
+            for a in node.args:
+                args.append(a.real if type(a) is LazyBuffer else a)
+            params = {"dtype": _dtype(node.dtype)} if node.op == "cast" else {}
+            node.real = impls[node.op](*args, **params)
+            for a in node.args:  # _release, inline: the node's uses of its arguments go
+                if type(a) is LazyBuffer and a.uses > 0:
+                    a.uses -= 1
+            node.args = None
+            a = args = None
 
     def realize_pending(self) -> None:
         """Realize every pending value that something outside the lazy graph still holds."""
