@@ -212,7 +212,7 @@ class Lazy:
                         if type(d) is LazyBuffer and d.real is None:
                             d.uses += 1
                 self.counts["deferred"] += 1
-                node = _new(LazyBuffer)  # LazyBuffer(...) and _track, inline: every deferred op comes this way
+                node = _new(LazyBuffer)  # LazyBuffer(...), tracked in pending, inline: every deferred op comes this way
                 node.owner = self
                 node.op = name
                 node.dtype = params["dtype"].name if name == "cast" else dtype.name
@@ -232,7 +232,7 @@ class Lazy:
                 and not (self.least and math.prod(shape) < self.least)
             ):
                 self.counts["deferred"] += 1
-                node = _new(LazyBuffer)  # LazyBuffer(self, "full", ...) and _track, inline
+                node = _new(LazyBuffer)  # LazyBuffer(self, "full", ...), tracked in pending, inline
                 node.owner = self
                 node.op = "full"
                 node.dtype = dtype.name
@@ -274,10 +274,15 @@ class Lazy:
             return None
         source.uses += 1
         self.counts["deferred"] += 1
-        args = (source, tuple(sorted(set(axes))), bool(params["keepdims"]))
-        return self._track(LazyBuffer(self, name, dtype, tuple(shape), args, _REDUCED))
-
-    def _track(self, node: LazyBuffer) -> LazyBuffer:
+        node = _new(LazyBuffer)  # LazyBuffer(self, name, dtype, shape, args, _REDUCED), tracked, inline
+        node.owner = self
+        node.op = name
+        node.dtype = dtype
+        node.shape = tuple(shape)
+        node.args = (source, tuple(sorted(set(axes))), bool(params["keepdims"]))
+        node.real = None
+        node.uses = 0
+        node.size = _REDUCED
         pending = self.pending
         pending.append(_weakref(node))
         if len(pending) > self._compact_at:
@@ -348,7 +353,11 @@ class Lazy:
         n = None
         if len(outputs) > 1:
             number = _values(order, len(program.inputs))
-            program = _interned(program.inputs, program.instructions, tuple(number[id(n)] for n in outputs))
+            written = []
+            for o in outputs:
+                written.append(number[id(o)])
+            o = None  # the loop's variable holds no reference while nodes are counted (_donor)
+            program = _interned(program.inputs, program.instructions, tuple(written))
         impls = self.state.impls
         donor = None
         if self.donate and not hasattr(impls, "real"):  # not while em.jit records or a trace runs
