@@ -67,7 +67,7 @@ class Node:
                     t = _stand_in(t)
                     changed = True
                 stood.append(t)
-            if changed:
+            if changed or type(inputs) is not tuple:
                 inputs = tuple(stood)
         elif name in READ_FOR:
             inputs = _trim(READ_FOR[name], inputs)
