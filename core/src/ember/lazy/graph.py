@@ -309,28 +309,22 @@ class Lazy:
         order: list[LazyBuffer] = []
         other = False
         seen = {id(target)}
-        stack = [target]
-        at = [0]  # per node on the stack, the next argument to look at
-        while stack:
-            args = stack[-1].args
-            i = at[-1]
-            k = len(args)
-            while i < k:
-                a = args[i]
-                i += 1
+        path = [target]  # the nodes being visited, and per node the iterator over its arguments
+        rest = [iter(target.args)]
+        while rest:
+            for a in rest[-1]:  # resumes where the node's last visit stopped
                 if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
                     seen.add(id(a))
-                    at[-1] = i
-                    stack.append(a)
-                    at.append(0)
+                    path.append(a)
+                    rest.append(iter(a.args))
                     break
             else:
-                node = stack.pop()
-                at.pop()
+                rest.pop()
+                node = path.pop()
                 if not other and node.shape != shape and node.op != "full":
                     other = True
                 order.append(node)
-        a = node = args = None  # the loop's variables hold no reference while nodes are counted
+        a = node = None  # the loop's variables hold no reference while nodes are counted
         if len(order) == 1:  # one op alone: its own kernel, as eager (nothing to fuse, no program to build)
             self.counts["single"] += 1
             self._run_eagerly(order)
@@ -687,24 +681,18 @@ def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
     """Unrealized nodes of ``node``'s region in topological order (depth first, post-order),
     appended to ``order``; without recursion (one call per region, not one per node)."""
     seen.add(id(node))
-    stack = [node]
-    at = [0]  # per node on the stack, the next argument to look at
-    while stack:
-        args = stack[-1].args
-        i = at[-1]
-        n = len(args)
-        while i < n:
-            a = args[i]
-            i += 1
+    path = [node]  # the nodes being visited, and per node the iterator over its arguments
+    rest = [iter(node.args)]
+    while rest:
+        for a in rest[-1]:  # resumes where the node's last visit stopped
             if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
                 seen.add(id(a))
-                at[-1] = i
-                stack.append(a)
-                at.append(0)
+                path.append(a)
+                rest.append(iter(a.args))
                 break
         else:
-            order.append(stack.pop())
-            at.pop()
+            rest.pop()
+            order.append(path.pop())
 
 
 def _values(order: list[LazyBuffer], n_inputs: int) -> dict[int, int]:
