@@ -378,15 +378,33 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
         out = make_tensor(out._data, out._shape, out._dtype, dev)
     else:
         n = len(inputs)
-        datas = [first._data] if n == 1 else [first._data, inputs[1]._data] if n == 2 else [t._data for t in inputs]
+        datas = (
+            [first._data]
+            if n == 1
+            else [first._data, inputs[1]._data]
+            if n == 2
+            else [first._data, inputs[1]._data, inputs[2]._data]
+            if n == 3
+            else [t._data for t in inputs]
+        )
         defer = dev._defer
         if defer is None:
             handle = impl(*datas, **params)
         elif not op.elementwise and type(defer) is Lazy:
-            # the lazy layer defers no such op: it would run the kernel at once unless an operand is deferred
+            # the lazy layer defers no such op but a reduction of a deferred region: it would compute the
+            # deferred operands and run the kernel at once, which is done here (a frame less per op)
             for d in datas:
                 if type(d) is LazyBuffer:
-                    handle = defer(op, datas, params, shape, dtype)
+                    if op.name in defer.reductions:
+                        handle = defer(op, datas, params, shape, dtype)
+                        break
+                    for i in range(n):  # Lazy.__call__'s own road for such an op, inline
+                        d = datas[i]
+                        if type(d) is LazyBuffer:
+                            if d.real is None:
+                                d.owner.realize(d)
+                            datas[i] = d.real
+                    handle = impl(*datas, **params)
                     break
             else:
                 handle = impl(*datas, **params)

@@ -18,7 +18,7 @@ from .device import Device
 from .dispatch import make_tensor, set_tensor_class
 from .dtypes import DType
 from .errors import ArgumentTypeError, AutodiffError, InvalidArgumentError
-from .lazy.jit import set_grad
+from .lazy.jit import _ACTIVE as _CAPTURES
 from .ops.linalg import matrix_transpose
 from .tensor_methods import (
     ConversionMethods,
@@ -154,7 +154,9 @@ class Tensor(
     def grad(self, value: Tensor | None) -> None:
         if value is not None and not isinstance(value, Tensor):
             raise ArgumentTypeError(f"Tensor.grad: grad must be a Tensor or None, got {type(value).__name__}")
-        set_grad(self, value)
+        if _CAPTURES:  # set_grad, inline: a running em.jit capture sees the assignment
+            _CAPTURES[0].assigned(self, "_grad")
+        self._grad = value
 
     @property
     def is_leaf(self) -> bool:

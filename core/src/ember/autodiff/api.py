@@ -7,12 +7,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..creation import FULL, zeros_like
-from ..dispatch import create, is_tensor, make_tensor
+from ..dispatch import create, is_tensor
 from ..errors import ArgumentTypeError, AutodiffError
-from ..lazy.jit import set_grad
+from ..lazy.jit import _ACTIVE as _CAPTURES
 from .graph import run_backward
 from .mode import _STATE as _GRAD
 from .mode import enable_grad
+
+_new = object.__new__
 
 if TYPE_CHECKING:  # annotations only: ember.tensor imports this module (a runtime import is a cycle)
     from ..tensor import Tensor
@@ -74,9 +76,21 @@ def backward(
     _GRAD.enabled = bool(create_graph)
     try:
         for leaf, g in results.values():
-            if not create_graph:
-                g = make_tensor(g._data, g._shape, g._dtype, g._device)  # g.detach()
-            set_grad(leaf, g if leaf._grad is None else leaf._grad + g)
+            if not create_graph:  # g.detach() (make_tensor, inline: once per parameter per step)
+                d = _new(type(g))
+                d._data = g._data
+                d._shape = g._shape
+                d._dtype = g._dtype
+                d._device = g._device
+                d._node = None
+                d._rg = False
+                d._grad = None
+                g = d
+                d = None
+            g = g if leaf._grad is None else leaf._grad + g
+            if _CAPTURES:  # set_grad, inline: a running em.jit capture sees the assignment
+                _CAPTURES[0].assigned(leaf, "_grad")
+            leaf._grad = g
     finally:
         _GRAD.enabled = previous
 

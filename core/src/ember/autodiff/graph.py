@@ -39,25 +39,27 @@ def _topological(roots: list[Tensor]) -> list[Tensor]:
     order: list[Tensor] = []
     seen: set[int] = set()
     for root in roots:
-        if root._node is None or id(root._node) in seen:
+        node = root._node
+        if node is None or id(node) in seen:
             continue
-        seen.add(id(root._node))
-        stack: list[tuple[Tensor, int]] = [(root, 0)]
-        while stack:
-            t, i = stack.pop()
-            inputs = t._node.inputs
-            if inputs is None:
-                raise AutodiffError(
-                    f"backward through {t._node.op.name!r} a second time: the graph was freed "
-                    f"by the first backward. Pass retain_graph=True to the first call."
-                )
-            if i < len(inputs):
-                stack.append((t, i + 1))
-                child = inputs[i]
-                if child._node is not None and id(child._node) not in seen:
-                    seen.add(id(child._node))
-                    stack.append((child, 0))
+        seen.add(id(node))
+        if node.inputs is None:
+            raise _freed(node)
+        path = [root]  # the tensors being visited, and per tensor the iterator over its node's inputs
+        rest = [iter(node.inputs)]
+        while rest:
+            for child in rest[-1]:  # resumes where the tensor's last visit stopped
+                node = child._node
+                if node is not None and id(node) not in seen:
+                    seen.add(id(node))
+                    if node.inputs is None:
+                        raise _freed(node)
+                    path.append(child)
+                    rest.append(iter(node.inputs))
+                    break
             else:  # for_backward(t), with the stand-in its consumers made looked up here
+                rest.pop()
+                t = path.pop()
                 node = t._node
                 if node.op.name in OUTPUT_UNREAD:
                     ref = node._stand_in
@@ -65,6 +67,14 @@ def _topological(roots: list[Tensor]) -> list[Tensor]:
                     t = stub if stub is not None else for_backward(t)
                 order.append(t)
     return order
+
+
+def _freed(node: Any) -> AutodiffError:
+    """The error of a backward through ``node`` after a backward freed its inputs."""
+    return AutodiffError(
+        f"backward through {node.op.name!r} a second time: the graph was freed "
+        f"by the first backward. Pass retain_graph=True to the first call."
+    )
 
 
 def saved_tensors(root: Tensor) -> list[tuple[str, int, Tensor]]:
@@ -246,9 +256,17 @@ def run_backward(
                 node.inputs = None
                 node.datas = ()
             # and before the gradients are summed: from here on a computed input is only its metadata
-            inputs = tuple(
-                [x if x._node is None or x._node.op.name not in OUTPUT_UNREAD else for_backward(x) for x in inputs]
-            )
+            # (for_backward, inline: the stand-in the node's consumers made is looked up here)
+            stood = []
+            for x in inputs:
+                xn = x._node
+                if xn is not None and xn.op.name in OUTPUT_UNREAD:
+                    ref = xn._stand_in
+                    stub = ref() if ref is not None else None
+                    x = stub if stub is not None else for_backward(x)
+                stood.append(x)
+            inputs = stood
+            x = xn = stub = stood = None
             for inp, gi in zip(inputs, in_grads):
                 if gi is None or not inp._rg:
                     continue

@@ -59,12 +59,27 @@ class Node:
         self.op = op
         name = op.name
         if name in INPUTS_UNREAD:  # a stand-in for each input computed by an op whose rule skips its output
-            unread = OUTPUT_UNREAD
-            inputs = tuple([t if t._node is None or t._node.op.name not in unread else _stand_in(t) for t in inputs])
+            stood = []
+            changed = False
+            for t in inputs:
+                node = t._node
+                if node is not None and node.op.name in OUTPUT_UNREAD:
+                    t = _stand_in(t)
+                    changed = True
+                stood.append(t)
+            if changed or type(inputs) is not tuple:
+                inputs = tuple(stood)
         elif name in READ_FOR:
             inputs = _trim(READ_FOR[name], inputs)
         self.inputs: tuple[Any, ...] | None = inputs
-        self.datas = (inputs[0]._data,) if len(inputs) == 1 else tuple([t._data for t in inputs])
+        n = len(inputs)
+        self.datas = (
+            (inputs[0]._data,)
+            if n == 1
+            else (inputs[0]._data, inputs[1]._data)
+            if n == 2
+            else tuple([t._data for t in inputs])
+        )
         self.params = params
         self._stand_in: weakref.ref[Any] | None = None  # of this node's output, while consumers hold it
 

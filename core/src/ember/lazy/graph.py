@@ -169,27 +169,50 @@ class Lazy:
                         name, datas = fast, datas[:1]  # numpy's scalar-exponent paths
                 # a lazy node for the elementwise op (operand dtypes are looked at when it is realized),
                 # built here: every deferred op comes this way
-                size = 1
-                for d in datas:  # a handle or a scalar is one input (kernel argument) each
-                    size += d.size if type(d) is LazyBuffer and d.real is None else 1
-                args = tuple(datas)
-                if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
-                    for i, d in enumerate(datas):
-                        if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED:
-                            d.owner.realize(d)
-                            datas[i] = d.real
+                args = None
+                n = len(datas)
+                if n == 2:  # a binary op (most deferred ops): a region within its bound, unrolled
+                    a, b = datas
+                    la = type(a) is LazyBuffer and a.real is None
+                    lb = type(b) is LazyBuffer and b.real is None
+                    size = 1 + (a.size if la else 1) + (b.size if lb else 1)
+                    if size <= MAX_REGION:
+                        if la:
+                            a.uses += 1
+                        if lb:
+                            b.uses += 1
+                        args = (a, b)
+                elif n == 1:  # a unary op or a cast
+                    a = datas[0]
+                    if type(a) is not LazyBuffer or a.real is not None:
+                        size = 2
+                        args = (a,)
+                    elif a.size < MAX_REGION:
+                        size = 1 + a.size
+                        a.uses += 1
+                        args = (a,)
+                if args is None:  # any other case
                     size = 1
-                    for d in datas:
+                    for d in datas:  # a handle or a scalar is one input (kernel argument) each
                         size += d.size if type(d) is LazyBuffer and d.real is None else 1
                     args = tuple(datas)
-                if size > MAX_REGION:  # close the regions below this op: it starts a new one
-                    args = tuple(d.realize() if type(d) is LazyBuffer else d for d in datas)
-                    size = 1 + len(args)
-                for d in args:
-                    if type(d) is LazyBuffer and d.real is None:
-                        d.uses += 1
+                    if size >= _REDUCED:  # a deferred reduction's value: computed now, an input of this region
+                        for i, d in enumerate(datas):
+                            if type(d) is LazyBuffer and d.real is None and d.size >= _REDUCED:
+                                d.owner.realize(d)
+                                datas[i] = d.real
+                        size = 1
+                        for d in datas:
+                            size += d.size if type(d) is LazyBuffer and d.real is None else 1
+                        args = tuple(datas)
+                    if size > MAX_REGION:  # close the regions below this op: it starts a new one
+                        args = tuple([d.realize() if type(d) is LazyBuffer else d for d in datas])
+                        size = 1 + len(args)
+                    for d in args:
+                        if type(d) is LazyBuffer and d.real is None:
+                            d.uses += 1
                 self.counts["deferred"] += 1
-                node = _new(LazyBuffer)  # LazyBuffer(...) and _track, inline: every deferred op comes this way
+                node = _new(LazyBuffer)  # LazyBuffer(...), tracked in pending, inline: every deferred op comes this way
                 node.owner = self
                 node.op = name
                 node.dtype = params["dtype"].name if name == "cast" else dtype.name
@@ -209,7 +232,7 @@ class Lazy:
                 and not (self.least and math.prod(shape) < self.least)
             ):
                 self.counts["deferred"] += 1
-                node = _new(LazyBuffer)  # LazyBuffer(self, "full", ...) and _track, inline
+                node = _new(LazyBuffer)  # LazyBuffer(self, "full", ...), tracked in pending, inline
                 node.owner = self
                 node.op = "full"
                 node.dtype = dtype.name
@@ -251,10 +274,15 @@ class Lazy:
             return None
         source.uses += 1
         self.counts["deferred"] += 1
-        args = (source, tuple(sorted(set(axes))), bool(params["keepdims"]))
-        return self._track(LazyBuffer(self, name, dtype, tuple(shape), args, _REDUCED))
-
-    def _track(self, node: LazyBuffer) -> LazyBuffer:
+        node = _new(LazyBuffer)  # LazyBuffer(self, name, dtype, shape, args, _REDUCED), tracked, inline
+        node.owner = self
+        node.op = name
+        node.dtype = dtype
+        node.shape = tuple(shape)
+        node.args = (source, tuple(sorted(set(axes))), bool(params["keepdims"]))
+        node.real = None
+        node.uses = 0
+        node.size = _REDUCED
         pending = self.pending
         pending.append(_weakref(node))
         if len(pending) > self._compact_at:
@@ -276,19 +304,33 @@ class Lazy:
         if target.size >= _REDUCED:
             self._realize_reduction(target)
             return
+        # _collect, inline (one call less per region), noting whether a value of another shape is in it
+        shape = target.shape
         order: list[LazyBuffer] = []
-        _collect(target, order, set())
+        other = False
+        seen = {id(target)}
+        path = [target]  # the nodes being visited, and per node the iterator over its arguments
+        rest = [iter(target.args)]
+        while rest:
+            for a in rest[-1]:  # resumes where the node's last visit stopped
+                if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
+                    seen.add(id(a))
+                    path.append(a)
+                    rest.append(iter(a.args))
+                    break
+            else:
+                rest.pop()
+                node = path.pop()
+                if not other and node.shape != shape and node.op != "full":
+                    other = True
+                order.append(node)
+        a = node = None  # the loop's variables hold no reference while nodes are counted
         if len(order) == 1:  # one op alone: its own kernel, as eager (nothing to fuse, no program to build)
             self.counts["single"] += 1
             self._run_eagerly(order)
             return
-        shape = target.shape
-        for n in order:
-            if n.shape != shape and n.op != "full":
-                del n
-                order = _without_other_shapes(target, order)
-                break
-        n = None
+        if other:
+            order = _without_other_shapes(target, order)
         program, operands = self._program(order)
         if id(program) in _COMPLEX:
             del program, operands
@@ -305,7 +347,11 @@ class Lazy:
         n = None
         if len(outputs) > 1:
             number = _values(order, len(program.inputs))
-            program = _interned(program.inputs, program.instructions, tuple(number[id(n)] for n in outputs))
+            written = []
+            for o in outputs:
+                written.append(number[id(o)])
+            o = None  # the loop's variable holds no reference while nodes are counted (_donor)
+            program = _interned(program.inputs, program.instructions, tuple(written))
         impls = self.state.impls
         donor = None
         if self.donate and not hasattr(impls, "real"):  # not while em.jit records or a trace runs
@@ -343,7 +389,12 @@ class Lazy:
         shape = source.shape
         order: list[LazyBuffer] = []
         _collect(source, order, set())
-        order = _without_other_shapes(source, order)
+        for n in order:
+            if n.shape != shape and n.op != "full":
+                n = None
+                order = _without_other_shapes(source, order)
+                break
+        n = None
         del source  # from here on only the lists and the reduction hold it (_held counts references)
         program, operands = self._program(order)
         if id(program) in _COMPLEX:
@@ -356,8 +407,11 @@ class Lazy:
         candidates = [n for n in order if n.op != "full" and n.shape == shape]
         full = _held(candidates, extra=1)
         del candidates
-        number = _values(order, len(program.inputs))
-        outputs = tuple(number[id(n)] for n in full)
+        if full:
+            number = _values(order, len(program.inputs))
+            outputs = tuple([number[id(n)] for n in full])
+        else:
+            outputs = ()
         program = _interned(program.inputs, program.instructions, outputs, Reduce(op, value, axes, keepdims))
         results = impls[RUN_FUSED](program, operands, shape=shape)
         self.counts["kernels"] += 1
@@ -367,7 +421,10 @@ class Lazy:
             node.real = handle
             _release(node)
         target.real = results[len(full)]
-        _release(target)
+        source = target.args[0]  # _release(target), inline: its one node argument, the region's source
+        if source.uses > 0:
+            source.uses -= 1
+        target.args = None
 
     def _program(self, order: list[LazyBuffer]) -> tuple[FusedProgram, list[Any]]:
         """The region ``order`` (topological, target last) as a program writing the target."""
@@ -375,28 +432,41 @@ class Lazy:
         operands: list[Any] = []
         handles: dict[int, int] = {}  # id(handle) -> input number: a handle read twice is one input
         number: dict[int, int] = {}  # id(node) -> input number (a constant) or -1 - instruction number
-        nodes: list[tuple[LazyBuffer, list[Any]]] = []
+        nodes: list[tuple[str, str, list[Any]]] = []
+        fixes: list[tuple[list[Any], int]] = []  # (refs, position) of each reference to an instruction
         meta = self.meta
         for node in order:
+            args = node.args
             if node.op == "full":  # a broadcast constant: a scalar input, not an instruction
                 number[id(node)] = len(inputs)
                 inputs.append((node.dtype, "scalar"))
-                operands.append(node.args[0])
+                operands.append(args[0])
                 continue
             refs: list[Any] = []
-            for k, a in enumerate(node.args):
+            for a in args:
                 ta = type(a)
                 if ta is LazyBuffer:
                     if a.real is None:
-                        refs.append(number[id(a)])
+                        r = number[id(a)]
+                        if r < 0:
+                            fixes.append((refs, len(refs)))
+                        refs.append(r)
                         continue
-                    a = a.real
-                elif ta in _SCALARS:
+                    # a value computed already: its handle is an input, of the dtype the node says
+                    h = a.real
+                    index = handles.get(id(h))
+                    if index is None:
+                        index = handles[id(h)] = len(inputs)
+                        inputs.append((a.dtype, "tensor"))
+                        operands.append(h)
+                    refs.append(index)
+                    continue
+                if ta in _SCALARS:
                     # _scalar_dtype, inline: the dtype of the node's first tensor operand (a handle's, if
                     # already an input of the program, without another handle_meta)
                     sdt = None
                     if node.op != "cast":
-                        for b in node.args:
+                        for b in args:
                             tb = type(b)
                             if tb is LazyBuffer:
                                 sdt = b.dtype
@@ -407,7 +477,7 @@ class Lazy:
                                     sdt = inputs[j][0]
                                 break
                     refs.append(len(inputs))
-                    inputs.append((sdt if sdt is not None else _scalar_dtype(node, k), "scalar"))
+                    inputs.append((sdt if sdt is not None else _scalar_dtype(node, len(refs) - 1), "scalar"))
                     operands.append(a)
                     continue
                 index = handles.get(id(a))
@@ -417,10 +487,15 @@ class Lazy:
                     operands.append(a)
                 refs.append(index)
             number[id(node)] = -1 - len(nodes)
-            nodes.append((node, refs))
+            nodes.append((node.op, node.dtype, refs))
+        a = b = node = None
         n = len(inputs)
-        body = tuple([(node.op, node.dtype, tuple([r if r >= 0 else n - 1 - r for r in refs])) for node, refs in nodes])
-        key = (tuple(inputs), body, (n + len(body) - 1,), None)
+        for refs, i in fixes:  # instruction j is value n + j
+            refs[i] = n - 1 - refs[i]
+        body = []
+        for op, dt, refs in nodes:
+            body.append((op, dt, tuple(refs)))
+        key = (tuple(inputs), tuple(body), (n + len(body) - 1,), None)
         program = _PROGRAMS.get(key)  # _interned's hit, inline
         if program is None:
             program = _interned(*key)
@@ -432,11 +507,18 @@ class Lazy:
         for node in order:
             if node.op == "full":
                 node.real = impls["full"](shape=node.shape, value=node.args[0], dtype=_dtype(node.dtype))
-            else:
-                args = [a.real if type(a) is LazyBuffer else a for a in node.args]
-                params = {"dtype": _dtype(node.dtype)} if node.op == "cast" else {}
-                node.real = impls[node.op](*args, **params)
-            _release(node)
+                node.args = None
+                continue
+            args = []
+            for a in node.args:
+                args.append(a.real if type(a) is LazyBuffer else a)
+            params = {"dtype": _dtype(node.dtype)} if node.op == "cast" else {}
+            node.real = impls[node.op](*args, **params)
+            for a in node.args:  # _release, inline: the node's uses of its arguments go
+                if type(a) is LazyBuffer and a.uses > 0:
+                    a.uses -= 1
+            node.args = None
+            a = args = None
 
     def realize_pending(self) -> None:
         """Realize every pending value that something outside the lazy graph still holds."""
@@ -599,24 +681,18 @@ def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
     """Unrealized nodes of ``node``'s region in topological order (depth first, post-order),
     appended to ``order``; without recursion (one call per region, not one per node)."""
     seen.add(id(node))
-    stack = [node]
-    at = [0]  # per node on the stack, the next argument to look at
-    while stack:
-        args = stack[-1].args
-        i = at[-1]
-        n = len(args)
-        while i < n:
-            a = args[i]
-            i += 1
+    path = [node]  # the nodes being visited, and per node the iterator over its arguments
+    rest = [iter(node.args)]
+    while rest:
+        for a in rest[-1]:  # resumes where the node's last visit stopped
             if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
                 seen.add(id(a))
-                at[-1] = i
-                stack.append(a)
-                at.append(0)
+                path.append(a)
+                rest.append(iter(a.args))
                 break
         else:
-            order.append(stack.pop())
-            at.pop()
+            rest.pop()
+            order.append(path.pop())
 
 
 def _values(order: list[LazyBuffer], n_inputs: int) -> dict[int, int]:

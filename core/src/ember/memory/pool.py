@@ -43,13 +43,17 @@ _new = object.__new__
 class Block(Generic[Raw]):
     """One pooled buffer (``raw``, ``nbytes`` of it usable); it returns to its pool when collected."""
 
-    __slots__ = ("raw", "nbytes", "_pool", "_token", "__weakref__")
+    # _at, _pos: the step plan's arena and position of a block handed out by acquire's planned path
+    # (None: the pool's other paths, which it looks up by token)
+    __slots__ = ("raw", "nbytes", "_pool", "_token", "_at", "_pos", "__weakref__")
 
     def __init__(self, raw: Raw, nbytes: int, pool: BufferPool[Raw], token: int) -> None:
         self.raw = raw
         self.nbytes = nbytes
         self._pool = pool
         self._token = token
+        self._at: _Arena[Raw] | None = None
+        self._pos = 0
 
     @property
     def pool(self) -> BufferPool[Raw]:
@@ -58,22 +62,18 @@ class Block(Generic[Raw]):
 
     def __del__(self) -> None:
         try:
-            pool = self._pool
-            token = self._token
-            planned = pool._planned_of
-            if planned:  # a step plan's block (the common case of a planned step), inline: its range is free again
-                got = planned.pop(token, None)
-                if got is not None:
-                    entry = pool._live.pop(token, None)  # a planned token is always live
-                    if entry is not None:
-                        pool.in_use -= entry[2]
-                    arena, r = got
-                    arena.live &= ~(1 << r)
-                    arena.count -= 1
-                    if not arena.count and arena is not pool._arena:
-                        pool._retire_arena(arena)
-                    return
-            pool._give_back(token)
+            arena = self._at
+            if arena is not None:  # a step plan's block (the common case of a planned step): its range is free again
+                pool = self._pool
+                entry = pool._live.pop(self._token, None)  # a planned token is always live
+                if entry is not None:
+                    pool.in_use -= entry[2]
+                arena.live &= ~(1 << self._pos)
+                arena.count -= 1
+                if not arena.count and arena is not pool._arena:
+                    pool._retire_arena(arena)
+                return
+            self._pool._give_back(self._token)
         except Exception:  # interpreter shutdown: the device may be gone already
             pass
 
@@ -227,10 +227,10 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
                         self._ppos = r + 1 if r + 1 < plan.period else 0
                         arena.live |= 1 << r
                         arena.count += 1
-                        self._planned_of[token] = (arena, r)
                         self.planned += 1
                         self.hits += 1
                         if self._sub is None:  # whole buffers: _hand_out's idle scan may be due
+                            self._planned_of[token] = (arena, r)
                             return self._hand_out(view, size, size, token)
                         in_use = self.in_use = self.in_use + size  # _hand_out, inline
                         if in_use > self.peak_in_use:
@@ -238,11 +238,13 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
                         if in_use > self._high:
                             self._high = in_use
                         self._live[token] = (view, size, size)
-                        block = _new(Block)  # Block(view, size, self, token), inline
+                        block = _new(Block)  # Block(view, size, self, token), inline, and its place in the plan
                         block.raw = view
                         block.nbytes = size
                         block._pool = self
                         block._token = token
+                        block._at = arena
+                        block._pos = r
                         return block
                 # every request advances the plan, one with avoid= too (else the plan's position drifts)
                 self._pressing = True
@@ -288,6 +290,8 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         block.nbytes = have
         block._pool = self
         block._token = token
+        block._at = None
+        block._pos = 0
         return block
 
     def _hand_out(self, raw: Raw, have: int, size: int, token: int) -> Block[Raw]:
