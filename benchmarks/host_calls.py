@@ -118,6 +118,14 @@ def _set_least(device: Any, least: int) -> None:
     set_defer(device, hook)
 
 
+def like_gpu(device: Any, least: int = 0) -> None:
+    """Make cpu ``device`` take a GPU backend's core path: the lazy layer defers ops from ``least``
+    elements, no cheap readback (no host reads of targets), no in-place offers (as cuda)."""
+    device.backend.cheap_readback = False  # this process's backend object only
+    _set_least(device, least)
+    device._state.defer.donate = False  # (only the cpu backend takes outs=)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.host_calls", description=__doc__.split("\n\n")[0])
     p.add_argument("workload", choices=sorted(WORKLOADS))
@@ -154,11 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     with fusion:
         if args.like_gpu:
             args.least = 0 if args.least is None else args.least
-            device.backend.cheap_readback = False  # this process's backend object only
-        if args.least is not None:
+            like_gpu(device, args.least)
+        elif args.least is not None:
             _set_least(device, args.least)
-        if args.like_gpu:
-            device._state.defer.donate = False  # no in-place offers (only the cpu backend takes outs=)
         case = module.ember(device, size)
         for _ in range(args.warmup):
             out = case.step()

@@ -18,7 +18,7 @@ import statistics
 import time
 from typing import Any
 
-from .host_calls import _set_least, _size
+from .host_calls import _size, like_gpu
 from .runner import WORKLOADS
 
 
@@ -73,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     fusion = em.lazy.fusion(args.fusion == "1", device) if args.fusion is not None else contextlib.nullcontext()
     with fusion:
         if args.like_gpu:
-            device.backend.cheap_readback = False
-            _set_least(device, 0)
-            device._state.defer.donate = False
+            like_gpu(device)
         case = module.ember(device, size)
         for _ in range(args.warmup):
             out = case.step()

@@ -150,6 +150,8 @@ class CudaBackend(Backend):
             "EMBER_CUDA_FLASH_BACKWARD=0: autodiff's composite rule, =chunked: the cuBLAS path throughout",
             "softmax": "one warp per row along the last axis (softmax, log_softmax, softmax_backward); other axes "
             "through CuPy",
+            "cross_entropy": "one warp per row of 2-D float logits, forward and cross_entropy_backward; other shapes "
+            "through CuPy",
             "dequant_matmul": "NF4 decoded by a kernel of its own, then cuBLAS; int8 scales the product",
             "memory": "every CuPy allocation goes through ember.memory.BufferPool (CuPy's own pool is not used)",
             "fusion": "elementwise regions run as one generated CUDA kernel (ember.lazy; EMBER_FUSION=0 turns it "

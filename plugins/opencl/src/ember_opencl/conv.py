@@ -372,6 +372,23 @@ def implicit_wins(rt: Runtime) -> bool:
     return not rt.is_cpu or os.environ.get("EMBER_OPENCL_IMPLICIT_CONV", "").strip() == "1"
 
 
+def _tap(kind: str, nd: int, col: list[str], lines: list[str]) -> tuple[str, str]:
+    """The input position a tap (wk) of an output column (wq) reads: the column's part appended to
+    ``col``, the tap's to ``lines``; -> (whether it lies inside the input, its offset). ``conv``
+    reads x at wq * stride - pad + wk * dilation; the transposed conv reads the input position u
+    with u * stride == wq + pad - wk * dilation."""
+    if kind == "conv":
+        col += [f"const IDX h{d} = wq{d} * g_st{d} - g_lo{d};" for d in range(nd)]
+        lines += [f"const IDX p{d} = h{d} + wk{d} * g_dl{d};" for d in range(nd)]
+        ok = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
+        return ok, " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
+    col += [f"const IDX h{d} = wq{d} + g_lo{d};" for d in range(nd)]
+    lines += [f"const IDX t{d} = h{d} - wk{d} * g_dl{d};" for d in range(nd)]
+    lines += [f"const IDX u{d} = FDIV(max(t{d}, (IDX)0), g_st{d});" for d in range(nd)]
+    ok = " && ".join(f"t{d} >= 0 && u{d} * g_st{d} == t{d} && u{d} < g_bl{d}" for d in range(nd))
+    return ok, " + ".join(f"u{d} * g_sx{d}" for d in range(nd))
+
+
 def _gather(kind: str, dt: str, nd: int, idx: str, inner: bool = False) -> Gather:
     """B of the conv GEMM: element (gk = ci * KV + tap, go = image * L + output position) read from the
     input. The images of the batch are columns: one GEMM per group, no tile straddling an image's end.
@@ -407,32 +424,12 @@ def _gather(kind: str, dt: str, nd: int, idx: str, inner: bool = False) -> Gathe
     col.append("const IDX xcol = img * g_ns;")
     if inner:
         step = ["const IDX tap = FDIV(kb, g_cg); const IDX ci0 = kb - tap * g_cg;", *_split("tap", nd, "g_kr", "wk")]
-        if kind == "conv":
-            col += [f"const IDX h{d} = wq{d} * g_st{d} - g_lo{d};" for d in range(nd)]
-            step += [f"const IDX p{d} = h{d} + wk{d} * g_dl{d};" for d in range(nd)]
-            ok = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
-            pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
-        else:
-            col += [f"const IDX h{d} = wq{d} + g_lo{d};" for d in range(nd)]
-            step += [f"const IDX t{d} = h{d} - wk{d} * g_dl{d};" for d in range(nd)]
-            step += [f"const IDX u{d} = FDIV(max(t{d}, (IDX)0), g_st{d});" for d in range(nd)]
-            ok = " && ".join(f"t{d} >= 0 && u{d} * g_st{d} == t{d} && u{d} < g_bl{d}" for d in range(nd))
-            pos = " + ".join(f"u{d} * g_sx{d}" for d in range(nd))
+        ok, pos = _tap(kind, nd, col, step)
         step += [f"const bool tap_ok = {ok};", f"const IDX tap_at = b_base + xcol + ci0 * g_cs + {pos};"]
         code = [f"if (tap_ok) v = ({acc}){c.load('B', 'tap_at + k * g_cs')};"]
         return Gather(tuple(code), tuple(params), tuple(types), tuple(col), tuple(step))
     code = ["const IDX ci = FDIV(gk, g_kv); const IDX kk = gk - ci * g_kv;", *_split("kk", nd, "g_kr", "wk")]
-    if kind == "conv":
-        col += [f"const IDX h{d} = wq{d} * g_st{d} - g_lo{d};" for d in range(nd)]
-        code += [f"const IDX p{d} = h{d} + wk{d} * g_dl{d};" for d in range(nd)]
-        inside = " && ".join(f"p{d} >= 0 && p{d} < g_sz{d}" for d in range(nd))
-        pos = " + ".join(f"p{d} * g_sx{d}" for d in range(nd))
-    else:
-        col += [f"const IDX h{d} = wq{d} + g_lo{d};" for d in range(nd)]
-        code += [f"const IDX t{d} = h{d} - wk{d} * g_dl{d};" for d in range(nd)]
-        code += [f"const IDX u{d} = FDIV(max(t{d}, (IDX)0), g_st{d});" for d in range(nd)]
-        inside = " && ".join(f"t{d} >= 0 && u{d} * g_st{d} == t{d} && u{d} < g_bl{d}" for d in range(nd))
-        pos = " + ".join(f"u{d} * g_sx{d}" for d in range(nd))
+    inside, pos = _tap(kind, nd, col, code)
     code.append(f"if ({inside}) v = ({acc}){c.load('B', f'b_base + xcol + ci * g_cs + {pos}')};")
     return Gather(tuple(code), tuple(params), tuple(types), tuple(col))
 
