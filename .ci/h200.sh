@@ -10,6 +10,10 @@
 # STEPS=w6: benchmarks/w6_sweep.py, W6 under each backend's grid-stride cap (W6_CUDA, W6_OPENCL, W6_WGPU
 # give the values) on cuda, opencl and wgpu, into w6-sweep.txt (about 3 minutes); W6_PROFILE=1 adds a
 # cProfile of synchronized W6 steps on each (w6-profile.txt).
+# STEPS=steps: the training steps on cuda, opencl and wgpu, into steps.txt (about 8 minutes): opencl's conv/pool
+# kernel tests, GPU time per kernel of W3 (plugins/opencl/scripts/kernel_time.py, with and without the native
+# weight gradient) and its conv tilings (conv_time.py); wgpu's submits per step and their timing
+# (plugins/wgpu/scripts/step_counts.py); then the runner's W2-W4 on each backend beside torch (W5 on wgpu).
 # STEPS=jit: em.jit's native replays on the NVIDIA devices of JIT_BACKENDS (default "opencl wgpu"; add cuda):
 # the plugins' jit tests, the conformance suite's jit cases, then W1 and W3 (JIT_WORKLOADS) with the native
 # replay (EMBER_JIT_NATIVE=1) and with the step list (=0), peers JIT_PEERS (default none), into jit.txt.
@@ -116,6 +120,26 @@ for backend in $STEPS; do
         --attr ember_wgpu.kernels.elementwise:MAX_GROUPS --values ${W6_STEP_GROUPS:-4096,16384,65535}
     } >"$OUT/w6-step.txt" 2>&1
     note "w6step: exit $? (w6-step.txt)"
+    continue
+  fi
+  if [ "$backend" = steps ]; then  # the training steps' kernels and host work on the three GPU backends
+    $PY -m pip install -q --no-deps --no-build-isolation -e plugins/cuda >>"$OUT/env.txt" 2>&1
+    ocl=$(pick opencl); vk=$(pick wgpu)
+    {
+      echo "== opencl:$ocl conv/pool kernels (tests, per-kernel GPU time, conv tilings)"
+      [ "$ocl" -ge 0 ] && EMBER_OPENCL_DEVICE=$ocl timeout 120 $PY -m pytest -q -p no:cacheprovider plugins/opencl/tests/test_conv_kernels.py
+      [ "$ocl" -ge 0 ] && timeout 60 $PY plugins/opencl/scripts/kernel_time.py W3 --device "opencl:$ocl" --sizes gpu --steps 10
+      [ "$ocl" -ge 0 ] && EMBER_OPENCL_NATIVE_WGRAD=0 timeout 60 $PY plugins/opencl/scripts/kernel_time.py W3 --device "opencl:$ocl" --sizes gpu --steps 10
+      [ "$ocl" -ge 0 ] && timeout 120 $PY plugins/opencl/scripts/conv_time.py --device "opencl:$ocl" --batch 512 --reps 10
+      echo "== wgpu:$vk submits within a step"
+      [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk timeout 120 $PY plugins/wgpu/scripts/step_counts.py W2 W3 W4 --device "wgpu:$vk" --sizes gpu --warmup 4 --steps 3
+      [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk timeout 150 $PY plugins/wgpu/scripts/step_counts.py W3 W2 --device "wgpu:$vk" --sizes gpu --time 0,16,32,64,32:0 --rounds 3 --steps 4
+      echo "== the runner on each backend"
+      timeout 120 $PY -m benchmarks W2 W3 W4 --device cuda:0 --peers torch
+      [ "$ocl" -ge 0 ] && timeout 150 $PY -m benchmarks W2 W3 W4 --device "opencl:$ocl" --peers torch
+      [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk timeout 180 $PY -m benchmarks W2 W3 W4 W5 --device "wgpu:$vk" --peers torch
+    } >"$OUT/steps.txt" 2>&1
+    note "steps: exit $? (steps.txt)"
     continue
   fi
   if [ "$backend" = jit ]; then  # em.jit: the native replays (OpenCL enqueue list, WebGPU command buffer) vs step lists
