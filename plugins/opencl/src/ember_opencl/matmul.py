@@ -13,6 +13,7 @@ generator serves implicit-GEMM convolution (:mod:`.conv`): an operand can be a g
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -467,6 +468,7 @@ FDIV_INT = "#define FDIV(x, d) ((int)((mul_hi((uint)(x), d##_m) + (uint)(x)) >> 
 FDIV_LONG = "#define FDIV(x, d) ((x) / (d))"
 
 
+@functools.lru_cache(maxsize=4096)  # a step's launches ask for the same few divisors (~90 a W3 step)
 def magic(d: int) -> tuple[int, int]:
     """(m, s) with floor(x / d) == (mul_hi(x, m) + x) >> s for 0 <= x < 2**31 and 1 <= d < 2**31
     (a round-up multiplier, Granlund & Montgomery); (0, 0) for d == 0 (never divided by)."""
