@@ -1,16 +1,17 @@
-"""Launch plans: a matmul, reduction or norm of a geometry seen before reuses its first
-call's kernel, sizes and arguments (no layout analysis, tuning or kernel lookup), with the new
+"""Launch plans: a matmul, reduction, norm, conv or pooling of a geometry seen before reuses its
+first call's kernel, sizes and arguments (no layout analysis, tuning or kernel lookup), with the new
 buffers in place; a recorded tuning choice retires the plans made before it. Results against numpy
 float64 on fresh data at every call."""
 
 from __future__ import annotations
 
+import conv_reference as ref
 import numpy as np
 import pytest
 
 import ember as em
 from ember.tuning import shape_class
-from ember_opencl import matmul, nn, reduce, tune
+from ember_opencl import conv, matmul, nn, reduce, tune
 from ember_opencl.matmul import TILINGS, Tiling
 
 RNG = np.random.default_rng(5)
@@ -30,7 +31,7 @@ def rt(dev, request, monkeypatch):
         monkeypatch.setattr(rt, "is_cpu", False)
         monkeypatch.setattr(rt, "compute_units", 4)
         monkeypatch.setattr(matmul, "_pick", lambda rt, M, N: TILINGS["odd"])
-    for module in (matmul, reduce):  # (this test's plans are its own)
+    for module in (matmul, reduce, conv):  # (this test's plans are its own)
         monkeypatch.setattr(module, "_PLANS", {})
     monkeypatch.setattr(nn, "_NORMS", {})
     return rt
@@ -148,3 +149,72 @@ def test_norm_plan_is_reused(dev, rt, counted, layout):
         np.testing.assert_allclose(got.T if layout == "transposed" else got, gx, rtol=1e-4, atol=1e-4)
         if step:
             assert counted[0] == before, "a planned norm looked its kernel up again"
+
+
+def _wgrad_ref(g, x, kernel, stride, pads, dil, groups):
+    """numpy float64: dw[o, c, tap] = sum over n, q of g[n, o, q] * padded x[n, group's c, q * stride + tap * dil]."""
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + list(pads))
+    n, cout = g.shape[:2]
+    cg, og = x.shape[1] // groups, cout // groups
+    out = np.zeros((cout, cg, *kernel))
+    for tap in np.ndindex(*kernel):
+        patch = xp[(slice(None), slice(None)) + ref._slices(tap, dil, stride, g.shape[2:])]
+        for q in range(groups):
+            gq = g[:, q * og : (q + 1) * og].astype(np.float64).reshape(n, og, -1)
+            pq = patch[:, q * cg : (q + 1) * cg].reshape(n, cg, -1)
+            out[(slice(q * og, (q + 1) * og), slice(None)) + tap] = np.einsum("noq,ncq->oc", gq, pq)
+    return out
+
+
+def test_conv_plans_are_reused(rt, counted, monkeypatch):
+    """conv (bias, groups, stride, dilation, uneven padding; x through a transposed view; 8 channels per
+    group: tap-major rows, so the weight is copied at each call), its input gradient (the weight's
+    transposed view copied at each call), its weight gradient (g through a transposed view, copied;
+    two rounds of partials, 2 images and 1), max pooling and its gradient, unfold and fold: from the second call on,
+    no kernel lookup, and every result matches numpy float64 on that call's fresh data."""
+    monkeypatch.setattr(conv, "_conv_tiling", lambda rt, dt, M, N, K: TILINGS["odd"])  # (PoCL builds it fast)
+    monkeypatch.setattr(conv, "PARTIALS_FLOOR", 0)
+    stride, pads, dil, groups = (2, 1), ((1, 2), (0, 1)), (1, 2), 2
+    pool = ((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1))
+    ran = dict(conv.CALLS)
+    for step in range(3):
+        x = RNG.standard_normal((3, 16, 9, 8)).astype(np.float32)
+        w = RNG.standard_normal((44, 8, 3, 2)).astype(np.float32)
+        bias = RNG.standard_normal(44).astype(np.float32)
+        xt = _up(rt, np.swapaxes(x, 0, 1).copy()).permute((1, 0, 2, 3))
+        before = counted[0]
+        y = conv.conv(rt, xt, _up(rt, w), _up(rt, bias), stride, pads, dil, groups)
+        want = ref.conv(x, w, bias, stride, pads, dil, groups)
+        np.testing.assert_allclose(rt.download(y), want, rtol=1e-4, atol=1e-4)
+        g = RNG.standard_normal(want.shape).astype(np.float32)
+        gt = _up(rt, np.swapaxes(g, 0, 1).copy()).permute((1, 0, 2, 3))
+        gx = conv.conv_transpose(rt, gt, _up(rt, w), None, x.shape[2:], stride, pads, dil, groups)
+        np.testing.assert_allclose(rt.download(gx), ref.conv_transpose(g, w, x.shape[2:], stride, pads, dil, groups),
+                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+        gw = conv.conv_weight_grad(rt, gt, xt, (3, 2), stride, pads, dil, groups)
+        np.testing.assert_allclose(rt.download(gw), _wgrad_ref(g, x, (3, 2), stride, pads, dil, groups),
+                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+        p = conv.max_pool(rt, xt, *pool)
+        want_p = x[:, :, :8].reshape(3, 16, 4, 2, 4, 2).max(axis=(3, 5))
+        np.testing.assert_array_equal(rt.download(p), want_p)
+        gp = RNG.standard_normal(want_p.shape).astype(np.float32)
+        got = rt.download(conv.max_pool_backward(rt, _up(rt, gp), xt, p, *pool))
+        win = x[:, :, :8].reshape(3, 16, 4, 2, 4, 2).transpose(0, 1, 2, 4, 3, 5).reshape(3, 16, 4, 4, 4)
+        first = np.eye(4)[win.argmax(axis=-1)] * gp[..., None]  # (no ties in normal draws)
+        want_g = np.zeros(x.shape)
+        want_g[:, :, :8] = first.reshape(3, 16, 4, 4, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(3, 16, 8, 8)
+        np.testing.assert_allclose(got, want_g, rtol=0, atol=0)
+        cols = conv.unfold(rt, xt, (3, 2), stride, pads, dil, 0.0)
+        xp = np.pad(x, [(0, 0), (0, 0), *pads])
+        taps = [(slice(None), slice(None)) + ref._slices(t, dil, stride, want.shape[2:]) for t in np.ndindex(3, 2)]
+        want_c = np.stack([xp[at] for at in taps], axis=2)
+        np.testing.assert_array_equal(rt.download(cols), want_c.reshape(3, 16 * 6, -1))
+        back = conv.fold(rt, cols, x.shape[2:], (3, 2), stride, pads, dil)
+        want_f = np.zeros(xp.shape)
+        for i, at in enumerate(taps):
+            want_f[at] += want_c[:, :, i]
+        np.testing.assert_allclose(rt.download(back), want_f[:, :, 1:10, 0:8], rtol=1e-5, atol=1e-5)
+        if step:
+            assert counted[0] == before, "a planned conv or pooling looked its kernel up again"
+    kinds = ("conv_igemm", "transpose_igemm", "wgrad_igemm", "max_pool", "max_pool_backward_tiled", "unfold", "fold")
+    assert {k: conv.CALLS[k] - ran.get(k, 0) for k in kinds} == {k: 6 if k == "wgrad_igemm" else 3 for k in kinds}

@@ -26,12 +26,25 @@ from typing import Any
 import numpy as np
 
 from ember.dtypes import as_dtype
+from ember.tuning import AUTOTUNE_FLOPS
 
 from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble
-from .matmul import FDIV_INT, FDIV_LONG, ColumnMap, Gather, Tiling, choose, fits, gemm_source, launch_tiled, magic
-from .runtime import Runtime
+from .matmul import (
+    _TUNING,
+    FDIV_INT,
+    FDIV_LONG,
+    ColumnMap,
+    Gather,
+    Tiling,
+    choose,
+    fits,
+    gemm_source,
+    magic,
+    tiled_launch,
+)
+from .runtime import Runtime, _Pending
 
 __all__ = ["conv", "conv_transpose", "unfold", "fold", "max_pool", "max_pool_backward", "avg_pool"]
 
@@ -46,9 +59,41 @@ def _blocks(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, .
     )
 
 
-def _launch(rt: Runtime, knl: Any, wg: int, n: int, args: list[Any]) -> None:
-    local = min(wg, 64 if rt.is_cpu else 256)
-    rt.launch(knl, (-(-n // local) * local,), (local,), args)
+class _Plan:
+    """A launch of one operand geometry, less its buffers: the kernel's kind (for :data:`CALLS`), the
+    output's shape, the kernel, its sizes and its arguments with None where buffers go (``slots``:
+    the inputs' positions); ``more``: what else the op's plan needs at each call."""
+
+    __slots__ = ("kind", "shape", "knl", "gsize", "lsize", "args", "slots", "more")
+
+    def __init__(self, kind: str, shape: Any, knl: Any, gsize: Any, lsize: Any, args: list[Any], slots: Any,
+                 more: Any = None) -> None:  # fmt: skip
+        self.kind, self.shape, self.knl, self.gsize, self.lsize = kind, shape, knl, gsize, lsize
+        self.args, self.slots, self.more = args, slots, more
+
+
+#: launch plans by (op, runtime, operand geometry, parameters, what the kernel choice depends on): a
+#: step's convs and poolings skip the layout analysis and the kernel lookup after their first call
+_PLANS: dict[Any, _Plan] = {}
+_MAX_PLANS = 2048
+
+
+def _planned(key: Any) -> _Plan | None:
+    """The plan kept under ``key``, if any."""
+    try:
+        return _PLANS.get(key)
+    except TypeError:  # (a list among the parameters: unhashable, so not planned)
+        return None
+
+
+def _keep(key: Any, plan: _Plan) -> None:
+    """Keep ``plan`` under ``key`` (all plans dropped when there are :data:`_MAX_PLANS`)."""
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    try:
+        _PLANS[key] = plan
+    except TypeError:
+        pass
 
 
 # -- window kernels ----------------------------------------------------------------------
@@ -272,8 +317,10 @@ CALLS: Counter[str] = Counter()
 
 def _run(rt: Runtime, kind: str, out: CLArray, n: int, nc: tuple[int, int], size: tuple[int, ...],
          blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-         padding: Pads, views: list[CLArray], extra: list[Any] = ()) -> None:  # fmt: skip
-    """Launch window kernel ``kind`` over ``n`` threads: geometry, magic numbers, then ``views`` and ``extra``."""
+         padding: Pads, views: list[CLArray], extra: list[Any] = (), key: Any = None) -> None:  # fmt: skip
+    """Launch window kernel ``kind`` over ``n`` threads: geometry, magic numbers, then ``views`` and
+    ``extra``; kept as a plan under ``key`` (if given) once its kernel is built (a kernel still
+    building gives a guessed work-group size, so its launch sizes are not kept)."""
     nd = len(kernel)
     lb, sz = math.prod(blocks), math.prod(size)
     idx = _index(n, out.size, lb * math.prod(kernel) * nc[0] * nc[1], *(_extent(v) for v in views))
@@ -283,44 +330,81 @@ def _run(rt: Runtime, kind: str, out: CLArray, n: int, nc: tuple[int, int], size
         values.update({f"sz{d}": size[d], f"bl{d}": blocks[d], f"st{d}": stride[d]})
     magics = [v for name in _divisors(nd) for v in magic(values[name])]
     geo = [*size, *blocks, *kernel, *stride, *dilation, *(lo for lo, _ in padding)]
-    args = [n, out.buf, *nc, *geo, lb, sz, *magics]
+    args = [n, None, *nc, *geo, lb, sz, *magics]
+    slots = []
     for v in views:
-        args += [v.buf, v.offset, *v.strides]
-    CALLS[kind] += 1
-    _launch(rt, knl, wg, n, args + list(extra))
+        slots.append(len(args))
+        args += [None, v.offset, *v.strides]
+    local = min(wg, 64 if rt.is_cpu else 256)
+    plan = _Plan(kind, out.shape, knl, (-(-n // local) * local,), (local,), args, tuple(slots))
+    if key is not None and type(knl) is not _Pending:
+        _keep(key, plan)
+    _fire(rt, plan, out, views, extra)
+
+
+def _fire(rt: Runtime, plan: _Plan, out: CLArray, views: Any, extra: Any = ()) -> None:
+    """Launch a window kernel's plan with ``out``'s and ``views``' buffers (``out`` non-empty)."""
+    args = plan.args.copy()
+    args[1] = out.block.raw
+    for pos, v in zip(plan.slots, views):
+        args[pos] = v.buf
+    if extra:
+        args += extra
+    CALLS[plan.kind] += 1
+    rt.launch(plan.knl, plan.gsize, plan.lsize, args)
 
 
 def unfold(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, dilation: Any, value: float) -> CLArray:
+    key = ("unfold", rt, x.dtype, x.shape, x.strides, x.offset, kernel, stride, padding, dilation, rt.is_cpu, _index)
+    value_arg = ctype(x.dtype).np_compute.type(value)
+    plan = _planned(key)
+    if plan is not None:
+        out = rt.empty(plan.shape, x.dtype)
+        _fire(rt, plan, out, (x,), [value_arg])
+        return out
     n, c = x.shape[:2]
     size = x.shape[2:]
     blocks = _blocks(size, kernel, stride, padding, dilation)
     out = rt.empty((n, c * math.prod(kernel), math.prod(blocks)), x.dtype)
     if out.size and x.size:
-        value_arg = ctype(x.dtype).np_compute.type(value)
         threads = n * c * math.prod(blocks)
-        _run(rt, "unfold", out, threads, (n, c), size, blocks, kernel, stride, dilation, padding, [x], [value_arg])
+        _run(rt, "unfold", out, threads, (n, c), size, blocks, kernel, stride, dilation, padding, [x], [value_arg], key)
     elif out.size:
         raise ValueError("unfold of an empty input with non-empty output")  # pragma: no cover
     return out
 
 
 def fold(rt: Runtime, cols: CLArray, size: Any, kernel: Any, stride: Any, padding: Pads, dilation: Any) -> CLArray:
+    key = ("fold", rt, cols.dtype, cols.shape, cols.strides, cols.offset, size, kernel, stride, padding, dilation,
+           rt.is_cpu, _index)  # fmt: skip
+    plan = _planned(key)
+    if plan is not None:
+        out = rt.empty(plan.shape, cols.dtype)
+        _fire(rt, plan, out, (cols,))
+        return out
     n = cols.shape[0]
     c = cols.shape[1] // math.prod(kernel)
     size = tuple(size)
     blocks = _blocks(size, kernel, stride, padding, dilation)
     out = rt.empty((n, c) + size, cols.dtype)
     if out.size:
-        _run(rt, "fold", out, out.size, (n, c), size, blocks, kernel, stride, dilation, padding, [cols])
+        _run(rt, "fold", out, out.size, (n, c), size, blocks, kernel, stride, dilation, padding, [cols], key=key)
     return out
 
 
 def max_pool(rt: Runtime, x: CLArray, kernel: Any, stride: Any, padding: Pads, dilation: Any) -> CLArray:
+    key = ("max_pool", rt, x.dtype, x.shape, x.strides, x.offset, kernel, stride, padding, dilation, rt.is_cpu, _index)
+    plan = _planned(key)
+    if plan is not None:
+        out = rt.empty(plan.shape, x.dtype)
+        _fire(rt, plan, out, (x,))
+        return out
     n, c = x.shape[:2]
     blocks = _blocks(x.shape[2:], kernel, stride, padding, dilation)
     out = rt.empty((n, c) + blocks, x.dtype)
     if out.size:
-        _run(rt, "max_pool", out, out.size, (n, c), x.shape[2:], blocks, kernel, stride, dilation, padding, [x])
+        _run(rt, "max_pool", out, out.size, (n, c), x.shape[2:], blocks, kernel, stride, dilation, padding, [x],
+             key=key)  # fmt: skip
     return out
 
 
@@ -333,15 +417,21 @@ def tiles(kernel: Any, stride: Any, padding: Pads, dilation: Any) -> bool:
 def max_pool_backward(
     rt: Runtime, g: CLArray, x: CLArray, y: CLArray, kernel: Any, stride: Any, padding: Pads, dilation: Any
 ) -> CLArray:
+    key = ("max_pool_backward", rt, x.dtype, g.shape, g.strides, g.offset, x.shape, x.strides, x.offset, y.shape,
+           y.strides, y.offset, kernel, stride, padding, dilation, rt.is_cpu, _index)  # fmt: skip
+    plan = _planned(key)
+    if plan is not None:
+        out = rt.empty(plan.shape, x.dtype)
+        _fire(rt, plan, out, (x, g, y))
+        return out
     n, c = x.shape[:2]
     out = rt.empty(x.shape, x.dtype)
     if out.size:
         blocks = tuple(y.shape[2:])
         geo = (x.shape[2:], blocks, tuple(kernel), tuple(stride), tuple(dilation), padding)
-        if y.size and tiles(kernel, stride, padding, dilation):  # a thread per window, writing all its inputs
-            _run(rt, "max_pool_backward_tiled", out, y.size, (n, c), *geo, [x, g, y])
-        else:  # a thread per input, gathering over the windows that hold it
-            _run(rt, "max_pool_backward", out, out.size, (n, c), *geo, [x, g, y])
+        # a thread per window, writing all its inputs; else a thread per input, gathering over the windows that hold it
+        kind = "max_pool_backward_tiled" if y.size and tiles(kernel, stride, padding, dilation) else "max_pool_backward"
+        _run(rt, kind, out, y.size if kind.endswith("tiled") else out.size, (n, c), *geo, [x, g, y], key=key)
     return out
 
 
@@ -476,15 +566,21 @@ def _conv_tiling(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
     return choose(rt, dt, M, N, K)
 
 
+def _settled(rt: Runtime, t: Tiling, M: int, N: int, K: int) -> bool:
+    """Whether a conv GEMM's untuned tiling may be planned: not where :func:`~.matmul.choose` gave a
+    large GPU GEMM's, which may yet be tuned on first use (as matmul's plans)."""
+    return rt.is_cpu or M * N * K < AUTOTUNE_FLOPS or any(t is c for _, c in _GPU_CONV_TILINGS + _GPU_NARROW_TILINGS)
+
+
 def _implicit(
     rt: Runtime, kind: str, x: CLArray, wv: CLArray, bias: CLArray | None, out: CLArray, M: int, K: int,
-    geo: list[int], groups: int, tiling: Tiling | None,
+    geo: list[int], groups: int, tiling: Tiling | None, key: Any = None,
 ) -> None:  # fmt: skip
     """Launch the conv GEMM: per group C[M, N * L] = A[M, K] @ gather(x)[K, N * L], A the weight ``wv``
-    (G, M, C_g, KV) copied to (G, M, K) channel-major, or tap-major where a k-step divides C_g (the
-    gather's ``inner`` form), C's columns image-major in the NCHW output."""
-    from .elementwise import contiguous  # noqa: PLC0415
-
+    (G, M, C_g, KV), a view of the contiguous weight, copied to (G, M, K) channel-major, or tap-major
+    where a k-step divides C_g (the gather's ``inner`` form), C's columns image-major in the NCHW
+    output. Kept as a plan under ``key`` (if given): the layout of A's copy is planned, the copy is
+    made at each call (:func:`_fire_gemm`)."""
     n, cin = x.shape[:2]
     nd = x.ndim - 2
     L = math.prod(out.shape[2:])
@@ -497,7 +593,7 @@ def _implicit(
     inner = cg % t.tk == 0
     s0, s1, s2, s3 = wv.strides
     kvol = wv.shape[3]
-    wmat = contiguous(rt, wv.with_layout((groups, M, kvol, cg), (s0, s1, s3, s2), wv.offset) if inner else wv)
+    wlay = ((groups, M, kvol, cg), (s0, s1, s3, s2)) if inner else (wv.shape, wv.strides)
     gather = _gather(kind, dt, nd, idx, inner)
     spec = (dt, t, 1, idx, True, True, va, 1, None, gather, bias is not None)
     name = f"ember_{kind}_igemm"
@@ -506,22 +602,39 @@ def _implicit(
     values = {"g_kv": kv, "g_L": L, "g_cg": cg}
     for d in range(nd):
         values.update({f"g_sz{d}": size[d], f"g_bl{d}": blocks[d], f"g_kr{d}": kernel[d], f"g_st{d}": stride[d]})
-    args = [M, N, K, wmat.buf, wmat.offset, K, 1, x.buf, x.offset, 0, 0, out.buf]
+    args = [M, N, K, None, None, K, 1, None, x.offset, 0, 0, None]
     args += [groups, M * K, cg * x.strides[1], M * L]
     args += [kv, x.strides[1], L, x.strides[0], cg, *geo, *x.strides[2:]]
     args += [v for nm in _gather_divisors(nd) for v in magic(values[nm])]
     args += [L, out.shape[1] * L]  # the column map: c_rs, c_img
     if bias is not None:
-        args += [bias.buf, bias.offset, bias.strides[0]]
-    key = ("conv_igemm", kind, *spec)
-    CALLS[f"{kind}_igemm"] += 1
+        args += [None, bias.offset, bias.strides[0]]
 
     def make() -> tuple[str, list[Any]]:
         npi = np.dtype(np.int32 if idx == "int" else np.int64)
         cmap = ColumnMap(_COLUMNS.code, _COLUMNS.params, (npi, npi))
         return gemm_source(*spec, name=name, c_map=cmap)
 
-    launch_tiled(rt, t, key, make, name, M, N, groups, args)
+    knl, gsize, lsize = tiled_launch(rt, t, ("conv_igemm", kind, *spec), make, name, M, N, groups)
+    plan = _Plan(f"{kind}_igemm", out.shape, knl, gsize, lsize, args, (), wlay)
+    if key is not None and _settled(rt, t, M, N, K):
+        _keep(key, plan)
+    _fire_gemm(rt, plan, x, wv, bias, out)
+
+
+def _fire_gemm(rt: Runtime, plan: _Plan, x: CLArray, wc: CLArray, bias: CLArray | None, out: CLArray) -> None:
+    """Launch a conv GEMM's plan: A the plan's layout of ``wc``'s buffer from its offset (``wc``: the
+    contiguous weight or a view of it), copied contiguous at each call where that layout is not."""
+    from .elementwise import contiguous  # noqa: PLC0415
+
+    shape, strides = plan.more
+    wmat = contiguous(rt, wc.with_layout(shape, strides, wc.offset))
+    args = plan.args.copy()
+    args[3], args[4], args[7], args[11] = wmat.buf, wmat.offset, x.buf, out.block.raw
+    if bias is not None:
+        args[-3] = bias.buf
+    CALLS[plan.kind] += 1
+    rt.launch(plan.knl, plan.gsize, plan.lsize, args)
 
 
 #: the weight gradient's per-image partials may take this many elements even where g and x are smaller
@@ -570,6 +683,14 @@ def conv_weight_grad(
     each summed onto the last)."""
     from .elementwise import contiguous  # noqa: PLC0415
 
+    key = None
+    if tiling is None:
+        key = _gemm_key("wgrad", rt, x, g, None, kernel, stride, padding, dilation, groups, PARTIALS_FLOOR)
+        plan = _planned(key)
+        if plan is not None:
+            out = rt.empty(plan.shape, g.dtype)
+            _wgrad_rounds(rt, plan, contiguous(rt, g) if plan.more[0] else g, x, out)
+            return out
     n, cout = g.shape[:2]
     cin = x.shape[1]
     cg, M = cin // groups, cout // groups
@@ -585,13 +706,13 @@ def conv_weight_grad(
     if n == 0 or L == 0:
         return _zero_fill(rt, out, None)
     lay = g.strides[2:]
-    if any(st != math.prod(blocks[d + 1 :]) for d, st in enumerate(lay) if blocks[d] > 1):
+    copy_g = any(st != math.prod(blocks[d + 1 :]) for d, st in enumerate(lay) if blocks[d] > 1)
+    if copy_g:
         g = contiguous(rt, g)  # A's rows (one output channel's positions) read with one stride
     T = groups * M * Ncols  # one image's partial
     step = max(1, min(n, max(g.size, x.size, PARTIALS_FLOOR) // T))  # images per round
-    part = rt.empty((step, groups, M, Ncols), g.dtype)
     dt = g.dtype.name
-    idx = _index(part.size, _extent(g), _extent(x))
+    idx = _index(step * T, _extent(g), _extent(x))
     t = tiling or _conv_tiling(rt, dt, M, Ncols, L)
     va = t.vw if dt in ("float32", "float64") else 1
     gather = _gather("wgrad", dt, nd, idx)
@@ -605,21 +726,39 @@ def conv_weight_grad(
     tail = [g.strides[0], M * g.strides[1], x.strides[0], cg * x.strides[1], T, M * Ncols]
     tail += [kv, x.strides[1], L, x.strides[0], cg, *geo, *x.strides[2:]]
     tail += [v for nm in _gather_divisors(nd) for v in magic(values[nm])]
-    key = ("conv_igemm", "wgrad", *spec)
 
     def make_sum() -> tuple[str, str, list[Any]]:
         source, types = _sum_source(dt, idx)
         return source, "ember_sum_partials", types
 
     summer, _ = rt.kernel(("conv_sum_partials", dt, idx), make_sum)
+    knl, gsize, lsize = tiled_launch(
+        rt, t, ("conv_igemm", "wgrad", *spec), lambda: gemm_source(*spec, name=name), name, M, Ncols, groups
+    )
+    # (more: whether g is copied contiguous first, images per round, the partials' shape, the GEMM's
+    # sizes and groups, one image's partial, the sum's kernel; args: the GEMM's after the buffers)
+    more = (copy_g, step, (step, groups, M, Ncols), M, Ncols, L, groups, T, summer)
+    plan = _Plan("wgrad_igemm", out.shape, knl, gsize, lsize, tail, (), more)
+    if key is not None and _settled(rt, t, M, Ncols, L):
+        _keep(key, plan)
+    _wgrad_rounds(rt, plan, g, x, out)
+    return out
+
+
+def _wgrad_rounds(rt: Runtime, plan: _Plan, g: CLArray, x: CLArray, out: CLArray) -> None:
+    """The weight gradient's rounds: per round of ``step`` images a GEMM per (image, group) into the
+    partials, summed onto ``out`` (``g`` already copied where the plan says)."""
+    _, step, pshape, M, Ncols, L, groups, T, summer = plan.more
+    part = rt.empty(pshape, g.dtype)
+    n = g.shape[0]
+    g0, g1, _ = plan.gsize
     for s0 in range(0, n, step):
         m = min(step, n - s0)
         args = [M, Ncols, L, g.buf, g.offset + s0 * g.strides[0], g.strides[1], 1]
-        args += [x.buf, x.offset + s0 * x.strides[0], 0, 0, part.buf, m, groups, *tail]
+        args += [x.buf, x.offset + s0 * x.strides[0], 0, 0, part.buf, m, groups, *plan.args]
         CALLS["wgrad_igemm"] += 1
-        launch_tiled(rt, t, key, lambda: gemm_source(*spec, name=name), name, M, Ncols, m * groups, args)
+        rt.launch(plan.knl, (g0, g1, m * groups), plan.lsize, args)
         rt.launch(summer, (-(-T // 32) * 32, 8), (32, 8), [T, m, int(s0 > 0), part.buf, out.buf])
-    return out
 
 
 def _zero_fill(rt: Runtime, out: CLArray, bias: CLArray | None) -> CLArray:
@@ -635,6 +774,14 @@ def _zero_fill(rt: Runtime, out: CLArray, bias: CLArray | None) -> CLArray:
     return out
 
 
+def _gemm_key(op: str, rt: Runtime, x: CLArray, w: CLArray, bias: CLArray | None, *params: Any) -> Any:
+    """A conv GEMM plan's key: the operands' geometry, the parameters, and what the kernel choice
+    reads besides (device kind, tuning epoch, the index-width rule, which tests replace)."""
+    b = None if bias is None else (bias.dtype, bias.shape, bias.strides, bias.offset)
+    return (op, rt, x.dtype, x.shape, x.strides, x.offset, w.dtype, w.shape, w.strides, w.offset, b, *params,
+            rt.is_cpu, rt.compute_units, _TUNING[0], _index)  # fmt: skip
+
+
 def conv(
     rt: Runtime, x: CLArray, w: CLArray, bias: CLArray | None, stride: Any, padding: Pads, dilation: Any,
     groups: int, tiling: Tiling | None = None,
@@ -642,6 +789,14 @@ def conv(
     """Convolution (N, C_in, *size) x (C_out, C_in / groups, *kernel) as an implicit GEMM."""
     from .elementwise import contiguous  # noqa: PLC0415
 
+    key = None
+    if tiling is None:  # (a tiling given: a test's or the tuner's, not planned)
+        key = _gemm_key("conv", rt, x, w, bias, stride, padding, dilation, groups)
+        plan = _planned(key)
+        if plan is not None:
+            out = rt.empty(plan.shape, x.dtype)
+            _fire_gemm(rt, plan, x, contiguous(rt, w), bias, out)
+            return out
     n, cin = x.shape[:2]
     cout = w.shape[0]
     kernel = tuple(w.shape[2:])
@@ -656,7 +811,7 @@ def conv(
     wc = contiguous(rt, w)
     cg, kv, og = cin // groups, math.prod(kernel), cout // groups
     wv = wc.with_layout((groups, og, cg, kv), (og * cg * kv, cg * kv, kv, 1), wc.offset)  # A[g][co, ci, tap]
-    _implicit(rt, "conv", x, wv, bias, out, og, K, geo, groups, tiling)
+    _implicit(rt, "conv", x, wv, bias, out, og, K, geo, groups, tiling, key)
     return out
 
 
@@ -667,6 +822,14 @@ def conv_transpose(
     """Transposed convolution (conv's input gradient): x (N, C_in, *blocks), w (C_in, C_out / groups, *kernel)."""
     from .elementwise import contiguous  # noqa: PLC0415
 
+    key = None
+    if tiling is None:
+        key = _gemm_key("transpose", rt, x, w, bias, size, stride, padding, dilation, groups)
+        plan = _planned(key)
+        if plan is not None:
+            out = rt.empty(plan.shape, x.dtype)
+            _fire_gemm(rt, plan, x, contiguous(rt, w), bias, out)
+            return out
     n, cin = x.shape[:2]
     cog = w.shape[1]
     kernel = tuple(w.shape[2:])
@@ -683,5 +846,5 @@ def conv_transpose(
     wc = contiguous(rt, w)
     wt = wc.with_layout((groups, cog, cg, kv), (cg * cog * kv, kv, cog * kv, 1), wc.offset)
     geo = _geo(size, tuple(x.shape[2:]), kernel, tuple(stride), tuple(dilation), tuple(padding))
-    _implicit(rt, "transpose", x, wt, bias, out, cog, K, geo, groups, tiling)
+    _implicit(rt, "transpose", x, wt, bias, out, cog, K, geo, groups, tiling, key)
     return out
