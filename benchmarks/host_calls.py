@@ -22,6 +22,7 @@ import os
 import pstats
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from .runner import WORKLOADS
@@ -126,6 +127,31 @@ def like_gpu(device: Any, least: int = 0) -> None:
     device._state.defer.donate = False  # (only the cpu backend takes outs=)
 
 
+@contextlib.contextmanager
+def prepared(args: argparse.Namespace) -> Iterator[tuple[Any, dict[str, int], Any]]:
+    """(device, size, case) of ``args.workload``'s ember step, warmed up ``args.warmup`` steps, inside
+    the lazy layer's setting ``args.fusion`` (None: the device's), on the GPU path with ``args.like_gpu``
+    and the lazy layer's least size ``args.least`` where given (host_calls and host_time share it)."""
+    import ember as em
+
+    module = WORKLOADS[args.workload]
+    device = em.Device(args.device)
+    size = _size(module, args)
+    fusion = em.lazy.fusion(args.fusion == "1", device) if args.fusion is not None else contextlib.nullcontext()
+    least = getattr(args, "least", None)
+    with fusion:
+        if args.like_gpu:
+            like_gpu(device, 0 if least is None else least)
+        elif least is not None:
+            _set_least(device, least)
+        case = module.ember(device, size)
+        for _ in range(args.warmup):
+            out = case.step()
+            case.sync()
+            del out
+        yield device, size, case
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.host_calls", description=__doc__.split("\n\n")[0])
     p.add_argument("workload", choices=sorted(WORKLOADS))
@@ -153,23 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sort", choices=("ncalls", "tottime"), default="ncalls")
     args = p.parse_args(argv)
 
-    import ember as em
-
-    module = WORKLOADS[args.workload]
-    device = em.Device(args.device)
-    size = _size(module, args)
-    fusion = em.lazy.fusion(args.fusion == "1", device) if args.fusion is not None else contextlib.nullcontext()
-    with fusion:
-        if args.like_gpu:
-            args.least = 0 if args.least is None else args.least
-            like_gpu(device, args.least)
-        elif args.least is not None:
-            _set_least(device, args.least)
-        case = module.ember(device, size)
-        for _ in range(args.warmup):
-            out = case.step()
-            case.sync()
-            del out
+    if args.like_gpu and args.least is None:
+        args.least = 0
+    with prepared(args) as (device, size, case):
         n = count_calls(case.step, case.sync, args.steps)
         label = f"fusion={args.fusion}" if args.fusion is not None else "fusion=device default"
         if args.least is not None:

@@ -12,13 +12,12 @@ core's per-op work shows; on a shared machine compare runs made alternately, not
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import statistics
 import time
 from typing import Any
 
-from .host_calls import _size, like_gpu
+from .host_calls import prepared
 from .runner import WORKLOADS
 
 
@@ -65,20 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
 
-    import ember as em
-
-    module = WORKLOADS[args.workload]
-    device = em.Device(args.device)
-    size = _size(module, args)
-    fusion = em.lazy.fusion(args.fusion == "1", device) if args.fusion is not None else contextlib.nullcontext()
-    with fusion:
-        if args.like_gpu:
-            like_gpu(device)
-        case = module.ember(device, size)
-        for _ in range(args.warmup):
-            out = case.step()
-            case.sync()
-            del out
+    with prepared(args) as (device, size, case):
         clock = time.thread_time if args.clock == "thread" else time.perf_counter
         times = time_rounds(case.step, case.sync, args.rounds, args.steps, clock)
     us = sorted(t * 1e6 for t in times)

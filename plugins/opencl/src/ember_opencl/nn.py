@@ -408,29 +408,38 @@ def _ce_source(dt: str, ro: int, group: int, smoothing: bool) -> tuple[str, list
     return "\n".join(line for line in lines if line) + "\n", types
 
 
-def cross_entropy(rt: Runtime, logits: CLArray, target: CLArray, label_smoothing: float, ignore_index: int) -> CLArray:
-    """Per-sample loss (N, ...) for logits (N, C, ...) and int64 class indices (N, ...)."""
-    moved, _ = _moved(logits, [1])
+def _ce_launch(
+    rt: Runtime, kind: str, make_source: Any, out: CLArray, moved: CLArray, rows: list[CLArray],
+    label_smoothing: float, ignore_index: int,
+) -> None:  # fmt: skip
+    """Launch row kernel ``kind`` (ember_ce / ember_ce_grad) over ``moved``'s rows (the class axis last):
+    the per-row operands ``rows`` (target, and g for the gradient) collapse with the rows' axes."""
     C = moved.shape[-1]
     lead = moved.shape[:-1]
-    out = rt.empty(target.shape, logits.dtype)
-    if out.size == 0:
-        return out
-    osh, (xst, tst) = collapse(lead, [moved.strides[:-1], target.strides])
+    osh, (xst, *rst) = collapse(lead, [moved.strides[:-1], *[r.strides for r in rows]])
     M = numel(lead)
     group = _row_group(rt, M, C, abs(moved.strides[-1]) == 1)
-    dt = logits.dtype.name
+    dt = moved.dtype.name
     spec = (dt, len(osh), group, bool(label_smoothing))
 
     def make() -> tuple[str, str, list[Any]]:
-        s, t = _ce_source(*spec)
-        return s, "ember_ce", t
+        src, types = make_source(*spec)
+        return src, f"ember_{kind}", types
 
-    knl, wg = rt.kernel(("ce", *spec), make)
-    c = ctype(dt)
+    knl, wg = rt.kernel((kind, *spec), make)
     args = [M, C, out.buf, moved.buf, moved.offset, moved.strides[-1], *osh, *xst]
-    args += [target.buf, target.offset, *tst, c.np_compute.type(label_smoothing), int(ignore_index)]
+    for r, st in zip(rows, rst):
+        args += [r.buf, r.offset, *st]
+    args += [ctype(dt).np_compute.type(label_smoothing), int(ignore_index)]
     _launch_rows(rt, knl, wg, M, group, args)
+
+
+def cross_entropy(rt: Runtime, logits: CLArray, target: CLArray, label_smoothing: float, ignore_index: int) -> CLArray:
+    """Per-sample loss (N, ...) for logits (N, C, ...) and int64 class indices (N, ...)."""
+    moved, _ = _moved(logits, [1])
+    out = rt.empty(target.shape, logits.dtype)
+    if out.size:
+        _ce_launch(rt, "ce", _ce_source, out, moved, [target], label_smoothing, ignore_index)
     return out
 
 
@@ -476,30 +485,12 @@ def cross_entropy_backward(
     """d loss / d logits (N, C, ...) of the per-sample loss at cotangent ``g`` (N, ...), one row kernel:
     the class axis is moved last (a view), the result written in that order and viewed back."""
     moved, order = _moved(logits, [1])
-    C = moved.shape[-1]
-    lead = moved.shape[:-1]
     out = rt.empty(moved.shape, logits.dtype)
     inverse = [0] * logits.ndim
     for i, p in enumerate(order):
         inverse[p] = i
-    if out.size == 0:
-        return out.permute(inverse)  # type: ignore[return-value]
-    osh, (xst, tst, gst) = collapse(lead, [moved.strides[:-1], target.strides, g.strides])
-    M = numel(lead)
-    group = _row_group(rt, M, C, abs(moved.strides[-1]) == 1)
-    dt = logits.dtype.name
-    spec = (dt, len(osh), group, bool(label_smoothing))
-
-    def make() -> tuple[str, str, list[Any]]:
-        src, types = _ce_grad_source(*spec)
-        return src, "ember_ce_grad", types
-
-    knl, wg = rt.kernel(("ce_grad", *spec), make)
-    c = ctype(dt)
-    args = [M, C, out.buf, moved.buf, moved.offset, moved.strides[-1], *osh, *xst]
-    args += [target.buf, target.offset, *tst, g.buf, g.offset, *gst]
-    args += [c.np_compute.type(label_smoothing), int(ignore_index)]
-    _launch_rows(rt, knl, wg, M, group, args)
+    if out.size:
+        _ce_launch(rt, "ce_grad", _ce_grad_source, out, moved, [target, g], label_smoothing, ignore_index)
     return out.permute(inverse)  # type: ignore[return-value]
 
 
