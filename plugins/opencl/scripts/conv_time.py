@@ -60,7 +60,7 @@ def main() -> int:
 
     import ember as em
     from ember.dtypes import as_dtype
-    from ember_opencl import conv
+    from ember_opencl import conv, window
     from ember_opencl.matmul import TILINGS, Tiling, fits
 
     candidates = [
@@ -116,9 +116,10 @@ def main() -> int:
                 mark = "*" if t == default else " "
                 print(f"{layer} {op:9s} {mark} {us:9.1f}  {t}")
     x1, _, _ = layers["conv1"]
-    y1 = conv.max_pool(rt, x1, (2, 2), (2, 2), ((0, 0), (0, 0)), one)
-    print(f"max_pool 2x2 on {x1.shape}: {timed(lambda: conv.max_pool(rt, x1, (2, 2), (2, 2), ((0, 0),) * 2, one)):.1f}")
-    back = lambda: conv.max_pool_backward(rt, y1, x1, y1, (2, 2), (2, 2), ((0, 0),) * 2, one)  # noqa: E731
+    pool = ((2, 2), (2, 2), ((0, 0), (0, 0)), one)
+    y1 = window.max_pool(rt, x1, *pool)
+    print(f"max_pool 2x2 on {x1.shape}: {timed(lambda: window.max_pool(rt, x1, *pool)):.1f}")
+    back = lambda: window.max_pool_backward(rt, y1, x1, y1, (2, 2), (2, 2), ((0, 0),) * 2, one)  # noqa: E731
     print(f"max_pool_backward 2x2 (tiled) on {x1.shape}: {timed(back):.1f}")
     return 0
 

@@ -1,6 +1,6 @@
-"""The kernels of conv.py against numpy float64 references, in both index widths: the window kernels
-(max-pool gradient by window or by input, unfold, fold, pooling), the implicit-GEMM conv and its input
-gradient over several tilings, and the magic-number division both use."""
+"""The kernels of window.py and conv.py against numpy float64 references, in both index widths: the
+window kernels (max-pool gradient by window or by input, unfold, fold, pooling), the implicit-GEMM
+conv and its input gradient over several tilings, and the magic-number division both use."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember_opencl import conv
-from ember_opencl.matmul import TILINGS, Tiling
+from ember_opencl import conv, window
+from ember_opencl.matmul import TILINGS, Tiling, magic
 
 RNG = np.random.default_rng(5)
 
@@ -26,7 +26,7 @@ def test_magic_division_is_exact():
     divisors = list(range(1, 200)) + [2**k + e for k in range(2, 31) for e in (-1, 0, 1)]
     divisors += [int(d) for d in RNG.integers(1, 2**31, 300)]
     for d in divisors:
-        m, s = conv.magic(d)
+        m, s = magic(d)
         assert 0 < m < 2**32
         x = np.concatenate([RNG.integers(0, 2**31, 4000), np.arange(2000), [2**31 - 1, d - 1, d, d + 1]])
         x = x[(x >= 0) & (x < 2**31)].astype(np.uint64)
@@ -78,24 +78,24 @@ def test_max_pool_backward(dev, monkeypatch, shape, kernel, stride, pads, dil, k
     """Ties go to the window's first maximum, a NaN window routes nothing; x read through a transposed
     view. ``kind`` is the kernel that must have run (a thread per window when windows tile the input)."""
     rt = dev.backend.rt
-    monkeypatch.setattr(conv, "_index", lambda *extents: index)
+    monkeypatch.setattr(window, "_index", lambda *extents: index)
     x = RNG.integers(-3, 4, shape).astype(np.float32)  # many ties
     x.reshape(-1)[5] = np.nan
     xt = _up(rt, np.swapaxes(x, 0, 1).copy()).permute((1, 0) + tuple(range(2, x.ndim)))
-    y = conv.max_pool(rt, xt, kernel, stride, pads, dil)
+    y = window.max_pool(rt, xt, kernel, stride, pads, dil)
     g = RNG.standard_normal(y.shape).astype(np.float32)
-    before = conv.CALLS[kind]
-    got = dev.backend.to_numpy(conv.max_pool_backward(rt, _up(rt, g), xt, y, kernel, stride, pads, dil))
-    assert conv.CALLS[kind] == before + 1
+    before = window.CALLS[kind]
+    got = dev.backend.to_numpy(window.max_pool_backward(rt, _up(rt, g), xt, y, kernel, stride, pads, dil))
+    assert window.CALLS[kind] == before + 1
     np.testing.assert_allclose(got, _pool_grad_ref(x, g, kernel, stride, pads, dil), rtol=1e-6, atol=1e-6)
     assert ("window", kind, "float32", len(kernel), index) in rt._kernels
 
 
 def test_tiles_needs_disjoint_windows():
-    assert conv.tiles((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1))
-    assert not conv.tiles((2, 2), (2, 1), ((0, 0), (0, 0)), (1, 1))  # overlap
-    assert not conv.tiles((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 2))  # dilated
-    assert not conv.tiles((2,), (2,), ((2, 0),), (1,))  # a window of padding only
+    assert window.tiles((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1))
+    assert not window.tiles((2, 2), (2, 1), ((0, 0), (0, 0)), (1, 1))  # overlap
+    assert not window.tiles((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 2))  # dilated
+    assert not window.tiles((2,), (2,), ((2, 0),), (1,))  # a window of padding only
 
 
 def _unfold_ref(x, kernel, stride, pads, dil, value):
@@ -119,23 +119,23 @@ def _unfold_ref(x, kernel, stride, pads, dil, value):
 def test_unfold_fold_pool(dev, monkeypatch, shape, kernel, stride, pads, dil, index):
     """unfold (pad value 0.5), its adjoint fold, and max / avg pooling in both index widths."""
     rt = dev.backend.rt
-    monkeypatch.setattr(conv, "_index", lambda *extents: index)
+    monkeypatch.setattr(window, "_index", lambda *extents: index)
     x = RNG.standard_normal(shape).astype(np.float32)
-    cols = conv.unfold(rt, _up(rt, x), kernel, stride, pads, dil, 0.5)
+    cols = window.unfold(rt, _up(rt, x), kernel, stride, pads, dil, 0.5)
     want = _unfold_ref(x, kernel, stride, pads, dil, 0.5)
     np.testing.assert_allclose(dev.backend.to_numpy(cols), want, rtol=1e-6, atol=1e-6)
     # fold is unfold's adjoint: <unfold(x), c> == <x, fold(c)> (pad value 0)
     c = RNG.standard_normal(want.shape).astype(np.float32)
-    folded = dev.backend.to_numpy(conv.fold(rt, _up(rt, c), shape[2:], kernel, stride, pads, dil)).astype(np.float64)
+    folded = dev.backend.to_numpy(window.fold(rt, _up(rt, c), shape[2:], kernel, stride, pads, dil)).astype(np.float64)
     lhs = (_unfold_ref(x, kernel, stride, pads, dil, 0.0) * c).sum()
     np.testing.assert_allclose((x.astype(np.float64) * folded).sum(), lhs, rtol=1e-4)
     ref = _unfold_ref(x, kernel, stride, pads, dil, -np.inf).reshape(shape[0], shape[1], -1, want.shape[-1])
-    got = dev.backend.to_numpy(conv.max_pool(rt, _up(rt, x), kernel, stride, pads, dil))
+    got = dev.backend.to_numpy(window.max_pool(rt, _up(rt, x), kernel, stride, pads, dil))
     np.testing.assert_allclose(got.reshape(ref.shape[0], ref.shape[1], -1), ref.max(axis=2), rtol=1e-6)
     ones = (1,) * len(kernel)
     if dil == ones:
         divisor = [np.full(b, float(kernel[d])) for d, b in enumerate(got.shape[2:])]
-        avg = dev.backend.to_numpy(conv.avg_pool(rt, _up(rt, x), kernel, stride, pads, divisor))
+        avg = dev.backend.to_numpy(window.avg_pool(rt, _up(rt, x), kernel, stride, pads, divisor))
         zero = _unfold_ref(x, kernel, stride, pads, dil, 0.0).reshape(ref.shape)
         np.testing.assert_allclose(avg.reshape(ref.shape[0], ref.shape[1], -1), zero.mean(axis=2), rtol=1e-5)
 

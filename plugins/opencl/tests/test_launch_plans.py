@@ -11,7 +11,7 @@ import pytest
 
 import ember as em
 from ember.tuning import shape_class
-from ember_opencl import conv, matmul, nn, reduce, tune
+from ember_opencl import conv, matmul, nn, reduce, tune, window
 from ember_opencl.matmul import TILINGS, Tiling
 
 RNG = np.random.default_rng(5)
@@ -31,7 +31,7 @@ def rt(dev, request, monkeypatch):
         monkeypatch.setattr(rt, "is_cpu", False)
         monkeypatch.setattr(rt, "compute_units", 4)
         monkeypatch.setattr(matmul, "_pick", lambda rt, M, N: TILINGS["odd"])
-    for module in (matmul, reduce, conv):  # (this test's plans are its own)
+    for module in (matmul, reduce, window):  # (this test's plans are its own)
         monkeypatch.setattr(module, "_PLANS", {})
     monkeypatch.setattr(nn, "_NORMS", {})
     return rt
@@ -176,7 +176,7 @@ def test_conv_plans_are_reused(rt, counted, monkeypatch):
     monkeypatch.setattr(conv, "PARTIALS_FLOOR", 0)
     stride, pads, dil, groups = (2, 1), ((1, 2), (0, 1)), (1, 2), 2
     pool = ((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1))
-    ran = dict(conv.CALLS)
+    ran = dict(window.CALLS)
     for step in range(3):
         x = RNG.standard_normal((3, 16, 9, 8)).astype(np.float32)
         w = RNG.standard_normal((44, 8, 3, 2)).astype(np.float32)
@@ -194,22 +194,22 @@ def test_conv_plans_are_reused(rt, counted, monkeypatch):
         gw = conv.conv_weight_grad(rt, gt, xt, (3, 2), stride, pads, dil, groups)
         np.testing.assert_allclose(rt.download(gw), _wgrad_ref(g, x, (3, 2), stride, pads, dil, groups),
                                    rtol=1e-4, atol=1e-4)  # fmt: skip
-        p = conv.max_pool(rt, xt, *pool)
+        p = window.max_pool(rt, xt, *pool)
         want_p = x[:, :, :8].reshape(3, 16, 4, 2, 4, 2).max(axis=(3, 5))
         np.testing.assert_array_equal(rt.download(p), want_p)
         gp = RNG.standard_normal(want_p.shape).astype(np.float32)
-        got = rt.download(conv.max_pool_backward(rt, _up(rt, gp), xt, p, *pool))
+        got = rt.download(window.max_pool_backward(rt, _up(rt, gp), xt, p, *pool))
         win = x[:, :, :8].reshape(3, 16, 4, 2, 4, 2).transpose(0, 1, 2, 4, 3, 5).reshape(3, 16, 4, 4, 4)
         first = np.eye(4)[win.argmax(axis=-1)] * gp[..., None]  # (no ties in normal draws)
         want_g = np.zeros(x.shape)
         want_g[:, :, :8] = first.reshape(3, 16, 4, 4, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(3, 16, 8, 8)
         np.testing.assert_allclose(got, want_g, rtol=0, atol=0)
-        cols = conv.unfold(rt, xt, (3, 2), stride, pads, dil, 0.0)
+        cols = window.unfold(rt, xt, (3, 2), stride, pads, dil, 0.0)
         xp = np.pad(x, [(0, 0), (0, 0), *pads])
         taps = [(slice(None), slice(None)) + ref._slices(t, dil, stride, want.shape[2:]) for t in np.ndindex(3, 2)]
         want_c = np.stack([xp[at] for at in taps], axis=2)
         np.testing.assert_array_equal(rt.download(cols), want_c.reshape(3, 16 * 6, -1))
-        back = conv.fold(rt, cols, x.shape[2:], (3, 2), stride, pads, dil)
+        back = window.fold(rt, cols, x.shape[2:], (3, 2), stride, pads, dil)
         want_f = np.zeros(xp.shape)
         for i, at in enumerate(taps):
             want_f[at] += want_c[:, :, i]
@@ -217,4 +217,4 @@ def test_conv_plans_are_reused(rt, counted, monkeypatch):
         if step:
             assert counted[0] == before, "a planned conv or pooling looked its kernel up again"
     kinds = ("conv_igemm", "transpose_igemm", "wgrad_igemm", "max_pool", "max_pool_backward_tiled", "unfold", "fold")
-    assert {k: conv.CALLS[k] - ran.get(k, 0) for k in kinds} == {k: 6 if k == "wgrad_igemm" else 3 for k in kinds}
+    assert {k: window.CALLS[k] - ran.get(k, 0) for k in kinds} == {k: 6 if k == "wgrad_igemm" else 3 for k in kinds}

@@ -404,19 +404,19 @@ class OpenCLBackend(ViewMovement, Backend):
 
     @native
     def unfold(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any, value: float) -> CLArray:
-        from . import conv as cv  # noqa: PLC0415
+        from . import window as cv  # noqa: PLC0415
 
         return cv.unfold(self.rt, x, kernel, stride, padding, dilation, value)
 
     @native
     def fold(self, cols: CLArray, *, size: Any, kernel: Any, stride: Any, padding: Any, dilation: Any) -> CLArray:
-        from . import conv as cv  # noqa: PLC0415
+        from . import window as cv  # noqa: PLC0415
 
         return cv.fold(self.rt, cols, size, kernel, stride, padding, dilation)
 
     @native
     def max_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any) -> CLArray:
-        from . import conv as cv  # noqa: PLC0415
+        from . import window as cv  # noqa: PLC0415
 
         return cv.max_pool(self.rt, x, kernel, stride, padding, dilation)
 
@@ -424,13 +424,13 @@ class OpenCLBackend(ViewMovement, Backend):
     def max_pool_backward(
         self, g: CLArray, x: CLArray, out: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
     ) -> CLArray:
-        from . import conv as cv  # noqa: PLC0415
+        from . import window as cv  # noqa: PLC0415
 
         return cv.max_pool_backward(self.rt, g, x, out, kernel, stride, padding, dilation)
 
     @native
     def avg_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, divisor: Any) -> CLArray:
-        from . import conv as cv  # noqa: PLC0415
+        from . import window as cv  # noqa: PLC0415
 
         return cv.avg_pool(self.rt, x, kernel, stride, padding, divisor)
 
