@@ -282,3 +282,31 @@ def test_pool_keeps_the_sizes_in_use_when_its_cache_is_full(strategy):
     new, pool = _stale_cache_steps(functools.partial(BufferPool, strategy=strategy))
     assert new <= 2, f"{new} new buffers over five steps: the steps after the first should reuse theirs"
     assert pool.cached <= pool.cache_limit
+
+
+def test_kernels_compile_without_naga_runtime_checks(rt, monkeypatch):
+    """By default a kernel's module comes from wgpu-native's trusted entry point (no bounds clamps,
+    no loop bounding); ``EMBER_WGPU_CHECKS=1`` keeps naga's checks. Both compute the same."""
+    from ember_wgpu import runtime, trusted
+
+    source = (
+        "@group(0) @binding(1) var<storage, read_write> y: array<f32>;\n"
+        "@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>) {\n"
+        "  if (g.x < arrayLength(&y)) { y[g.x] = f32(g.x) * 0.5; } }"
+    )
+    results = {}
+    for checked in (False, True):
+        monkeypatch.setattr(rt, "checked", checked)
+        before = trusted.MADE["modules"]
+        pipe = rt.pipeline(f"half_index_{int(checked)}", source, ("w",))
+        assert trusted.MADE["modules"] - before == (0 if checked else 1)
+        out = rt.empty((100,), D.float32)
+        rt.dispatch(pipe, bytes(16), [out.buffer], (2, 1, 1), "half_index")
+        results[checked] = rt.read([out])[0]
+    np.testing.assert_array_equal(results[False], np.arange(100, dtype=np.float32) * 0.5)
+    np.testing.assert_array_equal(results[True], results[False])
+    monkeypatch.setenv("EMBER_WGPU_CHECKS", "1")
+    assert runtime._checked()
+    monkeypatch.setenv("EMBER_WGPU_CHECKS", "yes")
+    with pytest.raises(em.errors.InvalidArgumentError, match="EMBER_WGPU_CHECKS"):
+        runtime._checked()

@@ -56,7 +56,7 @@ from ember.kernel_cache import KernelCache
 from ember.lazy.replay import ReplayPools
 from ember.memory import DEFAULT_CACHE_LIMIT, Block, BufferPool
 
-from . import adapters
+from . import adapters, trusted
 from .errors import (
     WgpuDeviceLostError,
     WgpuKernelError,
@@ -131,6 +131,16 @@ def _submit_groups() -> int:
     return max(groups, 0)
 
 
+def _checked() -> bool:
+    """Whether kernels keep naga's runtime checks (``EMBER_WGPU_CHECKS=1``): bounds clamps on every
+    array access and loop bounding. Off by default where wgpu-native can drop them (:mod:`.trusted`):
+    ember's kernels guard their own indices."""
+    raw = os.environ.get("EMBER_WGPU_CHECKS", "").strip()
+    if raw not in ("", "0", "1"):
+        raise InvalidArgumentError(f"EMBER_WGPU_CHECKS={raw!r}: give 1 (naga's bounds checks on) or 0 (off)")
+    return raw == "1"
+
+
 def _spin_seconds() -> float:
     """Seconds :meth:`Runtime._spin` polls before it gives up (``EMBER_WGPU_SPIN_US``, microseconds)."""
     raw = os.environ.get("EMBER_WGPU_SPIN_US", "").strip()
@@ -198,6 +208,7 @@ class Runtime:
         self.max_binding = int(self.limits.get("max-storage-buffer-binding-size", 128 << 20))
         self.max_buffer = int(self.limits.get("max-buffer-size", 256 << 20))
         self.max_groups = int(self.limits.get("max-compute-workgroups-per-dimension", 65535))
+        self.checked = _checked()
         self.max_storage_buffers = int(self.limits.get("max-storage-buffers-per-shader-stage", 8))
         self.shared_bytes = int(self.limits.get("max-compute-workgroup-storage-size", 16384))
         self.align = max(16, int(self.limits.get("min-uniform-buffer-offset-alignment", 256)))
@@ -433,7 +444,9 @@ class Runtime:
             return found
         bgl, layout = self._layout(bindings)
         try:
-            module = self.device.create_shader_module(label=name, code=source)
+            module = None if self.checked else trusted.module(self.device, name, source)
+            if module is None:
+                module = self.device.create_shader_module(label=name, code=source)
             pipe = self.device.create_compute_pipeline(
                 label=name, layout=layout, compute={"module": module, "entry_point": "main"}
             )
