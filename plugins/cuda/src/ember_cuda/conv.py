@@ -431,6 +431,7 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         if not batched:
             cols = im2col(ctype, x, oh, ow, geo, by_sample=False)
             yt = matmul(w.reshape(cout, ck), cols)  # (Cout, N*L)
+            del cols  # back to the pool before the output is allocated: the step's peak is here on W3
             return swap01(ctype, yt, cout, n, length, b).reshape(n, cout, oh, ow)
         cols = im2col(ctype, x, oh, ow, geo, by_sample=True, rows=rows, ones=b is not None)  # (N, rows, L)
         if b is None:
@@ -489,6 +490,7 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         else:
             xt = swap01(ctype, x, n, cin, length)  # (Cin, N, L)
             cols = matmul(wt, xt.reshape(cin, -1))  # (Cout*K, N*L)
+            del xt  # freed before the output is allocated (the columns are the big buffer)
             sn, sk = length, n * length
         y = cp.empty((n, cout, h, wd), dtype=x.dtype)
         b = cp.ascontiguousarray(bias[0]) if bias else y
