@@ -142,7 +142,8 @@ def test_unfold_fold_pool(dev, monkeypatch, shape, kernel, stride, pads, dil, in
 
 # -- implicit-GEMM conv: the images of the batch as GEMM columns ---------------------------------
 IGEMM_TILINGS = {
-    "c4db-64": Tiling(64, 128, 16, 8, 8, vw=4, chunk=4, db=True),  # W3's conv2 tile: the column part hoisted
+    "c4db-64": Tiling(64, 128, 16, 8, 8, vw=4, chunk=4, db=True),  # the column part hoisted
+    "c4db-64-rp": conv._GPU_CONV_TILINGS[2][1],  # W3's conv2 tile on GPUs: k-step 8, register prefetch
     "rows16": Tiling(16, 128, 16, 4, 8, vw=4, chunk=4, db=True),  # 64 work items, 128 columns: not hoisted
     "odd_rp": TILINGS["odd_rp"],  # register prefetch, 2-wide A loads
     "tiny": TILINGS["tiny"],  # chunk 1: scalar stores
