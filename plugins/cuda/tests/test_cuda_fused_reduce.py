@@ -101,3 +101,24 @@ def test_a_sum_over_leading_axes_of_a_realized_tensor_runs_the_fused_reduction(d
         np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=axes, keepdims=keepdims), rtol=1e-5, atol=1e-4)
     ran = COUNTS["row"] + COUNTS["chunked"] - before["row"] - before["chunked"]
     assert ran == 3, f"{ran} fused-reduction launches for three sums"
+
+
+@GPU
+def test_a_small_sum_of_a_realized_tensor_runs_the_fused_reduction(dev):
+    """A mean loss (512,) and a small bias's gradient (512, 10): the fused reduction with its
+    launch plan, not CuPy's reduction (host time per call); a large trailing sum stays CuPy's."""
+    rng = np.random.default_rng(10)
+    cases = [((512,), (0,), False), ((512, 10), (0,), False), ((512, 10), (1,), True), ((3, 5, 7), (1, 2), False)]
+    before = dict(COUNTS)
+    for shape, axes, keepdims in cases:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = em.tensor(x, device=dev).sum(axis=axes, keepdims=keepdims).numpy()
+        np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=axes, keepdims=keepdims), rtol=1e-5, atol=1e-4)
+    fused = sum(COUNTS[k] - before.get(k, 0) for k in ("row", "chunked"))
+    assert fused == len(cases), f"{fused} fused-reduction launches for {len(cases)} small sums"
+    big = rng.standard_normal((256, 1024)).astype(np.float32)
+    before = dict(COUNTS)
+    got = em.tensor(big, device=dev).sum(axis=(1,)).numpy()
+    np.testing.assert_allclose(got, big.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-3)
+    ran = sum(COUNTS[k] - before.get(k, 0) for k in ("row", "chunked"))
+    assert ran == 0, "a large trailing sum ran the fused reduction"

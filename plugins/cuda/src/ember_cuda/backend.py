@@ -184,18 +184,20 @@ class CudaBackend(Backend):
         return {op: self._guard(op, fn, multi) for op, fn in table.items()}
 
     def _sum(self, other: Callable[..., Any]) -> Callable[..., Any]:
-        """``sum`` of float32/float64 over axes that are not the trailing ones (a convolution's
-        bias gradient: N, H, W of NCHW) through the fused-reduction kernel (chunked rows, column
-        layout); CuPy's reduction gives each of the few outputs one block."""
+        """``sum`` of float32/float64 through the fused-reduction kernel (launch plans): over axes
+        that are not the trailing ones (a convolution's bias gradient: N, H, W of NCHW; CuPy's
+        reduction gives each of the few outputs one block), and any small array (a mean loss, a
+        small bias's gradient: CuPy's reduction costs ~20 µs of host time a call, more than the
+        kernel). Large trailing-axes sums stay CuPy's row reduction."""
         programs: dict[Any, FusedProgram] = {}
 
         def run(a: Any, *, axes: Any, keepdims: bool) -> Any:
             dt = a.dtype.name
             plain = isinstance(axes, tuple) and axes and list(axes) == sorted(set(axes)) and axes[0] >= 0
-            if dt not in ("float32", "float64") or a.size < 1 << 16 or not plain:
+            if dt not in ("float32", "float64") or not plain or a.size == 0:
                 return other(a, axes=axes, keepdims=keepdims)
-            if axes == tuple(range(a.ndim - len(axes), a.ndim)):  # trailing axes: CuPy's row reduction
-                return other(a, axes=axes, keepdims=keepdims)
+            if a.size >= 1 << 16 and axes == tuple(range(a.ndim - len(axes), a.ndim)):
+                return other(a, axes=axes, keepdims=keepdims)  # CuPy's row reduction
             key = (dt, axes, keepdims)
             prog = programs.get(key)
             if prog is None:

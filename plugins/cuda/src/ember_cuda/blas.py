@@ -13,6 +13,7 @@ C-contiguous matrix per batch, with a batch stride of 0 for a broadcast operand.
 from __future__ import annotations
 
 import ctypes
+import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,22 @@ def _layout(a: Any) -> tuple[int, int, int] | None:
             return None
         expect *= n
     return op, max(ld, 1), r * c
+
+
+def _batch(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The broadcast batch axes of ``a @ b`` when each operand's are all of them (batch stride r*c)
+    or hold one matrix (stride 0), else None (a partial broadcast: not one batch stride). Plain
+    tuples: numpy's broadcast helpers cost microseconds a call on this host path."""
+    if a == b:
+        return a
+    one_a, one_b = math.prod(a) == 1, math.prod(b) == 1
+    if one_a and one_b:
+        return (1,) * max(len(a), len(b))
+    if one_a and len(a) <= len(b):
+        return b
+    if one_b and len(b) <= len(a):
+        return a
+    return None
 
 
 def _library() -> ctypes.CDLL:
@@ -114,11 +131,10 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
             batch: tuple[int, ...] = ()
             count = 1
         else:
-            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-            for x in (a, b):  # a batch is all of the broadcast batch (stride r*c or 0) or one matrix (0)
-                if x.shape[:-2] != batch and int(np.prod(x.shape[:-2])) != 1:
-                    return other(a, b)  # partly broadcast (e.g. (B, 1) against (B, H)): not one stride
-            count = int(np.prod(batch)) if batch else 1
+            batch = _batch(a.shape[:-2], b.shape[:-2])
+            if batch is None:  # partly broadcast (e.g. (B, 1) against (B, H)): not one stride
+                return other(a, b)
+            count = math.prod(batch)
         out = cp.empty((*batch, m, n), dtype=dt)
         handle = handle_of()
         stream = stream_of().ptr
