@@ -140,6 +140,20 @@ def avg_pool(rt: Runtime, x: WgpuArray, kernel, stride, padding, divisor) -> Wgp
     return _pool(rt, x, "avg", kernel, stride, padding, (1,) * len(kernel), divisor)
 
 
+def _grad_head(t: WType, f16: bool) -> str:
+    """The gradient kernels' bindings (G, X, O read; Y written) and thread prelude: thread ``e`` of ``P.n_out``."""
+    return f"""{header(f16)}
+@group(0) @binding(1) var<storage, read> G: array<{t.storage}>;
+@group(0) @binding(2) var<storage, read> X: array<{t.storage}>;
+@group(0) @binding(3) var<storage, read> O: array<{t.storage}>;
+@group(0) @binding(4) var<storage, read_write> Y: array<{t.storage}>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+  {GROUP_ID}
+  let e = gid_lin * {WG}u + t;
+  if (e >= P.n_out) {{ return; }}"""
+
+
 def _grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-def]
     # thread per input element: for each kernel offset o, the window bl whose offset o lands here
     lines = _decode(["nc"] + [f"x{i}" for i in range(nd)], ["0"] + [f"P.size{i}" for i in range(nd)], "e")
@@ -154,16 +168,7 @@ def _grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-def]
         blin = f"({blin}) * P.b{i} + bl{i}"
     win, inside, lin = _window(nd)
     me = " && ".join(f"o{i} == r{i}" for i in range(nd))
-    body = f"""{header(f16)}
-@group(0) @binding(1) var<storage, read> G: array<{t.storage}>;
-@group(0) @binding(2) var<storage, read> X: array<{t.storage}>;
-@group(0) @binding(3) var<storage, read> O: array<{t.storage}>;
-@group(0) @binding(4) var<storage, read_write> Y: array<{t.storage}>;
-@compute @workgroup_size({WG})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
-  {GROUP_ID}
-  let e = gid_lin * {WG}u + t;
-  if (e >= P.n_out) {{ return; }}
+    body = f"""{_grad_head(t, f16)}
   {chr(10).join("  " + ln for ln in lines).strip()}
   var acc = 0.0;
   for (var w = 0u; w < P.kk; w = w + 1u) {{
@@ -204,16 +209,7 @@ def _tiled_grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-
         pos = f"({pos}) * i32(P.size{i}) + q{i}"
     hit = " && ".join(["found"] + [f"u32(q{i} - w{i}) == f{i}" for i in range(nd)])
     store = f"Y[u32({pos})] = {t.store(f'select(0.0, gv, {hit})')};"
-    body = f"""{header(f16)}
-@group(0) @binding(1) var<storage, read> G: array<{t.storage}>;
-@group(0) @binding(2) var<storage, read> X: array<{t.storage}>;
-@group(0) @binding(3) var<storage, read> O: array<{t.storage}>;
-@group(0) @binding(4) var<storage, read_write> Y: array<{t.storage}>;
-@compute @workgroup_size({WG})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
-  {GROUP_ID}
-  let e = gid_lin * {WG}u + t;
-  if (e >= P.n_out) {{ return; }}
+    body = f"""{_grad_head(t, f16)}
   {chr(10).join("  " + ln for ln in lines).strip()}
   let m = {t.load("O[e]")};
   let gv = {t.load("G[e]")};
