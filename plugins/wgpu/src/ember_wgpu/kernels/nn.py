@@ -1,5 +1,5 @@
 """Row kernels for the neural-network composites: softmax, log_softmax, logsumexp, layer_norm,
-rms_norm, cross_entropy, and attention built from them and the matmul kernel.
+rms_norm, cross_entropy and its gradient, and attention built from them and the matmul kernel.
 
 A row kernel gives each row (the reduced axes, made trailing and contiguous) one workgroup of
 256 threads: passes over the row reduce into shared memory (max, then sums), a final pass
@@ -13,7 +13,7 @@ from typing import Any
 
 from ember.dtypes import DType
 from ember.lazy.program import Const, FusedProgram
-from ember.views import contiguous_strides
+from ember.views import collapse, contiguous_strides
 
 from ..handle import WgpuArray
 from ..runtime import Runtime
@@ -29,6 +29,7 @@ __all__ = [
     "layer_norm_backward",
     "rms_norm",
     "cross_entropy",
+    "cross_entropy_backward",
     "attention",
     "rows_last",
 ]
@@ -282,15 +283,27 @@ def layer_norm_backward(rt: Runtime, g: WgpuArray, x: WgpuArray, w: WgpuArray, e
 
 
 # -- cross-entropy -----------------------------------------------------------------------------
-def _ce_build(t: WType, ti: WType, f16: bool):  # type: ignore[no-untyped-def]
-    extra = f"""@group(0) @binding(2) var<storage, read> T: array<{ti.storage}>;
-@group(0) @binding(3) var<storage, read_write> Y: array<{t.storage}>;"""
+#: the row kernels' block, and where each reads its per-row operands (target, g): element offset and
+#: stride of a row's value (0 for a broadcast g, negative for a flipped one), so no copy is made
+_CE_PARAMS = ParamBlock(
+    [("rows", "u32"), ("len", "u32"), ("ign_lo", "u32"), ("ign_hi", "u32"), ("smoothing", "f32")]
+    + [("t_off", "i32"), ("t_st", "i32"), ("g_off", "i32"), ("g_st", "i32")]
+)
+
+
+def _ce_row(t: WType, ti: WType, f16: bool, extra: str, with_total: bool) -> str:
+    """Shared WGSL of the forward and backward: header (X logits rows, T targets), row setup, the
+    row's max ``m`` (0 if infinite) and ``s`` = sum exp(x - m) (and ``total`` = sum x when asked), and
+    the target: ``ignored``, and ``cls`` its class, or ``P.len`` (no class) when out of [0, len)."""
     x = t.load("X[base + j]")
+    tot = ("\n  var tot = 0.0;", " tot = tot + v;", "\n  let total = wg_sum(t, tot);") if with_total else ("", "", "")
     if ti.cls in "lL":
-        target = "let tw = T[row];\n  let ignored = tw.x == P.ign_lo && tw.y == P.ign_hi;\n  let cls = tw.x;"
+        target = """let ignored = tw.x == P.ign_lo && tw.y == P.ign_hi;
+  let cls = select(P.len, tw.x, tw.y == 0u && tw.x < P.len);"""
     else:
-        target = "let tw = bitcast<u32>(T[row]);\n  let ignored = tw == P.ign_lo;\n  let cls = tw;"
-    body = f"""{_head(t, f16, extra)}
+        target = """let ignored = bitcast<u32>(tw) == P.ign_lo;
+  let cls = select(P.len, bitcast<u32>(tw), bitcast<u32>(tw) < P.len);"""
+    return f"""{_head(t, f16, f"@group(0) @binding(2) var<storage, read> T: array<{ti.storage}>;" + chr(10) + extra)}
 @compute @workgroup_size({WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
   {_row_start()}
@@ -298,13 +311,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   for (var j = t; j < P.len; j = j + {WG}u) {{ m = f_max(m, {x}); }}
   m = wg_max(t, m);
   if (is_inf(m)) {{ m = 0.0; }}
-  var acc = 0.0;
-  var tot = 0.0;
-  for (var j = t; j < P.len; j = j + {WG}u) {{ let v = {x}; acc = acc + m_exp(v - m); tot = tot + v; }}
-  let lse = m + m_log(wg_sum(t, acc));
-  let total = wg_sum(t, tot);
+  var acc = 0.0;{tot[0]}
+  for (var j = t; j < P.len; j = j + {WG}u) {{ let v = {x}; acc = acc + m_exp(v - m);{tot[1]} }}
+  let s = wg_sum(t, acc);{tot[2]}
+  let tw = T[u32(i32(row) * P.t_st + P.t_off)];
+  {target}"""
+
+
+def _ce_build(t: WType, ti: WType, f16: bool):  # type: ignore[no-untyped-def]
+    """The per-row loss: lse - x[cls], with label smoothing; 0 for ignored or out-of-range targets."""
+    body = f"""{_ce_row(t, ti, f16, f"@group(0) @binding(3) var<storage, read_write> Y: array<{t.storage}>;", True)}
   if (t == 0u) {{
-    {target}
+    let lse = m + m_log(s);
     var loss = 0.0;
     if (!ignored && cls < P.len) {{
       loss = lse - {t.load("X[base + cls]")};
@@ -315,7 +333,57 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     Y[row] = {t.store("loss")};
   }}
 }}"""
-    return body, _PARAMS, ("r", "r", "w")
+    return body, _CE_PARAMS, ("r", "r", "w")
+
+
+def _ce_grad_build(t: WType, ti: WType, f16: bool):  # type: ignore[no-untyped-def]
+    """d loss / d logits of a row: g * (softmax(x) - (1 - smoothing) * onehot(cls) - smoothing / len),
+    g taken as 0 on an ignored row (the composite's rule: an out-of-range class has no one)."""
+    extra = f"""@group(0) @binding(3) var<storage, read> G: array<{t.storage}>;
+@group(0) @binding(4) var<storage, read_write> Y: array<{t.storage}>;"""
+    body = f"""{_ce_row(t, ti, f16, extra, False)}
+  var gs = 0.0;
+  if (!ignored) {{ gs = {t.load("G[u32(i32(row) * P.g_st + P.g_off)]")}; }}
+  let off = P.smoothing / f32(P.len);
+  let hit = 1.0 - P.smoothing;
+  for (var j = t; j < P.len; j = j + {WG}u) {{
+    let h = select(off, off + hit, j == cls);
+    Y[base + j] = {t.store(f"gs * (m_exp({t.load('X[base + j]')} - m) / s - h)")};
+  }}
+}}"""
+    return body, _CE_PARAMS, ("r", "r", "r", "w")
+
+
+def _per_row(rt: Runtime, a: WgpuArray) -> tuple[WgpuArray, int, int]:
+    """``a`` (one value a row, rows in C order) as (array, offset, stride) of a kernel reading
+    ``a[offset + row * stride]``: in place when its axes collapse to one stride, else a C-order copy."""
+    shape, (st,) = collapse(a.shape, [a.strides])
+    if len(shape) == 1:
+        return a, a.offset, st[0]
+    return ew.contiguous(rt, a), 0, 1
+
+
+def _ce_launch(
+    rt: Runtime, kind: str, build: Any, out: WgpuArray, moved: WgpuArray, target: WgpuArray,
+    g: WgpuArray | None, label_smoothing: float, ignore_index: int,
+) -> None:  # fmt: skip
+    """Launch row kernel ``kind`` (``build``: forward or gradient) over the contiguous class-last
+    logits ``moved``: one workgroup a row, target (and g) read through their strides."""
+    t, ti = rt.types[moved.dtype], rt.types[target.dtype]
+    f16 = rt.types.uses_f16(moved.dtype)
+    kernel = compile_kernel(rt, (kind, t.name, ti.name), lambda: build(t, ti, f16), kind)
+    rows = target.size
+    ign = int(ignore_index) & 0xFFFFFFFFFFFFFFFF
+    tc, t_off, t_st = _per_row(rt, target)
+    values = {
+        "rows": rows, "len": moved.shape[-1], "ign_lo": ign & 0xFFFFFFFF, "ign_hi": ign >> 32,
+        "smoothing": float(label_smoothing), "t_off": t_off, "t_st": t_st,
+    }  # fmt: skip
+    buffers = [moved.buffer, tc.buffer]
+    if g is not None:
+        gc, values["g_off"], values["g_st"] = _per_row(rt, g)
+        buffers.append(gc.buffer)
+    launch(rt, kernel, values, [*buffers, out.buffer], grid(rows), kind)
 
 
 def cross_entropy(
@@ -326,17 +394,23 @@ def cross_entropy(
     if out.size == 0:
         return out
     c, _ = rows_last(rt, logits, (1,))
-    tc = ew.contiguous(rt, target)
-    t, ti = rt.types[logits.dtype], rt.types[target.dtype]
-    f16 = rt.types.uses_f16(logits.dtype)
-    kernel = compile_kernel(rt, ("ce", t.name, ti.name), lambda: _ce_build(t, ti, f16), "cross_entropy")
-    ign = int(ignore_index) & 0xFFFFFFFFFFFFFFFF
-    values = {
-        "rows": out.size, "len": logits.shape[1], "ign_lo": ign & 0xFFFFFFFF, "ign_hi": ign >> 32,
-        "smoothing": float(label_smoothing),
-    }  # fmt: skip
-    launch(rt, kernel, values, [c.buffer, tc.buffer, out.buffer], grid(out.size), "cross_entropy")
+    _ce_launch(rt, "cross_entropy", _ce_build, out, c, target, None, label_smoothing, ignore_index)
     return out
+
+
+def cross_entropy_backward(
+    rt: Runtime, g: WgpuArray, logits: WgpuArray, target: WgpuArray, label_smoothing: float, ignore_index: int
+) -> WgpuArray:
+    """d loss / d logits (N, C, ...) of the per-element loss at cotangent ``g`` (N, ...), one row
+    kernel: written class-last and returned as a view with the class axis back at 1."""
+    if logits.size == 0:
+        return rt.empty(logits.shape, logits.dtype)
+    c, order = rows_last(rt, logits, (1,))
+    if g.dtype != logits.dtype:
+        g = ew.apply_op(rt, "cast", (g,), dtype=logits.dtype)
+    out = rt.empty(c.shape, logits.dtype)
+    _ce_launch(rt, "cross_entropy_backward", _ce_grad_build, out, c, target, g, label_smoothing, ignore_index)
+    return _unpermute(out, order)
 
 
 # -- attention -----------------------------------------------------------------------------
