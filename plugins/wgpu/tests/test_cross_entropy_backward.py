@@ -1,5 +1,6 @@
 """wgpu's native cross_entropy_backward (kernels/nn.py, one workgroup a row) against a numpy float64
-reference: softmax minus the (smoothed) one-hot, ignored rows zero, g read through its strides."""
+reference: softmax minus the (smoothed) one-hot, ignored rows zero; logits, target and g read in
+place through their strides (the forward shares that code: checked here on strided logits too)."""
 
 from __future__ import annotations
 
@@ -39,13 +40,49 @@ def _run(dev: Any, g: Any, x: np.ndarray, t: np.ndarray, **kw: Any) -> np.ndarra
     return be.to_numpy(out)
 
 
+def _forward_reference(x: np.ndarray, t: np.ndarray, smoothing: float, ignore: int) -> np.ndarray:
+    x = x.astype(np.float64)
+    c = x.shape[1]
+    logp = x - x.max(axis=1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    valid = t != ignore
+    picked = np.take_along_axis(logp, np.expand_dims(np.where(valid, t, 0), 1), 1)[:, 0]
+    loss = (1.0 - smoothing) * -picked - smoothing / c * logp.sum(axis=1)
+    return np.where(valid, loss, 0.0)
+
+
+def _views(be: Any, x: np.ndarray) -> list[tuple[str, Any, np.ndarray]]:
+    """(name, handle, its values) of logits views over other layouts: class axis transposed in
+    memory, sliced with an offset, channels-last (N, H, W, C) memory seen as (N, C, H, W)."""
+    n, c = x.shape[:2]
+    out = []
+    if x.ndim == 2:
+        xt = be.from_numpy(np.ascontiguousarray(x.T)).permute((1, 0))
+        wide = np.zeros((n + 1, c + 3), np.float32)
+        wide[1:, 2 : 2 + c] = x
+        sliced = be.from_numpy(wide).with_layout((n, c), (c + 3, 1), c + 3 + 2)
+        out += [("transposed", xt, x), ("sliced", sliced, x)]
+    else:
+        last = be.from_numpy(np.ascontiguousarray(np.moveaxis(x, 1, -1))).permute(
+            (0, x.ndim - 1, *range(1, x.ndim - 1))
+        )
+        out += [("contiguous", be.from_numpy(x), x), ("channels_last", last, x)]
+    return out
+
+
 @pytest.mark.parametrize("shape", [(6, 5), (4, 3, 5, 2), (3, 700)], ids=["2d", "4d", "wide"])
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
 def test_matches_reference(dev: Any, shape: tuple[int, ...], smoothing: float) -> None:
-    """2-D and (N, C, H, W) logits, a class count above the workgroup's 256, with and without smoothing."""
+    """2-D and (N, C, H, W) logits, a class count above the workgroup's 256, with and without smoothing:
+    one dispatch (no copy of the logits to put the class axis last)."""
     x, t = _case(shape, ignore=-1)
     g = RNG.standard_normal(t.shape).astype(np.float32)
-    got = _run(dev, dev.backend.from_numpy(g), x, t, label_smoothing=smoothing, ignore_index=-1)
+    be = dev.backend
+    gh, xh, th = be.from_numpy(g), be.from_numpy(x), be.from_numpy(t)
+    before = be.rt.dispatches
+    out = be.cross_entropy_backward(gh, xh, th, label_smoothing=smoothing, ignore_index=-1)
+    assert be.rt.dispatches == before + 1
+    got = be.to_numpy(out)
     assert got.shape == x.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, _reference(g, x, t, smoothing, -1), rtol=1e-5, atol=1e-6)
     assert not got[(0, slice(None)) + (0,) * (x.ndim - 2)].any()  # the first row, ignored
@@ -81,13 +118,51 @@ def test_strided_and_flipped_g(dev: Any) -> None:
 
 
 def test_spatial_g_broadcast_over_spatial_axes(dev: Any) -> None:
-    """(N, H, W) g broadcast from (N, 1, 1) does not collapse to one stride: copied, still right."""
+    """(N, H, W) g broadcast from (N, 1, 1): rows split (N, H * W), read in place, one dispatch."""
     be = dev.backend
     x, t = _case((2, 4, 3, 3))
     g = RNG.standard_normal((2, 1, 1)).astype(np.float32)
-    gh = be.from_numpy(g).expand((2, 3, 3))
-    got = _run(dev, gh, x, t, label_smoothing=0.0, ignore_index=-100)
-    np.testing.assert_allclose(got, _reference(np.broadcast_to(g, (2, 3, 3)), x, t, 0.0, -100), rtol=1e-5, atol=1e-6)
+    gh, xh, th = be.from_numpy(g).expand((2, 3, 3)), be.from_numpy(x), be.from_numpy(t)
+    before = be.rt.dispatches
+    out = be.cross_entropy_backward(gh, xh, th, label_smoothing=0.0, ignore_index=-100)
+    assert be.rt.dispatches == before + 1
+    want = _reference(np.broadcast_to(g, (2, 3, 3)), x, t, 0.0, -100)
+    np.testing.assert_allclose(be.to_numpy(out), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(5, 300), (2, 3, 4, 5)], ids=["2d", "4d"])
+def test_strided_logits_read_in_place(dev: Any, shape: tuple[int, ...]) -> None:
+    """Logits views of other layouts, forward and backward: right, and no copy (one dispatch each)."""
+    be = dev.backend
+    x, t = _case(shape, ignore=-1)
+    g = RNG.standard_normal(t.shape).astype(np.float32)
+    gh, th = be.from_numpy(g), be.from_numpy(t)
+    for name, xh, values in _views(be, x):
+        before = be.rt.dispatches
+        grad = be.cross_entropy_backward(gh, xh, th, label_smoothing=0.1, ignore_index=-1)
+        loss = be.cross_entropy(xh, th, label_smoothing=0.1, ignore_index=-1)
+        assert be.rt.dispatches == before + 2, name
+        want = _reference(g, values, t, 0.1, -1)
+        np.testing.assert_allclose(be.to_numpy(grad), want, rtol=1e-5, atol=1e-6, err_msg=name)
+        want = _forward_reference(values, t, 0.1, -1)
+        np.testing.assert_allclose(be.to_numpy(loss), want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_rows_that_do_not_collapse_are_copied(dev: Any) -> None:
+    """5-D logits sliced so that their rows' axes fold to no fewer than three: a C-order copy first."""
+    be = dev.backend
+    full = RNG.standard_normal((2, 3, 2, 4, 3)).astype(np.float32)
+    x = full[:, :, :, 1:3]
+    t = RNG.integers(0, 3, (2, 2, 2, 3))
+    g = RNG.standard_normal(t.shape).astype(np.float32)
+    xh = be.from_numpy(full).with_layout(x.shape, (72, 24, 12, 3, 1), 3)
+    gh, th = be.from_numpy(g), be.from_numpy(t)
+    before = be.rt.dispatches
+    grad = be.cross_entropy_backward(gh, xh, th, label_smoothing=0.0, ignore_index=-100)
+    assert be.rt.dispatches == before + 2  # the copy, the kernel
+    np.testing.assert_allclose(be.to_numpy(grad), _reference(g, x, t, 0.0, -100), rtol=1e-5, atol=1e-6)
+    loss = be.cross_entropy(xh, th, label_smoothing=0.0, ignore_index=-100)
+    np.testing.assert_allclose(be.to_numpy(loss), _forward_reference(x, t, 0.0, -100), rtol=1e-5, atol=1e-5)
 
 
 def test_out_of_range_class_has_no_one_hot(dev: Any) -> None:

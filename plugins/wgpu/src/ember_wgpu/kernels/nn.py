@@ -283,19 +283,23 @@ def layer_norm_backward(rt: Runtime, g: WgpuArray, x: WgpuArray, w: WgpuArray, e
 
 
 # -- cross-entropy -----------------------------------------------------------------------------
-#: the row kernels' block, and where each reads its per-row operands (target, g): element offset and
-#: stride of a row's value (0 for a broadcast g, negative for a flipped one), so no copy is made
+#: the row kernels' block. Rows (the logits' axes but the class axis, in C order) are split as
+#: ``row = r0 * inner + r1``, and each operand is read in place through its strides over (r0, r1):
+#: logits X (and ``x_sc`` along the classes), targets T, the gradient's cotangent G (0 strides for a
+#: broadcast g, negative for a flipped one); the gradient is written class-last and contiguous
 _CE_PARAMS = ParamBlock(
-    [("rows", "u32"), ("len", "u32"), ("ign_lo", "u32"), ("ign_hi", "u32"), ("smoothing", "f32")]
-    + [("t_off", "i32"), ("t_st", "i32"), ("g_off", "i32"), ("g_st", "i32")]
+    [("rows", "u32"), ("len", "u32"), ("inner", "u32"), ("ign_lo", "u32"), ("ign_hi", "u32"), ("smoothing", "f32")]
+    + [("x_off", "i32"), ("x_s0", "i32"), ("x_s1", "i32"), ("x_sc", "i32")]
+    + [("t_off", "i32"), ("t_s0", "i32"), ("t_s1", "i32"), ("g_off", "i32"), ("g_s0", "i32"), ("g_s1", "i32")]
 )
 
 
 def _ce_row(t: WType, ti: WType, f16: bool, extra: str, with_total: bool) -> str:
-    """Shared WGSL of the forward and backward: header (X logits rows, T targets), row setup, the
-    row's max ``m`` (0 if infinite) and ``s`` = sum exp(x - m) (and ``total`` = sum x when asked), and
-    the target: ``ignored``, and ``cls`` its class, or ``P.len`` (no class) when out of [0, len)."""
-    x = t.load("X[base + j]")
+    """Shared WGSL of the forward and backward: header (X logits, T targets), row setup (``base``: the
+    row's first element in a class-last contiguous layout; ``xb``: in X), the row's
+    max ``m`` (0 if infinite) and ``s`` = sum exp(x - m) (and ``total`` = sum x when asked), and the
+    target: ``ignored``, and ``cls`` its class, or ``P.len`` (no class) when out of [0, len)."""
+    x = t.load("X[u32(xb + i32(j) * P.x_sc)]")
     tot = ("\n  var tot = 0.0;", " tot = tot + v;", "\n  let total = wg_sum(t, tot);") if with_total else ("", "", "")
     if ti.cls in "lL":
         target = """let ignored = tw.x == P.ign_lo && tw.y == P.ign_hi;
@@ -307,6 +311,9 @@ def _ce_row(t: WType, ti: WType, f16: bool, extra: str, with_total: bool) -> str
 @compute @workgroup_size({WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
   {_row_start()}
+  let r0 = i32(row / P.inner);
+  let r1 = i32(row % P.inner);
+  let xb = P.x_off + r0 * P.x_s0 + r1 * P.x_s1;
   var m = bitcast<f32>(0xff800000u);
   for (var j = t; j < P.len; j = j + {WG}u) {{ m = f_max(m, {x}); }}
   m = wg_max(t, m);
@@ -314,7 +321,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   var acc = 0.0;{tot[0]}
   for (var j = t; j < P.len; j = j + {WG}u) {{ let v = {x}; acc = acc + m_exp(v - m);{tot[1]} }}
   let s = wg_sum(t, acc);{tot[2]}
-  let tw = T[u32(i32(row) * P.t_st + P.t_off)];
+  let tw = T[u32(P.t_off + r0 * P.t_s0 + r1 * P.t_s1)];
   {target}"""
 
 
@@ -325,7 +332,7 @@ def _ce_build(t: WType, ti: WType, f16: bool):  # type: ignore[no-untyped-def]
     let lse = m + m_log(s);
     var loss = 0.0;
     if (!ignored && cls < P.len) {{
-      loss = lse - {t.load("X[base + cls]")};
+      loss = lse - {t.load("X[u32(xb + i32(cls) * P.x_sc)]")};
       if (P.smoothing != 0.0) {{
         loss = (1.0 - P.smoothing) * loss - (P.smoothing / f32(P.len)) * (total - f32(P.len) * lse);
       }}
@@ -343,47 +350,57 @@ def _ce_grad_build(t: WType, ti: WType, f16: bool):  # type: ignore[no-untyped-d
 @group(0) @binding(4) var<storage, read_write> Y: array<{t.storage}>;"""
     body = f"""{_ce_row(t, ti, f16, extra, False)}
   var gs = 0.0;
-  if (!ignored) {{ gs = {t.load("G[u32(i32(row) * P.g_st + P.g_off)]")}; }}
+  if (!ignored) {{ gs = {t.load("G[u32(P.g_off + r0 * P.g_s0 + r1 * P.g_s1)]")}; }}
   let off = P.smoothing / f32(P.len);
   let hit = 1.0 - P.smoothing;
   for (var j = t; j < P.len; j = j + {WG}u) {{
     let h = select(off, off + hit, j == cls);
-    Y[base + j] = {t.store(f"gs * (m_exp({t.load('X[base + j]')} - m) / s - h)")};
+    Y[base + j] = {t.store(f"gs * (m_exp({t.load('X[u32(xb + i32(j) * P.x_sc)]')} - m) / s - h)")};
   }}
 }}"""
     return body, _CE_PARAMS, ("r", "r", "r", "w")
 
 
-def _per_row(rt: Runtime, a: WgpuArray) -> tuple[WgpuArray, int, int]:
-    """``a`` (one value a row, rows in C order) as (array, offset, stride) of a kernel reading
-    ``a[offset + row * stride]``: in place when its axes collapse to one stride, else a C-order copy."""
-    shape, (st,) = collapse(a.shape, [a.strides])
-    if len(shape) == 1:
-        return a, a.offset, st[0]
-    return ew.contiguous(rt, a), 0, 1
+def _ce_geometry(rt: Runtime, moved: WgpuArray, per_row: list[WgpuArray]) -> tuple[WgpuArray, list[WgpuArray], Any]:
+    """The logits (class axis last, a view) and the per-row operands (target, g), each read in place
+    where the rows' axes collapse, jointly, to two (``inner`` and its strides), else copied C-order
+    (the per-row operands first, then the logits); returns them and (inner, strides of each)."""
+    lead = moved.shape[:-1]
+    for attempt in range(3):
+        shape, strides = collapse(lead, [moved.strides[:-1], *[a.strides for a in per_row]])
+        if len(shape) <= 2:
+            break
+        if attempt == 0:
+            per_row = [ew.contiguous(rt, a) for a in per_row]
+        else:
+            moved = ew.contiguous(rt, moved)
+    inner = shape[1] if len(shape) == 2 else 1
+    pairs = [st if len(st) == 2 else (st[0], 0) for st in strides]  # one axis (inner 1): r0 walks it
+    return moved, per_row, (inner, pairs)
 
 
 def _ce_launch(
-    rt: Runtime, kind: str, build: Any, out: WgpuArray, moved: WgpuArray, target: WgpuArray,
+    rt: Runtime, kind: str, build: Any, out: WgpuArray, logits: WgpuArray, target: WgpuArray,
     g: WgpuArray | None, label_smoothing: float, ignore_index: int,
 ) -> None:  # fmt: skip
-    """Launch row kernel ``kind`` (``build``: forward or gradient) over the contiguous class-last
-    logits ``moved``: one workgroup a row, target (and g) read through their strides."""
-    t, ti = rt.types[moved.dtype], rt.types[target.dtype]
-    f16 = rt.types.uses_f16(moved.dtype)
+    """Launch row kernel ``kind`` (``build``: forward or gradient) over the rows of ``logits`` (N, C, ...),
+    one workgroup a row, logits, target (and g) read in place through their strides."""
+    moved = logits.permute([0, *range(2, logits.ndim), 1])
+    moved, per_row, (inner, pairs) = _ce_geometry(rt, moved, [target] if g is None else [target, g])
+    t, ti = rt.types[logits.dtype], rt.types[target.dtype]
+    f16 = rt.types.uses_f16(logits.dtype)
     kernel = compile_kernel(rt, (kind, t.name, ti.name), lambda: build(t, ti, f16), kind)
     rows = target.size
     ign = int(ignore_index) & 0xFFFFFFFFFFFFFFFF
-    tc, t_off, t_st = _per_row(rt, target)
     values = {
-        "rows": rows, "len": moved.shape[-1], "ign_lo": ign & 0xFFFFFFFF, "ign_hi": ign >> 32,
-        "smoothing": float(label_smoothing), "t_off": t_off, "t_st": t_st,
+        "rows": rows, "len": logits.shape[1], "inner": inner, "ign_lo": ign & 0xFFFFFFFF, "ign_hi": ign >> 32,
+        "smoothing": float(label_smoothing), "x_off": moved.offset, "x_s0": pairs[0][0], "x_s1": pairs[0][1],
+        "x_sc": moved.strides[-1],
     }  # fmt: skip
-    buffers = [moved.buffer, tc.buffer]
-    if g is not None:
-        gc, values["g_off"], values["g_st"] = _per_row(rt, g)
-        buffers.append(gc.buffer)
-    launch(rt, kernel, values, [*buffers, out.buffer], grid(rows), kind)
+    for name, a, (s0, s1) in zip("tg", per_row, pairs[1:]):
+        values.update({f"{name}_off": a.offset, f"{name}_s0": s0, f"{name}_s1": s1})
+    buffers = [moved.buffer, *[a.buffer for a in per_row], out.buffer]
+    launch(rt, kernel, values, buffers, grid(rows), kind)
 
 
 def cross_entropy(
@@ -393,8 +410,7 @@ def cross_entropy(
     out = rt.empty(target.shape, logits.dtype)
     if out.size == 0:
         return out
-    c, _ = rows_last(rt, logits, (1,))
-    _ce_launch(rt, "cross_entropy", _ce_build, out, c, target, None, label_smoothing, ignore_index)
+    _ce_launch(rt, "cross_entropy", _ce_build, out, logits, target, None, label_smoothing, ignore_index)
     return out
 
 
@@ -403,13 +419,12 @@ def cross_entropy_backward(
 ) -> WgpuArray:
     """d loss / d logits (N, C, ...) of the per-element loss at cotangent ``g`` (N, ...), one row
     kernel: written class-last and returned as a view with the class axis back at 1."""
-    if logits.size == 0:
-        return rt.empty(logits.shape, logits.dtype)
-    c, order = rows_last(rt, logits, (1,))
-    if g.dtype != logits.dtype:
-        g = ew.apply_op(rt, "cast", (g,), dtype=logits.dtype)
-    out = rt.empty(c.shape, logits.dtype)
-    _ce_launch(rt, "cross_entropy_backward", _ce_grad_build, out, c, target, g, label_smoothing, ignore_index)
+    order = [0, *range(2, logits.ndim), 1]
+    out = rt.empty(tuple(logits.shape[i] for i in order), logits.dtype)
+    if out.size:
+        if g.dtype != logits.dtype:
+            g = ew.apply_op(rt, "cast", (g,), dtype=logits.dtype)
+        _ce_launch(rt, "cross_entropy_backward", _ce_grad_build, out, logits, target, g, label_smoothing, ignore_index)
     return _unpermute(out, order)
 
 
