@@ -328,6 +328,12 @@ class WgpuBackend(ViewMovement, Backend):
         return nn.cross_entropy(self.rt, logits, target, label_smoothing, ignore_index)
 
     @native
+    def cross_entropy_backward(
+        self, g: WgpuArray, logits: WgpuArray, target: WgpuArray, *, label_smoothing: float, ignore_index: int
+    ) -> WgpuArray:
+        return nn.cross_entropy_backward(self.rt, g, logits, target, label_smoothing, ignore_index)
+
+    @native
     def scaled_dot_product_attention(
         self, q: WgpuArray, k: WgpuArray, v: WgpuArray, *mask: WgpuArray, is_causal: bool, scale: float
     ) -> WgpuArray:

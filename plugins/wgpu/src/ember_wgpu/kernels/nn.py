@@ -1,5 +1,5 @@
 """Row kernels for the neural-network composites: softmax, log_softmax, logsumexp, layer_norm,
-rms_norm, cross_entropy, and attention built from them and the matmul kernel.
+rms_norm, cross_entropy and its gradient, and attention built from them and the matmul kernel.
 
 A row kernel gives each row (the reduced axes, made trailing and contiguous) one workgroup of
 256 threads: passes over the row reduce into shared memory (max, then sums), a final pass
@@ -13,7 +13,7 @@ from typing import Any
 
 from ember.dtypes import DType
 from ember.lazy.program import Const, FusedProgram
-from ember.views import contiguous_strides
+from ember.views import collapse, contiguous_strides
 
 from ..handle import WgpuArray
 from ..runtime import Runtime
@@ -29,6 +29,7 @@ __all__ = [
     "layer_norm_backward",
     "rms_norm",
     "cross_entropy",
+    "cross_entropy_backward",
     "attention",
     "rows_last",
 ]
@@ -282,32 +283,56 @@ def layer_norm_backward(rt: Runtime, g: WgpuArray, x: WgpuArray, w: WgpuArray, e
 
 
 # -- cross-entropy -----------------------------------------------------------------------------
-def _ce_build(t: WType, ti: WType, f16: bool):  # type: ignore[no-untyped-def]
-    extra = f"""@group(0) @binding(2) var<storage, read> T: array<{ti.storage}>;
-@group(0) @binding(3) var<storage, read_write> Y: array<{t.storage}>;"""
-    x = t.load("X[base + j]")
+#: the row kernels' block. Rows (the logits' axes but the class axis, in C order) are split as
+#: ``row = r0 * inner + r1``, and each operand is read in place through its strides over (r0, r1):
+#: logits X (and ``x_sc`` along the classes), targets T, the gradient's cotangent G (0 strides for a
+#: broadcast g, negative for a flipped one); the gradient is written class-last and contiguous
+_CE_PARAMS = ParamBlock(
+    [("rows", "u32"), ("len", "u32"), ("inner", "u32"), ("ign_lo", "u32"), ("ign_hi", "u32"), ("smoothing", "f32")]
+    + [("x_off", "i32"), ("x_s0", "i32"), ("x_s1", "i32"), ("x_sc", "i32")]
+    + [("t_off", "i32"), ("t_s0", "i32"), ("t_s1", "i32"), ("g_off", "i32"), ("g_s0", "i32"), ("g_s1", "i32")]
+)
+
+
+def _ce_row(t: WType, ti: WType, f16: bool, extra: str, with_total: bool) -> str:
+    """Shared WGSL of the forward and backward: header (X logits, T targets), row setup (``base``: the
+    row's first element in a class-last contiguous layout; ``xb``: in X), the row's
+    max ``m`` (0 if infinite) and ``s`` = sum exp(x - m) (and ``total`` = sum x when asked), and the
+    target: ``ignored``, and ``cls`` its class, or ``P.len`` (no class) when out of [0, len)."""
+    x = t.load("X[u32(xb + i32(j) * P.x_sc)]")
+    tot = ("\n  var tot = 0.0;", " tot = tot + v;", "\n  let total = wg_sum(t, tot);") if with_total else ("", "", "")
     if ti.cls in "lL":
-        target = "let tw = T[row];\n  let ignored = tw.x == P.ign_lo && tw.y == P.ign_hi;\n  let cls = tw.x;"
+        target = """let ignored = tw.x == P.ign_lo && tw.y == P.ign_hi;
+  let cls = select(P.len, tw.x, tw.y == 0u && tw.x < P.len);"""
     else:
-        target = "let tw = bitcast<u32>(T[row]);\n  let ignored = tw == P.ign_lo;\n  let cls = tw;"
-    body = f"""{_head(t, f16, extra)}
+        target = """let ignored = bitcast<u32>(tw) == P.ign_lo;
+  let cls = select(P.len, bitcast<u32>(tw), bitcast<u32>(tw) < P.len);"""
+    return f"""{_head(t, f16, f"@group(0) @binding(2) var<storage, read> T: array<{ti.storage}>;" + chr(10) + extra)}
 @compute @workgroup_size({WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
   {_row_start()}
+  let r0 = i32(row / P.inner);
+  let r1 = i32(row % P.inner);
+  let xb = P.x_off + r0 * P.x_s0 + r1 * P.x_s1;
   var m = bitcast<f32>(0xff800000u);
   for (var j = t; j < P.len; j = j + {WG}u) {{ m = f_max(m, {x}); }}
   m = wg_max(t, m);
   if (is_inf(m)) {{ m = 0.0; }}
-  var acc = 0.0;
-  var tot = 0.0;
-  for (var j = t; j < P.len; j = j + {WG}u) {{ let v = {x}; acc = acc + m_exp(v - m); tot = tot + v; }}
-  let lse = m + m_log(wg_sum(t, acc));
-  let total = wg_sum(t, tot);
+  var acc = 0.0;{tot[0]}
+  for (var j = t; j < P.len; j = j + {WG}u) {{ let v = {x}; acc = acc + m_exp(v - m);{tot[1]} }}
+  let s = wg_sum(t, acc);{tot[2]}
+  let tw = T[u32(P.t_off + r0 * P.t_s0 + r1 * P.t_s1)];
+  {target}"""
+
+
+def _ce_build(t: WType, ti: WType, f16: bool):  # type: ignore[no-untyped-def]
+    """The per-row loss: lse - x[cls], with label smoothing; 0 for ignored or out-of-range targets."""
+    body = f"""{_ce_row(t, ti, f16, f"@group(0) @binding(3) var<storage, read_write> Y: array<{t.storage}>;", True)}
   if (t == 0u) {{
-    {target}
+    let lse = m + m_log(s);
     var loss = 0.0;
     if (!ignored && cls < P.len) {{
-      loss = lse - {t.load("X[base + cls]")};
+      loss = lse - {t.load("X[u32(xb + i32(cls) * P.x_sc)]")};
       if (P.smoothing != 0.0) {{
         loss = (1.0 - P.smoothing) * loss - (P.smoothing / f32(P.len)) * (total - f32(P.len) * lse);
       }}
@@ -315,7 +340,67 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     Y[row] = {t.store("loss")};
   }}
 }}"""
-    return body, _PARAMS, ("r", "r", "w")
+    return body, _CE_PARAMS, ("r", "r", "w")
+
+
+def _ce_grad_build(t: WType, ti: WType, f16: bool):  # type: ignore[no-untyped-def]
+    """d loss / d logits of a row: g * (softmax(x) - (1 - smoothing) * onehot(cls) - smoothing / len),
+    g taken as 0 on an ignored row (the composite's rule: an out-of-range class has no one)."""
+    extra = f"""@group(0) @binding(3) var<storage, read> G: array<{t.storage}>;
+@group(0) @binding(4) var<storage, read_write> Y: array<{t.storage}>;"""
+    body = f"""{_ce_row(t, ti, f16, extra, False)}
+  var gs = 0.0;
+  if (!ignored) {{ gs = {t.load("G[u32(P.g_off + r0 * P.g_s0 + r1 * P.g_s1)]")}; }}
+  let off = P.smoothing / f32(P.len);
+  let hit = 1.0 - P.smoothing;
+  for (var j = t; j < P.len; j = j + {WG}u) {{
+    let h = select(off, off + hit, j == cls);
+    Y[base + j] = {t.store(f"gs * (m_exp({t.load('X[u32(xb + i32(j) * P.x_sc)]')} - m) / s - h)")};
+  }}
+}}"""
+    return body, _CE_PARAMS, ("r", "r", "r", "w")
+
+
+def _ce_geometry(rt: Runtime, moved: WgpuArray, per_row: list[WgpuArray]) -> tuple[WgpuArray, list[WgpuArray], Any]:
+    """The logits (class axis last, a view) and the per-row operands (target, g), each read in place
+    where the rows' axes collapse, jointly, to two (``inner`` and its strides), else copied C-order
+    (the per-row operands first, then the logits); returns them and (inner, strides of each)."""
+    lead = moved.shape[:-1]
+    for attempt in range(3):
+        shape, strides = collapse(lead, [moved.strides[:-1], *[a.strides for a in per_row]])
+        if len(shape) <= 2:
+            break
+        if attempt == 0:
+            per_row = [ew.contiguous(rt, a) for a in per_row]
+        else:
+            moved = ew.contiguous(rt, moved)
+    inner = shape[1] if len(shape) == 2 else 1
+    pairs = [st if len(st) == 2 else (st[0], 0) for st in strides]  # one axis (inner 1): r0 walks it
+    return moved, per_row, (inner, pairs)
+
+
+def _ce_launch(
+    rt: Runtime, kind: str, build: Any, out: WgpuArray, logits: WgpuArray, target: WgpuArray,
+    g: WgpuArray | None, label_smoothing: float, ignore_index: int,
+) -> None:  # fmt: skip
+    """Launch row kernel ``kind`` (``build``: forward or gradient) over the rows of ``logits`` (N, C, ...),
+    one workgroup a row, logits, target (and g) read in place through their strides."""
+    moved = logits.permute([0, *range(2, logits.ndim), 1])
+    moved, per_row, (inner, pairs) = _ce_geometry(rt, moved, [target] if g is None else [target, g])
+    t, ti = rt.types[logits.dtype], rt.types[target.dtype]
+    f16 = rt.types.uses_f16(logits.dtype)
+    kernel = compile_kernel(rt, (kind, t.name, ti.name), lambda: build(t, ti, f16), kind)
+    rows = target.size
+    ign = int(ignore_index) & 0xFFFFFFFFFFFFFFFF
+    values = {
+        "rows": rows, "len": logits.shape[1], "inner": inner, "ign_lo": ign & 0xFFFFFFFF, "ign_hi": ign >> 32,
+        "smoothing": float(label_smoothing), "x_off": moved.offset, "x_s0": pairs[0][0], "x_s1": pairs[0][1],
+        "x_sc": moved.strides[-1],
+    }  # fmt: skip
+    for name, a, (s0, s1) in zip("tg", per_row, pairs[1:]):
+        values.update({f"{name}_off": a.offset, f"{name}_s0": s0, f"{name}_s1": s1})
+    buffers = [moved.buffer, *[a.buffer for a in per_row], out.buffer]
+    launch(rt, kernel, values, buffers, grid(rows), kind)
 
 
 def cross_entropy(
@@ -325,18 +410,22 @@ def cross_entropy(
     out = rt.empty(target.shape, logits.dtype)
     if out.size == 0:
         return out
-    c, _ = rows_last(rt, logits, (1,))
-    tc = ew.contiguous(rt, target)
-    t, ti = rt.types[logits.dtype], rt.types[target.dtype]
-    f16 = rt.types.uses_f16(logits.dtype)
-    kernel = compile_kernel(rt, ("ce", t.name, ti.name), lambda: _ce_build(t, ti, f16), "cross_entropy")
-    ign = int(ignore_index) & 0xFFFFFFFFFFFFFFFF
-    values = {
-        "rows": out.size, "len": logits.shape[1], "ign_lo": ign & 0xFFFFFFFF, "ign_hi": ign >> 32,
-        "smoothing": float(label_smoothing),
-    }  # fmt: skip
-    launch(rt, kernel, values, [c.buffer, tc.buffer, out.buffer], grid(out.size), "cross_entropy")
+    _ce_launch(rt, "cross_entropy", _ce_build, out, logits, target, None, label_smoothing, ignore_index)
     return out
+
+
+def cross_entropy_backward(
+    rt: Runtime, g: WgpuArray, logits: WgpuArray, target: WgpuArray, label_smoothing: float, ignore_index: int
+) -> WgpuArray:
+    """d loss / d logits (N, C, ...) of the per-element loss at cotangent ``g`` (N, ...), one row
+    kernel: written class-last and returned as a view with the class axis back at 1."""
+    order = [0, *range(2, logits.ndim), 1]
+    out = rt.empty(tuple(logits.shape[i] for i in order), logits.dtype)
+    if out.size:
+        if g.dtype != logits.dtype:
+            g = ew.apply_op(rt, "cast", (g,), dtype=logits.dtype)
+        _ce_launch(rt, "cross_entropy_backward", _ce_grad_build, out, logits, target, g, label_smoothing, ignore_index)
+    return _unpermute(out, order)
 
 
 # -- attention -----------------------------------------------------------------------------
