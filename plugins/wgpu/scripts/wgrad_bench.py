@@ -6,6 +6,7 @@ Each figure: ``--iters`` calls recorded back to back then one synchronize, divid
 
     python plugins/wgpu/scripts/wgrad_bench.py --device wgpu:0                  # W3's two convs, batch 512
     python plugins/wgpu/scripts/wgrad_bench.py --device wgpu:0 --slices 256 512 1004 2048
+    python plugins/wgpu/scripts/wgrad_bench.py --device wgpu:0 --tiles 32x16x32x4x4s 64x32x16x4x4s 64x64x32x8x8s
     EMBER_WGPU_IMPLICIT_CONV=1 python plugins/wgpu/scripts/wgrad_bench.py --batch 8 --iters 3   # lavapipe
 """
 
@@ -44,6 +45,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--slices", type=int, nargs="*", default=[], help="slice counts to time besides the chosen one")
+    ap.add_argument(
+        "--tiles", nargs="*", default=[], help="GEMM tilings to time too: BMxBNxBKxTMxTN, 's' suffix: split layout"
+    )
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     args = ap.parse_args()
     dev = em.Device(args.device)
@@ -53,6 +57,7 @@ def main() -> None:
 
 def _bench_shape(dev: em.Device, name: str, args: argparse.Namespace) -> None:
     from ember_wgpu.kernels import wgrad  # noqa: PLC0415
+    from ember_wgpu.kernels.matmul import Config, fits  # noqa: PLC0415
 
     rt = dev.backend.rt
     rng = np.random.default_rng(0)
@@ -63,8 +68,8 @@ def _bench_shape(dev: em.Device, name: str, args: argparse.Namespace) -> None:
     nd = len(kernel)
     ones, pads = (1,) * nd, ((pad, pad),) * nd
 
-    def native(slices: int | None = None) -> Any:
-        return wgrad.conv_weight_grad(rt, gt._data, xt._data, kernel, ones, pads, ones, 1, slices=slices)
+    def native(slices: int | None = None, config: Config | None = None) -> Any:
+        return wgrad.conv_weight_grad(rt, gt._data, xt._data, kernel, ones, pads, ones, 1, config, slices)
 
     def composite() -> Any:
         return conv_ops._conv_weight_grad_composite(
@@ -76,6 +81,11 @@ def _bench_shape(dev: em.Device, name: str, args: argparse.Namespace) -> None:
     cfg = [k for k in rt.kernels if k[0] == "conv_wgrad"][-1][-1]
     rows = [(f"native ({plan.slices} slices, tile {cfg.bm}x{cfg.bn}, grid {plan.gemm.groups})", native)]
     rows += [(f"native, {s} slices", lambda s=s: native(s)) for s in args.slices]
+    for tile in args.tiles:
+        bm, bn, bk, tm, tn = (int(v) for v in tile.rstrip("s").split("x"))
+        c = Config(bm, bn, bk, tm, tn, False, tile.endswith("s"))
+        if fits(rt, c):
+            rows.append((f"native, tile {tile}", lambda c=c: native(config=c)))
     rows.append(("core composite", composite))
     print(f"{name}: g {g.shape}, x {x.shape} -> dW {(cout, cin) + kernel} on {args.device}")
     for label, call in rows:

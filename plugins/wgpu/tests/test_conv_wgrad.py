@@ -72,13 +72,13 @@ def test_weight_gradient_against_numpy(rt, case):
 
 
 @pytest.mark.parametrize("slices", [1, 2, 7])
-@pytest.mark.parametrize("cfg", ["scalar", "odd_split_pf", None])
+@pytest.mark.parametrize("cfg", ["scalar", "odd_split_pf", (32, 16, 32, 4, 4, False, True), None])
 def test_slices_and_tilings(rt, slices, cfg):
     """Slices cut mid-image (7 over 3 images of 72 positions) and are summed by the second kernel."""
     from ember_wgpu.kernels import matmul, wgrad
 
     before = dict(wgrad.CALLS)
-    config = matmul.CONFIGS[cfg] if cfg else None
+    config = matmul.CONFIGS[cfg] if isinstance(cfg, str) else matmul.Config(*cfg) if cfg else None
     got, want = _run(rt, CASES[0], config=config, slices=slices)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert wgrad.CALLS["sum"] == before["sum"] + (slices > 1)
@@ -102,6 +102,26 @@ def test_float16_and_int32(rt):
     up = lambda a: rt.upload(a, D.int32)  # noqa: E731
     got = rt.read([wgrad.conv_weight_grad(rt, up(g), up(x), kernel, stride, pads, dil, groups, slices=2)])[0]
     np.testing.assert_array_equal(got, reference(g, x, kernel, stride, pads, dil, groups).astype(np.int64))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "complex64"])
+def test_dtypes_beyond_the_tiled_gemm(dev, rt, dtype):
+    """complex64 and int64 take unfold + matmul + a sum over the images (the tiled GEMM lacks them)."""
+    from ember_wgpu.kernels import wgrad
+
+    xs, cout, kernel, stride, pads, dil, groups = CASES[2]
+    shape_g = (xs[0], cout) + _blocks(xs[2:], kernel, stride, pads, dil)
+    parts = [RNG.integers(-3, 4, s) for s in (xs, shape_g, xs, shape_g)]
+    x, g = parts[:2] if dtype == "int64" else (parts[0] + 1j * parts[2], parts[1] + 1j * parts[3])
+    before = wgrad.CALLS["unfold"]
+    out = dev.backend.conv_weight_grad(
+        rt.upload(g.astype(dtype), getattr(D, dtype)), rt.upload(x.astype(dtype), getattr(D, dtype)),
+        kernel=kernel, stride=stride, padding=pads, dilation=dil, groups=groups,
+    )  # fmt: skip
+    ref = lambda a, b: reference(a, b, kernel, stride, pads, dil, groups)  # noqa: E731
+    want = ref(g.real, x.real) - ref(g.imag, x.imag) + 1j * (ref(g.real, x.imag) + ref(g.imag, x.real))
+    np.testing.assert_array_equal(rt.read([out])[0], want if dtype == "complex64" else want.real.astype(np.int64))
+    assert wgrad.CALLS["unfold"] == before + 1
 
 
 def test_strided_gradient_view_and_determinism(rt):

@@ -29,8 +29,9 @@ from .reduce import combine, identity, reduce
 
 __all__ = ["conv_weight_grad", "by_unfold", "native_wins", "CALLS"]
 
-#: native launches (``gemm``: the sliced GEMM, ``sum``: the partials' sum), for tests and counts
-CALLS = {"gemm": 0, "sum": 0}
+#: native launches (``gemm``: the sliced GEMM, ``sum``: the partials' sum; ``unfold``: calls of
+#: :func:`by_unfold`), for tests and counts
+CALLS = {"gemm": 0, "sum": 0, "unfold": 0}
 #: GEMM workgroups aimed at (enough to fill a large GPU several times over)
 TARGET_GROUPS = 1024
 #: the shortest slice of K worth a partial (a slice is at least this many positions)
@@ -232,6 +233,7 @@ def by_unfold(rt: Runtime, g: WgpuArray, x: WgpuArray, kernel: tuple[int, ...], 
     length = prod(g.shape[2:])
     if n_img * length == 0 or prod(shape) == 0:
         return ew.fill(rt, shape, 0, x.dtype)
+    CALLS["unfold"] += 1
     cols = unfold(rt, x, kernel, stride, padding, dilation, 0.0)  # (N, C_in * KV, L), contiguous
     cols_t = cols.with_layout((n_img, groups, length, kc), (cin * prod(kernel) * length, kc * length, 1, length), 0)
     gc = ew.contiguous(rt, g)
