@@ -104,6 +104,15 @@ def test_float16_and_int32(rt):
     np.testing.assert_array_equal(got, reference(g, x, kernel, stride, pads, dil, groups).astype(np.int64))
 
 
+def test_empty_batch_gives_zeros(rt):
+    from ember_wgpu.kernels import wgrad
+
+    x, g = np.zeros((0, 3, 5, 5), np.float32), np.zeros((0, 4, 5, 5), np.float32)
+    pads = ((1, 1), (1, 1))
+    out = wgrad.conv_weight_grad(rt, rt.upload(g, D.float32), rt.upload(x, D.float32), (3, 3), (1, 1), pads, (1, 1), 1)
+    np.testing.assert_array_equal(rt.read([out])[0], np.zeros((4, 3, 3, 3), np.float32))
+
+
 @pytest.mark.parametrize("dtype", ["int64", "complex64"])
 def test_dtypes_beyond_the_tiled_gemm(dev, rt, dtype):
     """complex64 and int64 take unfold + matmul + a sum over the images (the tiled GEMM lacks them)."""
@@ -125,7 +134,8 @@ def test_dtypes_beyond_the_tiled_gemm(dev, rt, dtype):
 
 
 def test_strided_gradient_view_and_determinism(rt):
-    """A gradient whose positions are not one run (a transposed view) is copied first; reruns are bitwise equal."""
+    """A gradient whose positions are not one run (a transposed view) is copied first, a channels-last
+    input is read through its strides; reruns are bitwise equal."""
     from ember_wgpu.kernels import wgrad
 
     xs, cout, kernel, stride, pads, dil, groups = CASES[1]
@@ -134,7 +144,8 @@ def test_strided_gradient_view_and_determinism(rt):
     g = RNG.standard_normal((xs[0], cout) + blocks).astype(np.float32)
     gt = rt.upload(np.ascontiguousarray(g.transpose(0, 1, 3, 2)), D.float32)
     gv = gt.with_layout(g.shape, (gt.strides[0], gt.strides[1], 1, blocks[0]), 0)
-    xu = rt.upload(x, D.float32)
+    xl = rt.upload(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), D.float32)  # (N, H, W, C) in memory
+    xu = xl.with_layout(x.shape, (xl.strides[0], 1, xl.strides[1], xl.strides[2]), 0)
     runs = [rt.read([wgrad.conv_weight_grad(rt, gv, xu, kernel, stride, pads, dil, groups, slices=5)])[0] for _ in "ab"]
     np.testing.assert_allclose(runs[0], reference(g, x, kernel, stride, pads, dil, groups), rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(runs[0], runs[1])
