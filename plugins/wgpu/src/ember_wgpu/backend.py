@@ -28,7 +28,7 @@ from ember.views import ViewMovement, contiguous_strides
 from . import adapters, quant
 from .handle import WgpuArray
 from .kernels import arange as iota
-from .kernels import conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort
+from .kernels import conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort, wgrad
 from .kernels import elementwise as ew
 from .replay import WgpuReplayer
 from .runtime import Runtime
@@ -84,6 +84,8 @@ class WgpuBackend(ViewMovement, Backend):
         if not conv.implicit_wins(self.rt):  # CPU adapters: core's unfold + matmul composite is faster
             table.pop("conv", None)
             table.pop("conv_transpose", None)
+        if not wgrad.native_wins(self.rt):  # as conv, or EMBER_WGPU_NATIVE_WGRAD=0: the composite (to measure)
+            table.pop("conv_weight_grad", None)
         return table
 
     def capability_notes(self) -> dict[str, str]:
@@ -339,7 +341,7 @@ class WgpuBackend(ViewMovement, Backend):
     ) -> WgpuArray:
         return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
 
-    @native  # implicit GEMM on GPU adapters (kernels/conv.py); the weight gradient stays unfold + matmul
+    @native  # implicit GEMM on GPU adapters (kernels/conv.py); the weight gradient too (kernels/wgrad.py)
     def conv(
         self, x: WgpuArray, w: WgpuArray, *bias: WgpuArray, stride: Any, padding: Any, dilation: Any, groups: int
     ) -> WgpuArray:
@@ -362,6 +364,15 @@ class WgpuBackend(ViewMovement, Backend):
         return conv.conv_transpose(
             self.rt, x, w, b, tuple(size), tuple(stride), tuple(padding), tuple(dilation), groups
         )
+
+    @native  # on GPU adapters: implicit GEMM split over the batch, partials summed (kernels/wgrad.py)
+    def conv_weight_grad(
+        self, g: WgpuArray, x: WgpuArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any, groups: int
+    ) -> WgpuArray:
+        args = (tuple(kernel), tuple(stride), tuple(map(tuple, padding)), tuple(dilation), groups)
+        if self.rt.types[x.dtype].cls in "fiu":
+            return wgrad.conv_weight_grad(self.rt, g, x, *args)
+        return wgrad.by_unfold(self.rt, g, x, *args, self.matmul)  # complex64, 64-bit integers
 
     @native
     def unfold(

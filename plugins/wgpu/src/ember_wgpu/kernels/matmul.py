@@ -106,7 +106,8 @@ def _params(nb: int, extra: tuple[tuple[str, str], ...] = (), bias: bool = False
 
 @dataclass(frozen=True)
 class Gather:
-    """B read by WGSL ``code`` that sets ``v`` from ``gk``, ``gn`` (in range) and ``boff``; its params."""
+    """B read by WGSL ``code`` that sets ``v`` from ``gk``, ``gn`` (in range) and ``boff`` (A: ``gm``,
+    ``gk``, ``aoff``), may read the batch coordinates ``c0``...; its params."""
 
     code: str
     fields: tuple[tuple[str, str], ...]
@@ -124,6 +125,7 @@ def _tiled(  # type: ignore[no-untyped-def]
     vb: bool,
     gather: Gather | None = None,
     bias: bool = False,
+    a_gather: Gather | None = None,
 ):
     """The tiled kernel of ``cfg``. Shared tiles are k-major (``As[k][m]``, ``Bs[k][n]``) vec4
     rows padded by 4, so a thread reads its TM rows and TN columns with TM/4 + TN/4 vec4 loads.
@@ -133,14 +135,15 @@ def _tiled(  # type: ignore[no-untyped-def]
     ``cfg.split``: a thread's rows and columns are groups of 4 strided by the workgroup's extent
     (neighbouring threads read neighbouring vec4s: no bank conflicts, coalesced stores), the k
     loop unrolled, fma. ``cfg.pf``: two shared buffers, the next k-slice loaded into registers
-    while the current one is computed, one barrier per step."""
+    while the current one is computed, one barrier per step. ``gather``/``a_gather``: B or A read
+    by WGSL code (:class:`Gather`; A's sets ``v`` from ``gm``, ``gk`` and ``aoff``), not through strides."""
     bm, bn, bk, tm, tn = cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn
     wx, wy = cfg.threads
     nt = wx * wy
     ct = {"f": "f32", "i": "i32", "u": "u32"}[t.cls]
     vt = f"vec4<{ct}>"
     zero = {"f": "0.0", "i": "0i", "u": "0u"}[t.cls]
-    params = _params(nb, gather.fields if gather else (), bias)
+    params = _params(nb, (a_gather.fields if a_gather else ()) + (gather.fields if gather else ()), bias)
     pa, pb = bm + 4, bn + 4  # row lengths in scalars (multiples of 4)
     na, nbv = bk * pa // 4, bk * pb // 4  # vec4s per shared buffer
     sa, sb = ("sa + ", "sb + ") if cfg.pf else ("", "")
@@ -162,7 +165,8 @@ def _tiled(  # type: ignore[no-untyped-def]
     else:
         a_map = (f"idx % {bm}u", f"idx / {bm}u") if a_mfast else (f"idx / {bk}u", f"idx % {bk}u")
         a_idx = f"let r = {a_map[0]}; let c = {a_map[1]}; let gm = m0 + r; let gk = kb + c;"
-        a_vt, a_load = ct, f"if (gm < P.m && gk < P.k) {{ v = {t.load('A[aoff + gm * P.sam + gk * P.sak]')}; }}"
+        a_read = a_gather.code if a_gather else f"v = {t.load('A[aoff + gm * P.sam + gk * P.sak]')};"
+        a_vt, a_load = ct, f"if (gm < P.m && gk < P.k) {{ {a_read} }}"
         a_put = f"let s = c * {pa}u + r; As[{sa}s / 4u][s % 4u] = v;"
         a_units = bm * bk
     # B tile (BK x BN) into Bs[k][n]
