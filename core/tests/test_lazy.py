@@ -635,3 +635,32 @@ def test_the_setting_moves_the_size_below_which_ops_run_at_once(monkeypatch):
         finally:
             set_defer(d, installed)
         assert d._least == installed.least
+
+
+def test_a_region_seen_before_gets_the_same_program_and_another_structure_its_own(dev):
+    x = em.tensor(arr(6), device=dev)
+    c = em.tensor(arr(6, seed=1) > 0, device=dev)
+    h = em.tensor(arr(6, seed=2).astype(np.float64), device=dev)
+
+    def region(a, b):
+        # a handle read twice (one input), a constant (where's 0.5) before the tensors, a cast
+        return em.where(c, 0.5, a * a + b.astype(em.float32))
+
+    want = np.where(arr(6, seed=1) > 0, 0.5, arr(6) ** 2 + arr(6, seed=2))
+    for _ in range(2):
+        np.testing.assert_allclose(region(x, h).numpy(), want, rtol=1e-6)
+    (first, _), (second, _) = dev.backend.programs
+    assert first is second  # interned: a backend's caches hit by identity
+    assert first.describe().splitlines() == [
+        "%0 = scalar float32",
+        "%1 = tensor float32",
+        "%2 = tensor float64",
+        "%3 = tensor bool",
+        "%4 = mul(%1, %1) : float32",
+        "%5 = cast(%2) : float32",
+        "%6 = add(%4, %5) : float32",
+        "%7 = where(%3, %0, %6) : float32",
+        "out %7",
+    ]
+    region(h.astype(em.float32) * 1.0, h).numpy()  # the same ops on a computed operand: another program
+    assert len(dev.backend.programs) == 3 and dev.backend.programs[2][0] is not first

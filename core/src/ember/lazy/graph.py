@@ -63,6 +63,8 @@ _PROGRAMS: dict[tuple[Any, ...], FusedProgram] = {}
 _MAX_PROGRAMS = 4096
 #: the interned programs that read a complex operand (no generator compiles those)
 _COMPLEX: set[int] = set()
+#: a region's signature (:meth:`Lazy._program`) -> its interned program; emptied with _PROGRAMS
+_SIGNATURES: dict[tuple[Any, ...], FusedProgram] = {}
 
 _SCALARS = (bool, int, float)
 _COMPLEX_DTYPES = ("complex64", "complex128")
@@ -427,78 +429,87 @@ class Lazy:
         target.args = None
 
     def _program(self, order: list[LazyBuffer]) -> tuple[FusedProgram, list[Any]]:
-        """The region ``order`` (topological, target last) as a program writing the target."""
-        inputs: list[tuple[str, str]] = []
+        """The region ``order`` (topological, target last) as a program writing the target, and
+        its operands. The program is looked up by the region's signature, a flat tuple that says
+        all the program does (:func:`_decode` reads it): cheaper to build and hash than the
+        program's nested tuples, so a region seen before builds none of them."""
+        # the signature, record by record: an instruction is its op, its dtype, then one item per
+        # argument: an int, a value already numbered (an input k >= 0, instruction j as -1 - j), or
+        # a (dtype, kind) pair, a new input (the next input number); a constant is "full", dtype
+        sig: list[Any] = []
         operands: list[Any] = []
         handles: dict[int, int] = {}  # id(handle) -> input number: a handle read twice is one input
         number: dict[int, int] = {}  # id(node) -> input number (a constant) or -1 - instruction number
-        nodes: list[tuple[str, str, list[Any]]] = []
-        fixes: list[tuple[list[Any], int]] = []  # (refs, position) of each reference to an instruction
+        dtypes: list[str] = []  # the inputs' dtypes (a scalar takes its tensor operand's)
+        j = 0  # instructions so far
         meta = self.meta
+        append = sig.append
         for node in order:
             args = node.args
-            if node.op == "full":  # a broadcast constant: a scalar input, not an instruction
-                number[id(node)] = len(inputs)
-                inputs.append((node.dtype, "scalar"))
+            op = node.op
+            if op == "full":  # a broadcast constant: a scalar input, not an instruction
+                number[id(node)] = len(operands)
+                append("full")
+                append(node.dtype)
+                dtypes.append(node.dtype)
                 operands.append(args[0])
                 continue
-            refs: list[Any] = []
+            append(op)
+            append(node.dtype)
             for a in args:
                 ta = type(a)
                 if ta is LazyBuffer:
                     if a.real is None:
-                        r = number[id(a)]
-                        if r < 0:
-                            fixes.append((refs, len(refs)))
-                        refs.append(r)
+                        append(number[id(a)])
                         continue
                     # a value computed already: its handle is an input, of the dtype the node says
                     h = a.real
                     index = handles.get(id(h))
                     if index is None:
-                        index = handles[id(h)] = len(inputs)
-                        inputs.append((a.dtype, "tensor"))
+                        handles[id(h)] = len(operands)
+                        append((a.dtype, "tensor"))
+                        dtypes.append(a.dtype)
                         operands.append(h)
-                    refs.append(index)
+                    else:
+                        append(index)
                     continue
                 if ta in _SCALARS:
                     # _scalar_dtype, inline: the dtype of the node's first tensor operand (a handle's, if
                     # already an input of the program, without another handle_meta)
                     sdt = None
-                    if node.op != "cast":
+                    if op != "cast":
                         for b in args:
                             tb = type(b)
                             if tb is LazyBuffer:
                                 sdt = b.dtype
                                 break
                             if tb not in _SCALARS:
-                                j = handles.get(id(b))
-                                if j is not None:
-                                    sdt = inputs[j][0]
+                                k = handles.get(id(b))
+                                if k is not None:
+                                    sdt = dtypes[k]
                                 break
-                    refs.append(len(inputs))
-                    inputs.append((sdt if sdt is not None else _scalar_dtype(node, len(refs) - 1), "scalar"))
+                    if sdt is None:
+                        sdt = _scalar_dtype(node, 0)
+                    append((sdt, "scalar"))
+                    dtypes.append(sdt)
                     operands.append(a)
                     continue
                 index = handles.get(id(a))
                 if index is None:
-                    index = handles[id(a)] = len(inputs)
-                    inputs.append((meta(a)[1], "tensor"))
+                    handles[id(a)] = len(operands)
+                    dt = meta(a)[1]
+                    append((dt, "tensor"))
+                    dtypes.append(dt)
                     operands.append(a)
-                refs.append(index)
-            number[id(node)] = -1 - len(nodes)
-            nodes.append((node.op, node.dtype, refs))
+                else:
+                    append(index)
+            number[id(node)] = -1 - j
+            j += 1
         a = b = node = None
-        n = len(inputs)
-        for refs, i in fixes:  # instruction j is value n + j
-            refs[i] = n - 1 - refs[i]
-        body = []
-        for op, dt, refs in nodes:
-            body.append((op, dt, tuple(refs)))
-        key = (tuple(inputs), tuple(body), (n + len(body) - 1,), None)
-        program = _PROGRAMS.get(key)  # _interned's hit, inline
+        key = tuple(sig)
+        program = _SIGNATURES.get(key)
         if program is None:
-            program = _interned(*key)
+            program = _SIGNATURES[key] = _decode(key)
         return program, operands
 
     def _run_eagerly(self, order: list[LazyBuffer]) -> None:
@@ -671,10 +682,38 @@ def _interned(
         if len(_PROGRAMS) >= _MAX_PROGRAMS:
             _PROGRAMS.clear()
             _COMPLEX.clear()
+            _SIGNATURES.clear()  # it holds interned programs: one kept would miss its _COMPLEX mark
         program = _PROGRAMS[key] = FusedProgram(inputs, body, outputs, reduce)
         if any(dt.startswith("complex") for dt, _ in inputs):
             _COMPLEX.add(id(program))
     return program
+
+
+def _decode(sig: tuple[Any, ...]) -> FusedProgram:
+    """The interned program of a region's signature (:meth:`Lazy._program` writes it): inputs
+    numbered in order of first appearance, instruction ``j`` as value ``n + j``, the last written."""
+    inputs: list[tuple[str, str]] = []
+    body: list[tuple[str, str, list[int]]] = []
+    i, end = 0, len(sig)
+    while i < end:
+        op, dt = sig[i], sig[i + 1]
+        i += 2
+        if op == "full":
+            inputs.append((dt, "scalar"))
+            continue
+        refs: list[int] = []
+        while i < end and type(sig[i]) is not str:
+            item = sig[i]
+            if type(item) is tuple:  # a new input
+                refs.append(len(inputs))
+                inputs.append(item)
+            else:
+                refs.append(item)
+            i += 1
+        body.append((op, dt, refs))
+    n = len(inputs)
+    instructions = tuple([(op, dt, tuple([r if r >= 0 else n - 1 - r for r in refs])) for op, dt, refs in body])
+    return _interned(tuple(inputs), instructions, (n + len(instructions) - 1,))
 
 
 def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
