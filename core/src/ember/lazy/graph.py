@@ -86,7 +86,8 @@ class LazyBuffer:
     handle, and everything that hands handles to a backend unwraps it (:func:`materialize`).
     """
 
-    __slots__ = ("owner", "op", "dtype", "shape", "args", "real", "uses", "size", "__weakref__")
+    # num: the node's value in the program being built (Lazy._program), written before it is read
+    __slots__ = ("owner", "op", "dtype", "shape", "args", "real", "uses", "size", "num", "__weakref__")
 
     def __init__(self, owner: Lazy, op: str, dtype: str, shape: tuple[int, ...], args: tuple[Any, ...], size: int):
         self.owner = owner
@@ -435,11 +436,11 @@ class Lazy:
         program's nested tuples, so a region seen before builds none of them."""
         # the signature, record by record: an instruction is its op, its dtype, then one item per
         # argument: an int, a value already numbered (an input k >= 0, instruction j as -1 - j), or
-        # a (dtype, kind) pair, a new input (the next input number); a constant is "full", dtype
+        # a (dtype, kind) pair, a new input (the next input number); a constant is "full", dtype. A node's
+        # number is its ``num`` (a slot: a dict keyed by id() costs more)
         sig: list[Any] = []
         operands: list[Any] = []
         handles: dict[int, int] = {}  # id(handle) -> input number: a handle read twice is one input
-        number: dict[int, int] = {}  # id(node) -> input number (a constant) or -1 - instruction number
         dtypes: list[str] = []  # the inputs' dtypes (a scalar takes its tensor operand's)
         j = 0  # instructions so far
         meta = self.meta
@@ -448,7 +449,7 @@ class Lazy:
             args = node.args
             op = node.op
             if op == "full":  # a broadcast constant: a scalar input, not an instruction
-                number[id(node)] = len(operands)
+                node.num = len(operands)  # its input number
                 append("full")
                 append(node.dtype)
                 dtypes.append(node.dtype)
@@ -460,7 +461,7 @@ class Lazy:
                 ta = type(a)
                 if ta is LazyBuffer:
                     if a.real is None:
-                        append(number[id(a)])
+                        append(a.num)  # numbered above: order is topological
                         continue
                     # a value computed already: its handle is an input, of the dtype the node says
                     h = a.real
@@ -503,7 +504,7 @@ class Lazy:
                     operands.append(a)
                 else:
                     append(index)
-            number[id(node)] = -1 - j
+            node.num = -1 - j
             j += 1
         a = b = node = None
         key = tuple(sig)
