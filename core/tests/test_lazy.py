@@ -664,3 +664,18 @@ def test_a_region_seen_before_gets_the_same_program_and_another_structure_its_ow
     ]
     region(h.astype(em.float32) * 1.0, h).numpy()  # the same ops on a computed operand: another program
     assert len(dev.backend.programs) == 3 and dev.backend.programs[2][0] is not first
+
+
+def test_repeated_regions_with_held_values_or_a_reduction_reuse_their_programs(rdev):
+    x = em.tensor(arr(5, 7), device=rdev)
+    for _ in range(2):
+        kept = em.exp(x) * 2.0  # held: written out beside the target (and beside the reduction below)
+        (em.tanh(kept) + 1.0).realize()
+        kept = em.exp(x) * 2.0
+        s = (kept + 1.0).sum(axis=1)
+        np.testing.assert_allclose(s.numpy(), (np.exp(arr(5, 7)) * 2.0 + 1.0).sum(axis=1), rtol=1e-5)
+        np.testing.assert_allclose(kept.numpy(), np.exp(arr(5, 7)) * 2.0, rtol=1e-6)
+    (held, _), (reduced, _), (held2, _), (reduced2, _) = rdev.backend.programs
+    assert held2 is held and reduced2 is reduced
+    assert held.outputs == (6, 4) and held.reduce is None  # tanh(kept) + 1, then kept
+    assert reduced.outputs == (4,) and reduced.reduce == Reduce("sum", 5, (1,))  # kept; sum of kept + 1

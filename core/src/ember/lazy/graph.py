@@ -65,6 +65,9 @@ _MAX_PROGRAMS = 4096
 _COMPLEX: set[int] = set()
 #: a region's signature (:meth:`Lazy._program`) -> its interned program; emptied with _PROGRAMS
 _SIGNATURES: dict[tuple[Any, ...], FusedProgram] = {}
+#: (id of a region's program, the values written, a trailing reduction's fields) -> (that program,
+#: the interned program writing them) (:func:`_variant`); emptied with _PROGRAMS
+_VARIANTS: dict[tuple[Any, ...], tuple[FusedProgram, FusedProgram]] = {}
 
 _SCALARS = (bool, int, float)
 _COMPLEX_DTYPES = ("complex64", "complex128")
@@ -349,12 +352,12 @@ class Lazy:
                 outputs.append(n)
         n = None
         if len(outputs) > 1:
-            number = _values(order, len(program.inputs))
+            last = len(program.inputs) - 1  # instruction j (num -1 - j) is value last + 1 + j
             written = []
             for o in outputs:
-                written.append(number[id(o)])
+                written.append(last - o.num)
             o = None  # the loop's variable holds no reference while nodes are counted (_donor)
-            program = _interned(program.inputs, program.instructions, tuple(written))
+            program = _variant(program, tuple(written))
         impls = self.state.impls
         donor = None
         if self.donate and not hasattr(impls, "real"):  # not while em.jit records or a trace runs
@@ -410,12 +413,9 @@ class Lazy:
         candidates = [n for n in order if n.op != "full" and n.shape == shape]
         full = _held(candidates, extra=1)
         del candidates
-        if full:
-            number = _values(order, len(program.inputs))
-            outputs = tuple([number[id(n)] for n in full])
-        else:
-            outputs = ()
-        program = _interned(program.inputs, program.instructions, outputs, Reduce(op, value, axes, keepdims))
+        last = len(program.inputs) - 1  # instruction j (num -1 - j) is value last + 1 + j
+        outputs = tuple([last - n.num for n in full])
+        program = _variant(program, outputs, (op, value, axes, keepdims))
         results = impls[RUN_FUSED](program, operands, shape=shape)
         self.counts["kernels"] += 1
         self.counts["reductions"] += 1
@@ -683,11 +683,23 @@ def _interned(
         if len(_PROGRAMS) >= _MAX_PROGRAMS:
             _PROGRAMS.clear()
             _COMPLEX.clear()
-            _SIGNATURES.clear()  # it holds interned programs: one kept would miss its _COMPLEX mark
+            _SIGNATURES.clear()  # they hold interned programs: one kept would miss its _COMPLEX mark
+            _VARIANTS.clear()
         program = _PROGRAMS[key] = FusedProgram(inputs, body, outputs, reduce)
         if any(dt.startswith("complex") for dt, _ in inputs):
             _COMPLEX.add(id(program))
     return program
+
+
+def _variant(program: FusedProgram, outputs: tuple[int, ...], reduce: tuple[Any, ...] | None = None) -> FusedProgram:
+    """``program`` writing the values ``outputs`` instead (and ending with ``Reduce(*reduce)``),
+    interned; found by the program's identity, so a repeated region hashes no nested tuples."""
+    key = (id(program), outputs, reduce)
+    entry = _VARIANTS.get(key)
+    if entry is None:
+        made = _interned(program.inputs, program.instructions, outputs, None if reduce is None else Reduce(*reduce))
+        entry = _VARIANTS[key] = (program, made)  # the entry holds the program: its id names no other
+    return entry[1]
 
 
 def _decode(sig: tuple[Any, ...]) -> FusedProgram:
@@ -733,17 +745,6 @@ def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
         else:
             rest.pop()
             order.append(path.pop())
-
-
-def _values(order: list[LazyBuffer], n_inputs: int) -> dict[int, int]:
-    """id(node) -> SSA value number, as :meth:`Lazy._program` numbers instructions."""
-    number = {}
-    j = n_inputs
-    for node in order:
-        if node.op != "full":
-            number[id(node)] = j
-            j += 1
-    return number
 
 
 def _outputs(order: list[LazyBuffer], target: LazyBuffer) -> list[LazyBuffer]:
