@@ -71,6 +71,8 @@ _VARIANTS: dict[tuple[Any, ...], tuple[FusedProgram, FusedProgram]] = {}
 
 _SCALARS = (bool, int, float)
 _COMPLEX_DTYPES = ("complex64", "complex128")
+#: dtypes a deferred reduction never reads (its operand computed, it runs as the unfused one)
+_UNREDUCED = frozenset({"bool", *_COMPLEX_DTYPES})
 
 _new = object.__new__
 _weakref = weakref.ref
@@ -274,7 +276,7 @@ class Lazy:
         if type(source) is not LazyBuffer or source.real is not None or source.size >= _REDUCED:
             return None
         axes = params.get("axes")
-        if source.op == "full" or not axes or len(params) != 2 or source.dtype in ("bool", *_COMPLEX_DTYPES):
+        if source.op == "full" or not axes or len(params) != 2 or source.dtype in _UNREDUCED:
             return None
         if source.dtype != dtype or not math.prod(source.shape):
             return None
