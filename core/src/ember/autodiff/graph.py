@@ -260,7 +260,7 @@ def run_backward(
             stood = []
             for x in inputs:
                 xn = x._node
-                if xn is not None and xn.op.name in OUTPUT_UNREAD:
+                if xn is not None and x._data is not None and xn.op.name in OUTPUT_UNREAD:  # (a stand-in has no data)
                     ref = xn._stand_in
                     stub = ref() if ref is not None else None
                     x = stub if stub is not None else for_backward(x)
