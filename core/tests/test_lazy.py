@@ -679,3 +679,22 @@ def test_repeated_regions_with_held_values_or_a_reduction_reuse_their_programs(r
     assert held2 is held and reduced2 is reduced
     assert held.outputs == (6, 4) and held.reduce is None  # tanh(kept) + 1, then kept
     assert reduced.outputs == (4,) and reduced.reduce == Reduce("sum", 5, (1,))  # kept; sum of kept + 1
+
+
+def test_program_caches_stay_bounded_and_right_when_they_are_emptied(rdev, monkeypatch):
+    from ember.lazy import graph
+
+    monkeypatch.setattr(graph, "_MAX_PROGRAMS", 2)  # every few new regions empties the caches
+    x, kv = em.tensor(arr(3, 4), device=rdev), arr(3, 4)
+    z = em.tensor(np.array([3 + 4j, -1j, 2.0], dtype=np.complex64), device=rdev)
+    for _ in range(3):
+        np.testing.assert_allclose((x * 2.0 + 1.0).numpy(), kv * 2.0 + 1.0, rtol=1e-6)
+        np.testing.assert_allclose((em.exp(x) - x).sum(axis=1).numpy(), (np.exp(kv) - kv).sum(axis=1), rtol=1e-5)
+        # a complex operand after the caches were emptied is still known as one (run op by op)
+        r = em.abs(z) * 2.0 + 1.0
+        np.testing.assert_allclose(r.numpy(), np.abs(np.array([3 + 4j, -1j, 2.0])) * 2.0 + 1.0, rtol=1e-6)
+        kept = em.tanh(x) * 3.0
+        np.testing.assert_allclose((kept + 1.0).numpy(), np.tanh(kv) * 3.0 + 1.0, rtol=1e-6)
+        np.testing.assert_allclose(kept.numpy(), np.tanh(kv) * 3.0, rtol=1e-6)
+        assert len(graph._SIGNATURES) <= 2 and len(graph._VARIANTS) <= 2 and len(graph._PROGRAMS) <= 2
+    assert all(dt != "complex64" for p, _ in rdev.backend.programs for dt, _ in p.inputs)

@@ -512,6 +512,8 @@ class Lazy:
         key = tuple(sig)
         program = _SIGNATURES.get(key)
         if program is None:
+            if len(_SIGNATURES) >= _MAX_PROGRAMS:  # several signatures may name one program: bounded too
+                _SIGNATURES.clear()
             program = _SIGNATURES[key] = _decode(key)
         return program, operands
 
@@ -700,6 +702,8 @@ def _variant(program: FusedProgram, outputs: tuple[int, ...], reduce: tuple[Any,
     entry = _VARIANTS.get(key)
     if entry is None:
         made = _interned(program.inputs, program.instructions, outputs, None if reduce is None else Reduce(*reduce))
+        if len(_VARIANTS) >= _MAX_PROGRAMS:
+            _VARIANTS.clear()
         entry = _VARIANTS[key] = (program, made)  # the entry holds the program: its id names no other
     return entry[1]
 
