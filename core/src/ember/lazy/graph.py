@@ -394,16 +394,30 @@ class Lazy:
             target.real = impls[op](target.args[0].real, axes=axes, keepdims=keepdims)
             _release(target)
             return
+        # _collect, inline (as in realize), noting whether a value of another shape is in the region
         shape = source.shape
         order: list[LazyBuffer] = []
-        _collect(source, order, set())
-        for n in order:
-            if n.shape != shape and n.op != "full":
-                n = None
-                order = _without_other_shapes(source, order)
-                break
-        n = None
-        del source  # from here on only the lists and the reduction hold it (_held counts references)
+        other = False
+        seen = {id(source)}
+        path = [source]
+        rest = [iter(source.args)]
+        while rest:
+            for a in rest[-1]:
+                if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
+                    seen.add(id(a))
+                    path.append(a)
+                    rest.append(iter(a.args))
+                    break
+            else:
+                rest.pop()
+                node = path.pop()
+                if not other and node.shape != shape and node.op != "full":
+                    other = True
+                order.append(node)
+        a = node = None
+        if other:
+            order = _without_other_shapes(source, order)
+        del source  # from here on only ``order`` and the reduction hold it (references are counted below)
         program, operands = self._program(order)
         if id(program) in _COMPLEX:
             del program, operands
@@ -412,9 +426,15 @@ class Lazy:
             _release(target)
             return
         value = program.outputs[0]
-        candidates = [n for n in order if n.op != "full" and n.shape == shape]
-        full = _held(candidates, extra=1)
-        del candidates
+        # _held, inline (as realize's outputs): the region's values of its shape that something outside
+        # holds (references: ``order``, the loop variable and getrefcount's argument, _LOOP_BASE; each
+        # unrealized consumer adds one, ``uses``: the reduction's for the source)
+        full = []
+        base = _LOOP_BASE
+        for n in order:
+            if n.op != "full" and n.shape == shape and _getrefcount(n) - base > n.uses:
+                full.append(n)
+        n = None
         last = len(program.inputs) - 1  # instruction j (num -1 - j) is value last + 1 + j
         outputs = tuple([last - n.num for n in full])
         program = _variant(program, outputs, (op, value, axes, keepdims))
@@ -424,7 +444,10 @@ class Lazy:
         self.counts["fused_values"] += len(program.instructions)
         for node, handle in zip(full, results):
             node.real = handle
-            _release(node)
+            for a in node.args:  # _release, inline
+                if type(a) is LazyBuffer and a.uses > 0:
+                    a.uses -= 1
+            node.args = None
         target.real = results[len(full)]
         source = target.args[0]  # _release(target), inline: its one node argument, the region's source
         if source.uses > 0:
