@@ -335,7 +335,15 @@ class Lazy:
         a = node = None  # the loop's variables hold no reference while nodes are counted
         if len(order) == 1:  # one op alone: its own kernel, as eager (nothing to fuse, no program to build)
             self.counts["single"] += 1
-            self._run_eagerly(order)
+            args = []  # _run_eagerly of the target alone, inline
+            for a in target.args:
+                args.append(a.real if type(a) is LazyBuffer else a)
+            params = {"dtype": _dtype(target.dtype)} if target.op == "cast" else {}
+            target.real = self.state.impls[target.op](*args, **params)
+            for a in target.args:  # _release, inline
+                if type(a) is LazyBuffer and a.uses > 0:
+                    a.uses -= 1
+            target.args = None
             return
         if other:
             order = _without_other_shapes(target, order)
