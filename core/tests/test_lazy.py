@@ -635,3 +635,66 @@ def test_the_setting_moves_the_size_below_which_ops_run_at_once(monkeypatch):
         finally:
             set_defer(d, installed)
         assert d._least == installed.least
+
+
+def test_a_region_seen_before_gets_the_same_program_and_another_structure_its_own(dev):
+    x = em.tensor(arr(6), device=dev)
+    c = em.tensor(arr(6, seed=1) > 0, device=dev)
+    h = em.tensor(arr(6, seed=2).astype(np.float64), device=dev)
+
+    def region(a, b):
+        # a handle read twice (one input), a constant (where's 0.5) before the tensors, a cast
+        return em.where(c, 0.5, a * a + b.astype(em.float32))
+
+    want = np.where(arr(6, seed=1) > 0, 0.5, arr(6) ** 2 + arr(6, seed=2))
+    for _ in range(2):
+        np.testing.assert_allclose(region(x, h).numpy(), want, rtol=1e-6)
+    (first, _), (second, _) = dev.backend.programs
+    assert first is second  # interned: a backend's caches hit by identity
+    assert first.describe().splitlines() == [
+        "%0 = scalar float32",
+        "%1 = tensor float32",
+        "%2 = tensor float64",
+        "%3 = tensor bool",
+        "%4 = mul(%1, %1) : float32",
+        "%5 = cast(%2) : float32",
+        "%6 = add(%4, %5) : float32",
+        "%7 = where(%3, %0, %6) : float32",
+        "out %7",
+    ]
+    region(h.astype(em.float32) * 1.0, h).numpy()  # the same ops on a computed operand: another program
+    assert len(dev.backend.programs) == 3 and dev.backend.programs[2][0] is not first
+
+
+def test_repeated_regions_with_held_values_or_a_reduction_reuse_their_programs(rdev):
+    x = em.tensor(arr(5, 7), device=rdev)
+    for _ in range(2):
+        kept = em.exp(x) * 2.0  # held: written out beside the target (and beside the reduction below)
+        (em.tanh(kept) + 1.0).realize()
+        kept = em.exp(x) * 2.0
+        s = (kept + 1.0).sum(axis=1)
+        np.testing.assert_allclose(s.numpy(), (np.exp(arr(5, 7)) * 2.0 + 1.0).sum(axis=1), rtol=1e-5)
+        np.testing.assert_allclose(kept.numpy(), np.exp(arr(5, 7)) * 2.0, rtol=1e-6)
+    (held, _), (reduced, _), (held2, _), (reduced2, _) = rdev.backend.programs
+    assert held2 is held and reduced2 is reduced
+    assert held.outputs == (6, 4) and held.reduce is None  # tanh(kept) + 1, then kept
+    assert reduced.outputs == (4,) and reduced.reduce == Reduce("sum", 5, (1,))  # kept; sum of kept + 1
+
+
+def test_program_caches_stay_bounded_and_right_when_they_are_emptied(rdev, monkeypatch):
+    from ember.lazy import graph
+
+    monkeypatch.setattr(graph, "_MAX_PROGRAMS", 2)  # every few new regions empties the caches
+    x, kv = em.tensor(arr(3, 4), device=rdev), arr(3, 4)
+    z = em.tensor(np.array([3 + 4j, -1j, 2.0], dtype=np.complex64), device=rdev)
+    for _ in range(3):
+        np.testing.assert_allclose((x * 2.0 + 1.0).numpy(), kv * 2.0 + 1.0, rtol=1e-6)
+        np.testing.assert_allclose((em.exp(x) - x).sum(axis=1).numpy(), (np.exp(kv) - kv).sum(axis=1), rtol=1e-5)
+        # a complex operand after the caches were emptied is still known as one (run op by op)
+        r = em.abs(z) * 2.0 + 1.0
+        np.testing.assert_allclose(r.numpy(), np.abs(np.array([3 + 4j, -1j, 2.0])) * 2.0 + 1.0, rtol=1e-6)
+        kept = em.tanh(x) * 3.0
+        np.testing.assert_allclose((kept + 1.0).numpy(), np.tanh(kv) * 3.0 + 1.0, rtol=1e-6)
+        np.testing.assert_allclose(kept.numpy(), np.tanh(kv) * 3.0, rtol=1e-6)
+        assert len(graph._SIGNATURES) <= 2 and len(graph._VARIANTS) <= 2 and len(graph._PROGRAMS) <= 2
+    assert all(dt != "complex64" for p, _ in rdev.backend.programs for dt, _ in p.inputs)

@@ -359,7 +359,7 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
                 if t._rg:
                     wants = True
                     break
-    if _AMP.dtype is not None and op.autocast is not None:
+    if op.autocast is not None and _AMP.dtype is not None:  # the op's policy first: _AMP is thread-local (slower)
         inputs, dtype = _autocast(op, inputs, dtype)
         first = inputs[0]
     record = wants and op.differentiable and _GRAD.enabled and (dtype is None or dtype.kind in "fc")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from math import prod
 from typing import TYPE_CHECKING, Any
 
 from ..creation import FULL, zeros_like
@@ -31,7 +32,7 @@ def _seed(out: Tensor, grad: Any, what: str) -> Tensor:
                 f"output. Differentiate a real loss of it (e.g. em.abs(z).sum() or em.real(z).sum()), "
                 f"or pass grad= (PyTorch's convention: grad is dL/d(re) + 1j * dL/d(im) of a real L)."
             )
-        if out.size != 1:
+        if prod(out._shape) != 1:  # out.size, without the property's frame (every backward)
             raise AutodiffError(
                 f"{what}: the output has shape {out.shape}; gradients can be implied only for "
                 f"a single-element output. Pass grad= with the output's shape, or reduce it "

@@ -16,7 +16,8 @@ from ..amp import _STATE as _AMP
 from ..dispatch import OUTPUT_UNREAD, for_backward
 from ..errors import AutodiffError
 from ..ops.elementwise import real
-from ..ops.movement import concat, pad
+from ..ops.movement import concat, pad, reshape
+from ..ops.reduction import sum as _sum
 from .mode import _STATE as _GRAD
 from .mode import set_grad_enabled
 
@@ -154,11 +155,11 @@ def _sum_to(g: Tensor, shape: tuple[int, ...]) -> Tensor:
     lead = len(g._shape) - len(shape)
     stretched = tuple(lead + i for i, d in enumerate(shape) if d == 1 and g._shape[lead + i] != 1)
     if not stretched and lead:  # only added leading axes (a bias): one sum, no reshape
-        return g.sum(axis=tuple(range(lead)))
+        return _sum(g, axis=tuple(range(lead)))  # the op, not the method: a frame less per bias gradient
     axes = tuple(range(lead)) + stretched
     if axes:
-        g = g.sum(axis=axes, keepdims=True)
-    return g.reshape(shape)
+        g = _sum(g, axis=axes, keepdims=True)
+    return reshape(g, shape)
 
 
 def _as_input_dtype(g: Tensor, inp: Tensor) -> Tensor:
@@ -260,7 +261,7 @@ def run_backward(
             stood = []
             for x in inputs:
                 xn = x._node
-                if xn is not None and xn.op.name in OUTPUT_UNREAD:
+                if xn is not None and x._data is not None and xn.op.name in OUTPUT_UNREAD:  # (a stand-in has no data)
                     ref = xn._stand_in
                     stub = ref() if ref is not None else None
                     x = stub if stub is not None else for_backward(x)

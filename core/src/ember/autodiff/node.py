@@ -47,6 +47,9 @@ READ_FOR: dict[str, tuple[tuple[int, ...], ...]] = {
     "conv": ((1,), (0,), ()),
 }
 
+_new = object.__new__
+_weakref = weakref.ref
+
 
 class Node:
     """An op applied to input tensors with parameters; ``datas`` are the inputs' handles at
@@ -58,19 +61,45 @@ class Node:
     def __init__(self, op: Any, inputs: tuple[Any, ...], params: dict[str, Any]) -> None:
         self.op = op
         name = op.name
-        if name in INPUTS_UNREAD:  # a stand-in for each input computed by an op whose rule skips its output
+        # a stand-in for each input the rule does not read (INPUTS_UNREAD: none is; READ_FOR: per input)
+        # that an op whose rule skips its output computed; _stand_in, inline (every recorded op comes here)
+        reads = READ_FOR.get(name) if name not in INPUTS_UNREAD else ()
+        if reads is not None:
+            n = len(inputs)
             stood = []
             changed = False
-            for t in inputs:
+            for i, t in enumerate(inputs):
                 node = t._node
                 if node is not None and node.op.name in OUTPUT_UNREAD:
-                    t = _stand_in(t)
+                    if reads:  # READ_FOR: t is kept where a wanted gradient reads it (past the tuple: always)
+                        if i >= len(reads):
+                            stood.append(t)
+                            continue
+                        wanted = False
+                        for j in reads[i]:
+                            if j < n and inputs[j]._rg:
+                                wanted = True
+                                break
+                        if wanted:
+                            stood.append(t)
+                            continue
+                    ref = node._stand_in
+                    stub = ref() if ref is not None else None
+                    if stub is None:  # the first consumer makes it
+                        stub = _new(type(t))
+                        stub._data = None
+                        stub._shape = t._shape
+                        stub._dtype = t._dtype
+                        stub._device = t._device
+                        stub._node = node
+                        stub._rg = t._rg
+                        stub._grad = None
+                        node._stand_in = _weakref(stub)
+                    t = stub
                     changed = True
                 stood.append(t)
             if changed or type(inputs) is not tuple:
                 inputs = tuple(stood)
-        elif name in READ_FOR:
-            inputs = _trim(READ_FOR[name], inputs)
         self.inputs: tuple[Any, ...] | None = inputs
         n = len(inputs)
         self.datas = (
@@ -85,21 +114,6 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<Node {self.op.name}>"
-
-
-def _trim(reads: tuple[tuple[int, ...], ...], inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``inputs`` with a stand-in for each one no wanted gradient reads (``READ_FOR``)."""
-    n = len(inputs)
-    kept = []
-    for i, t in enumerate(inputs):
-        if i < len(reads):
-            for j in reads[i]:
-                if j < n and inputs[j]._rg:
-                    break
-            else:  # no input whose gradient reads t needs one
-                t = _stand_in(t)
-        kept.append(t)
-    return tuple(kept)
 
 
 def _stand_in(t: Any) -> Any:

@@ -63,9 +63,16 @@ _PROGRAMS: dict[tuple[Any, ...], FusedProgram] = {}
 _MAX_PROGRAMS = 4096
 #: the interned programs that read a complex operand (no generator compiles those)
 _COMPLEX: set[int] = set()
+#: a region's signature (:meth:`Lazy._program`) -> its interned program; emptied with _PROGRAMS
+_SIGNATURES: dict[tuple[Any, ...], FusedProgram] = {}
+#: (id of a region's program, the values written, a trailing reduction's fields) -> (that program,
+#: the interned program writing them) (:func:`_variant`); emptied with _PROGRAMS
+_VARIANTS: dict[tuple[Any, ...], tuple[FusedProgram, FusedProgram]] = {}
 
 _SCALARS = (bool, int, float)
 _COMPLEX_DTYPES = ("complex64", "complex128")
+#: dtypes a deferred reduction never reads (its operand computed, it runs as the unfused one)
+_UNREDUCED = frozenset({"bool", *_COMPLEX_DTYPES})
 
 _new = object.__new__
 _weakref = weakref.ref
@@ -84,7 +91,8 @@ class LazyBuffer:
     handle, and everything that hands handles to a backend unwraps it (:func:`materialize`).
     """
 
-    __slots__ = ("owner", "op", "dtype", "shape", "args", "real", "uses", "size", "__weakref__")
+    # num: the node's value in the program being built (Lazy._program), written before it is read
+    __slots__ = ("owner", "op", "dtype", "shape", "args", "real", "uses", "size", "num", "__weakref__")
 
     def __init__(self, owner: Lazy, op: str, dtype: str, shape: tuple[int, ...], args: tuple[Any, ...], size: int):
         self.owner = owner
@@ -268,7 +276,7 @@ class Lazy:
         if type(source) is not LazyBuffer or source.real is not None or source.size >= _REDUCED:
             return None
         axes = params.get("axes")
-        if source.op == "full" or not axes or len(params) != 2 or source.dtype in ("bool", *_COMPLEX_DTYPES):
+        if source.op == "full" or not axes or len(params) != 2 or source.dtype in _UNREDUCED:
             return None
         if source.dtype != dtype or not math.prod(source.shape):
             return None
@@ -327,7 +335,15 @@ class Lazy:
         a = node = None  # the loop's variables hold no reference while nodes are counted
         if len(order) == 1:  # one op alone: its own kernel, as eager (nothing to fuse, no program to build)
             self.counts["single"] += 1
-            self._run_eagerly(order)
+            args = []  # _run_eagerly of the target alone, inline
+            for a in target.args:
+                args.append(a.real if type(a) is LazyBuffer else a)
+            params = {"dtype": _dtype(target.dtype)} if target.op == "cast" else {}
+            target.real = self.state.impls[target.op](*args, **params)
+            for a in target.args:  # _release, inline
+                if type(a) is LazyBuffer and a.uses > 0:
+                    a.uses -= 1
+            target.args = None
             return
         if other:
             order = _without_other_shapes(target, order)
@@ -346,12 +362,12 @@ class Lazy:
                 outputs.append(n)
         n = None
         if len(outputs) > 1:
-            number = _values(order, len(program.inputs))
+            last = len(program.inputs) - 1  # instruction j (num -1 - j) is value last + 1 + j
             written = []
             for o in outputs:
-                written.append(number[id(o)])
+                written.append(last - o.num)
             o = None  # the loop's variable holds no reference while nodes are counted (_donor)
-            program = _interned(program.inputs, program.instructions, tuple(written))
+            program = _variant(program, tuple(written))
         impls = self.state.impls
         donor = None
         if self.donate and not hasattr(impls, "real"):  # not while em.jit records or a trace runs
@@ -386,16 +402,30 @@ class Lazy:
             target.real = impls[op](target.args[0].real, axes=axes, keepdims=keepdims)
             _release(target)
             return
+        # _collect, inline (as in realize), noting whether a value of another shape is in the region
         shape = source.shape
         order: list[LazyBuffer] = []
-        _collect(source, order, set())
-        for n in order:
-            if n.shape != shape and n.op != "full":
-                n = None
-                order = _without_other_shapes(source, order)
-                break
-        n = None
-        del source  # from here on only the lists and the reduction hold it (_held counts references)
+        other = False
+        seen = {id(source)}
+        path = [source]
+        rest = [iter(source.args)]
+        while rest:
+            for a in rest[-1]:
+                if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
+                    seen.add(id(a))
+                    path.append(a)
+                    rest.append(iter(a.args))
+                    break
+            else:
+                rest.pop()
+                node = path.pop()
+                if not other and node.shape != shape and node.op != "full":
+                    other = True
+                order.append(node)
+        a = node = None
+        if other:
+            order = _without_other_shapes(source, order)
+        del source  # from here on only ``order`` and the reduction hold it (references are counted below)
         program, operands = self._program(order)
         if id(program) in _COMPLEX:
             del program, operands
@@ -404,22 +434,28 @@ class Lazy:
             _release(target)
             return
         value = program.outputs[0]
-        candidates = [n for n in order if n.op != "full" and n.shape == shape]
-        full = _held(candidates, extra=1)
-        del candidates
-        if full:
-            number = _values(order, len(program.inputs))
-            outputs = tuple([number[id(n)] for n in full])
-        else:
-            outputs = ()
-        program = _interned(program.inputs, program.instructions, outputs, Reduce(op, value, axes, keepdims))
+        # _held, inline (as realize's outputs): the region's values of its shape that something outside
+        # holds (references: ``order``, the loop variable and getrefcount's argument, _LOOP_BASE; each
+        # unrealized consumer adds one, ``uses``: the reduction's for the source)
+        full = []
+        base = _LOOP_BASE
+        for n in order:
+            if n.op != "full" and n.shape == shape and _getrefcount(n) - base > n.uses:
+                full.append(n)
+        n = None
+        last = len(program.inputs) - 1  # instruction j (num -1 - j) is value last + 1 + j
+        outputs = tuple([last - n.num for n in full])
+        program = _variant(program, outputs, (op, value, axes, keepdims))
         results = impls[RUN_FUSED](program, operands, shape=shape)
         self.counts["kernels"] += 1
         self.counts["reductions"] += 1
         self.counts["fused_values"] += len(program.instructions)
         for node, handle in zip(full, results):
             node.real = handle
-            _release(node)
+            for a in node.args:  # _release, inline
+                if type(a) is LazyBuffer and a.uses > 0:
+                    a.uses -= 1
+            node.args = None
         target.real = results[len(full)]
         source = target.args[0]  # _release(target), inline: its one node argument, the region's source
         if source.uses > 0:
@@ -427,78 +463,89 @@ class Lazy:
         target.args = None
 
     def _program(self, order: list[LazyBuffer]) -> tuple[FusedProgram, list[Any]]:
-        """The region ``order`` (topological, target last) as a program writing the target."""
-        inputs: list[tuple[str, str]] = []
+        """The region ``order`` (topological, target last) as a program writing the target, and
+        its operands. The program is looked up by the region's signature, a flat tuple that says
+        all the program does (:func:`_decode` reads it): cheaper to build and hash than the
+        program's nested tuples, so a region seen before builds none of them."""
+        # the signature, record by record: an instruction is its op, its dtype, then one item per
+        # argument: an int, a value already numbered (an input k >= 0, instruction j as -1 - j), or
+        # a (dtype, kind) pair, a new input (the next input number); a constant is "full", dtype. A node's
+        # number is its ``num`` (a slot: a dict keyed by id() costs more)
+        sig: list[Any] = []
         operands: list[Any] = []
         handles: dict[int, int] = {}  # id(handle) -> input number: a handle read twice is one input
-        number: dict[int, int] = {}  # id(node) -> input number (a constant) or -1 - instruction number
-        nodes: list[tuple[str, str, list[Any]]] = []
-        fixes: list[tuple[list[Any], int]] = []  # (refs, position) of each reference to an instruction
+        dtypes: list[str] = []  # the inputs' dtypes (a scalar takes its tensor operand's)
+        j = 0  # instructions so far
         meta = self.meta
+        append = sig.append
         for node in order:
             args = node.args
-            if node.op == "full":  # a broadcast constant: a scalar input, not an instruction
-                number[id(node)] = len(inputs)
-                inputs.append((node.dtype, "scalar"))
+            op = node.op
+            if op == "full":  # a broadcast constant: a scalar input, not an instruction
+                node.num = len(operands)  # its input number
+                append("full")
+                append(node.dtype)
+                dtypes.append(node.dtype)
                 operands.append(args[0])
                 continue
-            refs: list[Any] = []
+            append(op)
+            append(node.dtype)
             for a in args:
                 ta = type(a)
                 if ta is LazyBuffer:
                     if a.real is None:
-                        r = number[id(a)]
-                        if r < 0:
-                            fixes.append((refs, len(refs)))
-                        refs.append(r)
+                        append(a.num)  # numbered above: order is topological
                         continue
                     # a value computed already: its handle is an input, of the dtype the node says
                     h = a.real
                     index = handles.get(id(h))
                     if index is None:
-                        index = handles[id(h)] = len(inputs)
-                        inputs.append((a.dtype, "tensor"))
+                        handles[id(h)] = len(operands)
+                        append((a.dtype, "tensor"))
+                        dtypes.append(a.dtype)
                         operands.append(h)
-                    refs.append(index)
+                    else:
+                        append(index)
                     continue
                 if ta in _SCALARS:
                     # _scalar_dtype, inline: the dtype of the node's first tensor operand (a handle's, if
                     # already an input of the program, without another handle_meta)
                     sdt = None
-                    if node.op != "cast":
+                    if op != "cast":
                         for b in args:
                             tb = type(b)
                             if tb is LazyBuffer:
                                 sdt = b.dtype
                                 break
                             if tb not in _SCALARS:
-                                j = handles.get(id(b))
-                                if j is not None:
-                                    sdt = inputs[j][0]
+                                k = handles.get(id(b))
+                                if k is not None:
+                                    sdt = dtypes[k]
                                 break
-                    refs.append(len(inputs))
-                    inputs.append((sdt if sdt is not None else _scalar_dtype(node, len(refs) - 1), "scalar"))
+                    if sdt is None:
+                        sdt = _scalar_dtype(node, 0)
+                    append((sdt, "scalar"))
+                    dtypes.append(sdt)
                     operands.append(a)
                     continue
                 index = handles.get(id(a))
                 if index is None:
-                    index = handles[id(a)] = len(inputs)
-                    inputs.append((meta(a)[1], "tensor"))
+                    handles[id(a)] = len(operands)
+                    dt = meta(a)[1]
+                    append((dt, "tensor"))
+                    dtypes.append(dt)
                     operands.append(a)
-                refs.append(index)
-            number[id(node)] = -1 - len(nodes)
-            nodes.append((node.op, node.dtype, refs))
+                else:
+                    append(index)
+            node.num = -1 - j
+            j += 1
         a = b = node = None
-        n = len(inputs)
-        for refs, i in fixes:  # instruction j is value n + j
-            refs[i] = n - 1 - refs[i]
-        body = []
-        for op, dt, refs in nodes:
-            body.append((op, dt, tuple(refs)))
-        key = (tuple(inputs), tuple(body), (n + len(body) - 1,), None)
-        program = _PROGRAMS.get(key)  # _interned's hit, inline
+        key = tuple(sig)
+        program = _SIGNATURES.get(key)
         if program is None:
-            program = _interned(*key)
+            if len(_SIGNATURES) >= _MAX_PROGRAMS:  # several signatures may name one program: bounded too
+                _SIGNATURES.clear()
+            program = _SIGNATURES[key] = _decode(key)
         return program, operands
 
     def _run_eagerly(self, order: list[LazyBuffer]) -> None:
@@ -671,10 +718,52 @@ def _interned(
         if len(_PROGRAMS) >= _MAX_PROGRAMS:
             _PROGRAMS.clear()
             _COMPLEX.clear()
+            _SIGNATURES.clear()  # they hold interned programs: one kept would miss its _COMPLEX mark
+            _VARIANTS.clear()
         program = _PROGRAMS[key] = FusedProgram(inputs, body, outputs, reduce)
         if any(dt.startswith("complex") for dt, _ in inputs):
             _COMPLEX.add(id(program))
     return program
+
+
+def _variant(program: FusedProgram, outputs: tuple[int, ...], reduce: tuple[Any, ...] | None = None) -> FusedProgram:
+    """``program`` writing the values ``outputs`` instead (and ending with ``Reduce(*reduce)``),
+    interned; found by the program's identity, so a repeated region hashes no nested tuples."""
+    key = (id(program), outputs, reduce)
+    entry = _VARIANTS.get(key)
+    if entry is None:
+        made = _interned(program.inputs, program.instructions, outputs, None if reduce is None else Reduce(*reduce))
+        if len(_VARIANTS) >= _MAX_PROGRAMS:
+            _VARIANTS.clear()
+        entry = _VARIANTS[key] = (program, made)  # the entry holds the program: its id names no other
+    return entry[1]
+
+
+def _decode(sig: tuple[Any, ...]) -> FusedProgram:
+    """The interned program of a region's signature (:meth:`Lazy._program` writes it): inputs
+    numbered in order of first appearance, instruction ``j`` as value ``n + j``, the last written."""
+    inputs: list[tuple[str, str]] = []
+    body: list[tuple[str, str, list[int]]] = []
+    i, end = 0, len(sig)
+    while i < end:
+        op, dt = sig[i], sig[i + 1]
+        i += 2
+        if op == "full":
+            inputs.append((dt, "scalar"))
+            continue
+        refs: list[int] = []
+        while i < end and type(sig[i]) is not str:
+            item = sig[i]
+            if type(item) is tuple:  # a new input
+                refs.append(len(inputs))
+                inputs.append(item)
+            else:
+                refs.append(item)
+            i += 1
+        body.append((op, dt, refs))
+    n = len(inputs)
+    instructions = tuple([(op, dt, tuple([r if r >= 0 else n - 1 - r for r in refs])) for op, dt, refs in body])
+    return _interned(tuple(inputs), instructions, (n + len(instructions) - 1,))
 
 
 def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
@@ -693,17 +782,6 @@ def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
         else:
             rest.pop()
             order.append(path.pop())
-
-
-def _values(order: list[LazyBuffer], n_inputs: int) -> dict[int, int]:
-    """id(node) -> SSA value number, as :meth:`Lazy._program` numbers instructions."""
-    number = {}
-    j = n_inputs
-    for node in order:
-        if node.op != "full":
-            number[id(node)] = j
-            j += 1
-    return number
 
 
 def _outputs(order: list[LazyBuffer], target: LazyBuffer) -> list[LazyBuffer]:
