@@ -10,10 +10,13 @@
 # STEPS=w6: benchmarks/w6_sweep.py, W6 under each backend's grid-stride cap (W6_CUDA, W6_OPENCL, W6_WGPU
 # give the values) on cuda, opencl and wgpu, into w6-sweep.txt (about 3 minutes); W6_PROFILE=1 adds a
 # cProfile of synchronized W6 steps on each (w6-profile.txt).
-# STEPS=steps: the training steps on cuda, opencl and wgpu, into steps.txt (about 8 minutes): opencl's conv/pool
+# STEPS=steps: the training steps on cuda, opencl and wgpu, into steps.txt (about 9 minutes): opencl's conv/pool
 # kernel tests, GPU time per kernel of W3 (plugins/opencl/scripts/kernel_time.py, with and without the native
 # weight gradient) and its conv tilings (conv_time.py); wgpu's submits per step and their timing
-# (plugins/wgpu/scripts/step_counts.py); then the runner's W2-W4 on each backend beside torch (W5 on wgpu).
+# (plugins/wgpu/scripts/step_counts.py); the tests of cuda's small sums and wgpu's pool, weight and cross-entropy
+# gradients and trusted modules on NVIDIA, wgpu's device time per kernel of W3 (scripts/kernel_time.py) and its
+# weight gradient's tilings (scripts/wgrad_bench.py); then the runner's W2-W4 on each backend beside torch (W5 on
+# wgpu; W3 once more with EMBER_WGPU_NATIVE_WGRAD=0).
 # STEPS=jit: em.jit's native replays on the NVIDIA devices of JIT_BACKENDS (default "opencl wgpu"; add cuda):
 # the plugins' jit tests, the conformance suite's jit cases, then W1 and W3 (JIT_WORKLOADS) with the native
 # replay (EMBER_JIT_NATIVE=1) and with the step list (=0), peers JIT_PEERS (default none), into jit.txt.
@@ -131,6 +134,13 @@ for backend in $STEPS; do
       [ "$ocl" -ge 0 ] && timeout 60 $PY plugins/opencl/scripts/kernel_time.py W3 --device "opencl:$ocl" --sizes gpu --steps 10
       [ "$ocl" -ge 0 ] && EMBER_OPENCL_NATIVE_WGRAD=0 timeout 60 $PY plugins/opencl/scripts/kernel_time.py W3 --device "opencl:$ocl" --sizes gpu --steps 10
       [ "$ocl" -ge 0 ] && timeout 120 $PY plugins/opencl/scripts/conv_time.py --device "opencl:$ocl" --batch 512 --reps 10
+      echo "== new kernels' tests on the NVIDIA devices (cuda small sums; wgpu pool gradient, weight gradient, CE gradient, trusted modules)"
+      timeout 90 $PY -m pytest -q -p no:cacheprovider plugins/cuda/tests/test_cuda_fused_reduce.py plugins/cuda/tests/test_cuda_conv.py
+      [ "$vk" -ge 0 ] && EMBER_WGPU_DEVICE=$vk timeout 120 $PY -m pytest -q -p no:cacheprovider plugins/wgpu/tests/test_max_pool_grad.py \
+        plugins/wgpu/tests/test_conv_wgrad.py plugins/wgpu/tests/test_cross_entropy_backward.py plugins/wgpu/tests/test_runtime.py
+      echo "== wgpu:$vk device time per kernel (W3), the native weight gradient's tilings"
+      [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk timeout 60 $PY plugins/wgpu/scripts/kernel_time.py W3 --device "wgpu:$vk" --sizes gpu --steps 2
+      [ "$vk" -ge 0 ] && timeout 90 $PY plugins/wgpu/scripts/wgrad_bench.py --device "wgpu:$vk"
       echo "== wgpu:$vk submits within a step"
       [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk timeout 120 $PY plugins/wgpu/scripts/step_counts.py W2 W3 W4 --device "wgpu:$vk" --sizes gpu --warmup 4 --steps 3
       [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk timeout 150 $PY plugins/wgpu/scripts/step_counts.py W3 W2 --device "wgpu:$vk" --sizes gpu --time 0,16,32,64,32:0 --rounds 3 --steps 4
@@ -138,6 +148,7 @@ for backend in $STEPS; do
       timeout 120 $PY -m benchmarks W2 W3 W4 --device cuda:0 --peers torch
       [ "$ocl" -ge 0 ] && timeout 150 $PY -m benchmarks W2 W3 W4 --device "opencl:$ocl" --peers torch
       [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk timeout 180 $PY -m benchmarks W2 W3 W4 W5 --device "wgpu:$vk" --peers torch
+      [ "$vk" -ge 0 ] && EMBER_WGPU_ADAPTER=$vk EMBER_WGPU_NATIVE_WGRAD=0 timeout 60 $PY -m benchmarks W3 --device "wgpu:$vk"
     } >"$OUT/steps.txt" 2>&1
     note "steps: exit $? (steps.txt)"
     continue
