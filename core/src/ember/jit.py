@@ -16,8 +16,8 @@ from typing import Any
 from .autodiff.mode import is_grad_enabled
 from .dispatch import is_tensor, make_tensor
 from .errors import ArgumentTypeError, InvalidArgumentError
-from .lazy.graph import materialize
 from .lazy.jit import Program, Recorder, capturing
+from .lazy.region import materialize
 
 __all__ = ["jit", "Jitted", "Capture", "JitReadbackWarning"]
 

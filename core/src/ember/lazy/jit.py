@@ -23,8 +23,9 @@ from ..config import jit_native_enabled
 from ..device import RUN_FUSED, Device, set_recorder
 from ..dtypes import DType
 from ..errors import InvalidArgumentError
-from .graph import LazyBuffer, materialize, realize_all
+from .graph import realize_all
 from .program import Const, FusedProgram
+from .region import LazyBuffer, materialize
 
 __all__ = [
     "Program",
