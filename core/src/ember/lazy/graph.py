@@ -53,6 +53,7 @@ from .region import (
     _held,
     _recount_uses,
     _release,
+    _walk,
     _without_other_shapes,
     materialize,
 )
@@ -284,7 +285,7 @@ class Lazy:
         if target.size >= _REDUCED:
             self._realize_reduction(target)
             return
-        # _collect, inline (one call less per region), noting whether a value of another shape is in it
+        # _walk, inline (one call less per region): the region in order, and whether a value of another shape is in it
         shape = target.shape
         order: list[LazyBuffer] = []
         other = False
@@ -324,7 +325,7 @@ class Lazy:
             del program, operands
             self._run_eagerly(order)  # a complex operand (abs or real of a complex tensor): no generator has those
             return
-        # _outputs, inline: the target, then the region's values of its shape something outside holds
+        # the outputs: the target, then the region's values of its shape something outside holds
         # (references: ``order``, the loop variable and getrefcount's argument, _LOOP_BASE; each
         # unrealized consumer adds one, ``uses``)
         outputs = [target]
@@ -374,27 +375,8 @@ class Lazy:
             target.real = impls[op](target.args[0].real, axes=axes, keepdims=keepdims)
             _release(target)
             return
-        # _collect, inline (as in realize), noting whether a value of another shape is in the region
         shape = source.shape
-        order: list[LazyBuffer] = []
-        other = False
-        seen = {id(source)}
-        path = [source]
-        rest = [iter(source.args)]
-        while rest:
-            for a in rest[-1]:
-                if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
-                    seen.add(id(a))
-                    path.append(a)
-                    rest.append(iter(a.args))
-                    break
-            else:
-                rest.pop()
-                node = path.pop()
-                if not other and node.shape != shape and node.op != "full":
-                    other = True
-                order.append(node)
-        a = node = None
+        order, other = _walk(source)
         if other:
             order = _without_other_shapes(source, order)
         del source  # from here on only ``order`` and the reduction hold it (references are counted below)

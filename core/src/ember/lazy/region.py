@@ -186,15 +186,18 @@ def _without_other_shapes(node: LazyBuffer, order: list[LazyBuffer]) -> list[Laz
         if held.real is None:
             held.realize()
     del others, order
-    order = []
-    _collect(node, order, set())
-    return order
+    return _walk(node)[0]
 
 
-def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
-    """Unrealized nodes of ``node``'s region in topological order (depth first, post-order),
-    appended to ``order``; without recursion (one call per region, not one per node)."""
-    seen.add(id(node))
+def _walk(node: LazyBuffer) -> tuple[list[LazyBuffer], bool]:
+    """The unrealized nodes of ``node``'s region in topological order (depth first, post-order,
+    ``node`` last), and whether a value of another shape than ``node``'s is among them; without
+    recursion (one call per region, not one per node). :meth:`.graph.Lazy.realize` repeats this
+    inline (its hottest path)."""
+    shape = node.shape
+    order: list[LazyBuffer] = []
+    other = False
+    seen = {id(node)}
     path = [node]  # the nodes being visited, and per node the iterator over its arguments
     rest = [iter(node.args)]
     while rest:
@@ -206,14 +209,11 @@ def _collect(node: LazyBuffer, order: list[LazyBuffer], seen: set[int]) -> None:
                 break
         else:
             rest.pop()
-            order.append(path.pop())
-
-
-def _outputs(order: list[LazyBuffer], target: LazyBuffer) -> list[LazyBuffer]:
-    """``target``, then the region's values of its shape that something outside still holds."""
-    shape = target.shape
-    candidates = [n for n in order if n is not target and n.op != "full" and n.shape == shape]
-    return [target, *_held(candidates, extra=1)]  # extra: the caller's ``order`` holds each too
+            done = path.pop()
+            if not other and done.shape != shape and done.op != "full":
+                other = True
+            order.append(done)
+    return order, other
 
 
 def _held(nodes: list[LazyBuffer], extra: int = 0) -> list[LazyBuffer]:
