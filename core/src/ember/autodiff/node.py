@@ -85,17 +85,7 @@ class Node:
                             continue
                     ref = node._stand_in
                     stub = ref() if ref is not None else None
-                    if stub is None:  # the first consumer makes it
-                        stub = _new(type(t))
-                        stub._data = None
-                        stub._shape = t._shape
-                        stub._dtype = t._dtype
-                        stub._device = t._device
-                        stub._node = node
-                        stub._rg = t._rg
-                        stub._grad = None
-                        node._stand_in = _weakref(stub)
-                    t = stub
+                    t = stub if stub is not None else _new_stand_in(t, node)  # the first consumer makes it
                     changed = True
                 stood.append(t)
             if changed or type(inputs) is not tuple:
@@ -125,16 +115,21 @@ def _stand_in(t: Any) -> Any:
         return t
     ref = node._stand_in
     stub = ref() if ref is not None else None
-    if stub is None:
-        stub = object.__new__(type(t))
-        stub._data = None
-        stub._shape = t._shape
-        stub._dtype = t._dtype
-        stub._device = t._device
-        stub._node = node
-        stub._rg = t._rg
-        stub._grad = None
-        node._stand_in = weakref.ref(stub)  # a weak reference: no cycle between node and stand-in
+    return stub if stub is not None else _new_stand_in(t, node)
+
+
+def _new_stand_in(t: Any, node: Node) -> Any:
+    """A tensor of ``t``'s metadata and node without its data, kept by ``node`` weakly (no cycle
+    between node and stand-in)."""
+    stub = _new(type(t))
+    stub._data = None
+    stub._shape = t._shape
+    stub._dtype = t._dtype
+    stub._device = t._device
+    stub._node = node
+    stub._rg = t._rg
+    stub._grad = None
+    node._stand_in = _weakref(stub)
     return stub
 
 
