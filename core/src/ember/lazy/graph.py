@@ -285,27 +285,8 @@ class Lazy:
         if target.size >= _REDUCED:
             self._realize_reduction(target)
             return
-        # _walk, inline (one call less per region): the region in order, and whether a value of another shape is in it
         shape = target.shape
-        order: list[LazyBuffer] = []
-        other = False
-        seen = {id(target)}
-        path = [target]  # the nodes being visited, and per node the iterator over its arguments
-        rest = [iter(target.args)]
-        while rest:
-            for a in rest[-1]:  # resumes where the node's last visit stopped
-                if type(a) is LazyBuffer and a.real is None and id(a) not in seen:
-                    seen.add(id(a))
-                    path.append(a)
-                    rest.append(iter(a.args))
-                    break
-            else:
-                rest.pop()
-                node = path.pop()
-                if not other and node.shape != shape and node.op != "full":
-                    other = True
-                order.append(node)
-        a = node = None  # the loop's variables hold no reference while nodes are counted
+        order, other = _walk(target)
         if len(order) == 1:  # one op alone: its own kernel, as eager (nothing to fuse, no program to build)
             self.counts["single"] += 1
             args = []  # _run_eagerly of the target alone, inline

@@ -192,8 +192,7 @@ def _without_other_shapes(node: LazyBuffer, order: list[LazyBuffer]) -> list[Laz
 def _walk(node: LazyBuffer) -> tuple[list[LazyBuffer], bool]:
     """The unrealized nodes of ``node``'s region in topological order (depth first, post-order,
     ``node`` last), and whether a value of another shape than ``node``'s is among them; without
-    recursion (one call per region, not one per node). :meth:`.graph.Lazy.realize` repeats this
-    inline (its hottest path)."""
+    recursion (one call per region, not one per node)."""
     shape = node.shape
     order: list[LazyBuffer] = []
     other = False
