@@ -1,13 +1,14 @@
 """GPU time per kernel of a workload's ember step on an OpenCL device, from queue profiling events:
 is a step bound by its kernels or by the host that queues them?
 
-    python plugins/opencl/scripts/kernel_time.py W3 --device opencl:0 --sizes gpu [--steps 10] [--jit]
+    python plugins/opencl/scripts/kernel_time.py W3 --device opencl:0 --sizes gpu [--steps 10] [--jit] [--by-grid]
 
 Opens the device with a profiling queue (pyopencl's CommandQueue wrapped before ember-opencl makes
 its queue), records the event of every kernel ember-opencl launches (programs build before their
 first launch here: EMBER_OPENCL_BUILD_THREADS=0), and prints per kernel name: launches per step,
 GPU µs per step, and the sum beside the step's wall time. ``--jit`` times the em.jit replay instead
-(its launches go through the same queue). A probe for the device machine, not a test.
+(its launches go through the same queue); ``--by-grid`` splits each name by launch grid. A probe
+for the device machine, not a test.
 """
 
 from __future__ import annotations
@@ -32,15 +33,26 @@ def _profiling_queue(context: Any, device: Any = None, properties: Any = None) -
     return _Queue(context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
 
 
+#: with --by-grid, a kernel's name carries its launch grid (global, local): GEMMs of different
+#: shapes then read apart (W4's 54 matmul launches a step are one line otherwise)
+BY_GRID = "--by-grid" in sys.argv
+
+
+def _name(knl: Any, grid: Any) -> str:
+    if not BY_GRID or not grid:
+        return knl.function_name
+    return f"{knl.function_name} {tuple(grid[0])} / {tuple(grid[1]) if len(grid) > 1 and grid[1] else '-'}"
+
+
 def _record(knl: Any, *a: Any, **k: Any) -> Any:
     event = _Kernel_call(knl, *a, **k)
-    EVENTS.append((knl.function_name, event))
+    EVENTS.append((_name(knl, a[1:3]), event))
     return event
 
 
 def _record_nd(queue: Any, knl: Any, *a: Any, **k: Any) -> Any:
     event = _enqueue_nd(queue, knl, *a, **k)
-    EVENTS.append((knl.function_name, event))
+    EVENTS.append((_name(knl, a[0:2]), event))
     return event
 
 
@@ -58,6 +70,7 @@ def main() -> int:
     p.add_argument("--sizes", default="gpu")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--jit", action="store_true")
+    p.add_argument("--by-grid", action="store_true", help="one line per kernel and launch grid")
     args = p.parse_args()
 
     import ember as em

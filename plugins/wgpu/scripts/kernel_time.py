@@ -1,7 +1,7 @@
 """Device time per kernel of a workload's ember step on a WGPU adapter: is a step bound by its
 kernels or by the host that records them, and which kernels?
 
-    python plugins/wgpu/scripts/kernel_time.py W3 --device wgpu:0 --sizes gpu [--steps 3]
+    python plugins/wgpu/scripts/kernel_time.py W3 --device wgpu:0 --sizes gpu [--steps 3] [--by-grid]
 
 Each dispatch of the timed steps is submitted and waited for alone (``synchronize`` before and
 after it) and its wall time is taken, less the same round trip of an empty one-workgroup kernel
@@ -34,6 +34,7 @@ def main() -> int:
     p.add_argument("--device", default="wgpu:0")
     p.add_argument("--sizes", default="gpu")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--by-grid", action="store_true", help="one line per kernel and workgroup grid")
     args = p.parse_args()
 
     import ember as em
@@ -74,7 +75,8 @@ def main() -> int:
         t = time.perf_counter()
         dispatch(pipe, params, buffers, groups, name)
         rt.synchronize()
-        per[name or pipe.name].append(time.perf_counter() - t - trip)
+        key = name or pipe.name
+        per[f"{key} {tuple(groups)}" if args.by_grid else key].append(time.perf_counter() - t - trip)
 
     rt.dispatch = timed  # type: ignore[method-assign]
     try:
