@@ -100,3 +100,20 @@ def test_encoder_layer_takes_the_fused_path_and_agrees(norm_first, monkeypatch):
         plain = layer(x).numpy()
         assert calls["fused_linear"][0] == 1, "EMBER_NN_FUSED=0 still took the fused path"
     np.testing.assert_allclose(fused, plain, rtol=1e-4, atol=1e-5)
+
+
+def test_conformance_native_check_fails_when_the_kernel_does_not_run():
+    """The conformance cases' check that a device's native kernel ran fails (pytest's failure, naming
+    the op and kind) when nothing calls it: not a bare assert, so it also runs under python -O."""
+    from types import SimpleNamespace
+
+    from ember_fused import conformance
+
+    op = ember_fused.ops.FUSED_LINEAR
+    kinds = sorted(op.kernels)
+    if not kinds:
+        pytest.skip("no backend with fused kernels is installed")
+    device = SimpleNamespace(kind=kinds[0])  # _native reads only the kind; nothing is launched
+    with pytest.raises(pytest.fail.Exception, match=f"fused_linear: the native {kinds[0]} kernel did not run"):
+        with conformance._native(op, device):
+            pass

@@ -72,3 +72,16 @@ def test_signs_are_canonical():
     assert (top > 0).all()
     r = ember_linalg.qr(-a).R.numpy()
     assert (np.diagonal(r) >= 0).all()
+
+
+def test_conformance_case_fails_on_a_wrong_result():
+    """The conformance case's checks fail (pytest's failure, with the shapes) on a backend whose
+    outer product comes back transposed: they are not bare asserts, so they also run under python -O."""
+    import dataclasses
+
+    from ember_linalg import conformance
+
+    outer = next(case for case in conformance.CASES if case.name == "outer")
+    wrong = dataclasses.replace(outer, fn=lambda a, b: ember_linalg.outer(b, a))
+    with pytest.raises(pytest.fail.Exception, match=r"outer result 0: shape \(4, 3\), numpy \(3, 4\)"):
+        conformance.test_em_linalg(wrong, em.float64, em.Device.cpu())

@@ -83,3 +83,21 @@ def test_bad_arguments():
 def test_keyword_only_array_api_signatures():
     with pytest.raises(TypeError):
         em.fft.fft(em.tensor(np.ones(4)), 4)  # n is keyword-only in the standard
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [
+        (lambda x: x[:, :3], r"em.fft.fft of complex128: shape \(4, 3\), numpy \(4, 6\)"),
+        (lambda x: em.real(x), "em.fft.fft of complex128: result is float64; numpy's is complex128"),
+    ],
+    ids=["shape", "dtype"],
+)
+def test_conformance_case_fails_on_a_wrong_result(monkeypatch, wrong, message):
+    """The conformance case's checks fail (pytest's failure, naming what differs) on a wrong fft:
+    not bare asserts, so they also run under python -O."""
+    from ember_signal import conformance
+
+    monkeypatch.setattr(sig.fft, "fft", lambda x, norm=None: wrong(x))
+    with pytest.raises(pytest.fail.Exception, match=message):
+        conformance.test_complex_namespace(em.Device.cpu(), "fft")

@@ -1,7 +1,11 @@
 """Comparison helpers: tolerances by dtype, result checks, capability skips and the
 finite-difference gradient check.
 
-These are public: extension and nn-module conformance tests use them too.
+These are public: extension and nn-module conformance tests use them too. Modules that are not
+``test_*.py`` files check with :func:`check` / :func:`check_equal`, never a bare ``assert``:
+pytest rewrites asserts only in test modules and marked plugin packages (not in an extension's
+``conformance.py``, nor in ember_conformance when plugin autoload is off), and ``python -O``
+drops unrewritten asserts, so a broken backend would pass.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ __all__ = [
     "tolerance",
     "require_dtype",
     "grad_dtypes",
+    "check",
+    "check_equal",
     "assert_close",
     "assert_same",
     "numeric_gradient",
@@ -70,6 +76,22 @@ def grad_dtypes() -> tuple[DType, ...]:
 def pick(value: Any, index: int | None) -> Any:
     """``value[index]`` for ops returning several results; ``value`` itself when index is None."""
     return value if index is None else value[index]
+
+
+def check(ok: Any, message: str | Callable[[], str]) -> None:
+    """Fail the test with ``message`` unless ``ok``: an ``assert`` that names what it compared
+    and runs under ``python -O`` and outside pytest's rewritten modules. ``message`` may be a
+    callable, called only on failure (for costly descriptions such as ``Jitted.describe()``)."""
+    __tracebackhide__ = True
+    if not ok:
+        pytest.fail(message() if callable(message) else message)
+
+
+def check_equal(actual: Any, expected: Any, what: str) -> None:
+    """:func:`check` that ``actual == expected`` (scalars, tuples, lists), naming ``what`` and both values."""
+    __tracebackhide__ = True
+    if actual != expected:
+        pytest.fail(f"{what}: got {actual!r}, expected {expected!r}")
 
 
 def _describe(arr: np.ndarray, idx: tuple[int, ...]) -> str:

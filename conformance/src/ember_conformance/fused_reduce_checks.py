@@ -23,6 +23,8 @@ import ember as em
 from ember.lazy import materialize
 from ember.lazy.program import Const, FusedProgram, Reduce
 
+from .checks import check, check_equal
+
 __all__ = [
     "chain",
     "chain_values",
@@ -94,7 +96,11 @@ def check_chain(
     y, v = chain_values(x, a, s, plus_one)
     want = getattr(np, op)(v, axis=axes, keepdims=keepdims)
     got = dev.backend.to_numpy(red)
-    assert got.shape == want.shape and got.dtype == np.float32, (got.shape, got.dtype, want.shape)
+    check(
+        got.shape == want.shape and got.dtype == np.float32,
+        f"check_chain {op} over axes {axes} of {shape} (keepdims={keepdims}): the reduced result has shape "
+        f"{got.shape} and dtype {got.dtype}, expected {want.shape} float32",
+    )
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     np.testing.assert_allclose(dev.backend.to_numpy(full), y, rtol=1e-6, atol=1e-6)
     return ran
@@ -126,7 +132,10 @@ def check_float16_sum(
     prog = FusedProgram((("float16", "tensor"),), (("exp", "float16", (0,)),), (), Reduce("sum", 1, (1,)))
     (got,) = dev.backend.run_fused(prog, [up(h)], shape=h.shape)
     got = dev.backend.to_numpy(got)
-    assert got.dtype == np.float16
+    check(
+        got.dtype == np.float16,
+        f"check_float16_sum over rows of {shape}: the sum came back as {got.dtype}, not float16",
+    )
     np.testing.assert_allclose(got, np.exp(h.astype(np.float64)).sum(axis=1), rtol=2e-3)
 
 
@@ -136,7 +145,9 @@ def check_lazy_reductions(
     """``(x * a * 0.1 + 0.5).exp()`` summed, averaged and maxed over its last axis through the lazy
     layer on a fusing ``dev``: each is one region and one kernel (``em.lazy.stats``), launched as
     ``counts[kernel]``, and matches float64."""
-    assert {"sum", "prod", "max", "min", "mean"} <= dev.capabilities.fusion_reductions
+    fusing = dev.capabilities.fusion_reductions
+    missing = sorted({"sum", "prod", "max", "min", "mean"} - set(fusing))
+    check(not missing, f"{dev}: capabilities.fusion_reductions lacks {missing} (has {sorted(fusing)})")
     gen = np.random.default_rng(8)
     x, a = gen.standard_normal(shape).astype(np.float32), gen.standard_normal(shape[-1:]).astype(np.float32)
     tx, ta = em.tensor(x, device=dev), em.tensor(a, device=dev)
@@ -145,6 +156,10 @@ def check_lazy_reductions(
         stats, before = em.lazy.stats(dev), counts[kernel]
         got = getattr((tx * ta * 0.1 + 0.5).exp(), op)(axis=-1).numpy()
         after = em.lazy.stats(dev)
-        assert after["reductions"] == stats["reductions"] + 1 and after["kernels"] == stats["kernels"] + 1
-        assert counts[kernel] == before + 1, f"the fused reduce kernel ({kernel}) did not run for {op}"
+        check_equal(
+            (after["reductions"] - stats["reductions"], after["kernels"] - stats["kernels"]),
+            (1, 1),
+            f"{op} over the last axis of {shape}: (reductions, kernels) added to em.lazy.stats",
+        )
+        check_equal(counts[kernel] - before, 1, f"{op}: launches of the fused reduce kernel {kernel!r}")
         np.testing.assert_allclose(got, getattr(np, op)(np.exp(x64 * a * 0.1 + 0.5), axis=-1), rtol=1e-5)

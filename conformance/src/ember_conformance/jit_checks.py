@@ -25,7 +25,7 @@ import pytest
 import ember as em
 from ember import nn, optim
 
-from .checks import assert_close
+from .checks import assert_close, check, check_equal
 
 __all__ = [
     "OPTIMIZERS",
@@ -149,8 +149,17 @@ def check_training(
     if not jit:
         return step
     captures = step.captures
-    assert len(captures) == 1, f"one capture expected, got {len(captures)}:\n{step.describe()}"
-    assert captures[0].replays == steps - warm - 1, step.describe()
+    check(
+        len(captures) == 1,
+        lambda: f"check_training ({optimizer}): one capture expected, got {len(captures)}:\n{step.describe()}",
+    )
+    check(
+        captures[0].replays == steps - warm - 1,
+        lambda: (
+            f"check_training ({optimizer}): {captures[0].replays} replays, expected {steps - warm - 1} "
+            f"({steps} calls: {warm} eager, 1 capturing):\n{step.describe()}"
+        ),
+    )
     return step
 
 
@@ -177,8 +186,8 @@ def check_new_inputs_and_shapes(device: em.Device) -> Any:
         out = f(x, em.tensor(b, device=device))
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         assert_close(out, np.tanh(a64 @ b64) * 2.0 + a64.sum(axis=1, keepdims=True), em.float32, scale=4.0)
-    assert seen == [(3, 4), (6, 4)]
-    assert [c.replays for c in f.captures] == [2, 1]
+    check_equal([tuple(s) for s in seen], [(3, 4), (6, 4)], "shapes the Python function ran for (at capture only)")
+    check_equal([c.replays for c in f.captures], [2, 1], "replays of each capture (3 then 6 rows)")
     return f
 
 
@@ -199,7 +208,7 @@ def check_result_views(device: em.Device) -> Any:
         np.testing.assert_array_equal(b.numpy(), base.reshape(3, 2))
         np.testing.assert_array_equal(s.numpy(), (base * v * 2.0)[1:4])
         np.testing.assert_array_equal(z.numpy(), [1.0, 1.0])
-    assert f.captures[0].replays == 3
+    check_equal(f.captures[0].replays, 3, "replays of check_result_views' capture")
     return f
 
 
@@ -223,16 +232,28 @@ def check_replay_pool_in_memory_stats(device: em.Device) -> None:
     out.numpy()
     stats = device.memory_stats()
     jit = {name: p for name, p in stats["pools"].items() if name.startswith("jit")}
-    assert f.captures[0].program.native is not None, f.describe()
-    assert len(jit) == 1, f"one jitN pool expected in memory_stats()['pools'], got {sorted(stats['pools'])}"
-    held = next(iter(jit.values()))["reserved_bytes"]
-    assert held >= 64 * 64 * 4  # a step result at least (the pool reuses between steps)
-    assert stats["reserved_bytes"] == sum(p["reserved_bytes"] for p in stats["pools"].values())
+    check(f.captures[0].program.native is not None, f"no native replay to keep a pool:\n{f.describe()}")
+    check(len(jit) == 1, f"one jitN pool expected in memory_stats()['pools'], got {sorted(stats['pools'])}")
+    (name, pool), step_bytes = next(iter(jit.items())), 64 * 64 * 4
+    # a step result at least (the pool reuses between steps)
+    check(
+        pool["reserved_bytes"] >= step_bytes,
+        f"pool {name} reserves {pool['reserved_bytes']} bytes, under one step result ({step_bytes})",
+    )
+    per_pool = {k: p["reserved_bytes"] for k, p in stats["pools"].items()}
+    check_equal(
+        stats["reserved_bytes"], sum(per_pool.values()), f"memory_stats()['reserved_bytes'] (pools: {per_pool})"
+    )
     del f, out
     gc.collect()
     after = device.memory_stats()
-    assert not [name for name in after["pools"] if name.startswith("jit")]
-    assert after["in_use_bytes"] == before["in_use_bytes"]
+    left = [name for name in after["pools"] if name.startswith("jit")]
+    check(not left, f"jit pools left in memory_stats()['pools'] after the jitted function was dropped: {left}")
+    check_equal(
+        after["in_use_bytes"],
+        before["in_use_bytes"],
+        "in_use_bytes after the jitted function and its result were dropped, against before it ran",
+    )
 
 
 def assert_native_replay(jitted: Any, backend: str) -> list[Any]:
@@ -243,15 +264,21 @@ def assert_native_replay(jitted: Any, backend: str) -> list[Any]:
     natives = []
     for capture in jitted.captures:
         program = capture.program
-        assert program.native is not None and program.native_backend == backend, (
-            f"expected a native {backend} replay:\n{capture.describe()}"
+        text = capture.describe()
+        check(
+            program.native is not None and program.native_backend == backend,
+            f"expected a native {backend} replay, got {program.native_backend!r}:\n{text}",
         )
-        assert f"native ({backend})" in capture.describe()
+        check(f"native ({backend})" in text, f"describe() does not say 'native ({backend})':\n{text}")
         native = program.native
         if hasattr(native, "replays"):
-            assert native.replays == capture.replays, f"{native.replays} native replays of {capture.replays}"
+            check_equal(native.replays, capture.replays, f"native {backend} replays, against the capture's replays")
         if hasattr(native, "launched"):
-            assert native.kernels > 0 and native.launched == native.kernels * native.replays
+            check(
+                native.kernels > 0 and native.launched == native.kernels * native.replays,
+                f"native {backend} replay: {native.launched} kernels launched over {native.replays} replays of "
+                f"{native.kernels} kernels each (expected {native.kernels * native.replays}, and kernels > 0)",
+            )
         natives.append(native)
     if not natives:
         pytest.fail(f"no capture to check:\n{jitted.describe()}")

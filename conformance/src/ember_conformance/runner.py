@@ -11,7 +11,7 @@ import pytest
 import ember as em
 from ember.dtypes import DType
 
-from .checks import assert_same, check_gradients, require_dtype
+from .checks import assert_same, check, check_gradients, require_dtype
 from .inputs import Case, make_inputs, rng_for
 from .specs.base import OpSpec
 
@@ -89,4 +89,4 @@ def run_reject(spec: OpSpec, dtype: DType, case: Case, device: em.Device) -> Non
     with pytest.raises(em.DTypeError) as info:
         spec.fn(*inputs.ember, **case.kwargs)
     message = str(info.value)
-    assert str(dtype) in message, f"the error does not name the dtype {dtype}: {message}"
+    check(str(dtype) in message, f"{spec.name}: the DTypeError for a {dtype} input does not name {dtype}: {message}")

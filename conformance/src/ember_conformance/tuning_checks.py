@@ -9,6 +9,8 @@ from typing import Any
 
 from ember.tuning import shape_class
 
+from .checks import check
+
 __all__ = ["check_torn_choice_is_not_tuned"]
 
 
@@ -20,5 +22,10 @@ def check_torn_choice_is_not_tuned(tune: ModuleType, rt: Any, dtype: str, M: int
     entry = store.path(tune._key(store, dtype, shape_class(M, N, K)))
     entry.write_bytes(entry.read_bytes()[:10])
     tune.forget(rt)
-    assert tune.lookup(rt, dtype, M, N, K) is None
+    got = tune.lookup(rt, dtype, M, N, K)
     tune.forget(rt)
+    check(
+        got is None,
+        f"the stored {dtype} choice for M={M}, N={N}, K={K}, cut to 10 bytes, read back as {got!r}, not None "
+        f"(not tuned); entry {entry}",
+    )

@@ -24,7 +24,7 @@ import pytest
 import scipy.linalg
 
 import ember as em
-from ember_conformance.checks import assert_close, check_gradients, require_dtype
+from ember_conformance.checks import assert_close, check, check_gradients, require_dtype
 
 EMBER_CONFORMANCE = True
 
@@ -244,10 +244,10 @@ def test_em_linalg(spec: Case, dtype: em.DType, device: em.Device) -> None:
     host, args = _run(spec, device, dtype, 0)
     got = _as_list(spec.fn(*args, **spec.kwargs))
     want = _as_list(spec.ref(*host, **spec.kwargs))
-    assert len(got) == len(want), f"{spec.name}: {len(got)} results, numpy gives {len(want)}"
+    check(len(got) == len(want), f"{spec.name}: {len(got)} results, numpy gives {len(want)}")
     for i, (g, w) in enumerate(zip(got, want)):
-        assert tuple(g.shape) == np.shape(w), f"{spec.name} result {i}: shape {tuple(g.shape)}, numpy {np.shape(w)}"
-        assert g.device == device, f"{spec.name} result {i} is on {g.device}, not {device}"
+        check(tuple(g.shape) == np.shape(w), f"{spec.name} result {i}: shape {tuple(g.shape)}, numpy {np.shape(w)}")
+        check(g.device == device, f"{spec.name} result {i} is on {g.device}, not {device}")
         assert_close(g, np.asarray(w), dtype, scale=spec.scale, what=f"{spec.name} result {i}")
 
 
@@ -340,7 +340,8 @@ def test_em_linalg_complex(spec: Case, ops: tuple[str, ...], dtype: em.DType, de
     for i, (g, w) in enumerate(zip(got, want)):
         w = np.asarray(w)
         if not (spec.name == "lu" and i == 0):  # P travels in the input's dtype; scipy's is real
-            assert g.dtype.kind == ("f" if np.isrealobj(w) else "c"), f"{spec.name} result {i} is {g.dtype}"
+            kind = "f" if np.isrealobj(w) else "c"
+            check(g.dtype.kind == kind, f"{spec.name} result {i} is {g.dtype}; numpy's is {w.dtype} (kind {kind!r})")
         np.testing.assert_allclose(g.numpy(), w, rtol=rtol, atol=rtol, err_msg=f"{spec.name} result {i}")
 
 
@@ -361,7 +362,12 @@ def test_em_linalg_eig(dtype: em.DType, device: em.Device) -> None:
     np.testing.assert_allclose(np.linalg.norm(v, axis=-2), 1.0, atol=tol)
     want = np.linalg.eigvals(a.astype(np.complex128))
     gap = np.abs(w[..., :, None] - want[..., None, :])  # each eigenvalue near one of numpy's, and back
-    assert gap.min(axis=-1).max() < tol * 10 and gap.min(axis=-2).max() < tol * 10, (w, want)
+    near, back = gap.min(axis=-1).max(), gap.min(axis=-2).max()
+    check(
+        near < tol * 10 and back < tol * 10,
+        f"eig ({dtype}): eigenvalues {w} and numpy's {want}: {near:.3g} from numpy's nearest, numpy's {back:.3g} "
+        f"from ours (tol {tol * 10:g})",
+    )
 
 
 def test_em_linalg_errors(device: em.Device) -> None:

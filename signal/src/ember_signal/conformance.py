@@ -14,7 +14,7 @@ import pytest
 
 import ember as em
 import ember_signal as sig
-from ember_conformance.checks import assert_close, check_gradients, widest_float
+from ember_conformance.checks import assert_close, check, check_gradients, widest_float
 from ember_signal import pairs
 from ember_signal.filtering import signal_lfilter
 from ember_signal.transform import signal_dft
@@ -167,7 +167,9 @@ def test_complex_namespace(device, name):
     got = getattr(em.fft, name)(em.tensor(x, dtype=dt, device=device), norm="ortho")
     want = getattr(np.fft, name)(x, norm="ortho")
     got_np = np.asarray(got.numpy())
-    assert got_np.shape == want.shape and got.dtype.kind == ("c" if np.iscomplexobj(want) else "f")
+    kind = "c" if np.iscomplexobj(want) else "f"
+    check(got_np.shape == want.shape, f"em.fft.{name} of {dt}: shape {got_np.shape}, numpy {want.shape}")
+    check(got.dtype.kind == kind, f"em.fft.{name} of {dt}: result is {got.dtype}; numpy's is {want.dtype}")
     tol = 1e-10 if dt in (em.float64, em.complex128) else 1e-4
     np.testing.assert_allclose(got_np, want, rtol=tol, atol=tol)
 
