@@ -61,7 +61,8 @@ def main() -> int:
     import ember as em
     from ember.dtypes import as_dtype
     from ember_opencl import conv, window
-    from ember_opencl.matmul import TILINGS, Tiling, fits
+    from ember_opencl.gemm_source import Tiling
+    from ember_opencl.matmul import TILINGS, fits
 
     candidates = [
         Tiling(16, 16, 16, 1, 1, vw=4, db=True),

@@ -12,7 +12,8 @@ import pytest
 
 import ember as em
 from ember_opencl import conv, window
-from ember_opencl.matmul import TILINGS, Tiling, magic
+from ember_opencl.gemm_source import Tiling, magic
+from ember_opencl.matmul import TILINGS
 
 RNG = np.random.default_rng(5)
 

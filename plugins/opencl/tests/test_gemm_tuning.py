@@ -18,7 +18,8 @@ import ember as em
 from ember.tuning import covering
 from ember_conformance.tuning_checks import check_torn_choice_is_not_tuned
 from ember_opencl import conv, runtime, tune
-from ember_opencl.matmul import TILINGS, Tiling, local_bytes, matmul
+from ember_opencl.gemm_source import Tiling, local_bytes
+from ember_opencl.matmul import TILINGS, matmul
 
 RNG = np.random.default_rng(11)
 

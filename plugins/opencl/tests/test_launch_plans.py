@@ -12,7 +12,8 @@ import pytest
 import ember as em
 from ember.tuning import shape_class
 from ember_opencl import conv, matmul, nn, reduce, tune, window
-from ember_opencl.matmul import TILINGS, Tiling
+from ember_opencl.gemm_source import Tiling
+from ember_opencl.matmul import TILINGS
 
 RNG = np.random.default_rng(5)
 

@@ -10,7 +10,7 @@ import pytest
 from ember.dtypes import as_dtype
 from ember_opencl import matmul as mm
 from ember_opencl import runtime, tune
-from ember_opencl.matmul import Tiling
+from ember_opencl.gemm_source import Tiling
 
 WINNER = Tiling(32, 32, 8, 2, 4, vw=2, chunk=1, db=True)
 

@@ -1,15 +1,15 @@
 """Convolution as implicit GEMM: conv, conv_transpose (conv's input gradient) and conv's weight
-gradient, on the tiled matmul family of :mod:`.matmul`.
+gradient, on the tiled matmul family (:mod:`.gemm_source`, launched by :mod:`.matmul`).
 
 Same signatures as the composites in ``ember.ops.conv``; 1-3 spatial dimensions, inputs read
 through strides. ``conv`` is one tiled GEMM per group whose columns are the batch's output
 positions (image-major: no tile straddles only part of an image's columns) and whose B operand is
 gathered from the input on the fly (no im2col buffer), bias added in the store, C placed into the
-NCHW output by a :class:`~.matmul.ColumnMap`; ``conv_transpose`` (the input gradient of conv)
+NCHW output by a :class:`~.gemm_source.ColumnMap`; ``conv_transpose`` (the input gradient of conv)
 gathers the same way from its input, keeping only the taps a stride lands on; ``conv_weight_grad``
 is a GEMM per (image, group) of the gradient against the image's gathered columns, the per-image
 partials summed by one kernel. Indices are 32-bit where everything fits (a kernel per index width)
-and divide by sizes through magic numbers (:func:`~.matmul.magic`). The window kernels (unfold,
+and divide by sizes through magic numbers (:func:`~.gemm_source.magic`). The window kernels (unfold,
 fold, pooling) are :mod:`.window`'s, whose index-width rule, launch plans and launch counter these
 GEMMs share.
 """
@@ -27,7 +27,8 @@ from ember.tuning import AUTOTUNE_FLOPS
 from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble
-from .matmul import _TUNING, ColumnMap, Gather, Tiling, choose, fits, gemm_source, magic, tiled_launch
+from .gemm_source import ColumnMap, Gather, Tiling, gemm_source, magic
+from .matmul import _TUNING, choose, fits, tiled_launch
 from .runtime import Runtime
 from .window import CALLS, Pads, U, _blocks, _extent, _index, _keep, _Plan, _planned, _split
 

@@ -1,4 +1,4 @@
-"""GEMM tuning: time candidate :class:`~.matmul.Tiling` s on the device, cache the fastest.
+"""GEMM tuning: time candidate :class:`~.gemm_source.Tiling` s on the device, cache the fastest.
 
 The shape classes, timing loop, store and CLI are core's (:mod:`ember.tuning`); this module adds the
 OpenCL part: the tiling family, the work-group and local-memory filter, and how a product is run and
@@ -28,7 +28,8 @@ from ember.tuning import GemmTuner
 from ember.tuning import shape_class as shape_class
 
 from .cache import device_name
-from .matmul import Tiling, fits, matmul, tuning_changed
+from .gemm_source import Tiling
+from .matmul import fits, matmul, tuning_changed
 from .runtime import Runtime
 
 __all__ = ["LARGE", "shape_class", "candidates", "lookup", "record", "tune", "forget", "store_for", "main"]

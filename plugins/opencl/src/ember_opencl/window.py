@@ -9,7 +9,7 @@ sums what lands on it), so they are deterministic and need no atomics; ties in m
 gradient to the window's first maximum, as PyTorch does. When the pooling windows tile the input
 (stride == kernel), a thread per window writes its inputs' gradient instead. Indices are 32-bit
 where everything fits (a kernel per index width) and divide by sizes through magic numbers
-(:func:`~.matmul.magic`).
+(:func:`~.gemm_source.magic`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ember.dtypes import as_dtype
 from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble
-from .matmul import FDIV_INT, FDIV_LONG, magic
+from .gemm_source import FDIV_INT, FDIV_LONG, magic
 from .runtime import Runtime, _Pending
 
 __all__ = ["unfold", "fold", "max_pool", "max_pool_backward", "avg_pool"]
