@@ -1,13 +1,15 @@
 """GPU time per kernel of a workload's ember step on an OpenCL device, from queue profiling events:
 is a step bound by its kernels or by the host that queues them?
 
-    python plugins/opencl/scripts/kernel_time.py W3 --device opencl:0 --sizes gpu [--steps 10] [--jit] [--by-grid]
+    python plugins/opencl/scripts/kernel_time.py W3 --device opencl:0 --sizes gpu [--steps 10] [--jit]
+        [--by-grid] [--ops matmul]
 
 Opens the device with a profiling queue (pyopencl's CommandQueue wrapped before ember-opencl makes
 its queue), records the event of every kernel ember-opencl launches (programs build before their
 first launch here: EMBER_OPENCL_BUILD_THREADS=0), and prints per kernel name: launches per step,
 GPU µs per step, and the sum beside the step's wall time. ``--jit`` times the em.jit replay instead
-(its launches go through the same queue); ``--by-grid`` splits each name by launch grid. A probe
+(its launches go through the same queue); ``--by-grid`` splits each name by launch grid; ``--ops matmul,...``
+adds the GPU time of each call of those ops by operand shapes and strides. A probe
 for the device machine, not a test.
 """
 
@@ -71,6 +73,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--jit", action="store_true")
     p.add_argument("--by-grid", action="store_true", help="one line per kernel and launch grid")
+    p.add_argument("--ops", default="", help="comma-separated ops (e.g. matmul): GPU time per call shape too")
     args = p.parse_args()
 
     import ember as em
@@ -78,6 +81,9 @@ def main() -> int:
 
     module = WORKLOADS[args.workload]
     dev = em.Device(args.device)
+    calls: list[tuple[str, int, int]] = []  # (op and operand shapes, first event, end event) per call
+    for op in filter(None, args.ops.split(",")):
+        _watch(dev, op, calls)
     build = module.ember_jit if args.jit else module.ember
     case = build(dev, dict(module.SIZES[args.sizes]))
     step = case.step
@@ -87,6 +93,7 @@ def main() -> int:
         step()
         case.sync()
     EVENTS.clear()
+    calls.clear()  # event ranges count from here
     t0 = time.perf_counter()
     for _ in range(args.steps):
         step()
@@ -105,7 +112,40 @@ def main() -> int:
     print(f"{'launches/step':>13} {'GPU us/step':>11}  kernel")
     for name, times in sorted(per.items(), key=lambda kv: -sum(kv[1])):
         print(f"{len(times) / args.steps:13.1f} {sum(times) / args.steps:11.1f}  {name}")
+    if calls:
+        by_call: dict[str, list[float]] = defaultdict(list)
+        for what, lo, hi in calls:
+            by_call[what].append(sum((e.profile.end - e.profile.start) * 1e-3 for _, e in EVENTS[lo:hi]))
+        print(f"\n{'calls/step':>13} {'GPU us/step':>11}  {'us/call':>8}  op (operand shapes : strides in elements)")
+        for what, times in sorted(by_call.items(), key=lambda kv: -sum(kv[1])):
+            n = len(times)
+            print(f"{n / args.steps:13.1f} {sum(times) / args.steps:11.1f}  {sum(times) / n:8.1f}  {what}")
     return 0
+
+
+def _watch(dev: Any, op: str, calls: list[tuple[str, int, int]]) -> None:
+    """Wrap ``op``'s native implementation on ``dev``: each call notes its operands' shapes and
+    strides and the range of kernel events it queued (the GPU time of that call)."""
+    impls = dev._state.impls
+    impl = impls[op]
+    if impl is None:
+        print(f"(--ops: {op} has no native implementation on {dev}: its composite's kernels count instead)")
+        return
+
+    def shapes(a: Any) -> str:
+        shape = getattr(a, "shape", None)
+        if shape is None:
+            return repr(a)
+        strides = getattr(a, "strides", None)  # CLArray's are in elements
+        return f"{tuple(shape)}:{tuple(strides) if strides is not None else '?'}"
+
+    def watched(*args: Any, **params: Any) -> Any:
+        lo = len(EVENTS)
+        out = impl(*args, **params)
+        calls.append((f"{op} " + " @ ".join(shapes(a) for a in args if hasattr(a, "shape")), lo, len(EVENTS)))
+        return out
+
+    impls[op] = watched
 
 
 if __name__ == "__main__":
