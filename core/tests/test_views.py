@@ -220,3 +220,25 @@ def test_view_movement_mixin_declares_the_movement_primitives():
     f = backend.implementation("flip")(h, axes=(0,))
     e = backend.implementation("expand")(Handle("buf", (1, 4)), shape=(3, 4))
     assert f.offset == 12 and f.strides[0] == -12 and e.strides == (0, 1)
+
+
+@pytest.mark.parametrize(
+    "view, folds",
+    [
+        (View((3, 4, 5, 6)), True),  # C order: (60, 6)
+        (View((4, 5, 6)).slice((0, 0, 1), (4, 5, 5), (1, 1, 1)), True),  # rows of a column slice still step evenly
+        (View((2, 1, 5, 6), (30, 7, 6, 1), 2), True),  # a size-1 batch axis with any stride, an offset
+        (View((4, 6, 5)).permute((0, 2, 1)), False),  # each matrix transposed
+        (View((5, 4, 6)).permute((1, 0, 2)), False),  # batches interleaved with the rows
+        (View((4, 1, 6)), False),  # one row a matrix: nothing to gain
+        (View((6,), None, 3).expand((4, 5, 6)), False),  # broadcast rows
+    ],
+)
+def test_rows_folded_reads_the_same_elements(view, folds):
+    """A (..., M, K) view folded to (batch * M, K) reads exactly the elements of its matrices, in order."""
+    buf = np.arange(400, dtype=np.float64)
+    flat = view.rows_folded()
+    assert (flat is not None) == folds
+    if folds:
+        want = read(buf, view).reshape(-1, view.shape[-1])
+        np.testing.assert_array_equal(read(buf, flat), want)

@@ -115,6 +115,20 @@ class View:
         return tuple(strides)
 
     # -- views -------------------------------------------------------------------------------
+    def rows_folded(self: V) -> V | None:
+        """This (..., M, K) view as one (batch * M, K) matrix where every batch axis steps by whole
+        rows (a matmul's A sharing one B: a linear layer over (batch, sequence, features) is then one
+        GEMM), else None. No copy: the same buffer, offset and row step."""
+        shape, strides = self.shape, self.strides
+        rows, step = shape[-2], strides[-2]
+        if rows < 2 or step == 0:
+            return None
+        for n, s in zip(reversed(shape[:-2]), reversed(strides[:-2])):
+            if n != 1 and s != rows * step:
+                return None
+            rows *= n
+        return self.with_layout((rows, shape[-1]), (step, strides[-1]), self.offset)
+
     def permute(self: V, axes: Sequence[int]) -> V:
         shape, strides = self.shape, self.strides  # lists, not generators: one frame each, not one per axis
         return self.with_layout(tuple([shape[i] for i in axes]), tuple([strides[i] for i in axes]), self.offset)

@@ -44,6 +44,21 @@ def test_matmul_matches_float64(dtype, sa, sb, views, direct):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(a.shape[-1]))
 
 
+@pytest.mark.parametrize(("sa", "transposed", "folds"), [((4, 6, 37, 53), False, True), ((5, 53, 37), True, False)])
+def test_a_batch_sharing_b_runs_as_one_gemm(sa, transposed, folds):
+    """(..., M, K) @ (K, N) with A's batches following its rows is one (batch * M, K) GEMM
+    (``blas.CALLS["folded"]``); with each matrix of A transposed it stays a strided batch."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal((53, 29)).astype(np.float32)
+    ta, tb = em.tensor(a, device="cuda:0"), em.tensor(b, device="cuda:0")
+    if transposed:
+        a, ta = np.swapaxes(a, -1, -2), ta.mT
+    before = blas.CALLS["folded"]
+    got = (ta @ tb).numpy()
+    assert (blas.CALLS["folded"] == before + 1) == folds
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
 def test_a_matmul_step_is_captured_as_a_cuda_graph():
     dev = em.Device("cuda:0")
     rng = np.random.default_rng(5)

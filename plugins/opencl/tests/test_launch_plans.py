@@ -78,6 +78,35 @@ def test_matmul_plan_is_reused(rt, counted, ga, gb):
             assert counted[0] == before, "a planned matmul looked its kernel up again"
 
 
+@pytest.mark.parametrize(
+    "sa, ta, folds",
+    [
+        ((3, 4, 9, 13), (468, 117, 13, 1), True),  # contiguous batches of rows: one (108, 13) product
+        ((3, 9, 13), (117, 1, 9), False),  # each matrix column-major: its rows do not step to the next batch
+        ((3, 9, 13), (13, 39, 1), False),  # batches interleaved with the rows (a permuted view)
+    ],
+)
+def test_shared_b_batch_folds_into_rows(rt, monkeypatch, sa, ta, folds):
+    """(..., M, K) @ (K, N) with A's batches continuing its rows runs as one (batch * M, K) product:
+    one launch whose grid has no batch axis; other layouts keep the batch. Against numpy float64."""
+    launches = []
+    real = rt.launch
+
+    def launch(knl, gsize, lsize, args):
+        launches.append(tuple(gsize))
+        return real(knl, gsize, lsize, args)
+
+    monkeypatch.setattr(rt, "launch", launch)
+    fa, fb = RNG.standard_normal(2000).astype(np.float32), RNG.standard_normal((13, 11)).astype(np.float32)
+    a, b = _view(rt, fa, sa, ta), _up(rt, fb)
+    want = np.lib.stride_tricks.as_strided(fa, sa, [4 * s for s in ta]).astype(np.float64) @ fb
+    got = rt.download(matmul.matmul(rt, a, b))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(launches) == 1
+    batch = int(np.prod(sa[:-2]))
+    assert launches[0][2] == (1 if folds else batch), f"grid {launches[0]} for a batch of {batch}"
+
+
 def test_recorded_tiling_retires_plans(dev, rt, tmp_path, monkeypatch):
     if rt.is_cpu:
         pytest.skip("a CPU device runs the vector kernel, not a tuned tiling")

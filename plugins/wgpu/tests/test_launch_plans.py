@@ -41,6 +41,37 @@ def test_matmul_plans_follow_the_operands_geometry(rt):
         np.testing.assert_allclose(g, a.astype(np.float64) @ rhs.astype(np.float64), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "shape, axes, folds",
+    [
+        ((3, 4, 9, 12), (0, 1, 2, 3), True),  # contiguous batches of rows: one (108, 12) product
+        ((3, 12, 9), (0, 2, 1), False),  # each matrix transposed: its rows do not step to the next batch
+        ((9, 3, 12), (1, 0, 2), False),  # batches interleaved with the rows
+    ],
+)
+def test_shared_b_batch_folds_into_rows(rt, monkeypatch, shape, axes, folds):
+    """(..., M, K) @ (K, N) with A's batches continuing its rows runs as one (batch * M, K) GEMM
+    (one dispatch, no batch in its grid); other layouts keep the batch. Against numpy float64."""
+    grids = []
+    real = rt.dispatch
+
+    def dispatch(pipe, params, buffers, groups, name=""):
+        grids.append((name, tuple(groups)))
+        return real(pipe, params, buffers, groups, name)
+
+    monkeypatch.setattr(rt, "dispatch", dispatch)
+    base = RNG.standard_normal(shape).astype(np.float32)
+    b = RNG.standard_normal((12, 10)).astype(np.float32)
+    A = rt.upload(base, D.float32).permute(axes)
+    got = rt.read([matmul.matmul(rt, A, rt.upload(b, D.float32))])[0]
+    want = np.transpose(base, axes).astype(np.float64) @ b
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    (name, groups), *rest = [g for g in grids if g[0] == "matmul"]
+    assert not rest
+    batch = int(np.prod(want.shape[:-2]))
+    assert groups[2] == (1 if folds else batch), f"grid {groups} for a batch of {batch}"
+
+
 def test_a_new_tuned_choice_drops_the_plans(rt, tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     tune.forget(rt)

@@ -187,8 +187,20 @@ def tuning_changed() -> None:
     _TUNING[0] += 1
 
 
+#: a batch of products sharing one B ((..., M, K) @ (K, N): a linear layer over (batch, sequence,
+#: features)) runs as one (batch * M, K) @ (K, N) product when A's batch axes step by whole rows:
+#: one GEMM tiled and tuned for its real size instead of a batch of small ones (``View.rows_folded``)
+FOLD_BATCH = True
+
+
 def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) -> CLArray:
     """``a @ b`` for ``a`` (..., M, K) and ``b`` (..., K, N) with broadcast batch axes."""
+    if FOLD_BATCH and len(b.shape) == 2 and len(a.shape) > 2 and tiling is None:
+        flat = a.rows_folded()
+        if flat is not None:
+            out = matmul(rt, flat, b)
+            shape = a.shape[:-1] + (b.shape[-1],)
+            return out.with_layout(shape, contiguous_strides(shape), out.offset)
     key = None
     if tiling is None:  # (a tiling given: the tuner's timed runs, not planned)
         key = (rt, a.dtype, a.shape, a.strides, a.offset, b.dtype, b.shape, b.strides, b.offset, rt.is_cpu,

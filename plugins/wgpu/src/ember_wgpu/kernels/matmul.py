@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ember.views import contiguous_strides
+
 from ..handle import WgpuArray
 from ..runtime import Runtime
 from ..typemap import WType
@@ -387,6 +389,12 @@ class _Plan:
         self.shape = shape
 
 
+#: (..., M, K) @ (K, N) with A's batch axes stepping by whole rows (a linear layer over (batch,
+#: sequence, features)) runs as one (batch * M, K) @ (K, N) GEMM, tiled and tuned for its real size
+#: (``View.rows_folded``); the probe scripts switch it off to compare
+FOLD_BATCH = True
+
+
 def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None) -> WgpuArray:
     """``a @ b`` for (..., M, K) @ (..., K, N) with broadcast batch axes (``config``: force a tiling).
 
@@ -394,6 +402,12 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None
     under its operands' shapes, strides, offsets and dtype; :mod:`..tune` clears the plans when a
     tuned choice changes. Buffers are whole vec4s (the pool's, :meth:`Runtime._create_buffer`), so
     the vec4 checks depend on the key alone."""
+    if FOLD_BATCH and len(b.shape) == 2 and len(a.shape) > 2 and config is None:
+        flat = a.rows_folded()
+        if flat is not None:
+            out = matmul(rt, flat, b)
+            shape = a.shape[:-1] + (b.shape[-1],)
+            return out.with_layout(shape, contiguous_strides(shape), out.offset)
     key = ("matmul", a.dtype, a.shape, a.strides, a.offset, b.shape, b.strides, b.offset, config)
     plan = rt.plans.get(key)
     if plan is None:
