@@ -107,6 +107,37 @@ def test_shared_b_batch_folds_into_rows(rt, monkeypatch, sa, ta, folds):
     assert launches[0][2] == (1 if folds else batch), f"grid {launches[0]} for a batch of {batch}"
 
 
+@pytest.mark.parametrize("layout", ["cc", "tc", "ct"])
+def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, monkeypatch, layout):
+    """On a GPU, a 2-D GEMM whose output is few tiles for the compute units (W3's (512, 3136) @
+    (3136, 128)) runs as a batch of products over K's slices and their sum; a CPU device does not.
+    Operands plain or transposed, against numpy float64, twice (the second from the plan)."""
+    monkeypatch.setattr(rt, "compute_units", 64)
+    grids = []
+    real = rt.launch
+
+    def launch(knl, gsize, lsize, args):
+        grids.append(tuple(gsize))
+        return real(knl, gsize, lsize, args)
+
+    monkeypatch.setattr(rt, "launch", launch)
+    M, K, N = 40, 1024, 30
+    for _ in range(2):
+        a64, b64 = RNG.standard_normal((M, K)), RNG.standard_normal((K, N))
+        a = _up(rt, a64.T.astype(np.float32)).permute((1, 0)) if layout[0] == "t" else _up(rt, a64.astype(np.float32))
+        b = _up(rt, b64.T.astype(np.float32)).permute((1, 0)) if layout[1] == "t" else _up(rt, b64.astype(np.float32))
+        grids.clear()
+        got = rt.download(matmul.matmul(rt, a, b))
+        want = a64.astype(np.float32).astype(np.float64) @ b64.astype(np.float32).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+        slices = matmul._slices(rt, "float32", M, N, K)
+        if rt.is_cpu:
+            assert slices == 0 and all(len(g) < 3 or g[2] == 1 for g in grids), f"launches {grids}"
+        else:
+            assert slices == 8, "2 tiles of 32 x 64 for 64 compute units: 8 slices of 128"
+            assert grids[0][2] == slices and len(grids) >= 2, f"launches {grids}: a batch of slices, then the sum"
+
+
 def test_recorded_tiling_retires_plans(dev, rt, tmp_path, monkeypatch):
     if rt.is_cpu:
         pytest.skip("a CPU device runs the vector kernel, not a tuned tiling")

@@ -21,6 +21,7 @@ from ember.views import collapse, contiguous_strides
 from .array import CLArray
 from .cltypes import NP_OF_C, ctype
 from .gemm_source import LAYOUT_BITS, Tiling, gemm_source, local_bytes, vector_source
+from .reduce import reduce
 from .runtime import Runtime
 
 __all__ = ["matmul", "TILINGS", "fits", "head_start_sources"]
@@ -176,7 +177,7 @@ class _Plan:
 _A, _B, _C = 3, 7, 11  # (the positions of the buffers in a plan's arguments)
 #: matmul plans by (runtime, operand geometry, what the choice of kernel depends on): a step's GEMMs
 #: skip the layout analysis, the tuning lookup and the kernel lookup after their first call
-_PLANS: dict[Any, _Plan] = {}
+_PLANS: dict[Any, _Plan | int] = {}  # (an int: the K slices of a split product, :func:`_split_k`)
 _MAX_PLANS = 2048
 #: bumped when a tuning choice is recorded or forgotten (tune.py): plans made before are not used again
 _TUNING = [0]
@@ -207,7 +208,7 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
                rt.compute_units, not rt.read_backs, GENERIC_AFTER_FIRST_RESULT, _TUNING[0])  # fmt: skip
         plan = _PLANS.get(key)
         if plan is not None:
-            return _run(rt, plan, a, b)
+            return _run(rt, plan, a, b) if type(plan) is _Plan else _split_k(rt, plan, a, b)
     M, K = a.shape[-2:]
     N = b.shape[-1]
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
@@ -220,12 +221,53 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
         zero = rt.upload(np.zeros(1, dtype=a.dtype.numpy), a.dtype)
         copy_into(rt, out, zero.with_layout((), (), 0))
         return out
+    if key is not None and not batch:
+        slices = _slices(rt, a.dtype.name, M, N, K)
+        if slices:
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = slices
+            return _split_k(rt, slices, a, b)
     plan, cacheable = _plan(rt, a, b, tiling, batch)
     if key is not None and cacheable:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         _PLANS[key] = plan
     return _run(rt, plan, a, b)
+
+
+#: split-K (:func:`_slices`): a GPU GEMM whose output makes at most this fraction of the compute units'
+#: worth of tiles is cut along K into slices of at least :data:`SLICE_K`, run as one batch of
+#: products and summed: W3's first linear layer at batch 512, (512, 3136) @ (3136, 128), is 16
+#: tiles of 64 x 64 for 132 compute units otherwise, each 3136 deep
+SPLIT_BELOW = 0.5
+SLICE_K = 128
+
+
+def _slices(rt: Runtime, dt: str, M: int, N: int, K: int) -> int:
+    """How many K slices a 2-D float GEMM runs as (0: unsplit): enough tiles for about two per
+    compute unit, a slice count that divides K, only for untuned sizes (a tuned GEMM is large)."""
+    if rt.is_cpu or dt not in ("float32", "float64") or M * N * K >= AUTOTUNE_FLOPS or K < 2 * SLICE_K:
+        return 0
+    t = _pick(rt, M, N)
+    tiles = -(-M // t.tm) * -(-N // t.tn)
+    if tiles > SPLIT_BELOW * rt.compute_units:
+        return 0
+    for s in range(min(2 * rt.compute_units // tiles, K // SLICE_K), 1, -1):
+        if K % s == 0:
+            return s
+    return 0
+
+
+def _split_k(rt: Runtime, slices: int, a: CLArray, b: CLArray) -> CLArray:
+    """``a @ b`` as ``slices`` products over K's slices, one batched GEMM into (slices, M, N)
+    partials, then their sum (in the operands' float type: as exact as one long K loop, or more)."""
+    (M, K), N = a.shape, b.shape[1]
+    ks = K // slices
+    (a_rs, a_cs), (b_rs, b_cs) = a.strides, b.strides
+    av = a.with_layout((slices, M, ks), (ks * a_cs, a_rs, a_cs), a.offset)
+    bv = b.with_layout((slices, ks, N), (ks * b_rs, b_rs, b_cs), b.offset)
+    return reduce(rt, "sum", matmul(rt, av, bv), (0,), False)
 
 
 def _run(rt: Runtime, plan: _Plan, a: CLArray, b: CLArray) -> CLArray:
