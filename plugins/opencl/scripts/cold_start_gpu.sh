@@ -5,7 +5,8 @@
 # em.randn / em.randint (the user's road, rows ember-inputs-*: --inputs ember), alternated; with 4 build
 # processes; with bytecode (an installed package's import: rows bytecode-*); then the generic GEMM's
 # speed against the specialised kernels (benchmarks.gemm_generic) and W2's step.
-# HEAD_START_RUN=1 adds the head start's cold runs, PROCESSES_RUN=0 drops the build-process rows.
+# HEAD_START_RUN=1 adds the head start's cold runs, PROCESSES_RUN=0 drops the build-process rows,
+# ICD_ONLY_RUN=0 the rows with NVIDIA's ICD alone (no PoCL loaded beside it).
 # From the repository root on the device machine, one call, ~4-5 minutes:
 #   bash plugins/opencl/scripts/cold_start_gpu.sh
 #   BASE_SRC=base-src/plugins/opencl/src bash plugins/opencl/scripts/cold_start_gpu.sh  # also the base
@@ -43,7 +44,7 @@ note "device $dev; host $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); g
 w2() {  # NAME [PYTHONPATH prefix] -- cold_start arguments...
   local name=$1 prefix=$2
   shift 2
-  PYTHONPATH=$prefix$PYTHONPATH timeout 240 $PY -m benchmarks.cold_start --device "$dev" ${SIZE---gpu} "$@" \
+  PYTHONPATH=$prefix$PYTHONPATH timeout 240 $PY -m benchmarks.cold_start --device "${DEV_ONLY:-$dev}" ${SIZE---gpu} "$@" \
     >"$OUT/$name.txt" 2>&1
   note "$name ($*): exit $?"
   grep '"run"' "$OUT/$name.txt" | $PY -c "
@@ -62,6 +63,16 @@ for round in 1 2; do  # numpy's road (W2's inputs made on the host, uploaded) an
   w2 "ember-inputs-$round" "" --runs cold,warm,warm --inputs ember
   [ "${HEAD_START_RUN:-0}" = 1 ] && w2 "head-start-$round" "" --runs cold --head-start
 done
+# what the image's PoCL costs a GPU process: its ICD is beside NVIDIA's above (device numbering), so every
+# open loads PoCL (and its LLVM) too; a machine with NVIDIA's ICD alone does not (rows nvidia-icd-only-*)
+NV_LIB=${NV_LIB:-/usr/local/nvidia/lib64/libnvidia-opencl.so.1}
+if [ "${ICD_ONLY_RUN:-1}" = 1 ] && [ -e "$NV_LIB" ]; then
+  mkdir -p /tmp/ember-ocl-nvidia-only && echo "$NV_LIB" >/tmp/ember-ocl-nvidia-only/nvidia.icd
+  for round in 1 2; do
+    OCL_ICD_VENDORS=/tmp/ember-ocl-nvidia-only DEV_ONLY=opencl:0 w2 "nvidia-icd-only-$round" "" --runs cold,warm,warm
+    w2 "both-icds-$round" "" --runs cold,warm,warm
+  done
+fi
 [ "${PROCESSES_RUN:-1}" = 1 ] && w2 processes-4 "" --runs cold,warm --build-processes 4
 [ "${PROCESSES_RUN:-1}" = 1 ] && w2 processes-4-ember-inputs "" --runs cold,warm --build-processes 4 --inputs ember
 if [ "${BYTECODE_RUN:-1}" = 1 ]; then  # (last: their bytecode stays for every later run)
