@@ -6,7 +6,8 @@
 # processes; with bytecode (an installed package's import: rows bytecode-*); then the generic GEMM's
 # speed against the specialised kernels (benchmarks.gemm_generic) and W2's step.
 # HEAD_START_RUN=1 adds the head start's cold runs, PROCESSES_RUN=0 drops the build-process rows,
-# ICD_ONLY_RUN=0 the rows with NVIDIA's ICD alone (no PoCL loaded beside it).
+# ICD_ONLY_RUN=0 the rows with NVIDIA's ICD alone (no PoCL loaded beside it), THREADS_RUN=0 those with
+# one build thread.
 # From the repository root on the device machine, one call, ~4-5 minutes:
 #   bash plugins/opencl/scripts/cold_start_gpu.sh
 #   BASE_SRC=base-src/plugins/opencl/src bash plugins/opencl/scripts/cold_start_gpu.sh  # also the base
@@ -71,6 +72,14 @@ if [ "${ICD_ONLY_RUN:-1}" = 1 ] && [ -e "$NV_LIB" ]; then
   for round in 1 2; do
     OCL_ICD_VENDORS=/tmp/ember-ocl-nvidia-only DEV_ONLY=opencl:0 w2 "nvidia-icd-only-$round" "" --runs cold,warm,warm
     w2 "both-icds-$round" "" --runs cold,warm,warm
+  done
+fi
+# one build thread: programs load (warm) or build (cold) on it while the host queues the rest of the
+# step, their launches waiting in order until the first read-back (EMBER_OPENCL_BUILD_THREADS=1)
+if [ "${THREADS_RUN:-1}" = 1 ]; then
+  for round in 1 2; do
+    w2 "threads-1-$round" "" --runs cold,warm,warm --build-threads 1
+    w2 "threads-1-ember-inputs-$round" "" --runs cold,warm,warm --build-threads 1 --inputs ember
   done
 fi
 [ "${PROCESSES_RUN:-1}" = 1 ] && w2 processes-4 "" --runs cold,warm --build-processes 4
