@@ -99,7 +99,9 @@ def _open_parts(spec: str) -> dict[str, float]:
     ``Device(spec)`` does next, done first to time it): ``plugins_s`` finding the installed ember
     plugins and importing the backend plugins' registration modules, ``backend_import_s`` the
     backend's modules and its library (pyopencl, ...), on OpenCL ``platforms_s`` listing the
-    platforms and their devices; ``context_s`` is the rest of the opening."""
+    platforms and their devices (what is left of the driver's start-up, which runs on a thread while
+    the backend's modules import: ``ember_opencl.driver_start``; ``EMBER_OPENCL_EARLY_DRIVER=0``: all
+    of it); ``context_s`` is the rest of the opening."""
     from ember.plugins import get_registry
 
     kind = spec.split(":")[0]
