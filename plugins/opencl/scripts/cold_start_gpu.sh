@@ -2,8 +2,10 @@
 # Issue 10 on a GPU's OpenCL: the first W2 result of a new process, cold and twice warm, with the
 # defaults (generic untuned GEMM until the first read-back, no head start), W2's inputs made by numpy on
 # the host and uploaded (the benchmark's road, rows new-*) and made on the device by ember.nn.init and
-# em.randn / em.randint (the user's road, rows ember-inputs-*: --inputs ember), alternated; with 4 build
-# processes; with bytecode (an installed package's import: rows bytecode-*); then the generic GEMM's
+# em.randn / em.randint (the user's road, rows ember-inputs-*: --inputs ember), and with the driver's
+# start-up beside the backend's import turned off (rows early-driver-off-*: EMBER_OPENCL_EARLY_DRIVER=0),
+# alternated; with 4 build processes; with bytecode (an installed package's import: rows bytecode-*),
+# with NVIDIA's ICD alone, with one build thread; then the generic GEMM's
 # speed against the specialised kernels (benchmarks.gemm_generic) and W2's step.
 # HEAD_START_RUN=1 adds the head start's cold runs, PROCESSES_RUN=0 drops the build-process rows,
 # ICD_ONLY_RUN=0 the rows with NVIDIA's ICD alone (no PoCL loaded beside it), THREADS_RUN=0 those with
@@ -60,6 +62,7 @@ for line in sys.stdin:
 
 for round in 1 2; do  # numpy's road (W2's inputs made on the host, uploaded) and ember's (made on the device)
   w2 "new-$round" "" --runs cold,warm,warm
+  EMBER_OPENCL_EARLY_DRIVER=0 w2 "early-driver-off-$round" "" --runs cold,warm,warm  # (driver_start off)
   [ -n "${BASE_SRC:-}" ] && w2 "base-$round" "$PWD/$BASE_SRC:" --runs cold,warm,warm
   w2 "ember-inputs-$round" "" --runs cold,warm,warm --inputs ember
   [ "${HEAD_START_RUN:-0}" = 1 ] && w2 "head-start-$round" "" --runs cold --head-start
