@@ -67,7 +67,8 @@ def start() -> bool:
         path = loader_path()
         if path is None:
             return False
-        _thread = threading.Thread(target=_enumerate, args=(path,), name="ember-opencl-driver-start", daemon=True)
+        # (not a daemon: an exit during the backend's import waits for it rather than cutting the driver off)
+        _thread = threading.Thread(target=_enumerate, args=(path,), name="ember-opencl-driver-start")
         _thread.start()
         return True
 
