@@ -11,11 +11,12 @@ kernel cache and the driver's own caches empty), ``warm`` (both kept from the co
 compute cache), and on request ``cold-ember`` (ember's cache emptied, the driver's kept: with
 ``--model-build-s``, builds cost about the modelled time). Each child prints one JSON line:
 seconds for ``import ember``, opening the device (``open_s``, and its parts: see
-``_open_parts``), making W2's inputs (``inputs_s``: numpy's random arrays and their upload), the first
-step (to the loss on the host), the second step, and the program cache's counters after the
-first step (``builds``, ``disk_loads``, ``build_s``, ``binary_s``, ``load_s``; seconds summed
-over the build threads). ``numpy_inputs_s`` is numpy making the inputs alone (timed again after
-the steps), so ``first_result_s - numpy_inputs_s`` is what ember itself took. The first-step
+``_open_parts``), making W2's inputs (``inputs_s``: numpy's random arrays and their upload; with
+``--inputs ember``, ember's own on the device), the first step (to the loss on the host), the
+second step, and the program cache's counters after the first step (``builds``, ``disk_loads``,
+``build_s``, ``binary_s``, ``load_s``; seconds summed over the build threads). ``numpy_inputs_s``
+is numpy making the inputs alone (timed again after the steps, whichever road ran), so with numpy's
+road ``first_result_s - numpy_inputs_s`` is what ember itself took. The first-step
 clock starts when this module starts, after ``benchmarks/__init__`` imported numpy and the
 workloads; two figures count from the process's birth: ``spawn_to_first_result_s`` (wall, from just before the parent
 started the child: interpreter start-up and numpy included) and ``first_result_cpu_s`` (the CPU
@@ -31,6 +32,10 @@ GPU's set of programs (19 for W2) on PoCL.
 ``--no-warm-up`` sets ``ember_opencl.runtime.WARM_UP = False`` (no compiler warm-up at device open);
 ``--head-start`` / ``--no-head-start`` set ``runtime.HEAD_START`` (the warm-up builds the generic
 float32 GEMMs, or a one-line program: the default, as the head start was slower on an H100).
+``--inputs ember`` makes W2's inputs the user's way instead, on the device (``ember.nn.init`` for the
+parameters, ``em.randn`` / ``em.randint`` for the batch: :func:`ember_inputs`), so ``inputs_s`` is
+that road's time (its random programs built or loaded included); ``numpy_inputs_s`` is still timed
+after the steps, and every JSON line says which road it took (``"inputs"``).
 ``--build-processes N`` sets ``EMBER_OPENCL_BUILD_PROCESSES`` (worker processes compiling programs).
 ``--bytecode`` compiles ember's, the plugins' and pyopencl's modules to bytecode first, as ``pip
 install`` does, and runs the children without ``PYTHONDONTWRITEBYTECODE`` (the bytecode stays:
@@ -94,7 +99,9 @@ def _open_parts(spec: str) -> dict[str, float]:
     ``Device(spec)`` does next, done first to time it): ``plugins_s`` finding the installed ember
     plugins and importing the backend plugins' registration modules, ``backend_import_s`` the
     backend's modules and its library (pyopencl, ...), on OpenCL ``platforms_s`` listing the
-    platforms and their devices; ``context_s`` is the rest of the opening."""
+    platforms and their devices (what is left of the driver's start-up, which runs on a thread while
+    the backend's modules import: ``ember_opencl.driver_start``; ``EMBER_OPENCL_EARLY_DRIVER=0``: all
+    of it); ``context_s`` is the rest of the opening."""
     from ember.plugins import get_registry
 
     kind = spec.split(":")[0]
@@ -125,6 +132,52 @@ def _as_gpu(dev: Any) -> None:
     rt._warm_up()
 
 
+def ember_inputs(device: Any, size: dict[str, int]) -> tuple[Any, Any, dict[str, Any]]:
+    """W2's batch, labels and parameters made the user's way, on ``device``: the parameters by
+    ``ember.nn.init`` as ``nn.Linear`` makes its own (uniform on +-1/sqrt(fan_in), weights and biases),
+    the batch by ``em.randn`` and the labels by ``em.randint`` (nothing made on the host, nothing
+    uploaded; ``import ember.nn`` is part of it). Other values than the numpy road's, so another loss."""
+    import ember as em
+    from benchmarks import w2_mlp
+    from benchmarks.harness import SEED
+    from ember.nn import init
+
+    dev = device.autodiff()
+    stream = em.random.key(SEED)  # one stream of its own: the same inputs in every run
+    n, h = size["batch"], size["hidden"]
+    x = em.randn((n, w2_mlp.IN_FEATURES), device=dev, key=stream)
+    y = em.randint(0, w2_mlp.CLASSES, (n,), device=dev, key=stream)
+    params = {}
+    for i, (fan_in, fan_out) in enumerate(((w2_mlp.IN_FEATURES, h), (h, h), (h, w2_mlp.CLASSES)), start=1):
+        bound = fan_in**-0.5
+        for name, shape in ((f"w{i}", (fan_in, fan_out)), (f"b{i}", (fan_out,))):
+            params[name] = init.uniform_(em.empty(shape, device=dev), -bound, bound, key=stream).requires_grad_()
+    return x, y, params
+
+
+def w2_case(device: Any, x: Any, y: Any, params: dict[str, Any]) -> Any:
+    """W2's training step (as :func:`benchmarks.w2_mlp.ember` runs it) over tensors already on
+    ``device`` (benchmarks/tests/test_cold_start.py checks its loss against numpy's step)."""
+    import ember as em
+    from benchmarks import w2_mlp
+    from benchmarks.harness import Case
+
+    def step() -> Any:
+        p = params
+        for t in p.values():
+            t.grad = None
+        hidden = em.relu(x @ p["w1"] + p["b1"])
+        hidden = em.relu(hidden @ p["w2"] + p["b2"])
+        loss = em.cross_entropy(hidden @ p["w3"] + p["b3"], y)
+        loss.backward()
+        with em.no_grad():
+            for t in p.values():
+                t.copy_(t - w2_mlp.LR * t.grad)
+        return loss
+
+    return Case(step, device.synchronize, lambda: {})
+
+
 def _bytecode_misses() -> int:
     """How many imported modules of ember, its plugins, pyopencl and pytools have no cached bytecode."""
     import importlib.util
@@ -147,8 +200,10 @@ def child(
     as_gpu: bool = False,
     warm_up: bool = True,
     head_start: bool | None = None,
+    inputs: str = "numpy",
 ) -> None:
-    """One new process: import, open the device, two W2 steps; prints one JSON line."""
+    """One new process: import, open the device, W2's inputs (``inputs``: "numpy", made on the host
+    and uploaded, or "ember", made on the device: :func:`ember_inputs`), two W2 steps; prints one JSON line."""
     import ember as em
 
     _family_after(family_after)
@@ -170,7 +225,10 @@ def child(
     opening["context_s"] = t_open - t_import - sum(opening.values())
     from benchmarks import w2_mlp
 
-    case = w2_mlp.ember(dev, SIZES[size])
+    if inputs == "ember":
+        case = w2_case(dev, *ember_inputs(dev, SIZES[size]))
+    else:
+        case = w2_mlp.ember(dev, SIZES[size])
     dev.synchronize()
     t_inputs = time.perf_counter()
     loss = case.step()
@@ -199,7 +257,7 @@ def child(
     }
     out = {k: round(v, 3) for k, v in {**out, **opening}.items()}
     counts = {"modules": modules, "no_bytecode": _bytecode_misses()}
-    print(json.dumps({**out, "loss": value, **counts, **first_stats}), flush=True)
+    print(json.dumps({"inputs": inputs, **out, "loss": value, **counts, **first_stats}), flush=True)
 
 
 def probe(spec: str) -> None:
@@ -267,6 +325,9 @@ def main() -> None:
     ap.add_argument("--head-start", action="store_true", help="ember_opencl.runtime.HEAD_START = True (see above)")
     ap.add_argument("--no-head-start", action="store_true", help="ember_opencl.runtime.HEAD_START = False (see above)")
     ap.add_argument("--as-gpu", action="store_true", help="a CPU device takes a GPU's paths (see above)")
+    ap.add_argument(
+        "--inputs", choices=("numpy", "ember"), default="numpy", help="how W2's inputs are made (see above)"
+    )
     ap.add_argument("--probe", action="store_true", help="time builds by program size and in threads instead")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -277,7 +338,7 @@ def main() -> None:
     if args.child:
         child(
             args.device, size, args.family_after, args.model_build_s, args.as_gpu, not args.no_warm_up,
-            True if args.head_start else (False if args.no_head_start else None),
+            True if args.head_start else (False if args.no_head_start else None), args.inputs,
         )  # fmt: skip
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -308,6 +369,7 @@ def main() -> None:
             cmd += ["--no-warm-up"] if args.no_warm_up else []
             cmd += ["--head-start"] if args.head_start else []
             cmd += ["--no-head-start"] if args.no_head_start else []
+            cmd += ["--inputs", args.inputs]
             env["EMBER_COLD_START_SPAWNED"] = repr(time.time())
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
             if done.returncode:

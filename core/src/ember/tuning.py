@@ -12,19 +12,21 @@ checked against numpy on an odd shape before it is timed, so a miscompiled one i
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from .dtypes import as_dtype
 from .kernel_cache import KernelCache
+
+if TYPE_CHECKING:  # the tuner's CLI only (main, parse_shape): argparse stays off a device's opening
+    import argparse
 
 __all__ = [
     "GemmTuner", "TuningNotice", "TileConfig", "shape_class", "parse_shape", "autotune_enabled", "AUTOTUNE_FLOPS",
@@ -85,6 +87,8 @@ def _autotune_budget() -> float:
 
 def parse_shape(text: str) -> tuple[int, int, int]:
     """``"N"`` or ``"MxNxK"`` as (M, N, K), for the ``--shape`` option of a tuner's CLI."""
+    import argparse  # noqa: PLC0415  (the CLI's option parser only)
+
     parts = [int(p) for p in text.lower().replace("x", " ").split()]
     if len(parts) == 1:
         parts *= 3
@@ -314,6 +318,8 @@ class GemmTuner(Generic[R, C]):
 
     def main(self, argv: list[str] | None = None) -> int:
         """The tuner's CLI: tune GEMM on one device for the given shapes and cache the choices."""
+        import argparse  # noqa: PLC0415  (the CLI only)
+
         prog = f"python -m ember_{self.backend}.tune"
         ap = argparse.ArgumentParser(
             prog=prog, description=f"``{prog}``: tune GEMM on one {self.device_kind} and cache the choices."

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Issue 10 on a GPU's OpenCL (helper oclwarm's changes): the first W2 result of a new process, cold
-# and warm, with the defaults (generic untuned GEMM until the first read-back, no head start), with the
-# head start, with 4 and 8 build processes, with bytecode (an installed package's import); then the
-# generic GEMM's speed against the specialised kernels (benchmarks.gemm_generic) and W2's step.
-# From the repository root on the device machine, one call, ~3-4 minutes:
+# Issue 10 on a GPU's OpenCL: the first W2 result of a new process, cold and twice warm, with the
+# defaults (generic untuned GEMM until the first read-back, no head start), W2's inputs made by numpy on
+# the host and uploaded (the benchmark's road, rows new-*) and made on the device by ember.nn.init and
+# em.randn / em.randint (the user's road, rows ember-inputs-*: --inputs ember), and with the driver's
+# start-up beside the backend's import turned off (rows early-driver-off-*: EMBER_OPENCL_EARLY_DRIVER=0),
+# alternated; with 4 build processes; with bytecode (an installed package's import: rows bytecode-*),
+# with NVIDIA's ICD alone, with one build thread; then the generic GEMM's
+# speed against the specialised kernels (benchmarks.gemm_generic) and W2's step.
+# HEAD_START_RUN=1 adds the head start's cold runs, PROCESSES_RUN=0 drops the build-process rows,
+# ICD_ONLY_RUN=0 the rows with NVIDIA's ICD alone (no PoCL loaded beside it), THREADS_RUN=0 those with
+# one build thread.
+# From the repository root on the device machine, one call, ~4-5 minutes:
 #   bash plugins/opencl/scripts/cold_start_gpu.sh
 #   BASE_SRC=base-src/plugins/opencl/src bash plugins/opencl/scripts/cold_start_gpu.sh  # also the base
 # BASE_SRC: a folder holding another ember_opencl (e.g. made before the call with
@@ -40,26 +47,52 @@ note "device $dev; host $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); g
 w2() {  # NAME [PYTHONPATH prefix] -- cold_start arguments...
   local name=$1 prefix=$2
   shift 2
-  PYTHONPATH=$prefix$PYTHONPATH timeout 240 $PY -m benchmarks.cold_start --device "$dev" ${SIZE---gpu} "$@" \
+  PYTHONPATH=$prefix$PYTHONPATH timeout 240 $PY -m benchmarks.cold_start --device "${DEV_ONLY:-$dev}" ${SIZE---gpu} "$@" \
     >"$OUT/$name.txt" 2>&1
   note "$name ($*): exit $?"
   grep '"run"' "$OUT/$name.txt" | $PY -c "
 import json, sys
-keys = ['first_result_s', 'spawn_to_first_result_s', 'import_s', 'open_s', 'inputs_s', 'numpy_inputs_s',
-        'first_step_s', 'builds', 'disk_loads', 'build_s', 'load_s', 'warm_up_s', 'process_builds', 'loss']
+keys = ['inputs', 'first_result_s', 'spawn_to_first_result_s', 'import_s', 'open_s', 'plugins_s', 'backend_import_s',
+        'platforms_s', 'context_s', 'inputs_s', 'numpy_inputs_s', 'first_step_s', 'second_step_s', 'builds',
+        'disk_loads', 'build_s', 'load_s', 'warm_up_s', 'process_builds', 'no_bytecode', 'loss']
 for line in sys.stdin:
     d = json.loads(line)
     print('  ', d['run'], ' '.join(f'{k}={d[k]}' for k in keys if k in d))" | tee -a "$OUT/summary.txt"
 }
 
-for round in 1 2; do
-  w2 "new-$round" "" --runs cold,warm
-  [ -n "${BASE_SRC:-}" ] && w2 "base-$round" "$PWD/$BASE_SRC:" --runs cold,warm
-  w2 "head-start-$round" "" --runs cold --head-start
+for round in 1 2; do  # numpy's road (W2's inputs made on the host, uploaded) and ember's (made on the device)
+  w2 "new-$round" "" --runs cold,warm,warm
+  EMBER_OPENCL_EARLY_DRIVER=0 w2 "early-driver-off-$round" "" --runs cold,warm,warm  # (driver_start off)
+  [ -n "${BASE_SRC:-}" ] && w2 "base-$round" "$PWD/$BASE_SRC:" --runs cold,warm,warm
+  w2 "ember-inputs-$round" "" --runs cold,warm,warm --inputs ember
+  [ "${HEAD_START_RUN:-0}" = 1 ] && w2 "head-start-$round" "" --runs cold --head-start
 done
-w2 processes-4 "" --runs cold,warm --build-processes 4
-w2 processes-8 "" --runs cold --build-processes 8
-[ "${BYTECODE_RUN:-1}" = 1 ] && w2 bytecode "" --runs cold,warm --bytecode  # (last: its bytecode stays)
+# what the image's PoCL costs a GPU process: its ICD is beside NVIDIA's above (device numbering), so every
+# open loads PoCL (and its LLVM) too; a machine with NVIDIA's ICD alone does not (rows nvidia-icd-only-*)
+NV_LIB=${NV_LIB:-/usr/local/nvidia/lib64/libnvidia-opencl.so.1}
+if [ "${ICD_ONLY_RUN:-1}" = 1 ] && [ -e "$NV_LIB" ]; then
+  mkdir -p /tmp/ember-ocl-nvidia-only && echo "$NV_LIB" >/tmp/ember-ocl-nvidia-only/nvidia.icd
+  for round in 1 2; do
+    OCL_ICD_VENDORS=/tmp/ember-ocl-nvidia-only DEV_ONLY=opencl:0 w2 "nvidia-icd-only-$round" "" --runs cold,warm,warm
+    w2 "both-icds-$round" "" --runs cold,warm,warm
+  done
+fi
+# one build thread: programs load (warm) or build (cold) on it while the host queues the rest of the
+# step, their launches waiting in order until the first read-back (EMBER_OPENCL_BUILD_THREADS=1)
+if [ "${THREADS_RUN:-1}" = 1 ]; then
+  for round in 1 2; do
+    w2 "threads-1-$round" "" --runs cold,warm,warm --build-threads 1
+    w2 "threads-1-ember-inputs-$round" "" --runs cold,warm,warm --build-threads 1 --inputs ember
+  done
+fi
+[ "${PROCESSES_RUN:-1}" = 1 ] && w2 processes-4 "" --runs cold,warm --build-processes 4
+[ "${PROCESSES_RUN:-1}" = 1 ] && w2 processes-4-ember-inputs "" --runs cold,warm --build-processes 4 --inputs ember
+if [ "${BYTECODE_RUN:-1}" = 1 ]; then  # (last: their bytecode stays for every later run)
+  for round in 1 2; do
+    w2 "bytecode-$round" "" --runs cold,warm,warm --bytecode
+    w2 "bytecode-ember-inputs-$round" "" --runs cold,warm,warm --bytecode --inputs ember
+  done
+fi
 
 timeout 240 $PY -m benchmarks.gemm_generic --device "$dev" --size "${GEMM_SIZE:-4096}" >"$OUT/gemm-generic.txt" 2>&1
 note "gemm_generic (specialised vs generic kernel, W2's GEMMs at ${GEMM_SIZE:-4096}): exit $?"

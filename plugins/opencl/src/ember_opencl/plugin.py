@@ -1,7 +1,8 @@
 """Entry-point module of ember-opencl: registers the ``opencl`` backend.
 
 Importing this module is cheap: pyopencl is imported by the loader, the first time an
-OpenCL device is used.
+OpenCL device is used; the driver then starts on a thread while the backend's modules import
+(:mod:`.driver_start`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ from ember.plugins import BackendSpec
 
 
 def _load() -> type:
+    import pyopencl  # noqa: F401  (first: the driver's start-up calls the ICD loader pyopencl loads)
+
+    from . import driver_start
+
+    driver_start.start()
     from .backend import OpenCLBackend
 
     return OpenCLBackend

@@ -37,6 +37,7 @@ from .array import CLArray
 from .build_worker import BuildProcesses
 from .cache import ProgramCache
 from .cltypes import ctype
+from .driver_start import wait as _driver_started
 from .errors import DeviceMemoryError, KernelBuildError, driver_errors, no_platform_error, translate
 from .release import Releaser, release_mode
 
@@ -153,6 +154,7 @@ GROUPS_PER_CU = 128
 @functools.lru_cache(maxsize=1)
 def device_list() -> tuple[tuple[Any, Any], ...]:
     """Every (platform, device) pair in ember's stable order; raises if there is no platform."""
+    _driver_started()  # (the loader is not to be started from two threads at once)
     try:
         platforms = cl.get_platforms()
     except Exception as exc:  # PLATFORM_NOT_FOUND_KHR from the ICD loader
