@@ -72,6 +72,48 @@ def test_shared_b_batch_folds_into_rows(rt, monkeypatch, shape, axes, folds):
     assert groups[2] == (1 if folds else batch), f"grid {groups} for a batch of {batch}"
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+@pytest.mark.parametrize("layout", ["cc", "tc", "ct"])
+def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, monkeypatch, gpu, layout):
+    """On a GPU adapter, a 2-D GEMM of few output tiles and a deep K (W3's (512, 3136) @ (3136, 128))
+    runs as a batch of products over K's slices and their sum; on a CPU adapter it does not.
+    Operands plain or transposed, against numpy float64, twice (the second from the plan)."""
+    monkeypatch.setattr(matmul, "_on_gpu", lambda rt: gpu)
+    monkeypatch.setattr(rt, "plans", {})  # (this test's plans are its own: the geometry splits or not)
+    grids = []
+    real = rt.dispatch
+
+    def dispatch(pipe, params, buffers, groups, name=""):
+        grids.append((name, tuple(groups)))
+        return real(pipe, params, buffers, groups, name)
+
+    monkeypatch.setattr(rt, "dispatch", dispatch)
+    m, k, n = 40, 1024, 30
+    for _ in range(2):
+        a32, b32 = RNG.standard_normal((m, k)).astype(np.float32), RNG.standard_normal((k, n)).astype(np.float32)
+        A = (
+            rt.upload(np.ascontiguousarray(a32.T), D.float32).permute((1, 0))
+            if layout[0] == "t"
+            else rt.upload(a32, D.float32)
+        )
+        B = (
+            rt.upload(np.ascontiguousarray(b32.T), D.float32).permute((1, 0))
+            if layout[1] == "t"
+            else rt.upload(b32, D.float32)
+        )
+        grids.clear()
+        got = rt.read([matmul.matmul(rt, A, B)])[0]
+        np.testing.assert_allclose(got, a32.astype(np.float64) @ b32.astype(np.float64), rtol=1e-4, atol=1e-3)
+        products = [g for name, g in grids if name == "matmul"]
+        assert len(products) == 1
+        slices = matmul._slices(rt, A, B, None)
+        if gpu:
+            assert slices == 8, "1 tile of 64 x 64: 1024 deep makes 8 slices of 128"
+            assert products[0][2] == slices and len(grids) >= 2, f"dispatches {grids}: a batch of slices, then the sum"
+        else:
+            assert slices == 0 and products[0][2] == 1
+
+
 def test_a_new_tuned_choice_drops_the_plans(rt, tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     tune.forget(rt)

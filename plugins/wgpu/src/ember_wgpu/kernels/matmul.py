@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ember.dtypes import float32
+from ember.tuning import AUTOTUNE_FLOPS
 from ember.views import contiguous_strides
 
 from ..handle import WgpuArray
@@ -23,6 +25,7 @@ from ..runtime import Runtime
 from ..typemap import WType
 from . import elementwise as ew
 from .common import ParamBlock, ceil_div, compile_kernel, header, prod
+from .reduce import reduce
 
 __all__ = ["matmul", "CONFIGS", "Config", "Gather", "fits", "choose", "tiled"]
 
@@ -420,10 +423,56 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None
             return ew.fill(rt, shape, 0, a.dtype)
         if len(rt.plans) >= ew.MAX_PLANS:
             rt.plans.clear()
-        plan = rt.plans[key] = _plan(rt, a, b, config)
+        slices = _slices(rt, a, b, config)
+        plan = rt.plans[key] = slices or _plan(rt, a, b, config)
+    if type(plan) is int:
+        return _split_k(rt, plan, a, b)
     out = rt.empty(plan.shape, a.dtype)
     rt.dispatch(plan.pipe, plan.params, [a.storage.raw, b.storage.raw, out.storage.raw], plan.groups, "matmul")
     return out
+
+
+#: split-K (:func:`_slices`): a 2-D GEMM on a GPU adapter whose output makes at most this many
+#: tiles is cut along K into slices of at least :data:`SLICE_K`, aiming at :data:`SPLIT_TILES` tiles
+#: in all, run as one batch of products and summed: W3's (512, 3136) @ (3136, 128) is 16 tiles of
+#: 64 x 64 otherwise, each 3136 deep (the adapter does not say how many compute units it has)
+SPLIT_BELOW, SPLIT_TILES, SLICE_K = 64, 256, 128
+
+
+def _slices(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None) -> int:
+    """How many K slices ``a @ b`` runs as (0: unsplit): 2-D float32 products of untuned size with
+    few tiles on a GPU adapter, a slice count that divides K."""
+    if config is not None or len(a.shape) != 2 or len(b.shape) != 2 or a.dtype is not float32:
+        return 0
+    (m, k), n = a.shape, b.shape[1]
+    if m * n * k >= AUTOTUNE_FLOPS or k < 2 * SLICE_K:
+        return 0
+    if not _on_gpu(rt):
+        return 0
+    cfg = _pick(rt, m, n)
+    tiles = ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn)
+    if tiles > SPLIT_BELOW:
+        return 0
+    for s in range(min(SPLIT_TILES // tiles, k // SLICE_K), 1, -1):
+        if k % s == 0:
+            return s
+    return 0
+
+
+def _on_gpu(rt: Runtime) -> bool:
+    """Whether ``rt``'s adapter is a GPU (not a CPU one such as lavapipe, whose threads a few tiles fill)."""
+    return str(rt.adapter.info.get("adapter_type", "")).lower() != "cpu"
+
+
+def _split_k(rt: Runtime, slices: int, a: WgpuArray, b: WgpuArray) -> WgpuArray:
+    """``a @ b`` as ``slices`` products over K's slices (one batched GEMM into (slices, M, N)
+    partials), then their sum."""
+    (m, k), n = a.shape, b.shape[1]
+    ks = k // slices
+    (a_rs, a_cs), (b_rs, b_cs) = a.strides, b.strides
+    av = a.with_layout((slices, m, ks), (ks * a_cs, a_rs, a_cs), a.offset)
+    bv = b.with_layout((slices, ks, n), (ks * b_rs, b_rs, b_cs), b.offset)
+    return reduce(rt, matmul(rt, av, bv), "sum", (0,), False)
 
 
 def _plan(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None) -> _Plan:
