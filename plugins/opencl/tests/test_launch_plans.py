@@ -138,6 +138,27 @@ def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, monkeypatch, layout):
             assert grids[0][2] == slices and len(grids) >= 2, f"launches {grids}: a batch of slices, then the sum"
 
 
+def test_an_operand_repeating_one_element_is_copied_dense(rt, monkeypatch):
+    """A matrix axis of stride 0 (``sum()``'s gradient: ones expanded) is made dense before a GPU's
+    tiled GEMM (a copy launch first); the product against numpy float64 either way."""
+    ones = _up(rt, np.ones(1, np.float32)).with_layout((3, 40, 50), (0, 0, 0), 0)
+    w32 = RNG.standard_normal((50, 30)).astype(np.float32)
+    w = _up(rt, w32)
+    assert matmul._repeats(ones) and not matmul._repeats(w)
+    names = []
+    real = rt.launch
+
+    def launch(knl, gsize, lsize, args):
+        names.append(knl.function_name)
+        return real(knl, gsize, lsize, args)
+
+    monkeypatch.setattr(rt, "launch", launch)
+    got = rt.download(matmul.matmul(rt, ones, w))
+    gemm = [i for i, n in enumerate(names) if "matmul" in n]
+    assert len(gemm) == 1 and gemm[0] == (0 if rt.is_cpu else 1), f"launches {names}"
+    np.testing.assert_allclose(got, np.broadcast_to(w32.astype(np.float64).sum(0), (3, 40, 30)), rtol=1e-4, atol=1e-4)
+
+
 def test_recorded_tiling_retires_plans(dev, rt, tmp_path, monkeypatch):
     if rt.is_cpu:
         pytest.skip("a CPU device runs the vector kernel, not a tuned tiling")

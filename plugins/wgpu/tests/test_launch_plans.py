@@ -114,6 +114,26 @@ def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, monkeypatch, gpu, layout)
             assert slices == 0 and products[0][2] == 1
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_an_operand_repeating_one_element_is_copied_dense(rt, monkeypatch, gpu):
+    """A matrix axis of stride 0 (``sum()``'s gradient: ones expanded) is made dense before a GPU
+    adapter's GEMM (a copy dispatch first); the product against numpy float64 either way."""
+    monkeypatch.setattr(matmul, "_on_gpu", lambda rt: gpu)
+    names = []
+    real = rt.dispatch
+
+    def dispatch(pipe, params, buffers, groups, name=""):
+        names.append(name)
+        return real(pipe, params, buffers, groups, name)
+
+    monkeypatch.setattr(rt, "dispatch", dispatch)
+    ones = rt.upload(np.ones(4, np.float32), D.float32).with_layout((3, 40, 50), (0, 0, 0), 0)
+    w32 = RNG.standard_normal((50, 30)).astype(np.float32)
+    got = rt.read([matmul.matmul(rt, ones, rt.upload(w32, D.float32))])[0]
+    np.testing.assert_allclose(got, np.broadcast_to(w32.astype(np.float64).sum(0), (3, 40, 30)), rtol=1e-4, atol=1e-4)
+    assert names.index("matmul") == (1 if gpu else 0), f"dispatches {names}"
+
+
 def test_a_new_tuned_choice_drops_the_plans(rt, tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     tune.forget(rt)

@@ -20,6 +20,7 @@ from ember.views import collapse, contiguous_strides
 
 from .array import CLArray
 from .cltypes import NP_OF_C, ctype
+from .elementwise import contiguous, copy_into
 from .gemm_source import LAYOUT_BITS, Tiling, gemm_source, local_bytes, vector_source
 from .reduce import reduce
 from .runtime import Runtime
@@ -194,8 +195,20 @@ def tuning_changed() -> None:
 FOLD_BATCH = True
 
 
+def _repeats(x: CLArray) -> bool:
+    """Whether a matrix axis of ``x`` repeats one element (stride 0 over more than one: an expanded
+    gradient such as ``sum()``'s ones): the tiled kernel's vector loads need a unit stride, and
+    such an operand ran at a fifth of the GEMM's speed on an H100 (W4's ``ones @ W``), so it is
+    copied dense first (as PyTorch does)."""
+    (r, c), (sr, sc) = x.shape[-2:], x.strides[-2:]
+    return (sr == 0 and r > 1) or (sc == 0 and c > 1)
+
+
 def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) -> CLArray:
     """``a @ b`` for ``a`` (..., M, K) and ``b`` (..., K, N) with broadcast batch axes."""
+    if tiling is None and not rt.is_cpu and (_repeats(a) or _repeats(b)):
+        a = contiguous(rt, a) if _repeats(a) else a
+        b = contiguous(rt, b) if _repeats(b) else b
     if FOLD_BATCH and len(b.shape) == 2 and len(a.shape) > 2 and tiling is None:
         flat = a.rows_folded()
         if flat is not None:
@@ -215,8 +228,6 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     if not numel(batch + (M, N)):
         return rt.empty(batch + (M, N), a.dtype)
     if K == 0:
-        from .elementwise import copy_into  # noqa: PLC0415
-
         out = rt.empty(batch + (M, N), a.dtype)
         zero = rt.upload(np.zeros(1, dtype=a.dtype.numpy), a.dtype)
         copy_into(rt, out, zero.with_layout((), (), 0))
@@ -273,8 +284,6 @@ def _split_k(rt: Runtime, slices: int, a: CLArray, b: CLArray) -> CLArray:
 def _run(rt: Runtime, plan: _Plan, a: CLArray, b: CLArray) -> CLArray:
     out = rt.empty(plan.shape, a.dtype)
     if plan.copy_b:
-        from .elementwise import contiguous  # noqa: PLC0415
-
         b = contiguous(rt, b)
     args = plan.args.copy()
     args[_A], args[_B], args[_C] = a.block.raw, b.block.raw, out.block.raw  # (non-empty: blocks)

@@ -405,6 +405,9 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None
     under its operands' shapes, strides, offsets and dtype; :mod:`..tune` clears the plans when a
     tuned choice changes. Buffers are whole vec4s (the pool's, :meth:`Runtime._create_buffer`), so
     the vec4 checks depend on the key alone."""
+    if config is None and (_repeats(a) or _repeats(b)) and _on_gpu(rt):
+        a = ew.contiguous(rt, a) if _repeats(a) else a
+        b = ew.contiguous(rt, b) if _repeats(b) else b
     if FOLD_BATCH and len(b.shape) == 2 and len(a.shape) > 2 and config is None:
         flat = a.rows_folded()
         if flat is not None:
@@ -457,6 +460,14 @@ def _slices(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None) -> i
         if k % s == 0:
             return s
     return 0
+
+
+def _repeats(x: WgpuArray) -> bool:
+    """Whether a matrix axis of ``x`` repeats one element (stride 0 over more than one: an expanded
+    gradient such as ``sum()``'s ones): copied dense before a GPU's GEMM, whose vec4 loads need a
+    unit stride (on the H100's OpenCL such an operand ran at a fifth of the GEMM's speed)."""
+    (r, c), (sr, sc) = x.shape[-2:], x.strides[-2:]
+    return (sr == 0 and r > 1) or (sc == 0 and c > 1)
 
 
 def _on_gpu(rt: Runtime) -> bool:
