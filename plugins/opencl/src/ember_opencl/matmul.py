@@ -197,9 +197,9 @@ FOLD_BATCH = True
 
 def _repeats(x: CLArray) -> bool:
     """Whether a matrix axis of ``x`` repeats one element (stride 0 over more than one: an expanded
-    gradient such as ``sum()``'s ones): the tiled kernel's vector loads need a unit stride, and
-    such an operand ran at a fifth of the GEMM's speed on an H100 (W4's ``ones @ W``), so it is
-    copied dense first (as PyTorch does)."""
+    gradient such as ``sum()``'s ones): the tiled kernel's vector loads need a unit stride, so it
+    is copied dense first, as PyTorch does (on an H100, W4's two such 137-GFLOP products went from
+    3.72 and 3.47 ms to 3.25 and 3.10 ms with the copy)."""
     (r, c), (sr, sc) = x.shape[-2:], x.strides[-2:]
     return (sr == 0 and r > 1) or (sc == 0 and c > 1)
 
