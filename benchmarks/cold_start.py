@@ -156,25 +156,12 @@ def ember_inputs(device: Any, size: dict[str, int]) -> tuple[Any, Any, dict[str,
 
 
 def w2_case(device: Any, x: Any, y: Any, params: dict[str, Any]) -> Any:
-    """W2's training step (as :func:`benchmarks.w2_mlp.ember` runs it) over tensors already on
-    ``device`` (benchmarks/tests/test_cold_start.py checks its loss against numpy's step)."""
-    import ember as em
+    """W2's training step (:func:`benchmarks.w2_mlp.ember_step`) over tensors already on ``device``
+    (benchmarks/tests/test_cold_start.py checks its loss against numpy's step)."""
     from benchmarks import w2_mlp
     from benchmarks.harness import Case
 
-    def step() -> Any:
-        p = params
-        for t in p.values():
-            t.grad = None
-        hidden = em.relu(x @ p["w1"] + p["b1"])
-        hidden = em.relu(hidden @ p["w2"] + p["b2"])
-        loss = em.cross_entropy(hidden @ p["w3"] + p["b3"], y)
-        loss.backward()
-        with em.no_grad():
-            for t in p.values():
-                t.copy_(t - w2_mlp.LR * t.grad)
-        return loss
-
+    step = w2_mlp.ember_step(x, y, params)
     return Case(step, device.synchronize, lambda: {})
 
 

@@ -51,15 +51,10 @@ def inputs(size: dict[str, int]) -> tuple[np.ndarray, np.ndarray, dict[str, np.n
     return x, y, params
 
 
-def ember(device: Any, size: dict[str, int]) -> Case:
+def ember_step(x: Any, y: Any, params: dict[str, Any], last: dict[str, Any] | None = None) -> Any:
+    """W2's training step over ember tensors already on a device (``params`` require grad): the
+    step of :func:`ember` and of ``benchmarks.cold_start``'s ember-made inputs; ``last`` keeps the loss."""
     import ember as em
-
-    dev = device.autodiff()
-    x_np, y_np, p_np = inputs(size)
-    x = em.tensor(x_np, device=dev)
-    y = em.tensor(y_np, device=dev)
-    params = {k: em.tensor(v, device=dev).requires_grad_() for k, v in p_np.items()}
-    last: dict[str, Any] = {}
 
     def step() -> Any:
         p = params
@@ -72,8 +67,23 @@ def ember(device: Any, size: dict[str, int]) -> Case:
         with em.no_grad():
             for t in p.values():
                 t.copy_(t - LR * t.grad)
-        last["loss"] = loss
+        if last is not None:
+            last["loss"] = loss
         return loss
+
+    return step
+
+
+def ember(device: Any, size: dict[str, int]) -> Case:
+    import ember as em
+
+    dev = device.autodiff()
+    x_np, y_np, p_np = inputs(size)
+    x = em.tensor(x_np, device=dev)
+    y = em.tensor(y_np, device=dev)
+    params = {k: em.tensor(v, device=dev).requires_grad_() for k, v in p_np.items()}
+    last: dict[str, Any] = {}
+    step = ember_step(x, y, params, last)
 
     def result() -> dict[str, np.ndarray]:
         out = {"loss": last["loss"].numpy()}
