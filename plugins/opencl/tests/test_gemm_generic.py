@@ -96,12 +96,16 @@ def test_a_given_tiling_stays_specialised(rt):
 
 
 def test_batched_and_broadcast_layouts_share_the_program(rt):
-    """A batch of left operands times one right operand (stride 0 over the batch), and batches
-    of transposed operands: the same generic program as the 2-D GEMMs of the tiling."""
+    """A batch of transposed left operands times one right operand (stride 0 over the batch), and
+    batches of transposed operands: one generic batched program. (A batch of row-major left
+    operands times one right operand folds into a 2-D GEMM instead: ``View.rows_folded``.)"""
     rng = np.random.default_rng(8)
-    a, b = rng.standard_normal((3, 130, 24)), rng.standard_normal((24, 132))
-    got = rt.download(mm.matmul(rt, _upload(rt, a), _upload(rt, b)))
-    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+    a, b = rng.standard_normal((3, 24, 130)), rng.standard_normal((24, 132))  # a stored transposed
+    ua = _upload(rt, a)
+    lhs = ua.with_layout((3, 130, 24), (ua.strides[0], ua.strides[2], ua.strides[1]), 0)
+    assert lhs.rows_folded() is None
+    got = rt.download(mm.matmul(rt, lhs, _upload(rt, b)))
+    np.testing.assert_allclose(got, a.transpose(0, 2, 1) @ b, rtol=1e-5, atol=1e-5)
     at, bt = rng.standard_normal((2, 24, 130)), rng.standard_normal((2, 132, 24))  # stored transposed
     ua, ub = _upload(rt, at), _upload(rt, bt)
     lhs = ua.with_layout((2, 130, 24), (ua.strides[0], ua.strides[2], ua.strides[1]), 0)
