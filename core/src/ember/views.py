@@ -14,13 +14,13 @@ backend class that mixes in :class:`ViewMovement` gets the movement primitives a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from .backend import native
 from .errors import MissingMethodError
 
-__all__ = ["View", "ViewMovement", "contiguous_strides", "collapse"]
+__all__ = ["View", "ViewMovement", "contiguous_strides", "collapse", "fold_shared_b"]
 
 Shape = tuple[int, ...]
 V = TypeVar("V", bound="View")
@@ -209,6 +209,21 @@ class ViewMovement:
     @staticmethod
     def flip(a: Any, *, axes: Sequence[int]) -> Any:
         return a.flip(axes)
+
+
+def fold_shared_b(a: V, b: View, product: Callable[[V, View], V]) -> V | None:
+    """``a @ b`` for ``a`` (..., M, K) and a 2-D ``b`` as one ``product`` over ``a``'s rows folded
+    into a (batch * M, K) matrix (:meth:`View.rows_folded`), its C-ordered (batch * M, N) result
+    viewed back as (..., M, N); None where ``a`` is 2-D, ``b`` is not, or the batches do not follow
+    the rows. One GEMM tiled and tuned for its real size instead of a batch of small ones."""
+    if len(a.shape) < 3 or len(b.shape) != 2:
+        return None
+    flat = a.rows_folded()
+    if flat is None:
+        return None
+    out = product(flat, b)
+    shape = a.shape[:-1] + (b.shape[-1],)
+    return out.with_layout(shape, contiguous_strides(shape), out.offset)
 
 
 def _reshape_strides(shape: Shape, strides: Shape, new: Shape) -> Shape | None:

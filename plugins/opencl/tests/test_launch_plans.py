@@ -52,6 +52,20 @@ def counted(rt, monkeypatch):
     return calls
 
 
+@pytest.fixture
+def launched(rt, monkeypatch):
+    """(kernel name, global size) of every kernel the runtime launches from here on."""
+    seen = []
+    real = rt.launch
+
+    def launch(knl, gsize, lsize, args):
+        seen.append((knl.function_name, tuple(gsize)))
+        return real(knl, gsize, lsize, args)
+
+    monkeypatch.setattr(rt, "launch", launch)
+    return seen
+
+
 def _view(rt, base, shape, strides, offset=0):
     return _up(rt, np.ascontiguousarray(base).reshape(-1)).with_layout(tuple(shape), tuple(strides), offset)
 
@@ -86,48 +100,33 @@ def test_matmul_plan_is_reused(rt, counted, ga, gb):
         ((3, 9, 13), (13, 39, 1), False),  # batches interleaved with the rows (a permuted view)
     ],
 )
-def test_shared_b_batch_folds_into_rows(rt, monkeypatch, sa, ta, folds):
+def test_shared_b_batch_folds_into_rows(rt, launched, sa, ta, folds):
     """(..., M, K) @ (K, N) with A's batches continuing its rows runs as one (batch * M, K) product:
     one launch whose grid has no batch axis; other layouts keep the batch. Against numpy float64."""
-    launches = []
-    real = rt.launch
-
-    def launch(knl, gsize, lsize, args):
-        launches.append(tuple(gsize))
-        return real(knl, gsize, lsize, args)
-
-    monkeypatch.setattr(rt, "launch", launch)
     fa, fb = RNG.standard_normal(2000).astype(np.float32), RNG.standard_normal((13, 11)).astype(np.float32)
     a, b = _view(rt, fa, sa, ta), _up(rt, fb)
     want = np.lib.stride_tricks.as_strided(fa, sa, [4 * s for s in ta]).astype(np.float64) @ fb
     got = rt.download(matmul.matmul(rt, a, b))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert len(launches) == 1
+    assert len(launched) == 1
     batch = int(np.prod(sa[:-2]))
-    assert launches[0][2] == (1 if folds else batch), f"grid {launches[0]} for a batch of {batch}"
+    assert launched[0][1][2] == (1 if folds else batch), f"launch {launched[0]} for a batch of {batch}"
 
 
 @pytest.mark.parametrize("layout", ["cc", "tc", "ct"])
-def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, monkeypatch, layout):
+def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, launched, monkeypatch, layout):
     """On a GPU, a 2-D GEMM whose output is few tiles for the compute units (W3's (512, 3136) @
     (3136, 128)) runs as a batch of products over K's slices and their sum; a CPU device does not.
     Operands plain or transposed, against numpy float64, twice (the second from the plan)."""
     monkeypatch.setattr(rt, "compute_units", 64)
-    grids = []
-    real = rt.launch
-
-    def launch(knl, gsize, lsize, args):
-        grids.append(tuple(gsize))
-        return real(knl, gsize, lsize, args)
-
-    monkeypatch.setattr(rt, "launch", launch)
     M, K, N = 40, 1024, 30
     for _ in range(2):
         a64, b64 = RNG.standard_normal((M, K)), RNG.standard_normal((K, N))
         a = _up(rt, a64.T.astype(np.float32)).permute((1, 0)) if layout[0] == "t" else _up(rt, a64.astype(np.float32))
         b = _up(rt, b64.T.astype(np.float32)).permute((1, 0)) if layout[1] == "t" else _up(rt, b64.astype(np.float32))
-        grids.clear()
+        launched.clear()
         got = rt.download(matmul.matmul(rt, a, b))
+        grids = [g for _, g in launched]
         want = a64.astype(np.float32).astype(np.float64) @ b64.astype(np.float32).astype(np.float64)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
         slices = matmul._slices(rt, "float32", M, N, K)
@@ -138,22 +137,15 @@ def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, monkeypatch, layout):
             assert grids[0][2] == slices and len(grids) >= 2, f"launches {grids}: a batch of slices, then the sum"
 
 
-def test_an_operand_repeating_one_element_is_copied_dense(rt, monkeypatch):
+def test_an_operand_repeating_one_element_is_copied_dense(rt, launched):
     """A matrix axis of stride 0 (``sum()``'s gradient: ones expanded) is made dense before a GPU's
     tiled GEMM (a copy launch first); the product against numpy float64 either way."""
     ones = _up(rt, np.ones(1, np.float32)).with_layout((3, 40, 50), (0, 0, 0), 0)
     w32 = RNG.standard_normal((50, 30)).astype(np.float32)
     w = _up(rt, w32)
     assert matmul._repeats(ones) and not matmul._repeats(w)
-    names = []
-    real = rt.launch
-
-    def launch(knl, gsize, lsize, args):
-        names.append(knl.function_name)
-        return real(knl, gsize, lsize, args)
-
-    monkeypatch.setattr(rt, "launch", launch)
     got = rt.download(matmul.matmul(rt, ones, w))
+    names = [n for n, _ in launched]
     gemm = [i for i, n in enumerate(names) if "matmul" in n]
     assert len(gemm) == 1 and gemm[0] == (0 if rt.is_cpu else 1), f"launches {names}"
     np.testing.assert_allclose(got, np.broadcast_to(w32.astype(np.float64).sum(0), (3, 40, 30)), rtol=1e-4, atol=1e-4)

@@ -18,6 +18,20 @@ def _no_autotune(monkeypatch):
     monkeypatch.setenv("EMBER_AUTOTUNE", "0")
 
 
+@pytest.fixture
+def dispatched(rt, monkeypatch):
+    """(kernel name, workgroup grid) of every dispatch the runtime records from here on."""
+    seen = []
+    real = rt.dispatch
+
+    def dispatch(pipe, params, buffers, groups, name=""):
+        seen.append((name, tuple(groups)))
+        return real(pipe, params, buffers, groups, name)
+
+    monkeypatch.setattr(rt, "dispatch", dispatch)
+    return seen
+
+
 def _plans(rt, kind):
     return {k for k in rt.plans if k[0] == kind}
 
@@ -49,24 +63,16 @@ def test_matmul_plans_follow_the_operands_geometry(rt):
         ((9, 3, 12), (1, 0, 2), False),  # batches interleaved with the rows
     ],
 )
-def test_shared_b_batch_folds_into_rows(rt, monkeypatch, shape, axes, folds):
+def test_shared_b_batch_folds_into_rows(rt, dispatched, shape, axes, folds):
     """(..., M, K) @ (K, N) with A's batches continuing its rows runs as one (batch * M, K) GEMM
     (one dispatch, no batch in its grid); other layouts keep the batch. Against numpy float64."""
-    grids = []
-    real = rt.dispatch
-
-    def dispatch(pipe, params, buffers, groups, name=""):
-        grids.append((name, tuple(groups)))
-        return real(pipe, params, buffers, groups, name)
-
-    monkeypatch.setattr(rt, "dispatch", dispatch)
     base = RNG.standard_normal(shape).astype(np.float32)
     b = RNG.standard_normal((12, 10)).astype(np.float32)
     A = rt.upload(base, D.float32).permute(axes)
     got = rt.read([matmul.matmul(rt, A, rt.upload(b, D.float32))])[0]
     want = np.transpose(base, axes).astype(np.float64) @ b
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    (name, groups), *rest = [g for g in grids if g[0] == "matmul"]
+    (name, groups), *rest = [g for g in dispatched if g[0] == "matmul"]
     assert not rest
     batch = int(np.prod(want.shape[:-2]))
     assert groups[2] == (1 if folds else batch), f"grid {groups} for a batch of {batch}"
@@ -74,20 +80,12 @@ def test_shared_b_batch_folds_into_rows(rt, monkeypatch, shape, axes, folds):
 
 @pytest.mark.parametrize("gpu", [False, True])
 @pytest.mark.parametrize("layout", ["cc", "tc", "ct"])
-def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, monkeypatch, gpu, layout):
+def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, dispatched, monkeypatch, gpu, layout):
     """On a GPU adapter, a 2-D GEMM of few output tiles and a deep K (W3's (512, 3136) @ (3136, 128))
     runs as a batch of products over K's slices and their sum; on a CPU adapter it does not.
     Operands plain or transposed, against numpy float64, twice (the second from the plan)."""
     monkeypatch.setattr(matmul, "_on_gpu", lambda rt: gpu)
     monkeypatch.setattr(rt, "plans", {})  # (this test's plans are its own: the geometry splits or not)
-    grids = []
-    real = rt.dispatch
-
-    def dispatch(pipe, params, buffers, groups, name=""):
-        grids.append((name, tuple(groups)))
-        return real(pipe, params, buffers, groups, name)
-
-    monkeypatch.setattr(rt, "dispatch", dispatch)
     m, k, n = 40, 1024, 30
     for _ in range(2):
         a32, b32 = RNG.standard_normal((m, k)).astype(np.float32), RNG.standard_normal((k, n)).astype(np.float32)
@@ -101,8 +99,9 @@ def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, monkeypatch, gpu, layout)
             if layout[1] == "t"
             else rt.upload(b32, D.float32)
         )
-        grids.clear()
+        dispatched.clear()
         got = rt.read([matmul.matmul(rt, A, B)])[0]
+        grids = list(dispatched)
         np.testing.assert_allclose(got, a32.astype(np.float64) @ b32.astype(np.float64), rtol=1e-4, atol=1e-3)
         products = [g for name, g in grids if name == "matmul"]
         assert len(products) == 1
@@ -115,22 +114,15 @@ def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, monkeypatch, gpu, layout)
 
 
 @pytest.mark.parametrize("gpu", [False, True])
-def test_an_operand_repeating_one_element_is_copied_dense(rt, monkeypatch, gpu):
+def test_an_operand_repeating_one_element_is_copied_dense(rt, dispatched, monkeypatch, gpu):
     """A matrix axis of stride 0 (``sum()``'s gradient: ones expanded) is made dense before a GPU
     adapter's GEMM (a copy dispatch first); the product against numpy float64 either way."""
     monkeypatch.setattr(matmul, "_on_gpu", lambda rt: gpu)
-    names = []
-    real = rt.dispatch
-
-    def dispatch(pipe, params, buffers, groups, name=""):
-        names.append(name)
-        return real(pipe, params, buffers, groups, name)
-
-    monkeypatch.setattr(rt, "dispatch", dispatch)
     ones = rt.upload(np.ones(4, np.float32), D.float32).with_layout((3, 40, 50), (0, 0, 0), 0)
     w32 = RNG.standard_normal((50, 30)).astype(np.float32)
     got = rt.read([matmul.matmul(rt, ones, rt.upload(w32, D.float32))])[0]
     np.testing.assert_allclose(got, np.broadcast_to(w32.astype(np.float64).sum(0), (3, 40, 30)), rtol=1e-4, atol=1e-4)
+    names = [n for n, _ in dispatched]
     assert names.index("matmul") == (1 if gpu else 0), f"dispatches {names}"
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ember.shapes import numel
 from ember.tuning import AUTOTUNE_FLOPS
-from ember.views import collapse, contiguous_strides
+from ember.views import collapse, contiguous_strides, fold_shared_b
 
 from .array import CLArray
 from .cltypes import NP_OF_C, ctype
@@ -191,7 +191,7 @@ def tuning_changed() -> None:
 
 #: a batch of products sharing one B ((..., M, K) @ (K, N): a linear layer over (batch, sequence,
 #: features)) runs as one (batch * M, K) @ (K, N) product when A's batch axes step by whole rows:
-#: one GEMM tiled and tuned for its real size instead of a batch of small ones (``View.rows_folded``)
+#: one GEMM tiled and tuned for its real size instead of a batch of small ones (``ember.views.fold_shared_b``)
 FOLD_BATCH = True
 
 
@@ -209,12 +209,10 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     if tiling is None and not rt.is_cpu and (_repeats(a) or _repeats(b)):
         a = contiguous(rt, a) if _repeats(a) else a
         b = contiguous(rt, b) if _repeats(b) else b
-    if FOLD_BATCH and len(b.shape) == 2 and len(a.shape) > 2 and tiling is None:
-        flat = a.rows_folded()
-        if flat is not None:
-            out = matmul(rt, flat, b)
-            shape = a.shape[:-1] + (b.shape[-1],)
-            return out.with_layout(shape, contiguous_strides(shape), out.offset)
+    if FOLD_BATCH and tiling is None:
+        folded = fold_shared_b(a, b, lambda x, y: matmul(rt, x, y))
+        if folded is not None:
+            return folded
     key = None
     if tiling is None:  # (a tiling given: the tuner's timed runs, not planned)
         key = (rt, a.dtype, a.shape, a.strides, a.offset, b.dtype, b.shape, b.strides, b.offset, rt.is_cpu,

@@ -18,7 +18,7 @@ from typing import Any
 
 from ember.dtypes import float32
 from ember.tuning import AUTOTUNE_FLOPS
-from ember.views import contiguous_strides
+from ember.views import fold_shared_b
 
 from ..handle import WgpuArray
 from ..runtime import Runtime
@@ -394,7 +394,7 @@ class _Plan:
 
 #: (..., M, K) @ (K, N) with A's batch axes stepping by whole rows (a linear layer over (batch,
 #: sequence, features)) runs as one (batch * M, K) @ (K, N) GEMM, tiled and tuned for its real size
-#: (``View.rows_folded``); the probe scripts switch it off to compare
+#: (``ember.views.fold_shared_b``); the probe scripts switch it off to compare
 FOLD_BATCH = True
 
 
@@ -408,12 +408,10 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None
     if config is None and (_repeats(a) or _repeats(b)) and _on_gpu(rt):
         a = ew.contiguous(rt, a) if _repeats(a) else a
         b = ew.contiguous(rt, b) if _repeats(b) else b
-    if FOLD_BATCH and len(b.shape) == 2 and len(a.shape) > 2 and config is None:
-        flat = a.rows_folded()
-        if flat is not None:
-            out = matmul(rt, flat, b)
-            shape = a.shape[:-1] + (b.shape[-1],)
-            return out.with_layout(shape, contiguous_strides(shape), out.offset)
+    if FOLD_BATCH and config is None:
+        folded = fold_shared_b(a, b, lambda x, y: matmul(rt, x, y))
+        if folded is not None:
+            return folded
     key = ("matmul", a.dtype, a.shape, a.strides, a.offset, b.shape, b.strides, b.offset, config)
     plan = rt.plans.get(key)
     if plan is None:
