@@ -209,7 +209,7 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     if tiling is None and not rt.is_cpu and (_repeats(a) or _repeats(b)):
         a = contiguous(rt, a) if _repeats(a) else a
         b = contiguous(rt, b) if _repeats(b) else b
-    if FOLD_BATCH and tiling is None:
+    if FOLD_BATCH and tiling is None and len(a.shape) > 2:  # (no closure made for a 2-D product)
         folded = fold_shared_b(a, b, lambda x, y: matmul(rt, x, y))
         if folded is not None:
             return folded

@@ -408,7 +408,7 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None
     if config is None and (_repeats(a) or _repeats(b)) and _on_gpu(rt):
         a = ew.contiguous(rt, a) if _repeats(a) else a
         b = ew.contiguous(rt, b) if _repeats(b) else b
-    if FOLD_BATCH and config is None:
+    if FOLD_BATCH and config is None and len(a.shape) > 2:  # (no closure made for a 2-D product)
         folded = fold_shared_b(a, b, lambda x, y: matmul(rt, x, y))
         if folded is not None:
             return folded
