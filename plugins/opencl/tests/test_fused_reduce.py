@@ -41,6 +41,8 @@ CASES = [
     ((3, 400), (1,), True, "per_item", "group"),  # few long rows: a work-group each on a GPU
     ((4, 6, 5000), (0, 1, 2), False, "chunked", "chunked"),  # one value: chunks, then a second pass
     ((40, 3, 30), (0, 2), True, None, None),  # the middle axis kept, strided rows
+    ((700, 64), (0,), False, "per_item", "columns"),  # a leading axis: rows fastest, in chunks on a GPU
+    ((50, 6, 40), (0,), True, "per_item", "columns"),  # a leading axis, two kept axes
 ]
 
 

@@ -3,7 +3,9 @@ elementwise program and reduces its value, so the full-size value never reaches 
 
 The iteration shape splits into the kept axes (collapsed over every operand: ``M`` rows) and
 the reduced axes (collapsed: ``K`` elements a row). On a GPU, as :mod:`.reduce` does, a row is
-either one work item's loop (many rows) or a work-group's, combined in a local-memory tree. On
+either one work item's loop (many rows), or a work-group's, combined in a local-memory tree, or,
+where rows are not contiguous (a leading-axis reduction), chunks of it taken by work items with
+rows fastest ("columns": neighbouring items read neighbouring addresses). On
 a CPU (PoCL runs a work-group on one thread) a row is always one work item's loop, which reads
 it in order. Where rows are few, a row splits into ``G`` chunks whose partial results (in the
 accumulator dtype) a second, small reduction of :mod:`.reduce` combines. Tensors are read, and
@@ -27,7 +29,7 @@ from .array import CLArray
 from .cltypes import CType, ctype, np_scalar
 from .codegen import _instructions, preamble, unravel
 from .elementwise import run_program
-from .reduce import _combine, _group_size, _identity
+from .reduce import _combine, _group_size, _identity, column_chunks
 from .reduce import reduce as reduce_rows
 from .runtime import Runtime
 
@@ -43,9 +45,9 @@ _KERNEL = "ember_fused_reduce"
 CPU_ITEMS_PER_CU = 16
 CPU_MIN_CHUNK = 1 << 14
 
-#: launches by shape: a work item per row, a work-group per row, chunked rows; programs declined
+#: launches by shape: a work item per row, a work-group per row, chunked rows, columns; programs declined
 #: (run as the region's kernel, then the reduction's: see run_reduce) (tests check what ran)
-COUNTS = {"per_item": 0, "group": 0, "chunked": 0, "declined": 0}
+COUNTS = {"per_item": 0, "group": 0, "chunked": 0, "columns": 0, "declined": 0}
 
 #: ops a CPU device computes per work item as a scalar libm call, and across work items as SIMD
 #: calls: a program with one, over few long rows, is declined on a CPU (PoCL, 2^22 elements:
@@ -88,12 +90,21 @@ def _fold(op: str, acc: str, v: str, is_float: bool) -> str:
 
 
 def reduce_source(
-    prog: FusedProgram, modes: tuple[str, ...], ro: int, ri: int, idx: str, group: int, partial: bool
+    prog: FusedProgram,
+    modes: tuple[str, ...],
+    ro: int,
+    ri: int,
+    idx: str,
+    group: int,
+    partial: bool,
+    columns: bool = False,
 ) -> tuple[str, list[Any]]:
     """OpenCL C of kernel ``ember_fused_reduce`` for ``prog`` (a mode per tensor input: ``z`` one
     element, ``s`` strided), ``ro``/``ri`` collapsed kept/reduced ranks, ``group`` the work-group
-    size (0: a work item per row); ``partial``: write accumulators, not results. Returns the
-    source and the argument dtypes (None for buffers)."""
+    size (0: a work item per row, or per chunk of a row); ``partial``: write accumulators, not
+    results; ``columns``: work items take rows fastest (item ``part * M + row``, a GPU's leading-axis
+    reduction), else chunks fastest (``row * G + part``). Returns the source and the argument dtypes
+    (None for buffers)."""
     r = prog.reduce
     assert r is not None
     dts = prog.value_dtypes()
@@ -172,10 +183,11 @@ def reduce_source(
             f"  for ({idx} k = k0 + lid; k < k1; k += {group}) {{",
         ]
     else:  # a work item per (row, chunk): a contiguous run of K, read in order
+        where = "g % M, part = g / M" if columns else "g / G, part = g % G"
         lines += [
             f"  const {idx} g = get_global_id(0);",
             "  if (g >= M * G) return;",
-            f"  const {idx} row = g / G, part = g % G;",
+            f"  const {idx} row = {where};",
         ]
         k_loop = [
             f"  const {idx} k1 = min(K, (part + 1) * chunk);",
@@ -214,7 +226,9 @@ def reduce_source(
 
 
 class _Plan:
-    __slots__ = ("knl", "gsize", "lsize", "head", "in_specs", "out_specs", "M", "K", "G", "partial", "group")
+    __slots__ = (
+        "knl", "gsize", "lsize", "head", "in_specs", "out_specs", "M", "K", "G", "partial", "group", "columns"
+    )  # fmt: skip
 
     def __init__(self, **kw: Any) -> None:
         for k, v in kw.items():
@@ -247,7 +261,7 @@ def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: Sequen
         default=0,
     )
     idx = "int" if max(span, M, K, numel(shape)) < 2**31 - 2**20 else "long"
-    group, G = 0, 1
+    group, G, columns = 0, 1, False
     if rt.is_cpu:
         # A CPU runs a work-group on one thread, its work items one after another: a work item
         # per row (or per chunk of a row, when rows are few) that reads its run of K in order. A
@@ -256,12 +270,17 @@ def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: Sequen
         target = rt.compute_units * CPU_ITEMS_PER_CU
         if M < target:
             G = max(1, min(-(-target // M), K // CPU_MIN_CHUNK))
-    elif not (M >= 8192 and not (len(ish) == 1 and all(abs(b[0]) <= 1 for b in ist) and K > 64) or K <= 32):
-        group = _group_size(rt)
-        G = max(1, min(-(-(rt.compute_units * 16) // M), K // (group * 4)))
+    else:
+        contiguous = len(ish) == 1 and all(abs(b[0]) <= 1 for b in ist)
+        G = column_chunks(rt, M, K, contiguous)  # a leading-axis reduction: rows fastest (:mod:`.reduce`)
+        columns = G > 0
+        if not columns and not (M >= 8192 and not (contiguous and K > 64) or K <= 32):
+            group = _group_size(rt)
+            G = max(1, min(-(-(rt.compute_units * 16) // M), K // (group * 4)))
+        G = max(G, 1)
     partial = G > 1
-    key = ("fused_reduce", prog, modes, len(osh), len(ish), idx, group, partial)
-    knl, wg = rt.kernel(key, lambda: _make(prog, modes, len(osh), len(ish), idx, group, partial))
+    key = ("fused_reduce", prog, modes, len(osh), len(ish), idx, group, partial, columns)
+    knl, wg = rt.kernel(key, lambda: _make(prog, modes, len(osh), len(ish), idx, group, partial, columns))
     items = M * G
     if group:
         gsize, lsize = (items * group,), (group,)
@@ -277,7 +296,7 @@ def _plan(rt: Runtime, prog: FusedProgram, shape: tuple[int, ...], geoms: Sequen
     in_specs = [("scalar", ctype(dt)) if kind == "scalar" else ("tensor", next(t_iter)) for dt, kind in prog.inputs]
     return _Plan(
         knl=knl, gsize=gsize, lsize=lsize, head=head, in_specs=in_specs, out_specs=specs[n_in:],
-        M=M, K=K, G=G, partial=partial, group=group,
+        M=M, K=K, G=G, partial=partial, group=group, columns=columns,
     )  # fmt: skip
 
 
@@ -321,11 +340,14 @@ def run_reduce(rt: Runtime, prog: FusedProgram, operands: Sequence[Any], shape: 
             off, a, b = spec
             args += [x.buf, off, *a, *b]
     rt.launch(plan.knl, plan.gsize, plan.lsize, args)
-    COUNTS["chunked" if plan.partial else "group" if plan.group else "per_item"] += 1
+    COUNTS["columns" if plan.columns else "chunked" if plan.partial else "group" if plan.group else "per_item"] += 1
     out_shape = r.shape(shape)
-    if plan.partial:  # combine the chunks of each row: a small reduction of M x G partials
+    if plan.partial:  # combine the chunks of each row: a small reduction of M x G (columns: G x M) partials
         fold = "sum" if r.op == "mean" else r.op
-        total = reduce_rows(rt, fold, red.reshape((plan.M, plan.G)), (1,), False)
+        if plan.columns:
+            total = reduce_rows(rt, fold, red.reshape((plan.G, plan.M)), (0,), False)
+        else:
+            total = reduce_rows(rt, fold, red.reshape((plan.M, plan.G)), (1,), False)
         red = _finish(rt, total, r.op, plan.K, acc_dt.name, vdt.name)
     return [*outs, red.reshape(out_shape)]
 
