@@ -105,3 +105,48 @@ def test_a_cold_gpu_runtime_hands_the_head_start_programs_to_its_workers(rt, mon
         rt.programs.program(source, rt.options)
     info = rt.programs.info()
     assert info["builds"] == len(sources) and info["process_builds"] == len(sources), info
+
+
+def test_unset_the_workers_are_four_for_a_cold_gpu_runtime_on_a_big_host(monkeypatch):
+    """EMBER_OPENCL_BUILD_PROCESSES unset: workers only where a cold GPU runtime has cores to spare."""
+    monkeypatch.delenv("EMBER_OPENCL_BUILD_PROCESSES", raising=False)
+    assert runtime._build_processes() is None
+    monkeypatch.setattr(runtime, "BUILD_PROCESSES", None)
+    monkeypatch.setattr(runtime, "_host_cpus", lambda: 16)
+    assert runtime._auto_build_processes(is_cpu=False, cold=True) == runtime.AUTO_BUILD_PROCESSES == 4
+    assert runtime._auto_build_processes(is_cpu=False, cold=False) == 0  # stored binaries: nothing to build
+    assert runtime._auto_build_processes(is_cpu=True, cold=True) == 0  # PoCL compiles on the host's cores
+    monkeypatch.setattr(runtime, "_host_cpus", lambda: 2)
+    assert runtime._auto_build_processes(is_cpu=False, cold=True) == 0  # no core to spare (CI's machine)
+    monkeypatch.setattr(runtime, "BUILD_PROCESSES", 0)  # set: the setting wins, either way
+    monkeypatch.setattr(runtime, "_host_cpus", lambda: 16)
+    assert runtime._auto_build_processes(is_cpu=False, cold=True) == 0
+    monkeypatch.setattr(runtime, "BUILD_PROCESSES", 3)
+    assert runtime._auto_build_processes(is_cpu=True, cold=False) == 3
+
+
+def test_a_cold_runtime_asks_for_its_workers_when_unset(dev, monkeypatch):
+    """Unset, a runtime opening with ember's cache empty for its device asks for the automatic count,
+    and starts that many workers (the device is taken for a GPU's here: PoCL's own answer is none)."""
+    monkeypatch.setattr(runtime, "BUILD_PROCESSES", None)
+    monkeypatch.setattr(runtime, "BUILD_THREADS", 0)
+    monkeypatch.setattr(runtime, "WARM_UP", False)
+    monkeypatch.setattr(runtime, "_host_cpus", lambda: 16)
+    monkeypatch.setattr(runtime.Runtime, "_cold", lambda self: True)
+    asked = []
+    auto = runtime._auto_build_processes
+
+    def as_gpu(is_cpu: bool, cold: bool) -> int:
+        asked.append((is_cpu, cold))
+        return auto(False, cold)
+
+    monkeypatch.setattr(runtime, "_auto_build_processes", as_gpu)
+    fresh = runtime.Runtime(dev.index)
+    workers = fresh.programs.processes
+    try:
+        assert asked == [(fresh.is_cpu, True)]
+        assert isinstance(workers, BuildProcesses) and workers.count == 4
+        assert fresh._builder is not None and fresh._builder._max_workers == 4
+    finally:
+        fresh._builder.shutdown()
+        workers.close()

@@ -1,4 +1,5 @@
-"""Programs compiled in processes of their own (``EMBER_OPENCL_BUILD_PROCESSES=N``, opt-in).
+"""Programs compiled in processes of their own (``EMBER_OPENCL_BUILD_PROCESSES=N``; unset, 4 for a GPU
+runtime whose programs are not in ember's cache yet, on a host of 8 CPUs or more: ``runtime.AUTO_BUILD_PROCESSES``).
 
 NVIDIA's driver (H100, 580.159) and PoCL compile one program at a time per process: threads do not
 build side by side (README, *Cold start: background builds*), but processes do (four processes each

@@ -71,9 +71,39 @@ def _build_threads() -> int:
     return _count_setting("EMBER_OPENCL_BUILD_THREADS", "threads; 0: build on the calling thread")
 
 
-def _build_processes() -> int:
-    """``EMBER_OPENCL_BUILD_PROCESSES``: worker processes compiling programs (unset or 0: none)."""
+def _build_processes() -> int | None:
+    """``EMBER_OPENCL_BUILD_PROCESSES``: worker processes compiling programs (0: none; unset: None,
+    :func:`_auto_build_processes` chooses per runtime)."""
+    if not os.environ.get("EMBER_OPENCL_BUILD_PROCESSES", "").strip():
+        return None
     return _count_setting("EMBER_OPENCL_BUILD_PROCESSES", "worker processes; 0: compile in this process")
+
+
+#: EMBER_OPENCL_BUILD_PROCESSES unset: the workers a GPU runtime starts when ember's cache holds no
+#: program for its device (a cold process), on a host of at least AUTO_MIN_CPUS CPUs. H100, first W2
+#: result from an empty cache (ember's road, bytecode): 3.85 s building here, 2.45 s with 4 workers,
+#: 3.46 s with 8 (their compilers compete); warm runs start none (plugins/cuda/logs/h100-2026-12-06-final)
+AUTO_BUILD_PROCESSES = 4
+AUTO_MIN_CPUS = 8
+
+
+def _host_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _auto_build_processes(is_cpu: bool, cold: bool) -> int:
+    """The build workers of a runtime: :data:`BUILD_PROCESSES` where set, else :data:`AUTO_BUILD_PROCESSES`
+    for a cold GPU runtime on a host with :data:`AUTO_MIN_CPUS` CPUs or more, else none (a CPU device
+    compiles on the host's cores, which its kernels need too; a warm one loads stored binaries)."""
+    if BUILD_PROCESSES is not None:
+        return BUILD_PROCESSES
+    if is_cpu or not cold or _host_cpus() < AUTO_MIN_CPUS:
+        return 0
+    return AUTO_BUILD_PROCESSES
 
 
 def _sub_buffers(platform: Any) -> bool:
@@ -96,8 +126,9 @@ def _sub_buffers(platform: Any) -> bool:
 #: tuner's included): first result 32.0 s built here, 29.5 s in 8 threads, their summed build time 28.2 -> 36.2 s,
 #: and loading 18 stored binaries 1.37 -> 1.83 s (plugins/cuda/logs/h100-2026-12-06-eve/call1/cold-bt*.txt)
 BUILD_THREADS = _build_threads()
-#: worker processes compiling programs (EMBER_OPENCL_BUILD_PROCESSES, :mod:`.build_worker`). 0, the
-#: default: none. With N, N builds are under way at once (at least N build threads)
+#: worker processes compiling programs (EMBER_OPENCL_BUILD_PROCESSES, :mod:`.build_worker`). None, the
+#: default: :func:`_auto_build_processes` (4 for a cold GPU runtime). With N, N builds are under way at
+#: once (at least N build threads)
 BUILD_PROCESSES = _build_processes()
 
 
@@ -254,10 +285,11 @@ class Runtime:
         self._argtypes: dict[int, list[Any]] = {}
         #: background program builds (None: on the calling thread); see the module's docstring
         threads = BUILD_THREADS
-        if BUILD_PROCESSES:
+        workers = _auto_build_processes(self.is_cpu, BUILD_PROCESSES is None and self._cold())
+        if workers:
             where = (platform.name, platform.vendor, platform.version, platform.get_devices().index(device))
-            self.programs.processes = BuildProcesses(BUILD_PROCESSES, where)
-            threads = max(threads, BUILD_PROCESSES)
+            self.programs.processes = BuildProcesses(workers, where)
+            threads = max(threads, workers)
         self._builder = ThreadPoolExecutor(threads, "ember-opencl-build") if threads else None
         #: while True (an em.jit recording), kernels are built before :meth:`kernel` returns
         self._sync = False
