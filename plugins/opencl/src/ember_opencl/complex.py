@@ -28,6 +28,11 @@ REAL_RESULT = frozenset(["abs", "real", "imag", "angle"])
 
 # T: the real compute type, C: the pair, K: the literal suffix; big/small are per-precision limits
 _LIBRARY = Template(r"""
+/* -v by its sign bit: -(+0) must be -0, which decides a branch cut's side below (i z for asin) */
+inline ${T} ember_flip_${T}(${T} v) { return copysign(v, signbit(v) ? (${T})1 : (${T})-1); }
+/* i z and -i z, their zeros signed as the standard's rotations need */
+inline ${C} ember_times_i_${T}(${C} z) { return (${C})(ember_flip_${T}(z.y), z.x); }
+inline ${C} ember_times_minus_i_${T}(${C} w) { return (${C})(w.y, ember_flip_${T}(w.x)); }
 inline ${C} ember_cmul_${T}(${C} a, ${C} b) {
     return (${C})(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }
@@ -178,12 +183,10 @@ inline ${C} ember_catanh_${T}(${C} z) {
 }
 /* asin(z) = -i asinh(iz), atan(z) = -i atanh(iz), acos(z) = pi/2 - asin(z) */
 inline ${C} ember_casin_${T}(${C} z) {
-    const ${C} w = ember_casinh_${T}((${C})(-z.y, z.x));
-    return (${C})(w.y, -w.x);
+    return ember_times_minus_i_${T}(ember_casinh_${T}(ember_times_i_${T}(z)));
 }
 inline ${C} ember_catan_${T}(${C} z) {
-    const ${C} w = ember_catanh_${T}((${C})(-z.y, z.x));
-    return (${C})(w.y, -w.x);
+    return ember_times_minus_i_${T}(ember_catanh_${T}(ember_times_i_${T}(z)));
 }
 inline ${C} ember_cacos_${T}(${C} z) {
     const ${C} w = ember_casin_${T}(z);
@@ -195,16 +198,15 @@ inline ${C} ember_cacosh_${T}(${C} z) {
     return (${C})(fabs(w.y), copysign(w.x, z.y));
 }
 inline ${C} ember_csin_${T}(${C} z) {
-    const ${C} w = ember_csinh_${T}((${C})(-z.y, z.x));
+    const ${C} w = ember_csinh_${T}(ember_times_i_${T}(z));
     /* NaN + i inf: the infinity's sign is unspecified; numpy's is + */
-    return (${C})(w.y, isnan(w.y) && isinf(w.x) ? (${T})INFINITY : -w.x);
+    return (${C})(w.y, isnan(w.y) && isinf(w.x) ? (${T})INFINITY : ember_flip_${T}(w.x));
 }
 inline ${C} ember_ccos_${T}(${C} z) {
-    return ember_ccosh_${T}((${C})(-z.y, z.x));
+    return ember_ccosh_${T}(ember_times_i_${T}(z));
 }
 inline ${C} ember_ctan_${T}(${C} z) {
-    const ${C} w = ember_ctanh_${T}((${C})(-z.y, z.x));
-    return (${C})(w.y, -w.x);
+    return ember_times_minus_i_${T}(ember_ctanh_${T}(ember_times_i_${T}(z)));
 }
 /* expm1: exp(z) - 1 for infinities and NaNs (Annex G through exp), +0 at zero */
 inline ${C} ember_cexpm1_${T}(${C} z) {
