@@ -28,6 +28,11 @@ _C = "vec2<f32>"
 COMPLEX_HELPERS: dict[str, str] = {
     "f_finite": "fn f_finite(x: f32) -> bool { return !(is_nan(x) || is_inf(x)); }",
     "f_signbit": "fn f_signbit(x: f32) -> bool { return (bitcast<u32>(x) & 0x80000000u) != 0u; }",
+    # -x by its sign bit: -(+0) must be -0, which decides a branch cut's side (i z for asin); NVIDIA's
+    # OpenCL compiler got that wrong for ember-opencl's float2 library (its README), so neither relies on it
+    "f_flip": "fn f_flip(x: f32) -> f32 { return bitcast<f32>(bitcast<u32>(x) ^ 0x80000000u); }",
+    "c_times_i": f"fn c_times_i(z: {_C}) -> {_C} {{ return {_C}(f_flip(z.y), z.x); }}",
+    "c_times_minus_i": f"fn c_times_minus_i(w: {_C}) -> {_C} {{ return {_C}(w.y, f_flip(w.x)); }}",
     # p / +0 spelled out: some drivers' 0 / 0 is 0, not NaN
     "f_over_zero": f"""fn f_over_zero(p: f32) -> f32 {{
   return select(copysign({_INF}, p), {_NAN}, p == 0.0 || is_nan(p));
@@ -194,14 +199,8 @@ COMPLEX_HELPERS: dict[str, str] = {
   let re = 0.25 * m_log1p(4.0 * ax / ((1.0 - ax) * (1.0 - ax) + y * y));
   return {_C}(copysign(re, x), 0.5 * m_atan2(2.0 * y, (1.0 - ax) * (1.0 + ax) - y * y));
 }}""",
-    "c_asin": f"""fn c_asin(z: {_C}) -> {_C} {{
-  let w = c_asinh({_C}(-z.y, z.x));
-  return {_C}(w.y, -w.x);
-}}""",
-    "c_atan": f"""fn c_atan(z: {_C}) -> {_C} {{
-  let w = c_atanh({_C}(-z.y, z.x));
-  return {_C}(w.y, -w.x);
-}}""",
+    "c_asin": f"fn c_asin(z: {_C}) -> {_C} {{ return c_times_minus_i(c_asinh(c_times_i(z))); }}",
+    "c_atan": f"fn c_atan(z: {_C}) -> {_C} {{ return c_times_minus_i(c_atanh(c_times_i(z))); }}",
     "c_acos": f"""fn c_acos(z: {_C}) -> {_C} {{
   let w = c_asin(z);
   return {_C}({_PI2} - w.x, -w.y);
@@ -211,14 +210,11 @@ COMPLEX_HELPERS: dict[str, str] = {
   return {_C}(abs(w.y), copysign(w.x, z.y));
 }}""",
     "c_sin": f"""fn c_sin(z: {_C}) -> {_C} {{
-  let w = c_sinh({_C}(-z.y, z.x));
-  return {_C}(w.y, select(-w.x, {_INF}, is_nan(w.y) && is_inf(w.x)));
+  let w = c_sinh(c_times_i(z));
+  return {_C}(w.y, select(f_flip(w.x), {_INF}, is_nan(w.y) && is_inf(w.x)));
 }}""",
-    "c_cos": f"fn c_cos(z: {_C}) -> {_C} {{ return c_cosh({_C}(-z.y, z.x)); }}",
-    "c_tan": f"""fn c_tan(z: {_C}) -> {_C} {{
-  let w = c_tanh({_C}(-z.y, z.x));
-  return {_C}(w.y, -w.x);
-}}""",
+    "c_cos": f"fn c_cos(z: {_C}) -> {_C} {{ return c_cosh(c_times_i(z)); }}",
+    "c_tan": f"fn c_tan(z: {_C}) -> {_C} {{ return c_times_minus_i(c_tanh(c_times_i(z))); }}",
     "c_expm1": f"""fn c_expm1(z: {_C}) -> {_C} {{
   let e = c_exp(z);
   if (!f_finite(z.x) || !f_finite(z.y)) {{ return {_C}(e.x - 1.0, e.y); }}
