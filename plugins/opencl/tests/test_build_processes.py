@@ -5,6 +5,8 @@ process."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -150,3 +152,42 @@ def test_a_cold_runtime_asks_for_its_workers_when_unset(dev, monkeypatch):
     finally:
         fresh._builder.shutdown()
         workers.close()
+
+
+def test_idle_workers_end_and_later_builds_happen_here(rt):
+    """Workers with ``idle_s`` end once no build ran for that long (their device contexts go); the next
+    program then builds in this process, as without workers."""
+    fresh = BuildProcesses(2, rt.programs.processes.where, idle_s=0.3)
+    rt.programs.processes = fresh
+    try:
+        a = rt.upload(X, F32)
+        out = run_program(rt, unary_program("exp", "float32", "float32"), [a], a.shape)[0]
+        np.testing.assert_allclose(rt.download(out), np.exp(X.astype(np.float64)), rtol=2e-6)
+        assert fresh.stats["process_builds"] == 1 and len(fresh._workers) == 2
+        for _ in range(100):  # (the idle check runs every idle_s / 4)
+            if not fresh._workers:
+                break
+            time.sleep(0.05)
+        assert not fresh._workers and fresh.stats["idle_closed"] == 2
+        builds = rt.programs.stats["builds"]
+        out = run_program(rt, unary_program("sqrt", "float32", "float32"), [a], a.shape)[0]
+        np.testing.assert_allclose(rt.download(out), np.sqrt(X.astype(np.float64)), rtol=2e-6)
+        assert rt.programs.stats["builds"] == builds + 1 and fresh.stats["process_builds"] == 1  # built here
+    finally:
+        fresh.close()
+
+
+def test_the_automatic_workers_end_when_idle_and_asked_for_ones_stay(dev, monkeypatch):
+    """The default's workers carry runtime.AUTO_IDLE_S; workers set by the variable live with the process."""
+    monkeypatch.setattr(runtime, "BUILD_THREADS", 0)
+    monkeypatch.setattr(runtime, "WARM_UP", False)
+    monkeypatch.setattr(runtime.Runtime, "_cold", lambda self: True)
+    monkeypatch.setattr(runtime, "_auto_build_processes", lambda is_cpu, cold: 1)
+    for setting, idle in ((None, runtime.AUTO_IDLE_S), (1, None)):
+        monkeypatch.setattr(runtime, "BUILD_PROCESSES", setting)
+        fresh = runtime.Runtime(dev.index)
+        try:
+            assert fresh.programs.processes.idle_s == idle
+        finally:
+            fresh._builder.shutdown()
+            fresh.programs.processes.close()

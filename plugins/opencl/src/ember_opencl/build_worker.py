@@ -28,6 +28,7 @@ import queue
 import struct
 import sys
 import threading
+import time
 from typing import Any, BinaryIO
 
 __all__ = ["BuildProcesses", "BuildFailed", "Unavailable", "serve"]
@@ -144,16 +145,21 @@ class _Worker:
 class BuildProcesses:
     """``count`` worker processes building programs for one device (``where``: platform name, vendor,
     version, the device's position in its platform). :meth:`build` may be called from several
-    threads: each request takes an idle worker, or waits for one."""
+    threads: each request takes an idle worker, or waits for one. ``idle_s``: the workers end once
+    no build has run for that long (each holds a context, and so memory, on the device); later builds
+    then happen in the calling process (None: they live as long as the process)."""
 
-    def __init__(self, count: int, where: tuple[str, str, str, int]) -> None:
+    def __init__(self, count: int, where: tuple[str, str, str, int], idle_s: float | None = None) -> None:
         self.count = count
         self.where = where
+        self.idle_s = idle_s
         self._idle: queue.Queue[_Worker | None] = queue.Queue()
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._started = False
-        self.stats = {"process_builds": 0, "process_failures": 0}
+        self._busy = 0  # builds asking for or holding a worker
+        self._last = time.monotonic()  # when the last build ended (or the workers started)
+        self.stats = {"process_builds": 0, "process_failures": 0, "idle_closed": 0}
 
     def start(self) -> None:
         """Start the workers (they import pyopencl and open the device meanwhile); at most once."""
@@ -170,22 +176,54 @@ class BuildProcesses:
                 self._idle.put(worker)
             if not self._workers:
                 self._idle.put(None)
+            self._last = time.monotonic()
         atexit.register(self.close)
+        if self.idle_s is not None and self._workers:
+            threading.Thread(target=self._close_when_idle, name="ember-opencl-build-idle", daemon=True).start()
+
+    def _close_when_idle(self) -> None:
+        """End the workers once no build has asked for one for :attr:`idle_s` seconds."""
+        assert self.idle_s is not None
+        while True:
+            time.sleep(max(self.idle_s / 4, 0.01))
+            with self._lock:
+                if not self._workers:
+                    return
+                if self._busy or time.monotonic() - self._last < self.idle_s:
+                    continue
+                workers, self._workers = self._workers, []
+                while True:  # no worker is handed out from now on: a build asks, gets None, builds here
+                    try:
+                        self._idle.get_nowait()
+                    except queue.Empty:
+                        break
+                self._idle.put(None)
+                self.stats["idle_closed"] += len(workers)
+            for worker in workers:
+                worker.close()
+            return
 
     def build(self, source: str, options: str) -> bytes:
         """The binary of ``source`` built by a worker; :class:`BuildFailed` with the driver's log if it
         does not compile, :class:`Unavailable` if no worker could (then build it here)."""
         self.start()
-        worker = self._idle.get()
-        if worker is None:  # no worker is left: wake the next waiter too
-            self._idle.put(None)
-            raise Unavailable("no build worker is running")
+        with self._lock:
+            self._busy += 1
         try:
-            kind, payload = worker.build(source, options)
-        except Exception as exc:
-            self._retire(worker)
-            raise Unavailable(f"a build worker stopped: {exc}") from exc
-        self._idle.put(worker)
+            worker = self._idle.get()
+            if worker is None:  # no worker is left: wake the next waiter too
+                self._idle.put(None)
+                raise Unavailable("no build worker is running")
+            try:
+                kind, payload = worker.build(source, options)
+            except Exception as exc:
+                self._retire(worker)
+                raise Unavailable(f"a build worker stopped: {exc}") from exc
+            self._idle.put(worker)
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._last = time.monotonic()
         if kind == "ok":
             with self._lock:
                 self.stats["process_builds"] += 1

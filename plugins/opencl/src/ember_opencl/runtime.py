@@ -85,6 +85,9 @@ def _build_processes() -> int | None:
 #: 3.46 s with 8 (their compilers compete); warm runs start none (plugins/cuda/logs/h100-2026-12-06-final)
 AUTO_BUILD_PROCESSES = 4
 AUTO_MIN_CPUS = 8
+#: the automatic workers end after this long without a build (each holds a context, and memory, on the
+#: device): a cold process's burst of builds is over by then; later ones build in the process itself
+AUTO_IDLE_S = 30.0
 
 
 def _host_cpus() -> int:
@@ -288,7 +291,8 @@ class Runtime:
         workers = _auto_build_processes(self.is_cpu, BUILD_PROCESSES is None and self._cold())
         if workers:
             where = (platform.name, platform.vendor, platform.version, platform.get_devices().index(device))
-            self.programs.processes = BuildProcesses(workers, where)
+            idle = AUTO_IDLE_S if BUILD_PROCESSES is None else None  # (workers asked for stay)
+            self.programs.processes = BuildProcesses(workers, where, idle_s=idle)
             threads = max(threads, workers)
         self._builder = ThreadPoolExecutor(threads, "ember-opencl-build") if threads else None
         #: while True (an em.jit recording), kernels are built before :meth:`kernel` returns
