@@ -377,6 +377,11 @@ def reduce(rt: Runtime, op: str, a: CLArray, axes: tuple[int, ...], keepdims: bo
     return CLArray(out.block, plan.shape, plan.strides, 0, plan.out_dt)
 
 
+def _partial_dtype(op: str, dt: DType) -> DType:
+    """The dtype of a split reduction's partial results: the accumulator's (argmax/argmin: the input's)."""
+    return dt if op in _ARG else as_dtype(_acc_dtype(op, dt))
+
+
 def _out_dtype(op: str, a: CLArray) -> DType:
     return as_dtype("int64") if op in _ARG else as_dtype("bool") if op in ("any", "all") else a.dtype
 
@@ -413,9 +418,7 @@ def _plan(rt: Runtime, op: str, a: CLArray, axes: tuple[int, ...], out_shape: tu
         per_item = M >= 8192 and not (contiguous and K > 64)
     G = column_chunks(rt, M, K, contiguous)
     if G > 1:  # columns: a work item per (row, chunk), then one per row over the chunks' partials
-        acc = as_dtype(_acc_dtype(op, a.dtype)) if not arg else a.dtype
-        if arg and a.dtype.name in ("float16", "bfloat16"):
-            acc = a.dtype
+        acc = _partial_dtype(op, a.dtype)
         part = temp((G * M,), acc)
         part_idx = temp((G * M,), as_dtype("int64")) if arg else None
         passes.append(_launch(rt, op, a, layout, part, groups_per_row=G, out_idx=part_idx))
@@ -429,9 +432,7 @@ def _plan(rt: Runtime, op: str, a: CLArray, axes: tuple[int, ...], out_shape: tu
         if g == 1:
             passes.append(_launch(rt, op, a, layout, out, group=group))
         else:
-            acc = as_dtype(_acc_dtype(op, a.dtype)) if not arg else a.dtype
-            if arg and a.dtype.name in ("float16", "bfloat16"):
-                acc = a.dtype
+            acc = _partial_dtype(op, a.dtype)
             part = temp((M * g,), acc)
             part_idx = temp((M * g,), as_dtype("int64")) if arg else None
             passes.append(_launch(rt, op, a, layout, part, groups_per_row=g, group=group, out_idx=part_idx))
