@@ -315,14 +315,15 @@ class Runtime:
         Not on CPU devices (PoCL's time goes to each build, and its cores are the host's); not where a
         stored program exists (a warm process loads binaries; the compiler would only compete); not
         with build processes, whose workers are started here instead (they warm their own up)."""
-        if self.programs.processes is not None and self._cold():
+        cold = self._cold()
+        if self.programs.processes is not None and cold:
             self.programs.processes.start()  # (the workers open the device meanwhile)
             if WARM_UP and HEAD_START and not self.is_cpu:  # their first builds: the head-start programs
                 from .matmul import head_start_sources  # noqa: PLC0415  (matmul imports this module)
 
                 for source in head_start_sources(self):
                     self.programs.request(source, self.options, self._builder)
-        if not WARM_UP or self.is_cpu or self.programs.processes is not None or not self._cold():
+        if not WARM_UP or self.is_cpu or self.programs.processes is not None or not cold:
             return None  # (with build processes this process compiles nothing: it loads their binaries)
         thread = threading.Thread(target=self._build_warm_up, name="ember-opencl-warm-up")
         thread.start()  # (not a daemon: an exit waits for the build rather than cutting the driver off)
