@@ -24,6 +24,7 @@ from ..handle import WgpuArray
 from ..runtime import Runtime
 from ..typemap import WType
 from . import elementwise as ew
+from . import skinny
 from .common import ParamBlock, ceil_div, compile_kernel, header, prod
 from .reduce import reduce
 
@@ -396,6 +397,10 @@ class _Plan:
 #: sequence, features)) runs as one (batch * M, K) @ (K, N) GEMM, tiled and tuned for its real size
 #: (``ember.views.fold_shared_b``); the probe scripts switch it off to compare
 FOLD_BATCH = True
+#: a 2-D float32 product with few columns (N <= 16: a classifier's last layer and its weight
+#: gradient) runs :mod:`.skinny`'s kernels, on any adapter (lavapipe too: 3-7x the tiled kernel's
+#: speed there at 128-2048 rows); the probe scripts switch it off to compare
+SKINNY = True
 
 
 def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None) -> WgpuArray:
@@ -424,10 +429,15 @@ def matmul(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None = None
             return ew.fill(rt, shape, 0, a.dtype)
         if len(rt.plans) >= ew.MAX_PLANS:
             rt.plans.clear()
-        slices = _slices(rt, a, b, config)
-        plan = rt.plans[key] = slices or _plan(rt, a, b, config)
+        if SKINNY and config is None and skinny.applies(a, b):
+            plan = rt.plans[key] = skinny.plan(rt, a, b)
+        else:
+            slices = _slices(rt, a, b, config)
+            plan = rt.plans[key] = slices or _plan(rt, a, b, config)
     if type(plan) is int:
         return _split_k(rt, plan, a, b)
+    if type(plan) is skinny.Plan:
+        return skinny.run(rt, plan, a, b)
     out = rt.empty(plan.shape, a.dtype)
     rt.dispatch(plan.pipe, plan.params, [a.storage.raw, b.storage.raw, out.storage.raw], plan.groups, "matmul")
     return out
