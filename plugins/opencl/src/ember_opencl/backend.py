@@ -105,6 +105,9 @@ class OpenCLBackend(ViewMovement, Backend):
             table[op] = functools.partial(self._binary, op)
         if os.environ.get("EMBER_OPENCL_NATIVE_WGRAD", "").strip() == "0":  # A/B: the unfold + matmul composite
             table.pop("conv_weight_grad", None)
+        if os.environ.get("EMBER_OPENCL_FLASH", "").strip() == "0":  # A/B: the composite attention paths
+            table["scaled_dot_product_attention"] = self._attention_composite
+            table.pop("scaled_dot_product_attention_backward", None)
         if self.rt.is_cpu:  # (a GPU always runs conv natively: conv.py is imported at its first use)
             from . import conv  # noqa: PLC0415
 
@@ -375,6 +378,25 @@ class OpenCLBackend(ViewMovement, Backend):
     def scaled_dot_product_attention(
         self, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
     ) -> CLArray:
+        """The flash kernel (attention.py) where it applies, else matmul -> fused softmax -> matmul."""
+        from . import attention  # noqa: PLC0415
+
+        return attention.forward(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
+
+    @native
+    def scaled_dot_product_attention_backward(
+        self, g: CLArray, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
+    ) -> CLArray:
+        """(gq, gk, gv) packed: the flash backward's three kernels where they apply, else the
+        composite rule on this backend's kernels (attention.py)."""
+        from . import attention  # noqa: PLC0415
+
+        return attention.backward(self.rt, g, q, k, v, mask[0] if mask else None, is_causal, scale)
+
+    def _attention_composite(
+        self, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
+    ) -> CLArray:
+        """Attention as matmul -> fused softmax -> matmul (``EMBER_OPENCL_FLASH=0``)."""
         return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
 
     # -- convolution (implicit GEMM, conv.py) and pooling ------------------------------------------------
