@@ -14,6 +14,12 @@ from ember_opencl.backend import OpenCLBackend
 RNG = np.random.default_rng(7)
 
 
+@pytest.fixture(autouse=True)
+def kernels_on_cpu_devices(monkeypatch):
+    """The kernels run on CPU devices too (PoCL, where they are not the default: attention.ON_CPU)."""
+    monkeypatch.setattr(attention, "ON_CPU", True)
+
+
 def reference(q, k, v, g, mask=None, is_causal=False, scale=None):
     """(out, gq, gk, gv) in float64; rows that see no key: NaN out, zero gradients (the composite's)."""
     q, k, v, g = (np.asarray(a, np.float64) for a in (q, k, v, g))
@@ -177,6 +183,17 @@ def test_uncovered_cases_take_the_composite(dev, case):
     for op in ("attention_forward_composite", "attention_backward_composite"):
         assert attention.CALLS[op] == before.get(op, 0) + 1, op
     assert attention.CALLS["scaled_dot_product_attention"] == before.get("scaled_dot_product_attention", 0)
+
+
+def test_cpu_devices_take_the_composite_by_default(dev, monkeypatch):
+    if not dev.backend.rt.is_cpu:
+        pytest.skip("a GPU runs the kernels by default")
+    monkeypatch.setattr(attention, "ON_CPU", False)
+    q, k, v, g = (RNG.standard_normal((2, 20, 64)) for _ in range(4))
+    before = dict(attention.CALLS)
+    check(run(dev, q, k, v, g), reference(q, k, v, g), "float32")
+    assert attention.CALLS["attention_forward_composite"] == before.get("attention_forward_composite", 0) + 1
+    assert attention.CALLS["attention_backward_composite"] == before.get("attention_backward_composite", 0) + 1
 
 
 def test_switch_off(dev, monkeypatch):

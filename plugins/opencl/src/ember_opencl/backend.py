@@ -123,6 +123,12 @@ class OpenCLBackend(ViewMovement, Backend):
             "complex64/complex128": "float2 / double2 pairs in numpy's layout; matmul is four real matmuls",
             "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
             "fusion": "elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0 turns it off)",
+            "scaled_dot_product_attention": "GPUs: a flash-style tiled kernel (online softmax, no score tensor; "
+            "float32/float16/bfloat16 computed in float, head sizes 32/64/96/128, no explicit mask); other cases, "
+            "and CPU devices unless EMBER_OPENCL_FLASH=1: matmul -> fused masked softmax -> matmul",
+            "scaled_dot_product_attention_backward": "GPUs: flash-style, a stats pass (log-sum-exp, delta), a dK/dV "
+            "kernel per key tile and a dQ kernel per query tile (deterministic, no atomics); other cases: the "
+            "composite rule on this backend's kernels over batch slices; EMBER_OPENCL_FLASH=0: autodiff's rule",
             "conv": "GPUs: implicit GEMM (input gathered in the tiled matmul's loader; the weight gradient per "
             "image, summed by one kernel); CPUs: core's unfold + matmul composite (faster there)",
         }
