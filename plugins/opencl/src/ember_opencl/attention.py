@@ -71,18 +71,18 @@ _TILES = ((64, 64), (64, 32), (32, 32), (32, 16), (16, 16))
 
 # -- tile sizes ------------------------------------------------------------------------------
 def forward_bytes(head: int, bm: int, bn: int) -> int:
-    """Local memory of the forward: Qt and Kt (transposed, rows padded by one), V, Pt, two row exchanges."""
-    return 4 * (head * (bm + 1) + head * (bn + 1) + bn * head + bn * (bm + 1) + 2 * bm * 8)
+    """Local memory of the forward: Q, K (rows padded by 4), V, P transposed, the rows' maxima."""
+    return 4 * (bm * (head + 4) + bn * (head + 4) + bn * head + bn * (bm + 4) + bm * 8)
 
 
 def dkdv_bytes(head: int, bk: int, sq: int) -> int:
     """Local memory of ``dkdv``: Q, dO (sq rows), K, V (bk rows), P and dS (sq x bk), lse and delta."""
-    return 4 * (2 * sq * (head + 1) + 2 * bk * (head + 1) + 2 * sq * (bk + 1) + 2 * sq)
+    return 4 * (2 * sq * (head + 4) + 2 * bk * (head + 4) + 2 * sq * (bk + 4) + 2 * sq)
 
 
 def dq_bytes(head: int, bq: int, sk: int) -> int:
     """Local memory of ``dq``: Q, dO (bq rows), K, V (sk rows), dS transposed (sk x bq)."""
-    return 4 * (2 * bq * (head + 1) + 2 * sk * (head + 1) + sk * (bq + 1))
+    return 4 * (2 * bq * (head + 4) + 2 * sk * (head + 4) + sk * (bq + 4))
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,8 @@ class Plan:
 
 def _first_fit(size: Any, head: int, limit: int, rows: int) -> tuple[int, int] | None:
     for block, step in _TILES:
-        if block % rows == 0 and step % rows == 0 and step % 8 == 0 and block % 8 == 0:
-            if size(head, block, step) <= limit:
-                return block, step
+        if block % rows == 0 and step % rows == 0 and size(head, block, step) <= limit:
+            return block, step
     return None
 
 
@@ -109,7 +108,7 @@ def _plan(head: int, max_wg: int, local_mem: int) -> Plan | None:
     if not items or head not in HEAD_SIZES:
         return None
     limit = min(LOCAL_BUDGET, local_mem)
-    rows = items // 8  # item rows: each item row owns block / rows rows of a tile
+    rows = items // 8  # item rows (TY): a tile's rows are dealt to them, its columns to 8 item columns
     fwd = _first_fit(forward_bytes, head, limit, rows)
     kv = _first_fit(dkdv_bytes, head, limit, rows)
     dq = _first_fit(dq_bytes, head, limit, rows)
@@ -124,6 +123,14 @@ def plan(rt: Runtime, head: int) -> Plan | None:
 
 
 # -- OpenCL C ------------------------------------------------------------------------------------
+# Every kernel: items (ty, tx) of TY x 8; a score tile's row m is item row ty's when m % TY == ty
+# (rows ty + TY i), its column n item column tx's when n % 8 == tx (columns tx + 8 j); an item's
+# columns of a (rows x D) result are 32 jj + 4 tx + c (float4 reads of the tiles' rows). Tiles of
+# rows keep a stride of RS = D + 4 floats: float4-aligned, and the 8 rows read at once fall in 8
+# different 16-byte bank groups. Scores sum over the head 4 at a time in one order everywhere, so
+# the backward recomputes the forward's scores bit for bit.
+
+
 def _operand_params(names: str, rank: int, storage: str) -> tuple[list[str], list[Any]]:
     """Each operand: its buffer, element offset, row stride and batch strides."""
     params: list[str] = []
@@ -144,9 +151,29 @@ def _header(dt: str, head: int, items: int, block: int, step: int) -> list[str]:
         f"#define TY {items // 8}",
         f"#define BLOCK {block}",
         f"#define STEP {step}",
+        "#define RS (D + 4)",
+        "#define DJ (D / 32)",
+        "#define F4(tile, i) (*(__local const float4*)((tile) + (i)))",
         f"inline float ember_ld(__global const {c.storage}* p, const long i) {{ return {c.load('p', 'i')}; }}",
         f"inline void ember_st(__global {c.storage}* p, const long i, const float v) {{ {c.store('p', 'i', 'v')} }}",
     ]
+
+
+def _kernel_head(name: str, params: list[str]) -> list[str]:
+    return [
+        f"__kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void {name}(" + ", ".join(params) + ") {",
+        "  const int lid = get_local_id(0), ty = lid / 8, tx = lid % 8;",
+        "  const long b = get_group_id(0) / tiles;",
+    ]
+
+
+def _local(tiles: list[tuple[str, str]]) -> list[str]:
+    """Local float tiles, each 16-byte aligned (declared as float4, used through a float pointer)."""
+    lines = []
+    for name, size in tiles:
+        lines.append(f"  __local float4 {name}4[({size}) / 4];")
+        lines.append(f"  __local float* {name} = (__local float*){name}4;")
+    return lines
 
 
 def _batch(names: str, rank: int) -> list[str]:
@@ -154,169 +181,7 @@ def _batch(names: str, rank: int) -> list[str]:
     lines = unravel("b", rank, "bsh", "long", "c")
     for x in names:
         lines.append(f"const long {x}b = {x}_off + " + " + ".join(f"c{d} * {x}_bs{d}" for d in range(rank)) + ";")
-    return lines
-
-
-def _forward_source(dt: str, head: int, items: int, bm: int, bn: int, rank: int, stats: bool) -> tuple[str, list]:
-    """The forward (``stats``: the backward's first pass) for one dtype, head size and batch rank.
-
-    Item (ty, tx) of TY x 8 owns query rows ``ty * RM + i`` and key columns ``tx + 8 j`` of a score
-    tile, and output columns ``tx + 8 c``; a row's 8 items exchange their maxima and sums in local
-    memory."""
-    c = ctype(dt)
-    names = "qkvg" if stats else "qkv"
-    params, types = _operand_params(names, rank, c.storage)
-    if stats:
-        params += ["__global float* restrict LSE", "__global float* restrict DELTA"]
-        types += [None, None]
-    else:
-        params += [f"__global {c.storage}* restrict O"]
-        types += [None]
-    params += ["const int L", "const int S", "const int tiles", "const float qscale", "const int causal"]
-    params += ["const int offset"] + [f"const long bsh{d}" for d in range(rank)]
-    types += [np.int32, np.int32, np.int32, np.float32, np.int32, np.int32] + [np.int64] * rank
-    name = "ember_flash_stats" if stats else "ember_flash_forward"
-    lines = _header(dt, head, items, bm, bn)
-    lines += [
-        "#define RM (BLOCK / TY)",
-        "#define CN (STEP / 8)",
-        "#define DC (D / 8)",
-        "#define QS (BLOCK + 1)",
-        "#define KS (STEP + 1)",
-        f"__kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void {name}({', '.join(params)}) {{",
-        "  __local float Qt[D * QS];   // queries, transposed, pre-scaled by qscale",
-        "  __local float Kt[D * KS];   // keys, transposed",
-        "  __local float Vs[STEP * D];  // values",
-        "  __local float Pt[STEP * QS]; // probabilities, transposed",
-        "  __local float Rm[BLOCK * 8]; // each row's 8 partial maxima (and, at the end, dO . O)",
-        "  __local float Rs[BLOCK * 8]; // each row's 8 partial sums",
-        "  const int lid = get_local_id(0), ty = lid / 8, tx = lid % 8;",
-        "  const long b = get_group_id(0) / tiles;",
-        "  const int q0 = (get_group_id(0) % tiles) * BLOCK;",
-        *("  " + s for s in _batch(names, rank)),
-        "  for (int idx = lid; idx < BLOCK * D; idx += NT) {",
-        "    const int m = idx / D, d = idx % D;",
-        "    Qt[d * QS + m] = q0 + m < L ? ember_ld(Q, qb + (q0 + m) * q_rs + d) * qscale : 0.0f;",
-        "  }",
-        "  float o[RM][DC], mrow[RM], lrow[RM];",
-        "  for (int i = 0; i < RM; ++i) {",
-        "    mrow[i] = -INFINITY; lrow[i] = 0.0f;",
-        "    for (int j = 0; j < DC; ++j) o[i][j] = 0.0f;",
-        "  }",
-        "  int n_end = S;  // with causal, key n is visible to query r when n <= r + offset",
-        "  if (causal) n_end = min(S, q0 + BLOCK + offset);",
-        "  for (int n0 = 0; n0 < n_end; n0 += STEP) {",
-        "    barrier(CLK_LOCAL_MEM_FENCE);  // the previous step is done with Kt, Vs, Pt, Rs",
-        "    for (int idx = lid; idx < STEP * D; idx += NT) {",
-        "      const int n = idx / D, d = idx % D;",
-        "      const int in = n0 + n < S;",
-        "      Kt[d * KS + n] = in ? ember_ld(K, kb + (n0 + n) * k_rs + d) : 0.0f;",
-        "      Vs[n * D + d] = in ? ember_ld(V, vb + (n0 + n) * v_rs + d) : 0.0f;",
-        "    }",
-        "    barrier(CLK_LOCAL_MEM_FENCE);",
-        "    float s[RM][CN];",
-        "    for (int i = 0; i < RM; ++i)",
-        "      for (int j = 0; j < CN; ++j) s[i][j] = 0.0f;",
-        "    for (int d = 0; d < D; ++d) {",
-        "      float a[RM], kk[CN];",
-        "      for (int i = 0; i < RM; ++i) a[i] = Qt[d * QS + ty * RM + i];",
-        "      for (int j = 0; j < CN; ++j) kk[j] = Kt[d * KS + tx + 8 * j];",
-        "      for (int i = 0; i < RM; ++i)",
-        "        for (int j = 0; j < CN; ++j) s[i][j] = fma(a[i], kk[j], s[i][j]);",
-        "    }",
-        "    for (int i = 0; i < RM; ++i) {",
-        "      const int r = q0 + ty * RM + i;",
-        "      float mx = -INFINITY;",
-        "      for (int j = 0; j < CN; ++j) {",
-        "        const int n = n0 + tx + 8 * j;",
-        "        if (n >= S || (causal && n > r + offset)) s[i][j] = -INFINITY;",
-        "        mx = fmax(mx, s[i][j]);",
-        "      }",
-        "      Rm[(ty * RM + i) * 8 + tx] = mx;",
-        "    }",
-        "    barrier(CLK_LOCAL_MEM_FENCE);",
-        "    for (int i = 0; i < RM; ++i) {",
-        "      const int m = ty * RM + i;",
-        "      float mx = Rm[m * 8];",
-        "      for (int t = 1; t < 8; ++t) mx = fmax(mx, Rm[m * 8 + t]);",
-        "      const float mnew = fmax(mrow[i], mx);",
-        "      const float muse = mnew == -INFINITY ? 0.0f : mnew;  // a row that sees nothing yet stays 0",
-        "      const float alpha = exp2(mrow[i] - muse);",
-        "      float sum = 0.0f;",
-        "      for (int j = 0; j < CN; ++j) {",
-        "        const float p = exp2(s[i][j] - muse);",
-        "        Pt[(tx + 8 * j) * QS + m] = p;",
-        "        sum += p;",
-        "      }",
-        "      Rs[m * 8 + tx] = sum;",
-        "      mrow[i] = mnew;",
-        "      lrow[i] *= alpha;",
-        "      for (int j = 0; j < DC; ++j) o[i][j] *= alpha;",
-        "    }",
-        "    barrier(CLK_LOCAL_MEM_FENCE);",
-        "    for (int i = 0; i < RM; ++i) {",
-        "      const int m = ty * RM + i;",
-        "      float sum = 0.0f;",
-        "      for (int t = 0; t < 8; ++t) sum += Rs[m * 8 + t];",
-        "      lrow[i] += sum;",
-        "    }",
-        "    for (int n = 0; n < STEP; ++n) {",
-        "      float p[RM];",
-        "      for (int i = 0; i < RM; ++i) p[i] = Pt[n * QS + ty * RM + i];",
-        "      for (int j = 0; j < DC; ++j) {",
-        "        const float vv = Vs[n * D + tx + 8 * j];",
-        "        for (int i = 0; i < RM; ++i) o[i][j] = fma(p[i], vv, o[i][j]);",
-        "      }",
-        "    }",
-        "  }",
-    ]
-    if stats:
-        lines += [
-            "  for (int i = 0; i < RM; ++i) {  // dO . O of each row, in 8 partial sums",
-            "    const int r = q0 + ty * RM + i;",
-            "    float dot = 0.0f;",
-            "    if (r < L)",
-            "      for (int j = 0; j < DC; ++j) dot = fma(ember_ld(G, gb + r * g_rs + tx + 8 * j), o[i][j], dot);",
-            "    Rm[(ty * RM + i) * 8 + tx] = dot;",
-            "  }",
-            "  barrier(CLK_LOCAL_MEM_FENCE);",
-            "  for (int i = 0; i < RM; ++i) {",
-            "    const int m = ty * RM + i, r = q0 + m;",
-            "    if (r >= L || tx != 0) continue;",
-            "    float dot = 0.0f;",
-            "    for (int t = 0; t < 8; ++t) dot += Rm[m * 8 + t];",
-            "    const int seen = lrow[i] > 0.0f;  // a row that sees no key: lse = +inf (P = 0), delta = 0",
-            "    LSE[b * L + r] = seen ? mrow[i] + log2(lrow[i]) : INFINITY;",
-            "    DELTA[b * L + r] = seen ? dot / lrow[i] : 0.0f;",
-            "  }",
-        ]
-    else:
-        lines += [
-            "  for (int i = 0; i < RM; ++i) {",
-            "    const int r = q0 + ty * RM + i;",
-            "    if (r >= L) continue;",
-            "    const float inv = 1.0f / lrow[i];  // no visible key: 0 / 0 = NaN, as softmax over -inf gives",
-            "    for (int j = 0; j < DC; ++j) ember_st(O, (b * L + r) * D + tx + 8 * j, o[i][j] * inv);",
-            "  }",
-        ]
-    lines.append("}")
-    return "\n".join(lines) + "\n", types
-
-
-_SCORES = [
-    "    // s = Q . K and dp = dO . V over the head, in the forward's order (so s is its score, bit for bit)",
-    "    float s[RI][CN], dp[RI][CN];",
-    "    for (int i = 0; i < RI; ++i)",
-    "      for (int j = 0; j < CN; ++j) { s[i][j] = 0.0f; dp[i][j] = 0.0f; }",
-    "    for (int d = 0; d < D; ++d) {",
-    "      float a[RI], gg[RI];",
-    "      for (int i = 0; i < RI; ++i) { a[i] = Qs[(ty + TY * i) * RS + d]; gg[i] = Gs[(ty + TY * i) * RS + d]; }",
-    "      for (int j = 0; j < CN; ++j) {",
-    "        const float kk = Ks[(tx + 8 * j) * RS + d], vv = Vs[(tx + 8 * j) * RS + d];",
-    "        for (int i = 0; i < RI; ++i) { s[i][j] = fma(a[i], kk, s[i][j]); dp[i][j] = fma(gg[i], vv, dp[i][j]); }",
-    "      }",
-    "    }",
-]
+    return ["  " + s for s in lines]
 
 
 def _load_rows(tile: str, src: str, base: str, stride: str, r0: str, n: str, rows: str, scale: str = "") -> list[str]:
@@ -330,9 +195,177 @@ def _load_rows(tile: str, src: str, base: str, stride: str, r0: str, n: str, row
     ]
 
 
+def _scores(grad: bool) -> list[str]:
+    """s[i][j] = Qs row (ty + TY i) . Ks row (tx + 8 j) over the head (and with ``grad``, dp from
+    Gs and Vs the same way), 4 columns a step in the order d = 0, 1, ..."""
+    fma = "s[i][j] = fma(a[i].x, kk.x, s[i][j]); s[i][j] = fma(a[i].y, kk.y, s[i][j]); "
+    fma += "s[i][j] = fma(a[i].z, kk.z, s[i][j]); s[i][j] = fma(a[i].w, kk.w, s[i][j]);"
+    gfma = "dp[i][j] = fma(g[i].x, vv.x, dp[i][j]); dp[i][j] = fma(g[i].y, vv.y, dp[i][j]); "
+    gfma += "dp[i][j] = fma(g[i].z, vv.z, dp[i][j]); dp[i][j] = fma(g[i].w, vv.w, dp[i][j]);"
+    lines = [
+        "    float s[RI][CN]" + (", dp[RI][CN];" if grad else ";"),
+        "    for (int i = 0; i < RI; ++i)",
+        "      for (int j = 0; j < CN; ++j) { s[i][j] = 0.0f;" + (" dp[i][j] = 0.0f; }" if grad else " }"),
+        "    for (int d = 0; d < D; d += 4) {",
+        "      float4 a[RI]" + (", g[RI];" if grad else ";"),
+        "      for (int i = 0; i < RI; ++i) {",
+        "        a[i] = F4(Qs, (ty + TY * i) * RS + d);",
+    ]
+    if grad:
+        lines.append("        g[i] = F4(Gs, (ty + TY * i) * RS + d);")
+    lines += [
+        "      }",
+        "      for (int j = 0; j < CN; ++j) {",
+        "        const float4 kk = F4(Ks, (tx + 8 * j) * RS + d);",
+    ]
+    if grad:
+        lines.append("        const float4 vv = F4(Vs, (tx + 8 * j) * RS + d);")
+    lines += ["        for (int i = 0; i < RI; ++i) {", "          " + fma]
+    if grad:
+        lines.append("          " + gfma)
+    lines += ["        }", "      }", "    }"]
+    return lines
+
+
+def _axpy4(acc: str, w: str, x: str) -> list[str]:
+    """``acc[i][4 jj + c] += w * x.c`` for the 4 lanes of float4 ``x``."""
+    return [f"{acc}[i][4 * jj + {c}] = fma({w}, {x}.{lane}, {acc}[i][4 * jj + {c}]);" for c, lane in enumerate("xyzw")]
+
+
+def _forward_source(dt: str, head: int, items: int, bm: int, bn: int, rank: int, stats: bool) -> tuple[str, list]:
+    """The forward (``stats``: the backward's first pass) for one dtype, head size and batch rank:
+    a work-group per tile of BLOCK queries, the keys STEP at a time; a row's 8 items exchange their
+    maxima in local memory (its sum is each item's own until the end: every item rescales by the
+    row's one maximum)."""
+    c = ctype(dt)
+    names = "qkvg" if stats else "qkv"
+    params, types = _operand_params(names, rank, c.storage)
+    if stats:
+        params += ["__global float* restrict LSE", "__global float* restrict DELTA"]
+        types += [None, None]
+    else:
+        params += [f"__global {c.storage}* restrict O"]
+        types += [None]
+    params += ["const int L", "const int S", "const int tiles", "const float qscale", "const int causal"]
+    params += ["const int offset"] + [f"const long bsh{d}" for d in range(rank)]
+    types += [np.int32, np.int32, np.int32, np.float32, np.int32, np.int32] + [np.int64] * rank
+    lines = _header(dt, head, items, bm, bn)
+    lines += [
+        "#define RI (BLOCK / TY)  // query rows of an item",
+        "#define CN (STEP / 8)    // key columns of an item",
+        "#define PS (BLOCK + 4)   // row stride of P transposed",
+        *_kernel_head("ember_flash_stats" if stats else "ember_flash_forward", params),
+        *_local([("Qs", "BLOCK * RS"), ("Ks", "STEP * RS"), ("Vs", "STEP * D"), ("Pt", "STEP * PS")]),
+        "  __local float Rm[BLOCK * 8];  // the 8 partial maxima of each row (at the end, of dO . O)",
+        "  const int q0 = (get_group_id(0) % tiles) * BLOCK;",
+        *_batch(names, rank),
+        *_load_rows("Qs", "Q", "qb", "q_rs", "q0", "BLOCK", "L", "qscale"),
+        "  float o[RI][4 * DJ], mrow[RI], lrow[RI];  // lrow: this item's part of the row's sum",
+        "  for (int i = 0; i < RI; ++i) {",
+        "    mrow[i] = -INFINITY; lrow[i] = 0.0f;",
+        "    for (int j = 0; j < 4 * DJ; ++j) o[i][j] = 0.0f;",
+        "  }",
+        "  int n_end = S;  // with causal, key n is visible to query r when n <= r + offset",
+        "  if (causal) n_end = min(S, q0 + BLOCK + offset);",
+        "  for (int n0 = 0; n0 < n_end; n0 += STEP) {",
+        "    barrier(CLK_LOCAL_MEM_FENCE);  // Qs written; the previous step is done with Ks, Vs, Pt",
+        *("  " + s for s in _load_rows("Ks", "K", "kb", "k_rs", "n0", "STEP", "S")),
+        "    for (int idx = lid; idx < STEP * D; idx += NT) {",
+        "      const int n = idx / D, d = idx % D;",
+        "      Vs[idx] = n0 + n < S ? ember_ld(V, vb + (n0 + n) * v_rs + d) : 0.0f;",
+        "    }",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
+        *_scores(False),
+        "    for (int i = 0; i < RI; ++i) {",
+        "      const int r = q0 + ty + TY * i;",
+        "      float mx = -INFINITY;",
+        "      for (int j = 0; j < CN; ++j) {",
+        "        const int n = n0 + tx + 8 * j;",
+        "        if (n >= S || (causal && n > r + offset)) s[i][j] = -INFINITY;",
+        "        mx = fmax(mx, s[i][j]);",
+        "      }",
+        "      Rm[(ty + TY * i) * 8 + tx] = mx;",
+        "    }",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
+        "    for (int i = 0; i < RI; ++i) {",
+        "      const int m = ty + TY * i;",
+        "      float mx = Rm[m * 8];",
+        "      for (int t = 1; t < 8; ++t) mx = fmax(mx, Rm[m * 8 + t]);",
+        "      const float mnew = fmax(mrow[i], mx);",
+        "      const float muse = mnew == -INFINITY ? 0.0f : mnew;  // a row that sees nothing yet stays 0",
+        "      const float alpha = exp2(mrow[i] - muse);",
+        "      float sum = 0.0f;",
+        "      for (int j = 0; j < CN; ++j) {",
+        "        const float p = exp2(s[i][j] - muse);",
+        "        Pt[(tx + 8 * j) * PS + m] = p;",
+        "        sum += p;",
+        "      }",
+        "      lrow[i] = lrow[i] * alpha + sum;",
+        "      mrow[i] = mnew;",
+        "      for (int j = 0; j < 4 * DJ; ++j) o[i][j] *= alpha;",
+        "    }",
+        "    barrier(CLK_LOCAL_MEM_FENCE);  // Pt written, Rm read",
+        "    for (int n = 0; n < STEP; ++n) {",
+        "      float p[RI];",
+        "      for (int i = 0; i < RI; ++i) p[i] = Pt[n * PS + ty + TY * i];",
+        "      for (int jj = 0; jj < DJ; ++jj) {",
+        "        const float4 vv = F4(Vs, n * D + 32 * jj + 4 * tx);",
+        "        for (int i = 0; i < RI; ++i) {",
+        *("          " + s for s in _axpy4("o", "p[i]", "vv")),
+        "        }",
+        "      }",
+        "    }",
+        "  }",
+        "  for (int i = 0; i < RI; ++i) Rm[(ty + TY * i) * 8 + tx] = lrow[i];",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        "  for (int i = 0; i < RI; ++i) {",
+        "    const int m = ty + TY * i;",
+        "    float sum = 0.0f;",
+        "    for (int t = 0; t < 8; ++t) sum += Rm[m * 8 + t];",
+        "    lrow[i] = sum;",
+        "  }",
+    ]
+    if stats:
+        lines += [
+            "  barrier(CLK_LOCAL_MEM_FENCE);  // Rm read: it takes the 8 parts of dO . O",
+            "  for (int i = 0; i < RI; ++i) {",
+            "    const int r = q0 + ty + TY * i;",
+            "    float dot = 0.0f;",
+            "    if (r < L)",
+            "      for (int jj = 0; jj < DJ; ++jj)",
+            "        for (int c = 0; c < 4; ++c)",
+            "          dot = fma(ember_ld(G, gb + r * g_rs + 32 * jj + 4 * tx + c), o[i][4 * jj + c], dot);",
+            "    Rm[(ty + TY * i) * 8 + tx] = dot;",
+            "  }",
+            "  barrier(CLK_LOCAL_MEM_FENCE);",
+            "  for (int i = 0; i < RI; ++i) {",
+            "    const int m = ty + TY * i, r = q0 + m;",
+            "    if (r >= L || tx != 0) continue;",
+            "    float dot = 0.0f;",
+            "    for (int t = 0; t < 8; ++t) dot += Rm[m * 8 + t];",
+            "    const int seen = lrow[i] > 0.0f;  // a row that sees no key: lse = +inf (P = 0), delta = 0",
+            "    LSE[b * L + r] = seen ? mrow[i] + log2(lrow[i]) : INFINITY;",
+            "    DELTA[b * L + r] = seen ? dot / lrow[i] : 0.0f;",
+            "  }",
+        ]
+    else:
+        lines += [
+            "  for (int i = 0; i < RI; ++i) {",
+            "    const int r = q0 + ty + TY * i;",
+            "    if (r >= L) continue;",
+            "    const float inv = 1.0f / lrow[i];  // no visible key: 0 / 0 = NaN, as softmax over -inf gives",
+            "    for (int jj = 0; jj < DJ; ++jj)",
+            "      for (int c = 0; c < 4; ++c)",
+            "        ember_st(O, (b * L + r) * D + 32 * jj + 4 * tx + c, o[i][4 * jj + c] * inv);",
+            "  }",
+        ]
+    lines.append("}")
+    return "\n".join(lines) + "\n", types
+
+
 def _dkdv_source(dt: str, head: int, items: int, bk: int, sq: int, rank: int) -> tuple[str, list]:
-    """dK and dV of a tile of ``bk`` keys (BLOCK), walking the queries ``sq`` (STEP) at a time.
-    Scores: queries ``ty + TY i``, keys ``tx + 8 j``; accumulators: keys ``ty + TY i``, columns ``tx + 8 c``."""
+    """dK and dV of a tile of BLOCK keys, walking the queries that see them STEP at a time. Scores:
+    queries ``ty + TY i``, keys ``tx + 8 j``; accumulators: keys ``ty + TY i``."""
     c = ctype(dt)
     params, types = _operand_params("qkvg", rank, c.storage)
     params += ["__global const float* restrict LSE", "__global const float* restrict DELTA"]
@@ -346,26 +379,23 @@ def _dkdv_source(dt: str, head: int, items: int, bk: int, sq: int, rank: int) ->
         "#define RI (STEP / TY)   // query rows of an item in the score tile",
         "#define CN (BLOCK / 8)   // key columns of an item in the score tile",
         "#define KI (BLOCK / TY)  // keys an item accumulates",
-        "#define DC (D / 8)",
-        "#define RS (D + 1)",
-        "#define PS (BLOCK + 1)",
-        "__kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void ember_flash_dkdv(" + ", ".join(params) + ") {",
-        "  __local float Qs[STEP * RS], Gs[STEP * RS], Ks[BLOCK * RS], Vs[BLOCK * RS];",
-        "  __local float Ps[STEP * PS], Ss[STEP * PS], Ls[STEP], Ds[STEP];",
-        "  const int lid = get_local_id(0), ty = lid / 8, tx = lid % 8;",
-        "  const long b = get_group_id(0) / tiles;",
+        "#define PS (BLOCK + 4)",
+        *_kernel_head("ember_flash_dkdv", params),
+        *_local([("Qs", "STEP * RS"), ("Gs", "STEP * RS"), ("Ks", "BLOCK * RS"), ("Vs", "BLOCK * RS")]),
+        *_local([("Ps", "STEP * PS"), ("Ss", "STEP * PS")]),
+        "  __local float Ls[STEP], Ds[STEP];",
         "  const int k0 = (get_group_id(0) % tiles) * BLOCK;",
-        *("  " + s for s in _batch("qkvg", rank)),
+        *_batch("qkvg", rank),
         *_load_rows("Ks", "K", "kb", "k_rs", "k0", "BLOCK", "S"),
         *_load_rows("Vs", "V", "vb", "v_rs", "k0", "BLOCK", "S"),
-        "  float dk[KI][DC], dv[KI][DC];",
+        "  float dk[KI][4 * DJ], dv[KI][4 * DJ];",
         "  for (int i = 0; i < KI; ++i)",
-        "    for (int j = 0; j < DC; ++j) { dk[i][j] = 0.0f; dv[i][j] = 0.0f; }",
+        "    for (int j = 0; j < 4 * DJ; ++j) { dk[i][j] = 0.0f; dv[i][j] = 0.0f; }",
         "  // with causal, the first query that sees key k0 is k0 - offset: the tiles before its own are skipped",
         "  int q_begin = 0;",
         "  if (causal && k0 - offset > 0) q_begin = ((k0 - offset) / STEP) * STEP;",
         "  for (int q0 = q_begin; q0 < L; q0 += STEP) {",
-        "    barrier(CLK_LOCAL_MEM_FENCE);  // the previous step is done with Qs, Gs, Ps, Ss, Ls, Ds",
+        "    barrier(CLK_LOCAL_MEM_FENCE);  // Ks, Vs written; the previous step is done with Qs, Gs, Ps, Ss, Ls, Ds",
         *("  " + s for s in _load_rows("Qs", "Q", "qb", "q_rs", "q0", "STEP", "L", "qscale")),
         *("  " + s for s in _load_rows("Gs", "G", "gb", "g_rs", "q0", "STEP", "L")),
         "    for (int m = lid; m < STEP; m += NT) {",
@@ -374,7 +404,7 @@ def _dkdv_source(dt: str, head: int, items: int, bk: int, sq: int, rank: int) ->
         "      Ds[m] = in ? DELTA[b * L + q0 + m] : 0.0f;",
         "    }",
         "    barrier(CLK_LOCAL_MEM_FENCE);",
-        *_SCORES,
+        *_scores(True),
         "    for (int i = 0; i < RI; ++i) {",
         "      const int m = ty + TY * i, r = q0 + m;",
         "      for (int j = 0; j < CN; ++j) {",
@@ -389,11 +419,11 @@ def _dkdv_source(dt: str, head: int, items: int, bk: int, sq: int, rank: int) ->
         "    for (int m = 0; m < STEP; ++m) {",
         "      float p[KI], ds[KI];",
         "      for (int i = 0; i < KI; ++i) { p[i] = Ps[m * PS + ty + TY * i]; ds[i] = Ss[m * PS + ty + TY * i]; }",
-        "      for (int j = 0; j < DC; ++j) {",
-        "        const float gg = Gs[m * RS + tx + 8 * j], qq = Qs[m * RS + tx + 8 * j];",
+        "      for (int jj = 0; jj < DJ; ++jj) {",
+        "        const float4 gg = F4(Gs, m * RS + 32 * jj + 4 * tx), qq = F4(Qs, m * RS + 32 * jj + 4 * tx);",
         "        for (int i = 0; i < KI; ++i) {",
-        "          dv[i][j] = fma(p[i], gg, dv[i][j]);",
-        "          dk[i][j] = fma(ds[i], qq, dk[i][j]);",
+        *("          " + s for s in _axpy4("dv", "p[i]", "gg")),
+        *("          " + s for s in _axpy4("dk", "ds[i]", "qq")),
         "        }",
         "      }",
         "    }",
@@ -402,10 +432,12 @@ def _dkdv_source(dt: str, head: int, items: int, bk: int, sq: int, rank: int) ->
         "  for (int i = 0; i < KI; ++i) {",
         "    const int n = k0 + ty + TY * i;",
         "    if (n >= S) continue;",
-        "    for (int j = 0; j < DC; ++j) {",
-        "      ember_st(OUT, dk_off + (b * S + n) * D + tx + 8 * j, dk[i][j] * kscale);",
-        "      ember_st(OUT, dv_off + (b * S + n) * D + tx + 8 * j, dv[i][j]);",
-        "    }",
+        "    for (int jj = 0; jj < DJ; ++jj)",
+        "      for (int c = 0; c < 4; ++c) {",
+        "        const long at = (b * S + n) * D + 32 * jj + 4 * tx + c;",
+        "        ember_st(OUT, dk_off + at, dk[i][4 * jj + c] * kscale);",
+        "        ember_st(OUT, dv_off + at, dv[i][4 * jj + c]);",
+        "      }",
         "  }",
         "}",
     ]
@@ -413,8 +445,8 @@ def _dkdv_source(dt: str, head: int, items: int, bk: int, sq: int, rank: int) ->
 
 
 def _dq_source(dt: str, head: int, items: int, bq: int, sk: int, rank: int) -> tuple[str, list]:
-    """dQ of a tile of ``bq`` queries (BLOCK), walking its keys ``sk`` (STEP) at a time. Scores and
-    accumulators: queries ``ty + TY i``; score keys ``tx + 8 j``, accumulator columns ``tx + 8 c``."""
+    """dQ of a tile of BLOCK queries, walking the keys it sees STEP at a time. Scores and
+    accumulators: queries ``ty + TY i``; score keys ``tx + 8 j``."""
     c = ctype(dt)
     params, types = _operand_params("qkvg", rank, c.storage)
     params += ["__global const float* restrict LSE", "__global const float* restrict DELTA"]
@@ -427,23 +459,20 @@ def _dq_source(dt: str, head: int, items: int, bq: int, sk: int, rank: int) -> t
     lines += [
         "#define RI (BLOCK / TY)  // query rows of an item (scores and dQ)",
         "#define CN (STEP / 8)    // key columns of an item in the score tile",
-        "#define DC (D / 8)",
-        "#define RS (D + 1)",
-        "#define TS (BLOCK + 1)",
-        "__kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void ember_flash_dq(" + ", ".join(params) + ") {",
-        "  __local float Qs[BLOCK * RS], Gs[BLOCK * RS], Ks[STEP * RS], Vs[STEP * RS], St[STEP * TS];",
-        "  const int lid = get_local_id(0), ty = lid / 8, tx = lid % 8;",
-        "  const long b = get_group_id(0) / tiles;",
+        "#define TS (BLOCK + 4)   // row stride of dS transposed",
+        *_kernel_head("ember_flash_dq", params),
+        *_local([("Qs", "BLOCK * RS"), ("Gs", "BLOCK * RS"), ("Ks", "STEP * RS"), ("Vs", "STEP * RS")]),
+        *_local([("St", "STEP * TS")]),
         "  const int q0 = (get_group_id(0) % tiles) * BLOCK;",
-        *("  " + s for s in _batch("qkvg", rank)),
+        *_batch("qkvg", rank),
         *_load_rows("Qs", "Q", "qb", "q_rs", "q0", "BLOCK", "L", "qscale"),
         *_load_rows("Gs", "G", "gb", "g_rs", "q0", "BLOCK", "L"),
-        "  float lse[RI], delta[RI], dq[RI][DC];",
+        "  float lse[RI], delta[RI], dq[RI][4 * DJ];",
         "  for (int i = 0; i < RI; ++i) {",
         "    const int r = q0 + ty + TY * i;",
         "    lse[i] = r < L ? LSE[b * L + r] : 0.0f;",
         "    delta[i] = r < L ? DELTA[b * L + r] : 0.0f;",
-        "    for (int j = 0; j < DC; ++j) dq[i][j] = 0.0f;",
+        "    for (int j = 0; j < 4 * DJ; ++j) dq[i][j] = 0.0f;",
         "  }",
         "  int n_end = S;  // with causal, the last key a query of the tile sees is q0 + BLOCK - 1 + offset",
         "  if (causal) n_end = min(S, q0 + BLOCK + offset);",
@@ -452,7 +481,7 @@ def _dq_source(dt: str, head: int, items: int, bq: int, sk: int, rank: int) -> t
         *("  " + s for s in _load_rows("Ks", "K", "kb", "k_rs", "n0", "STEP", "S")),
         *("  " + s for s in _load_rows("Vs", "V", "vb", "v_rs", "n0", "STEP", "S")),
         "    barrier(CLK_LOCAL_MEM_FENCE);",
-        *_SCORES,
+        *_scores(True),
         "    for (int i = 0; i < RI; ++i) {",
         "      const int m = ty + TY * i, r = q0 + m;",
         "      for (int j = 0; j < CN; ++j) {",
@@ -466,16 +495,20 @@ def _dq_source(dt: str, head: int, items: int, bq: int, sk: int, rank: int) -> t
         "    for (int n = 0; n < STEP; ++n) {",
         "      float ds[RI];",
         "      for (int i = 0; i < RI; ++i) ds[i] = St[n * TS + ty + TY * i];",
-        "      for (int j = 0; j < DC; ++j) {",
-        "        const float kk = Ks[n * RS + tx + 8 * j];",
-        "        for (int i = 0; i < RI; ++i) dq[i][j] = fma(ds[i], kk, dq[i][j]);",
+        "      for (int jj = 0; jj < DJ; ++jj) {",
+        "        const float4 kk = F4(Ks, n * RS + 32 * jj + 4 * tx);",
+        "        for (int i = 0; i < RI; ++i) {",
+        *("          " + s for s in _axpy4("dq", "ds[i]", "kk")),
+        "        }",
         "      }",
         "    }",
         "  }",
         "  for (int i = 0; i < RI; ++i) {",
         "    const int r = q0 + ty + TY * i;",
         "    if (r >= L) continue;",
-        "    for (int j = 0; j < DC; ++j) ember_st(OUT, dq_off + (b * L + r) * D + tx + 8 * j, dq[i][j] * scale);",
+        "    for (int jj = 0; jj < DJ; ++jj)",
+        "      for (int c = 0; c < 4; ++c)",
+        "        ember_st(OUT, dq_off + (b * L + r) * D + 32 * jj + 4 * tx + c, dq[i][4 * jj + c] * scale);",
         "  }",
         "}",
     ]
@@ -489,9 +522,13 @@ def _unrolled(src: str) -> str:
     for line in src.split("\n"):
         text = line.lstrip()
         pad = line[: len(line) - len(text)]
-        if text.startswith(("for (int i = 0;", "for (int j = 0;", "for (int t = ")):
+        if text.startswith(
+            ("for (int i = 0;", "for (int j = 0;", "for (int jj = 0;", "for (int c = 0;", "for (int t = ")
+        ):
             out.append(pad + "#pragma unroll")
-        elif text.startswith(("for (int d = 0; d < D;", "for (int n = 0; n < STEP;", "for (int m = 0; m < STEP;")):
+        elif text.startswith("for (int d = 0; d < D;"):
+            out.append(pad + "#pragma unroll 2")
+        elif text.startswith(("for (int n = 0; n < STEP;", "for (int m = 0; m < STEP;")):
             out.append(pad + "#pragma unroll 4")
         out.append(line)
     return "\n".join(out)
