@@ -169,11 +169,12 @@ def test_uncovered_cases_take_the_composite(dev, case):
     if as_dtype(dtype) not in dev.capabilities.dtypes:
         pytest.skip(f"{dev} has no {dtype}")
     E = 40 if case == "head40" else 32
-    q, k, v, g = (RNG.standard_normal(s) for s in ((2, 6, E), (2, 9, E), (2, 9, E), (2, 6, E)))
+    # (3, 2) batches of 20 x 30 scores: the composite backward takes them a batch index at a time
+    q, k, v, g = (RNG.standard_normal(s) for s in ((3, 2, 20, E), (3, 2, 30, E), (3, 2, 30, E), (3, 2, 20, E)))
     kw: dict = {"is_causal": True}
     mask = None
     if case == "mask":
-        mask = RNG.random((6, 9)) < 0.6
+        mask = RNG.random((20, 30)) < 0.6
         mask[0] = False  # a row that sees no key
         kw = {"attn_mask": em.tensor(mask, device=dev.autodiff())}
     before = dict(attention.CALLS)

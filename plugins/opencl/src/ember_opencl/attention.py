@@ -62,8 +62,6 @@ DTYPES = frozenset({"float32", "float16", "bfloat16"})
 ON_CPU = os.environ.get("EMBER_OPENCL_FLASH", "").strip() == "1"
 #: local memory a work-group may use: NVIDIA's OpenCL gives 48 KiB
 LOCAL_BUDGET = 48 * 1024
-#: score elements one step of :func:`composite_backward` holds (64 MiB of float32 per temporary)
-SCORE_BUDGET = 1 << 24
 _LOG2E = 1.4426950408889634
 #: (rows per work-group, rows per step), largest first: the first that fits the local memory is taken
 _TILES = ((64, 64), (64, 32), (32, 32), (32, 16), (16, 16))
@@ -689,8 +687,9 @@ def composite_backward(
     rt: Runtime, g: CLArray, q: CLArray, k: CLArray, v: CLArray, mask: CLArray | None, is_causal: bool, scale: float
 ) -> CLArray:
     """The packed gradients by autodiff's composite rule on this backend's kernels (the cases the
-    flash kernels do not take: a mask, float64, other head sizes): per slice of the batch of at
-    most :data:`SCORE_BUDGET` score elements, the scores, the fused masked softmax, and five products."""
+    flash kernels do not take: a mask, float64, other head sizes): per slice of the batch whose
+    scores are no larger than the largest operand (core's rule), the scores, the fused masked
+    softmax, five products and the softmax gradient's two passes."""
     CALLS["attention_backward_composite"] += 1
     dt = q.dtype.name
     lead = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
@@ -713,7 +712,8 @@ def composite_backward(
         for a, m, s in zip(starts, sizes, shapes)
     )
     empty_rows = mask is not None or (is_causal and L > S)  # only then can a row see no key (NaN)
-    step = max(1, SCORE_BUDGET // (L * S))
+    # as core's composite: no score-sized temporary larger than the largest operand (where the batch allows)
+    step = max(1, max(q.size, k.size, v.size, g.size) // (L * S))
     mul = binary_program("mul", dt, dt, True)
     for lo, hi in _blocks(whole, step):
         cut = functools.partial(_cut, lo, hi)
