@@ -1,7 +1,7 @@
 """Flash-style scaled-dot-product attention for ember-opencl: tiled kernels, no score tensor.
 
 The forward (FlashAttention, Dao et al. 2022) gives a work-group of 128 items (64 where the
-device takes no more) a tile of ``BM`` queries; it walks the keys ``BN`` at a time through local
+device takes no more) a tile of queries; it walks the keys a tile at a time through local
 memory with the online softmax (a running row maximum and sum, the partial output rescaled as the
 maximum grows). Queries are pre-scaled by ``scale * log2(e)``, so the exponentials are ``exp2``.
 Compiled with ``STATS``, the same kernel is the backward's first pass: per query row the
@@ -9,8 +9,9 @@ log-sum-exp and ``delta = dO . O`` instead of O. The backward (FlashAttention-2,
 runs ``dkdv`` (a work-group per tile of keys walks the query tiles that see them) and ``dq`` (a
 work-group per tile of queries walks its key tiles): no atomics, every gradient one work-group's
 sum in a fixed order, so a run gives the same bits every time. This is ember-cuda's design
-(``ember_cuda.attention``, ``attention_backward``) in OpenCL C: row statistics go through local
-memory (OpenCL 1.2 has no portable shuffles) and tiles are sized to 48 KiB of local memory.
+(``ember_cuda.attention``, ``attention_backward``) in OpenCL C, with its tile layout (rows padded
+by 4, float4 reads); a row's maxima go through local memory (OpenCL 1.2 has no portable shuffles)
+and the tiles are the largest that fit 48 KiB of local memory (NVIDIA's) or the device's own.
 
 Covered: float32, float16 and bfloat16 (loaded with ``vload_half`` / a shift: core OpenCL, no
 cl_khr_fp16; computed in float), head sizes 32/64/96/128 with ``v`` of the same size,
@@ -51,14 +52,14 @@ __all__ = ["forward", "backward", "composite_backward", "plan", "source", "CALLS
 
 #: launches by kernel path (tests read it; nothing else depends on it)
 CALLS: Counter[str] = Counter()
-#: the head sizes the kernels are generated for (multiples of 8: each item owns D / 8 columns)
+#: the head sizes the kernels are generated for (multiples of 32: an item's columns are float4s)
 HEAD_SIZES = (32, 64, 96, 128)
 #: the dtypes the kernels read and write (computed in float)
 DTYPES = frozenset({"float32", "float16", "bfloat16"})
 #: whether CPU devices run the kernels too (``EMBER_OPENCL_FLASH=1``). By default they take the
 #: composite paths: PoCL (2 cores, AVX-512) ran (2, 4, 128, 64) float32 forward + backward in 31 ms
-#: through the kernels and 10 ms through the composite's vector GEMM and softmax kernels, as a
-#: work-group's 128 items run there as loops, their accumulators in memory between barriers
+#: through the kernels and 10 ms through the composite's vector GEMM and softmax kernels (PoCL runs
+#: a work-group's 128 items as loops between its barriers)
 ON_CPU = os.environ.get("EMBER_OPENCL_FLASH", "").strip() == "1"
 #: local memory a work-group may use: NVIDIA's OpenCL gives 48 KiB
 LOCAL_BUDGET = 48 * 1024
