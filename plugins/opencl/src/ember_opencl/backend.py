@@ -105,6 +105,9 @@ class OpenCLBackend(ViewMovement, Backend):
             table[op] = functools.partial(self._binary, op)
         if os.environ.get("EMBER_OPENCL_NATIVE_WGRAD", "").strip() == "0":  # A/B: the unfold + matmul composite
             table.pop("conv_weight_grad", None)
+        if os.environ.get("EMBER_OPENCL_FLASH", "").strip() == "0":  # A/B: the composite attention paths
+            table["scaled_dot_product_attention"] = self._attention_composite
+            table.pop("scaled_dot_product_attention_backward", None)
         if self.rt.is_cpu:  # (a GPU always runs conv natively: conv.py is imported at its first use)
             from . import conv  # noqa: PLC0415
 
@@ -120,6 +123,12 @@ class OpenCLBackend(ViewMovement, Backend):
             "complex64/complex128": "float2 / double2 pairs in numpy's layout; matmul is four real matmuls",
             "scatter_add": "32/64-bit dtypes add with atomics (float order varies run to run); others gather",
             "fusion": "elementwise regions run as one generated kernel (ember.lazy; EMBER_FUSION=0 turns it off)",
+            "scaled_dot_product_attention": "GPUs: a flash-style tiled kernel (online softmax, no score tensor; "
+            "float32/float16/bfloat16 computed in float, head sizes 32/64/96/128, no explicit mask); other cases, "
+            "and CPU devices unless EMBER_OPENCL_FLASH=1: matmul -> fused masked softmax -> matmul",
+            "scaled_dot_product_attention_backward": "GPUs: flash-style, a stats pass (log-sum-exp, delta), a dK/dV "
+            "kernel per key tile and a dQ kernel per query tile (deterministic, no atomics); other cases: the "
+            "composite rule on this backend's kernels over batch slices; EMBER_OPENCL_FLASH=0: autodiff's rule",
             "conv": "GPUs: implicit GEMM (input gathered in the tiled matmul's loader; the weight gradient per "
             "image, summed by one kernel); CPUs: core's unfold + matmul composite (faster there)",
         }
@@ -375,6 +384,25 @@ class OpenCLBackend(ViewMovement, Backend):
     def scaled_dot_product_attention(
         self, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
     ) -> CLArray:
+        """The flash kernel (attention.py) where it applies, else matmul -> fused softmax -> matmul."""
+        from . import attention  # noqa: PLC0415
+
+        return attention.forward(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
+
+    @native
+    def scaled_dot_product_attention_backward(
+        self, g: CLArray, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
+    ) -> CLArray:
+        """(gq, gk, gv) packed: the flash backward's three kernels where they apply, else the
+        composite rule on this backend's kernels (attention.py)."""
+        from . import attention  # noqa: PLC0415
+
+        return attention.backward(self.rt, g, q, k, v, mask[0] if mask else None, is_causal, scale)
+
+    def _attention_composite(
+        self, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
+    ) -> CLArray:
+        """Attention as matmul -> fused softmax -> matmul (``EMBER_OPENCL_FLASH=0``)."""
         return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
 
     # -- convolution (implicit GEMM, conv.py) and pooling ------------------------------------------------
