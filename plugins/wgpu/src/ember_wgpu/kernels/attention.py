@@ -79,7 +79,7 @@ def geometry(rt: Runtime, kind: str, head: int) -> tuple[int, int, int] | None:
         return None
     budget = min(rt.shared_bytes, _BUDGET)
     partials = 1 if kind in ("forward", "stats") else 2
-    for bn in (32, 16, 8):
+    for bn in (32, 16, 8, 4):
         floats = 2 * bn * head + partials * wg * bn + (2 * bn if kind == "dkdv" else 0)
         if 4 * floats <= budget:
             return h, rows, bn
