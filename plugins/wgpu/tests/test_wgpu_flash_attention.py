@@ -195,3 +195,55 @@ def test_small_tiles(dev, rt, monkeypatch, budget, head) -> None:  # type: ignor
     assert attention.CALLS["scaled_dot_product_attention"] == before["scaled_dot_product_attention"] + 1
     after = attention.CALLS["scaled_dot_product_attention_backward"]
     assert after == before["scaled_dot_product_attention_backward"] + 1
+
+
+def _views(dev, layout, b, h, L, S, d):  # type: ignore[no-untyped-def]
+    """q, k, v, g as ember views of one layout (and their numpy values, (b, h, n, d)); whether the
+    kernels read them in place."""
+    if layout == "fused":  # W4: one (b, n, 3 h d) projection split into heads: strided, read in place
+        x = RNG.standard_normal((b, L, 3 * h * d)).astype(np.float32)
+        t = em.tensor(x, device=dev)
+        parts = [em.permute_dims(p.reshape((b, L, h, d)), (0, 2, 1, 3)) for p in em.split(t, 3, axis=-1)]
+        arrays = [np.transpose(p.reshape(b, L, h, d), (0, 2, 1, 3)) for p in np.split(x, 3, axis=-1)]
+    elif layout == "offset1":  # a head sliced from column 1: not whole vec4s, copied
+        x = RNG.standard_normal((3, b, h, L, d + 1)).astype(np.float32)
+        t = em.tensor(x, device=dev)
+        parts = [t[i, :, :, :, 1:] for i in range(3)]
+        arrays = [x[i, :, :, :, 1:] for i in range(3)]
+    elif layout == "flipped":  # negative row strides: copied
+        x = RNG.standard_normal((3, b, h, L, d)).astype(np.float32)
+        t = em.tensor(x, device=dev)
+        parts = [em.flip(t[i], axis=2) for i in range(3)]
+        arrays = [x[i, :, :, ::-1] for i in range(3)]
+    else:  # "batch4": four batch axes that collapse to none fewer: copied
+        x = RNG.standard_normal((3, 2, b, 2, h, L, d)).astype(np.float32)
+        t = em.tensor(x, device=dev)
+        parts = [em.permute_dims(t[i], (1, 0, 3, 2, 4, 5)) for i in range(3)]
+        arrays = [np.transpose(x[i], (1, 0, 3, 2, 4, 5)) for i in range(3)]
+    g = RNG.standard_normal(arrays[0].shape).astype(np.float32)
+    return parts, arrays, em.tensor(g, device=dev), g, layout == "fused"
+
+
+@pytest.mark.parametrize("layout", ["fused", "offset1", "flipped", "batch4"])
+def test_strided_operands(dev, rt, layout) -> None:  # type: ignore[no-untyped-def]
+    """Operands read through their strides where they are whole vec4s (one dispatch, no copy), else
+    copied first; the same values either way."""
+    (q, k, v), arrays, gt, g, in_place = _views(dev, layout, 2, 2, 40, 40, 64)
+    want = _reference(*arrays, g, True, 0.125)
+    for x in (q, k, v, gt):
+        x.realize()
+    rt.synchronize()
+    before = rt.dispatches
+    y = em.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.125)
+    y.realize()
+    forward_dispatches = rt.dispatches - before
+    _close(y.numpy(), want[0], 2e-5)
+    if in_place:
+        assert forward_dispatches == 1
+    else:
+        assert forward_dispatches > 1
+    lead = arrays[0].shape[:-2]
+    flat = attention_backward(gt, q, k, v, is_causal=True, scale=0.125).numpy()
+    n = arrays[0].size
+    for i, ref in enumerate(want[1:]):
+        _close(flat[i * n : (i + 1) * n].reshape(lead + ref.shape[-2:]), ref, 5e-5)

@@ -28,7 +28,7 @@ from collections import Counter
 from typing import Any
 
 from ember.dtypes import float32
-from ember.views import contiguous_strides
+from ember.views import collapse, contiguous_strides
 
 from ..handle import WgpuArray
 from ..runtime import Runtime
@@ -52,9 +52,15 @@ _REGS = 32  # vec4 registers of row vectors a thread holds at most
 #: the row vectors each kernel holds: forward q, o; dq q, dO, dQ; dkdv k, v, dK, dV
 _VECTORS = {"forward": 2, "stats": 2, "dq": 3, "dkdv": 4}
 
+#: batch axes the kernels decode (an operand's batch stride each, 0 where it broadcasts)
+_NB = 3
+#: the operands read in place through their strides (in vec4s): offset, row stride, batch strides
+_OPERANDS = ("q", "k", "v", "g")
 _PARAMS = ParamBlock(
     [("L", "u32"), ("S", "u32"), ("tiles", "u32"), ("groups", "u32"), ("qscale", "f32"), ("causal", "u32")]
     + [("off", "i32"), ("kscale", "f32"), ("scale", "f32"), ("gk", "u32"), ("gv", "u32")]
+    + [(f"d{i}", "u32") for i in range(_NB)]
+    + [(f"{x}_{f}", "u32") for x in _OPERANDS for f in ("off", "rs", *(f"b{i}" for i in range(_NB)))]
 )
 
 
@@ -123,7 +129,13 @@ const DH = {d4 // h}u;
 const ROWS = {rows}u;
 const WG = {rows * h}u;
 const BN = {bn}u;
-fn st4(x: vec4<f32>) -> vec4<{st}> {{ return vec4<{st}>({comps}); }}"""
+fn st4(x: vec4<f32>) -> vec4<{st}> {{ return vec4<{st}>({comps}); }}
+// the first vec4 of batch b of an operand: its offset plus its batch strides over the decoded axes
+fn at_batch(b: u32, off: u32, s0: u32, s1: u32, s2: u32) -> u32 {{
+  let c2 = b % P.d2;
+  let rest = b / P.d2;
+  return off + (rest / P.d1) * s0 + (rest % P.d1) * s1 + c2 * s2;
+}}"""
 
 
 def _start(row_count: str) -> str:
@@ -135,19 +147,23 @@ def _start(row_count: str) -> str:
   let row = t / H;
   let hb = (t % H) * DH;
   let r = r0 + row;
-  let rc = min(r, {row_count} - 1u);"""
+  let rc = min(r, {row_count} - 1u);
+  let qb = at_batch(b, P.q_off, P.q_b0, P.q_b1, P.q_b2);
+  let kb = at_batch(b, P.k_off, P.k_b0, P.k_b1, P.k_b2);
+  let vb = at_batch(b, P.v_off, P.v_b0, P.v_b1, P.v_b2);
+  let gb = at_batch(b, P.g_off, P.g_b0, P.g_b1, P.g_b2);"""
 
 
 def _load_tile(a: str, b: str, src_a: str, src_b: str, rows: str, first: str, scale_a: str = "") -> str:
-    """Rows [first, first + BN) of two (rows x D) matrices of batch b into workgroup tiles, zeros past ``rows``."""
+    """Rows [first, first + BN) of two (rows x D) operands of batch b into workgroup tiles, zeros past ``rows``."""
+    x, y = src_a.lower(), src_b.lower()
     return f"""for (var i = t; i < BN * D4; i = i + WG) {{
       let n = {first} + i / D4;
       var xa = vec4<f32>(0.0);
       var xb = vec4<f32>(0.0);
       if (n < {rows}) {{
-        let at = (b * {rows} + n) * D4 + i % D4;
-        xa = vec4<f32>({src_a}[at]){scale_a};
-        xb = vec4<f32>({src_b}[at]);
+        xa = vec4<f32>({src_a}[{x}b + n * P.{x}_rs + i % D4]){scale_a};
+        xb = vec4<f32>({src_b}[{y}b + n * P.{y}_rs + i % D4]);
       }}
       {a}[i] = xa;
       {b}[i] = xb;
@@ -165,7 +181,7 @@ def _forward_source(t: WType, f16: bool, head: int, h: int, rows: int, bn: int, 
     binds += [("G", "r", vt), ("LSE", "w", "f32"), ("DELTA", "w", "f32")] if stats else [("O", "w", vt)]
     masked = "n >= P.S || (P.causal != 0u && i32(n) > i32(r) + P.off)"
     if stats:
-        tail = f"""let grow = (b * P.L + rc) * D4 + hb;
+        tail = f"""let grow = gb + rc * P.g_rs + hb;
   let part = {" + ".join(f"dot(vec4<f32>(G[grow + {i}u]), o{i})" for i in range(dh))};
   workgroupBarrier();
   Xs[t] = part;
@@ -190,7 +206,7 @@ var<workgroup> Xs: array<f32, {bn * rows * h}>;
 @compute @workgroup_size({rows * h})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
   {_start("P.L")}
-  let qrow = (b * P.L + rc) * D4 + hb;
+  let qrow = qb + rc * P.q_rs + hb;
   {_vec("q", dh, "vec4<f32>(Q[qrow + {i}u]) * P.qscale", mutable=False)}
   {_vec("o", dh, "vec4<f32>(0.0)")}
   var m = {_NEG_INF};
@@ -235,7 +251,7 @@ def _dq_source(t: WType, f16: bool, head: int, h: int, rows: int, bn: int) -> st
     vt = f"vec4<{t.storage}>"
     binds = [("Q", "r", vt), ("K", "r", vt), ("V", "r", vt), ("G", "r", vt), ("LSE", "r", "f32")]
     binds += [("DELTA", "r", "f32"), ("DG", "w", vt)]
-    stores = "\n    ".join(f"DG[qrow + {i}u] = st4(dq{i} * P.scale);" for i in range(dh))
+    stores = "\n    ".join(f"DG[orow + {i}u] = st4(dq{i} * P.scale);" for i in range(dh))
     return f"""{_prelude(t, f16, head, h, rows, bn, binds)}
 var<workgroup> Ks: array<vec4<f32>, {bn * head // 4}>;
 var<workgroup> Vs: array<vec4<f32>, {bn * head // 4}>;
@@ -244,9 +260,11 @@ var<workgroup> Ys: array<f32, {bn * rows * h}>;
 @compute @workgroup_size({rows * h})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
   {_start("P.L")}
-  let qrow = (b * P.L + rc) * D4 + hb;
+  let qrow = qb + rc * P.q_rs + hb;
+  let grow = gb + rc * P.g_rs + hb;
+  let orow = (b * P.L + rc) * D4 + hb;
   {_vec("q", dh, "vec4<f32>(Q[qrow + {i}u]) * P.qscale", mutable=False)}
-  {_vec("g", dh, "vec4<f32>(G[qrow + {i}u])", mutable=False)}
+  {_vec("g", dh, "vec4<f32>(G[grow + {i}u])", mutable=False)}
   {_vec("dq", dh, "vec4<f32>(0.0)")}
   let live = r < P.L;
   let lse = LSE[b * P.L + rc];
@@ -284,7 +302,7 @@ def _dkdv_source(t: WType, f16: bool, head: int, h: int, rows: int, bn: int) -> 
     binds = [("Q", "r", vt), ("K", "r", vt), ("V", "r", vt), ("G", "r", vt), ("LSE", "r", "f32")]
     binds += [("DELTA", "r", "f32"), ("DG", "w", vt)]
     stores = "\n    ".join(
-        f"DG[P.gk + krow + {i}u] = st4(dk{i} * P.kscale);\n    DG[P.gv + krow + {i}u] = st4(dv{i});" for i in range(dh)
+        f"DG[P.gk + orow + {i}u] = st4(dk{i} * P.kscale);\n    DG[P.gv + orow + {i}u] = st4(dv{i});" for i in range(dh)
     )
     return f"""{_prelude(t, f16, head, h, rows, bn, binds)}
 var<workgroup> Qs: array<vec4<f32>, {bn * head // 4}>;
@@ -296,9 +314,11 @@ var<workgroup> Ds: array<f32, {bn}>;
 @compute @workgroup_size({rows * h})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
   {_start("P.S")}
-  let krow = (b * P.S + rc) * D4 + hb;
+  let orow = (b * P.S + rc) * D4 + hb;
+  let krow = kb + rc * P.k_rs + hb;
+  let vrow = vb + rc * P.v_rs + hb;
   {_vec("k", dh, "vec4<f32>(K[krow + {i}u])", mutable=False)}
-  {_vec("v", dh, "vec4<f32>(V[krow + {i}u])", mutable=False)}
+  {_vec("v", dh, "vec4<f32>(V[vrow + {i}u])", mutable=False)}
   {_vec("dk", dh, "vec4<f32>(0.0)")}
   {_vec("dv", dh, "vec4<f32>(0.0)")}
   let live = r < P.S;
@@ -385,14 +405,37 @@ def _covered(rt: Runtime, handles: tuple[WgpuArray, ...], mask: WgpuArray | None
     )
 
 
-def _rows(rt: Runtime, a: WgpuArray, lead: tuple[int, ...]) -> WgpuArray:
-    """``a`` broadcast to ``lead`` batch axes, C-contiguous from offset 0 (a copy only where it is not)."""
-    full = lead + a.shape[-2:]
-    return ew.contiguous(rt, a if a.shape == full else a.expand(full))
+def _operands(rt: Runtime, xs: tuple[WgpuArray, ...], lead: tuple[int, ...]) -> tuple[list[WgpuArray], dict[str, int]]:
+    """The operands as the kernels read them, and their layout parameters: each in place, through
+    its strides in vec4s (a head of W4's fused projection, (B, S, H, D) viewed as (B, H, S, D), or
+    a batch axis broadcast with stride 0) where the head is contiguous and every stride and the
+    offset are whole non-negative vec4s, else a contiguous copy; the batch axes collapsed to at
+    most :data:`_NB` (all copied where they do not collapse so far)."""
+
+    def fits(x: WgpuArray) -> bool:
+        if x.strides[-1] != 1:
+            return False
+        steps = [s for s, n in zip(x.strides[:-1], x.shape[:-1]) if n != 1]
+        return x.offset % 4 == 0 and all(s >= 0 and s % 4 == 0 for s in steps)
+
+    views = [x.expand(lead + x.shape[-2:]) for x in xs]
+    views = [x if fits(x) else ew.contiguous(rt, x) for x in views]
+    shape, strides = collapse(lead, [x.strides[:-2] for x in views])
+    if len(shape) > _NB:
+        views = [ew.contiguous(rt, x) for x in views]
+        shape, strides = collapse(lead, [x.strides[:-2] for x in views])
+    pad = _NB - len(shape)
+    values = {f"d{i}": n for i, n in enumerate((1,) * pad + shape)}
+    for name, x, st in zip(_OPERANDS, views, strides):
+        values.update({f"{name}_off": x.offset // 4, f"{name}_rs": x.strides[-2] // 4})
+        values.update({f"{name}_b{i}": s // 4 for i, s in enumerate((0,) * pad + tuple(st))})
+    return views, values
 
 
-def _values(L: int, S: int, tiles: int, batch: int, scale: float, is_causal: bool) -> dict[str, Any]:
-    return {
+def _values(
+    L: int, S: int, tiles: int, batch: int, scale: float, is_causal: bool, layout: dict[str, int]
+) -> dict[str, Any]:
+    return {**layout,
         "L": L, "S": S, "tiles": tiles, "groups": batch * tiles, "qscale": scale * _LOG2E,
         "causal": int(bool(is_causal)), "off": S - L, "kscale": 1 / _LOG2E, "scale": scale,
     }  # fmt: skip
@@ -411,12 +454,13 @@ def forward(
     batch = prod(lead)
     if batch == 0:
         return out
-    qc, kc, vc = (_rows(rt, x, lead) for x in (q, k, v))
+    (qc, kc, vc), layout = _operands(rt, (q, k, v), lead)
     geo = geometry(rt, "forward", head)
     assert geo is not None  # _covered checked it
     tiles = ceil_div(L, geo[1])
     CALLS["scaled_dot_product_attention"] += 1
-    launch(rt, _kernel(rt, "forward", rt.types[q.dtype], head, geo), _values(L, S, tiles, batch, scale, is_causal),
+    values = _values(L, S, tiles, batch, scale, is_causal, layout)
+    launch(rt, _kernel(rt, "forward", rt.types[q.dtype], head, geo), values,
            [qc.buffer, kc.buffer, vc.buffer, out.buffer], grid(batch * tiles), "flash_attention")  # fmt: skip
     return out
 
@@ -443,7 +487,7 @@ def backward(
     packed = rt.empty((n_q + 2 * n_k,), q.dtype)
     if batch == 0:
         return packed
-    qc, kc, vc, gc = (_rows(rt, x, lead) for x in (q, k, v, g))
+    (qc, kc, vc, gc), layout = _operands(rt, (q, k, v, g), lead)
     lse = rt.empty((batch * L,), float32)
     delta = rt.empty((batch * L,), float32)
     t = rt.types[q.dtype]
@@ -451,20 +495,20 @@ def backward(
     geo = geometry(rt, "stats", head)
     assert geo is not None
     tiles = ceil_div(L, geo[1])
-    launch(rt, _kernel(rt, "stats", t, head, geo), _values(L, S, tiles, batch, scale, is_causal),
+    launch(rt, _kernel(rt, "stats", t, head, geo), _values(L, S, tiles, batch, scale, is_causal, layout),
            [qc.buffer, kc.buffer, vc.buffer, gc.buffer, lse.buffer, delta.buffer], grid(batch * tiles),
            "flash_attention_stats")  # fmt: skip
     operands = [qc.buffer, kc.buffer, vc.buffer, gc.buffer, lse.buffer, delta.buffer, packed.buffer]
     geo = geometry(rt, "dkdv", head)
     assert geo is not None
     tiles = ceil_div(S, geo[1])
-    values = _values(L, S, tiles, batch, scale, is_causal)
+    values = _values(L, S, tiles, batch, scale, is_causal, layout)
     values.update({"gk": n_q // 4, "gv": (n_q + n_k) // 4})
     launch(rt, _kernel(rt, "dkdv", t, head, geo), values, operands, grid(batch * tiles), "flash_attention_dkdv")
     geo = geometry(rt, "dq", head)
     assert geo is not None
     tiles = ceil_div(L, geo[1])
-    launch(rt, _kernel(rt, "dq", t, head, geo), _values(L, S, tiles, batch, scale, is_causal), operands,
+    launch(rt, _kernel(rt, "dq", t, head, geo), _values(L, S, tiles, batch, scale, is_causal, layout), operands,
            grid(batch * tiles), "flash_attention_dq")  # fmt: skip
     return packed
 
