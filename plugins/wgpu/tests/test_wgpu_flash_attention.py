@@ -247,3 +247,17 @@ def test_strided_operands(dev, rt, layout) -> None:  # type: ignore[no-untyped-d
     n = arrays[0].size
     for i, ref in enumerate(want[1:]):
         _close(flat[i * n : (i + 1) * n].reshape(lead + ref.shape[-2:]), ref, 5e-5)
+
+
+@pytest.mark.parametrize("mask_shape", [(50, 60), (3, 1, 50, 60), None])
+def test_composite_backward_in_batch_slices(dev, mask_shape) -> None:  # type: ignore[no-untyped-def]
+    """Scores larger than any operand: the composite backward runs a slice of the first batch axis
+    at a time (a mask sliced along with it where it has that axis), the same gradients."""
+    q, k, v, g = _data((3, 2, 50, 8), (1, 2, 60, 8), (3, 2, 60, 8), (3, 2, 50, 8))
+    mask = None if mask_shape is None else RNG.random(mask_shape) < 0.8
+    want = _reference(q, k, v, g, False, 0.3, mask)
+    before = attention.CALLS["attention_backward_composite"]
+    got = _packed(dev, g, q, k, v, False, 0.3, *(() if mask is None else (mask,)))
+    for x, ref in zip(got, want[1:]):
+        _close(x, ref, 5e-5)
+    assert attention.CALLS["attention_backward_composite"] == before + 1

@@ -525,18 +525,54 @@ def composite_backward(
     scale: float,
 ) -> WgpuArray:
     """The packed gradients by autodiff's composite rule (``ember.ops.attention._attention_grads``)
-    over this backend's kernels: the probabilities from the scores, five products, the softmax
-    gradient between them (the whole (..., L, S) score tensor at once)."""
+    over this backend's kernels: the probabilities from the scores, five products and the softmax
+    gradient between them, over slices of the first batch axis so that no score-sized temporary
+    is larger than the largest operand (as the rule's ``_by_batch``), where that axis allows."""
     CALLS["attention_backward_composite"] += 1
     lead = ew.broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     L, S = q.shape[-2], k.shape[-2]
     shapes = (lead + q.shape[-2:], lead + k.shape[-2:], lead + v.shape[-2:])
-    sizes = [prod(s) for s in shapes]
+    sizes = [prod(x) for x in shapes]
     packed = rt.empty((sum(sizes),), q.dtype)
     if packed.size == 0:
         return packed
     if L == 0 or S == 0:  # no scores: every gradient is zero
         return ew.fill(rt, packed.shape, 0, q.dtype, packed)
+    n = lead[0] if lead else 1
+    limit = max(x.size for x in (q, k, v, g))
+    step = n if prod(lead) * L * S <= limit else max(1, n * limit // (prod(lead) * L * S))
+
+    def cut(x: WgpuArray | None, start: int, stop: int) -> WgpuArray | None:
+        """Batch slice [start, stop) of ``x`` along ``lead``'s first axis (all of it where it broadcasts)."""
+        if x is None or x.ndim - 2 < len(lead) or x.shape[0] != n:
+            return x
+        return x.slice((start,) + (0,) * (x.ndim - 1), (stop,) + x.shape[1:], (1,) * x.ndim)
+
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        parts = [cut(x, start, stop) for x in (q, k, v, g, mask)]
+        grads = _composite_grads(rt, *parts, is_causal, scale)  # type: ignore[arg-type]
+        at = 0
+        for x, shape, size in zip(grads, shapes, sizes):
+            part = ((stop - start),) + shape[1:] if lead else shape
+            first = at + (start * size // n if lead else 0)
+            ew.copy_into(rt, x, packed.with_layout(part, contiguous_strides(part), first))
+            at += size
+    return packed
+
+
+def _composite_grads(
+    rt: Runtime,
+    q: WgpuArray,
+    k: WgpuArray,
+    v: WgpuArray,
+    g: WgpuArray,
+    mask: WgpuArray | None,
+    is_causal: bool,
+    scale: float,
+) -> tuple[WgpuArray, WgpuArray, WgpuArray]:
+    """gq, gk, gv of one batch slice by the composite rule."""
+    L, S = q.shape[-2], k.shape[-2]
 
     def swap(x: WgpuArray) -> WgpuArray:
         return x.permute((*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
@@ -550,17 +586,14 @@ def composite_backward(
             s = ew.apply_op(rt, "add", (s, m))
     s = ew.contiguous(rt, s)
     p = nn._softmax_rows(rt, s, s.size // S, S, "softmax", (L, S - L) if is_causal else None)
+    del s
     if mask is not None or (is_causal and L > S):  # only then can a row see no key (NaN)
         p = ew.apply_op(rt, "where", (ew.apply_op(rt, "isnan", (p,)), 0.0, p))
     gv = matmul(rt, swap(p), g)
     gp = matmul(rt, g, swap(v))
     dot = reduce(rt, ew.apply_op(rt, "mul", (gp, p)), "sum", (gp.ndim - 1,), True)
     gs = ew.apply_op(rt, "mul", (p, ew.apply_op(rt, "sub", (gp, dot))))
+    del p, gp
     gq = ew.apply_op(rt, "mul", (matmul(rt, gs, k), float(scale)))
     gk = ew.apply_op(rt, "mul", (matmul(rt, swap(gs), q), float(scale)))
-    start = 0
-    for x, shape, n in zip((gq, gk, gv), shapes, sizes):
-        if n:
-            ew.copy_into(rt, x, packed.with_layout(shape, contiguous_strides(shape), start))
-        start += n
-    return packed
+    return gq, gk, gv
