@@ -16,9 +16,11 @@ Scores use q pre-scaled by ``scale * log2(e)`` (``exp2``). float32 compute; floa
 the adapter has ``shader-f16``) and bfloat16 are read into f32 and rounded on store. Covered: head
 sizes 32/64/96/128 with v of the same size, ``is_causal`` (key n visible to query r when
 ``n <= r + S - L``; a row that sees no key gives NaN forward and zero gradients), batch axes that
-broadcast. The rest (an explicit mask, other head sizes) runs the composite (``nn.attention``
-forward, :func:`composite_backward`). ``EMBER_WGPU_FLASH=0`` turns the kernels off (the backend
-then leaves the backward to autodiff's composite rule). ``CALLS`` counts launches, for tests.
+broadcast; q, k, v and dO are read in place through their strides (W4's heads, views of one fused
+projection, cost no copy). The rest (an explicit mask, other head sizes) runs the composite
+(``nn.attention`` forward, :func:`composite_backward` over batch slices). ``EMBER_WGPU_FLASH=0``
+turns the kernels off (the backend then leaves the backward to autodiff's composite rule).
+``CALLS`` counts launches, for tests.
 """
 
 from __future__ import annotations
