@@ -28,7 +28,7 @@ from ember.views import ViewMovement, contiguous_strides
 from . import adapters, quant
 from .handle import WgpuArray
 from .kernels import arange as iota
-from .kernels import conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort, wgrad
+from .kernels import attention, conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort, wgrad
 from .kernels import elementwise as ew
 from .replay import WgpuReplayer
 from .runtime import Runtime
@@ -86,12 +86,20 @@ class WgpuBackend(ViewMovement, Backend):
             table.pop("conv_transpose", None)
         if not wgrad.native_wins(self.rt):  # as conv, or EMBER_WGPU_NATIVE_WGRAD=0: the composite (to measure)
             table.pop("conv_weight_grad", None)
+        if not attention.enabled():  # EMBER_WGPU_FLASH=0: attention's backward is autodiff's composite rule
+            table.pop("scaled_dot_product_attention_backward", None)
         return table
 
     def capability_notes(self) -> dict[str, str]:
         return {
             "fusion": "elementwise regions run as one generated WGSL kernel (ember.lazy; EMBER_FUSION=0 turns it off)",
             "complex64": "vec2<f32> pairs in numpy's layout; matmul is four real matmuls (no complex128: no f64)",
+            "scaled_dot_product_attention": "a flash-style tiled WGSL kernel (float32 compute, head sizes "
+            "32/64/96/128, no explicit mask); other cases batched matmul, row softmax, matmul",
+            "scaled_dot_product_attention_backward": "flash-style: a stats pass (log-sum-exp, delta), a dK/dV kernel "
+            "per key tile, a dQ kernel per query tile (no atomics, no score tensor; the forward's cases); a mask "
+            "or other head sizes: the composite rule's products over this backend's kernels; EMBER_WGPU_FLASH=0: "
+            "the composite forward and autodiff's rule",
         }
 
     # -- housekeeping ------------------------------------------------------------------------
@@ -339,7 +347,13 @@ class WgpuBackend(ViewMovement, Backend):
     def scaled_dot_product_attention(
         self, q: WgpuArray, k: WgpuArray, v: WgpuArray, *mask: WgpuArray, is_causal: bool, scale: float
     ) -> WgpuArray:
-        return nn.attention(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
+        return attention.forward(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
+
+    @native  # kernels/attention.py (EMBER_WGPU_FLASH=0 drops it from the table: autodiff's composite rule)
+    def scaled_dot_product_attention_backward(
+        self, g: WgpuArray, q: WgpuArray, k: WgpuArray, v: WgpuArray, *mask: WgpuArray, is_causal: bool, scale: float
+    ) -> WgpuArray:
+        return attention.backward(self.rt, g, q, k, v, mask[0] if mask else None, is_causal, scale)
 
     @native  # implicit GEMM on GPU adapters (kernels/conv.py); the weight gradient too (kernels/wgrad.py)
     def conv(
