@@ -1,0 +1,120 @@
+"""The skinny GEMM (``ember_opencl.skinny``) against the split-K tiled path (``matmul.SKINNY = False``)
+on W2's narrow products at batch 4096, in one process on one device:
+
+    python plugins/opencl/scripts/skinny_time.py --device opencl:0 [--size 4096] [--n 10,16] [--iters 50]
+
+Per product (A row-major: the last layer's forward; A a transposed view: its weight gradient hT @ g)
+and per N, one line per path: GPU µs per call from queue profiling events (the median over
+``--iters`` calls of the call's kernels summed: the skinny kernel and the slices' sum, or the tiled
+GEMM and its split-K sum), synchronised wall µs per call (best of 5 rounds of ``--iters``), A's
+bytes over the GPU time, and the largest difference from the other path's result relative to its
+largest value. Programs are built before timing. ``--as-gpu`` takes a CPU device's GPU paths
+(PoCL: checks the script, times nothing of interest). A probe for the device machine, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+os.environ.setdefault("EMBER_OPENCL_BUILD_THREADS", "0")  # (built before the first launch)
+os.environ.setdefault("EMBER_AUTOTUNE", "0")
+
+import numpy as np  # noqa: E402
+import pyopencl as cl  # noqa: E402
+
+_Queue = cl.CommandQueue
+_call = cl.Kernel.__call__
+EVENTS: list[Any] = []
+
+
+def _profiling_queue(context: Any, device: Any = None, properties: Any = None) -> Any:
+    return _Queue(context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+
+
+def _record(knl: Any, *a: Any, **k: Any) -> Any:
+    event = _call(knl, *a, **k)
+    EVENTS.append(event)
+    return event
+
+
+cl.CommandQueue = _profiling_queue  # type: ignore[misc]
+cl.Kernel.__call__ = _record  # type: ignore[method-assign]
+
+
+def _operands(rt: Any, m: int, k: int, n: int, transposed: bool, rng: Any) -> tuple[Any, Any]:
+    from ember.dtypes import as_dtype
+
+    f32 = as_dtype("float32")
+    host = rng.standard_normal((k, m) if transposed else (m, k)).astype(np.float32)
+    a = rt.upload(host, f32)
+    if transposed:
+        a = a.with_layout((m, k), (1, m), 0)
+    return a, rt.upload(rng.standard_normal((k, n)).astype(np.float32), f32)
+
+
+def _measure(rt: Any, fn: Any, iters: int) -> tuple[float, float, Any]:
+    """(GPU µs per call: median of the calls' summed kernel times, wall µs per call, a result)."""
+    out = fn()
+    rt.finish()
+    per_call = []
+    for _ in range(iters):
+        lo = len(EVENTS)
+        fn()
+        rt.finish()
+        per_call.append(sum((e.profile.end - e.profile.start) * 1e-3 for e in EVENTS[lo:]))
+    wall = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        rt.finish()
+        wall = min(wall, (time.perf_counter() - start) / iters * 1e6)
+    EVENTS.clear()
+    return statistics.median(per_call), wall, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="opencl:0")
+    ap.add_argument("--size", type=int, default=4096, help="W2's batch and hidden size (M and K)")
+    ap.add_argument("--n", default="10", help="comma-separated output widths")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--as-gpu", action="store_true", help="a CPU device takes a GPU's paths")
+    args = ap.parse_args()
+    import ember as em
+    from ember_opencl import matmul as mm
+    from ember_opencl import skinny
+
+    rt = em.Device(args.device).backend.rt
+    if args.as_gpu:
+        rt.is_cpu = False
+    print(f"{rt.device.name.strip()} ({rt.compute_units} compute units)")
+    rng = np.random.default_rng(0)
+    size = args.size
+    for n in (int(x) for x in args.n.split(",")):
+        for transposed in (False, True):
+            a, b = _operands(rt, size, size, n, transposed, rng)
+            what = f"({size}, {size}):{a.strides} @ ({size}, {n}):{b.strides}"
+            results = {}
+            for on in (True, False):
+                mm.SKINNY = on
+                calls = skinny.CALLS
+                gpu, wall, out = _measure(rt, lambda a=a, b=b: mm.matmul(rt, a, b), args.iters)
+                results[on] = (gpu, wall, rt.download(out).astype(np.float64))
+                ran = "skinny" if skinny.CALLS > calls else "tiled"
+                gbs = size * size * 4 / (gpu * 1e-6) / 1e9
+                print(f"{what:48} {ran:6}  GPU {gpu:8.1f} us  wall {wall:8.1f} us  A at {gbs:7.0f} GB/s")
+            ref = results[False][2]
+            diff = np.abs(results[True][2] - ref).max() / max(np.abs(ref).max(), 1e-30)
+            print(
+                f"{'':48} skinny / tiled GPU time {results[True][0] / results[False][0]:.3f}, max rel diff {diff:.2e}"
+            )
+    mm.SKINNY = True
+
+
+if __name__ == "__main__":
+    main()
