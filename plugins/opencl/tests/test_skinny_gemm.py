@@ -88,7 +88,8 @@ def test_skinny_one_slice_and_many(gpu_like, monkeypatch, layout, min_slice):
 
 
 def test_skinny_strided_fast_axis(gpu_like):
-    """A's fast axis with stride 2 (every other column / row): the scalar loads of either layout."""
+    """A's fast axis with stride 2 (every other column / row): the scalar loads of either layout; and
+    rows in reverse (a negative stride)."""
     dev, skinny = gpu_like
     rng = np.random.default_rng(11)
     host = rng.standard_normal((601, 2 * 521)).astype(np.float32)
@@ -100,7 +101,9 @@ def test_skinny_strided_fast_axis(gpu_like):
     hostt = rng.standard_normal((521, 2 * 601)).astype(np.float32)
     xt = em.tensor(hostt, device=dev)
     _check(xt[:, ::2].mT @ b, hostt[:, ::2].T.astype(np.float64) @ bh, "float32")
-    assert skinny.CALLS == calls + 2
+    _check(x[::-1, 2:523] @ b, host[::-1, 2:523].astype(np.float64) @ bh, "float32")
+    _check(xt[::-1, 100:700].mT @ b, hostt[::-1, 100:700].T.astype(np.float64) @ bh, "float32")
+    assert skinny.CALLS == calls + 4
 
 
 def test_skinny_few_rows(gpu_like):
@@ -132,3 +135,23 @@ def test_what_stays_tiled(gpu_like, monkeypatch):
     monkeypatch.setattr(dev.backend.rt, "is_cpu", True)
     _check(a @ b, a64 @ b64, "float32")
     assert skinny.CALLS == calls
+
+
+def test_linear_layer_gradients(gpu_like):
+    """W2's last layer in small: ``h @ w`` forward and its weight gradient ``h.T @ g`` (a transposed
+    view) both run skinny; the input gradient ``g @ w.T`` (N = 700) stays tiled."""
+    dev, skinny = gpu_like
+    dev = dev.autodiff()
+    rng = np.random.default_rng(13)
+    h64, w64, g64 = rng.standard_normal((600, 700)), rng.standard_normal((700, 10)), rng.standard_normal((600, 10))
+    h = em.tensor(h64.astype(np.float32), device=dev, requires_grad=True)
+    w = em.tensor(w64.astype(np.float32), device=dev, requires_grad=True)
+    calls = skinny.CALLS
+    y = h @ w
+    (y * em.tensor(g64.astype(np.float32), device=dev)).sum().backward()
+    h64, w64 = h64.astype(np.float32).astype(np.float64), w64.astype(np.float32).astype(np.float64)
+    g64 = g64.astype(np.float32).astype(np.float64)
+    _check(y.detach(), h64 @ w64, "float32")
+    _check(w.grad, h64.T @ g64, "float32")
+    _check(h.grad, g64 @ w64.T, "float32")
+    assert skinny.CALLS == calls + 2
