@@ -72,10 +72,16 @@ def test_skinny_other_floats(gpu_like, layout, dt):
 
 @pytest.mark.parametrize("layout", ["k", "m"])
 @pytest.mark.parametrize("min_slice", [10**9, 64])
-def test_skinny_one_slice_and_many(gpu_like, monkeypatch, layout, min_slice):
-    """One K slice (the kernel writes C itself) and many (slices of 64, not a whole number of the
-    kernel's tiles of 32 at the last: partials summed), for float32 and float16 (its partials in float)."""
+@pytest.mark.parametrize("pf", [True, False])
+def test_skinny_one_slice_and_many(gpu_like, monkeypatch, layout, min_slice, pf):
+    """One K slice (the kernel writes C itself) and many (slices of 64, the last one short: partials
+    summed), for float32 and float16 (its partials in float); with the next tile's loads in
+    registers during this one's compute (``Config.pf``) and without."""
+    import dataclasses
+
     dev, skinny = gpu_like
+    configs = {mode: dataclasses.replace(cfg, pf=pf) for mode, cfg in skinny.CONFIGS.items()}
+    monkeypatch.setattr(skinny, "CONFIGS", configs)
     monkeypatch.setattr(skinny, "MIN_SLICE", min_slice)
     monkeypatch.setattr(skinny, "GROUPS_PER_CU", 64)
     for dt in ("float32", "float16"):

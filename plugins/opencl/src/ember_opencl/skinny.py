@@ -15,7 +15,9 @@ memory (N padded to a multiple of 4: every item reads the same float4s, a broadc
 - A K-fast (row-major, ``mode="k"``): the work-group stages a TMR x TK tile of A in local memory,
   transposed (float4 loads along K, coalesced), and each item reads its VW rows from there.
 
-At the end the TKI partial sums of each (row, column) are added in local memory. With S > 1
+With ``Config.pf`` (the default) each item loads its part of the next tile (A's, and B's) into
+registers before computing on this one, so its loads stay in flight through the compute and the
+barriers. At the end the TKI partial sums of each (row, column) are added in local memory. With S > 1
 K slices (too few row blocks to fill the device) the kernel writes (S, M, N) partials that
 :func:`.reduce.reduce` sums, as :func:`.matmul._split_k` does. 16-bit floats accumulate in float.
 """
@@ -36,7 +38,8 @@ from .elementwise import cast_program, run_program
 from .reduce import reduce
 from .runtime import Runtime
 
-__all__ = ["MAX_N", "MIN_ELEMENTS", "CALLS", "SkinnyPlan", "applies", "plan", "run", "skinny_source"]
+__all__ = ["MAX_N", "MIN_ELEMENTS", "CALLS", "Config", "CONFIGS", "SkinnyPlan"]
+__all__ += ["applies", "plan", "run", "skinny_source"]
 
 #: the most output columns the kernel takes: each item holds VW x N sums in registers (4 x 16 = 64
 #: at most) and reads B's row as N/4 float4 broadcasts per (k, item). Up to 16 the tiled family's
@@ -58,12 +61,15 @@ CALLS = 0
 
 @dataclass(frozen=True)
 class Config:
-    """tmi items along M, each vw rows; tki items along K; tk columns of A per tile."""
+    """tmi items along M, each vw rows; tki items along K; tk columns of A per tile; pf: each item
+    loads its part of the next tile into registers before it computes on this one (the loads are
+    in flight through the compute and the barriers)."""
 
     tmi: int
     vw: int
     tki: int
     tk: int
+    pf: bool = False
 
     @property
     def wg(self) -> int:
@@ -74,10 +80,11 @@ class Config:
         return self.tmi * self.vw
 
 
-#: M-fast: 64 items x float4 rows = 256 rows, 4 items along K (each of a tile's 32 columns goes
-#: to one of them: 8 loads in flight per item); K-fast: a 256 x 32 tile of A in local memory (32 KiB
-#: in float32; 16 columns in float64), 128 items x 2 rows, 2 along K
-CONFIGS = {"m": Config(64, 4, 4, 32), "k": Config(128, 2, 2, 32)}
+#: M-fast: 64 items x float4 rows = 256 rows, 4 items along K (each of a tile's 16 columns goes to
+#: one of them: 4 float4 loads of the next tile in flight per item through this one's compute);
+#: K-fast: a 256 x 32 tile of A in local memory (32 KiB in float32; 16 columns in float64), loaded
+#: 8 float4s per item a tile ahead, 128 items x 2 rows, 2 along K
+CONFIGS = {"m": Config(64, 4, 4, 16, pf=True), "k": Config(128, 2, 2, 32, pf=True)}
 
 
 def _acc(dt: str) -> str:
@@ -125,21 +132,12 @@ def skinny_source(
 
     fma = "fma({a}, {b}, {s})" if c.kind == "f" else "{s} + {a} * {b}"
 
-    def column(hot: bool) -> list[str]:
-        """The sums' update by column k0 + kk of A (a tile's kk-th). ``hot`` (M-fast): the item's rows
-        are all in A, read by one vector load where A's rows have unit stride."""
-        body: list[str] = []
-        if mode == "k":
-            body += [f"const {acc} a{v} = As[kk][{rl(v)}];" for v in range(vw)]
-        else:
-            body.append(f"__global const {c.storage}* ap = A + a_off + (k0 + kk) * a_cs;")
-            if hot and vec_rows:
-                W = f"{c.compute}{vw}"
-                load = f"*(__global const {W}*)(ap + r0)" if aligned else f"vload{vw}(0, ap + r0)"
-                body.append(f"const {W} w = {load};")
-                body += [f"const {acc} a{v} = w.s{lanes[v]};" for v in range(vw)]
-            else:  # (rows past M are clamped into A: their sums are never stored)
-                body += [f"const {acc} a{v} = ({acc}){c.load('ap', f'ro{v}')};" for v in range(vw)]
+    W = f"{c.compute}{vw if mode == 'm' else 4}"  # (a vector load's type)
+
+    def update(avals: list[str]) -> list[str]:
+        """The sums' update by column k0 + kk of A (a tile's kk-th), ``avals`` setting a0.. to the
+        item's rows' elements of it; B's row kk from local memory as float4 broadcasts."""
+        body = list(avals)
         for q in range(np_ // 4):
             body.append(f"const {V} b{q} = *(__local const {V}*)&Bs[kk][{4 * q}];")
             for e in range(4):
@@ -149,6 +147,18 @@ def skinny_source(
                         body.append(f"{s} = {fma.format(a=f'a{v}', b=f'b{q}.s{e}', s=s)};")
         return body
 
+    def a_column(hot: bool, kx: str = "k0 + kk") -> list[str]:
+        """Statements setting a0.. from global memory (M-fast) at column ``kx``, or from the staged
+        tile (K-fast). ``hot``: the item's rows are all in A, one vector load where they are adjacent."""
+        if mode == "k":
+            return [f"const {acc} a{v} = As[kk][{rl(v)}];" for v in range(vw)]
+        body = [f"__global const {c.storage}* ap = A + a_off + ({kx}) * a_cs;"]
+        if hot and vec_rows:
+            load = f"*(__global const {W}*)(ap + r0)" if aligned else f"vload{vw}(0, ap + r0)"
+            return body + [f"const {W} w = {load};", *(f"const {acc} a{v} = w.s{lanes[v]};" for v in range(vw))]
+        # (rows past M are clamped into A: their sums are never stored)
+        return body + [f"const {acc} a{v} = ({acc}){c.load('ap', f'ro{v}')};" for v in range(vw)]
+
     def columns(hot: bool) -> list[str]:
         """This item's columns of a tile, ki, ki + tki, ...: ``hot``, a whole tile as straight-line
         code (a loop of constant trip count, unrolled, no branch between its loads); else a loop
@@ -157,8 +167,9 @@ def skinny_source(
         out += [f"for (int j = 0; j < {tk // tki}; j++) {{", f"  const int kk = ki + j * {tki};"]
         if not hot:
             out.append("  if (k0 + kk >= kend) break;")
-        return out + ["  " + s for s in column(hot)] + ["}"]
+        return out + ["  " + s for s in update(a_column(hot))] + ["}"]
 
+    per = tk // tki  # (an item's columns per tile)
     stage_b = [
         f"for (int l = lid; l < {tk * np_}; l += {wg}) {{",
         f"  const int kk = l / {np_}, j = l % {np_};",
@@ -166,29 +177,54 @@ def skinny_source(
         f"  Bs[kk][j] = (k < kend && j < {n}) ? ({acc}){c.load('B', 'b_off + k * b_rs + j * b_cs')} : ({acc})0;",
         "}",
     ]
+    regs: list[str] = []  # cfg.pf: the registers holding the next tile's loads
+    pre: list[str] = []  # before the loop
     stage_a: list[str] = []
+    compute: list[str] = []
     if mode == "k":  # a whole tile in A: straight-line loads; else each element checked (zero outside)
         units = tmr * tk // 4 if vec else tmr * tk
-        W = f"{c.compute}4"
+        assert units % wg == 0, "the tile's loads split evenly among the items"
         if vec:
             ptr = "A + a_off + m * a_rs + k"
             load = f"*(__global const {W}*)({ptr})" if aligned else f"vload4(0, {ptr})"
-            head = [f"const int r = l / {tk // 4}, q = l % {tk // 4};", "const IDX m = m0 + r, k = k0 + 4 * q;"]
+            head = [f"const int r = l / {tk // 4}, q = l % {tk // 4};", "const IDX m = m0 + r, k = {kb} + 4 * q;"]
             put = [f"As[4 * q + {e}][r] = ({acc})w.s{e};" for e in range(4)]
             fast = [*head, f"const {W} w = {load};", *put]
             edge = [*head, f"{W} w = ({W})(0);", "if (m < M) {"]
             edge += [f"  if (k + {e} < kend) w.s{e} = {c.load('A', f'a_off + m * a_rs + k + {e}')};" for e in range(4)]
             edge += ["}", *put]
+            fetch = [*head, f"p{{i}} = {load};"]
+            put_reg = [head[0], *(f"As[4 * q + {e}][r] = ({acc})p{{i}}.s{e};" for e in range(4))]
+            regs = [f"{W} " + ", ".join(f"p{i}" for i in range(units // wg)) + ";"]
         else:
-            head = [f"const int r = l / {tk}, kk = l % {tk};", "const IDX m = m0 + r, k = k0 + kk;"]
+            head = [f"const int r = l / {tk}, kk = l % {tk};", "const IDX m = m0 + r, k = {kb} + kk;"]
             val = f"({acc}){c.load('A', 'a_off + m * a_rs + k * a_cs')}"
             fast = [*head, f"As[kk][r] = {val};"]
             edge = [*head, f"As[kk][r] = (m < M && k < kend) ? {val} : ({acc})0;"]
-        assert units % wg == 0, "the tile's loads split evenly among the items"
-        stage_a = [f"if (m0 + {tmr} <= M && k0 + {tk} <= kend) {{", "  #pragma unroll"]
-        stage_a += [f"  for (int i = 0; i < {units // wg}; i++) {{", f"    const int l = lid + i * {wg};"]
-        stage_a += ["    " + x for x in fast] + ["  }", "} else {"]
-        stage_a += [f"  for (int l = lid; l < {units}; l += {wg}) {{", *("    " + x for x in edge), "  }", "}"]
+            fetch = [*head, f"p{{i}} = {val};"]
+            put_reg = [head[0], "As[kk][r] = p{i};"]
+            regs = [f"{acc} " + ", ".join(f"p{i}" for i in range(units // wg)) + ";"]
+
+        def each(lines: list[str], kb: str, pad: str) -> list[str]:
+            """``lines`` once per load of this item in a whole tile, straight-line."""
+            out = []
+            for i in range(units // wg):
+                body = [x.replace("{kb}", kb).replace("{i}", str(i)) for x in lines]
+                out += [f"{pad}{{ const int l = lid + {i * wg};", *(pad + "  " + x for x in body), pad + "}"]
+            return out
+
+        edge_loop = [f"  for (int l = lid; l < {units}; l += {wg}) {{"]
+        edge_loop += ["    " + x.replace("{kb}", "k0") for x in edge] + ["  }"]
+        if cfg.pf:
+            pre = [*regs, f"const bool rows_in = m0 + {tmr} <= M;", f"bool have = rows_in && kbeg + {tk} <= kend;"]
+            pre += ["if (have) {", *each(fetch, "kbeg", "  "), "}"]
+            stage_a = ["if (have) {", *each(put_reg, "k0", "  "), "} else {", *edge_loop, "}"]
+            compute = [f"have = rows_in && k0 + {2 * tk} <= kend;", "if (have) {"]
+            compute += [*each(fetch, f"(k0 + {tk})", "  "), "}"]
+        else:
+            stage_a = [f"if (m0 + {tmr} <= M && k0 + {tk} <= kend) {{", *each(fast, "k0", "  "), "} else {"]
+            stage_a += [*edge_loop, "}"]
+        compute += columns(True)  # (the staged tiles are zero past the slice and past M)
     rows: list[str] = []  # M-fast: each item's rows (clamped into A: a row past M is computed, not stored)
     if mode == "m":
         if vec_rows:
@@ -196,11 +232,68 @@ def skinny_source(
         else:
             rows += ["const bool full = true;"]
         rows += [f"const IDX ro{v} = min(m0 + {rl(v)}, M - 1) * a_rs;" for v in range(vw)]
-    if mode == "k":
-        compute = columns(True)  # (the staged tiles are zero past the slice and past M)
-    else:
-        compute = [f"if (full && k0 + {tk} <= kend) {{", *("  " + s for s in columns(True)), "} else {"]
-        compute += ["  " + s for s in columns(False)] + ["}"]
+        if cfg.pf:  # registers p<j>: the item's j-th column of the next tile (vector rows: p<j>_<v> else)
+
+            def fetch_m(kb: str) -> list[str]:
+                out = []
+                for j in range(per):
+                    got = a_column(True, f"{kb} + ki + {j * tki}")
+                    got = [x for x in got if not (vec_rows and x.startswith(f"const {acc} a"))]
+                    sets = [f"p{j} = w;"] if vec_rows else [f"p{j}_{v} = a{v};" for v in range(vw)]
+                    out += ["{", *("  " + x for x in got + sets), "}"]
+                return out
+
+            if vec_rows:
+                regs = [f"{W} " + ", ".join(f"p{j}" for j in range(per)) + ";"]
+            else:
+                regs = [f"{acc} " + ", ".join(f"p{j}_{v}" for j in range(per) for v in range(vw)) + ";"]
+            pre = [*regs, f"bool have = full && kbeg + {tk} <= kend;", "if (have) {"]
+            pre += ["  " + x for x in fetch_m("kbeg")] + ["}"]
+            hot = []
+            for j in range(per):
+                if vec_rows:
+                    cur = [f"const {W} c{j} = p{j};"]
+                else:
+                    cur = [f"const {acc} c{j}_{v} = p{j}_{v};" for v in range(vw)]
+                hot += cur
+            hot += [f"have = full && k0 + {2 * tk} <= kend;", "if (have) {"]
+            hot += ["  " + x for x in fetch_m(f"(k0 + {tk})")] + ["}"]
+            for j in range(per):
+                if vec_rows:
+                    avals = [f"const {acc} a{v} = c{j}.s{lanes[v]};" for v in range(vw)]
+                else:
+                    avals = [f"const {acc} a{v} = c{j}_{v};" for v in range(vw)]
+                hot += [f"{{ const int kk = ki + {j * tki};", *("  " + x for x in update(avals)), "}"]
+            compute = ["if (have) {", *("  " + x for x in hot), "} else {"]
+            compute += ["  " + x for x in columns(False)] + ["}"]
+        else:
+            compute = [f"if (full && k0 + {tk} <= kend) {{", *("  " + x for x in columns(True)), "} else {"]
+            compute += ["  " + x for x in columns(False)] + ["}"]
+    b_pre: list[str] = []
+    b_next: list[str] = []
+    if cfg.pf:  # B's next tile too: each item's (at most a few) elements in registers pb<i>
+        nb = -(-(tk * np_) // wg)
+
+        def fetch_b(kb: str) -> list[str]:
+            out = []
+            for i in range(nb):
+                guard = f"if (l < {tk * np_}) " if (i + 1) * wg > tk * np_ else ""
+                out += [
+                    f"{{ const int l = lid + {i * wg};",
+                    f"  {guard}{{",
+                    f"    const int kk = l / {np_}, j = l % {np_};",
+                ]
+                out += [f"    const IDX k = {kb} + kk;", f"    pb{i} = (k < kend && j < {n}) ? {b_val} : ({acc})0;"]
+                out += ["  }", "}"]
+            return out
+
+        b_val = f"({acc}){c.load('B', 'b_off + k * b_rs + j * b_cs')}"
+        b_pre = [f"{acc} " + ", ".join(f"pb{i} = 0" for i in range(nb)) + ";", *fetch_b("kbeg")]
+        b_next = fetch_b(f"(k0 + {tk})")
+        stage_b = []
+        for i in range(nb):
+            guard = f"if (l < {tk * np_}) " if (i + 1) * wg > tk * np_ else ""
+            stage_b += [f"{{ const int l = lid + {i * wg};", f"  {guard}Bs[l / {np_}][l % {np_}] = pb{i};", "}"]
     store = []
     out_at = "(sl * M + m) * {n} + {j}"
     if tki == 1:
@@ -229,11 +322,11 @@ def skinny_source(
         *([f"  __local {acc} As[{tk}][{tmr + 1}];"] if mode == "k" else []),
         *([f"  __local {acc} red[{tki}][{tmr}];"] if tki > 1 else []),
         f"  {acc} {sums};",
-        *("  " + s for s in rows),
+        *("  " + s for s in rows + pre + b_pre),
         f"  for (IDX k0 = kbeg; k0 < kend; k0 += {tk}) {{",
         *("    " + s for s in stage_b + stage_a),
         "    barrier(CLK_LOCAL_MEM_FENCE);",
-        *("    " + s for s in compute),
+        *("    " + s for s in b_next + compute),
         "    barrier(CLK_LOCAL_MEM_FENCE);",
         "  }",
         *("  " + s for s in store),
@@ -267,7 +360,7 @@ def _config(rt: Runtime, mode: str, dt: str, n: int) -> Config | None:
     memory is short), or None."""
     cfg = CONFIGS[mode]
     for tk in (cfg.tk, cfg.tk // 2):
-        c = Config(cfg.tmi, cfg.vw, cfg.tki, tk)
+        c = Config(cfg.tmi, cfg.vw, cfg.tki, tk, cfg.pf)
         if c.wg <= rt.max_wg and local_bytes(mode, c, dt, n) <= rt.local_mem:
             return c
     return None
