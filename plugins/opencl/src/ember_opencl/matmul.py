@@ -18,12 +18,14 @@ from ember.shapes import numel
 from ember.tuning import AUTOTUNE_FLOPS
 from ember.views import collapse, contiguous_strides, fold_shared_b
 
+from . import skinny
 from .array import CLArray
 from .cltypes import NP_OF_C, ctype
 from .elementwise import contiguous, copy_into
 from .gemm_source import LAYOUT_BITS, Tiling, gemm_source, local_bytes, vector_source
 from .reduce import reduce
 from .runtime import Runtime
+from .skinny import SkinnyPlan
 
 __all__ = ["matmul", "TILINGS", "fits", "head_start_sources"]
 
@@ -178,7 +180,7 @@ class _Plan:
 _A, _B, _C = 3, 7, 11  # (the positions of the buffers in a plan's arguments)
 #: matmul plans by (runtime, operand geometry, what the choice of kernel depends on): a step's GEMMs
 #: skip the layout analysis, the tuning lookup and the kernel lookup after their first call
-_PLANS: dict[Any, _Plan | int] = {}  # (an int: the K slices of a split product, :func:`_split_k`)
+_PLANS: dict[Any, _Plan | int | SkinnyPlan] = {}  # (an int: the K slices of a split product, :func:`_split_k`)
 _MAX_PLANS = 2048
 #: bumped when a tuning choice is recorded or forgotten (tune.py): plans made before are not used again
 _TUNING = [0]
@@ -193,6 +195,12 @@ def tuning_changed() -> None:
 #: features)) runs as one (batch * M, K) @ (K, N) product when A's batch axes step by whole rows:
 #: one GEMM tiled and tuned for its real size instead of a batch of small ones (``ember.views.fold_shared_b``)
 FOLD_BATCH = True
+
+#: a 2-D GPU product with few output columns and a large A (``skinny.applies``: N <= 16, M*K >= 2**18)
+#: runs :mod:`.skinny`'s kernel, bound by reading A once, instead of split-K over the tiled family
+#: (W2 at batch 4096: its (4096, 4096) @ (4096, 10) products took 0.14 ms each on an H100, where
+#: reading A takes 0.025 ms). False: the tiled family, for comparisons.
+SKINNY = True
 
 
 def _repeats(x: CLArray) -> bool:
@@ -216,10 +224,13 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
     key = None
     if tiling is None:  # (a tiling given: the tuner's timed runs, not planned)
         key = (rt, a.dtype, a.shape, a.strides, a.offset, b.dtype, b.shape, b.strides, b.offset, rt.is_cpu,
-               rt.compute_units, not rt.read_backs, GENERIC_AFTER_FIRST_RESULT, _TUNING[0])  # fmt: skip
+               rt.compute_units, not rt.read_backs, GENERIC_AFTER_FIRST_RESULT, SKINNY, _TUNING[0])  # fmt: skip
         plan = _PLANS.get(key)
         if plan is not None:
-            return _run(rt, plan, a, b) if type(plan) is _Plan else _split_k(rt, plan, a, b)
+            kind = type(plan)
+            if kind is _Plan:
+                return _run(rt, plan, a, b)  # type: ignore[arg-type]
+            return _split_k(rt, plan, a, b) if kind is int else skinny.run(rt, plan, a, b)  # type: ignore[arg-type]
     M, K = a.shape[-2:]
     N = b.shape[-1]
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
@@ -230,6 +241,11 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
         zero = rt.upload(np.zeros(1, dtype=a.dtype.numpy), a.dtype)
         copy_into(rt, out, zero.with_layout((), (), 0))
         return out
+    if key is not None and not batch and SKINNY and skinny.applies(rt, a, b):
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        found = _PLANS[key] = skinny.plan(rt, a, b)
+        return skinny.run(rt, found, a, b)
     if key is not None and not batch:
         slices = _slices(rt, a.dtype.name, M, N, K)
         if slices:
