@@ -365,17 +365,7 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
     record = wants and op.differentiable and _GRAD.enabled and (dtype is None or dtype.kind in "fc")
     impl = dev._impls[op.name]
     if impl is None or (record and op.vjp is None):
-        composite = op.composite
-        if composite is None:
-            raise _missing(dev, op.name)
-        if not (record and op.vjp is not None):
-            return composite(*inputs, **params)
-        _GRAD.enabled = False
-        try:
-            out = composite(*inputs, **params)
-        finally:
-            _GRAD.enabled = True
-        out = make_tensor(out._data, out._shape, out._dtype, dev)
+        return _composite(op, inputs, params, record, dev)
     else:
         n = len(inputs)
         datas = (
@@ -412,6 +402,8 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
             handle = impl(*datas, **params)
         else:
             handle = defer(op, datas, params, shape, dtype)
+        if handle is NotImplemented:  # the kernel declined these operands: the composite computes them
+            return _composite(op, inputs, params, record, dev)
         if shape is None:  # an extension kernel: its result says what it is
             shape, name = dev.backend.handle_meta(handle)
             dtype = as_dtype(name)
@@ -428,6 +420,27 @@ def apply(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], shape: Any
     if record:
         out._node = Node(op, inputs, params)
         out._rg = True
+    return out
+
+
+def _composite(op: Op, inputs: tuple[Tensor, ...], params: dict[str, Any], record: bool, dev: Device) -> Tensor:
+    """``op`` by its composite: where the device has no kernel for it, the kernel declined the
+    operands (returned ``NotImplemented``), or the op has no vjp rule of its own while recording
+    (the composite's ops are then recorded instead). With a vjp rule, the composite runs unrecorded
+    and the result gets the op's node, as a kernel's would."""
+    composite = op.composite
+    if composite is None:
+        raise _missing(dev, op.name)
+    if not (record and op.vjp is not None):
+        return composite(*inputs, **params)
+    _GRAD.enabled = False
+    try:
+        out = composite(*inputs, **params)
+    finally:
+        _GRAD.enabled = True
+    out = make_tensor(out._data, out._shape, out._dtype, dev)
+    out._node = Node(op, inputs, params)
+    out._rg = True
     return out
 
 

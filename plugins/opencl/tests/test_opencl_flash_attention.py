@@ -169,7 +169,7 @@ def test_uncovered_cases_take_the_composite(dev, case):
     if as_dtype(dtype) not in dev.capabilities.dtypes:
         pytest.skip(f"{dev} has no {dtype}")
     E = 40 if case == "head40" else 32
-    # (3, 2) batches of 20 x 30 scores: the composite backward takes them a batch index at a time
+    # (3, 2) batches of 20 x 30 scores: the kernel declines the backward, the core's composite runs it
     q, k, v, g = (RNG.standard_normal(s) for s in ((3, 2, 20, E), (3, 2, 30, E), (3, 2, 30, E), (3, 2, 20, E)))
     kw: dict = {"is_causal": True}
     mask = None
@@ -181,7 +181,7 @@ def test_uncovered_cases_take_the_composite(dev, case):
     got = run(dev, q, k, v, g, dtype, **kw)
     want = reference(q, k, v, g, mask=mask, is_causal=mask is None)
     check(got, want, "float32")
-    for op in ("attention_forward_composite", "attention_backward_composite"):
+    for op in ("attention_forward_composite", "attention_backward_declined"):
         assert attention.CALLS[op] == before.get(op, 0) + 1, op
     assert attention.CALLS["scaled_dot_product_attention"] == before.get("scaled_dot_product_attention", 0)
 
@@ -194,7 +194,7 @@ def test_cpu_devices_take_the_composite_by_default(dev, monkeypatch):
     before = dict(attention.CALLS)
     check(run(dev, q, k, v, g), reference(q, k, v, g), "float32")
     assert attention.CALLS["attention_forward_composite"] == before.get("attention_forward_composite", 0) + 1
-    assert attention.CALLS["attention_backward_composite"] == before.get("attention_backward_composite", 0) + 1
+    assert attention.CALLS["attention_backward_declined"] == before.get("attention_backward_declined", 0) + 1
 
 
 def test_switch_off(dev, monkeypatch):

@@ -90,7 +90,7 @@ def test_kernels_against_float64(dev, qb, kb, L, S, head, causal) -> None:  # ty
         _close(got, ref, 5e-5)
     after = attention.CALLS["scaled_dot_product_attention_backward"]
     assert after == before["scaled_dot_product_attention_backward"] + 1
-    assert attention.CALLS["attention_backward_composite"] == before["attention_backward_composite"]
+    assert attention.CALLS["attention_backward_declined"] == before["attention_backward_declined"]
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -133,7 +133,8 @@ def test_low_precision_inputs(dev, dtype, tol) -> None:  # type: ignore[no-untyp
 
 @pytest.mark.parametrize("head, with_mask", [(48, False), (64, True)])
 def test_composite_takes_the_rest(dev, head, with_mask) -> None:  # type: ignore[no-untyped-def]
-    """A mask or another head size: the composite forward and the packed composite backward."""
+    """A mask or another head size: the composite forward; the backward kernel declines, and the
+    core's composite rule gives the packed gradients."""
     q, k, v, g = _data((2, 30, head), (2, 45, head), (2, 45, head), (2, 30, head))
     mask = (RNG.random((30, 45)) < 0.7) if with_mask else None
     mask_args = (mask,) if with_mask else ()
@@ -145,7 +146,7 @@ def test_composite_takes_the_rest(dev, head, with_mask) -> None:  # type: ignore
     for got, ref in zip(_packed(dev, g, q, k, v, True, 0.2, *mask_args), want[1:]):
         _close(got, ref, 5e-5)
     assert attention.CALLS["scaled_dot_product_attention"] == before["scaled_dot_product_attention"]
-    assert attention.CALLS["attention_backward_composite"] == before["attention_backward_composite"] + 1
+    assert attention.CALLS["attention_backward_declined"] == before["attention_backward_declined"] + 1
 
 
 def test_geometry_fits_the_limits(rt) -> None:  # type: ignore[no-untyped-def]
@@ -251,13 +252,14 @@ def test_strided_operands(dev, rt, layout) -> None:  # type: ignore[no-untyped-d
 
 @pytest.mark.parametrize("mask_shape", [(50, 60), (3, 1, 50, 60), None])
 def test_composite_backward_in_batch_slices(dev, mask_shape) -> None:  # type: ignore[no-untyped-def]
-    """Scores larger than any operand: the composite backward runs a slice of the first batch axis
-    at a time (a mask sliced along with it where it has that axis), the same gradients."""
+    """Scores larger than any operand (declined by the kernels: head size 8): the core's composite
+    backward runs a slice of the first batch axis at a time (a mask sliced along with it where it
+    has that axis), the same gradients."""
     q, k, v, g = _data((3, 2, 50, 8), (1, 2, 60, 8), (3, 2, 60, 8), (3, 2, 50, 8))
     mask = None if mask_shape is None else RNG.random(mask_shape) < 0.8
     want = _reference(q, k, v, g, False, 0.3, mask)
-    before = attention.CALLS["attention_backward_composite"]
+    before = attention.CALLS["attention_backward_declined"]
     got = _packed(dev, g, q, k, v, False, 0.3, *(() if mask is None else (mask,)))
     for x, ref in zip(got, want[1:]):
         _close(x, ref, 5e-5)
-    assert attention.CALLS["attention_backward_composite"] == before + 1
+    assert attention.CALLS["attention_backward_declined"] == before + 1

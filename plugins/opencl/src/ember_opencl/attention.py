@@ -17,9 +17,9 @@ Covered: float32, float16 and bfloat16 (loaded with ``vload_half`` / a shift: co
 cl_khr_fp16; computed in float), head sizes 32/64/96/128 with ``v`` of the same size,
 ``is_causal`` (key n visible to query r when ``n <= r + S - L``), batch dimensions that broadcast,
 operands read in place at any batch and row strides. The rest (an explicit mask, float64, other
-head sizes, empty lengths, a device without the local memory) runs ``nn.attention`` forward and
-:func:`composite_backward` (the composite rule on this backend's kernels), as do CPU devices
-unless :data:`ON_CPU`. ``EMBER_OPENCL_FLASH=0`` (backend.py) leaves both ops to the composite
+head sizes, empty lengths, a device without the local memory) runs ``nn.attention`` forward, and
+the backward declines it (returns ``NotImplemented``: dispatch runs the core's composite rule), as
+on CPU devices unless :data:`ON_CPU`. ``EMBER_OPENCL_FLASH=0`` (backend.py) leaves both ops to the composite
 paths (the backward to autodiff's rule). :data:`CALLS` counts what ran.
 """
 
@@ -29,26 +29,22 @@ import functools
 import math
 import os
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
+from types import NotImplementedType
 from typing import Any
 
 import numpy as np
 
-from ember.lazy.program import FusedProgram
 from ember.views import collapse
 
 from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble, unravel
-from .elementwise import binary_program, contiguous, copy_into, run_program
-from .matmul import matmul
-from .nn import _run_softmax
+from .elementwise import contiguous
 from .nn import attention as composite_forward
-from .reduce import reduce
 from .runtime import Runtime
 
-__all__ = ["forward", "backward", "composite_backward", "plan", "source", "CALLS", "HEAD_SIZES", "DTYPES", "ON_CPU"]
+__all__ = ["forward", "backward", "plan", "source", "CALLS", "HEAD_SIZES", "DTYPES", "ON_CPU"]
 
 #: launches by kernel path (tests read it; nothing else depends on it)
 CALLS: Counter[str] = Counter()
@@ -616,21 +612,23 @@ def forward(
 
 def backward(
     rt: Runtime, g: CLArray, q: CLArray, k: CLArray, v: CLArray, mask: CLArray | None, is_causal: bool, scale: float
-) -> CLArray:
-    """(gq, gk, gv) flattened and concatenated: the stats, dkdv and dq kernels where they apply,
-    else :func:`composite_backward`."""
+) -> CLArray | NotImplementedType:
+    """(gq, gk, gv) flattened and concatenated: the stats, dkdv and dq kernels where they apply;
+    ``NotImplemented`` (declined: dispatch runs the core's composite rule) for the rest."""
     p = None if mask is not None else _covered(rt, q, k, v, g)
     lead = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
     L, S, head = q.shape[-2], k.shape[-2], q.shape[-1]
     batch = math.prod(lead)
     dt = q.dtype.name
     if p is None or batch == 0:
-        return composite_backward(rt, g, q, k, v, mask, is_causal, scale)
+        CALLS["attention_backward_declined"] += 1
+        return NotImplemented
     bsh, args = _operands(rt, lead, (q, k, v, g))
     rank = len(bsh)
     kernels = [_kernel(rt, which, dt, head, p, rank) for which in ("stats", "dkdv", "dq")]
     if any(knl is None for knl in kernels):
-        return composite_backward(rt, g, q, k, v, mask, is_causal, scale)
+        CALLS["attention_backward_declined"] += 1
+        return NotImplemented
     stats, dkdv, dq = kernels
     n_q, n_k = batch * L * head, batch * S * head
     packed = rt.empty((n_q + 2 * n_k,), q.dtype)
@@ -649,88 +647,4 @@ def backward(
     t_q = -(-L // p.dq[0])
     rt.launch(dq, (batch * t_q * items,), (items,),
               [*args, lse.buf, delta.buf, packed.buf, 0, L, S, t_q, qscale, scale, causal, offset, *bsh])  # fmt: skip
-    return packed
-
-
-# -- the composite rule on this backend's kernels --------------------------------------------------
-@functools.cache
-def _nan_to_zero_program(dt: str) -> FusedProgram:
-    return FusedProgram(((dt, "tensor"), (dt, "scalar")), (("isnan", "bool", (0,)), ("where", dt, (2, 1, 0))), (3,))
-
-
-@functools.cache
-def _softmax_grad_program(dt: str) -> FusedProgram:
-    """p * (gp - d): softmax's vector-Jacobian product, ``d`` the row sums of ``p * gp``."""
-    return FusedProgram(((dt, "tensor"),) * 3, (("sub", dt, (1, 2)), ("mul", dt, (0, 3))), (4,))
-
-
-def _blocks(lead: tuple[int, ...], step: int) -> Iterator[tuple[list[int], list[int]]]:
-    """(starts, stops) over ``lead``: the leading axes one index at a time, the last ``step`` at a time."""
-    import itertools  # noqa: PLC0415
-
-    last = lead[-1]
-    for first in itertools.product(*(range(n) for n in lead[:-1])):
-        for start in range(0, last, step):
-            yield list(first) + [start], [i + 1 for i in first] + [min(start + step, last)]
-
-
-def _cut(lo: list[int], hi: list[int], t: CLArray) -> CLArray:
-    """The batch block [lo, hi) of ``t`` (a view), its last two axes whole."""
-    return t.slice(lo + [0, 0], hi + list(t.shape[-2:]), [1] * t.ndim)
-
-
-def _t(a: CLArray) -> CLArray:
-    """The last two axes swapped (a view)."""
-    return a.permute(list(range(a.ndim - 2)) + [a.ndim - 1, a.ndim - 2])
-
-
-def composite_backward(
-    rt: Runtime, g: CLArray, q: CLArray, k: CLArray, v: CLArray, mask: CLArray | None, is_causal: bool, scale: float
-) -> CLArray:
-    """The packed gradients by autodiff's composite rule on this backend's kernels (the cases the
-    flash kernels do not take: a mask, float64, other head sizes): per slice of the batch whose
-    scores are no larger than the largest operand (core's rule), the scores, the fused masked
-    softmax, five products and the softmax gradient's two passes."""
-    CALLS["attention_backward_composite"] += 1
-    dt = q.dtype.name
-    lead = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
-    L, S = q.shape[-2], k.shape[-2]
-    shapes = (lead + q.shape[-2:], lead + k.shape[-2:], lead + v.shape[-2:])
-    sizes = [math.prod(s) for s in shapes]
-    packed = rt.empty((sum(sizes),), q.dtype)
-    if packed.size == 0:
-        return packed
-    if L == 0 or S == 0:  # no scores: every gradient is zero
-        zero = rt.upload(np.zeros(1, ctype(dt).np_storage), q.dtype).reshape(())
-        copy_into(rt, packed, zero)  # type: ignore[arg-type]
-        return packed
-    whole = lead or (1,)
-    qb, kb, vb, gb = (t.expand(whole + t.shape[-2:]) for t in (q, k, v, g))
-    mb = None if mask is None else mask.expand(whole + (L, S))
-    starts = np.cumsum([0] + sizes)
-    gq, gk, gv = (
-        packed.slice([a], [a + m], [1]).reshape(whole + s[-2:])  # type: ignore[union-attr]
-        for a, m, s in zip(starts, sizes, shapes)
-    )
-    empty_rows = mask is not None or (is_causal and L > S)  # only then can a row see no key (NaN)
-    # as core's composite: no score-sized temporary larger than the largest operand (where the batch allows)
-    step = max(1, max(q.size, k.size, v.size, g.size) // (L * S))
-    mul = binary_program("mul", dt, dt, True)
-    for lo, hi in _blocks(whole, step):
-        cut = functools.partial(_cut, lo, hi)
-        qi, ki, vi, gi = cut(qb), cut(kb), cut(vb), cut(gb)
-        s = matmul(rt, qi, _t(ki))
-        p = _run_softmax(rt, s, "softmax", scale=scale, mask=None if mb is None else cut(mb),
-                         causal_rows=L if is_causal else 0)  # fmt: skip
-        del s
-        if empty_rows:
-            p = run_program(rt, _nan_to_zero_program(dt), [p, 0.0], p.shape)[0]
-        copy_into(rt, cut(gv), matmul(rt, _t(p), gi))
-        gp = matmul(rt, gi, _t(vi))
-        pg = run_program(rt, binary_program("mul", dt, dt, False), [p, gp], p.shape)[0]
-        d = reduce(rt, "sum", pg, (p.ndim - 1,), True)
-        gs = run_program(rt, _softmax_grad_program(dt), [p, gp, d], p.shape)[0]
-        del p, gp, pg, d
-        copy_into(rt, cut(gq), run_program(rt, mul, [matmul(rt, gs, ki), scale], qi.shape[:-1] + ki.shape[-1:])[0])
-        copy_into(rt, cut(gk), run_program(rt, mul, [matmul(rt, _t(gs), qi), scale], ki.shape)[0])
     return packed

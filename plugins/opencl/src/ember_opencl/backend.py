@@ -16,6 +16,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
+from types import NotImplementedType
 from typing import Any
 
 import numpy as np
@@ -127,8 +128,8 @@ class OpenCLBackend(ViewMovement, Backend):
             "float32/float16/bfloat16 computed in float, head sizes 32/64/96/128, no explicit mask); other cases, "
             "and CPU devices unless EMBER_OPENCL_FLASH=1: matmul -> fused masked softmax -> matmul",
             "scaled_dot_product_attention_backward": "GPUs: flash-style, a stats pass (log-sum-exp, delta), a dK/dV "
-            "kernel per key tile and a dQ kernel per query tile (deterministic, no atomics); other cases: the "
-            "composite rule on this backend's kernels over batch slices; EMBER_OPENCL_FLASH=0: autodiff's rule",
+            "kernel per key tile and a dQ kernel per query tile (deterministic, no atomics); other cases are "
+            "declined (NotImplemented): the core's composite rule runs them; EMBER_OPENCL_FLASH=0: always the rule",
             "conv": "GPUs: implicit GEMM (input gathered in the tiled matmul's loader; the weight gradient per "
             "image, summed by one kernel); CPUs: core's unfold + matmul composite (faster there)",
         }
@@ -392,9 +393,9 @@ class OpenCLBackend(ViewMovement, Backend):
     @native
     def scaled_dot_product_attention_backward(
         self, g: CLArray, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
-    ) -> CLArray:
-        """(gq, gk, gv) packed: the flash backward's three kernels where they apply, else the
-        composite rule on this backend's kernels (attention.py)."""
+    ) -> CLArray | NotImplementedType:
+        """(gq, gk, gv) packed: the flash backward's three kernels where they apply; the rest is
+        declined (``NotImplemented``: dispatch runs the core's composite rule; attention.py)."""
         from . import attention  # noqa: PLC0415
 
         return attention.backward(self.rt, g, q, k, v, mask[0] if mask else None, is_causal, scale)

@@ -13,6 +13,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from types import NotImplementedType
 from typing import Any
 
 import numpy as np
@@ -98,8 +99,8 @@ class WgpuBackend(ViewMovement, Backend):
             "32/64/96/128, no explicit mask); other cases batched matmul, row softmax, matmul",
             "scaled_dot_product_attention_backward": "flash-style: a stats pass (log-sum-exp, delta), a dK/dV kernel "
             "per key tile, a dQ kernel per query tile (no atomics, no score tensor; the forward's cases); a mask "
-            "or other head sizes: the composite rule's products over this backend's kernels; EMBER_WGPU_FLASH=0: "
-            "the composite forward and autodiff's rule",
+            "or other head sizes are declined (NotImplemented): the core's composite rule runs them; "
+            "EMBER_WGPU_FLASH=0: the composite forward and always the rule",
         }
 
     # -- housekeeping ------------------------------------------------------------------------
@@ -349,10 +350,10 @@ class WgpuBackend(ViewMovement, Backend):
     ) -> WgpuArray:
         return attention.forward(self.rt, q, k, v, mask[0] if mask else None, is_causal, scale)
 
-    @native  # kernels/attention.py (EMBER_WGPU_FLASH=0 drops it from the table: autodiff's composite rule)
+    @native  # kernels/attention.py: what it declines, and all with EMBER_WGPU_FLASH=0, the core's composite rule
     def scaled_dot_product_attention_backward(
         self, g: WgpuArray, q: WgpuArray, k: WgpuArray, v: WgpuArray, *mask: WgpuArray, is_causal: bool, scale: float
-    ) -> WgpuArray:
+    ) -> WgpuArray | NotImplementedType:
         return attention.backward(self.rt, g, q, k, v, mask[0] if mask else None, is_causal, scale)
 
     @native  # implicit GEMM on GPU adapters (kernels/conv.py); the weight gradient too (kernels/wgrad.py)

@@ -18,7 +18,8 @@ sizes 32/64/96/128 with v of the same size, ``is_causal`` (key n visible to quer
 ``n <= r + S - L``; a row that sees no key gives NaN forward and zero gradients), batch axes that
 broadcast; q, k, v and dO are read in place through their strides (W4's heads, views of one fused
 projection, cost no copy). The rest (an explicit mask, other head sizes) runs the composite
-(``nn.attention`` forward, :func:`composite_backward` over batch slices). ``EMBER_WGPU_FLASH=0``
+forward (``nn.attention``); the backward declines it (returns ``NotImplemented``: dispatch runs
+the core's composite rule). ``EMBER_WGPU_FLASH=0``
 turns the kernels off (the backend then leaves the backward to autodiff's composite rule).
 ``CALLS`` counts launches, for tests.
 """
@@ -27,10 +28,11 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from types import NotImplementedType
 from typing import Any
 
 from ember.dtypes import float32
-from ember.views import collapse, contiguous_strides
+from ember.views import collapse
 
 from ..handle import WgpuArray
 from ..runtime import Runtime
@@ -38,10 +40,8 @@ from ..typemap import WType
 from . import elementwise as ew
 from . import nn
 from .common import GROUP_ID, ParamBlock, ceil_div, compile_kernel, grid, header, launch, prod
-from .matmul import matmul
-from .reduce import reduce
 
-__all__ = ["CALLS", "HEAD_SIZES", "enabled", "forward", "backward", "composite_backward", "geometry", "source"]
+__all__ = ["CALLS", "HEAD_SIZES", "enabled", "forward", "backward", "geometry", "source"]
 
 #: kernel launches by op (tests read it; nothing else depends on it)
 CALLS: Counter[str] = Counter()
@@ -476,11 +476,13 @@ def backward(
     mask: WgpuArray | None,
     is_causal: bool,
     scale: float,
-) -> WgpuArray:
+) -> WgpuArray | NotImplementedType:
     """gq, gk, gv flattened and concatenated (``ember.ops.attention.packed_shapes``): the stats,
-    dK/dV and dQ kernels where they apply, else :func:`composite_backward`."""
+    dK/dV and dQ kernels where they apply; ``NotImplemented`` for the rest (declined: dispatch runs
+    the core's composite rule)."""
     if not _covered(rt, (q, k, v, g), mask):
-        return composite_backward(rt, g, q, k, v, mask, is_causal, scale)
+        CALLS["attention_backward_declined"] += 1
+        return NotImplemented
     head = q.shape[-1]
     lead = ew.broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     L, S = q.shape[-2], k.shape[-2]
@@ -513,89 +515,3 @@ def backward(
     launch(rt, _kernel(rt, "dq", t, head, geo), _values(L, S, tiles, batch, scale, is_causal, layout), operands,
            grid(batch * tiles), "flash_attention_dq")  # fmt: skip
     return packed
-
-
-# -- the composite, for what the kernels do not take -------------------------------------------
-def composite_backward(
-    rt: Runtime,
-    g: WgpuArray,
-    q: WgpuArray,
-    k: WgpuArray,
-    v: WgpuArray,
-    mask: WgpuArray | None,
-    is_causal: bool,
-    scale: float,
-) -> WgpuArray:
-    """The packed gradients by autodiff's composite rule (``ember.ops.attention._attention_grads``)
-    over this backend's kernels: the probabilities from the scores, five products and the softmax
-    gradient between them, over slices of the first batch axis so that no score-sized temporary
-    is larger than the largest operand (as the rule's ``_by_batch``), where that axis allows."""
-    CALLS["attention_backward_composite"] += 1
-    lead = ew.broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    L, S = q.shape[-2], k.shape[-2]
-    shapes = (lead + q.shape[-2:], lead + k.shape[-2:], lead + v.shape[-2:])
-    sizes = [prod(x) for x in shapes]
-    packed = rt.empty((sum(sizes),), q.dtype)
-    if packed.size == 0:
-        return packed
-    if L == 0 or S == 0:  # no scores: every gradient is zero
-        return ew.fill(rt, packed.shape, 0, q.dtype, packed)
-    n = lead[0] if lead else 1
-    limit = max(x.size for x in (q, k, v, g))
-    step = n if prod(lead) * L * S <= limit else max(1, n * limit // (prod(lead) * L * S))
-
-    def cut(x: WgpuArray | None, start: int, stop: int) -> WgpuArray | None:
-        """Batch slice [start, stop) of ``x`` along ``lead``'s first axis (all of it where it broadcasts)."""
-        if x is None or x.ndim - 2 < len(lead) or x.shape[0] != n:
-            return x
-        return x.slice((start,) + (0,) * (x.ndim - 1), (stop,) + x.shape[1:], (1,) * x.ndim)
-
-    for start in range(0, n, step):
-        stop = min(start + step, n)
-        parts = [cut(x, start, stop) for x in (q, k, v, g, mask)]
-        grads = _composite_grads(rt, *parts, is_causal, scale)  # type: ignore[arg-type]
-        at = 0
-        for x, shape, size in zip(grads, shapes, sizes):
-            part = ((stop - start),) + shape[1:] if lead else shape
-            first = at + (start * size // n if lead else 0)
-            ew.copy_into(rt, x, packed.with_layout(part, contiguous_strides(part), first))
-            at += size
-    return packed
-
-
-def _composite_grads(
-    rt: Runtime,
-    q: WgpuArray,
-    k: WgpuArray,
-    v: WgpuArray,
-    g: WgpuArray,
-    mask: WgpuArray | None,
-    is_causal: bool,
-    scale: float,
-) -> tuple[WgpuArray, WgpuArray, WgpuArray]:
-    """gq, gk, gv of one batch slice by the composite rule."""
-    L, S = q.shape[-2], k.shape[-2]
-
-    def swap(x: WgpuArray) -> WgpuArray:
-        return x.permute((*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
-
-    s = ew.apply_op(rt, "mul", (matmul(rt, q, swap(k)), float(scale)))
-    if mask is not None:
-        if mask.dtype.kind == "b":
-            s = ew.apply_op(rt, "where", (mask, s, float("-inf")))
-        else:
-            m = mask if mask.dtype is s.dtype else ew.apply_op(rt, "cast", (mask,), dtype=s.dtype)
-            s = ew.apply_op(rt, "add", (s, m))
-    s = ew.contiguous(rt, s)
-    p = nn._softmax_rows(rt, s, s.size // S, S, "softmax", (L, S - L) if is_causal else None)
-    del s
-    if mask is not None or (is_causal and L > S):  # only then can a row see no key (NaN)
-        p = ew.apply_op(rt, "where", (ew.apply_op(rt, "isnan", (p,)), 0.0, p))
-    gv = matmul(rt, swap(p), g)
-    gp = matmul(rt, g, swap(v))
-    dot = reduce(rt, ew.apply_op(rt, "mul", (gp, p)), "sum", (gp.ndim - 1,), True)
-    gs = ew.apply_op(rt, "mul", (p, ew.apply_op(rt, "sub", (gp, dot))))
-    del p, gp
-    gq = ew.apply_op(rt, "mul", (matmul(rt, gs, k), float(scale)))
-    gk = ew.apply_op(rt, "mul", (matmul(rt, swap(gs), q), float(scale)))
-    return gq, gk, gv
