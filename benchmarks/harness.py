@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SEED", "Case", "Unavailable", "rng", "randn", "labels", "time_case", "compare", "no_sync"]
+__all__ = ["SEED", "Case", "Unavailable", "rng", "randn", "labels", "time_case", "queued_ms", "compare", "no_sync"]
 
 #: every workload draws its inputs from this seed, so all implementations see the same numbers
 SEED = 0
@@ -88,6 +88,22 @@ def time_case(case: Case, warmup: int, iters: int, probe: Callable[[], None] | N
     if probe is not None:
         probe()
     return times
+
+
+def queued_ms(call: Callable[[], Any], sync: Callable[[], None], iters: int, rounds: int = 3) -> float:
+    """Milliseconds per call of ``call``: one warm-up, then ``iters`` calls queued back to back and
+    one ``sync``, best of ``rounds`` (the device's time per call while the host keeps ahead of it;
+    the host's time otherwise). For kernel probes, where a sync per call would hide the kernel."""
+    call()
+    sync()
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(iters):
+            call()
+        sync()
+        best = min(best, (time.perf_counter() - t) / iters)
+    return best * 1e3
 
 
 def compare(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], tolerance: float) -> dict[str, Any]:

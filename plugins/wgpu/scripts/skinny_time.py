@@ -4,33 +4,18 @@ path (split-K) they replace, and torch's on CUDA if present.
 Each figure: ``--iters`` products recorded back to back, one synchronize, divided by the products
 (the device's time per product while the host keeps ahead), best of 3.
 
-    python plugins/wgpu/scripts/skinny_time.py --device wgpu:0            # (4096, 4096) @ (4096, 10), both layouts
-    python plugins/wgpu/scripts/skinny_time.py --m 512 --k 512 --iters 5  # lavapipe
+    PYTHONPATH=. python plugins/wgpu/scripts/skinny_time.py --device wgpu:0   # (4096, 4096) @ (4096, 10), both layouts
+    PYTHONPATH=. python plugins/wgpu/scripts/skinny_time.py --m 512 --k 512 --iters 5  # lavapipe
 """
 
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 import ember as em
-
-
-def _time(call: Callable[[], Any], sync: Callable[[], None], iters: int) -> float:
-    call()
-    sync()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(iters):
-            call()
-        sync()
-        best = min(best, (time.perf_counter() - t) / iters)
-    return best * 1e3
+from benchmarks.harness import queued_ms
 
 
 def main() -> None:
@@ -64,7 +49,7 @@ def main() -> None:
             matmul.SKINNY = on
             rt.plans.clear()
             before = sum(skinny.CALLS.values())
-            ms = _time(lambda a=a, b=b: a @ b, dev.synchronize, args.iters)
+            ms = queued_ms(lambda a=a, b=b: a @ b, dev.synchronize, args.iters)
             ran = sum(skinny.CALLS.values()) > before
             note = ", skinny ran" if ran else ""
             row.append(f"{'skinny' if on else 'tiled'} {ms:.4f} ms ({gb / ms * 1e3:.1f} GB/s{note})")
@@ -77,7 +62,7 @@ def main() -> None:
             tb = torch.from_numpy(b.numpy()).cuda()
             if "M-contiguous" in label:
                 ta = ta.T.contiguous().T
-            ms = _time(lambda ta=ta, tb=tb: ta @ tb, torch.cuda.synchronize, args.iters)
+            ms = queued_ms(lambda ta=ta, tb=tb: ta @ tb, torch.cuda.synchronize, args.iters)
             row.append(f"torch {ms:.4f} ms")
         print(f"{label} on {args.device}: " + "; ".join(row), flush=True)
     matmul.SKINNY = True

@@ -4,6 +4,8 @@ chosen and at given slice counts, core's unfold + matmul composite, and torch's 
 Each figure: ``--iters`` calls recorded back to back then one synchronize, divided by the calls
 (the device's time per call where the host keeps ahead; the host's time otherwise), best of 3.
 
+(from the repository root, with ``PYTHONPATH=.`` for ``benchmarks.harness``)
+
     python plugins/wgpu/scripts/wgrad_bench.py --device wgpu:0                  # W3's two convs, batch 512
     python plugins/wgpu/scripts/wgrad_bench.py --device wgpu:0 --slices 256 512 1004 2048
     python plugins/wgpu/scripts/wgrad_bench.py --device wgpu:0 --tiles 32x16x32x4x4s 64x32x16x4x4s 64x64x32x8x8s
@@ -13,30 +15,16 @@ Each figure: ``--iters`` calls recorded back to back then one synchronize, divid
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import ember as em
+from benchmarks.harness import queued_ms
 from ember.ops import conv as conv_ops
 
 #: name -> (C_in, C_out, spatial size, kernel, padding): W3's two convs (3x3, pad 1, stride 1)
 SHAPES = {"w3_conv1": (1, 32, (28, 28), (3, 3), 1), "w3_conv2": (32, 64, (14, 14), (3, 3), 1)}
-
-
-def _time(call: Callable[[], Any], sync: Callable[[], None], iters: int) -> float:
-    call()
-    sync()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(iters):
-            call()
-        sync()
-        best = min(best, (time.perf_counter() - t) / iters)
-    return best * 1e3
 
 
 def main() -> None:
@@ -89,7 +77,7 @@ def _bench_shape(dev: em.Device, name: str, args: argparse.Namespace) -> None:
     rows.append(("core composite", composite))
     print(f"{name}: g {g.shape}, x {x.shape} -> dW {(cout, cin) + kernel} on {args.device}")
     for label, call in rows:
-        print(f"  {label:60s} {_time(call, dev.synchronize, args.iters):8.3f} ms")
+        print(f"  {label:60s} {queued_ms(call, dev.synchronize, args.iters):8.3f} ms")
     _torch(x, g, kernel, pad, args.iters)
 
 
@@ -109,9 +97,8 @@ def _torch(x: np.ndarray, g: np.ndarray, kernel: tuple[int, ...], pad: int, iter
             gt, xt, w, None, [1] * nd, [pad] * nd, [1] * nd, False, [0] * nd, 1, [False, True, False]
         )[1]
 
-    print(
-        f"  {'torch (CUDA) convolution_backward, weight only':60s} {_time(call, torch.cuda.synchronize, iters):8.3f} ms"
-    )
+    ms = queued_ms(call, torch.cuda.synchronize, iters)
+    print(f"  {'torch (CUDA) convolution_backward, weight only':60s} {ms:8.3f} ms")
 
 
 if __name__ == "__main__":
