@@ -62,6 +62,25 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _flash_backward(dev, monkeypatch):  # type: ignore[no-untyped-def]
+    """These tests check the flash backward, which the backend leaves out of its table unless
+    ``EMBER_WGPU_FLASH_BACKWARD=1`` (slower than the composite on an H100): put it in for the test."""
+    import ember.ops.attention as ops_attention
+
+    name = "scaled_dot_product_attention_backward"
+    monkeypatch.setitem(dev._impls, name, getattr(dev.backend, name))
+    native = ops_attention._has_native  # (what autodiff's rule asks before it takes the packed op)
+    monkeypatch.setattr(ops_attention, "_has_native", lambda t, op: op == name or native(t, op))
+
+
+def test_the_flash_backward_is_opt_in(dev, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("EMBER_WGPU_FLASH_BACKWARD", raising=False)
+    assert "scaled_dot_product_attention_backward" not in dev.backend.native_kernels()
+    monkeypatch.setenv("EMBER_WGPU_FLASH_BACKWARD", "1")
+    assert "scaled_dot_product_attention_backward" in dev.backend.native_kernels()
+
+
 def _packed(dev, g, q, k, v, causal, scale, *mask):  # type: ignore[no-untyped-def]
     """The packed backward op's gq, gk, gv, each over the broadcast batch shape."""
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])

@@ -87,7 +87,7 @@ class WgpuBackend(ViewMovement, Backend):
             table.pop("conv_transpose", None)
         if not wgrad.native_wins(self.rt):  # as conv, or EMBER_WGPU_NATIVE_WGRAD=0: the composite (to measure)
             table.pop("conv_weight_grad", None)
-        if not attention.enabled():  # EMBER_WGPU_FLASH=0: attention's backward is autodiff's composite rule
+        if not attention.backward_enabled():  # unless EMBER_WGPU_FLASH_BACKWARD=1: autodiff's composite rule
             table.pop("scaled_dot_product_attention_backward", None)
         return table
 
@@ -97,10 +97,10 @@ class WgpuBackend(ViewMovement, Backend):
             "complex64": "vec2<f32> pairs in numpy's layout; matmul is four real matmuls (no complex128: no f64)",
             "scaled_dot_product_attention": "a flash-style tiled WGSL kernel (float32 compute, head sizes "
             "32/64/96/128, no explicit mask); other cases batched matmul, row softmax, matmul",
-            "scaled_dot_product_attention_backward": "flash-style: a stats pass (log-sum-exp, delta), a dK/dV kernel "
-            "per key tile, a dQ kernel per query tile (no atomics, no score tensor; the forward's cases); a mask "
-            "or other head sizes are declined (NotImplemented): the core's composite rule runs them; "
-            "EMBER_WGPU_FLASH=0: the composite forward and always the rule",
+            "scaled_dot_product_attention_backward": "opt-in (EMBER_WGPU_FLASH_BACKWARD=1; slower than the "
+            "composite on an H100): a stats pass (log-sum-exp, delta), a dK/dV kernel per key tile, a dQ kernel "
+            "per query tile (no atomics, no score tensor; the forward's cases); a mask or other head sizes are "
+            "declined (NotImplemented): the core's composite rule runs them",
         }
 
     # -- housekeeping ------------------------------------------------------------------------

@@ -19,8 +19,9 @@ sizes 32/64/96/128 with v of the same size, ``is_causal`` (key n visible to quer
 broadcast; q, k, v and dO are read in place through their strides (W4's heads, views of one fused
 projection, cost no copy). The rest (an explicit mask, other head sizes) runs the composite
 forward (``nn.attention``); the backward declines it (returns ``NotImplemented``: dispatch runs
-the core's composite rule). ``EMBER_WGPU_FLASH=0``
-turns the kernels off (the backend then leaves the backward to autodiff's composite rule).
+the core's composite rule). The backend takes the backward kernels only with
+``EMBER_WGPU_FLASH_BACKWARD=1`` (:func:`backward_enabled`: slower than the composite on an H100);
+``EMBER_WGPU_FLASH=0`` turns the forward off too.
 ``CALLS`` counts launches, for tests.
 """
 
@@ -41,7 +42,7 @@ from . import elementwise as ew
 from . import nn
 from .common import GROUP_ID, ParamBlock, ceil_div, compile_kernel, grid, header, launch, prod
 
-__all__ = ["CALLS", "HEAD_SIZES", "enabled", "forward", "backward", "geometry", "source"]
+__all__ = ["CALLS", "HEAD_SIZES", "enabled", "backward_enabled", "forward", "backward", "geometry", "source"]
 
 #: kernel launches by op (tests read it; nothing else depends on it)
 CALLS: Counter[str] = Counter()
@@ -69,6 +70,14 @@ _PARAMS = ParamBlock(
 def enabled() -> bool:
     """Whether the flash kernels run (``EMBER_WGPU_FLASH=0``: the composite forward and autodiff's rule)."""
     return os.environ.get("EMBER_WGPU_FLASH", "1") != "0"
+
+
+def backward_enabled() -> bool:
+    """Whether the flash backward runs: only when asked (``EMBER_WGPU_FLASH_BACKWARD=1``). On an H100's
+    Vulkan, W4's attention (32, 16, 512, 64) took 2.73 ms forward and 15.4 ms forward + backward through
+    the kernels, 4.12 and 13.2 ms through the composite (its GEMMs are the tuned ones): the flash
+    forward with autodiff's composite backward is the fastest pair (plugins/cuda/logs/h100-2026-12-06-closing)."""
+    return enabled() and os.environ.get("EMBER_WGPU_FLASH_BACKWARD", "0") == "1"
 
 
 def geometry(rt: Runtime, kind: str, head: int) -> tuple[int, int, int] | None:
