@@ -9,7 +9,9 @@ makes q, k, v (B, L, H, D) tensors viewed as (B, H, L, D), as a transformer's pr
 (W4). Each mode runs in a child process of its own (the switch is read when the backend starts),
 the modes alternating for ``--rounds``; a child prints ms per forward and per forward+backward
 (``y.backward(g)`` through q, k, v), each the median of ``--reps`` synchronized runs after two
-warm-ups, and how many flash launches it saw (``attention.CALLS``). A probe, not a test.
+warm-ups, and how many flash launches it saw (``attention.CALLS``). The flash mode's backward is
+autodiff's composite unless ``EMBER_WGPU_FLASH_BACKWARD=1`` is set (the children inherit it). A probe,
+not a test.
 """
 
 from __future__ import annotations
