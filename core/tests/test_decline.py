@@ -74,3 +74,40 @@ def test_a_declined_op_runs_its_composite_and_its_gradient_is_the_ops(picky, axi
     calls = [s for s in SEEN if s[0] == "softmax"]
     assert calls and calls[0][2] == (axis == 0), f"the kernel saw {SEEN}"
     assert y._node is not None and y._node.op.name == "softmax", "recorded as the op, not as its composite's ops"
+
+
+def test_em_jit_replays_the_composite_of_a_declined_op(picky):
+    """A capture notes the composite's kernels, not the declined call: replays match eager."""
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(3)]
+
+    def fn(x):
+        return em.softmax(x, axis=0) * 2.0
+
+    jitted = em.jit(fn)
+    for i, x64 in enumerate(xs):
+        x = em.tensor(x64, device=picky)
+        np.testing.assert_allclose(jitted(x).numpy(), 2.0 * _softmax64(x64.astype(np.float64), 0), rtol=1e-5)
+        if i == 0:
+            assert any(s[2] for s in SEEN), "the kernel declined at capture"
+            SEEN.clear()
+    assert not SEEN, f"a replay called the declined kernel again: {SEEN}"
+
+
+def test_onnx_export_traces_a_declined_op_as_the_op(picky, tmp_path):
+    """The exporter runs the composite for a declined call and still writes the op's node."""
+    pytest.importorskip("onnx")
+    onnxruntime = pytest.importorskip("onnxruntime")
+    x64 = np.random.default_rng(8).standard_normal((3, 5)).astype(np.float32)
+
+    def f(x):
+        return em.softmax(x, axis=0) * 2.0  # (the product reads what the declined call gave)
+
+    path = tmp_path / "declined.onnx"
+    proto = em.onnx.export(f, (em.tensor(x64, device=picky),), path, opset=18)
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("Softmax") == 1 and "Exp" not in ops, f"the op's node, not its composite's pieces: {ops}"
+    assert any(s[2] for s in SEEN), "the kernel declined while tracing"
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {"input_0": x64})
+    np.testing.assert_allclose(got, 2.0 * _softmax64(x64.astype(np.float64), 0), rtol=1e-5, atol=1e-6)

@@ -165,7 +165,8 @@ class Recorder:
 
         def recorded(*args: Any, **params: Any) -> Any:
             out = kernel(*args, **params)
-            self._note(device, name, kernel, args, params, out)
+            if out is not NotImplemented:  # (declined: dispatch runs the composite, whose kernels are noted)
+                self._note(device, name, kernel, args, params, out)
             return out
 
         return recorded

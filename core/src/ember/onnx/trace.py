@@ -129,7 +129,10 @@ class _Tracer:
     def compute(self, op: Op, handles: list[Any], params: dict[str, Any], shape: Any, dtype: Any) -> Any:
         impl = self.real(op.name)
         if impl is not None:
-            return impl(*handles, **params)
+            out = impl(*handles, **params)
+            if out is not NotImplemented:
+                return out
+            # the kernel declined these operands (ember.dispatch): the composite computes them, as below
         if op.composite is None:
             raise InvalidArgumentError(f"onnx.export: op {op.name!r} has neither a native kernel nor a composite")
         tensors = []
