@@ -80,7 +80,11 @@ def backward_enabled() -> bool:
     return enabled() and os.environ.get("EMBER_WGPU_FLASH_BACKWARD", "0") == "1"
 
 
-def geometry(rt: Runtime, kind: str, head: int) -> tuple[int, int, int] | None:
+#: (H invocations per row, rows per workgroup, keys or queries per tile)
+Geometry = tuple[int, int, int]
+
+
+def geometry(rt: Runtime, kind: str, head: int) -> Geometry | None:
     """(H invocations per row, rows per workgroup, keys or queries per tile) of kernel ``kind``
     (forward, stats, dq, dkdv) at head size ``head``; None where the adapter's limits allow none."""
     d4 = head // 4
@@ -397,12 +401,12 @@ def _kernel(rt: Runtime, kind: str, t: WType, head: int, geo: tuple[int, int, in
 
 
 # -- launches -------------------------------------------------------------------------------
-def _covered(rt: Runtime, handles: tuple[WgpuArray, ...], mask: WgpuArray | None) -> bool:
-    """Whether the kernels take this call: no mask, one float dtype, head sizes they are made for,
-    non-empty rows and keys, tiles that fit the adapter."""
+def _covered(rt: Runtime, handles: tuple[WgpuArray, ...], mask: WgpuArray | None) -> dict[str, Geometry] | None:
+    """Each kernel's geometry where the kernels take this call (no mask, one float dtype, head
+    sizes they are made for, non-empty rows and keys, tiles that fit the adapter), else None."""
     q, k, v = handles[:3]
     head = q.shape[-1]
-    return (
+    if not (
         enabled()
         and mask is None
         and q.dtype.name in _FLOATS
@@ -412,8 +416,10 @@ def _covered(rt: Runtime, handles: tuple[WgpuArray, ...], mask: WgpuArray | None
         and v.shape[-1] == head
         and q.shape[-2] > 0
         and k.shape[-2] > 0
-        and all(geometry(rt, kind, head) is not None for kind in ("forward", "stats", "dq", "dkdv"))
-    )
+    ):
+        return None
+    geos = {kind: geometry(rt, kind, head) for kind in ("forward", "stats", "dq", "dkdv")}
+    return geos if all(g is not None for g in geos.values()) else None  # type: ignore[return-value]
 
 
 def _operands(rt: Runtime, xs: tuple[WgpuArray, ...], lead: tuple[int, ...]) -> tuple[list[WgpuArray], dict[str, int]]:
@@ -456,7 +462,8 @@ def forward(
     rt: Runtime, q: WgpuArray, k: WgpuArray, v: WgpuArray, mask: WgpuArray | None, is_causal: bool, scale: float
 ) -> WgpuArray:
     """``softmax(q k^T * scale) v``: the flash kernel where it applies, else ``nn.attention``."""
-    if not _covered(rt, (q, k, v), mask):
+    geos = _covered(rt, (q, k, v), mask)
+    if geos is None:
         return nn.attention(rt, q, k, v, mask, is_causal, scale)
     head = q.shape[-1]
     lead = ew.broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -466,8 +473,7 @@ def forward(
     if batch == 0:
         return out
     (qc, kc, vc), layout = _operands(rt, (q, k, v), lead)
-    geo = geometry(rt, "forward", head)
-    assert geo is not None  # _covered checked it
+    geo = geos["forward"]
     tiles = ceil_div(L, geo[1])
     CALLS["scaled_dot_product_attention"] += 1
     values = _values(L, S, tiles, batch, scale, is_causal, layout)
@@ -489,7 +495,8 @@ def backward(
     """gq, gk, gv flattened and concatenated (``ember.ops.attention.packed_shapes``): the stats,
     dK/dV and dQ kernels where they apply; ``NotImplemented`` for the rest (declined: dispatch runs
     the core's composite rule)."""
-    if not _covered(rt, (q, k, v, g), mask):
+    geos = _covered(rt, (q, k, v, g), mask)
+    if geos is None:
         CALLS["attention_backward_declined"] += 1
         return NotImplemented
     head = q.shape[-1]
@@ -505,21 +512,18 @@ def backward(
     delta = rt.empty((batch * L,), float32)
     t = rt.types[q.dtype]
     CALLS["scaled_dot_product_attention_backward"] += 1
-    geo = geometry(rt, "stats", head)
-    assert geo is not None
+    geo = geos["stats"]
     tiles = ceil_div(L, geo[1])
     launch(rt, _kernel(rt, "stats", t, head, geo), _values(L, S, tiles, batch, scale, is_causal, layout),
            [qc.buffer, kc.buffer, vc.buffer, gc.buffer, lse.buffer, delta.buffer], grid(batch * tiles),
            "flash_attention_stats")  # fmt: skip
     operands = [qc.buffer, kc.buffer, vc.buffer, gc.buffer, lse.buffer, delta.buffer, packed.buffer]
-    geo = geometry(rt, "dkdv", head)
-    assert geo is not None
+    geo = geos["dkdv"]
     tiles = ceil_div(S, geo[1])
     values = _values(L, S, tiles, batch, scale, is_causal, layout)
     values.update({"gk": n_q // 4, "gv": (n_q + n_k) // 4})
     launch(rt, _kernel(rt, "dkdv", t, head, geo), values, operands, grid(batch * tiles), "flash_attention_dkdv")
-    geo = geometry(rt, "dq", head)
-    assert geo is not None
+    geo = geos["dq"]
     tiles = ceil_div(L, geo[1])
     launch(rt, _kernel(rt, "dq", t, head, geo), _values(L, S, tiles, batch, scale, is_causal, layout), operands,
            grid(batch * tiles), "flash_attention_dq")  # fmt: skip
