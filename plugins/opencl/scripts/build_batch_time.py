@@ -17,8 +17,22 @@ import time
 
 import pyopencl as cl
 
-OPS = ["a + b", "a * b", "a - b", "fmax(a, b)", "fmin(a, b)", "exp(a)", "log(fabs(a) + 1.0f)", "sqrt(fabs(a))",
-       "tanh(a)", "a / (b + 2.0f)", "erf(a)", "sin(a) * cos(b)", "pow(fabs(a), b)", "floor(a) + ceil(b)"]
+OPS = [
+    "a + b",
+    "a * b",
+    "a - b",
+    "fmax(a, b)",
+    "fmin(a, b)",
+    "exp(a)",
+    "log(fabs(a) + 1.0f)",
+    "sqrt(fabs(a))",
+    "tanh(a)",
+    "a / (b + 2.0f)",
+    "erf(a)",
+    "sin(a) * cos(b)",
+    "pow(fabs(a), b)",
+    "floor(a) + ceil(b)",
+]
 
 
 def _source(count: int, salt: int) -> str:
@@ -54,7 +68,8 @@ def main() -> None:
             prg = cl.Program(ctx, src).build()
             names = [k.function_name for k in prg.all_kernels()]
             took = time.perf_counter() - start
-            print(f"{count:4d} kernels: build {took * 1e3:8.1f} ms, {took / count * 1e3:7.2f} ms a kernel ({len(names)} found)")
+            each = took / count * 1e3
+            print(f"{count:4d} kernels: build {took * 1e3:8.1f} ms, {each:7.2f} ms a kernel ({len(names)} found)")
 
 
 if __name__ == "__main__":

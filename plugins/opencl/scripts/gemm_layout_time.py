@@ -1,16 +1,17 @@
 """Every GEMM tiling of the tuner's family on one product with the layouts a workload gives it:
 
     python plugins/opencl/scripts/gemm_layout_time.py --device opencl:0 [--products w2] [--iters 10]
-        [--top 8] [--as-gpu]
+        [--top 8] [--splits 2,4,8] [--as-gpu]
 
 The tuner (``ember_opencl.tune``) times each shape class on row-major operands; a training step
 reaches the same GEMM with a transposed operand (``x.T @ g``, ``g @ W.T``), which changes the
 kernel's loads. For each product of ``--products`` (``w2``: W2's GEMMs at batch and hidden 4096,
-``w4``: W4's linear layers at GPU size, or ``MxKxN[:tA][:tB]`` items joined by commas) this prints
-the default path's GPU time (the plan matmul would run: tuned choice, split-K, skinny) and the
-``--top`` fastest tilings, GPU µs per call from queue profiling events (median of ``--iters``), as
-TFLOP/s, with the largest difference from the default result relative to its largest value. A probe
-for the device machine, not a test.
+``w4``: W4's at GPU size, or ``MxKxN[:tA][:tB]`` items joined by commas) this prints the default
+path's GPU time (the plan matmul would run: tuned choice, split-K, skinny), with ``--splits`` the
+product as that many K slices and their sum (``matmul._split_k``), and the ``--top`` fastest
+tilings: GPU µs per call from queue profiling events (median of ``--iters``), TFLOP/s, and the
+largest difference from the default result relative to its largest value. A probe for the device
+machine, not a test.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ cl.Kernel.__call__ = _record  # type: ignore[method-assign]
 PRESETS = {
     # W2 at GPU size: forward x @ W.T, input gradient g @ W, weight gradient g.T @ x (layers 1 and 2)
     "w2": "4096x4096x4096:tB,4096x4096x4096,4096x4096x4096:tA,4096x784x4096:tB,784x4096x4096:tA",
-    # W4's linear layers, folded to 16384 rows: qkv, out, ff1, ff2 forward; their input and weight gradients
-    "w4": "16384x1024x3072:tB,16384x1024x1024:tB,16384x1024x4096:tB,16384x4096x1024:tB,"
-    "16384x3072x1024,16384x4096x1024,3072x16384x1024:tA,4096x16384x1024:tA,1024x16384x4096:tA",
+    # W4's twelve products at GPU size as kernel_time.py --ops matmul lists them (batches folded to 16384 rows)
+    "w4": "16384x1024x4096:tB,16384x4096x1024:tB,16384x1024x4096,4096x16384x1024:tA,16384x4096x1024,"
+    "1024x16384x3072:tA,1024x16384x4096:tA,16384x3072x1024:tB,16384x1024x3072,1024x16384x1024:tA,"
+    "16384x1024x1024:tB,16384x1024x1024",
 }
 
 
@@ -85,6 +87,7 @@ def main() -> None:
     ap.add_argument("--products", default="w2")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--splits", default="", help="comma-separated K slice counts to time, e.g. 2,4,8")
     ap.add_argument("--as-gpu", action="store_true", help="a CPU device takes a GPU's paths (checks the script)")
     args = ap.parse_args()
     import ember as em
@@ -102,7 +105,7 @@ def main() -> None:
         m, k, n, ta, tb = _parse(item)
         a, b = _operand(rt, m, k, ta, rng), _operand(rt, k, n, tb, rng)
         flops = 2.0 * m * n * k
-        base, out = _gpu_us(rt, lambda: mm.matmul(rt, a, b), args.iters)
+        base, out = _gpu_us(rt, lambda a=a, b=b: mm.matmul(rt, a, b), args.iters)
         ref = rt.download(out).astype(np.float64)
         scale = float(np.abs(ref).max()) or 1.0
         print(f"\n{item}  ({m}, {k}):{a.strides} @ ({k}, {n}):{b.strides}")
@@ -110,12 +113,18 @@ def main() -> None:
         rows = []
         for t in family:
             try:
-                us, got = _gpu_us(rt, lambda t=t: mm.matmul(rt, a, b, t), args.iters)
+                us, got = _gpu_us(rt, lambda t=t, a=a, b=b: mm.matmul(rt, a, b, t), args.iters)
             except Exception as exc:  # a tiling the device refuses at launch: say so, go on
                 rows.append((float("inf"), t, f"failed: {type(exc).__name__}"))
                 continue
             diff = float(np.abs(rt.download(got).astype(np.float64) - ref).max()) / scale
             rows.append((us, t, f"diff {diff:.1e}"))
+        for s in (int(x) for x in args.splits.split(",") if x):
+            if k % s:
+                continue
+            us, got = _gpu_us(rt, lambda s=s, a=a, b=b: mm._split_k(rt, s, a, b), args.iters)
+            diff = float(np.abs(rt.download(got).astype(np.float64) - ref).max()) / scale
+            print(f"  split-K {s:2d}        {us:9.1f} us  {flops / us / 1e6:6.1f} TFLOP/s  diff {diff:.1e}")
         rows.sort(key=lambda r: r[0])
         for us, t, note in rows[: args.top]:
             tf = flops / us / 1e6 if us != float("inf") else 0.0

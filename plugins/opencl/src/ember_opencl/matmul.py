@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ember.shapes import numel
-from ember.tuning import AUTOTUNE_FLOPS
+from ember.tuning import AUTOTUNE_FLOPS, layout_of
 from ember.views import collapse, contiguous_strides, fold_shared_b
 
 from . import skinny
@@ -91,17 +91,31 @@ def _pick(rt: Runtime, M: int, N: int) -> Tiling:
     return TILINGS["gpu_small"] if M * N >= 64 * 64 * 4 else TILINGS["tiny"]
 
 
-def _tuned(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling | None:
-    """The tuned tiling for this device, dtype and shape class if one is cached (and fits)."""
+def _tuned(rt: Runtime, dt: str, M: int, N: int, K: int, layout: str = "") -> Tiling | None:
+    """The tuned tiling for this device, dtype, shape class and operand layout if one is cached (and fits)."""
     from . import tune  # noqa: PLC0415  (tune imports this module)
 
-    found = tune.lookup(rt, dt, M, N, K)
+    found = tune.lookup(rt, dt, M, N, K, layout)
     return found if found is not None and fits(rt, found, dt) else None
 
 
-def choose(rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling:
-    """The tuned tiling for this device, dtype and shape class if one is cached, else :func:`_pick`."""
-    return _tuned(rt, dt, M, N, K) or _pick(rt, M, N)
+def choose(rt: Runtime, dt: str, M: int, N: int, K: int, layout: str = "") -> Tiling:
+    """The tuned tiling for this device, dtype and shape class (and ``layout``: ``"tA"``, ``"tB"``,
+    ``"tAtB"`` for transposed operands) if one is cached, else :func:`_pick`."""
+    return _tuned(rt, dt, M, N, K, layout) or _pick(rt, M, N)
+
+
+def _fast_axes(a: CLArray, b: CLArray) -> tuple[bool, bool]:
+    """Whether A's (M, K) elements are nearest along K and B's (K, N) along N (row-major)."""
+    M, K = a.shape[-2:]
+    (a_rs, a_cs), (b_rs, b_cs) = a.strides[-2:], b.strides[-2:]
+    return (abs(a_cs) <= abs(a_rs) if M > 1 else True), (abs(b_cs) <= abs(b_rs) if K > 1 else True)
+
+
+def _layout(a: CLArray, b: CLArray) -> str:
+    """The tuner's name for the operands' layout: which of A and B are column-major (transposed views)."""
+    a_kfast, b_nfast = _fast_axes(a, b)
+    return layout_of(not a_kfast, not b_nfast)
 
 
 def head_start_sources(rt: Runtime) -> list[str]:
@@ -247,7 +261,7 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
         found = _PLANS[key] = skinny.plan(rt, a, b)
         return skinny.run(rt, found, a, b)
     if key is not None and not batch:
-        slices = _slices(rt, a.dtype.name, M, N, K)
+        slices = _slices(rt, a.dtype.name, M, N, K, _layout(a, b))
         if slices:
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
@@ -267,13 +281,22 @@ def matmul(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None = None) ->
 #: tiles of 64 x 64 for 132 compute units otherwise, each 3136 deep
 SPLIT_BELOW = 0.5
 SLICE_K = 128
+#: split-K for a large (tuned) GEMM whose tiles leave compute units idle (:func:`_deep_slices`): W4's
+#: weight gradients (1024, 16384) @ (16384, 1024 | 3072) make 32 and 96 tiles of 128 x 256 for an
+#: H100's 132 units, each 16384 deep. Slices of at least DEEP_SLICE_K, at most DEEP_SLICES of them,
+#: taken when the model below says they save DEEP_GAIN of the time. The model counts waves of tiles
+#: (a unit runs one large tile at a time) and prices the partial sums' memory traffic at
+#: SUM_FLOPS_PER_BYTE of GEMM work (about an H100's fp32 GEMM rate over its memory bandwidth)
+DEEP_SLICE_K, DEEP_SLICES, DEEP_GAIN, SUM_FLOPS_PER_BYTE = 1024, 16, 0.1, 18
 
 
-def _slices(rt: Runtime, dt: str, M: int, N: int, K: int) -> int:
-    """How many K slices a 2-D float GEMM runs as (0: unsplit): enough tiles for about two per
-    compute unit, a slice count that divides K, only for untuned sizes (a tuned GEMM is large)."""
-    if rt.is_cpu or dt not in ("float32", "float64") or M * N * K >= AUTOTUNE_FLOPS or K < 2 * SLICE_K:
+def _slices(rt: Runtime, dt: str, M: int, N: int, K: int, layout: str = "") -> int:
+    """How many K slices a 2-D float GEMM runs as (0: unsplit): for an untuned size, enough tiles
+    for about two per compute unit and a slice count that divides K; a large one by :func:`_deep_slices`."""
+    if rt.is_cpu or dt not in ("float32", "float64") or K < 2 * SLICE_K:
         return 0
+    if M * N * K >= AUTOTUNE_FLOPS:
+        return _deep_slices(rt, dt, M, N, K, layout)
     t = _pick(rt, M, N)
     tiles = -(-M // t.tm) * -(-N // t.tn)
     if tiles > SPLIT_BELOW * rt.compute_units:
@@ -282,6 +305,30 @@ def _slices(rt: Runtime, dt: str, M: int, N: int, K: int) -> int:
         if K % s == 0:
             return s
     return 0
+
+
+def _deep_slices(rt: Runtime, dt: str, M: int, N: int, K: int, layout: str) -> int:
+    """The K slices of a large GEMM with fewer tiles than compute units under its tuned tiling (0:
+    unsplit): the divisor of K the wave model prices lowest, if it saves :data:`DEEP_GAIN`."""
+    t = _tuned(rt, dt, M, N, K, layout)
+    if t is None:
+        return 0
+    tiles, units = -(-M // t.tm) * -(-N // t.tn), rt.compute_units
+    if tiles >= units:
+        return 0
+    item = 8 if dt == "float64" else 4
+
+    def cost(s: int) -> float:
+        waves = -(-tiles * s // units)
+        sums = SUM_FLOPS_PER_BYTE * (s + 1) * M * N * item if s > 1 else 0
+        return waves * units * 2.0 * t.tm * t.tn * (K // s) + sums
+
+    whole = best = cost(1)
+    chosen = 0
+    for s in range(2, min(DEEP_SLICES, K // DEEP_SLICE_K) + 1):
+        if K % s == 0 and cost(s) < best:
+            best, chosen = cost(s), s
+    return chosen if best <= (1 - DEEP_GAIN) * whole else 0
 
 
 def _split_k(rt: Runtime, slices: int, a: CLArray, b: CLArray) -> CLArray:
@@ -325,8 +372,7 @@ def _plan(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None, batch: tup
     bsh, (bsc, bsa, bsb) = collapse(batch, [cstr, av.strides[:nb], bv.strides[:nb]])
     a_rs, a_cs = av.strides[-2:]
     b_rs, b_cs = bv.strides[-2:]
-    a_kfast = abs(a_cs) <= abs(a_rs) if M > 1 else True
-    b_nfast = abs(b_cs) <= abs(b_rs) if K > 1 else True
+    a_kfast, b_nfast = _fast_axes(av, bv)
     idx = _index_type(out, [av, bv])
     args = [M, N, K, None, av.offset, a_rs, a_cs, None, bv.offset, b_rs, b_cs, None]
     args += [*bsh, *bsa, *bsb, *bsc]
@@ -335,7 +381,7 @@ def _plan(rt: Runtime, a: CLArray, b: CLArray, tiling: Tiling | None, batch: tup
         knl, _ = rt.kernel(("matmul_vec", dt, shape, len(bsh), idx), lambda: _make_vector(dt, shape, len(bsh), idx))
         vw, wn, wm = shape
         return _Plan(out_shape, copy_b, knl, (-(-N // (vw * wn)), -(-M // wm), numel(batch)), (1, 1, 1), args), True
-    tuned = tiling or _tuned(rt, dt, M, N, K)
+    tuned = tiling or _tuned(rt, dt, M, N, K, layout_of(not a_kfast, not b_nfast))
     cacheable = tiling is None and (tuned is not None or rt.is_cpu or M * N * K < AUTOTUNE_FLOPS)
     # the untuned choice (a cold process's first steps, before tuning) reads the operands' layout as
     # an argument: one program for every transpose and alignment of a shape class; a tuned or given

@@ -95,11 +95,12 @@ class _OpenCLTuner(GemmTuner[Runtime, Tiling]):
     def matmul(self, rt: Runtime, a: Any, b: Any, c: Tiling) -> Any:
         return matmul(rt, a, b, c)
 
-    def lookup(self, rt: Runtime, dt: str, M: int, N: int, K: int) -> Tiling | None:
+    def lookup(self, rt: Runtime, dt: str, M: int, N: int, K: int, layout: str = "") -> Tiling | None:
         """The cached choice; tuning on first use waits for ``rt``'s first read-back (see above)."""
         if not rt.read_backs:
-            return self.read(rt, dt, shape_class(M, N, K))
-        return super().lookup(rt, dt, M, N, K)
+            own = self.read(rt, dt, shape_class(M, N, K, layout)) if layout else None
+            return own or self.read(rt, dt, shape_class(M, N, K))
+        return super().lookup(rt, dt, M, N, K, layout)
 
     def record(self, rt: Runtime, dt: str, cls: str, c: Tiling, gflops: float | None = None) -> bool:
         tuning_changed()  # (matmul's plans made before say which tiling ran until now)
@@ -116,6 +117,10 @@ class _OpenCLTuner(GemmTuner[Runtime, Tiling]):
         from .elementwise import contiguous  # noqa: PLC0415
 
         return rt.download(contiguous(rt, arr))
+
+    def transposed(self, rt: Runtime, arr: Any) -> Any:
+        (rows, cols) = arr.shape
+        return arr.with_layout((cols, rows), (1, cols), arr.offset)
 
     def check_shape(self, c: Tiling) -> tuple[int, int, int]:
         return c.tm + 3, 37, c.tn + 5

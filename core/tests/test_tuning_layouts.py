@@ -1,0 +1,139 @@
+"""A GEMM with transposed operands gets its own tuned choice: the row-major class is tuned first (the
+whole family), then the layout among that choice and the family's leaders, timed on operands in
+that layout; a backend without transposed views keeps one choice per class."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+
+from ember.tuning import REFINE, GemmTuner, TuningNotice, shape_class
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cfg:
+    name: str
+
+    def valid(self) -> bool:
+        return True
+
+    def as_dict(self) -> dict:
+        return {"name": self.name}
+
+
+class _Host:
+    """A 'device' whose arrays are numpy arrays (a transposed view is numpy's own)."""
+
+    def upload(self, arr, dtype):  # noqa: ANN001, ANN201
+        return np.array(arr)
+
+
+#: seconds a config takes by operand layout: "fast_tb" loses on row-major operands, wins with B transposed
+COST = {"": {"rowmajor": 1.0, "fast_tb": 2.0}, "tB": {"rowmajor": 3.0, "fast_tb": 1.5}}
+
+
+class _Tuner(GemmTuner):
+    backend = "fake"
+    config_type = _Cfg
+    family = [("rowmajor",), ("fast_tb",)] + [(f"c{i}",) for i in range(REFINE + 3)]
+
+    def __init__(self, views: bool = True) -> None:
+        super().__init__()
+        self.views = views
+        self.timed: list[tuple[str, str]] = []  # (config, layout the operands came in)
+
+    def identity(self, rt):  # noqa: ANN001, ANN201
+        return ("Fake GPU", "1.0")
+
+    def is_cpu(self, rt) -> bool:  # noqa: ANN001
+        return False
+
+    def fits(self, rt, c, dt) -> bool:  # noqa: ANN001
+        return True
+
+    def matmul(self, rt, a, b, c):  # noqa: ANN001, ANN201
+        return a.astype(np.float64) @ b
+
+    def sync(self, rt) -> None:  # noqa: ANN001
+        pass
+
+    def download(self, rt, arr):  # noqa: ANN001, ANN201
+        return np.asarray(arr)
+
+    def transposed(self, rt, arr):  # noqa: ANN001, ANN201
+        if not self.views:
+            raise NotImplementedError
+        return arr.T
+
+    def check_shapes(self, c):  # noqa: ANN001, ANN201
+        return [(5, 3, 4)]
+
+    def time(self, rt, c, a, b, reps):  # noqa: ANN001, ANN201
+        layout = ("tA" if not a.flags.c_contiguous else "") + ("tB" if not b.flags.c_contiguous else "")
+        self.timed.append((c.name, layout))
+        return COST.get(layout, {}).get(c.name, 5.0)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):  # noqa: ANN001, ANN202
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("EMBER_AUTOTUNE", raising=False)
+    monkeypatch.setenv("EMBER_AUTOTUNE_BUDGET", "60")
+
+
+def test_shape_class_names_the_layout() -> None:
+    assert shape_class(4096, 4096, 4096) == "lll"
+    assert shape_class(784, 4096, 4096, "tA") == "mll/tA"
+
+
+def test_a_transposed_b_gets_its_own_choice() -> None:
+    tuner, rt = _Tuner(), _Host()
+    with pytest.warns(TuningNotice):
+        got = tuner.lookup(rt, "float32", 2048, 2048, 2048, "tB")
+    assert got == _Cfg("fast_tb")
+    # the row-major class first (every candidate, plain operands), then the layout on few candidates
+    plain = [name for name, layout in tuner.timed if layout == ""]
+    with_tb = [name for name, layout in tuner.timed if layout == "tB"]
+    assert len(plain) == len(tuner.family) and set(plain) == {spec[0] for spec in tuner.family}
+    assert with_tb == ["rowmajor", "fast_tb"] + [f"c{i}" for i in range(REFINE - 2)]  # the choice, then leaders
+    assert tuner.read(rt, "float32", "lll") == _Cfg("rowmajor")
+    assert tuner.read(rt, "float32", "lll/tB") == _Cfg("fast_tb")
+    tuner.timed.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TuningNotice)
+        assert tuner.lookup(rt, "float32", 4096, 4096, 4096, "tB") == _Cfg("fast_tb")  # stored: no tuning
+        assert tuner.lookup(rt, "float32", 4096, 4096, 4096) == _Cfg("rowmajor")
+    assert tuner.timed == []
+
+
+def test_layout_refinement_times_the_leaders_only() -> None:
+    """A layout's tuning times the class's choice and the family's first REFINE candidates, not the
+    family (it costs seconds at first use)."""
+    tuner, rt = _Tuner(), _Host()
+    tuner.family = [("rowmajor",)] + [(f"c{i}",) for i in range(REFINE + 5)] + [("fast_tb",)]
+    with pytest.warns(TuningNotice):
+        got = tuner.lookup(rt, "float32", 2048, 2048, 2048, "tB")
+    with_tb = [name for name, layout in tuner.timed if layout == "tB"]
+    assert with_tb == ["rowmajor"] + [f"c{i}" for i in range(REFINE - 1)]
+    assert got == _Cfg("rowmajor")  # fast_tb is past the leaders: not timed under the layout
+
+
+def test_a_backend_without_views_keeps_the_class_choice() -> None:
+    tuner, rt = _Tuner(views=False), _Host()
+    with pytest.warns(TuningNotice):
+        assert tuner.lookup(rt, "float32", 2048, 2048, 2048, "tB") == _Cfg("rowmajor")
+    assert all(layout == "" for _, layout in tuner.timed)
+    tuner.timed.clear()
+    assert tuner.lookup(rt, "float32", 2048, 2048, 2048, "tB") == _Cfg("rowmajor")  # not asked again
+    assert tuner.timed == []
+
+
+def test_no_layout_tuning_when_switched_off(monkeypatch) -> None:  # noqa: ANN001
+    tuner, rt = _Tuner(), _Host()
+    tuner.record(rt, "float32", "lll", _Cfg("rowmajor"))
+    monkeypatch.setenv("EMBER_AUTOTUNE", "0")
+    assert tuner.lookup(rt, "float32", 4096, 4096, 4096, "tA") == _Cfg("rowmajor")
+    assert tuner.timed == []
