@@ -124,7 +124,7 @@ def _every_candidate() -> list[Tiling]:
 
 
 #: the options that change the kernel's code paths (the tile sizes only change its constants)
-_CODE_PATHS = ("vw", "chunk", "db", "rp")
+_CODE_PATHS = ("vw", "chunk", "db", "rp", "sw")
 
 
 def _view(rt, base, shape, strides, offset=0):

@@ -76,3 +76,16 @@ def test_a_deep_gemm_of_few_tiles_runs_as_k_slices(gpu_like, monkeypatch):
     assert split == [4]
     monkeypatch.setattr(rt, "compute_units", 2)  # 4 tiles fill 2 units twice over: left whole
     assert mm._slices(rt, "float32", M, N, K, "tA") == 0
+
+
+@pytest.mark.parametrize("sw", [3, 8])
+def test_tiles_walked_in_bands_cover_the_output(dev, sw):
+    """Work-groups placed by bands of sw tile rows (the last band shorter) write every tile once,
+    over a batch too."""
+    rt = dev.backend.rt
+    t = Tiling(16, 16, 8, 2, 2, vw=2, chunk=1, db=True, sw=sw)
+    a = RNG.standard_normal((2, 100, 37)).astype(np.float32)  # 7 tile rows: bands of 3, 3, 1 (or one of 7)
+    b = RNG.standard_normal((37, 70)).astype(np.float32)
+    got = rt.download(mm.matmul(rt, _up(rt, a), _up(rt, b), t))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
+    assert _ran(rt, t)

@@ -41,7 +41,9 @@ __all__ = [
 @dataclass(frozen=True)
 class Tiling:
     """Tile of C per work-group (tm x tn), k-step tk, block per work item (wm x wn); global load
-    vector width vw, work-item chunk (1 or 4), double buffering db and register prefetch rp."""
+    vector width vw, work-item chunk (1 or 4), double buffering db, register prefetch rp, and sw:
+    work-groups walk the tiles in bands of sw tile rows, column by column (1: row by row), so the
+    groups running at once share A's and B's panels in the L2 cache."""
 
     tm: int
     tn: int
@@ -52,6 +54,7 @@ class Tiling:
     chunk: int = 1
     db: bool = False
     rp: bool = False
+    sw: int = 1
 
     @property
     def threads(self) -> tuple[int, int]:
@@ -61,10 +64,25 @@ class Tiling:
         """Whether the tile divides into work items, chunks and vector loads."""
         ok = self.tm % self.wm == 0 and self.tn % self.wn == 0 and self.chunk in (1, 4)
         ok = ok and self.wm % self.chunk == 0 and self.wn % self.chunk == 0 and self.vw in (1, 2, 4)
+        ok = ok and self.sw >= 1
         return ok and self.tk % self.vw == 0 and self.tm % self.vw == 0 and self.tn % self.vw == 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in ("tm", "tn", "tk", "wm", "wn", "vw", "chunk", "db", "rp")}
+        names = ("tm", "tn", "tk", "wm", "wn", "vw", "chunk", "db", "rp") + (("sw",) if self.sw > 1 else ())
+        return {f: getattr(self, f) for f in names}
+
+
+def _tile_origin(t: Tiling, idx: str) -> list[str]:
+    """The work-group's tile corner (m0, n0): its group ids, or with ``t.sw`` > 1 its place in a band
+    of sw tile rows walked column by column (the launch order of the groups is their linear id)."""
+    if t.sw == 1:
+        return [f"const {idx} n0 = ({idx})get_group_id(0) * {t.tn}, m0 = ({idx})get_group_id(1) * {t.tm};"]
+    return [
+        "const int gx = get_num_groups(0), gy = get_num_groups(1);",
+        f"const int lin = get_group_id(1) * gx + get_group_id(0), band = lin / ({t.sw} * gx);",
+        f"const int rows = min(gy - band * {t.sw}, {t.sw}), in_band = lin - band * {t.sw} * gx;",
+        f"const {idx} m0 = ({idx})(band * {t.sw} + in_band % rows) * {t.tm}, n0 = ({idx})(in_band / rows) * {t.tn};",
+    ]
 
 
 def _acc_type(dt: str) -> str:
@@ -406,7 +424,7 @@ def gemm_source(
         f"void {name}(" + ", ".join(params) + ") {",
         "  const int tx = get_local_id(0), ty = get_local_id(1);",
         f"  const int tid = ty * {rtn} + tx;",
-        f"  const {idx} n0 = ({idx})get_group_id(0) * {t.tn}, m0 = ({idx})get_group_id(1) * {t.tm};",
+        *("  " + s for s in _tile_origin(t, idx)),
         f"  const {idx} z = get_global_id(2);",
         *("  " + s for s in batch),
         f"  const {idx} a_base = a_off + " + " + ".join(f"b{d} * bsa{d}" for d in range(rb)) + ";",

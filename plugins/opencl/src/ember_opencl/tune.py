@@ -34,7 +34,7 @@ from .runtime import Runtime
 
 __all__ = ["LARGE", "shape_class", "candidates", "lookup", "record", "tune", "forget", "store_for", "main"]
 
-#: the family searched on GPUs: (tm, tn, tk, wm, wn, vw, chunk, db, rp); `fits` drops what a device
+#: the family searched on GPUs: (tm, tn, tk, wm, wn, vw, chunk, db, rp[, sw]); `fits` drops what a device
 #: cannot run. First (what a first-use tune within its budget reaches): the layouts fast NVIDIA
 #: SGEMMs use at 4096-8192 (128x128 tile, 8x8 or 8x16 per item, k-step 8/16, float4 loads and local
 #: reads, A transposed in local memory, register prefetch); :data:`LARGE` is the sweep's subset.
@@ -45,6 +45,10 @@ _GPU_FAMILY = [
     (128, 128, 16, 8, 8, 4, 4, False, True),
     (128, 256, 8, 8, 16, 4, 4, True, True),
     (256, 128, 8, 16, 8, 4, 4, True, True),
+    # the same two and the first walking the tiles in bands (sw: L2 reuse between concurrent groups)
+    (128, 256, 8, 8, 16, 4, 4, True, True, 8),
+    (256, 128, 8, 16, 8, 4, 4, True, True, 4),
+    (128, 128, 8, 8, 8, 4, 4, True, True, 8),
     (128, 128, 8, 8, 16, 4, 4, True, True),
     (128, 128, 32, 8, 8, 4, 4, False, True),
     (128, 128, 16, 8, 4, 4, 4, True, True),
