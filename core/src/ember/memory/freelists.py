@@ -32,11 +32,17 @@ class _FreeLists(Generic[Raw]):
         self.cached -= size
         return raw
 
-    def _take_larger(self, size: int, avoid: Callable[[Raw], bool] | None, budget: int) -> tuple[Raw, int] | None:
-        """adaptive: the smallest free buffer larger than ``size`` on its side of ``SMALL_LIMIT``, at most
-        ``budget`` bytes larger (the slack it adds stays within half the headroom)."""
+    def _take_larger(
+        self, size: int, avoid: Callable[[Raw], bool] | None, budget: int, cross: bool = False
+    ) -> tuple[Raw, int] | None:
+        """adaptive: the smallest free buffer larger than ``size`` on its side of ``SMALL_LIMIT`` (either,
+        with ``cross``), at most ``budget`` bytes larger (the slack it adds stays within half the headroom)."""
         small = size <= SMALL_LIMIT
-        fits = [s for s, b in self._free.items() if b and size < s <= size + budget and (s <= SMALL_LIMIT) == small]
+        fits = [
+            s
+            for s, b in self._free.items()
+            if b and size < s <= size + budget and (cross or (s <= SMALL_LIMIT) == small)
+        ]
         for have in sorted(fits):
             raw = self._take_free(have, avoid)
             if raw is not None:
@@ -128,6 +134,8 @@ class _FreeLists(Generic[Raw]):
                 self._freed[i] = self._next_token
         if have != counted:
             self._slack -= have - counted
+            if self._slacks:
+                self._slacks.pop(token, None)
         limit = self.cache_limit
         if self._keep and limit is not None and self.cached + have > limit and have <= limit:
             # a full cache gives up the sizes returned least recently, not the buffer a loop is

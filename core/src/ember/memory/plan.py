@@ -21,7 +21,8 @@ other paths.
 Without views (a backend that passes no ``sub_allocate``) the plan is of whole buffers: each
 planned position gets a *slot*, one driver buffer kept across steps, shared by positions whose
 lifetimes never overlap; only the slots that fit the headroom (in the first lap too) are kept, the
-other positions take the pool's other paths (docs/memory.md, "Without views").
+other positions take the pool's other paths, where a miss may take a larger free buffer whose slack fits
+the headroom over the block's recorded lifetime (docs/memory.md, "Without views").
 
 A loop inside the step (conv's per-sample loop repeats its requests batch-size times) also looks
 like a period while it runs. The pool remembers each repeat that ended (a plan dropped, or a
@@ -51,7 +52,8 @@ class _Plan:
     its length, and the positions whose ranges overlap it; ``extent`` is the arena's size."""
 
     __slots__ = (
-        "period", "sizes", "offsets", "lengths", "lives", "overlaps", "masks", "extent", "planned", "slots"
+        "period", "sizes", "offsets", "lengths", "lives", "overlaps", "masks", "extent", "planned", "slots",
+        "peaks", "levels",
     )  # fmt: skip
 
     def __init__(self, sizes: list[int], lifetimes: list[int | None], alignment: int, whole: bool = False) -> None:
@@ -59,6 +61,10 @@ class _Plan:
         self.sizes = sizes
         self.lives = [life or 0 for life in lifetimes]
         self.slots: list[int] = []  # whole buffers: each slot's size (``offsets`` then holds slot indices)
+        # whole buffers: per position, the most the pool must hold (slots + in use outside them) over its
+        # block's recorded lifetime, or None (it outlives the period): what a larger free buffer may add
+        self.peaks: list[int | None] = []
+        self.levels: list[int] = []  # whole buffers: per position, the slots beside what is in use outside them
         if whole:
             self._place_whole(lifetimes)
             return
@@ -393,6 +399,8 @@ class _Planner(Generic[Raw]):
             self._hold = self._next_token + 8 * p  # record again only after 8 more periods (a plan costs O(p^2))
             self._cand = self._run = 0
             return
+        if plan.slots and len(uses) == p:
+            self._set_peaks(plan, rotate(uses, uses, phase)[0])
         self._plan = plan
         self._ppos = (p - phase) % p  # the next request is the period's position 0, the plan's p - phase
         self._active = False
@@ -492,6 +500,67 @@ class _Planner(Generic[Raw]):
         if len(keep) < n:
             plan.keep_slots(sorted(keep))
         return bool(keep)
+
+    def _set_peaks(self, plan: _Plan, uses: list[int]) -> None:
+        """Whole buffers: per position, the most held (the kept slots beside what is in use outside them)
+        over its block's recorded lifetime (a sparse table of maxima: O(period log period))."""
+        outside, _ = self._outside(plan, uses)
+        level = plan.levels = [plan.extent + x for x in outside]
+        p = plan.period
+        table = [level]
+        width = 1
+        while 2 * width <= p:
+            prev = table[-1]
+            table.append([max(prev[i], prev[i + width]) for i in range(len(prev) - width)])
+            width *= 2
+        peaks: list[int | None] = []
+        for j in range(p):
+            life = plan.lives[j]
+            if not 0 < life < p:
+                peaks.append(None)
+                continue
+            top = 0
+            for lo, hi in ((j, min(j + life, p)), (0, j + life - p)):  # its lifetime, wrapped into the lap
+                if hi > lo:
+                    k = (hi - lo).bit_length() - 1
+                    top = max(top, table[k][lo], table[k][hi - (1 << k)])
+            peaks.append(top)
+        plan.peaks = peaks
+
+    def _take_planned_larger(self, size: int, avoid: Callable[[Raw], bool] | None) -> tuple[Raw, int] | None:
+        """Whole buffers, a request the plan knows but its slots do not serve (not planned, or its slot still
+        held): a larger free buffer (either side of ``SMALL_LIMIT``), if its slack beside the most the pool
+        holds over the block's recorded lifetime, and the slack of the blocks alive then, stays within the
+        headroom: no driver call, and the buffer a later request of its own size needs stays cached (the
+        plain rule allows only the slack that fits at the step's peak, since it cannot tell when a block dies)."""
+        plan = self._plan
+        if plan is None or not plan.peaks or self._first_lap:
+            return None
+        p = plan.period
+        r = self._ppos - 1 if self._ppos else p - 1  # this request's position (the plan advanced)
+        top = plan.peaks[r]
+        if top is None or plan.sizes[r] != size:
+            return None
+        # a slot's block whose slot is still held: its size is in the slot's bytes, not in what is held beside
+        extra = size if plan.offsets[r] is not None else 0
+        slacks = self._slacks
+        now = self._next_token - 1  # this request's token
+        if slacks and len(slacks) * plan.lives[r] <= 4096:  # a plan's slack weighs only until its block dies
+            other = self._slack - sum([amount for _, amount in slacks.values()])
+            ends = [(end if end > now else now + p, amount) for end, amount in slacks.values()]  # overdue: stays
+            levels = plan.levels
+            top = max(
+                levels[(r + d) % p] + sum([amount for end, amount in ends if end > now + d])
+                for d in range(plan.lives[r])
+            )
+            top += other
+        else:
+            top += self._slack
+        top += extra
+        found = self._take_larger(size, avoid, int(self._high * (1 + HEADROOM)) - top, cross=True)
+        if found is not None:
+            slacks[now] = (now + plan.lives[r], found[1] - size)
+        return found
 
     def _plan_acquire(self, size: int, token: int, avoid: Callable[[Raw], bool] | None = None) -> Raw | None:
         """The planned block for this request, or None (not planned, its range still held or one

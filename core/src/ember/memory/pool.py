@@ -147,6 +147,8 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         self._touched: dict[int, int] = {}
         self._gap = 0
         self._slack = 0  # bytes of live buffers beyond what they count in use (larger buffers reused early)
+        # of that, a whole-buffer plan's: token -> (the token its block is expected to die by, its slack)
+        self._slacks: dict[int, tuple[int, int]] = {}
         self._next_scan = _MIN_IDLE
         # sub-allocation (adaptive, where the backend can address an offset in a buffer): pages are
         # driver buffers that blocks are carved from; a retired block's range goes back to its page
@@ -319,6 +321,12 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
             return raw, size
         if self._sub is not None and size <= SMALL_LIMIT and self.strategy == "adaptive" and self._carves(size):
             return self._miss_paged(size)
+        if self.cached and self._arena is not None and self._arena.slots:  # a whole-buffer plan knows the lifetime
+            found = self._take_planned_larger(size, avoid)
+            if found is not None:
+                self.hits += 1
+                self._slack += found[1] - size
+                return found
         if self.strategy == "adaptive" and self.cached:
             target = int(max(self._high, self.in_use + size) * (1 + HEADROOM))
             # what is reserved once the buffers waiting for a deferred release (wgpu's, until a submit) go
