@@ -93,6 +93,10 @@ class _WgpuTuner(GemmTuner[Runtime, Config]):
     def download(self, rt: Runtime, arr: Any) -> np.ndarray:
         return rt.read([arr])[0]
 
+    def transposed(self, rt: Runtime, arr: Any) -> Any:
+        rows, cols = arr.shape
+        return arr.with_layout((cols, rows), (1, cols), arr.offset)
+
     def check_shape(self, c: Config) -> tuple[int, int, int]:
         return c.bm + 3, 36, c.bn + 4
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.dtypes import float32
-from ember.tuning import AUTOTUNE_FLOPS
+from ember.tuning import AUTOTUNE_FLOPS, layout_of
 from ember.views import fold_shared_b
 
 from ..handle import WgpuArray
@@ -365,11 +365,12 @@ def _pick(rt: Runtime, m: int, n: int) -> Config:
     return CONFIGS["small"]
 
 
-def choose(rt: Runtime, dtype: str, m: int, n: int, k: int) -> Config:
-    """The tuned config for this adapter, dtype and shape class if one is cached, else :func:`_pick`."""
+def choose(rt: Runtime, dtype: str, m: int, n: int, k: int, layout: str = "") -> Config:
+    """The tuned config for this adapter, dtype, shape class and operand ``layout`` (``"tA"``, ``"tB"``,
+    ``"tAtB"``: transposed operands, :mod:`ember.tuning`) if one is cached, else :func:`_pick`."""
     from .. import tune  # noqa: PLC0415  (tune imports this module)
 
-    found = tune.lookup(rt, dtype, m, n, k)
+    found = tune.lookup(rt, dtype, m, n, k, layout)
     return found if found is not None and fits(rt, found) else _pick(rt, m, n)
 
 
@@ -517,10 +518,10 @@ def _plan(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None) -> _Pl
     if t.cls in "lL":
         pipe, params = compile_kernel(rt, ("matmul64", t.name, nb), lambda: _plain(t, nb), "matmul_int64")
         return _Plan(pipe, params.pack(values), (ceil_div(n, 16), ceil_div(m, 16), z), shape)
-    cfg = config or choose(rt, t.name, m, n, k)
-    f16 = rt.types.uses_f16(a.dtype)
     a_mfast = sa[-2] == 1 and sa[-1] != 1
     b_kfast = sb[-2] == 1 and sb[-1] != 1
+    cfg = config or choose(rt, t.name, m, n, k, layout_of(a_mfast, b_kfast))
+    f16 = rt.types.uses_f16(a.dtype)
     vec = cfg.vec and t.storage in ("f32", "i32", "u32")
     va = vec and _vec_ok(a, list(sa), -2 if a_mfast else -1, m if a_mfast else k, [d[1] for d in dims])
     vb = vec and _vec_ok(b, list(sb), -2 if b_kfast else -1, k if b_kfast else n, [d[2] for d in dims])
