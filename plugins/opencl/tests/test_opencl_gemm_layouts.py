@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ember.dtypes import as_dtype
+from ember_conformance.tuning_checks import check_layout_choice_runs
 from ember_opencl import matmul as mm
 from ember_opencl import tune
 from ember_opencl.gemm_source import Tiling
@@ -39,21 +40,14 @@ def _ran(rt, tiling):
 
 def test_a_transposed_operand_runs_its_layouts_choice(gpu_like):
     rt = gpu_like
-    M, K, N = 40, 50, 70
-    tune.record(rt, "float32", tune.shape_class(M, N, K), PLAIN)
-    tune.record(rt, "float32", tune.shape_class(M, N, K, "tB"), FOR_TB)
     rt._kernels = {k: v for k, v in rt._kernels.items() if not (isinstance(k, tuple) and k[:1] == ("matmul",))}
-    a = RNG.standard_normal((M, K)).astype(np.float32)
-    b = RNG.standard_normal((K, N)).astype(np.float32)
-    want = a.astype(np.float64) @ b.astype(np.float64)
-    bt = _up(rt, b.T).permute((1, 0))  # (K, N) as a transposed view: strides (1, K)
-    assert mm._layout(_up(rt, a), bt) == "tB"
-    got = rt.download(mm.matmul(rt, _up(rt, a), bt))
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert _ran(rt, FOR_TB) and not _ran(rt, PLAIN)
-    got = rt.download(mm.matmul(rt, _up(rt, a), _up(rt, b)))  # row-major: the class's choice
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert _ran(rt, PLAIN)
+
+    def product(a, b, transposed):
+        bv = _up(rt, b.T).permute((1, 0)) if transposed else _up(rt, b)  # (K, N), strides (1, K) if transposed
+        assert mm._layout(_up(rt, a), bv) == ("tB" if transposed else "")
+        return rt.download(mm.matmul(rt, _up(rt, a), bv))
+
+    check_layout_choice_runs(tune, rt, PLAIN, FOR_TB, product, lambda t: _ran(rt, t))
 
 
 def test_a_deep_gemm_of_few_tiles_runs_as_k_slices(gpu_like, monkeypatch):

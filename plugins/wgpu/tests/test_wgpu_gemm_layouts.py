@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from ember import dtypes as D
+from ember_conformance.tuning_checks import check_layout_choice_runs
 from ember_wgpu import tune
 from ember_wgpu.kernels import matmul
 
-RNG = np.random.default_rng(9)
 PLAIN = matmul.Config(32, 32, 16, 4, 4, True)
 FOR_TB = matmul.Config(64, 32, 16, 4, 4, True)
 
@@ -31,21 +31,14 @@ def _ran(rt, cfg):
 
 def test_a_transposed_operand_runs_its_layouts_choice(stored):
     rt = stored
-    m, k, n = 40, 36, 72
-    tune.record(rt, "float32", tune.shape_class(m, n, k), PLAIN)
-    tune.record(rt, "float32", tune.shape_class(m, n, k, "tB"), FOR_TB)
     for key in [k for k in rt.kernels if isinstance(k, tuple) and k[:1] == ("matmul",)]:
         del rt.kernels[key]
-    a = RNG.standard_normal((m, k)).astype(np.float32)
-    b = RNG.standard_normal((k, n)).astype(np.float32)
-    want = a.astype(np.float64) @ b.astype(np.float64)
-    bt = rt.upload(np.ascontiguousarray(b.T), D.float32).permute((1, 0))  # (k, n), strides (1, k)
-    got = rt.read([matmul.matmul(rt, rt.upload(a, D.float32), bt)])[0]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert _ran(rt, FOR_TB) and not _ran(rt, PLAIN)
-    got = rt.read([matmul.matmul(rt, rt.upload(a, D.float32), rt.upload(b, D.float32))])[0]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert _ran(rt, PLAIN)
+
+    def product(a, b, transposed):
+        bv = rt.upload(np.ascontiguousarray(b.T), D.float32).permute((1, 0)) if transposed else rt.upload(b, D.float32)
+        return rt.read([matmul.matmul(rt, rt.upload(a, D.float32), bv)])[0]
+
+    check_layout_choice_runs(tune, rt, PLAIN, FOR_TB, product, lambda cfg: _ran(rt, cfg))
 
 
 def test_the_tuner_times_transposed_views(stored):
