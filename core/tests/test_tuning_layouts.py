@@ -137,3 +137,15 @@ def test_no_layout_tuning_when_switched_off(monkeypatch) -> None:  # noqa: ANN00
     monkeypatch.setenv("EMBER_AUTOTUNE", "0")
     assert tuner.lookup(rt, "float32", 4096, 4096, 4096, "tA") == _Cfg("rowmajor")
     assert tuner.timed == []
+
+
+def test_no_layout_tuning_on_a_cpu_device_or_a_small_product() -> None:
+    """As for row-major classes: a CPU device and a product under AUTOTUNE_FLOPS are never tuned on
+    first use, so a transposed operand runs the stored row-major choice there."""
+    tuner, rt = _Tuner(), _Host()
+    tuner.record(rt, "float32", "sss", _Cfg("rowmajor"))
+    assert tuner.lookup(rt, "float32", 64, 64, 64, "tB") == _Cfg("rowmajor")  # 2^18 flops: small
+    tuner.record(rt, "float32", "lll", _Cfg("rowmajor"))
+    tuner.is_cpu = lambda rt: True  # type: ignore[method-assign]
+    assert tuner.lookup(rt, "float32", 4096, 4096, 4096, "tB") == _Cfg("rowmajor")
+    assert tuner.timed == []

@@ -248,9 +248,9 @@ class GemmTuner(Generic[R, C]):
         if found is None and id(rt) not in self._busy and not self.is_cpu(rt):
             if M * N * K >= AUTOTUNE_FLOPS and autotune_enabled():
                 found = self._first_use(rt, dt, M, N, K, "")
-        if not layout or found is None or id(rt) in self._busy or not autotune_enabled():
+        if not layout or found is None or layout in self._no_layouts or id(rt) in self._busy or self.is_cpu(rt):
             return found
-        if layout in self._no_layouts:
+        if M * N * K < AUTOTUNE_FLOPS or not autotune_enabled():
             return found
         return self._first_use(rt, dt, M, N, K, layout, [found]) or found
 
