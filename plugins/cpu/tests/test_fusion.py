@@ -345,7 +345,7 @@ def test_offers_to_a_region_run_op_by_op_are_left_alone(monkeypatch):
 
 
 def test_float32_exp_helpers_at_the_edges():
-    """sigmoid and gelu of float32 through ember_exp64: infinities, NaN, huge and tiny values."""
+    """sigmoid and gelu of float32 through ember_exp32: infinities, NaN, huge and tiny values."""
     v = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 88.0, -88.0, 104.0, -104.0, 1e-30, -1e-30, 30.0, -30.0]
                  + list(np.linspace(-20, 20, 51)), dtype=np.float32)  # fmt: skip
     inputs = (("float32", "tensor"),)
