@@ -6,7 +6,7 @@ maximum, exp, the sum in float64 and the division, where numpy takes five passes
 temporaries. ``softmax_grad_rows`` is the score gradient ``p * (gp - <gp, p>) * scale``, in
 place in ``gp``. Both run one row at a time so that a row stays in L1 between its passes.
 
-exp is :func:`exp_f64` (``numba_codegen.ember_exp64``, kept for these kernels), arithmetic on float64
+exp is :func:`exp_f64` (``numba_math.ember_exp64``, kept for these kernels), arithmetic on float64
 and a bit cast (relative error below 1e-14), so
 LLVM vectorises the exp pass; numba's own ``np.exp`` is a scalar libm call per element (no
 SVML here). fastmath stays off: row sums run on eight independent float64 accumulators, so the
@@ -20,9 +20,9 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .numba_codegen import float64_math
+from .numba_math import float64_math
 
-#: a float64 exp from arithmetic and a bit cast (``numba_codegen.ember_exp64``)
+#: a float64 exp from arithmetic and a bit cast (``numba_math.ember_exp64``)
 exp_f64 = float64_math()["ember_exp64"]
 
 __all__ = ["exp_f32", "exp_f64", "softmax_rows", "softmax_grad_rows"]
