@@ -20,35 +20,7 @@ from typing import Any
 os.environ.setdefault("EMBER_OPENCL_BUILD_THREADS", "0")  # programs build before their first launch
 
 import numpy as np  # noqa: E402
-import pyopencl as cl  # noqa: E402
-
-_Queue = cl.CommandQueue
-EVENTS: list[tuple[str, Any]] = []
-
-
-def _profiling_queue(context: Any, device: Any = None, properties: Any = None) -> Any:
-    return _Queue(context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
-
-
-_Kernel_call = cl.Kernel.__call__
-_enqueue_nd = cl.enqueue_nd_range_kernel
-
-
-def _record(knl: Any, *a: Any, **k: Any) -> Any:
-    event = _Kernel_call(knl, *a, **k)
-    EVENTS.append((knl.function_name, event))
-    return event
-
-
-def _record_nd(queue: Any, knl: Any, *a: Any, **k: Any) -> Any:
-    event = _enqueue_nd(queue, knl, *a, **k)
-    EVENTS.append((knl.function_name, event))
-    return event
-
-
-cl.CommandQueue = _profiling_queue  # type: ignore[misc]
-cl.Kernel.__call__ = _record  # type: ignore[method-assign]
-cl.enqueue_nd_range_kernel = _record_nd
+from queue_events import EVENTS, gpu_us  # noqa: E402  (profiling queues from here on)
 
 
 def main() -> int:
@@ -98,7 +70,7 @@ def main() -> int:
         for _ in range(args.reps):
             fn()
         rt.finish()
-        return sum((e.profile.end - e.profile.start) * 1e-3 for _, e in EVENTS) / args.reps
+        return sum(gpu_us(e) for _, e in EVENTS) / args.reps
 
     print(f"{rt.label}, batch {n}: µs per call (* the default tile)")
     for layer, (x, w, g) in layers.items():

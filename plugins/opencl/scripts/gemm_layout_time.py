@@ -24,25 +24,7 @@ from typing import Any
 os.environ.setdefault("EMBER_OPENCL_BUILD_THREADS", "0")
 
 import numpy as np  # noqa: E402
-import pyopencl as cl  # noqa: E402
-
-_Queue = cl.CommandQueue
-_call = cl.Kernel.__call__
-EVENTS: list[Any] = []
-
-
-def _profiling_queue(context: Any, device: Any = None, properties: Any = None) -> Any:
-    return _Queue(context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
-
-
-def _record(knl: Any, *a: Any, **k: Any) -> Any:
-    event = _call(knl, *a, **k)
-    EVENTS.append(event)
-    return event
-
-
-cl.CommandQueue = _profiling_queue  # type: ignore[misc]
-cl.Kernel.__call__ = _record  # type: ignore[method-assign]
+from queue_events import EVENTS, gpu_us  # noqa: E402  (profiling queues from here on)
 
 PRESETS = {
     # W2 at GPU size: forward x @ W.T, input gradient g @ W, weight gradient g.T @ x (layers 1 and 2)
@@ -76,7 +58,7 @@ def _gpu_us(rt: Any, fn: Any, iters: int) -> tuple[float, Any]:
         lo = len(EVENTS)
         fn()
         rt.finish()
-        times.append(sum((e.profile.end - e.profile.start) * 1e-3 for e in EVENTS[lo:]))
+        times.append(sum(gpu_us(e) for _, e in EVENTS[lo:]))
     EVENTS.clear()
     return statistics.median(times), out
 

@@ -25,44 +25,12 @@ from typing import Any
 os.environ.setdefault("EMBER_OPENCL_BUILD_THREADS", "0")
 sys.path.insert(0, os.getcwd())  # the repository root: benchmarks/
 
-import pyopencl as cl  # noqa: E402
-
-_Queue = cl.CommandQueue
-EVENTS: list[tuple[str, Any]] = []
-
-
-def _profiling_queue(context: Any, device: Any = None, properties: Any = None) -> Any:
-    return _Queue(context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
-
+import queue_events  # noqa: E402  (profiling queues from here on)
+from queue_events import EVENTS, gpu_us  # noqa: E402
 
 #: with --by-grid, a kernel's name carries its launch grid (global, local): GEMMs of different
 #: shapes then read apart (W4's 54 matmul launches a step are one line otherwise)
-BY_GRID = "--by-grid" in sys.argv
-
-
-def _name(knl: Any, grid: Any) -> str:
-    if not BY_GRID or not grid:
-        return knl.function_name
-    return f"{knl.function_name} {tuple(grid[0])} / {tuple(grid[1]) if len(grid) > 1 and grid[1] else '-'}"
-
-
-def _record(knl: Any, *a: Any, **k: Any) -> Any:
-    event = _Kernel_call(knl, *a, **k)
-    EVENTS.append((_name(knl, a[1:3]), event))
-    return event
-
-
-def _record_nd(queue: Any, knl: Any, *a: Any, **k: Any) -> Any:
-    event = _enqueue_nd(queue, knl, *a, **k)
-    EVENTS.append((_name(knl, a[0:2]), event))
-    return event
-
-
-_enqueue_nd = cl.enqueue_nd_range_kernel
-cl.enqueue_nd_range_kernel = _record_nd  # em.jit's replay (ember_opencl.replay) enqueues through this
-cl.CommandQueue = _profiling_queue  # type: ignore[misc]
-_Kernel_call = cl.Kernel.__call__
-cl.Kernel.__call__ = _record  # type: ignore[method-assign]
+queue_events.BY_GRID = "--by-grid" in sys.argv
 
 
 def main() -> int:
@@ -101,7 +69,7 @@ def main() -> int:
     wall = (time.perf_counter() - t0) / args.steps
     per: dict[str, list[float]] = defaultdict(list)
     for name, event in EVENTS:
-        per[name].append((event.profile.end - event.profile.start) * 1e-3)
+        per[name].append(gpu_us(event))
     total = sum(sum(v) for v in per.values()) / args.steps
     span = (EVENTS[-1][1].profile.end - EVENTS[0][1].profile.start) * 1e-3 / args.steps if EVENTS else 0.0
     print(
@@ -115,7 +83,7 @@ def main() -> int:
     if calls:
         by_call: dict[str, list[float]] = defaultdict(list)
         for what, lo, hi in calls:
-            by_call[what].append(sum((e.profile.end - e.profile.start) * 1e-3 for _, e in EVENTS[lo:hi]))
+            by_call[what].append(sum(gpu_us(e) for _, e in EVENTS[lo:hi]))
         print(f"\n{'calls/step':>13} {'GPU us/step':>11}  {'us/call':>8}  op (operand shapes : strides in elements)")
         for what, times in sorted(by_call.items(), key=lambda kv: -sum(kv[1])):
             n = len(times)
