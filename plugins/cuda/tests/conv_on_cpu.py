@@ -107,6 +107,7 @@ class FakeCupy:
         self.launches: Counter[str] = Counter()
         self.check_order = check_order  # run each launch in both thread orders and compare
         self.gemms = 0
+        self.accumulated = 0  # GEMMs that added into their output (``accumulate=True``)
         self._buffers: list[tuple[weakref.ref[np.ndarray], bytes, bytes]] = []  # (a buffer dies with its arrays)
 
     # -- arrays --------------------------------------------------------------------------------
@@ -146,8 +147,10 @@ class FakeCupy:
                 raise AssertionError(f"a kernel wrote past a buffer of {base.size - 2 * _GUARD} elements")
 
     # -- cuBLAS's stand-in -----------------------------------------------------------------------
-    def matmul(self, a: Any, b: Any) -> DeviceArray:
-        """a @ b, after checking the backend's direct cuBLAS call takes both operands as they are."""
+    def matmul(self, a: Any, b: Any, *, out: Any = None, accumulate: bool = False) -> DeviceArray:
+        """a @ b, after checking the backend's direct cuBLAS call takes both operands as they are;
+        into ``out`` (which must be what that call stores into: C-contiguous, the product's shape)
+        and added to it with ``accumulate``, as ``blas.matmul`` does."""
         from ember_cuda.blas import _layout
 
         assert _layout(a) is not None and _layout(b) is not None, (a.shape, a.strides, b.shape, b.strides)
@@ -155,7 +158,15 @@ class FakeCupy:
         for x in (a, b):
             assert x.shape[:-2] == batch or int(np.prod(x.shape[:-2])) == 1, (a.shape, b.shape)
         self.gemms += 1
-        return self.asarray(np.matmul(a, b))
+        product = np.matmul(a, b)
+        if out is None:
+            return self.asarray(product)
+        assert isinstance(out, DeviceArray) and out.flags.c_contiguous and out.shape == product.shape, out.shape
+        out[...] = out + product if accumulate else product
+        self.accumulated += accumulate
+        return out
+
+    matmul.takes_out = True  # type: ignore[attr-defined]  # (as blas.matmul)
 
     # -- kernels ---------------------------------------------------------------------------------
     def RawModule(self, code: str) -> Any:  # noqa: N802 - CuPy's name

@@ -27,9 +27,15 @@ def fake() -> conv_on_cpu.FakeCupy:
     return conv_on_cpu.FakeCupy(sms=1)  # 32 blocks of 256: the larger cases loop over the grid
 
 
+NAMES = ("conv", "conv_weight_grad", "conv_transpose", "max_pool", "max_pool_backward")
+
+
 def _kernels(fake: conv_on_cpu.FakeCupy, **fallback) -> dict:  # noqa: ANN003
-    names = ("conv", "conv_weight_grad", "conv_transpose", "max_pool", "max_pool_backward")
-    return conv.conv_kernels(fake, {"matmul": fake.matmul, **{n: _fallback(n) for n in names}, **fallback})
+    return conv.conv_kernels(fake, {"matmul": fake.matmul, **{n: _fallback(n) for n in NAMES}, **fallback})
+
+
+def _g(geo: dict) -> dict:
+    return {k: geo[k] for k in ("stride", "padding", "dilation")}
 
 
 # -- numpy float64 references: a loop over the kernel's taps, each tap a strided slice -------------
@@ -124,6 +130,10 @@ LAYOUTS = {
     "by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
     "partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
     "one-gemm": {"forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
+    # columns of at most a sample: the batch in chunks of one (W3's conv2 at batch 512 in four)
+    "chunked": {**conv.OPTIONS, "columns_bytes": 1},
+    "chunked-by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25, "columns_bytes": 1},
+    "chunked-partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9, "columns_bytes": 1},
 }
 
 
@@ -171,13 +181,48 @@ def test_conv_and_its_gradients_match_float64(fake, layout, dtype, xs, ws, strid
     ct = {"float32": "float", "float64": "double"}[dtype]
     ran = {name.removeprefix("ember_").removesuffix(f"_{ct}"): n for name, n in fake.launches.items()}
     fixed = "3x3" if ws[2:] == (3, 3) else ""  # W3's window: the kernels compiled for it
-    assert ran[f"im2col{fixed}"] == 2 and ran[f"col2im{fixed}"] == 1, ran
+    chunks = 1 if conv.OPTIONS["columns_bytes"] > 2**20 else xs[0]  # "chunked": a sample a chunk
+    assert ran[f"im2col{fixed}"] == 2 * chunks and ran[f"col2im{fixed}"] == chunks, ran
     length = want[0, 0].size
     forward, transpose = (length >= conv.OPTIONS[k] for k in ("forward_by_sample", "transpose_by_sample"))
     partials = w.shape[1] * ws[2] * ws[3] <= conv.OPTIONS["wgrad_partials"] * length
     assert ran.get("pack_weight", 0) == (1 if bias and forward else 0), ran
     swaps = sum(v for n, v in ran.items() if n.startswith("swap01"))
-    assert swaps == (not forward) + (not transpose) + (not partials), ran
+    assert swaps == chunks * ((not forward) + (not transpose) + (not partials)), ran
+    assert fake.accumulated == chunks - 1, "the weight gradient's chunks summed in cuBLAS's store"
+
+
+@pytest.mark.parametrize("sample_bytes", [1, 100, 2**20, 2**40])
+@pytest.mark.parametrize("n", [1, 2, 7, 512])
+def test_spans_cover_the_batch_in_even_chunks_within_the_cap(monkeypatch, n, sample_bytes) -> None:
+    monkeypatch.setitem(conv.OPTIONS, "columns_bytes", 32 * 2**20)
+    got = conv.spans(n, sample_bytes)
+    assert got[0][0] == 0 and got[-1][1] == n and all(a[1] == b[0] for a, b in zip(got, got[1:]))
+    sizes = [e - s for s, e in got]
+    assert max(sizes) - min(sizes) <= 1 or len(got) == 1
+    assert max(sizes) * sample_bytes <= 32 * 2**20 or max(sizes) == 1  # a sample over the cap runs alone
+    assert len(got) == -(-n // max(1, 32 * 2**20 // sample_bytes))  # no more chunks than the cap asks for
+
+
+def test_w3_conv2_columns_stay_under_the_cap() -> None:
+    """W3's second convolution at batch 512 (32 -> 64 channels, 3x3 over 14x14): 110 MiB of columns
+    whole; in four chunks of 128 samples, 28 MiB."""
+    chunks = conv.spans(512, 32 * 9 * 14 * 14 * 4)
+    assert [e - s for s, e in chunks] == [128] * 4
+
+
+def test_chunks_without_an_out_taking_matmul_match(fake, monkeypatch) -> None:
+    """A matmul without ``out=`` (no cuBLAS: the shared kernel) still serves the chunked layouts."""
+    monkeypatch.setitem(conv.OPTIONS, "columns_bytes", 1)
+    rng = np.random.default_rng(3)
+    x, w, g = (rng.standard_normal(s).astype(np.float32) for s in ((3, 2, 6, 5), (4, 2, 3, 3), (3, 4, 6, 5)))
+    k = conv.conv_kernels(fake, {"matmul": lambda a, b: fake.matmul(a, b), **{n: _fallback(n) for n in NAMES}})
+    geo = {"stride": (1, 1), "padding": ((1, 1), (1, 1)), "dilation": (1, 1), "groups": 1}
+    y = k["conv"](fake.asarray(x), fake.asarray(w), **geo)
+    _close(np.asarray(y), ref_conv(x, w, None, **_g(geo)), "float32", "conv")
+    dw = k["conv_weight_grad"](fake.asarray(g), fake.asarray(x), kernel=(3, 3), **geo)
+    _close(np.asarray(dw), ref_weight_grad(g, x, (3, 3), **_g(geo)), "float32", "conv_weight_grad")
+    assert fake.accumulated == 0 and fake.launches
 
 
 def test_the_vectorised_transpose_runs_where_rows_allow_it(fake, monkeypatch) -> None:

@@ -75,3 +75,25 @@ def test_a_matmul_step_is_captured_as_a_cuda_graph():
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-4)
     (capture,) = f.captures
     assert "native (cuda)" in capture.describe(), capture.describe()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matmul_writes_into_out_and_sums_in_place(dtype):
+    """``out=`` takes cuBLAS's store (conv's batch chunks); ``accumulate=True`` adds the product to
+    what ``out`` holds (beta = 1), so a sum of products needs no temporary."""
+    import cupy as cp
+
+    matmul = blas.blas_kernels(cp, {"matmul": cp.matmul}, lambda: False)["matmul"]
+    assert matmul.takes_out
+    rng = np.random.default_rng(11)
+    a, b, c = (rng.standard_normal(s).astype(dtype) for s in ((37, 53), (53, 29), (37, 29)))
+    out = cp.asarray(c)
+    before = blas.CALLS["gemm"]
+    assert matmul(cp.asarray(a), cp.asarray(b), out=out, accumulate=True) is out
+    matmul(cp.asarray(a.T).T, cp.asarray(b), out=out, accumulate=True)  # a transposed view, summed again
+    assert blas.CALLS["gemm"] == before + 2
+    want = c.astype(np.float64) + 2 * (a.astype(np.float64) @ b.astype(np.float64))
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(cp.asnumpy(out), want, rtol=tol, atol=tol * 10)
+    matmul(cp.asarray(a), cp.asarray(b), out=out)  # without accumulate: overwritten
+    np.testing.assert_allclose(cp.asnumpy(out), a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol * 10)

@@ -120,31 +120,46 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
     last: dict[int, int] = {}  # per cuBLAS handle, the stream it was last set to
     stream_of = cp.cuda.get_current_stream
 
-    def matmul(a: Any, b: Any) -> Any:
+    def shared(a: Any, b: Any, out: Any, accumulate: bool) -> Any:
+        r = other(a, b)
+        if out is None:
+            return r
+        if accumulate:
+            out += r
+        else:
+            out[...] = r
+        return out
+
+    def matmul(a: Any, b: Any, *, out: Any = None, accumulate: bool = False) -> Any:
+        """``a @ b``; into ``out`` (C-contiguous, the product's shape and dtype) when given, added to
+        what it holds with ``accumulate`` (cuBLAS's beta = 1: a sum of products without a temporary)."""
         dt = a.dtype
         call = gemm.get(dt)
         if call is None or b.dtype != dt or a.ndim < 2 or b.ndim < 2 or tf32():
-            return other(a, b)
+            return shared(a, b, out, accumulate)
         m, k = a.shape[-2:]
         k2, n = b.shape[-2:]
         if k != k2 or 0 in (m, n, k):
-            return other(a, b)
+            return shared(a, b, out, accumulate)
         la, lb = _layout(a), _layout(b)
         if la is None or lb is None:
-            return other(a, b)
+            return shared(a, b, out, accumulate)
         if a.ndim == 2 and b.ndim == 2:  # the common case, without numpy's shape helpers
             batch: tuple[int, ...] = ()
             count = 1
         else:
             batch = _batch(a.shape[:-2], b.shape[:-2])
             if batch is None:  # partly broadcast (e.g. (B, 1) against (B, H)): not one stride
-                return other(a, b)
+                return shared(a, b, out, accumulate)
             count = math.prod(batch)
+        if out is not None and (out.shape != (*batch, m, n) or out.dtype != dt or not out.flags.c_contiguous):
+            return shared(a, b, out, accumulate)
         rows = m
         if FOLD_BATCH and count > 1 and lb[2] == 0 and la[0] == _N and la[2] == m * la[1]:
             rows, count = m * count, 1  # A's batches continue its rows and C's do too (C order)
             CALLS["folded"] += 1
-        out = cp.empty((*batch, m, n), dtype=dt)
+        if out is None:
+            out = cp.empty((*batch, m, n), dtype=dt)
         handle = handle_of()
         stream = stream_of().ptr
         if last.get(handle) != stream:  # cublasSetStream also resets the handle's workspace: only on a change
@@ -155,7 +170,7 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
             handle, lb[0], la[0], n, rows, k,
             one[dt], b.data.ptr, lb[1], lb[2],
             a.data.ptr, la[1], la[2],
-            zero[dt], out.data.ptr, n, m * n, count,
+            (one if accumulate else zero)[dt], out.data.ptr, n, m * n, count,
         )  # fmt: skip
         if status:
             raise CudaError(f"matmul: cuBLAS gemmStridedBatched returned status {status} for {a.shape} @ {b.shape}")
@@ -163,4 +178,5 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
         return out
 
     matmul.scalars = scalars  # type: ignore[attr-defined]  # the addresses above stay valid while matmul lives
+    matmul.takes_out = True  # type: ignore[attr-defined]  # conv's chunks write and sum in place
     return {"matmul": matmul}

@@ -26,7 +26,9 @@ design goal is few passes over memory and little index arithmetic per element):
   gradient of all its inputs (x read once, no search per input); otherwise a thread per input
   gathers the gradient of each window whose first maximum is this element.
 
-``OPTIONS`` holds the thresholds (``scripts/conv_bench.py`` times each layout). Other ranks,
+Column buffers larger than ``OPTIONS["columns_bytes"]`` are not made: the batch runs in chunks
+(:func:`spans`), each its own im2col and GEMM, the weight gradient's chunks summed by cuBLAS in
+place (beta = 1). ``OPTIONS`` holds the thresholds (``scripts/conv_bench.py`` times each layout). Other ranks,
 groups and dtypes go to the shared kernels.
 """
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 from collections import Counter
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -43,7 +46,7 @@ import numpy as np
 
 from .kernels import Launcher as _Launcher
 
-__all__ = ["conv_kernels", "source", "CALLS", "OPTIONS", "NEVER"]
+__all__ = ["conv_kernels", "source", "spans", "CALLS", "OPTIONS", "NEVER"]
 
 #: launches per kernel name (tests read it; nothing else depends on it)
 CALLS: Counter[str] = Counter()
@@ -58,7 +61,16 @@ CALLS: Counter[str] = Counter()
 #: 0.18 ms forward and 0.21 ms input gradient with one GEMM and the transpose, and the batched forms
 #: cost the W3 step about as much as the three transposes they saved; its conv1 weight gradient
 #: took 0.063 ms with partials, 0.18 ms with the transpose and one GEMM.
-OPTIONS: dict[str, Any] = {"forward_by_sample": 512, "transpose_by_sample": 512, "wgrad_partials": 0.25}
+#: ``columns_bytes`` caps a column buffer: a convolution whose columns would take more runs over
+#: chunks of the batch, a GEMM each (the weight gradient summed in place by cuBLAS), so that W3's
+#: conv2 at batch 512 holds 29 MiB of columns at the step's peak instead of 110 MiB
+#: (``EMBER_CUDA_COLUMNS_BYTES`` sets it at import, to measure the trade: more launches a step).
+OPTIONS: dict[str, Any] = {
+    "forward_by_sample": 512,
+    "transpose_by_sample": 512,
+    "wgrad_partials": 0.25,
+    "columns_bytes": int(os.environ.get("EMBER_CUDA_COLUMNS_BYTES", 32 * 2**20)),
+}
 #: an OH*OW no convolution reaches (for OPTIONS: never by sample)
 NEVER = 2**62
 
@@ -324,6 +336,15 @@ def _blocks(size: int, k: int, s: int, pad: tuple[int, int], d: int) -> int:
     return (size + pad[0] + pad[1] - d * (k - 1) - 1) // s + 1
 
 
+def spans(n: int, sample_bytes: int) -> list[tuple[int, int]]:
+    """The batch's chunks (start, stop) of even size whose columns (``sample_bytes`` a sample) fit
+    ``OPTIONS["columns_bytes"]``: one chunk when the whole batch's do (or a sample alone does not)."""
+    per = max(1, OPTIONS["columns_bytes"] // max(1, sample_bytes))
+    count = -(-n // per)
+    per = -(-n // count)
+    return [(s, min(s + per, n)) for s in range(0, n, per)]
+
+
 def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
     """``conv``, ``conv_weight_grad``, ``conv_transpose``, ``max_pool`` and ``max_pool_backward``
     over CuPy arrays: two spatial axes, float32/float64, one group; anything else to ``fallback``."""
@@ -332,6 +353,18 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     i32 = np.int32
     matmul = fallback["matmul"]  # the backend's own (cuBLAS called directly: capturable in a CUDA graph)
+    direct_into = getattr(matmul, "takes_out", False)
+
+    def into(a: Any, b: Any, out: Any, accumulate: bool = False) -> None:
+        """``out = a @ b`` (``+=`` with ``accumulate``): in cuBLAS's store where matmul takes ``out``."""
+        if direct_into:
+            matmul(a, b, out=out, accumulate=accumulate)
+            return
+        r = matmul(a, b)
+        if accumulate:
+            out += r
+        else:
+            out[...] = r
 
     #: (ctype, kernel name) -> its Launcher (a real GPU: the parameter block kept between calls,
     #: as the elementwise kernels'), or the function object (CuPy's boxing call; a stand-in's)
@@ -390,9 +423,9 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         launch(ctype, name, n * c * length, (*args, i32(rows - ck), i32(ones)), "im2col")
         return cols
 
-    def swap01(ctype: str, src: Any, a: int, b: int, length: int, bias: Any = None) -> Any:
-        """(A, B, L) -> (B, A, L), adding ``bias[a]`` when given."""
-        dst = cp.empty((b, a, length), dtype=src.dtype)
+    def swap01(ctype: str, src: Any, a: int, b: int, length: int, bias: Any = None, dst: Any = None) -> Any:
+        """(A, B, L) -> (B, A, L) into ``dst`` (new when None), adding ``bias[a]`` when given."""
+        dst = cp.empty((b, a, length), dtype=src.dtype) if dst is None else dst
         has = bias is not None
         width = 16 // src.itemsize
         if length % width == 0 and src.data.ptr % 16 == 0 and dst.data.ptr % 16 == 0:
@@ -428,18 +461,34 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         geo = geometry((kh, kw), stride, padding, dilation)
         x, w = cp.ascontiguousarray(x), cp.ascontiguousarray(w)
         b = cp.ascontiguousarray(bias[0]) if bias else None
+        chunks = spans(n, rows * length * x.itemsize)
+        y = None
         if not batched:
-            cols = im2col(ctype, x, oh, ow, geo, by_sample=False)
-            yt = matmul(w.reshape(cout, ck), cols)  # (Cout, N*L)
-            del cols  # back to the pool before the output is allocated: the step's peak is here on W3
-            return swap01(ctype, yt, cout, n, length, b).reshape(n, cout, oh, ow)
-        cols = im2col(ctype, x, oh, ow, geo, by_sample=True, rows=rows, ones=b is not None)  # (N, rows, L)
+            for s, e in chunks:
+                cols = im2col(ctype, x[s:e], oh, ow, geo, by_sample=False)
+                yt = matmul(w.reshape(cout, ck), cols)  # (Cout, n*L)
+                del cols  # back to the pool before the output is allocated
+                if len(chunks) == 1:
+                    return swap01(ctype, yt, cout, n, length, b).reshape(n, cout, oh, ow)
+                if y is None:
+                    y = cp.empty((n, cout, length), dtype=x.dtype)
+                swap01(ctype, yt, cout, e - s, length, b, dst=y[s:e])
+                del yt
+            return y.reshape(n, cout, oh, ow)
         if b is None:
             wm = w.reshape(cout, ck)
         else:  # [w | bias | 0...]: the GEMM adds the bias through the ones row
             wm = cp.empty((cout, rows), dtype=x.dtype)
             launch(ctype, "pack_weight", wm.size, (w, b, wm, i32(cout), i32(ck), i32(rows)))
-        return matmul(wm, cols).reshape(n, cout, oh, ow)  # (N, Cout, L): the weight broadcast over the batch
+        if len(chunks) == 1:
+            cols = im2col(ctype, x, oh, ow, geo, by_sample=True, rows=rows, ones=b is not None)  # (N, rows, L)
+            return matmul(wm, cols).reshape(n, cout, oh, ow)  # (N, Cout, L): the weight broadcast over the batch
+        y = cp.empty((n, cout, length), dtype=x.dtype)
+        for s, e in chunks:
+            cols = im2col(ctype, x[s:e], oh, ow, geo, by_sample=True, rows=rows, ones=b is not None)
+            into(wm, cols, y[s:e])
+            del cols
+        return y.reshape(n, cout, oh, ow)
 
     other_wgrad = fallback["conv_weight_grad"]
 
@@ -454,15 +503,30 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             return other_wgrad(g, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation, groups=groups)
         geo = geometry(kernel, stride, padding, dilation)
         g, x = cp.ascontiguousarray(g), cp.ascontiguousarray(x)
+        chunks = spans(n, ck * length * x.itemsize)
+        total = None
         if ck <= OPTIONS["wgrad_partials"] * length:
-            # per-sample products (N, Cout, CK), far smaller than g, summed over the batch by a GEMM
-            cols = im2col(ctype, x, oh, ow, geo, by_sample=True)  # (N, CK, L)
-            part = matmul(g.reshape(n, cout, length), cols.transpose(0, 2, 1))
-            total = matmul(cp.ones((1, n), dtype=g.dtype), part.reshape(n, cout * ck))
+            # per-sample products (n, Cout, CK), far smaller than g, summed over the batch by a GEMM
+            ones = cp.ones((1, chunks[0][1]), dtype=g.dtype)
+            for s, e in chunks:
+                cols = im2col(ctype, x[s:e], oh, ow, geo, by_sample=True)  # (n, CK, L)
+                part = matmul(g[s:e].reshape(e - s, cout, length), cols.transpose(0, 2, 1))
+                del cols
+                if total is None:
+                    total = matmul(ones[:, : e - s], part.reshape(e - s, cout * ck))
+                else:
+                    into(ones[:, : e - s], part.reshape(e - s, cout * ck), total, accumulate=True)
+                del part
             return total.reshape((cout, cin, *kernel))
-        gt = swap01(ctype, g, n, cout, length)  # (Cout, N, L)
-        cols = im2col(ctype, x, oh, ow, geo, by_sample=False)  # (CK, N*L)
-        return matmul(gt.reshape(cout, -1), cols.T).reshape((cout, cin, *kernel))
+        for s, e in chunks:
+            gt = swap01(ctype, g[s:e], e - s, cout, length)  # (Cout, n, L)
+            cols = im2col(ctype, x[s:e], oh, ow, geo, by_sample=False)  # (CK, n*L)
+            if total is None:
+                total = matmul(gt.reshape(cout, -1), cols.T)
+            else:
+                into(gt.reshape(cout, -1), cols.T, total, accumulate=True)
+            del gt, cols
+        return total.reshape((cout, cin, *kernel))
 
     other_transpose = fallback["conv_transpose"]
 
@@ -484,19 +548,25 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             )
         x, w = cp.ascontiguousarray(x), cp.ascontiguousarray(w)
         wt = w.reshape(cin, ck).T  # (Cout*K, Cin)
-        if length >= OPTIONS["transpose_by_sample"]:
-            cols = matmul(wt, x.reshape(n, cin, length))  # (N, Cout*K, L)
-            sn, sk = ck * length, length
-        else:
-            xt = swap01(ctype, x, n, cin, length)  # (Cin, N, L)
-            cols = matmul(wt, xt.reshape(cin, -1))  # (Cout*K, N*L)
-            del xt  # freed before the output is allocated (the columns are the big buffer)
-            sn, sk = length, n * length
-        y = cp.empty((n, cout, h, wd), dtype=x.dtype)
-        b = cp.ascontiguousarray(bias[0]) if bias else y
         geo = geometry((kh, kw), stride, padding, dilation)
-        args = (cols, y, b, i32(n), i32(cout), i32(h), i32(wd), i32(oh), i32(ow), *geo, i32(sn), i32(sk))
-        launch(ctype, "col2im3x3" if (kh, kw) == (3, 3) else "col2im", y.size, (*args, i32(bool(bias))), "col2im")
+        name = "col2im3x3" if (kh, kw) == (3, 3) else "col2im"
+        y = b = None
+        for s, e in spans(n, ck * length * x.itemsize):
+            if length >= OPTIONS["transpose_by_sample"]:
+                cols = matmul(wt, x[s:e].reshape(e - s, cin, length))  # (n, Cout*K, L)
+                sn, sk = ck * length, length
+            else:
+                xt = swap01(ctype, x[s:e], e - s, cin, length)  # (Cin, n, L)
+                cols = matmul(wt, xt.reshape(cin, -1))  # (Cout*K, n*L)
+                del xt  # freed before the output is allocated (the columns are the big buffer)
+                sn, sk = length, (e - s) * length
+            if y is None:
+                y = cp.empty((n, cout, h, wd), dtype=x.dtype)
+                b = cp.ascontiguousarray(bias[0]) if bias else y
+            part = y[s:e]
+            args = (cols, part, b, i32(e - s), i32(cout), i32(h), i32(wd), i32(oh), i32(ow), *geo, i32(sn), i32(sk))
+            launch(ctype, name, part.size, (*args, i32(bool(bias))), "col2im")
+            del cols
         return y
 
     other_pool, other_pool_grad = fallback["max_pool"], fallback["max_pool_backward"]
