@@ -2,14 +2,15 @@
 is a step bound by its kernels or by the host that queues them?
 
     python plugins/opencl/scripts/kernel_time.py W3 --device opencl:0 --sizes gpu [--steps 10] [--jit]
-        [--by-grid] [--ops matmul]
+        [--by-grid] [--ops matmul] [--gaps 15]
 
 Opens the device with a profiling queue (pyopencl's CommandQueue wrapped before ember-opencl makes
 its queue), records the event of every kernel ember-opencl launches (programs build before their
 first launch here: EMBER_OPENCL_BUILD_THREADS=0), and prints per kernel name: launches per step,
 GPU µs per step, and the sum beside the step's wall time. ``--jit`` times the em.jit replay instead
 (its launches go through the same queue); ``--by-grid`` splits each name by launch grid; ``--ops matmul,...``
-adds the GPU time of each call of those ops by operand shapes and strides. A probe
+adds the GPU time of each call of those ops by operand shapes and strides; ``--gaps N`` the device's
+idle time between kernels (queued late by the host, or not) and its N largest places. A probe
 for the device machine, not a test.
 """
 
@@ -42,6 +43,7 @@ def main() -> int:
     p.add_argument("--jit", action="store_true")
     p.add_argument("--by-grid", action="store_true", help="one line per kernel and launch grid")
     p.add_argument("--ops", default="", help="comma-separated ops (e.g. matmul): GPU time per call shape too")
+    p.add_argument("--gaps", type=int, default=0, help="the N largest idle gaps between kernels, and why")
     args = p.parse_args()
 
     import ember as em
@@ -80,6 +82,8 @@ def main() -> int:
     print(f"{'launches/step':>13} {'GPU us/step':>11}  kernel")
     for name, times in sorted(per.items(), key=lambda kv: -sum(kv[1])):
         print(f"{len(times) / args.steps:13.1f} {sum(times) / args.steps:11.1f}  {name}")
+    if args.gaps:
+        _gaps(args.gaps, args.steps)
     if calls:
         by_call: dict[str, list[float]] = defaultdict(list)
         for what, lo, hi in calls:
@@ -89,6 +93,29 @@ def main() -> int:
             n = len(times)
             print(f"{n / args.steps:13.1f} {sum(times) / args.steps:11.1f}  {sum(times) / n:8.1f}  {what}")
     return 0
+
+
+def _gaps(top: int, steps: int) -> None:
+    """Idle device time between consecutive kernels, split by cause: ``host`` when the next kernel
+    was queued after the previous one ended (the host queued it late: Python, an allocation, a
+    build), ``device`` otherwise (a copy or a wait the events do not show). Prints the totals per
+    step and the ``top`` largest gaps by the kernels around them, summed over the steps."""
+    idle = {"host": 0.0, "device": 0.0}
+    where: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for (before, a), (after, b) in zip(EVENTS, EVENTS[1:]):
+        gap = (b.profile.start - a.profile.end) * 1e-3
+        if gap <= 0:
+            continue
+        cause = "host" if b.profile.queued > a.profile.end else "device"
+        idle[cause] += gap
+        where[(cause, before, after)].append(gap)
+    print(
+        f"\nidle between kernels: {idle['host'] / steps / 1e3:.3f} ms/step queued late by the host, "
+        f"{idle['device'] / steps / 1e3:.3f} ms/step with the next kernel already queued"
+    )
+    print(f"{'gaps/step':>13} {'idle us/step':>12}  cause: kernel before -> kernel after")
+    for (cause, before, after), gaps in sorted(where.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        print(f"{len(gaps) / steps:13.1f} {sum(gaps) / steps:12.1f}  {cause}: {before} -> {after}")
 
 
 def _watch(dev: Any, op: str, calls: list[tuple[str, int, int]]) -> None:
