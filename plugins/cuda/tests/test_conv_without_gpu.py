@@ -204,11 +204,14 @@ def test_spans_cover_the_batch_in_even_chunks_within_the_cap(monkeypatch, n, sam
     assert len(got) == -(-n // max(1, 32 * 2**20 // sample_bytes))  # no more chunks than the cap asks for
 
 
-def test_w3_conv2_columns_stay_under_the_cap() -> None:
-    """W3's second convolution at batch 512 (32 -> 64 channels, 3x3 over 14x14): 110 MiB of columns
-    whole; in four chunks of 128 samples, 28 MiB."""
-    chunks = conv.spans(512, 32 * 9 * 14 * 14 * 4)
-    assert [e - s for s, e in chunks] == [128] * 4
+def test_w3_conv2_runs_whole_under_the_default_cap_and_in_chunks_under_a_small_one(monkeypatch) -> None:
+    """W3's second convolution at batch 512 (32 -> 64 channels, 3x3 over 14x14): 110 MiB of columns,
+    whole under the default cap (chunks cost the host-bound step more than the memory is worth);
+    under a 32 MiB cap, four chunks of 128 samples (28 MiB each)."""
+    sample = 32 * 9 * 14 * 14 * 4
+    assert conv.spans(512, sample) == [(0, 512)]
+    monkeypatch.setitem(conv.OPTIONS, "columns_bytes", 32 * 2**20)
+    assert [e - s for s, e in conv.spans(512, sample)] == [128] * 4
 
 
 def test_chunks_without_an_out_taking_matmul_match(fake, monkeypatch) -> None:

@@ -62,14 +62,16 @@ CALLS: Counter[str] = Counter()
 #: cost the W3 step about as much as the three transposes they saved; its conv1 weight gradient
 #: took 0.063 ms with partials, 0.18 ms with the transpose and one GEMM.
 #: ``columns_bytes`` caps a column buffer: a convolution whose columns would take more runs over
-#: chunks of the batch, a GEMM each (the weight gradient summed in place by cuBLAS), so that W3's
-#: conv2 at batch 512 holds 29 MiB of columns at the step's peak instead of 110 MiB
-#: (``EMBER_CUDA_COLUMNS_BYTES`` sets it at import, to measure the trade: more launches a step).
+#: chunks of the batch, a GEMM each (the weight gradient summed in place by cuBLAS), so a large batch
+#: needs no columns of its whole size (``EMBER_CUDA_COLUMNS_BYTES`` sets it at import). Measured on an
+#: H100 (W3, batch 512): a 32 MiB cap cut the step's peak in use 238 -> 164 MiB, but its 4 chunks a
+#: convolution cost the host-bound eager step 0.6 ms (2.6 -> 3.2 ms under static) and broke the adaptive
+#: pool's step plan (5.4 ms): so the default, 1 GiB, leaves W3 whole and only bounds what a batch asks.
 OPTIONS: dict[str, Any] = {
     "forward_by_sample": 512,
     "transpose_by_sample": 512,
     "wgrad_partials": 0.25,
-    "columns_bytes": int(os.environ.get("EMBER_CUDA_COLUMNS_BYTES", 32 * 2**20)),
+    "columns_bytes": int(os.environ.get("EMBER_CUDA_COLUMNS_BYTES", 2**30)),
 }
 #: an OH*OW no convolution reaches (for OPTIONS: never by sample)
 NEVER = 2**62
