@@ -175,8 +175,7 @@ class OpenCLBackend(ViewMovement, Backend):
 
     @native
     def full(self, *, shape: tuple[int, ...], value: Any, dtype: DType) -> CLArray:
-        one = self.rt.upload(np.asarray(value).astype(dtype.numpy).reshape(1), dtype)
-        return one.reshape(()).expand(tuple(shape))  # type: ignore[arg-type]
+        return self.rt.constant(value, dtype).reshape(()).expand(tuple(shape))  # type: ignore[arg-type]
 
     @native
     def arange(self, *, start: Any, step: Any, size: int, dtype: DType) -> CLArray:

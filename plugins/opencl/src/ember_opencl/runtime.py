@@ -166,6 +166,11 @@ class _Pending:
 #: deferred program binaries are stored at the latest when this many wait (see :meth:`Runtime._store_programs`)
 STORE_AFTER = 64
 
+#: whether a constant (:meth:`Runtime.constant`: ``full``, autodiff's seed, a default affine
+#: parameter) is written by the queue (clEnqueueFillBuffer) instead of uploaded: a write from pageable
+#: host memory may wait for the queue to drain (EMBER_OPENCL_FILL=0 uploads, to measure the difference)
+FILL = os.environ.get("EMBER_OPENCL_FILL", "1") != "0"
+
 #: whether a GPU's runtime starts the driver's compiler while the host goes on, when ember's cache
 #: holds none of its programs (:meth:`Runtime._warm_up`)
 WARM_UP = True
@@ -629,6 +634,24 @@ class Runtime:
             else:
                 self._copy_in(out.buf, raw)
         return out
+
+    def constant(self, value: Any, dtype: Any) -> CLArray:
+        """A one-element buffer holding ``value``, filled by the queue in order (no host copy: W4's step
+        makes five such constants, and an upload of each from pageable memory could hold the host until
+        the queue drained); an upload while recording an ``em.jit`` step (it holds its constants)."""
+        raw = np.asarray(value).astype(dtype.numpy).reshape(1).view(ctype(dtype).np_storage)
+        if not FILL or "upload" in vars(self):  # (recording swaps in its own upload)
+            return self.upload(raw, dtype)
+        out = self.empty((1,), dtype)
+        if self._deferred:  # after the launches waiting for a program, in order
+            self._deferred.append(functools.partial(self._fill, out.buf, raw.copy()))
+        else:
+            self._fill(out.buf, raw)
+        return out
+
+    def _fill(self, buf: cl.Buffer, pattern: np.ndarray) -> None:
+        with driver_errors("filling a device buffer", self.label, self.pool.stats):
+            cl.enqueue_fill_buffer(self._queue, buf, pattern, 0, pattern.nbytes)
 
     def _copy_in(self, buf: cl.Buffer, raw: np.ndarray) -> None:
         with driver_errors("copying to the device", self.label, self.pool.stats):

@@ -1,0 +1,102 @@
+"""Constants (``full``: autodiff's seed, a layer norm's default affine parameters) are written by the
+queue (clEnqueueFillBuffer), not uploaded: an upload from pageable host memory may hold the host until
+the queue drains (NVIDIA's OpenCL), which W4's step did five times. The value, in every storage width,
+against numpy; the order behind launches still waiting for their programs; em.jit's recording keeps
+its held uploads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ocl_helpers import Gate
+
+import ember as em
+from ember.dtypes import as_dtype
+from ember_opencl import runtime
+from ember_opencl.cache import ProgramCache
+from ember_opencl.elementwise import run_program, unary_program
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts of the runtime's host copies and fills from here on."""
+    calls = {"copy_in": 0, "fill": 0}
+    cls = runtime.Runtime
+    copy_in, fill = cls._copy_in, cls._fill
+
+    def counting_copy(self, *a):  # noqa: ANN001, ANN002, ANN202
+        calls["copy_in"] += 1
+        return copy_in(self, *a)
+
+    def counting_fill(self, *a):  # noqa: ANN001, ANN002, ANN202
+        calls["fill"] += 1
+        return fill(self, *a)
+
+    monkeypatch.setattr(cls, "_copy_in", counting_copy)
+    monkeypatch.setattr(cls, "_fill", counting_fill)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value"),
+    [("float32", -2.5), ("int32", 7), ("bool", True), ("bfloat16", 3.25), ("complex64", 1.5 - 2j), ("int8", -3)],
+)
+def test_full_is_filled_by_the_queue_with_the_exact_value(dev, counted, dtype, value):
+    t = em.full((3, 5), value, dtype=dtype, device=dev)
+    got = t.numpy()
+    want = np.full((3, 5), value, dtype=as_dtype(dtype).numpy)
+    assert got.dtype == want.dtype and (got == want).all(), (got, want)
+    assert counted == {"copy_in": 0, "fill": 1}
+
+
+def test_float64_constants_where_the_device_has_doubles(dev, counted):
+    if not dev.backend.rt.fp64:
+        pytest.skip(f"{dev} has no float64 (cl_khr_fp64)")
+    got = em.full((4,), 1 / 3, dtype="float64", device=dev).numpy()
+    assert (got == np.full(4, 1 / 3)).all() and counted["fill"] == 1
+
+
+def test_autodiffs_seed_and_a_layer_norm_without_affine_parameters_upload_nothing(dev, counted):
+    rng = np.random.default_rng(3)
+    x_np, g_np = (rng.standard_normal((4, 6)).astype(np.float32) for _ in range(2))
+    ad = dev.autodiff()
+    x = em.tensor(x_np, device=ad).requires_grad_()
+    g = em.tensor(g_np, device=ad)
+    counted["copy_in"] = 0
+    (em.layer_norm(x, 6) * g).sum().backward()
+    assert counted["copy_in"] == 0 and counted["fill"] >= 3, counted  # ones, zeros and the seed
+    xd, gd = x_np.astype(np.float64), g_np.astype(np.float64)
+    sigma = np.sqrt(xd.var(-1, keepdims=True) + 1e-5)
+    xhat = (xd - xd.mean(-1, keepdims=True)) / sigma
+    want = (gd - gd.mean(-1, keepdims=True) - xhat * (gd * xhat).mean(-1, keepdims=True)) / sigma
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_fill_waits_in_order_behind_launches_waiting_for_their_programs(dev, tmp_path):
+    rt = runtime.Runtime(dev.index)
+    rt.programs = ProgramCache(rt.context, rt.device, rt.label, directory=tmp_path)
+    rt._builder = Gate()
+    try:
+        a = rt.upload(np.arange(6, dtype=np.float32), as_dtype("float32"))
+        e = run_program(rt, unary_program("exp", "float32", "float32"), [a], a.shape)[0]
+        assert rt._deferred, "the launch did not wait for its program"
+        c = rt.constant(4.0, as_dtype("float32"))  # queued behind the waiting launch
+        assert rt._deferred[-1].func == rt._fill
+        rt._builder.release()
+        np.testing.assert_allclose(rt.download(e), np.exp(np.arange(6.0)), rtol=2e-6)
+        assert rt.download(c).tolist() == [4.0]
+    finally:
+        rt._builder.release()
+        rt._builder.shutdown()
+
+
+def test_recording_an_em_jit_step_keeps_its_constants_as_held_uploads(dev, counted):
+    w = em.tensor(np.ones((3,), np.float32), device=dev)
+
+    @em.jit
+    def step(x):
+        return (x * w + em.full((3,), 2.0, device=dev)).sum()
+
+    xs = [np.arange(3, dtype=np.float32) + k for k in range(3)]
+    got = [float(step(em.tensor(x, device=dev)).numpy()) for x in xs]
+    assert got == [float((x + 2.0).sum()) for x in xs]
