@@ -171,6 +171,12 @@ STORE_AFTER = 64
 #: host memory may wait for the queue to drain (EMBER_OPENCL_FILL=0 uploads, to measure the difference)
 FILL = os.environ.get("EMBER_OPENCL_FILL", "1") != "0"
 
+#: an upload of a caller's array up to this size is copied on the host and queued without waiting
+#: (:meth:`Runtime._copy_in`); a larger one waits for its transfer
+UPLOAD_COPY_BYTES = 16 * 2**20
+#: uploads in flight at which the finished ones are let go
+IN_FLIGHT_CHECK = 32
+
 #: whether a GPU's runtime starts the driver's compiler while the host goes on, when ember's cache
 #: holds none of its programs (:meth:`Runtime._warm_up`)
 WARM_UP = True
@@ -254,6 +260,8 @@ class Runtime:
         self.device = device
         #: queue operations waiting for a program: (kernel, global, local, args) or a callable, in order
         self._deferred: list[Any] = []
+        #: transfer events of uploads not yet seen complete (:meth:`_copy_in`: dropping one would wait)
+        self._in_flight: list[Any] = []
         with driver_errors("creating the context and queue", self.label):
             self.context = cl.Context([device])
             self._queue = cl.CommandQueue(self.context, device)
@@ -630,7 +638,7 @@ class Runtime:
         if out.size:
             raw = np.ascontiguousarray(array).view(ctype(dtype).np_storage)
             if self._deferred:  # after the launches waiting for a program (a copy: the caller may reuse its array)
-                self._deferred.append(functools.partial(self._copy_in, out.buf, raw.copy()))
+                self._deferred.append(functools.partial(self._copy_in, out.buf, raw.copy(), True))
             else:
                 self._copy_in(out.buf, raw)
         return out
@@ -653,9 +661,23 @@ class Runtime:
         with driver_errors("filling a device buffer", self.label, self.pool.stats):
             cl.enqueue_fill_buffer(self._queue, buf, pattern, 0, pattern.nbytes)
 
-    def _copy_in(self, buf: cl.Buffer, raw: np.ndarray) -> None:
+    def _copy_in(self, buf: cl.Buffer, raw: np.ndarray, owned: bool = False) -> None:
+        """Queue a host -> device copy of ``raw`` without waiting for the queue. pyopencl's transfer
+        event (a NannyEvent, which keeps the host array alive) waits in its destructor until the copy
+        has run, i.e. behind every kernel queued before it: dropped at once, as before, each upload
+        held the host until the queue drained. So the event is kept until it is seen complete, and the
+        caller's array is copied first (it may change it at once) unless ``owned``; one larger than
+        :data:`UPLOAD_COPY_BYTES` is a blocking transfer instead (a host copy would cost more)."""
         with driver_errors("copying to the device", self.label, self.pool.stats):
-            cl.enqueue_copy(self._queue, buf, raw, is_blocking=False)
+            if not owned and raw.nbytes > UPLOAD_COPY_BYTES:
+                cl.enqueue_copy(self._queue, buf, raw, is_blocking=True)
+                return
+            event = cl.enqueue_copy(self._queue, buf, raw if owned else raw.copy(), is_blocking=False)
+        flying = self._in_flight
+        flying.append(event)
+        if len(flying) >= IN_FLIGHT_CHECK:  # drop the finished ones (their destructors then wait for nothing)
+            done = cl.command_execution_status.COMPLETE
+            self._in_flight = [e for e in flying if e.command_execution_status != done]
 
     def download(self, a: CLArray) -> np.ndarray:
         """The host copy of a contiguous handle, as its ember dtype's numpy type."""
@@ -665,6 +687,7 @@ class Runtime:
             self._drain()
             with driver_errors("copying to the host", self.label, self.pool.stats):
                 cl.enqueue_copy(self._queue, host, a.buf, src_offset=a.offset * c.itemsize, is_blocking=True)
+            self._in_flight.clear()  # (an in-order queue: every transfer queued before the read has run)
         self.read_backs += 1
         self._store_programs()
         if a.dtype.name == "bool":
@@ -684,3 +707,4 @@ class Runtime:
         self._drain()
         with driver_errors("waiting for queued work", self.label, self.pool.stats):
             self._queue.finish()
+        self._in_flight.clear()

@@ -1,8 +1,9 @@
-"""Constants (``full``: autodiff's seed, a layer norm's default affine parameters) are written by the
-queue (clEnqueueFillBuffer), not uploaded: an upload from pageable host memory may hold the host until
-the queue drains (NVIDIA's OpenCL), which W4's step did five times. The value, in every storage width,
-against numpy; the order behind launches still waiting for their programs; em.jit's recording keeps
-its held uploads."""
+"""Host writes that do not wait for the queue. Constants (``full``: autodiff's seed, a layer norm's
+default affine parameters) are written by the queue (clEnqueueFillBuffer); uploads keep pyopencl's
+transfer event (whose destructor waits until the copy has run, behind every queued kernel) until it is
+seen complete, copying the caller's array first. Before, every upload and constant held the host until
+the queue drained (W4's step made five). The values against numpy, every storage width; the order
+behind launches still waiting for their programs; em.jit's recording keeps its held uploads."""
 
 from __future__ import annotations
 
@@ -100,3 +101,29 @@ def test_recording_an_em_jit_step_keeps_its_constants_as_held_uploads(dev, count
     xs = [np.arange(3, dtype=np.float32) + k for k in range(3)]
     got = [float(step(em.tensor(x, device=dev)).numpy()) for x in xs]
     assert got == [float((x + 2.0).sum()) for x in xs]
+
+
+def test_an_upload_waits_for_nothing_and_the_callers_array_is_free_at_once(dev):
+    rt = dev.backend.rt
+    rt.finish()
+    host = np.arange(12, dtype=np.float32)
+    a = rt.upload(host, as_dtype("float32"))
+    assert len(rt._in_flight) == 1, "the transfer's event is kept (dropping it would wait for the queue)"
+    host[:] = -1  # the caller may change its array at once: the upload copied it
+    assert rt.download(a).tolist() == list(range(12))
+    assert rt._in_flight == [], "a read-back has waited for every transfer before it"
+
+
+def test_finished_uploads_are_let_go_and_a_large_one_waits_for_its_transfer(dev, monkeypatch):
+    rt = dev.backend.rt
+    rt.finish()
+    monkeypatch.setattr(runtime, "IN_FLIGHT_CHECK", 4)
+    arrays = [rt.upload(np.full(5, k, np.float32), as_dtype("float32")) for k in range(3)]
+    rt._queue.finish()  # all three have run
+    arrays.append(rt.upload(np.full(5, 3, np.float32), as_dtype("float32")))  # the fourth: finished ones go
+    assert len(rt._in_flight) <= 1
+    monkeypatch.setattr(runtime, "UPLOAD_COPY_BYTES", 16)
+    before = len(rt._in_flight)
+    arrays.append(rt.upload(np.full(5, 4, np.float32), as_dtype("float32")))  # 20 bytes: a blocking transfer
+    assert len(rt._in_flight) == before
+    assert [rt.download(a).tolist() for a in arrays] == [[float(k)] * 5 for k in range(5)]
