@@ -122,8 +122,14 @@ def test_finished_uploads_are_let_go_and_a_large_one_waits_for_its_transfer(dev,
     rt._queue.finish()  # all three have run
     arrays.append(rt.upload(np.full(5, 3, np.float32), as_dtype("float32")))  # the fourth: finished ones go
     assert len(rt._in_flight) <= 1
+    monkeypatch.setattr(runtime, "IN_FLIGHT_CHECK", 100)
+    monkeypatch.setattr(runtime, "IN_FLIGHT_BYTES", 30)  # or by the host bytes they hold: 20 + 20 > 30
+    rt._queue.finish()
+    arrays.append(rt.upload(np.full(5, 4, np.float32), as_dtype("float32")))
+    assert len(rt._in_flight) <= 1 and rt._in_flight_bytes == 20 * len(rt._in_flight)
     monkeypatch.setattr(runtime, "UPLOAD_COPY_BYTES", 16)
     before = len(rt._in_flight)
-    arrays.append(rt.upload(np.full(5, 4, np.float32), as_dtype("float32")))  # 20 bytes: a blocking transfer
+    arrays.append(rt.upload(np.full(5, 5, np.float32), as_dtype("float32")))  # 20 bytes: a blocking transfer
     assert len(rt._in_flight) == before
-    assert [rt.download(a).tolist() for a in arrays] == [[float(k)] * 5 for k in range(5)]
+    assert [rt.download(a).tolist() for a in arrays] == [[float(k)] * 5 for k in range(6)]
+    assert rt._in_flight == [] and rt._in_flight_bytes == 0

@@ -174,8 +174,8 @@ FILL = os.environ.get("EMBER_OPENCL_FILL", "1") != "0"
 #: an upload of a caller's array up to this size is copied on the host and queued without waiting
 #: (:meth:`Runtime._copy_in`); a larger one waits for its transfer
 UPLOAD_COPY_BYTES = 16 * 2**20
-#: uploads in flight at which the finished ones are let go
-IN_FLIGHT_CHECK = 32
+#: uploads (or host bytes) in flight at which the finished ones are let go
+IN_FLIGHT_CHECK, IN_FLIGHT_BYTES = 32, 64 * 2**20
 
 #: whether a GPU's runtime starts the driver's compiler while the host goes on, when ember's cache
 #: holds none of its programs (:meth:`Runtime._warm_up`)
@@ -260,8 +260,9 @@ class Runtime:
         self.device = device
         #: queue operations waiting for a program: (kernel, global, local, args) or a callable, in order
         self._deferred: list[Any] = []
-        #: transfer events of uploads not yet seen complete (:meth:`_copy_in`: dropping one would wait)
-        self._in_flight: list[Any] = []
+        #: (transfer event, bytes) of uploads not yet seen complete (:meth:`_copy_in`: dropping one would wait)
+        self._in_flight: list[tuple[Any, int]] = []
+        self._in_flight_bytes = 0
         with driver_errors("creating the context and queue", self.label):
             self.context = cl.Context([device])
             self._queue = cl.CommandQueue(self.context, device)
@@ -665,19 +666,22 @@ class Runtime:
         """Queue a host -> device copy of ``raw`` without waiting for the queue. pyopencl's transfer
         event (a NannyEvent, which keeps the host array alive) waits in its destructor until the copy
         has run, i.e. behind every kernel queued before it: dropped at once, as before, each upload
-        held the host until the queue drained. So the event is kept until it is seen complete, and the
-        caller's array is copied first (it may change it at once) unless ``owned``; one larger than
-        :data:`UPLOAD_COPY_BYTES` is a blocking transfer instead (a host copy would cost more)."""
+        held the host until the queue drained. So the event is kept until it is seen complete (checked
+        every :data:`IN_FLIGHT_CHECK` uploads or :data:`IN_FLIGHT_BYTES`), and the caller's array is copied
+        first (it may change it at once) unless ``owned``; one larger than :data:`UPLOAD_COPY_BYTES` is a
+        blocking transfer instead (a host copy would cost more)."""
         with driver_errors("copying to the device", self.label, self.pool.stats):
             if not owned and raw.nbytes > UPLOAD_COPY_BYTES:
                 cl.enqueue_copy(self._queue, buf, raw, is_blocking=True)
                 return
             event = cl.enqueue_copy(self._queue, buf, raw if owned else raw.copy(), is_blocking=False)
         flying = self._in_flight
-        flying.append(event)
-        if len(flying) >= IN_FLIGHT_CHECK:  # drop the finished ones (their destructors then wait for nothing)
-            done = cl.command_execution_status.COMPLETE
-            self._in_flight = [e for e in flying if e.command_execution_status != done]
+        flying.append((event, raw.nbytes))
+        self._in_flight_bytes += raw.nbytes
+        if len(flying) >= IN_FLIGHT_CHECK or self._in_flight_bytes > IN_FLIGHT_BYTES:
+            done = cl.command_execution_status.COMPLETE  # the finished ones go (their destructors wait for nothing)
+            self._in_flight = [(e, n) for e, n in flying if e.command_execution_status != done]
+            self._in_flight_bytes = sum(n for _, n in self._in_flight)
 
     def download(self, a: CLArray) -> np.ndarray:
         """The host copy of a contiguous handle, as its ember dtype's numpy type."""
@@ -687,7 +691,7 @@ class Runtime:
             self._drain()
             with driver_errors("copying to the host", self.label, self.pool.stats):
                 cl.enqueue_copy(self._queue, host, a.buf, src_offset=a.offset * c.itemsize, is_blocking=True)
-            self._in_flight.clear()  # (an in-order queue: every transfer queued before the read has run)
+            self._forget_uploads()  # (an in-order queue: every transfer queued before the read has run)
         self.read_backs += 1
         self._store_programs()
         if a.dtype.name == "bool":
@@ -707,4 +711,9 @@ class Runtime:
         self._drain()
         with driver_errors("waiting for queued work", self.label, self.pool.stats):
             self._queue.finish()
-        self._in_flight.clear()
+        self._forget_uploads()
+
+    def _forget_uploads(self) -> None:
+        """Let every upload's event go: the queue has run them all (a read-back or finish)."""
+        self._in_flight = []
+        self._in_flight_bytes = 0
