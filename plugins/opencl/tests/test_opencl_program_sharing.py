@@ -1,0 +1,113 @@
+"""Sizes and layouts that share one elementwise program (fewer cold builds), against float64 numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.dtypes import as_dtype
+from ember_opencl import elementwise
+from ember_opencl.elementwise import binary_program, run_program, unary_program
+
+F32 = as_dtype("float32")
+
+
+def _ew_layouts(rt, prog):
+    """The layouts ``prog`` was compiled for in ``rt`` (one program each)."""
+    return [k[2] for k in rt._kernels if k[0] == "ew" and k[1] is prog]
+
+
+def _run(rt, prog, arrays, shape):
+    (out,) = run_program(rt, prog, arrays, shape)
+    return rt.download(out).astype(np.float64)
+
+
+@pytest.fixture
+def four_wide(monkeypatch):
+    """The GPU's 4-wide kernels on this device (PoCL runs them too), with no plans cached."""
+    monkeypatch.setattr(elementwise, "VECTOR_ON_CPU", True)
+    monkeypatch.setattr(elementwise, "_PLANS", {})
+
+
+def test_four_wide_kernel_takes_every_size(dev, four_wide):
+    """n = 1, 3, 5, 1023, 1024: one 4-wide program, the last n % 4 elements done one at a time."""
+    rt = dev.backend.rt
+    prog = binary_program("hypot", "float32", "float32", False)
+    rng = np.random.default_rng(11)
+    for n in (1024, 1023, 5, 3, 1):
+        a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+        got = _run(rt, prog, [rt.upload(a, F32), rt.upload(b, F32)], (n,))
+        want = np.hypot(a.astype(np.float64), b.astype(np.float64))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=f"n={n}")
+    layouts = _ew_layouts(rt, prog)
+    assert [lay.vec for lay in layouts] == [4], layouts
+
+
+def test_four_wide_tail_with_broadcast_and_offsets(dev, four_wide):
+    """A broadcast element and offset (multiple of 4) views: the tail reads the same places."""
+    rt = dev.backend.rt
+    prog = binary_program("sub", "float32", "float32", False)
+    rng = np.random.default_rng(12)
+    host = rng.standard_normal(64).astype(np.float32)
+    buf = rt.upload(host, F32)
+    view = buf.with_layout((23,), (1,), 8)  # elements 8..30
+    one = buf.with_layout((23,), (0,), 41)  # element 41, broadcast
+    got = _run(rt, prog, [view, one], (23,))
+    np.testing.assert_allclose(got, host[8:31].astype(np.float64) - np.float64(host[41]), rtol=1e-7)
+    assert [lay.vec for lay in _ew_layouts(rt, prog)] == [4]
+
+
+def test_one_element_shares_the_contiguous_program(dev):
+    """A 0-d tensor, a broadcast element and a one-element view run the contiguous kernel."""
+    rt = dev.backend.rt
+    prog = unary_program("expm1", "float64" if rt.fp64 else "float32", "float64" if rt.fp64 else "float32")
+    dt = as_dtype(prog.inputs[0][0])
+    host = np.linspace(-2.0, 2.0, 12).astype(dt.numpy)
+    buf = rt.upload(host, dt)
+    want = np.expm1(host.astype(np.float64))
+    got = _run(rt, prog, [buf], (12,))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    got = _run(rt, prog, [buf.with_layout((), (), 5)], ())
+    np.testing.assert_allclose(got, want[5], rtol=1e-6)
+    got = _run(rt, prog, [buf.with_layout((1, 1), (0, 0), 7)], (1, 1))
+    np.testing.assert_allclose(got, want[7:8].reshape(1, 1), rtol=1e-6)
+    got = _run(rt, prog, [buf.with_layout((1,), (3,), 9)], (1,))
+    np.testing.assert_allclose(got, want[9:10], rtol=1e-6)
+    layouts = _ew_layouts(rt, prog)
+    assert len(layouts) == 1 and layouts[0].in_modes == ("c",), layouts
+
+
+@pytest.fixture
+def gpu_like(dev, monkeypatch):
+    """A GPU's launch paths on this device (grid-stride loops), with no plans cached."""
+    rt = dev.backend.rt
+    monkeypatch.setattr(elementwise, "_PLANS", {})
+    saved = rt.is_cpu, rt.compute_units
+    rt.is_cpu, rt.compute_units = False, 4
+    yield rt
+    rt.is_cpu, rt.compute_units = saved
+
+
+def test_gpu_strided_mixes_share_one_program(gpu_like):
+    """On a GPU, (c, s), (s, c), (s, s) and (s, z) of rank 2 are one strided kernel."""
+    rt = gpu_like
+    prog = binary_program("atan2", "float32", "float32", False)
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((6, 10)).astype(np.float32)
+    b = rng.standard_normal((10, 6)).astype(np.float32)
+    ta, tb = rt.upload(a, F32), rt.upload(b, F32)
+    tb_t = tb.with_layout((6, 10), (1, 6), 0)  # b transposed: strided
+    row = ta.with_layout((6, 10), (0, 1), 20)  # a[2] broadcast down the rows
+    one = ta.with_layout((6, 10), (0, 0), 13)  # a.flat[13] everywhere
+    a64, bt64 = a.astype(np.float64), b.T.astype(np.float64)
+    cases = [
+        ([ta, tb_t], np.arctan2(a64, bt64)),
+        ([tb_t, ta], np.arctan2(bt64, a64)),
+        ([tb_t, tb_t], np.arctan2(bt64, bt64)),
+        ([tb_t, one], np.arctan2(bt64, a64.flat[13])),
+        ([row, tb_t], np.arctan2(np.broadcast_to(a64[2], (6, 10)), bt64)),
+    ]
+    for arrays, want in cases:
+        np.testing.assert_allclose(_run(rt, prog, arrays, (6, 10)), want, rtol=1e-6, atol=1e-7)
+    layouts = _ew_layouts(rt, prog)
+    assert len(layouts) == 1 and layouts[0].in_modes == ("s", "s") and layouts[0].rank == 2, layouts
