@@ -94,7 +94,8 @@ class Census:
             runtime.Runtime.__init__ = as_gpu  # type: ignore[method-assign]
 
     def _tag_elementwise(self) -> None:
-        """Elementwise programs are tagged with their :class:`Layout` (rank, modes, index, vec)."""
+        """Elementwise programs are tagged with their :class:`Layout` (rank, modes, index, vec),
+        fused reductions with their program's hash and launch spec (modes, ranks, index, group...)."""
         from ember_opencl import elementwise
 
         census = self
@@ -109,6 +110,15 @@ class Census:
                 return _inner(*args, **kw)
 
             setattr(elementwise, name, tagged)
+        from ember_opencl import fused_reduce
+
+        make = fused_reduce._make
+
+        def tagged_reduce(prog: Any, *spec: Any) -> Any:
+            census.tag = f"prog {hash(prog) & 0xFFFFFF:06x} spec {spec}"
+            return make(prog, *spec)
+
+        fused_reduce._make = tagged_reduce
 
     def add(self, record: dict[str, Any]) -> None:
         record["tag"], self.tag = self.tag, ""

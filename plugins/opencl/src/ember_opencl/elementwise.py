@@ -32,11 +32,11 @@ _INT_LIMIT = 2**31 - 2**25
 
 #: run the 4-wide kernels on CPU devices too (tests exercise them on PoCL this way)
 VECTOR_ON_CPU = False
-#: on GPUs, where an input is strided every input is read through its strides (a contiguous or
-#: broadcast one too: two integer multiply-adds an element more, in a kernel that computes the
-#: coordinates anyway), so the mixes of c, z and s of an op share one program per rank: 661 -> ~615
-#: programs for the float32/int32/uint32 elementwise and fusion conformance cases on PoCL's GPU paths.
-#: CPUs keep the mixes apart (PoCL vectorises a contiguous read across work items, not a strided one)
+#: on GPUs, where an operand is strided every input and output goes through its strides (a
+#: contiguous or broadcast one too: an integer multiply-add per rank an element more, in a kernel
+#: that computes the coordinates anyway), so the mixes of c, z and s of an op share one program per
+#: rank. CPUs keep the mixes apart (PoCL vectorises a contiguous access across work items, not a
+#: strided one)
 SHARED_STRIDED = True
 
 
@@ -92,9 +92,9 @@ def _plan(
     if n == 1:  # one element: every operand reads ``off`` in any mode; "c" shares the contiguous kernel
         cshape, cstrides = (1,), [(1,)] * len(cstrides)
     modes = [_mode(st, cshape) for st in cstrides]
-    if SHARED_STRIDED and not rt.is_cpu and "s" in modes[n_out:]:
-        # every input read through its strides: one kernel per rank for every mix of c, z and s
-        modes[n_out:] = ["s"] * (len(modes) - n_out)
+    if SHARED_STRIDED and not rt.is_cpu and "s" in modes:
+        # every operand read and written through its strides: one kernel per rank for every mix
+        modes = ["s"] * len(modes)
     out_modes = tuple(modes[:n_out])
     in_modes = tuple(modes[n_out:])
     rank = len(cshape) if "s" in modes else 1
