@@ -130,3 +130,56 @@ def test_gpu_strided_mixes_share_one_program(gpu_like):
     want = np.arctan2(a64, np.broadcast_to(a64[2], (6, 10)))
     np.testing.assert_allclose(rt.download(dest).astype(np.float64).T, want, rtol=1e-6, atol=1e-7)
     _only(rt, prog, known, lambda lay: (lay.rank, lay.in_modes, lay.out_modes) == (2, ("s", "s"), ("s",)))
+
+
+def _program_of(knl):
+    import pyopencl as cl
+
+    return knl.get_info(cl.kernel_info.PROGRAM).int_ptr
+
+
+def test_gather_and_scatter_add_take_the_axis_as_an_argument(dev):
+    """take_along_axis and scatter-add along each axis of a rank-3 tensor: one kernel a rank."""
+    from ember_opencl.indexing import gather, scatter_add
+
+    rt = dev.backend.rt
+    known = _keys(rt)
+    i64 = as_dtype("int64")
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    ta = rt.upload(a, F32)
+    for axis in range(3):
+        shape = list(a.shape)
+        shape[axis] = 6
+        ix = rng.integers(0, a.shape[axis], size=shape)
+        got = rt.download(gather(rt, ta, rt.upload(ix, i64), axis))
+        np.testing.assert_array_equal(got, np.take_along_axis(a, ix, axis))
+        v = rng.standard_normal(shape).astype(np.float32)
+        got = rt.download(scatter_add(rt, ta, rt.upload(ix, i64), rt.upload(v, F32), axis)).astype(np.float64)
+        want = a.astype(np.float64)
+        for pos in np.ndindex(*shape):
+            at = list(pos)
+            at[axis] = ix[pos]
+            want[tuple(at)] += v[pos]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    new = [k for k in rt._kernels if k not in known and k[0] in ("gather", "scatter") and k[1] == "float32"]
+    assert len([k for k in new if k[0] == "gather"]) <= 1 and len([k for k in new if k[0] == "scatter"]) <= 1, new
+    assert ("gather", "float32", 3) in rt._kernels
+
+
+def test_index_put_passes_share_one_program(dev):
+    """``a[rows] = v`` (claim, then write): both kernels in one program; last write wins as numpy's."""
+    from ember_opencl.indexing import index_put
+
+    rt = dev.backend.rt
+    i64 = as_dtype("int64")
+    a = np.arange(20, dtype=np.float32).reshape(5, 4)
+    rows = np.array([3, 0, 3, 1])
+    v = np.arange(16, dtype=np.float32).reshape(4, 4) + 100
+    got = rt.download(index_put(rt, rt.upload(a, F32), rt.upload(v, F32), [rt.upload(rows, i64)], False))
+    want = a.copy()
+    want[rows] = v
+    np.testing.assert_array_equal(got, want)
+    claim = rt._kernels[("put", "float32", 1, "claim", False)][0]
+    write = rt._kernels[("put", "float32", 1, "write", False)][0]
+    assert _program_of(claim) == _program_of(write)
