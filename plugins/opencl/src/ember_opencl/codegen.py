@@ -228,7 +228,9 @@ def _vector_kernel(
 ) -> str:
     """The 4-wide kernel: work item ``q`` reads elements ``4q..4q+3`` of each contiguous tensor
     with one 128-bit load, computes the program once per lane and stores four results at once.
-    ``n`` stays the element count (a multiple of 4, and every contiguous offset too)."""
+    ``n`` stays the element count (every contiguous offset a multiple of 4); the last ``n % 4``
+    elements are done one per work item after the loop, so a size that is not a multiple of 4
+    needs no program of its own."""
     idx = layout.index
     tensor_modes = iter(layout.in_modes)
     head: list[str] = []
@@ -273,6 +275,22 @@ def _vector_kernel(
     lines.append(f"  const {idx} nq = n >> 2;")
     lines.append(f"  for ({idx} q = ({idx})get_global_id(0); q < nq; q += ({idx})get_global_size(0)) {{")
     lines.extend("    " + b for b in body)
+    lines.append("  }")
+    tail: list[str] = []
+    tensor_modes = iter(layout.in_modes)
+    for j, (_, kind) in enumerate(prog.inputs):
+        if kind == "tensor" and next(tensor_modes) == "c":
+            c = types[j]
+            tail.append(f"const {c.compute} v{j}_t = {c.load(f'in{j}', f'in{j}_off + t')};")
+
+    def scalar(v: int) -> str:
+        return f"v{v}_t" if v in vector_inputs or v >= len(prog.inputs) else f"v{v}"
+
+    tail += _instructions(prog, types, helpers, scalar, "t")
+    for k, (o, mode) in enumerate(zip(prog.outputs, layout.out_modes)):
+        tail.append(types[o].store(f"out{k}", f"out{k}_off + t" if mode == "c" else f"out{k}_off", scalar(o)))
+    lines.append(f"  for ({idx} t = (nq << 2) + ({idx})get_global_id(0); t < n; t += ({idx})get_global_size(0)) {{")
+    lines.extend("    " + b for b in tail)
     lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -32,6 +32,12 @@ _INT_LIMIT = 2**31 - 2**25
 
 #: run the 4-wide kernels on CPU devices too (tests exercise them on PoCL this way)
 VECTOR_ON_CPU = False
+#: on GPUs, where an operand is strided every input and output goes through its strides (a
+#: contiguous or broadcast one too: an integer multiply-add per rank an element more, in a kernel
+#: that computes the coordinates anyway), so the mixes of c, z and s of an op share one program per
+#: rank. CPUs keep the mixes apart (PoCL vectorises a contiguous access across work items, not a
+#: strided one)
+SHARED_STRIDED = True
 
 
 def _extent(shape: Sequence[int], strides: Sequence[int], offset: int) -> int:
@@ -83,7 +89,12 @@ def _plan(
         strides.append(st)
         offsets.append(off)
     cshape, cstrides = collapse(shape, strides)
+    if n == 1:  # one element: every operand reads ``off`` in any mode; "c" shares the contiguous kernel
+        cshape, cstrides = (1,), [(1,)] * len(cstrides)
     modes = [_mode(st, cshape) for st in cstrides]
+    if SHARED_STRIDED and not rt.is_cpu and "s" in modes:
+        # every operand read and written through its strides: one kernel per rank for every mix
+        modes = ["s"] * len(modes)
     out_modes = tuple(modes[:n_out])
     in_modes = tuple(modes[n_out:])
     rank = len(cshape) if "s" in modes else 1
@@ -95,7 +106,7 @@ def _plan(
     else:
         family = _family(prog, layout, rt.fp64)
         knl, wg = rt.kernel(("ew", prog, layout), functools.partial(_make, prog, layout), family)
-    gsize, lsize = rt.grid(n // vec, wg)
+    gsize, lsize = rt.grid(-(-n // vec), wg)
     head = [n, *cshape] if "s" in modes else [n]
     passed = [st if m == "s" else () for st, m in zip(cstrides, modes)]
     dts = prog.value_dtypes()
@@ -107,8 +118,9 @@ def _plan(
 
 def _vectorizable(rt: Runtime, prog: FusedProgram, n: int, modes: list[str], offsets: list[int], n_out: int) -> bool:
     """Four elements per work item on GPUs: 128-bit loads and stores where every contiguous
-    operand starts on a multiple of 4 (PoCL vectorises the scalar kernel itself)."""
-    if (rt.is_cpu and not VECTOR_ON_CPU) or n == 0 or n % 4:
+    operand starts on a multiple of 4 (PoCL vectorises the scalar kernel itself). ``n`` need not be
+    a multiple of 4 (the kernel does the last ``n % 4`` one at a time): one program for every size."""
+    if (rt.is_cpu and not VECTOR_ON_CPU) or n == 0:
         return False
     if any(m == "c" and off % 4 for m, off in zip(modes, offsets)):
         return False

@@ -70,7 +70,9 @@ _CLAMP_SOURCE = "#define ember_clamp(j, n) ((j) < 0 ? 0 : ((j) >= (n) ? (n) - 1 
 
 
 # -- gather ------------------------------------------------------------------------------
-def _gather_source(dt: str, rank: int, axis: int) -> tuple[str, list[Any]]:
+def _gather_source(dt: str, rank: int) -> tuple[str, list[Any]]:
+    """``out[i] = a[c with c[axis] = ix[c]]``; the axis is an argument: ``a_s`` has 0 at the axis and
+    ``a_sax`` its stride (one program for every axis of a rank)."""
     c = ctype(dt)
     params = ["const long n", f"__global {c.storage}* restrict out"]
     params += [f"const long sh{d}" for d in range(rank)]
@@ -79,8 +81,9 @@ def _gather_source(dt: str, rank: int, axis: int) -> tuple[str, list[Any]]:
     ]
     params += ["__global const long* restrict ix", "const long ix_off"] + [f"const long ix_s{d}" for d in range(rank)]
     params.append("const long na")  # a's extent along axis: indices are clamped into it
-    types: list[Any] = [L, None] + [L] * rank + [None, L] + [L] * rank + [None, L] + [L] * rank + [L]
-    terms = ["a_off"] + [f"c{d} * a_s{d}" for d in range(rank) if d != axis] + [f"j * a_s{axis}"]
+    params.append("const long a_sax")  # a's stride along axis
+    types: list[Any] = [L, None] + [L] * rank + [None, L] + [L] * rank + [None, L] + [L] * rank + [L, L]
+    terms = ["a_off"] + [f"c{d} * a_s{d}" for d in range(rank)] + ["j * a_sax"]
     lines = [
         preamble({dt}),
         _CLAMP_SOURCE,
@@ -104,18 +107,20 @@ def gather(rt: Runtime, a: CLArray, index: CLArray, axis: int) -> CLArray:
     dt = a.dtype.name
 
     def make() -> tuple[str, str, list[Any]]:
-        s, t = _gather_source(dt, rank, axis)
+        s, t = _gather_source(dt, rank)
         return s, "ember_gather", t
 
-    knl, wg = rt.kernel(("gather", dt, rank, axis), make)
-    args = [out.size, out.buf, *index.shape, a.buf, a.offset, *a.strides, index.buf, index.offset, *index.strides]
-    _launch(rt, knl, wg, out.size, [*args, a.shape[axis]])
+    knl, wg = rt.kernel(("gather", dt, rank), make)
+    a_s = [0 if d == axis else st for d, st in enumerate(a.strides)]
+    args = [out.size, out.buf, *index.shape, a.buf, a.offset, *a_s, index.buf, index.offset, *index.strides]
+    _launch(rt, knl, wg, out.size, [*args, a.shape[axis], a.strides[axis]])
     return out
 
 
 # -- scatter_add -------------------------------------------------------------------------
 def _scatter_source(dt: str, rank: int, axis: int, helper: str | None) -> tuple[str, list[Any]]:
-    """Atomic version (helper given): one item per source entry; else one item per output."""
+    """Atomic version (helper given): one item per source entry, the axis an argument (``o_s`` has 0
+    at the axis, ``o_sax`` its stride: one program for every axis); else one item per output."""
     c = ctype(dt)
     params = ["const long n", f"__global {c.storage}* out"]
     params += [f"const long sh{d}" for d in range(rank)]  # atomic: index shape; deterministic: out shape
@@ -128,8 +133,9 @@ def _scatter_source(dt: str, rank: int, axis: int, helper: str | None) -> tuple[
     lines = [preamble({dt}, atomics64=c.compute in ("long", "ulong", "double")), _CLAMP_SOURCE, helper or ""]
     if helper is not None:
         params.append("const long na")  # out's extent along axis: indices are clamped into it
-        types.append(L)
-        target = " + ".join([f"c{d} * o_s{d}" for d in range(rank) if d != axis] + [f"j * o_s{axis}"])
+        params.append("const long o_sax")  # out's stride along axis
+        types += [L, L]
+        target = " + ".join([f"c{d} * o_s{d}" for d in range(rank)] + ["j * o_sax"])
         lines += [
             "__kernel void ember_scatter(" + ", ".join(params) + ") {",
             "  const long i = get_global_id(0);",
@@ -172,13 +178,14 @@ def scatter_add(rt: Runtime, a: CLArray, index: CLArray, values: CLArray, axis: 
     values = values.expand(index.shape)
 
     def make() -> tuple[str, str, list[Any]]:
-        s, t = _scatter_source(dt, rank, axis, helper)
+        s, t = _scatter_source(dt, rank, -1 if helper is not None else axis, helper)
         return s, "ember_scatter", t
 
-    knl, wg = rt.kernel(("scatter", dt, rank, axis, helper is not None), make)
+    knl, wg = rt.kernel(("scatter", dt, rank, -1 if helper is not None else axis, helper is not None), make)
     geo = [index.buf, index.offset, *index.strides, values.buf, values.offset, *values.strides]
     if helper is not None:
-        args = [index.size, out.buf, *index.shape, *out.strides, *geo, out.shape[axis]]
+        o_s = [0 if d == axis else st for d, st in enumerate(out.strides)]
+        args = [index.size, out.buf, *index.shape, *o_s, *geo, out.shape[axis], out.strides[axis]]
         _launch(rt, knl, wg, index.size, args)
     else:
         args = [out.size, out.buf, *out.shape, *out.strides, *geo, index.shape[axis]]
@@ -187,8 +194,11 @@ def scatter_add(rt: Runtime, a: CLArray, index: CLArray, values: CLArray, axis: 
 
 
 # -- index_put ----------------------------------------------------------------------------
-def _put_source(dt: str, k: int, mode: str, helper: str | None) -> tuple[str, list[Any]]:
-    """mode: "claim" (pass 1), "write" (pass 2), "add" (atomic), "serial" (one work item)."""
+def _put_source(
+    dt: str, k: int, mode: str, helper: str | None, name: str = "ember_put", head: bool = True
+) -> tuple[str, list[Any]]:
+    """mode: "claim" (pass 1), "write" (pass 2), "add" (atomic), "serial" (one work item); kernel
+    ``name``, ``head=False``: without the pragmas and helpers (a second kernel of one program)."""
     c = ctype(dt)
     params = ["const long B", "const long R", f"__global {c.storage}* out", "__global int* win"]
     params += [f"__global const long* restrict ix{d}" for d in range(k)]
@@ -199,7 +209,9 @@ def _put_source(dt: str, k: int, mode: str, helper: str | None) -> tuple[str, li
     types: list[Any] = [L, L, None, None] + [None] * k + [L] * (2 * k) + [None, L] + [L] * k
     target = " + ".join(f"{_CLAMP}(ix{d}[ixo{d} + p], td{d}) * ts{d}" for d in range(k)) if k else "0"
     lines = [preamble({dt}, atomics64=c.compute in ("long", "ulong", "double")), _CLAMP_SOURCE, helper or ""]
-    lines.append("__kernel void ember_put(" + ", ".join(params) + ") {")
+    if not head:
+        lines = []
+    lines.append(f"__kernel void {name}(" + ", ".join(params) + ") {")
     if mode == "claim":
         lines += [
             "  const long p = get_global_id(0);",
@@ -251,6 +263,10 @@ def index_put(rt: Runtime, a: CLArray, values: CLArray, indices: Sequence[CLArra
 
     def kernel(mode: str) -> tuple[Any, int]:
         def make() -> tuple[str, str, list[Any]]:
+            if mode in ("claim", "write"):  # the two passes always run together: one program
+                claim, t = _put_source(dt, k, "claim", None, "ember_put_claim")
+                write, t_write = _put_source(dt, k, "write", None, "ember_put_write", False)
+                return claim + write, f"ember_put_{mode}", t if mode == "claim" else t_write
             s, t = _put_source(dt, k, mode, helper if mode == "add" else None)
             return s, "ember_put", t
 
