@@ -190,7 +190,7 @@ def test_tuner_drops_failing_and_oversized_candidates(dev, gpu_like, tmp_path, m
     good, broken, wrong = Tiling(32, 32, 8, 2, 4, vw=2, chunk=1, db=True), TILINGS["tiny"], TILINGS["odd"]
     big = Tiling(128, 128, 32, 1, 1)  # 16384 work items per group: beyond any device's limit
     assert not tune._TUNER.fits(rt, big, "float32")
-    real = tune.matmul
+    real = tune.as_tuned_runs
 
     def flaky(rt_, a, b, t):
         if t == broken:
@@ -199,7 +199,7 @@ def test_tuner_drops_failing_and_oversized_candidates(dev, gpu_like, tmp_path, m
             return _up(rt_, np.zeros((a.shape[0], b.shape[1]), np.float32))
         return real(rt_, a, b, t)
 
-    monkeypatch.setattr(tune, "matmul", flaky)
+    monkeypatch.setattr(tune, "as_tuned_runs", flaky)
     best, rows = tune.tune(rt, "float32", 40, 70, 50, choices=[big, broken, wrong, good], budget_s=60, reps=1)
     assert best == good, rows
     assert [Tiling(**r["tiling"]) for r in rows] == [broken, wrong, good]

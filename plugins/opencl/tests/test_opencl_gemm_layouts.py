@@ -61,7 +61,7 @@ def test_a_deep_gemm_of_few_tiles_runs_as_k_slices(gpu_like, monkeypatch):
     assert mm._slices(rt, "float32", M, N, K, "tA") == 4
     split = []
     real = mm._split_k
-    monkeypatch.setattr(mm, "_split_k", lambda rt, s, a, b: split.append(s) or real(rt, s, a, b))
+    monkeypatch.setattr(mm, "_split_k", lambda rt, s, a, b, t=None: split.append(s) or real(rt, s, a, b, t))
     a = RNG.standard_normal((M, K)).astype(np.float32)
     b = RNG.standard_normal((K, N)).astype(np.float32)
     at = _up(rt, a.T).permute((1, 0))  # x.T @ g, as a weight gradient comes
@@ -70,6 +70,28 @@ def test_a_deep_gemm_of_few_tiles_runs_as_k_slices(gpu_like, monkeypatch):
     assert split == [4]
     monkeypatch.setattr(rt, "compute_units", 2)  # 4 tiles fill 2 units twice over: left whole
     assert mm._slices(rt, "float32", M, N, K, "tA") == 0
+
+
+def test_the_tuner_times_a_deep_gemm_of_few_tiles_as_its_plan_runs_it(gpu_like, monkeypatch):
+    """A candidate tiling leaving compute units idle on a deep product is timed in the K slices a plan
+    with it tuned would cut (``matmul.as_tuned_runs``), not whole: else a small tiling that fills the
+    units wins the class, and its product is never split."""
+    rt = gpu_like
+    M, K, N = 64, 4096, 64
+    monkeypatch.setattr(mm, "AUTOTUNE_FLOPS", 1)  # (this size stands in for a large one)
+    monkeypatch.setattr(rt, "compute_units", 64)
+    split = []
+    real = mm._split_k
+    monkeypatch.setattr(mm, "_split_k", lambda rt, s, a, b, t=None: split.append((s, t)) or real(rt, s, a, b, t))
+    a = RNG.standard_normal((M, K)).astype(np.float32)
+    b = RNG.standard_normal((K, N)).astype(np.float32)
+    got = rt.download(tune._TUNER.matmul(rt, _up(rt, a), _up(rt, b), PLAIN))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
+    assert split == [(4, PLAIN)], "timed whole: the tuner would not see the split it chooses for"
+    assert _ran(rt, PLAIN)
+    monkeypatch.setattr(rt, "compute_units", 2)  # 4 tiles fill 2 units twice over: timed whole
+    tune._TUNER.matmul(rt, _up(rt, a), _up(rt, b), PLAIN)
+    assert len(split) == 1
 
 
 @pytest.mark.parametrize("sw", [3, 8])

@@ -308,11 +308,14 @@ def _slices(rt: Runtime, dt: str, M: int, N: int, K: int, layout: str = "") -> i
 
 
 def _deep_slices(rt: Runtime, dt: str, M: int, N: int, K: int, layout: str) -> int:
-    """The K slices of a large GEMM with fewer tiles than compute units under its tuned tiling (0:
-    unsplit): the divisor of K the wave model prices lowest, if it saves :data:`DEEP_GAIN`."""
+    """The K slices of a large GEMM under its tuned tiling (0: unsplit or untuned): :func:`deep_slices`."""
     t = _tuned(rt, dt, M, N, K, layout)
-    if t is None:
-        return 0
+    return 0 if t is None else deep_slices(rt, t, dt, M, N, K)
+
+
+def deep_slices(rt: Runtime, t: Tiling, dt: str, M: int, N: int, K: int) -> int:
+    """The K slices of a large GEMM with fewer tiles of ``t`` than compute units (0: unsplit): the
+    divisor of K the wave model prices lowest, if it saves :data:`DEEP_GAIN`."""
     tiles, units = -(-M // t.tm) * -(-N // t.tn), rt.compute_units
     if tiles >= units:
         return 0
@@ -331,15 +334,30 @@ def _deep_slices(rt: Runtime, dt: str, M: int, N: int, K: int, layout: str) -> i
     return chosen if best <= (1 - DEEP_GAIN) * whole else 0
 
 
-def _split_k(rt: Runtime, slices: int, a: CLArray, b: CLArray) -> CLArray:
+def as_tuned_runs(rt: Runtime, a: CLArray, b: CLArray, t: Tiling) -> CLArray:
+    """``a @ b`` under tiling ``t`` as a plan with ``t`` tuned would run it: a large 2-D product of
+    fewer tiles than compute units as :func:`deep_slices` K slices. The tuner times its candidates
+    so: W4's (1024, 16384)^T @ (16384, 1024) weight gradient, timed whole, chose a small tiling that
+    fills the units at 30 TFLOP/s, where a large one in K slices is what would run fastest."""
+    if not rt.is_cpu and len(a.shape) == 2 and len(b.shape) == 2 and a.dtype.name in ("float32", "float64"):
+        (M, K), N = a.shape, b.shape[1]
+        if K >= 2 * SLICE_K and M * N * K >= AUTOTUNE_FLOPS:
+            slices = deep_slices(rt, t, a.dtype.name, M, N, K)
+            if slices:
+                return _split_k(rt, slices, a, b, t)
+    return matmul(rt, a, b, t)
+
+
+def _split_k(rt: Runtime, slices: int, a: CLArray, b: CLArray, tiling: Tiling | None = None) -> CLArray:
     """``a @ b`` as ``slices`` products over K's slices, one batched GEMM into (slices, M, N)
-    partials, then their sum (in the operands' float type: as exact as one long K loop, or more)."""
+    partials (under ``tiling`` when given), then their sum (in the operands' float type: as exact as
+    one long K loop, or more)."""
     (M, K), N = a.shape, b.shape[1]
     ks = K // slices
     (a_rs, a_cs), (b_rs, b_cs) = a.strides, b.strides
     av = a.with_layout((slices, M, ks), (ks * a_cs, a_rs, a_cs), a.offset)
     bv = b.with_layout((slices, ks, N), (ks * b_rs, b_rs, b_cs), b.offset)
-    return reduce(rt, "sum", matmul(rt, av, bv), (0,), False)
+    return reduce(rt, "sum", matmul(rt, av, bv, tiling), (0,), False)
 
 
 def _run(rt: Runtime, plan: _Plan, a: CLArray, b: CLArray) -> CLArray:

@@ -29,7 +29,7 @@ from ember.tuning import shape_class as shape_class
 
 from .cache import device_name
 from .gemm_source import Tiling
-from .matmul import fits, matmul, tuning_changed
+from .matmul import as_tuned_runs, fits, tuning_changed
 from .runtime import Runtime
 
 __all__ = ["LARGE", "shape_class", "candidates", "lookup", "record", "tune", "forget", "store_for", "main"]
@@ -97,7 +97,7 @@ class _OpenCLTuner(GemmTuner[Runtime, Tiling]):
         return bool(rt.is_cpu)
 
     def matmul(self, rt: Runtime, a: Any, b: Any, c: Tiling) -> Any:
-        return matmul(rt, a, b, c)
+        return as_tuned_runs(rt, a, b, c)  # (K slices where a plan with c would cut them)
 
     def lookup(self, rt: Runtime, dt: str, M: int, N: int, K: int, layout: str = "") -> Tiling | None:
         """The cached choice; tuning on first use waits for ``rt``'s first read-back (see above)."""
