@@ -134,6 +134,9 @@ class GemmTuner(Generic[R, C]):
     family: Sequence[tuple[Any, ...]] = ()
     #: the key a stored choice and a timing row hold the config under
     entry: str = "config"
+    #: part of every stored choice's key: a backend raises it when its timings change meaning, so that
+    #: choices made under the old rule are tuned again
+    version: int = 1
 
     def __init__(self) -> None:
         self._stores: weakref.WeakKeyDictionary[Any, KernelCache] = weakref.WeakKeyDictionary()
@@ -213,7 +216,7 @@ class GemmTuner(Generic[R, C]):
 
     def key(self, store: KernelCache, dt: str, cls: str) -> Any:
         """The store key of the choice for (``dt``, ``cls``)."""
-        return store.key(f"ember-{self.backend} gemm tuning v1\n{dt}\n{cls}")
+        return store.key(f"ember-{self.backend} gemm tuning v{self.version}\n{dt}\n{cls}")
 
     def forget(self, rt: R) -> None:
         """Drop what this process remembers of the disk store (the next lookup reads it again)."""

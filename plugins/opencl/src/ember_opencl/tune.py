@@ -86,6 +86,7 @@ class _OpenCLTuner(GemmTuner[Runtime, Tiling]):
     config_type = Tiling
     family = _GPU_FAMILY
     entry = "tiling"
+    version = 2  # (2: deep products of few tiles timed in their K slices, as_tuned_runs)
 
     def fits(self, rt: Runtime, c: Tiling, dt: str) -> bool:
         return fits(rt, c, dt)
