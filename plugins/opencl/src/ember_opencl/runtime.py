@@ -167,8 +167,8 @@ class _Pending:
 STORE_AFTER = 64
 
 #: whether a constant (:meth:`Runtime.constant`: ``full``, autodiff's seed, a default affine
-#: parameter) is written by the queue (clEnqueueFillBuffer) instead of uploaded: a write from pageable
-#: host memory may wait for the queue to drain (EMBER_OPENCL_FILL=0 uploads, to measure the difference)
+#: parameter) is written by the queue (clEnqueueFillBuffer) instead of uploaded: no host copy to hold
+#: (EMBER_OPENCL_FILL=0 uploads, to measure the difference)
 FILL = os.environ.get("EMBER_OPENCL_FILL", "1") != "0"
 
 #: an upload of a caller's array up to this size is copied on the host and queued without waiting
@@ -646,8 +646,9 @@ class Runtime:
 
     def constant(self, value: Any, dtype: Any) -> CLArray:
         """A one-element buffer holding ``value``, filled by the queue in order (no host copy: W4's step
-        makes five such constants, and an upload of each from pageable memory could hold the host until
-        the queue drained); an upload while recording an ``em.jit`` step (it holds its constants)."""
+        makes five such constants, each of which held the host until the queue drained while uploads
+        dropped their transfer event, see :meth:`_copy_in`); an upload while recording an ``em.jit``
+        step (it holds its constants)."""
         raw = np.asarray(value).astype(dtype.numpy).reshape(1).view(ctype(dtype).np_storage)
         if not FILL or "upload" in vars(self):  # (recording swaps in its own upload)
             return self.upload(raw, dtype)
