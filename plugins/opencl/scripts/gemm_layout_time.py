@@ -9,8 +9,9 @@ kernel's loads. For each product of ``--products`` (``w2``: W2's GEMMs at batch 
 ``w4``: W4's at GPU size, or ``MxKxN[:tA][:tB]`` items joined by commas) this prints the default
 path's GPU time (the plan matmul would run: tuned choice, split-K, skinny), with ``--splits`` the
 product as that many K slices and their sum (``matmul._split_k``), and the ``--top`` fastest
-tilings: GPU µs per call from queue profiling events (median of ``--iters``), TFLOP/s, and the
-largest difference from the default result relative to its largest value. A probe for the device
+tilings, each timed as the tuner times it (``matmul.as_tuned_runs``: a deep product of few tiles in
+its K slices, said on its line): GPU µs per call from queue profiling events (median of ``--iters``),
+TFLOP/s, and the largest difference from the default result relative to its largest value. A probe for the device
 machine, not a test.
 """
 
@@ -95,12 +96,14 @@ def main() -> None:
         rows = []
         for t in family:
             try:
-                us, got = _gpu_us(rt, lambda t=t, a=a, b=b: mm.matmul(rt, a, b, t), args.iters)
+                us, got = _gpu_us(rt, lambda t=t, a=a, b=b: mm.as_tuned_runs(rt, a, b, t), args.iters)
             except Exception as exc:  # a tiling the device refuses at launch: say so, go on
                 rows.append((float("inf"), t, f"failed: {type(exc).__name__}"))
                 continue
             diff = float(np.abs(rt.download(got).astype(np.float64) - ref).max()) / scale
-            rows.append((us, t, f"diff {diff:.1e}"))
+            deep = m * n * k >= mm.AUTOTUNE_FLOPS and k >= 2 * mm.SLICE_K and not rt.is_cpu
+            slices = mm.deep_slices(rt, t, "float32", m, n, k) if deep else 0
+            rows.append((us, t, f"diff {diff:.1e}" + (f" ({slices} K slices)" if slices else "")))
         for s in (int(x) for x in args.splits.split(",") if x):
             if k % s:
                 continue
