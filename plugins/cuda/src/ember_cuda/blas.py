@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import CudaError
 
-__all__ = ["blas_kernels", "CALLS"]
+__all__ = ["blas_kernels", "store_product", "CALLS"]
 
 #: GEMM calls made here (tests read it to see the direct path ran; ``folded``: batches run as one GEMM)
 CALLS: Counter[str] = Counter()
@@ -78,6 +78,18 @@ def _batch(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
     return None
 
 
+def store_product(r: Any, out: Any, accumulate: bool) -> Any:
+    """A product ``r`` computed elsewhere, into ``out`` (added to it with ``accumulate``); ``r`` when
+    there is no ``out``: what a matmul without cuBLAS's store does for ``out=`` / ``accumulate=``."""
+    if out is None:
+        return r
+    if accumulate:
+        out += r
+    else:
+        out[...] = r
+    return out
+
+
 def _library() -> ctypes.CDLL:
     """The libcublas CuPy has loaded (a second dlopen of the same soname returns it)."""
     for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
@@ -121,14 +133,7 @@ def blas_kernels(cp: Any, fallback: dict[str, Callable[..., Any]], tf32: Callabl
     stream_of = cp.cuda.get_current_stream
 
     def shared(a: Any, b: Any, out: Any, accumulate: bool) -> Any:
-        r = other(a, b)
-        if out is None:
-            return r
-        if accumulate:
-            out += r
-        else:
-            out[...] = r
-        return out
+        return store_product(other(a, b), out, accumulate)
 
     def matmul(a: Any, b: Any, *, out: Any = None, accumulate: bool = False) -> Any:
         """``a @ b``; into ``out`` (C-contiguous, the product's shape and dtype) when given, added to

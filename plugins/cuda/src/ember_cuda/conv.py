@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from .blas import store_product
 from .kernels import Launcher as _Launcher
 
 __all__ = ["conv_kernels", "source", "spans", "CALLS", "OPTIONS", "NEVER"]
@@ -361,12 +362,8 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         """``out = a @ b`` (``+=`` with ``accumulate``): in cuBLAS's store where matmul takes ``out``."""
         if direct_into:
             matmul(a, b, out=out, accumulate=accumulate)
-            return
-        r = matmul(a, b)
-        if accumulate:
-            out += r
         else:
-            out[...] = r
+            store_product(matmul(a, b), out, accumulate)
 
     #: (ctype, kernel name) -> its Launcher (a real GPU: the parameter block kept between calls,
     #: as the elementwise kernels'), or the function object (CuPy's boxing call; a stand-in's)

@@ -579,14 +579,19 @@ class Runtime:
             self, self._make_pool(None, lambda raw: rec.refuse("device memory ran short while recording"))
         )
         upload = rec.held_upload(self, shared, functools.partial(Runtime.upload, self), lambda a: a.block)
+
+        def constant(value: Any, dtype: Any) -> CLArray:  # a held upload: the replays read it, none writes it
+            return upload(np.asarray(value).astype(dtype.numpy).reshape(1), dtype)
+
         self.launch, self.upload, self.download = launch, upload, download  # type: ignore[method-assign]
+        self.constant = constant  # type: ignore[method-assign]
         self._sync = True  # a bound launch needs its kernel now
         try:
             yield
         finally:
             self.pool = shared
             self._sync = False
-            del self.launch, self.upload, self.download
+            del self.launch, self.upload, self.download, self.constant
 
     def _bound(self, knl: Any, args: Sequence[Any]) -> Any:
         """A kernel object of its own with ``args`` set: clCloneKernel (OpenCL 2.1) of ``knl``
@@ -647,10 +652,10 @@ class Runtime:
     def constant(self, value: Any, dtype: Any) -> CLArray:
         """A one-element buffer holding ``value``, filled by the queue in order (no host copy: W4's step
         makes five such constants, each of which held the host until the queue drained while uploads
-        dropped their transfer event, see :meth:`_copy_in`); an upload while recording an ``em.jit``
-        step (it holds its constants)."""
+        dropped their transfer event, see :meth:`_copy_in`). Recording an ``em.jit`` step swaps in a
+        held upload (:meth:`recording`)."""
         raw = np.asarray(value).astype(dtype.numpy).reshape(1).view(ctype(dtype).np_storage)
-        if not FILL or "upload" in vars(self):  # (recording swaps in its own upload)
+        if not FILL:
             return self.upload(raw, dtype)
         out = self.empty((1,), dtype)
         if self._deferred:  # after the launches waiting for a program, in order
