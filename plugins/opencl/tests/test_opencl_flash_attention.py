@@ -93,7 +93,12 @@ def test_matches_reference(dev, qs, ks, causal):
     before = dict(attention.CALLS)
     got = run(dev, q, k, v, g, is_causal=causal)
     check(got, reference(q, k, v, g, is_causal=causal), "float32")
-    for op in ("scaled_dot_product_attention", "scaled_dot_product_attention_backward"):
+    # autodiff's backward read the log-sum-exp the forward kept (no stats pass)
+    for op in (
+        "scaled_dot_product_attention",
+        "scaled_dot_product_attention_backward",
+        "attention_backward_from_output",
+    ):
         assert attention.CALLS[op] == before.get(op, 0) + 1, op
 
 
@@ -206,3 +211,95 @@ def test_switch_off(dev, monkeypatch):
     assert table["scaled_dot_product_attention"] == backend._attention_composite
     monkeypatch.setenv("EMBER_OPENCL_FLASH", "1")
     assert "scaled_dot_product_attention_backward" in OpenCLBackend.native_kernels(backend)
+
+
+def _launched(monkeypatch, names: list[str]) -> None:
+    from ember_opencl.runtime import Runtime
+
+    plain = Runtime.launch
+
+    def counted(self, knl, gsize, lsize, args):
+        names.append(knl.function_name)
+        plain(self, knl, gsize, lsize, args)
+
+    monkeypatch.setattr(Runtime, "launch", counted)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_given_the_output_reads_the_kept_statistics(dev, monkeypatch, causal):
+    """``attention_backward_from_output`` with the flash forward's output runs the delta pass, not the
+    stats pass; without kept statistics (the same values in another handle) it runs the stats pass;
+    both match the reference, and the plain backward op."""
+    from ember.ops.attention import attention_backward, attention_backward_from_output
+
+    q, k, v, g = (RNG.standard_normal(s) for s in ((2, 2, 100, 32), (2, 2, 40, 32), (2, 2, 40, 32), (2, 2, 100, 32)))
+    tq, tk, tv, tg = (em.tensor(a.astype(np.float32), device=dev) for a in (q, k, v, g))
+    out = em.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+    _, *want = reference(q, k, v, g, is_causal=causal)
+    names: list[str] = []
+    _launched(monkeypatch, names)
+
+    def unpacked(packed):
+        a = packed.numpy().astype(np.float64)
+        n_q, n_k = q.size, k.size
+        return a[:n_q].reshape(q.shape), a[n_q : n_q + n_k].reshape(k.shape), a[n_q + n_k :].reshape(v.shape)
+
+    kept = unpacked(attention_backward_from_output(tg, tq, tk, tv, out, is_causal=causal))
+    assert names == ["ember_flash_delta", "ember_flash_dkdv", "ember_flash_dq"]
+    names.clear()
+    copied = unpacked(attention_backward_from_output(tg, tq, tk, tv, out + 0.0, is_causal=causal))
+    assert [n for n in names if n.startswith("ember_flash")] == [
+        "ember_flash_stats",
+        "ember_flash_dkdv",
+        "ember_flash_dq",
+    ]
+    names.clear()
+    plain = unpacked(attention_backward(tg, tq, tk, tv, is_causal=causal))
+    assert names == ["ember_flash_stats", "ember_flash_dkdv", "ember_flash_dq"]
+    for got in (kept, copied, plain):
+        check((np.zeros(1),) + got, (np.zeros(1),) + tuple(want), "float32")
+    names.clear()
+    other = unpacked(attention_backward_from_output(tg, tq, tk, tv, out, is_causal=causal, scale=0.5))
+    assert names[0] == "ember_flash_stats"  # kept for another scale: not used
+    _, *want = reference(q, k, v, g, is_causal=causal, scale=0.5)
+    check((np.zeros(1),) + other, (np.zeros(1),) + tuple(want), "float32")
+
+
+def test_em_jit_replays_the_backward_given_the_output(dev):
+    """A step (forward, backward through the kept statistics, SGD on q, k, v) replayed by em.jit
+    matches the same steps run eagerly."""
+
+    def make():
+        em.seed(0)
+        ad = dev.autodiff()
+        init = np.random.default_rng(3)
+        leaves = [em.tensor(init.standard_normal((2, 2, 48, 32)).astype(np.float32), device=ad, requires_grad=True)
+                  for _ in range(3)]  # fmt: skip
+
+        def step(g):
+            for t in leaves:
+                t.grad = None
+            out = em.scaled_dot_product_attention(*leaves, is_causal=True)
+            loss = (out * g).sum()
+            loss.backward()
+            with em.no_grad():
+                for t in leaves:
+                    t -= 0.05 * t.grad
+            return loss
+
+        return leaves, step
+
+    eager_leaves, eager = make()
+    jit_leaves, jitted = make()
+    jitted = em.jit(jitted)
+    rng = np.random.default_rng(4)
+    before = attention.CALLS["attention_backward_from_output"]
+    for i in range(6):
+        g = rng.standard_normal((2, 2, 48, 32)).astype(np.float32)
+        a = eager(em.tensor(g, device=dev.autodiff()))
+        b = jitted(em.tensor(g, device=dev.autodiff()))
+        np.testing.assert_allclose(b.item(), a.item(), rtol=1e-5, err_msg=f"loss, step {i}")
+        for x, y in zip(jit_leaves, eager_leaves):
+            np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+    assert attention.CALLS["attention_backward_from_output"] > before
+    assert jitted.captures and jitted.captures[0].replays >= 3

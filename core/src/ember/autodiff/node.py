@@ -29,7 +29,7 @@ INPUTS_UNREAD = frozenset(
 OUTPUT_UNREAD = frozenset(
     {
         "add", "sub", "neg", "mul", "div", "cast", "where", "matmul", "conv", "gelu", "avg_pool",
-        "layer_norm", "cross_entropy", "scaled_dot_product_attention",
+        "layer_norm", "cross_entropy",
         "reshape", "permute", "expand", "slice", "pad", "flip", "concat", "sum",
         "log", "log1p", "log2", "log10", "erf", "square", "sin", "cos", "sinh", "cosh",
         "asin", "acos", "atan", "asinh", "acosh", "atanh", "silu", "softplus", "gelu_tanh",

@@ -21,7 +21,7 @@ from .nn import _float_arg, _has_native, dropout, softmax, softmax_backward
 if TYPE_CHECKING:  # annotations only: ember.tensor is a layer above (.importlinter)
     from ..tensor import Tensor
 
-__all__ = ["scaled_dot_product_attention", "attention_backward"]
+__all__ = ["scaled_dot_product_attention", "attention_backward", "attention_backward_from_output"]
 
 
 def _scores(q: Tensor, k: Tensor, mask: Sequence[Tensor], is_causal: bool, scale: float) -> Tensor:
@@ -72,12 +72,14 @@ def _attention_vjp(
     if (
         not is_grad_enabled()  # the packed op records no graph: not under create_graph
         and g._shape == packed_shapes(q._shape, k._shape, v._shape)[0][:-1] + v._shape[-1:]
-        and _has_native(q, ATTENTION_BACKWARD.name)
     ):
-        # the backend's one kernel for all three (cpu: five products per block of heads)
-        return _unpack_grads(attention_backward(g, q, k, v, *mask, is_causal=is_causal, scale=scale), q, k, v) + (
-            None,
-        ) * len(mask)
+        if _has_native(q, ATTENTION_BACKWARD_FROM_OUTPUT.name):  # the forward's output (and what it kept)
+            packed = attention_backward_from_output(g, q, k, v, out, *mask, is_causal=is_causal, scale=scale)
+            return _unpack_grads(packed, q, k, v) + (None,) * len(mask)
+        if _has_native(q, ATTENTION_BACKWARD.name):
+            # the backend's one kernel for all three (cpu: five products per block of heads)
+            packed = attention_backward(g, q, k, v, *mask, is_causal=is_causal, scale=scale)
+            return _unpack_grads(packed, q, k, v) + (None,) * len(mask)
     grads = _by_batch(
         lambda q, k, v, g, m: _attention_grads(g, q, k, v, m, is_causal, scale, need)[:3], q, k, v, g, mask
     )
@@ -183,23 +185,64 @@ ATTENTION_BACKWARD = define(
 )
 
 
+def _backward_args(
+    name: str, g: Any, q: Any, k: Any, v: Any, mask: tuple[Any, ...], is_causal: bool, scale: float | None
+) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], dict[str, Any], int]:
+    """The checked (g, q, k, v), masks, params and packed length of a backward op's call."""
+    q = _float_arg(q, name)
+    k, v, g = (_tensor_arg(t, name, q) for t in (k, v, g))
+    masks = tuple(_tensor_arg(m, name, q) for m in mask[:1])
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q._shape[-1] != k._shape[-1] or k._shape[-2] != v._shape[-2]:
+        raise ShapeError(f"{name}: q {q._shape}, k {k._shape}, v {v._shape} do not fit")
+    shapes = packed_shapes(q._shape, k._shape, v._shape)
+    if g._shape != shapes[0][:-1] + v._shape[-1:]:
+        raise ShapeError(f"{name}: g has shape {g._shape}, expected {shapes[0][:-1] + v._shape[-1:]}")
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(q._shape[-1])
+    n = math.prod(shapes[0]) + math.prod(shapes[1]) + math.prod(shapes[2])  # (sum is ember's reduction here)
+    return (g, q, k, v), masks, {"is_causal": bool(is_causal), "scale": sc}, n
+
+
 def attention_backward(
     g: Any, q: Any, k: Any, v: Any, *mask: Any, is_causal: bool = False, scale: float | None = None
 ) -> Tensor:
     """The gradients of ``scaled_dot_product_attention(q, k, v, mask)`` at cotangent ``g`` with
     respect to q, k and v, flattened and concatenated (:func:`packed_shapes` gives their shapes)."""
-    q = _float_arg(q, "attention_backward")
-    k, v, g = (_tensor_arg(t, "attention_backward", q) for t in (k, v, g))
-    masks = tuple(_tensor_arg(m, "attention_backward", q) for m in mask[:1])
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q._shape[-1] != k._shape[-1] or k._shape[-2] != v._shape[-2]:
-        raise ShapeError(f"attention_backward: q {q._shape}, k {k._shape}, v {v._shape} do not fit")
-    shapes = packed_shapes(q._shape, k._shape, v._shape)
-    if g._shape != shapes[0][:-1] + v._shape[-1:]:
-        raise ShapeError(f"attention_backward: g has shape {g._shape}, expected {shapes[0][:-1] + v._shape[-1:]}")
-    sc = float(scale) if scale is not None else 1.0 / math.sqrt(q._shape[-1])
-    n = math.prod(shapes[0]) + math.prod(shapes[1]) + math.prod(shapes[2])  # (sum is ember's reduction here)
-    params = {"is_causal": bool(is_causal), "scale": sc}
-    return apply(ATTENTION_BACKWARD, (g, q, k, v) + masks, params, (n,), q._dtype)
+    gqkv, masks, params, n = _backward_args("attention_backward", g, q, k, v, mask, is_causal, scale)
+    return apply(ATTENTION_BACKWARD, gqkv + masks, params, (n,), gqkv[1]._dtype)
+
+
+def _attention_backward_from_output(
+    g: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, *mask: Tensor, is_causal: bool, scale: float
+) -> Tensor:
+    return _attention_backward(g, q, k, v, *mask, is_causal=is_causal, scale=scale)
+
+
+#: :data:`ATTENTION_BACKWARD` given the forward's output too: a flash backward needs each query row's
+#: log-sum-exp and ``delta = g . out``; a backend whose forward kept the former beside its output
+#: (the handle it returned) reads both from there instead of recomputing the forward (ember-opencl:
+#: a pass as long as a third of the forward's). ``out`` must be the forward's result for these q, k, v
+ATTENTION_BACKWARD_FROM_OUTPUT = define(
+    "scaled_dot_product_attention_backward_from_output",
+    kind="contraction",
+    native="scaled_dot_product_attention_backward_from_output(g, q, k, v, out[, mask], *, is_causal, scale) -> "
+    "handle  # as scaled_dot_product_attention_backward; out: the forward's result",
+    autocast=LOW,
+    composite=_attention_backward_from_output,
+    differentiable=False,
+)
+
+
+def attention_backward_from_output(
+    g: Any, q: Any, k: Any, v: Any, out: Any, *mask: Any, is_causal: bool = False, scale: float | None = None
+) -> Tensor:
+    """:func:`attention_backward` given ``out = scaled_dot_product_attention(q, k, v, mask, ...)``,
+    the forward's result for the same operands: a backend may read what its forward kept with it."""
+    name = "attention_backward_from_output"
+    gqkv, masks, params, n = _backward_args(name, g, q, k, v, mask, is_causal, scale)
+    o = _tensor_arg(out, name, gqkv[1])
+    if o._shape != gqkv[0]._shape:
+        raise ShapeError(f"{name}: out has shape {o._shape}, expected g's {gqkv[0]._shape} (the forward's result)")
+    return apply(ATTENTION_BACKWARD_FROM_OUTPUT, gqkv + (o,) + masks, params, (n,), gqkv[1]._dtype)
 
 
 ATTENTION = define(

@@ -22,7 +22,9 @@ Shape = tuple[int, ...]
 class CLArray(View):
     """A tensor's storage on an OpenCL device: ``block`` (None when empty) viewed as (shape, strides, offset)."""
 
-    __slots__ = ("block", "dtype")
+    # aux: what the op that made this handle left for its backward (the flash forward: the rows'
+    # log-sum-exp), read only through this very handle (a view or an in-place change makes another)
+    __slots__ = ("block", "dtype", "aux")
 
     def __init__(
         self, block: Block[Any] | None, shape: Shape, strides: Shape | None, offset: int, dtype: DType
@@ -34,6 +36,7 @@ class CLArray(View):
         self.size = prod(shape)
         self.block = block
         self.dtype = dtype
+        self.aux = None
 
     def with_layout(self, shape: Shape, strides: Shape, offset: int) -> CLArray:
         return CLArray(self.block, shape, strides, offset, self.dtype)

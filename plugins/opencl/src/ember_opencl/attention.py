@@ -5,7 +5,10 @@ device takes no more) a tile of queries; it walks the keys a tile at a time thro
 memory with the online softmax (a running row maximum and sum, the partial output rescaled as the
 maximum grows). Queries are pre-scaled by ``scale * log2(e)``, so the exponentials are ``exp2``.
 Compiled with ``STATS``, the same kernel is the backward's first pass: per query row the
-log-sum-exp and ``delta = dO . O`` instead of O. The backward (FlashAttention-2, Dao 2023) then
+log-sum-exp and ``delta = dO . O`` instead of O. The forward writes each row's log-sum-exp too
+and keeps it on its output handle (:class:`Saved`), so autodiff's backward, which passes that output
+(``scaled_dot_product_attention_backward_from_output``), takes ``delta`` from one pass over dO and O
+(``ember_flash_delta``) instead of the stats pass, which recomputes the forward. The backward (FlashAttention-2, Dao 2023) then
 runs ``dkdv`` (a work-group per tile of keys walks the query tiles that see them) and ``dq`` (a
 work-group per tile of queries walks its key tiles): no atomics, every gradient one work-group's
 sum in a fixed order, so a run gives the same bits every time. This is ember-cuda's design
@@ -44,7 +47,7 @@ from .elementwise import contiguous
 from .nn import attention as composite_forward
 from .runtime import Runtime
 
-__all__ = ["forward", "backward", "plan", "source", "CALLS", "HEAD_SIZES", "DTYPES", "ON_CPU"]
+__all__ = ["forward", "backward", "plan", "source", "Saved", "CALLS", "HEAD_SIZES", "DTYPES", "ON_CPU"]
 
 #: launches by kernel path (tests read it; nothing else depends on it)
 CALLS: Counter[str] = Counter()
@@ -239,8 +242,8 @@ def _forward_source(dt: str, head: int, items: int, bm: int, bn: int, rank: int,
         params += ["__global float* restrict LSE", "__global float* restrict DELTA"]
         types += [None, None]
     else:
-        params += [f"__global {c.storage}* restrict O"]
-        types += [None]
+        params += [f"__global {c.storage}* restrict O", "__global float* restrict LSE"]
+        types += [None, None]
     params += ["const int L", "const int S", "const int tiles", "const float qscale", "const int causal"]
     params += ["const int offset"] + [f"const long bsh{d}" for d in range(rank)]
     types += [np.int32, np.int32, np.int32, np.float32, np.int32, np.int32] + [np.int64] * rank
@@ -352,6 +355,8 @@ def _forward_source(dt: str, head: int, items: int, bm: int, bn: int, rank: int,
             "    for (int jj = 0; jj < DJ; ++jj)",
             "      for (int c = 0; c < 4; ++c)",
             "        ember_st(O, (b * L + r) * D + 32 * jj + 4 * tx + c, o[i][4 * jj + c] * inv);",
+            "    if (tx == 0)  // kept for the backward, as the stats pass would compute it",
+            "      LSE[b * L + r] = lrow[i] > 0.0f ? mrow[i] + log2(lrow[i]) : INFINITY;",
             "  }",
         ]
     lines.append("}")
@@ -510,6 +515,39 @@ def _dq_source(dt: str, head: int, items: int, bq: int, sk: int, rank: int) -> t
     return "\n".join(lines) + "\n", types
 
 
+def _delta_source(dt: str, head: int, items: int, rank: int) -> tuple[str, list]:
+    """``delta = dO . O`` per query row from the forward's stored output (the backward given it):
+    a row's 8 items each take a float4 of every 32 columns, their parts summed in local memory;
+    a row that sees no key (its log-sum-exp +inf, its output NaN) gets 0, as the stats pass gives."""
+    params, types = _operand_params("go", rank, ctype(dt).storage)
+    params += ["__global const float* restrict LSE", "__global float* restrict DELTA", "const int L", "const int tiles"]
+    params += [f"const long bsh{d}" for d in range(rank)]
+    types += [None, None, np.int32, np.int32] + [np.int64] * rank
+    lines = _header(dt, head, items, items // 8, 8)
+    lines += [
+        *_kernel_head("ember_flash_delta", params),
+        "  __local float Rm[NT];",
+        *_batch("go", rank),
+        "  const int r = (get_group_id(0) % tiles) * TY + ty;",
+        "  float dot = 0.0f;",
+        "  if (r < L)",
+        "    for (int jj = 0; jj < DJ; ++jj)",
+        "      for (int c = 0; c < 4; ++c) {",
+        "        const int d = 32 * jj + 4 * tx + c;",
+        "        dot = fma(ember_ld(G, gb + r * g_rs + d), ember_ld(O, ob + r * o_rs + d), dot);",
+        "      }",
+        "  Rm[lid] = dot;",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        "  if (tx == 0 && r < L) {",
+        "    float sum = 0.0f;",
+        "    for (int t = 0; t < 8; ++t) sum += Rm[ty * 8 + t];",
+        "    DELTA[b * L + r] = isinf(LSE[b * L + r]) ? 0.0f : sum;",
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n", types
+
+
 def _unrolled(src: str) -> str:
     """``#pragma unroll`` before the loops over an item's rows and columns (their arrays then stay in
     registers) and a partial unroll of the loops over the head and a tile's rows."""
@@ -534,13 +572,16 @@ _NAMES = {
     "stats": "ember_flash_stats",
     "dkdv": "ember_flash_dkdv",
     "dq": "ember_flash_dq",
+    "delta": "ember_flash_delta",
 }
 
 
 def source(which: str, dt: str, head: int, p: Plan, rank: int = 1) -> tuple[str, str, list[Any]]:
-    """(OpenCL C, kernel name, argument types) of kernel ``which`` (forward, stats, dkdv, dq)."""
+    """(OpenCL C, kernel name, argument types) of kernel ``which`` (forward, stats, dkdv, dq, delta)."""
     if which in ("forward", "stats"):
         src, types = _forward_source(dt, head, p.items, *p.forward, rank, which == "stats")
+    elif which == "delta":
+        src, types = _delta_source(dt, head, p.items, rank)
     elif which == "dkdv":
         src, types = _dkdv_source(dt, head, p.items, *p.dkdv, rank)
     else:
@@ -603,18 +644,43 @@ def forward(
         CALLS["attention_forward_composite"] += 1
         return composite_forward(rt, q, k, v, mask, is_causal, scale)
     out = rt.empty(lead + (L, head), q.dtype)
+    lse = rt.empty((batch * L,), ctype("float32").dtype)
     tiles = -(-L // p.forward[0])
     CALLS["scaled_dot_product_attention"] += 1
-    args += [out.buf, L, S, tiles, scale * _LOG2E, int(is_causal), S - L, *bsh]
+    args += [out.buf, lse.buf, L, S, tiles, scale * _LOG2E, int(is_causal), S - L, *bsh]
     rt.launch(knl, (batch * tiles * p.items,), (p.items,), args)
+    out.aux = Saved(lse, lead, L, S, is_causal, scale)
     return out
 
 
+@dataclass(frozen=True)
+class Saved:
+    """What the flash forward keeps on its output handle for the backward given that output: each
+    query row's log-sum-exp (base 2, of the scaled scores) and the call it belongs to."""
+
+    lse: CLArray
+    lead: tuple[int, ...]
+    L: int
+    S: int
+    is_causal: bool
+    scale: float
+
+
 def backward(
-    rt: Runtime, g: CLArray, q: CLArray, k: CLArray, v: CLArray, mask: CLArray | None, is_causal: bool, scale: float
+    rt: Runtime,
+    g: CLArray,
+    q: CLArray,
+    k: CLArray,
+    v: CLArray,
+    mask: CLArray | None,
+    is_causal: bool,
+    scale: float,
+    out: CLArray | None = None,
 ) -> CLArray | NotImplementedType:
     """(gq, gk, gv) flattened and concatenated: the stats, dkdv and dq kernels where they apply;
-    ``NotImplemented`` (declined: dispatch runs the core's composite rule) for the rest."""
+    ``NotImplemented`` (declined: dispatch runs the core's composite rule) for the rest. Given the
+    forward's ``out`` with its :class:`Saved` log-sum-exp, a pass over ``g`` and ``out`` (``delta``)
+    takes the stats pass's place (which recomputes the forward)."""
     p = None if mask is not None else _covered(rt, q, k, v, g)
     lead = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
     L, S, head = q.shape[-2], k.shape[-2], q.shape[-1]
@@ -623,23 +689,36 @@ def backward(
     if p is None or batch == 0:
         CALLS["attention_backward_declined"] += 1
         return NotImplemented
+    saved = out.aux if out is not None and out.dtype is q.dtype else None
+    if saved is not None and saved != Saved(saved.lse, lead, L, S, is_causal, scale):
+        saved = None  # (another call's output: the stats pass is right whatever ``out`` holds)
     bsh, args = _operands(rt, lead, (q, k, v, g))
     rank = len(bsh)
-    kernels = [_kernel(rt, which, dt, head, p, rank) for which in ("stats", "dkdv", "dq")]
-    if any(knl is None for knl in kernels):
+    if saved is None:
+        pass1 = _kernel(rt, "stats", dt, head, p, rank)
+    else:
+        dbsh, dargs = _operands(rt, lead, (g, out))  # type: ignore[arg-type]
+        pass1 = _kernel(rt, "delta", dt, head, p, len(dbsh))
+    dkdv, dq = (_kernel(rt, which, dt, head, p, rank) for which in ("dkdv", "dq"))
+    if pass1 is None or dkdv is None or dq is None:
         CALLS["attention_backward_declined"] += 1
         return NotImplemented
-    stats, dkdv, dq = kernels
     n_q, n_k = batch * L * head, batch * S * head
     packed = rt.empty((n_q + 2 * n_k,), q.dtype)
-    lse = rt.empty((batch * L,), ctype("float32").dtype)
     delta = rt.empty((batch * L,), ctype("float32").dtype)
     qscale, causal, offset = scale * _LOG2E, int(is_causal), S - L
     CALLS["scaled_dot_product_attention_backward"] += 1
     items = p.items
-    t_stats = -(-L // p.forward[0])
-    rt.launch(stats, (batch * t_stats * items,), (items,),
-              [*args, lse.buf, delta.buf, L, S, t_stats, qscale, causal, offset, *bsh])  # fmt: skip
+    if saved is None:
+        lse = rt.empty((batch * L,), ctype("float32").dtype)
+        t_stats = -(-L // p.forward[0])
+        rt.launch(pass1, (batch * t_stats * items,), (items,),
+                  [*args, lse.buf, delta.buf, L, S, t_stats, qscale, causal, offset, *bsh])  # fmt: skip
+    else:
+        CALLS["attention_backward_from_output"] += 1
+        lse = saved.lse
+        t_rows = -(-L // (items // 8))
+        rt.launch(pass1, (batch * t_rows * items,), (items,), [*dargs, lse.buf, delta.buf, L, t_rows, *dbsh])
     t_kv = -(-S // p.dkdv[0])
     rt.launch(dkdv, (batch * t_kv * items,), (items,),
               [*args, lse.buf, delta.buf, packed.buf, n_q, n_q + n_k, L, S, t_kv, qscale, 1 / _LOG2E, causal, offset,

@@ -109,6 +109,7 @@ class OpenCLBackend(ViewMovement, Backend):
         if os.environ.get("EMBER_OPENCL_FLASH", "").strip() == "0":  # A/B: the composite attention paths
             table["scaled_dot_product_attention"] = self._attention_composite
             table.pop("scaled_dot_product_attention_backward", None)
+            table.pop("scaled_dot_product_attention_backward_from_output", None)
         if self.rt.is_cpu:  # (a GPU always runs conv natively: conv.py is imported at its first use)
             from . import conv  # noqa: PLC0415
 
@@ -130,6 +131,8 @@ class OpenCLBackend(ViewMovement, Backend):
             "scaled_dot_product_attention_backward": "GPUs: flash-style, a stats pass (log-sum-exp, delta), a dK/dV "
             "kernel per key tile and a dQ kernel per query tile (deterministic, no atomics); other cases are "
             "declined (NotImplemented): the core's composite rule runs them; EMBER_OPENCL_FLASH=0: always the rule",
+            "scaled_dot_product_attention_backward_from_output": "as the backward, with the log-sum-exp the flash "
+            "forward kept on its output and delta = g . out from a pass over both instead of the stats pass",
             "conv": "GPUs: implicit GEMM (input gathered in the tiled matmul's loader; the weight gradient per "
             "image, summed by one kernel); CPUs: core's unfold + matmul composite (faster there)",
         }
@@ -398,6 +401,24 @@ class OpenCLBackend(ViewMovement, Backend):
         from . import attention  # noqa: PLC0415
 
         return attention.backward(self.rt, g, q, k, v, mask[0] if mask else None, is_causal, scale)
+
+    @native
+    def scaled_dot_product_attention_backward_from_output(
+        self,
+        g: CLArray,
+        q: CLArray,
+        k: CLArray,
+        v: CLArray,
+        out: CLArray,
+        *mask: CLArray,
+        is_causal: bool,
+        scale: float,
+    ) -> CLArray | NotImplementedType:
+        """The flash backward reading the log-sum-exp the flash forward kept on ``out`` (a pass over
+        ``g`` and ``out`` instead of the stats pass); as the backward above where none was kept."""
+        from . import attention  # noqa: PLC0415
+
+        return attention.backward(self.rt, g, q, k, v, mask[0] if mask else None, is_causal, scale, out)
 
     def _attention_composite(
         self, q: CLArray, k: CLArray, v: CLArray, *mask: CLArray, is_causal: bool, scale: float
