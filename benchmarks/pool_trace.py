@@ -100,9 +100,11 @@ def replay(path: str, strategy: str, sub: bool | None) -> None:
             took.append(time.perf_counter() - start)
             print(
                 f"step {step:3d}: driver allocations {pool.misses - misses:4d} (device run: {ev[1]} in all), "
-                f"reserved {pool.reserved / MIB:8.2f} MiB (device {ev[2] / MIB:8.2f}), in use {pool.in_use / MIB:8.2f}, "
-                f"peak {pool.peak_reserved / MIB:8.2f} / {pool.peak_in_use / MIB:8.2f}; planned {pool.planned - planned}, "
-                f"drops {pool.plan_drops - drops}, refusals {pool.plan_refusals - refusals}"
+                f"reserved {pool.reserved / MIB:8.2f} MiB (device {ev[2] / MIB:8.2f}), "
+                f"in use {pool.in_use / MIB:8.2f}, "
+                f"peak {pool.peak_reserved / MIB:8.2f} / {pool.peak_in_use / MIB:8.2f}; "
+                f"planned {pool.planned - planned}, drops {pool.plan_drops - drops}, "
+                f"refusals {pool.plan_refusals - refusals}"
             )
             misses, planned = pool.misses, pool.planned
             drops, refusals = pool.plan_drops, pool.plan_refusals
