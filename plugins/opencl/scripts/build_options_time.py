@@ -28,22 +28,39 @@ import pytest
 os.environ.setdefault("EMBER_OPENCL_BUILD_PROCESSES", "0")
 
 
+def _caller() -> str:
+    """The ember_opencl module (not runtime/cache) whose code asked for the program."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        mod = frame.f_globals.get("__name__", "")
+        if mod.startswith("ember_opencl.") and mod.split(".")[1] not in ("runtime", "cache", "build_worker"):
+            return mod.split(".")[1]
+        frame = frame.f_back
+    return "?"
+
+
 class Sources:
-    """pytest plugin: keeps every (source, options) the program cache is asked to build or load."""
+    """pytest plugin: keeps every (source, options) the program cache is asked to build or load, and
+    the seconds each new one took by the ember_opencl module that asked (built here: no workers)."""
 
     def __init__(self) -> None:
         self.seen: dict[tuple[str, str], None] = {}
+        self.by_module: dict[str, list[float]] = {}
 
     def pytest_configure(self, config: Any) -> None:
         from ember_opencl.cache import ProgramCache
 
         request = ProgramCache.request
-        seen = self.seen
+        seen, by_module = self.seen, self.by_module
 
         def kept(cache: Any, source: str, options: str = "", pool: Any = None) -> Any:
-            if not cache.holds(source, options):
-                seen.setdefault((source, options), None)
-            return request(cache, source, options, pool)
+            if cache.holds(source, options):
+                return request(cache, source, options, pool)
+            seen.setdefault((source, options), None)
+            start = time.perf_counter()
+            out = request(cache, source, options, pool)
+            by_module.setdefault(_caller(), []).append(time.perf_counter() - start)
+            return out
 
         ProgramCache.request = kept  # type: ignore[method-assign]
 
@@ -71,6 +88,10 @@ def main() -> int:
     start = time.perf_counter()
     rc = pytest.main(pytest_args, plugins=[plugin])
     print(f"pytest: exit {rc}, {time.perf_counter() - start:.1f} s, {len(plugin.seen)} programs asked for")
+    total = sum(sum(t) for t in plugin.by_module.values())
+    print(f"time in new programs' requests (builds or disk loads): {total:.1f} s; by module:")
+    for mod, t in sorted(plugin.by_module.items(), key=lambda kv: -sum(kv[1])):
+        print(f"  {mod:>16}: {len(t):5d} programs, {sum(t):7.2f} s, median {statistics.median(t) * 1e3:6.1f} ms")
     if not plugin.seen:
         return 1
 
