@@ -1,0 +1,188 @@
+"""Which ways of letting go of sub-buffers (views) a driver survives, each in its own process:
+
+    python plugins/opencl/scripts/sub_buffer_probe.py [--device opencl:0] [--only NAME,...]
+
+NVIDIA's OpenCL (driver 580.159, an H100) crashed in clReleaseMemObject on the views of the adaptive
+pool's dropped step plan (plugins/cuda/logs/h100-2026-12-06-pm/opencl-crash), so ember-opencl carves
+no sub-buffers there and pays for whole buffers (W3's adaptive step 1.28x static's). Each scenario
+below makes a parent buffer and views of it, runs kernels on the views and releases them in one
+order, on one thread, with or without the queue finished first; a crash shows as the child's signal.
+A protocol that survives every time is one the pool could follow (e.g. views released only after a
+finish). A probe for the device machine, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+import time
+
+SRC = """
+__kernel void touch(__global float* a, const int n, const int reps) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  float v = a[i];
+  for (int r = 0; r < reps; ++r) v = v * 1.0001f + 1.0f;
+  a[i] = v;
+}
+"""
+MIB = 1 << 20
+VIEWS = 8
+VIEW_BYTES = 4 * MIB
+
+
+def _setup(index: int):  # noqa: ANN202
+    import pyopencl as cl
+
+    from ember_opencl.runtime import device_list
+
+    _platform, device = device_list()[index]
+    ctx = cl.Context([device])
+    q = cl.CommandQueue(ctx)
+    knl = cl.Program(ctx, SRC).build().touch
+    align = max(int(device.mem_base_addr_align) // 8, 16)
+    return cl, ctx, q, knl, align
+
+
+def _views(cl, ctx, align):  # noqa: ANN001, ANN202
+    step = -(-VIEW_BYTES // align) * align
+    parent = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, step * VIEWS)
+    return parent, [parent.get_sub_region(i * step, VIEW_BYTES) for i in range(VIEWS)]
+
+
+def _launch(cl, q, knl, bufs, reps=2000):  # noqa: ANN001
+    n = VIEW_BYTES // 4
+    for b in bufs:
+        knl.set_args(b, cl.cltypes.int(n), cl.cltypes.int(reps))
+        cl.enqueue_nd_range_kernel(q, knl, (n,), None)
+
+
+def _lib():  # noqa: ANN202
+    lib = ctypes.CDLL("libOpenCL.so.1")
+    for fn in (lib.clRetainMemObject, lib.clReleaseMemObject):
+        fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
+    return lib
+
+
+def _threaded_release(bufs) -> threading.Thread:  # noqa: ANN001
+    """ember's Releaser: retain, drop pyopencl's reference, the last release on another thread."""
+    lib = _lib()
+    handles = []
+    for b in bufs:
+        h = b.int_ptr
+        lib.clRetainMemObject(ctypes.c_void_p(h))
+        b.release()
+        handles.append(h)
+    t = threading.Thread(target=lambda: [lib.clReleaseMemObject(ctypes.c_void_p(h)) for h in handles])
+    t.start()
+    return t
+
+
+def scenario(name: str, index: int) -> None:
+    cl, ctx, q, knl, align = _setup(index)
+    if name == "views_then_parent_in_flight":
+        parent, views = _views(cl, ctx, align)
+        _launch(cl, q, knl, views)
+        for v in views:
+            v.release()
+        parent.release()
+        q.finish()
+    elif name == "parent_then_views_in_flight":
+        parent, views = _views(cl, ctx, align)
+        _launch(cl, q, knl, views)
+        parent.release()
+        for v in views:
+            v.release()
+        q.finish()
+    elif name == "after_finish":
+        parent, views = _views(cl, ctx, align)
+        _launch(cl, q, knl, views)
+        q.finish()
+        for v in views:
+            v.release()
+        parent.release()
+    elif name == "thread_in_flight":
+        parent, views = _views(cl, ctx, align)
+        _launch(cl, q, knl, views)
+        _threaded_release([*views, parent]).join()
+        q.finish()
+    elif name == "kernel_keeps_view_as_arg":
+        parent, views = _views(cl, ctx, align)
+        _launch(cl, q, knl, views)  # the kernel object's first argument is the last view now
+        for v in views:
+            v.release()
+        parent.release()
+        other = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, VIEW_BYTES)
+        _launch(cl, q, knl, [other])
+        q.finish()
+    elif name == "churn_thread":  # the pool's life: arenas made, used, dropped, made again, no finish
+        for _ in range(300):
+            parent, views = _views(cl, ctx, align)
+            _launch(cl, q, knl, views, reps=50)
+            _threaded_release([*views, parent])
+        time.sleep(1.0)
+        q.finish()
+    elif name == "churn_main":
+        for _ in range(300):
+            parent, views = _views(cl, ctx, align)
+            _launch(cl, q, knl, views, reps=50)
+            for v in views:
+                v.release()
+            parent.release()
+        q.finish()
+    elif name == "views_remade":  # a view of the same range made again while the first still lives
+        parent, views = _views(cl, ctx, align)
+        again = [parent.get_sub_region(0, VIEW_BYTES) for _ in range(4)]
+        _launch(cl, q, knl, views + again)
+        _threaded_release([*again, *views, parent]).join()
+        q.finish()
+    else:
+        raise SystemExit(f"no scenario {name!r}")
+    print("ok")
+
+
+NAMES = (
+    "after_finish",
+    "views_then_parent_in_flight",
+    "parent_then_views_in_flight",
+    "thread_in_flight",
+    "kernel_keeps_view_as_arg",
+    "views_remade",
+    "churn_main",
+    "churn_thread",
+)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="opencl:0")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--scenario", help=argparse.SUPPRESS)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    index = int(args.device.split(":")[1])
+    if args.scenario:
+        scenario(args.scenario, index)
+        return
+    names = args.only.split(",") if args.only else NAMES
+    for name in names:
+        codes = []
+        for _ in range(args.repeat):
+            proc = subprocess.run(
+                [sys.executable, __file__, "--device", args.device, "--scenario", name],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=os.environ,
+            )
+            codes.append(proc.returncode)
+        tail = (proc.stderr.strip().splitlines() or [""])[-1][:120]
+        print(f"{name:>30}: exit codes {codes}" + (f"  ({tail})" if any(codes) else ""))
+
+
+if __name__ == "__main__":
+    main()
