@@ -68,25 +68,22 @@ class _Plan:
         if whole:
             self._place_whole(lifetimes)
             return
-        self.lengths = [-(-s // alignment) * alignment for s in sizes]
-        self.offsets: list[int | None] = [None] * p
-        placed: list[tuple[int, int, int, int]] = []  # (start, lifetime, offset, end)
-        extent = 0
-        order = sorted((j for j in range(p) if lifetimes[j] is not None), key=lambda j: (-self.lengths[j], j))
-        for j in order:
-            life = lifetimes[j] or 0
-            n = self.lengths[j]
-            busy = sorted(
-                [(o, e) for (s, life2, o, e) in placed if (s - j) % p < life or (j - s) % p < life2]
-            )  # the ranges of blocks alive at some point of this block's lifetime (positions mod p)
-            offset = 0
-            for lo, hi in busy:
-                if offset + n <= lo:
-                    break
-                offset = max(offset, hi)
-            placed.append((j, life, offset, offset + n))
-            self.offsets[j] = offset
-            extent = max(extent, offset + n)
+        lengths = self.lengths = [-(-s // alignment) * alignment for s in sizes]
+        lives = self.lives
+        order = [j for j in range(p) if lifetimes[j] is not None]
+        floor = _peak(lengths, lives, order, p)
+        offsets: list[int | None] = []
+        extent = -1
+        # largest first packs most steps tightly; where short-lived large blocks cut the arena into
+        # gaps (conv's chunked columns: 9% over the peak on cuda W3), the largest size x lifetime
+        # first or the longest-lived first reach the peak: each is tried until one does
+        for key in _ORDERS:
+            tried, top = _place(lengths, lives, sorted(order, key=lambda j: key(lengths[j], lives[j], j)), p)
+            if extent < 0 or top < extent:
+                offsets, extent = tried, top
+            if extent <= floor:
+                break
+        self.offsets = offsets
         self.extent = extent
         self.planned = len(order)
         self.overlaps: list[tuple[int, ...]] = [()] * p
@@ -192,6 +189,56 @@ class _Plan:
                 self.overlaps[j] = tuple(i for i in group if i != j)
         self.extent = sum(self.slots)
         self.planned = sum(k is not None for k in self.offsets)
+
+
+#: the orders :class:`_Plan` places an arena's blocks in (sort keys of length, lifetime, position)
+_ORDERS: tuple[Callable[[int, int, int], tuple[int, ...]], ...] = (
+    lambda n, life, j: (-n, j),
+    lambda n, life, j: (-n * life, -n, j),
+    lambda n, life, j: (-life, -n, j),
+)
+
+
+def _place(lengths: list[int], lives: list[int], order: list[int], p: int) -> tuple[list[int | None], int]:
+    """Offsets of the blocks in ``order``, each at the lowest offset free over its lifetime (positions
+    mod ``p``), and the arena's extent."""
+    offsets: list[int | None] = [None] * p
+    placed: list[tuple[int, int, int, int]] = []  # (start, lifetime, offset, end)
+    extent = 0
+    for j in order:
+        life = lives[j]
+        n = lengths[j]
+        busy = sorted(
+            [(o, e) for (s, life2, o, e) in placed if (s - j) % p < life or (j - s) % p < life2]
+        )  # the ranges of blocks alive at some point of this block's lifetime
+        offset = 0
+        for lo, hi in busy:
+            if offset + n <= lo:
+                break
+            offset = max(offset, hi)
+        placed.append((j, life, offset, offset + n))
+        offsets[j] = offset
+        extent = max(extent, offset + n)
+    return offsets, extent
+
+
+def _peak(lengths: list[int], lives: list[int], order: list[int], p: int) -> int:
+    """The most the blocks in ``order`` hold at once over the period: no placement's extent is less."""
+    delta = [0] * (p + 1)
+    for j in order:
+        n, end = lengths[j], j + lives[j]
+        delta[j] += n
+        if end <= p:
+            delta[end] -= n
+        else:
+            delta[p] -= n
+            delta[0] += n
+            delta[end - p] -= n
+    top = load = 0
+    for t in range(p):
+        load += delta[t]
+        top = max(top, load)
+    return top
 
 
 def make_plan(sizes: list[int], lifetimes: list[int | None], alignment: int, whole: bool = False) -> _Plan:
