@@ -1,20 +1,21 @@
 """Flash-style scaled-dot-product attention for ember-opencl: tiled kernels, no score tensor.
 
-The forward (FlashAttention, Dao et al. 2022) gives a work-group of 128 items (64 where the
-device takes no more) a tile of queries; it walks the keys a tile at a time through local
-memory with the online softmax (a running row maximum and sum, the partial output rescaled as the
-maximum grows). Queries are pre-scaled by ``scale * log2(e)``, so the exponentials are ``exp2``.
-Compiled with ``STATS``, the same kernel is the backward's first pass: per query row the
-log-sum-exp and ``delta = dO . O`` instead of O. The forward writes each row's log-sum-exp too
-and keeps it on its output handle (:class:`Saved`), so autodiff's backward, which passes that output
+The forward (FlashAttention, Dao et al. 2022) gives a work-group of 128 items (64 where the device
+takes no more) a tile of queries; it walks the keys a tile at a time through local memory with the
+online softmax (a running row maximum and sum, the partial output rescaled as the maximum grows).
+Queries are pre-scaled by ``scale * log2(e)``, so the exponentials are ``exp2``. Compiled with
+``STATS``, the same kernel is the backward's first pass: per query row the log-sum-exp and ``delta =
+dO . O`` instead of O. The forward writes each row's log-sum-exp too and keeps it on its output
+handle (:class:`Saved`), so autodiff's backward, which passes that output
 (``scaled_dot_product_attention_backward_from_output``), takes ``delta`` from one pass over dO and O
-(``ember_flash_delta``) instead of the stats pass, which recomputes the forward. The backward (FlashAttention-2, Dao 2023) then
-runs ``dkdv`` (a work-group per tile of keys walks the query tiles that see them) and ``dq`` (a
-work-group per tile of queries walks its key tiles): no atomics, every gradient one work-group's
-sum in a fixed order, so a run gives the same bits every time. This is ember-cuda's design
-(``ember_cuda.attention``, ``attention_backward``) in OpenCL C, with its tile layout (rows padded
-by 4, float4 reads); a row's maxima go through local memory (OpenCL 1.2 has no portable shuffles)
-and the tiles are the largest that fit 48 KiB of local memory (NVIDIA's) or the device's own.
+(``ember_flash_delta``) instead of the stats pass, which recomputes the forward. The backward
+(FlashAttention-2, Dao 2023) then runs ``dkdv`` (a work-group per tile of keys walks the query tiles
+that see them) and ``dq`` (a work-group per tile of queries walks its key tiles): no atomics, every
+gradient one work-group's sum in a fixed order, so a run gives the same bits every time. This is
+ember-cuda's design (``ember_cuda.attention``, ``attention_backward``) in OpenCL C, with its tile
+layout (rows padded by 4, float4 reads); a row's maxima go through local memory (OpenCL 1.2 has no
+portable shuffles) and the tiles are the largest that fit 48 KiB of local memory (NVIDIA's) or the
+device's own.
 
 Covered: float32, float16 and bfloat16 (loaded with ``vload_half`` / a shift: core OpenCL, no
 cl_khr_fp16; computed in float), head sizes 32/64/96/128 with ``v`` of the same size,
