@@ -65,9 +65,10 @@ CALLS: Counter[str] = Counter()
 #: ``columns_bytes`` caps a column buffer: a convolution whose columns would take more runs over
 #: chunks of the batch, a GEMM each (the weight gradient summed in place by cuBLAS), so a large batch
 #: needs no columns of its whole size (``EMBER_CUDA_COLUMNS_BYTES`` sets it at import). Measured on an
-#: H100 (W3, batch 512): a 32 MiB cap cut the step's peak in use 238 -> 164 MiB, but its 4 chunks a
-#: convolution cost the host-bound eager step 0.6 ms (2.6 -> 3.2 ms under static) and broke the adaptive
-#: pool's step plan (5.4 ms): so the default, 1 GiB, leaves W3 whole and only bounds what a batch asks.
+#: H100 (W3, batch 512): a 32 MiB cap cut the step's peak in use 238 -> 164 MiB; with the arena packed to
+#: the step's peak (979d8dd) adaptive's plan holds under it (166.5 MiB reserved, 0.63x static's 264.6), but
+#: the chunks' extra launches cost the host-bound eager step 3.29 -> 5.54 ms (torch 1.9-2.0): so the
+#: default, 1 GiB, leaves W3 whole and only bounds what a batch asks.
 OPTIONS: dict[str, Any] = {
     "forward_by_sample": 512,
     "transpose_by_sample": 512,
