@@ -3,7 +3,8 @@ default affine parameters) are written by the queue (clEnqueueFillBuffer); uploa
 transfer event (whose destructor waits until the copy has run, behind every queued kernel) until it is
 seen complete, copying the caller's array first. Before, every upload and constant held the host until
 the queue drained (W4's step made five). The values against numpy, every storage width; the order
-behind launches still waiting for their programs; em.jit's recording keeps its held uploads."""
+behind launches still waiting for their programs; em.jit's recording keeps its held uploads; uploads
+written from pinned slots (GPUs: ember_opencl.staging) hold the caller's values."""
 
 from __future__ import annotations
 
@@ -103,9 +104,11 @@ def test_recording_an_em_jit_step_keeps_its_constants_as_held_uploads(dev, count
     assert got == [float((x + 2.0).sum()) for x in xs]
 
 
-def test_an_upload_waits_for_nothing_and_the_callers_array_is_free_at_once(dev):
+def test_an_upload_waits_for_nothing_and_the_callers_array_is_free_at_once(dev, monkeypatch):
     rt = dev.backend.rt
     rt.finish()
+    monkeypatch.setattr(rt, "_pinned", False)  # the plain path (a GPU's uploads take pinned slots)
+    monkeypatch.setattr(rt, "staging", None)
     host = np.arange(12, dtype=np.float32)
     a = rt.upload(host, as_dtype("float32"))
     assert len(rt._in_flight) == 1, "the transfer's event is kept (dropping it would wait for the queue)"
@@ -117,6 +120,8 @@ def test_an_upload_waits_for_nothing_and_the_callers_array_is_free_at_once(dev):
 def test_finished_uploads_are_let_go_and_a_large_one_waits_for_its_transfer(dev, monkeypatch):
     rt = dev.backend.rt
     rt.finish()
+    monkeypatch.setattr(rt, "_pinned", False)
+    monkeypatch.setattr(rt, "staging", None)
     monkeypatch.setattr(runtime, "IN_FLIGHT_CHECK", 4)
     arrays = [rt.upload(np.full(5, k, np.float32), as_dtype("float32")) for k in range(3)]
     rt._queue.finish()  # all three have run
@@ -133,3 +138,61 @@ def test_finished_uploads_are_let_go_and_a_large_one_waits_for_its_transfer(dev,
     assert len(rt._in_flight) == before
     assert [rt.download(a).tolist() for a in arrays] == [[float(k)] * 5 for k in range(6)]
     assert rt._in_flight == [] and rt._in_flight_bytes == 0
+
+
+@pytest.fixture
+def pinned(dev, monkeypatch):
+    """The session runtime's uploads through a ring of two 64-byte pinned slots (GPUs take slots by
+    default; the CPU device here is made to), restored afterwards."""
+    from ember_opencl.staging import Staging
+
+    rt = dev.backend.rt
+    rt.finish()
+    ring = Staging(rt.context, rt._queue, slot_bytes=64, slots=2)
+    monkeypatch.setattr(rt, "staging", ring)
+    monkeypatch.setattr(rt, "_pinned", True)
+    return ring
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "uint8", "bool"])
+def test_uploads_written_from_pinned_slots_hold_the_callers_values(dev, pinned, dtype):
+    rt = dev.backend.rt
+    dt = as_dtype(dtype)
+    if dt not in dev.capabilities.dtypes:
+        pytest.skip(f"{dev} has no {dtype}")
+    rng = np.random.default_rng(0)
+    hosts = [(rng.standard_normal(n) * 50).astype(dt.numpy) for n in (1, 7, 8, 30)]
+    before = pinned.writes
+    handles = [rt.upload(h, dt) for h in hosts]
+    fitting = sum(h.nbytes <= 64 for h in hosts)
+    assert pinned.writes - before == fitting  # a larger one took the plain path
+    assert len(rt._in_flight) == len(hosts) - fitting  # (a slot keeps its own write's event)
+    for h in hosts:
+        h[...] = 0  # the caller may change its arrays at once: the slots hold copies
+    rng = np.random.default_rng(0)  # the same values drawn again
+    for a, n in zip(handles, (1, 7, 8, 30)):
+        want = (rng.standard_normal(n) * 50).astype(dt.numpy)
+        np.testing.assert_array_equal(rt.download(a).view(dt.numpy), want)
+
+
+def test_the_ring_wraps_and_every_write_arrives(dev, pinned):
+    """Five uploads through two slots: each slot is written again once its previous write has run
+    (waited for where it has not), and every upload holds its own values."""
+    rt = dev.backend.rt
+    before = pinned.writes
+    handles = [rt.upload(np.full(4, k, np.float32), as_dtype("float32")) for k in range(5)]
+    assert pinned.writes - before == 5
+    assert [rt.download(a).tolist() for a in handles] == [[float(k)] * 4 for k in range(5)]
+    rt.finish()
+    assert all(e is None for e in pinned._events)  # a finish let every write's event go
+
+
+def test_pinned_uploads_are_on_for_gpus_and_switched_by_the_environment(monkeypatch):
+    from ember_opencl.staging import enabled
+
+    monkeypatch.delenv("EMBER_OPENCL_PINNED", raising=False)
+    assert enabled(is_cpu=False) and not enabled(is_cpu=True)
+    monkeypatch.setenv("EMBER_OPENCL_PINNED", "0")
+    assert not enabled(is_cpu=False)
+    monkeypatch.setenv("EMBER_OPENCL_PINNED", "1")
+    assert enabled(is_cpu=True)

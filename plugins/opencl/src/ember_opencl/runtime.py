@@ -40,6 +40,8 @@ from .cltypes import ctype
 from .driver_start import wait as _driver_started
 from .errors import DeviceMemoryError, KernelBuildError, driver_errors, no_platform_error, translate
 from .release import Releaser, release_mode
+from .staging import Staging
+from .staging import enabled as pinned_uploads
 
 __all__ = ["device_list", "describe", "Runtime", "Family", "FAMILIES", "FAMILY_AFTER", "BUILD_THREADS"]
 
@@ -263,6 +265,9 @@ class Runtime:
         #: (transfer event, bytes) of uploads not yet seen complete (:meth:`_copy_in`: dropping one would wait)
         self._in_flight: list[tuple[Any, int]] = []
         self._in_flight_bytes = 0
+        #: pinned slots uploads are written from (:mod:`.staging`; made at the first upload, GPUs only)
+        self.staging: Staging | None = None
+        self._pinned: bool | None = None
         with driver_errors("creating the context and queue", self.label):
             self.context = cl.Context([device])
             self._queue = cl.CommandQueue(self.context, device)
@@ -677,6 +682,9 @@ class Runtime:
         first (it may change it at once) unless ``owned``; one larger than :data:`UPLOAD_COPY_BYTES` is a
         blocking transfer instead (a host copy would cost more)."""
         with driver_errors("copying to the device", self.label, self.pool.stats):
+            staging = self._stager()
+            if staging is not None and staging.write(self._queue, buf, raw):
+                return  # from pinned host memory: queued without waiting (.staging)
             if not owned and raw.nbytes > UPLOAD_COPY_BYTES:
                 cl.enqueue_copy(self._queue, buf, raw, is_blocking=True)
                 return
@@ -719,7 +727,17 @@ class Runtime:
             self._queue.finish()
         self._forget_uploads()
 
+    def _stager(self) -> Staging | None:
+        """The pinned slots, made at the first upload where :func:`.staging.enabled` (else None)."""
+        if self._pinned is None:
+            self._pinned = pinned_uploads(self.is_cpu)
+            if self._pinned:
+                self.staging = Staging(self.context, self._queue)
+        return self.staging
+
     def _forget_uploads(self) -> None:
         """Let every upload's event go: the queue has run them all (a read-back or finish)."""
         self._in_flight = []
         self._in_flight_bytes = 0
+        if self.staging is not None:
+            self.staging.forget()
