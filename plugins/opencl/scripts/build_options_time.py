@@ -24,19 +24,9 @@ import time
 from typing import Any
 
 import pytest
+from program_census import _caller  # (this folder: the module that asked for a program)
 
 os.environ.setdefault("EMBER_OPENCL_BUILD_PROCESSES", "0")
-
-
-def _caller() -> str:
-    """The ember_opencl module (not runtime/cache) whose code asked for the program."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        mod = frame.f_globals.get("__name__", "")
-        if mod.startswith("ember_opencl.") and mod.split(".")[1] not in ("runtime", "cache", "build_worker"):
-            return mod.split(".")[1]
-        frame = frame.f_back
-    return "?"
 
 
 class Sources:
