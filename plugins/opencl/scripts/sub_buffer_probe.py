@@ -8,7 +8,9 @@ no sub-buffers there and pays for whole buffers (W3's adaptive step 1.28x static
 below makes a parent buffer and views of it, runs kernels on the views and releases them in one
 order, on one thread, with or without the queue finished first; a crash shows as the child's signal.
 A protocol that survives every time is one the pool could follow (e.g. views released only after a
-finish). A probe for the device machine, not a test.
+finish). On 2026-12-07 the H200 ran the first eight without a crash, while ember's runs still crashed
+in the release thread with the main thread inside enqueue_copy or clFinish: ``thread_while_main_enqueues``
+puts exactly that to the test. A probe for the device machine, not a test.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import numpy as np
 
 SRC = """
 __kernel void touch(__global float* a, const int n, const int reps) {
@@ -140,6 +144,18 @@ def scenario(name: str, index: int) -> None:
         _launch(cl, q, knl, views + again)
         _threaded_release([*again, *views, parent]).join()
         q.finish()
+    elif name == "thread_while_main_enqueues":  # ember's crash: a release on the thread during the main's calls
+        other = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, VIEW_BYTES)
+        host = np.zeros(VIEW_BYTES // 4, np.float32)
+        for _ in range(200):
+            parent, views = _views(cl, ctx, align)
+            _launch(cl, q, knl, views, reps=50)
+            t = _threaded_release([*views, parent])
+            for _ in range(4):  # the main thread in the driver while the thread releases
+                cl.enqueue_copy(q, other, host, is_blocking=False).wait()
+                _launch(cl, q, knl, [other], reps=10)
+            q.finish()
+            t.join()
     else:
         raise SystemExit(f"no scenario {name!r}")
     print("ok")
@@ -153,6 +169,7 @@ NAMES = (
     "kernel_keeps_view_as_arg",
     "views_remade",
     "churn_main",
+    "thread_while_main_enqueues",
     "churn_thread",
 )
 
