@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# four short calls on call2's warm H100 (04:20-04:28 UTC), each sourcing .ci/device-steps.sh
+# four short calls on call2's warm H100 (04:17-04:20 UTC), each sourcing .ci/device-steps.sh
 source .ci/device-steps.sh
 step runner 175 python3 -m benchmarks W4 --device opencl:0 --peers torch                      # runner-adaptive-1.txt
 step ktime 60 python3 plugins/opencl/scripts/kernel_time.py W4 --device opencl:0 --sizes gpu --steps 5 --ops matmul --gaps 10  # ktime.txt
