@@ -109,6 +109,13 @@ class FakeCupy:
         self.gemms = 0
         self.accumulated = 0  # GEMMs that added into their output (``accumulate=True``)
         self._buffers: list[tuple[weakref.ref[np.ndarray], bytes, bytes]] = []  # (a buffer dies with its arrays)
+        #: the most bytes of live buffers seen at an allocation (reset it to measure a call's)
+        self.peak = 0
+
+    def live_bytes(self) -> int:
+        """Bytes of the buffers some array still holds (guard zones not counted)."""
+        self._buffers = [b for b in self._buffers if b[0]() is not None]
+        return sum(ref().nbytes - 2 * _GUARD * ref().itemsize for ref, _, _ in self._buffers)  # type: ignore[union-attr]
 
     # -- arrays --------------------------------------------------------------------------------
     def empty(self, shape: Any, dtype: Any = np.float32) -> DeviceArray:
@@ -118,6 +125,7 @@ class FakeCupy:
         base[:_GUARD] = np.arange(_GUARD)  # guard values a kernel would not write by chance
         base[-_GUARD:] = -np.arange(_GUARD) - 0.5
         self._buffers.append((weakref.ref(base), base[:_GUARD].tobytes(), base[-_GUARD:].tobytes()))
+        self.peak = max(self.peak, self.live_bytes())
         return base[_GUARD : _GUARD + size].reshape(shape).view(DeviceArray)
 
     def asarray(self, a: Any, dtype: Any = None) -> DeviceArray:

@@ -214,6 +214,36 @@ def test_w3_conv2_runs_whole_under_the_default_cap_and_in_chunks_under_a_small_o
     assert [e - s for s, e in conv.spans(512, sample)] == [128] * 4
 
 
+@pytest.mark.parametrize("layout", ["chunked", "chunked-by-sample", "chunked-partials"], indirect=True)
+def test_chunked_columns_are_freed_before_the_next_chunks_are_made(fake, layout, monkeypatch) -> None:
+    """Under a cap the point is memory: one chunk's columns live at a time, in the forward and both
+    gradients (W3's conv2 on cuda, 32 MiB cap: a chunk kept by a launch's argument tuple until the
+    next one existed put two at the peak, 161 instead of 134 MiB in use)."""
+    n, cin, cout, hw = 8, 4, 2, (10, 10)
+    sample = cin * 9 * hw[0] * hw[1] * 4  # a sample's columns (3x3, "same" padding), float32
+    monkeypatch.setitem(conv.OPTIONS, "columns_bytes", 2 * sample)  # four chunks of two samples
+    rng = np.random.default_rng(11)
+    x, w, g = (rng.standard_normal(s).astype(np.float32) for s in ((n, cin, *hw), (cout, cin, 3, 3), (n, cout, *hw)))
+    k = _kernels(fake)
+    geo = {"stride": (1, 1), "padding": ((1, 1), (1, 1)), "dilation": (1, 1), "groups": 1}
+    args = [fake.asarray(a) for a in (x, w, g)]
+    chunk_cols = 2 * sample + 2 * 4 * 2 * hw[0] * hw[1]  # (rows padded to a multiple of 4 with a bias row)
+    calls = {
+        "conv": lambda: k["conv"](args[0], args[1], **geo),
+        "conv_weight_grad": lambda: k["conv_weight_grad"](args[2], args[0], kernel=(3, 3), **geo),
+        "conv_transpose": lambda: k["conv_transpose"](args[2], args[1], size=hw, **geo),
+    }
+    for name, call in calls.items():
+        before = fake.live_bytes()
+        fake.peak = 0
+        out = call()
+        extra = fake.peak - before
+        # the output, one chunk's columns, and a chunk of a transposed operand (a fifth of the columns
+        # here); two chunks' columns would be more
+        assert extra <= out.nbytes + chunk_cols + chunk_cols // 4, (name, extra, out.nbytes, chunk_cols)
+        assert np.isfinite(np.asarray(out)).all(), name
+
+
 def test_chunks_without_an_out_taking_matmul_match(fake, monkeypatch) -> None:
     """A matmul without ``out=`` (no cuBLAS: the shared kernel) still serves the chunked layouts."""
     monkeypatch.setitem(conv.OPTIONS, "columns_bytes", 1)

@@ -566,7 +566,7 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             part = y[s:e]
             args = (cols, part, b, i32(e - s), i32(cout), i32(h), i32(wd), i32(oh), i32(ow), *geo, i32(sn), i32(sk))
             launch(ctype, name, part.size, (*args, i32(bool(bias))), "col2im")
-            del cols
+            del cols, args  # args holds the columns too: both go before the next chunk's are made
         return y
 
     other_pool, other_pool_grad = fallback["max_pool"], fallback["max_pool_backward"]
