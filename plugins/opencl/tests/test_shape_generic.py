@@ -78,3 +78,17 @@ def test_w2_at_a_new_batch_size_compiles_nothing(dev):
     losses = [step(b) for b in (48, 7, 129)]
     assert all(np.isfinite(losses))
     assert _programs(dev) == before, "a new W2 batch size compiled (or loaded) a new kernel program"
+
+
+def test_sorting_rows_of_any_length_that_fits_a_work_group_builds_one_program(dev):
+    """The padded row length is an argument and the local memory the launch's: rows of 3 to 300
+    sort with one program (a different length used to build one of its own), in either order."""
+    _as_in_a_fresh_process(dev)
+    rng = np.random.default_rng(8)
+    data = {n: rng.standard_normal((4, n)).astype(np.float32) for n in (3, 9, 64, 65, 300)}
+    em.sort(em.tensor(data[3], device=dev), axis=-1).numpy()  # the program, built or loaded once
+    before = _programs(dev)
+    for n, a in data.items():
+        got = em.sort(em.tensor(a, device=dev), axis=-1).numpy()
+        np.testing.assert_array_equal(got, np.sort(a, axis=-1), err_msg=f"rows of {n}")
+    assert _programs(dev) == before, "a new row length compiled (or loaded) a new sort program"

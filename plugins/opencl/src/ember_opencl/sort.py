@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyopencl as cl
 
 from ember.dtypes import as_dtype
 from ember.shapes import numel
@@ -61,9 +62,20 @@ inline int ember_before(KT xk, IT xi, KT yk, IT yi, IT n) {{
 """
 
 
+#: bytes of each key type (KT) in local memory
+_KT_BYTES = {"char": 1, "uchar": 1, "short": 2, "ushort": 2, "int": 4, "uint": 4, "long": 8, "ulong": 8}
+_KT_BYTES |= {"float": 4, "double": 8, "float2": 8, "double2": 16}
+
+
+def _key_type(src: str) -> str:
+    """The OpenCL type keys of dtype ``src`` sort as (half-width floats as float)."""
+    c = ctype(src)
+    return "float" if c.is_wide_float else c.compute
+
+
 def _common(src: str, desc: bool, it: str) -> tuple[str, str]:
     c = ctype(src)
-    kt = "float" if c.is_wide_float else c.compute
+    kt = _key_type(src)
     before = _before_complex(desc) if c.kind == "c" else _before(desc, c.kind == "f")
     head = preamble({src}) + f"#define KT {kt}\n#define IT {it}\n" + before
     return head, kt
@@ -80,30 +92,31 @@ def _swap_step(i: str, l_: str, keys: str, idx: str) -> list[str]:
     ]
 
 
-def _local_source(src: str, out: str, values: bool, desc: bool, p: int, ro: int) -> tuple[str, list[Any]]:
+def _local_source(src: str, out: str, values: bool, desc: bool, ro: int) -> tuple[str, list[Any]]:
+    """One work-group of ``p / 2`` items a row, ``p`` (the padded row, a power of two) an argument and
+    the pairs in local memory the launch sizes: one program for every row length that fits."""
     head, kt = _common(src, desc, "int")
     c, co = ctype(src), ctype(out)
-    params = ["const long M", "const int n", f"__global {co.storage}* restrict out"]
+    params = ["const long M", "const int n", "const int p", f"__global {co.storage}* restrict out"]
     params += [f"__global const {c.storage}* restrict in", "const long in_off", "const long ist"]
     params += [f"const long osh{d}" for d in range(ro)] + [f"const long ost{d}" for d in range(ro)]
-    types: list[Any] = [np.int64, np.int32, None, None, np.int64, np.int64] + [np.int64] * (2 * ro)
-    half = p // 2
+    params += ["__local KT* restrict sk", "__local int* restrict si"]
+    types: list[Any] = [np.int64, np.int32, np.int32, None, None, np.int64, np.int64] + [np.int64] * (2 * ro)
+    types += [None, None]
+    half = "(p >> 1)"
     write = co.store("out", "row * n + j", "sk[j]") if values else "out[row * n + j] = (long)si[j];"
     lines = [
         head,
-        f"__kernel __attribute__((reqd_work_group_size({half}, 1, 1)))",
-        "void ember_sort_local(" + ", ".join(params) + ") {",
-        f"  __local KT sk[{p}];",
-        f"  __local int si[{p}];",
+        "__kernel void ember_sort_local(" + ", ".join(params) + ") {",
         "  const long row = get_group_id(0);",
         "  const int lid = get_local_id(0);",
         *("  " + s for s in unravel("row", ro, "osh", "long", "o")),
         "  const long base = in_off + " + " + ".join(f"o{d} * ost{d}" for d in range(ro)) + ";",
-        f"  for (int j = lid; j < {p}; j += {half}) {{",
+        f"  for (int j = lid; j < p; j += {half}) {{",
         f"    si[j] = j; sk[j] = j < n ? (KT){c.load('in', 'base + j * ist')} : (KT)0;",
         "  }",
         "  barrier(CLK_LOCAL_MEM_FENCE);",
-        f"  for (int kk = 2; kk <= {p}; kk <<= 1) {{",
+        "  for (int kk = 2; kk <= p; kk <<= 1) {",
         "    for (int j = kk >> 1; j > 0; j >>= 1) {",
         "      const int i = (lid / j) * 2 * j + (lid % j);",
         "      const int l = i + j;",
@@ -186,18 +199,19 @@ def sort(rt: Runtime, a: CLArray, axis: int, descending: bool, want: str) -> CLA
         while p < n:
             p *= 2
         src, dst = a.dtype.name, out_dt.name
-        kbytes = 8 if a.dtype.itemsize == 8 else 4
+        kbytes = _KT_BYTES[_key_type(src)]
         fits_local = p // 2 <= min(rt.max_wg, 256) and p * (kbytes + 4) <= rt.local_mem // 2
         geometry = [moved.buf, moved.offset, moved.strides[-1], *osh, *ost]
         if fits_local:
-            key = ("sort_local", src, want, descending, p, len(osh))
+            key = ("sort_local", src, want, descending, len(osh))
 
             def make() -> tuple[str, str, list[Any]]:
-                s, t = _local_source(src, dst, want == "values", descending, p, len(osh))
+                s, t = _local_source(src, dst, want == "values", descending, len(osh))
                 return s, "ember_sort_local", t
 
             knl, _ = rt.kernel(key, make)
-            rt.launch(knl, (M * (p // 2),), (p // 2,), [M, n, out.buf, *geometry])
+            pairs = [cl.LocalMemory(p * kbytes), cl.LocalMemory(p * 4)]
+            rt.launch(knl, (M * (p // 2),), (p // 2,), [M, n, p, out.buf, *geometry, *pairs])
         else:
             _global_sort(rt, src, dst, want == "values", descending, len(osh), M, n, p, out, geometry)
     inverse = [0] * a.ndim
