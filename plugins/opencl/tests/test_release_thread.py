@@ -102,3 +102,32 @@ def test_a_release_waits_while_the_backlog_holds_more_than_the_limit() -> None:
     assert not third.is_alive()
     releaser.wait()
     assert releaser.threaded == 3 and [_refcount(w) for w in watches] == [1, 1, 1]
+
+
+def test_views_wait_for_an_idle_queue_and_never_go_to_the_thread(monkeypatch) -> None:  # noqa: ANN001
+    """With sub-buffers where releases go to the thread, a view's release (and a buffer freed after it)
+    waits for the queue's next idle point, a read-back or finish, and runs on this thread: none of it
+    on the release thread, where NVIDIA's driver crashed releasing views while this thread queued work."""
+    monkeypatch.setenv("EMBER_OPENCL_RELEASE", "thread")
+    monkeypatch.setenv("EMBER_OPENCL_SUB_BUFFERS", "1")
+    from ember_opencl.runtime import Runtime
+
+    rt = Runtime(0)
+    pool = rt.pool
+    assert rt.releaser is not None and pool._sub is not None
+    parent = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, 1 << 16)
+    view = parent.get_sub_region(0, 4096)
+    other = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, 8192)
+    watches = [cl.Buffer.from_int_ptr(b.int_ptr, retain=True) for b in (view, other)]
+    data = np.arange(1024, dtype=np.float32)
+    cl.enqueue_copy(rt.queue, view, data)  # queued work on the view before its release
+    pool._sub_release(view)  # as the pool gives back a carved block
+    rt._release(other)  # a buffer freed after it waits with it
+    assert [_refcount(w) for w in watches] == [2, 2]  # neither released yet
+    assert rt.releaser.threaded == 0
+    back = np.empty_like(data)
+    cl.enqueue_copy(rt.queue, back, watches[0], is_blocking=True)
+    rt.finish()
+    assert [_refcount(w) for w in watches] == [1, 1]  # released here, at the idle point
+    assert rt.releaser.threaded == 0 and not rt._idle_releases
+    np.testing.assert_array_equal(back, data)

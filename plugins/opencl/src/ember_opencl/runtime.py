@@ -277,6 +277,12 @@ class Runtime:
         self.releaser = None
         if release_mode(platform) == "thread":  # a backlog of at most 1/16 of the device's memory
             self.releaser = Releaser(max(1 << 28, int(device.global_mem_size) // 16))
+        #: sub-buffers where releases wait for the queue (NVIDIA): their releases, and those of the
+        #: buffers freed after them, wait for the queue to be idle and run on this thread (see
+        #: :meth:`_release_view`); [buffers], and the bytes of the whole buffers among them
+        self._idle_releases: list[Any] = []
+        self._idle_bytes = 0
+        self._idle_limit = max(1 << 28, int(device.global_mem_size) // 16)
         self.fp64 = _has(device, "cl_khr_fp64")
         self.fp16 = _has(device, "cl_khr_fp16")
         self.atomics64 = _has(device, "cl_khr_int64_base_atomics")
@@ -399,13 +405,21 @@ class Runtime:
             sub_allocate=(lambda page, offset, nbytes: page.get_sub_region(offset, nbytes))
             if self.sub_buffers
             else None,
-            sub_release=self._release,
+            sub_release=self._release_view if self.releaser is not None else self._release,
             alignment=max(int(self.device.mem_base_addr_align) // 8, 16),
         )
 
     def _release(self, buf: cl.Buffer) -> None:
         """Give a buffer back to the driver, after the deferred launches that may still use it (in
-        their queue order, not waiting for their programs); on a :class:`Releaser`'s thread where set."""
+        their queue order, not waiting for their programs); on a :class:`Releaser`'s thread where set,
+        or after sub-buffers waiting for an idle queue (:meth:`_release_view`), with them."""
+        if self._idle_releases:
+            self._idle_releases.append(buf)
+            self._idle_bytes += int(buf.size)
+            if self._idle_bytes > self._idle_limit and not self._deferred:  # too much memory waits:
+                self._queue.finish()  # make the queue idle now (nothing is held back from it)
+                self._release_idle()
+            return
         release = buf.release if self.releaser is None else functools.partial(self.releaser.release, buf)
         if self._deferred:
             self._deferred.append(release)
@@ -735,8 +749,25 @@ class Runtime:
                 self.staging = Staging(self.context, self._queue)
         return self.staging
 
+    def _release_view(self, view: cl.Buffer) -> None:
+        """A sub-buffer's release where releases wait for the queue (NVIDIA): kept until the queue is
+        next idle (a read-back or finish), then made on this thread. NVIDIA's driver (580.159) crashed
+        releasing views on the :class:`Releaser`'s thread while this one queued work (2026-12-06/07);
+        a view holds no memory of its own, so its release can wait, and once the queue is idle it
+        returns at once. Buffers freed after a waiting view wait with it (a view's parent among them)."""
+        self._idle_releases.append(view)
+
+    def _release_idle(self) -> None:
+        """Release what waited for an idle queue, in order (the queue has run everything before)."""
+        waiting, self._idle_releases, self._idle_bytes = self._idle_releases, [], 0
+        for buf in waiting:
+            buf.release()
+
     def _forget_uploads(self) -> None:
-        """Let every upload's event go: the queue has run them all (a read-back or finish)."""
+        """Let every upload's event go: the queue has run them all (a read-back or finish); what
+        waited for an idle queue is released."""
+        if self._idle_releases:
+            self._release_idle()
         self._in_flight = []
         self._in_flight_bytes = 0
         if self.staging is not None:
