@@ -68,7 +68,9 @@ CALLS: Counter[str] = Counter()
 #: H100 (W3, batch 512): a 32 MiB cap cut the step's peak in use 238 -> 164 MiB; with the arena packed to
 #: the step's peak (979d8dd) adaptive's plan holds under it (166.5 MiB reserved, 0.63x static's 264.6), but
 #: the chunks' extra launches cost the host-bound eager step 3.29 -> 5.54 ms (torch 1.9-2.0): so the
-#: default, 1 GiB, leaves W3 whole and only bounds what a batch asks.
+#: default, 1 GiB, leaves W3 whole and only bounds what a batch asks. Those figures had two chunks'
+#: columns live at the peak (conv_transpose's argument tuple kept the last chunk's): freed first since
+#: abb0d21, the H200's trace replays to 134 MiB in use, 0.59x static's (logs/replay-2026-12-07).
 OPTIONS: dict[str, Any] = {
     "forward_by_sample": 512,
     "transpose_by_sample": 512,
