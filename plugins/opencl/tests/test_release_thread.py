@@ -131,3 +131,21 @@ def test_views_wait_for_an_idle_queue_and_never_go_to_the_thread(monkeypatch) ->
     assert [_refcount(w) for w in watches] == [1, 1]  # released here, at the idle point
     assert rt.releaser.threaded == 0 and not rt._idle_releases
     np.testing.assert_array_equal(back, data)
+
+
+def test_a_loop_that_never_reads_back_still_lets_its_views_go(monkeypatch) -> None:  # noqa: ANN001
+    """Past ``IDLE_RELEASES_MAX`` waiting views the runtime finishes the queue itself and releases them."""
+    monkeypatch.setenv("EMBER_OPENCL_RELEASE", "thread")
+    monkeypatch.setenv("EMBER_OPENCL_SUB_BUFFERS", "1")
+    from ember_opencl import runtime
+
+    monkeypatch.setattr(runtime, "IDLE_RELEASES_MAX", 8)
+    rt = runtime.Runtime(0)
+    parent = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, 1 << 16)
+    views = [parent.get_sub_region(i * 4096, 4096) for i in range(9)]
+    watches = [cl.Buffer.from_int_ptr(v.int_ptr, retain=True) for v in views]
+    for v in views[:8]:
+        rt._release_view(v)
+    assert len(rt._idle_releases) == 8 and _refcount(watches[0]) == 2  # at the limit: still waiting
+    rt._release_view(views[8])  # one past it: the queue is finished and all nine go
+    assert not rt._idle_releases and [_refcount(w) for w in watches] == [1] * 9

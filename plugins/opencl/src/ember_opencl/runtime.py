@@ -125,6 +125,11 @@ def _sub_buffers(platform: Any) -> bool:
     return "NVIDIA" not in platform.name.upper()
 
 
+#: most releases waiting for an idle queue (:meth:`Runtime._release_view`) before the runtime makes
+#: one (a clFinish): a training loop that never reads back still lets its views go every few dozen steps
+IDLE_RELEASES_MAX = 4096
+
+
 #: threads building programs in the background (EMBER_OPENCL_BUILD_THREADS). 0, the default: each
 #: program builds on the calling thread when its kernel is asked for. Opt-in: neither PoCL nor NVIDIA
 #: (H100, driver 580.159) compiles programs of one process side by side: W2's 72 cold builds (the GEMM
@@ -756,6 +761,9 @@ class Runtime:
         a view holds no memory of its own, so its release can wait, and once the queue is idle it
         returns at once. Buffers freed after a waiting view wait with it (a view's parent among them)."""
         self._idle_releases.append(view)
+        if len(self._idle_releases) > IDLE_RELEASES_MAX and not self._deferred:  # a loop that never syncs
+            self._queue.finish()
+            self._release_idle()
 
     def _release_idle(self) -> None:
         """Release what waited for an idle queue, in order (the queue has run everything before)."""
