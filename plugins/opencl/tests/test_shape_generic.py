@@ -82,7 +82,7 @@ def test_w2_at_a_new_batch_size_compiles_nothing(dev):
 
 def test_sorting_rows_of_any_length_that_fits_a_work_group_builds_one_program(dev):
     """The padded row length is an argument and the local memory the launch's: rows of 3 to 300
-    sort with one program (a different length used to build one of its own), in either order."""
+    sort with one program (a different length used to build one of its own)."""
     _as_in_a_fresh_process(dev)
     rng = np.random.default_rng(8)
     data = {n: rng.standard_normal((4, n)).astype(np.float32) for n in (3, 9, 64, 65, 300)}

@@ -280,14 +280,15 @@ class Runtime:
         self.sub_buffers = _sub_buffers(platform)
         #: where releasing a buffer waits for the queue (NVIDIA), the last release happens on a thread
         self.releaser = None
-        if release_mode(platform) == "thread":  # a backlog of at most 1/16 of the device's memory
-            self.releaser = Releaser(max(1 << 28, int(device.global_mem_size) // 16))
+        backlog = max(1 << 28, int(device.global_mem_size) // 16)  # most bytes a release may wait with
+        if release_mode(platform) == "thread":
+            self.releaser = Releaser(backlog)
         #: sub-buffers where releases wait for the queue (NVIDIA): their releases, and those of the
         #: buffers freed after them, wait for the queue to be idle and run on this thread (see
         #: :meth:`_release_view`); [buffers], and the bytes of the whole buffers among them
         self._idle_releases: list[Any] = []
         self._idle_bytes = 0
-        self._idle_limit = max(1 << 28, int(device.global_mem_size) // 16)
+        self._idle_limit = backlog
         self.fp64 = _has(device, "cl_khr_fp64")
         self.fp16 = _has(device, "cl_khr_fp16")
         self.atomics64 = _has(device, "cl_khr_int64_base_atomics")
@@ -421,9 +422,8 @@ class Runtime:
         if self._idle_releases:
             self._idle_releases.append(buf)
             self._idle_bytes += int(buf.size)
-            if self._idle_bytes > self._idle_limit and not self._deferred:  # too much memory waits:
-                self._queue.finish()  # make the queue idle now (nothing is held back from it)
-                self._release_idle()
+            if self._idle_bytes > self._idle_limit:  # too much memory waits
+                self._release_idle(finish=True)
             return
         release = buf.release if self.releaser is None else functools.partial(self.releaser.release, buf)
         if self._deferred:
@@ -761,12 +761,16 @@ class Runtime:
         a view holds no memory of its own, so its release can wait, and once the queue is idle it
         returns at once. Buffers freed after a waiting view wait with it (a view's parent among them)."""
         self._idle_releases.append(view)
-        if len(self._idle_releases) > IDLE_RELEASES_MAX and not self._deferred:  # a loop that never syncs
-            self._queue.finish()
-            self._release_idle()
+        if len(self._idle_releases) > IDLE_RELEASES_MAX:  # a loop that never reads back
+            self._release_idle(finish=True)
 
-    def _release_idle(self) -> None:
-        """Release what waited for an idle queue, in order (the queue has run everything before)."""
+    def _release_idle(self, finish: bool = False) -> None:
+        """Release what waited for an idle queue, in order (the queue has run everything before); with
+        ``finish``, make the queue idle first, unless launches held back from it may still use them."""
+        if finish:
+            if self._deferred:
+                return
+            self._queue.finish()
         waiting, self._idle_releases, self._idle_bytes = self._idle_releases, [], 0
         for buf in waiting:
             buf.release()
