@@ -116,7 +116,10 @@ def _sub_buffers(platform: Any) -> bool:
     ``EMBER_OPENCL_SUB_BUFFERS=1/0``; unset, everywhere but NVIDIA's. NVIDIA's driver (580.159, an H100)
     crashed in clReleaseMemObject on the views of a dropped step plan's arena, released explicitly or
     by pyopencl when the view died (W3, W4 at gpu sizes: plugins/cuda/logs/h100-2026-12-06-pm/
-    opencl-crash); without sub-buffers the same runs pass, at a cost in step time (W3 1.71x static's)."""
+    opencl-crash); without sub-buffers the same runs pass, at a cost in step time (W3 1.71x static's).
+    Releasing views only at the queue's idle points, on the main thread, with no release thread at all
+    (a probe of 2026-12-07) still crashed, in the release of a 49 MiB view just after its sibling's:
+    not a race between threads (plugins/cuda/logs/h100-2026-12-07-third/README.md)."""
     value = os.environ.get("EMBER_OPENCL_SUB_BUFFERS", "").strip()
     if value in ("0", "1"):
         return value == "1"
@@ -759,7 +762,8 @@ class Runtime:
         next idle (a read-back or finish), then made on this thread. NVIDIA's driver (580.159) crashed
         releasing views on the :class:`Releaser`'s thread while this one queued work (2026-12-06/07);
         a view holds no memory of its own, so its release can wait, and once the queue is idle it
-        returns at once. Buffers freed after a waiting view wait with it (a view's parent among them)."""
+        returns at once. Buffers freed after a waiting view wait with it (a view's parent among them).
+        This alone does not end NVIDIA's crash (see :func:`_sub_buffers`), so sub-buffers stay off there."""
         self._idle_releases.append(view)
         if len(self._idle_releases) > IDLE_RELEASES_MAX:  # a loop that never reads back
             self._release_idle(finish=True)
