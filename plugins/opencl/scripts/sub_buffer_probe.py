@@ -1,6 +1,6 @@
 """Which ways of letting go of sub-buffers (views) a driver survives, each in its own process:
 
-    python plugins/opencl/scripts/sub_buffer_probe.py [--device opencl:0] [--only NAME,...]
+    python plugins/opencl/scripts/sub_buffer_probe.py [--device opencl:0] [--only NAME,...] [--views N --view-mib M]
 
 NVIDIA's OpenCL (driver 580.159, an H100) crashed in clReleaseMemObject on the views of the adaptive
 pool's dropped step plan (plugins/cuda/logs/h100-2026-12-06-pm/opencl-crash), so ember-opencl carves
@@ -35,8 +35,10 @@ __kernel void touch(__global float* a, const int n, const int reps) {
 }
 """
 MIB = 1 << 20
-VIEWS = 8
-VIEW_BYTES = 4 * MIB
+#: views of a parent and each view's size (``--views``, ``--view-mib``: ember's crash of 2026-12-07 was in
+#: the release of a 49 MiB view next to its 49 MiB sibling, where these scenarios' 4 MiB ones never crashed)
+VIEWS = int(os.environ.get("SUB_BUFFER_PROBE_VIEWS", "8"))
+VIEW_BYTES = int(float(os.environ.get("SUB_BUFFER_PROBE_VIEW_MIB", "4")) * MIB)
 
 
 def _setup(index: int):  # noqa: ANN202
@@ -180,7 +182,13 @@ def main() -> None:
     ap.add_argument("--only", default="")
     ap.add_argument("--scenario", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--views", type=int, help="views of a parent (default 8)")
+    ap.add_argument("--view-mib", type=float, help="each view's size in MiB (default 4)")
     args = ap.parse_args()
+    if args.views is not None:
+        os.environ["SUB_BUFFER_PROBE_VIEWS"] = str(args.views)
+    if args.view_mib is not None:
+        os.environ["SUB_BUFFER_PROBE_VIEW_MIB"] = str(args.view_mib)
     index = int(args.device.split(":")[1])
     if args.scenario:
         scenario(args.scenario, index)
