@@ -10,7 +10,10 @@ order, on one thread, with or without the queue finished first; a crash shows as
 A protocol that survives every time is one the pool could follow (e.g. views released only after a
 finish). On 2026-12-07 the H200 ran the first eight without a crash, while ember's runs still crashed
 in the release thread with the main thread inside enqueue_copy or clFinish: ``thread_while_main_enqueues``
-puts exactly that to the test. A probe for the device machine, not a test.
+puts exactly that to the test. On 2026-12-07 (H100) ember crashed with no release thread at all, and every
+scenario here passed at ember's view sizes (``--views 2 --view-mib 49``): ``other_commands`` puts the other
+commands ember sends to views (fills, copies, uploads, reads at an offset) to the test. A probe for the
+device machine, not a test.
 """
 
 from __future__ import annotations
@@ -158,6 +161,27 @@ def scenario(name: str, index: int) -> None:
                 _launch(cl, q, knl, [other], reps=10)
             q.finish()
             t.join()
+    elif name in ("other_commands", "other_commands_in_flight"):
+        # what ember does to views besides kernels: fills (constants), view-to-view copies, uploads from
+        # pageable and pinned host memory, reads at an offset; then the views go, in order, then the parent
+        parent, views = _views(cl, ctx, align)
+        n = VIEW_BYTES // 4
+        host = np.arange(n, dtype=np.float32)
+        pinned = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, 4096)
+        for i, v in enumerate(views):
+            cl.enqueue_fill_buffer(q, v, np.float32(i), 0, VIEW_BYTES)
+            cl.enqueue_fill_buffer(q, v, np.float32(0), 0, 4)
+            cl.enqueue_copy(q, v, host, is_blocking=False)
+            cl.enqueue_copy(q, v, pinned, byte_count=4096)
+            if i:
+                cl.enqueue_copy(q, v, views[i - 1], byte_count=VIEW_BYTES // 2, dst_offset=VIEW_BYTES // 2)
+        _launch(cl, q, knl, views, reps=50)
+        back = np.empty(1024, np.float32)
+        cl.enqueue_copy(q, back, views[-1], src_offset=VIEW_BYTES - 4096, is_blocking=name == "other_commands")
+        for v in views:
+            v.release()
+        parent.release()
+        q.finish()
     else:
         raise SystemExit(f"no scenario {name!r}")
     print("ok")
@@ -173,6 +197,8 @@ NAMES = (
     "churn_main",
     "thread_while_main_enqueues",
     "churn_thread",
+    "other_commands",
+    "other_commands_in_flight",
 )
 
 
