@@ -300,6 +300,7 @@ def test_a_period_seen_before_is_not_placed_again(monkeypatch):
     lifetimes) takes its placement from the last time, not a second search."""
     from ember.memory import plan as plans
 
+    monkeypatch.setattr(plans, "_PLACED", {})  # placements remembered by earlier tests do not count
     calls = []
     placement = plans._placement
     monkeypatch.setattr(plans, "_placement", lambda *a: calls.append(1) or placement(*a))
