@@ -52,6 +52,8 @@ def install(log: TextIO) -> None:
         self.pool._sub = logged
 
     def release_idle(self: Any, finish: bool = False) -> None:
+        # Runtime._release_idle's steps, with a line before each release (pyopencl's release cannot be
+        # wrapped per buffer): keep the two alike when the runtime's changes
         if finish and self._deferred:
             return
         if finish:
