@@ -223,14 +223,14 @@ def main() -> None:
         row(label, t, t_torch, check(label, got, want))
         return want if want is not None else got
 
-    def variant(label: str, option: str, value: Any, fn: Callable[[], Any], want: Any) -> None:
-        keep = conv.OPTIONS[option]
-        conv.OPTIONS[option] = value
+    def variant(label: str, options: dict[str, Any], fn: Callable[[], Any], want: Any) -> None:
+        keep = dict(conv.OPTIONS)
+        conv.OPTIONS.update(options)
         try:
             t = timer(label, fn)
             row(f"  {label}", t, None, check(label, fn(), want))
         finally:
-            conv.OPTIONS[option] = keep
+            conv.OPTIONS.update(keep)
 
     def conv_cases(layer: str) -> None:
         x, w, b, g = data[layer]
@@ -255,18 +255,20 @@ def main() -> None:
             fwd_t = wgrad_t = dgrad_t = None
         fn = lambda: new["conv"](x, w, b, **GEO)  # noqa: E731
         want = op(f"{layer} forward (+ bias)", fn, fwd_t, fwd_t() if fwd_t else None)
+        cols = {"implicit": False}  # the im2col + cuBLAS layouts
         for label, value in (("by sample, batched GEMM", 0), ("one GEMM + swap", conv.NEVER)):
-            variant(f"{layer} forward, {label}", "forward_by_sample", value, fn, want)
+            variant(f"{layer} forward, columns, {label}", {**cols, "forward_by_sample": value}, fn, want)
         fn = lambda: new["conv_weight_grad"](g, x, **kw)  # noqa: E731
         want = op(f"{layer} weight grad", fn, wgrad_t, wgrad_t() if wgrad_t else None)
         for label, ratio in (("per-sample partials", 1e9), ("swap + one GEMM", 0)):
-            variant(f"{layer} weight grad, {label}", "wgrad_partials", ratio, fn, want)
-        if layer == "conv1":
+            variant(f"{layer} weight grad, columns, {label}", {**cols, "wgrad_partials": ratio}, fn, want)
+        if layer == "conv1":  # 9 columns: the default keeps the partials; the implicit GEMM's tile idles
+            variant(f"{layer} weight grad, implicit GEMM", {"implicit_wgrad_columns": 1}, fn, want)
             return  # W3's first layer takes no input gradient
         fn = lambda: new["conv_transpose"](g, w, size=size, **GEO)  # noqa: E731
         want = op(f"{layer} input grad (conv_transpose)", fn, dgrad_t, dgrad_t() if dgrad_t else None)
         for label, value in (("by sample, batched GEMM", 0), ("swap + one GEMM", conv.NEVER)):
-            variant(f"{layer} input grad, {label}", "transpose_by_sample", value, fn, want)
+            variant(f"{layer} input grad, columns, {label}", {**cols, "transpose_by_sample": value}, fn, want)
 
     def pool_ops(pool: str) -> None:
         x = rng.standard_normal(POOLS[pool], dtype=f32)

@@ -2,9 +2,12 @@
 
 The kernels' own CUDA source is compiled by g++ into a shared library with stand-ins for the
 built-ins (``blockIdx`` and friends are globals, ``float4`` / ``double2`` plain structs); each
-kernel gets a C wrapper that runs every thread of the launch's grid one after another (the kernels
-share nothing between threads), last to first and then first to last: a result that differs
-between the two orders means two threads wrote one element. ``FakeCupy`` is enough of CuPy for
+kernel gets a C wrapper that runs every thread of the launch's grid one after another, last to
+first and then first to last: a result that differs between the two orders means two threads wrote
+one element. A module that calls ``__syncthreads`` (the implicit-GEMM kernels, ``igemm.py``) runs
+each block's threads as fibers (ucontext) that take turns up to each barrier, ``__shared__``
+arrays being statics that the block's fibers share; a barrier that some threads of a block skip
+fails the launch. ``FakeCupy`` is enough of CuPy for
 ``conv.conv_kernels``: arrays are numpy arrays (``DeviceArray``, with CuPy's ``data.ptr``), each
 allocated with guard zones on both sides, and ``empty`` fills with NaN, so an element a kernel
 should write but does not shows up in the result, and a write past either end of a buffer fails the
@@ -40,10 +43,59 @@ struct alignas(16) double2 { double x, y; };
 #define __device__
 #define __forceinline__ inline
 #define __restrict__ __restrict
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(n)
 static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
 """
 
-_SIGNATURE = re.compile(r'extern "C" __global__ void (\w+)\(([^)]*)\)')
+#: a block's threads as fibers: each runs to its next ``__syncthreads`` (or its end) in turn
+_FIBERS = r"""
+#include <ucontext.h>
+#include <vector>
+static ucontext_t ember_scheduler;
+static std::vector<ucontext_t> ember_fibers;
+static std::vector<char> ember_stacks;
+static std::vector<int> ember_state;  // 0 runnable, 1 at a barrier, 2 returned
+static int ember_current;
+static void (*ember_body)();
+static void __syncthreads() {
+  ember_state[ember_current] = 1;
+  swapcontext(&ember_fibers[ember_current], &ember_scheduler);
+}
+static void ember_fiber_main() { ember_body(); ember_state[ember_current] = 2; }
+// the block at blockIdx, its threads in turn (last first with reverse); 1: a barrier some threads skipped
+static int ember_run_block(int block, int reverse) {
+  const size_t stack = 1 << 17;
+  ember_fibers.assign(block, ucontext_t());
+  ember_stacks.resize(block * stack);
+  ember_state.assign(block, 0);
+  for (int i = 0; i < block; i++) {
+    getcontext(&ember_fibers[i]);
+    ember_fibers[i].uc_stack.ss_sp = &ember_stacks[i * stack];
+    ember_fibers[i].uc_stack.ss_size = stack;
+    ember_fibers[i].uc_link = &ember_scheduler;
+    makecontext(&ember_fibers[i], ember_fiber_main, 0);
+  }
+  for (;;) {
+    int returned = 0, waiting = 0;
+    for (int j = 0; j < block; j++) {
+      const int i = reverse ? block - 1 - j : j;
+      if (ember_state[i] != 2) {
+        ember_state[i] = 0;
+        ember_current = i;
+        threadIdx = {(unsigned)i, 0, 0};
+        swapcontext(&ember_scheduler, &ember_fibers[i]);
+      }
+      if (ember_state[i] == 2) returned++; else waiting++;
+    }
+    if (returned == block) return 0;
+    if (returned) return 1;
+  }
+}
+"""
+
+_SIGNATURE = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(([^)]*)\)')
 _GUARD = 64  # elements of guard zone on each side of every buffer
 
 
@@ -66,25 +118,43 @@ def _library(code: str) -> tuple[ctypes.CDLL, dict[str, list[bool]]]:
     """``code`` built by g++ with a ``run_<kernel>(grid, block, args...)`` per kernel; the kernels'
     parameter kinds (True: a pointer)."""
     kernels = {name: _parameters(params) for name, params in _SIGNATURE.findall(code)}
+    fibers = "__syncthreads" in code
     wrappers = []
     for name, params in kernels.items():
         decl = ", ".join(f"{'void*' if ptr else 'int'} {p}" for p, ptr in params)
         call = ", ".join(f"({ptr}){p}" if ptr else p for p, ptr in params)
+        if fibers:  # the arguments in statics, read by the body each fiber runs
+            store = " ".join(f"ember_a_{name}_{p} = {p};" for p, _ in params)
+            wrappers.append(
+                "".join(f"static {'void*' if ptr else 'int'} ember_a_{name}_{p};\n" for p, ptr in params)
+                + f"static void ember_b_{name}() {{ {name}("
+                + ", ".join(f"({ptr})ember_a_{name}_{p}" if ptr else f"ember_a_{name}_{p}" for p, ptr in params)
+                + "); }\n"
+                f'extern "C" int run_{name}(int grid, int block, int reverse, {decl}) {{\n'
+                f"  {store} ember_body = ember_b_{name};\n"
+                "  gridDim = {(unsigned)grid, 1, 1}; blockDim = {(unsigned)block, 1, 1};\n"
+                "  for (int j = 0; j < grid; j++) {\n"
+                "    blockIdx = {(unsigned)(reverse ? grid - 1 - j : j), 0, 0};\n"
+                "    if (ember_run_block(block, reverse)) return 1;\n"
+                "  }\n  return 0;\n}\n"
+            )
+            continue
         wrappers.append(
-            f'extern "C" void run_{name}(int grid, int block, int reverse, {decl}) {{\n'
+            f'extern "C" int run_{name}(int grid, int block, int reverse, {decl}) {{\n'
             "  gridDim = {(unsigned)grid, 1, 1}; blockDim = {(unsigned)block, 1, 1};\n"
             "  for (int j = 0; j < grid * block; j++) {\n"
             "    const int k = reverse ? grid * block - 1 - j : j;\n"
             "    blockIdx = {(unsigned)(k / block), 0, 0}; threadIdx = {(unsigned)(k % block), 0, 0};\n"
             f"    {name}({call});\n"
-            "  }\n}\n"
+            "  }\n  return 0;\n}\n"
         )
-    text = _PRELUDE + code.replace('extern "C" __global__', "static") + "".join(wrappers)
+    text = _PRELUDE + (_FIBERS if fibers else "") + code.replace('extern "C" __global__', "static") + "".join(wrappers)
     folder = tempfile.mkdtemp(prefix="ember-conv-on-cpu-")
     cpp, lib = os.path.join(folder, "k.cpp"), os.path.join(folder, "k.so")
     with open(cpp, "w") as f:
         f.write(text)
-    flags = ["-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-Wall", "-Werror", "-Wno-unused-function"]
+    flags = ["-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-Wall", "-Werror"]
+    flags += ["-Wno-unused-function", "-Wno-unknown-pragmas"]
     done = subprocess.run(["g++", *flags, "-o", lib, cpp], capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"g++ failed:\n{done.stderr[-4000:]}")
@@ -196,13 +266,14 @@ class FakeCupy:
                         assert isinstance(a, np.int32), (name, type(a))
                         values.append(ctypes.c_int(int(a)))
                 arrays = [a for a, ptr in zip(args, pointers) if ptr]
+                diverged = f"{name}: a __syncthreads that some threads of a block skipped"
                 if fake.check_order:
                     before = [a.copy() for a in arrays]
-                    run(ctypes.c_int(grid[0]), ctypes.c_int(block[0]), ctypes.c_int(1), *values)
+                    assert not run(ctypes.c_int(grid[0]), ctypes.c_int(block[0]), ctypes.c_int(1), *values), diverged
                     backwards = [a.copy() for a in arrays]
                     for a, b in zip(arrays, before):
                         a[...] = b
-                run(ctypes.c_int(grid[0]), ctypes.c_int(block[0]), ctypes.c_int(0), *values)
+                assert not run(ctypes.c_int(grid[0]), ctypes.c_int(block[0]), ctypes.c_int(0), *values), diverged
                 for a, b in zip(arrays, backwards if fake.check_order else ()):  # two threads, one element
                     assert a.tobytes() == b.tobytes(), f"{name}: the result depends on the order of its threads"
                 fake.launches[name] += 1

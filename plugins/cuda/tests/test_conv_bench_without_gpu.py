@@ -86,16 +86,18 @@ def test_the_bench_runs_every_case(monkeypatch, capsys) -> None:  # noqa: ANN001
     assert "FAILED" not in out and "LARGE DIFFERENCES" not in out, out
     assert "torch is not installed" in out and "no W3 step section" in out
     assert "old" not in out, out  # the previous kernels are gone from the bench
-    # without torch each layout is checked against the default one: 2 forward, 2 weight-grad and
-    # 2 input-grad layouts of conv2, 4 of conv1
-    assert "max|ember - default|/max|default|" in out and "results against default: 10 within 1e-4" in out, out
-    cases = ["conv1 im2col", "conv2 col2im", "swap01", "pool2 max_pool_backward", "conv2 input grad, swap"]
-    cases += ["conv1 weight grad, per-sample partials", "conv2 forward, one GEMM", "conv1 forward, by sample"]
-    cases += ["conv2 input grad, by sample", "sum of the ops", "conv launches: {"]
+    # without torch each layout is checked against the default one (implicit GEMM): 2 forward, 2
+    # weight-grad and 2 input-grad column layouts of conv2, 4 of conv1 and its implicit weight gradient
+    assert "max|ember - default|/max|default|" in out and "results against default: 11 within 1e-4" in out, out
+    cases = ["conv1 im2col", "conv2 col2im", "swap01", "pool2 max_pool_backward", "conv2 input grad, columns, swap"]
+    cases += ["conv1 weight grad, columns, per-sample partials", "conv2 forward, columns, one GEMM"]
+    cases += ["conv1 forward, columns, by sample", "conv1 weight grad, implicit GEMM"]
+    cases += ["conv2 input grad, columns, by sample", "sum of the ops", "conv launches: {"]
     for case in cases:
         assert case in out, (case, out)
     # every kernel of conv.py ran
     ran = {name.removesuffix("_float") for name in cp.launches}
     assert {"ember_im2col", "ember_col2im", "ember_swap01v", "ember_max_pool", "ember_max_pool_backward_tiled",
             "ember_pack_weight", "ember_im2col3x3", "ember_col2im3x3",
-            "ember_max_pool_backward_tiled2x2"} <= ran, ran  # fmt: skip
+            "ember_max_pool_backward_tiled2x2", "ember_igemm_conv32", "ember_igemm_conv64", "ember_igemm_transpose32",
+            "ember_igemm_wgrad64", "ember_igemm_sum"} <= ran, ran  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 import conv_on_cpu
 import numpy as np
 import pytest
-from ember_cuda import conv
+from ember_cuda import conv, igemm
 
 pytestmark = pytest.mark.skipif(not conv_on_cpu.available(), reason="g++ is not installed")
 
@@ -125,15 +125,24 @@ CONV_CASES = [
     ((3, 4, 6, 5), (2, 4, 1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), True),  # 1x1
     ((2, 3, 9, 8), (4, 3, 3, 3), (3, 2), ((0, 2), (1, 0)), (2, 1), True),  # stride 3 with dilation 2
 ]
+_COLUMNS = {**conv.OPTIONS, "implicit": False}  # the im2col + cuBLAS layouts below
 LAYOUTS = {
-    "default": dict(conv.OPTIONS),
-    "by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
-    "partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
-    "one-gemm": {"forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
+    "columns": _COLUMNS,
+    "by-sample": {**_COLUMNS, "forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
+    "partials": {**_COLUMNS, "forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
+    "one-gemm": {**_COLUMNS, "forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
     # columns of at most a sample: the batch in chunks of one (W3's conv2 at batch 512 in four)
-    "chunked": {**conv.OPTIONS, "columns_bytes": 1},
-    "chunked-by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25, "columns_bytes": 1},
-    "chunked-partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9, "columns_bytes": 1},
+    "chunked": {**_COLUMNS, "columns_bytes": 1},
+    "chunked-by-sample": {**_COLUMNS, "forward_by_sample": 0, "transpose_by_sample": 0, "columns_bytes": 1},
+    "chunked-partials": {
+        **_COLUMNS,
+        "forward_by_sample": 0,
+        "transpose_by_sample": 0,
+        "wgrad_partials": 1e9,
+        "columns_bytes": 1,
+    },  # fmt: skip
+    # implicit GEMM (the default): every weight gradient too, not only those of 64 columns or more
+    "implicit": {**conv.OPTIONS, "implicit": True, "implicit_wgrad_columns": 1},
 }
 
 
@@ -180,6 +189,14 @@ def test_conv_and_its_gradients_match_float64(fake, layout, dtype, xs, ws, strid
 
     ct = {"float32": "float", "float64": "double"}[dtype]
     ran = {name.removeprefix("ember_").removesuffix(f"_{ct}"): n for name, n in fake.launches.items()}
+    if layout == "implicit":  # one kernel a convolution, no columns, no cuBLAS
+        rows = 32 if ws[0] <= 32 else 64
+        tr = 32 if xs[1] <= 32 else 64
+        splits, _ = igemm.splits(ws[0], xs[1] * ws[2] * ws[3], want[:, 0].size, 1)  # (K: the batch's positions)
+        want_ran = {f"igemm_conv{rows}": 1, "igemm_wgrad64": 1, f"igemm_transpose{tr}": 1}
+        assert ran == {**want_ran, **({"igemm_sum": 1} if splits > 1 else {})}, ran
+        assert fake.gemms == 0
+        return
     fixed = "3x3" if ws[2:] == (3, 3) else ""  # W3's window: the kernels compiled for it
     chunks = 1 if conv.OPTIONS["columns_bytes"] > 2**20 else xs[0]  # "chunked": a sample a chunk
     assert ran[f"im2col{fixed}"] == 2 * chunks and ran[f"col2im{fixed}"] == chunks, ran
@@ -246,6 +263,7 @@ def test_chunked_columns_are_freed_before_the_next_chunks_are_made(fake, layout,
 
 def test_chunks_without_an_out_taking_matmul_match(fake, monkeypatch) -> None:
     """A matmul without ``out=`` (no cuBLAS: the shared kernel) still serves the chunked layouts."""
+    monkeypatch.setitem(conv.OPTIONS, "implicit", False)
     monkeypatch.setitem(conv.OPTIONS, "columns_bytes", 1)
     rng = np.random.default_rng(3)
     x, w, g = (rng.standard_normal(s).astype(np.float32) for s in ((3, 2, 6, 5), (4, 2, 3, 3), (3, 4, 6, 5)))
@@ -260,6 +278,7 @@ def test_chunks_without_an_out_taking_matmul_match(fake, monkeypatch) -> None:
 
 def test_the_vectorised_transpose_runs_where_rows_allow_it(fake, monkeypatch) -> None:
     """The output transpose of the one-GEMM layout: float4 per thread when L % 4 == 0, else scalar."""
+    monkeypatch.setitem(conv.OPTIONS, "implicit", False)
     monkeypatch.setitem(conv.OPTIONS, "forward_by_sample", conv.NEVER)
     k = _kernels(fake)
     rng = np.random.default_rng(5)
@@ -270,6 +289,63 @@ def test_the_vectorised_transpose_runs_where_rows_allow_it(fake, monkeypatch) ->
         y = k["conv"](fake.asarray(x), fake.asarray(w), fake.asarray(b), **geo)
         assert fake.launches[f"ember_{kinds}_float"] == before + 1
         _close(np.asarray(y), ref_conv(x, w, b, (1, 1), ((1, 1), (1, 1)), (1, 1)), "float32", str(xs))
+
+
+IMPLICIT_CASES = [
+    # (x shape, w shape, stride, padding pairs, dilation): channels past one tile's rows (72 > 64), several
+    # column tiles, channel counts that are multiples of 8 (a k-step's rows share a tap: the "fast" loads)
+    ((3, 16, 9, 10), (72, 16, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ((2, 24, 11, 9), (40, 24, 3, 3), (2, 2), ((1, 0), (2, 1)), (1, 1)),  # stride 2: transpose's exact division
+    ((2, 8, 10, 12), (16, 8, 3, 2), (1, 2), ((2, 2), (0, 1)), (2, 1)),  # dilation, a 3x2 window
+    ((4, 5, 7, 7), (33, 5, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),  # C not a multiple of 8, M past 32
+]
+
+
+@pytest.mark.parametrize("sms", [1, 64])  # 64: the weight gradient's K split over many blocks
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("xs", "ws", "stride", "padding", "dilation"), IMPLICIT_CASES)
+def test_implicit_gemm_tiles_splits_and_gathers_match_float64(
+    monkeypatch, sms, dtype, xs, ws, stride, padding, dilation
+) -> None:
+    """The implicit GEMMs at sizes that cross their tiles (rows, columns, K splits) and take both
+    gathers (a tap per k-step, a tap per row), with a bias in the forward and the transpose; every
+    weight gradient through its implicit GEMM (the default keeps those of few columns elsewhere)."""
+    monkeypatch.setitem(conv.OPTIONS, "implicit", True)
+    monkeypatch.setitem(conv.OPTIONS, "implicit_wgrad_columns", 1)
+    fake = conv_on_cpu.FakeCupy(sms=sms)
+    rng = np.random.default_rng(sum(xs) + sum(ws) + sms)
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in (xs, ws, ws[:1]))
+    k = _kernels(fake)
+    geo = {"stride": stride, "padding": padding, "dilation": dilation, "groups": 1}
+    y = k["conv"](fake.asarray(x), fake.asarray(w), fake.asarray(b), **geo)
+    want = ref_conv(x, w, b, stride, padding, dilation)
+    _close(np.asarray(y), want, dtype, "conv")
+    g = rng.standard_normal(want.shape).astype(dtype)
+    dw = k["conv_weight_grad"](fake.asarray(g), fake.asarray(x), kernel=ws[2:], **geo)
+    _close(np.asarray(dw), ref_weight_grad(g, x, ws[2:], stride, padding, dilation), dtype, "conv_weight_grad")
+    tb = rng.standard_normal(xs[1]).astype(dtype)
+    dx = k["conv_transpose"](fake.asarray(g), fake.asarray(w), fake.asarray(tb), size=xs[2:], **geo)
+    _close(np.asarray(dx), ref_transpose(g, w, tb, xs[2:], stride, padding, dilation), dtype, "conv_transpose")
+    ncol = xs[1] * ws[2] * ws[3]
+    splits, _ = igemm.splits(ws[0], ncol, want[:, 0].size, sms)
+    ct = {"float32": "float", "float64": "double"}[dtype]
+    assert fake.launches[f"ember_igemm_sum_{ct}"] == (splits > 1)
+    assert sms == 1 or want[:, 0].size < 32 * igemm.BK or splits > 1, "K of 32 steps or more splits over 64 SMs"
+    assert fake.gemms == 0
+
+
+def test_implicit_weight_gradients_of_few_columns_keep_the_partials(fake) -> None:
+    """W3's first layer (1 x 3 x 3 = 9 columns) would idle most of a 128-column tile: its weight
+    gradient keeps the per-sample products; the forward is the implicit GEMM."""
+    rng = np.random.default_rng(9)
+    x, w, g = (rng.standard_normal(s).astype(np.float32) for s in ((2, 1, 12, 12), (8, 1, 3, 3), (2, 8, 12, 12)))
+    k = _kernels(fake)
+    geo = {"stride": (1, 1), "padding": ((1, 1), (1, 1)), "dilation": (1, 1), "groups": 1}
+    k["conv"](fake.asarray(x), fake.asarray(w), **geo)
+    dw = k["conv_weight_grad"](fake.asarray(g), fake.asarray(x), kernel=(3, 3), **geo)
+    _close(np.asarray(dw), ref_weight_grad(g, x, (3, 3), **_g(geo)), "float32", "conv_weight_grad")
+    assert fake.launches["ember_igemm_conv32_float"] == 1 and fake.launches["ember_im2col3x3_float"] == 1
+    assert "ember_igemm_wgrad64_float" not in fake.launches
 
 
 POOL_CASES = [

@@ -25,12 +25,16 @@ CONV_CASES = [
     ((64, 1, 28, 28), (32, 1, 3, 3), {"padding": 1}),  # W3's first layer
     ((16, 32, 14, 14), (64, 32, 3, 3), {"padding": 1}),  # W3's second layer
     ((2, 3, 11, 10), (4, 3, 5, 5), {"stride": 2, "padding": 2}),
+    ((3, 16, 9, 10), (72, 16, 3, 3), {"padding": 1}),  # implicit GEMM: two tiles of rows, 8 channels a k-step
+    ((2, 24, 11, 9), (40, 24, 3, 3), {"stride": 2, "padding": 1}),  # the transpose's exact division
 ]
+_COLUMNS = {**conv.OPTIONS, "implicit": False}  # im2col + cuBLAS
 LAYOUTS = {
-    "default": dict(conv.OPTIONS),
-    "by-sample": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
-    "partials": {"forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
-    "one-gemm": {"forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
+    "implicit": {**conv.OPTIONS, "implicit": True},  # the default
+    "columns": _COLUMNS,
+    "by-sample": {**_COLUMNS, "forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 0.25},
+    "partials": {**_COLUMNS, "forward_by_sample": 0, "transpose_by_sample": 0, "wgrad_partials": 1e9},
+    "one-gemm": {**_COLUMNS, "forward_by_sample": conv.NEVER, "transpose_by_sample": conv.NEVER, "wgrad_partials": 0},
 }
 
 
@@ -61,19 +65,30 @@ def test_conv_forward_and_gradients_match_float64(dtype, xs, ws, kw, layout, mon
     before = dict(conv.CALLS)
     got = _conv_step("cuda:0", x, w, b, g, kw)
     ran = {k: conv.CALLS[k] - before.get(k, 0) for k in conv.CALLS}
-    # forward and weight gradient: an im2col each; input gradient: col2im; a transpose for each of the
-    # forward's y, the input gradient's g and the weight gradient's g that is not done by sample
-    length = math.prod(y64.shape[2:])
-    forward, transpose = (length >= conv.OPTIONS[k] for k in ("forward_by_sample", "transpose_by_sample"))
-    partials = ws[1] * ws[2] * ws[3] <= conv.OPTIONS["wgrad_partials"] * length
-    swaps = (not forward) + (not transpose) + (not partials)
-    assert ran.get("im2col") == 2 and ran.get("col2im") == 1 and ran.get("swap01", 0) == swaps, ran
-    assert ran.get("pack_weight", 0) == int(forward), ran
+    ran = {k: v for k, v in ran.items() if v}
+    if layout == "implicit":  # a kernel a convolution; the weight gradient of few columns by partials
+        implicit_wgrad = ws[1] * ws[2] * ws[3] >= conv.OPTIONS["implicit_wgrad_columns"]
+        assert ran.get("igemm_conv") == 1 and ran.get("igemm_transpose") == 1, ran
+        assert ran.get("igemm_wgrad", 0) == int(implicit_wgrad) and ran.get("im2col", 0) == int(not implicit_wgrad)
+        assert "col2im" not in ran, ran
+    else:
+        _columns_ran(ran, y64.shape, ws)
     want = _conv_step("cpu", *(v.astype(np.float64) for v in (x, w, b, g)), kw)
     tol = 2e-5 if dtype == "float32" else 1e-12
     for name, a, e in zip(("y", "dx", "dw", "db"), got, want):
         assert a.dtype == np.dtype(dtype), name
         np.testing.assert_allclose(a, e, rtol=tol, atol=tol * float(np.abs(e).max()), err_msg=name)
+
+
+def _columns_ran(ran: dict, shape: tuple[int, ...], ws: tuple[int, ...]) -> None:
+    # forward and weight gradient: an im2col each; input gradient: col2im; a transpose for each of the
+    # forward's y, the input gradient's g and the weight gradient's g that is not done by sample
+    length = math.prod(shape[2:])
+    forward, transpose = (length >= conv.OPTIONS[k] for k in ("forward_by_sample", "transpose_by_sample"))
+    partials = ws[1] * ws[2] * ws[3] <= conv.OPTIONS["wgrad_partials"] * length
+    swaps = (not forward) + (not transpose) + (not partials)
+    assert ran.get("im2col") == 2 and ran.get("col2im") == 1 and ran.get("swap01", 0) == swaps, ran
+    assert ran.get("pack_weight", 0) == int(forward), ran
 
 
 POOL_CASES = [

@@ -138,8 +138,10 @@ class CudaBackend(Backend):
         return {
             "matmul": "float32/float64: one cuBLAS strided-batched GEMM called directly (capturable in a CUDA "
             "graph); strict IEEE unless TF32 is switched on (EMBER_CUDA_TF32=1, then through CuPy)",
-            "conv": "2-D, one group: an im2col kernel + one cuBLAS GEMM (+ col2im for the input gradient); other "
-            "cases im2col by a strided window view + batched matmul: CuPy 14 no longer wraps cuDNN",
+            "conv": "2-D, one group, float32/float64: implicit GEMM (the input gathered in a tiled GEMM's loads, "
+            "no column buffer; the weight gradient split over the batch and summed in order), "
+            "EMBER_CUDA_IMPLICIT_CONV=0: an im2col kernel + cuBLAS; other cases im2col by a strided window view + "
+            "batched matmul: CuPy 14 no longer wraps cuDNN",
             "max_pool": "2-D: a thread per output (forward) and per input (backward); other ranks through CuPy",
             "float16/bfloat16": "stored natively; heavy ops compute in float32 and round back",
             "scaled_dot_product_attention": "a flash-style tiled kernel (float32 compute, head sizes 32/64/96/128, "

@@ -1,5 +1,13 @@
 """Convolution and max-pooling kernels of ember-cuda for two spatial axes (NCHW, float32/float64).
 
+Convolution, its input gradient and its weight gradient are implicit GEMMs by default
+(:mod:`.igemm`: no column buffer, one kernel each; ``OPTIONS["implicit"]``, ``EMBER_CUDA_IMPLICIT_CONV=0``
+to switch off). On an H100 (W3, batch 512) they cut the three conv2 ops' GPU time 0.60 -> 0.46 ms, the
+eager step 3.05 -> 2.77 ms (one process, alternated) and the step's peak in use to 128 MiB
+(plugins/cuda/logs/h100-2026-12-07-fifth). A weight gradient of fewer than
+``OPTIONS["implicit_wgrad_columns"]`` columns (W3's first layer: 9) would idle most of a 128-column
+tile and keeps the per-sample products below; the other im2col layouts below stay selectable.
+
 The shared kernels build a convolution from a padded copy, a strided window view copied into
 columns and a batched matmul (CuPy's batched matmul makes a pointer array per call: ~0.2 ms of
 host time each), and a max-pool backward from ~5 kernels per window offset; on a small CNN that
@@ -26,7 +34,7 @@ design goal is few passes over memory and little index arithmetic per element):
   gradient of all its inputs (x read once, no search per input); otherwise a thread per input
   gathers the gradient of each window whose first maximum is this element.
 
-Column buffers larger than ``OPTIONS["columns_bytes"]`` are not made: the batch runs in chunks
+With implicit GEMM off, column buffers larger than ``OPTIONS["columns_bytes"]`` are not made: the batch runs in chunks
 (:func:`spans`), each its own im2col and GEMM, the weight gradient's chunks summed by cuBLAS in
 place (beta = 1). ``OPTIONS`` holds the thresholds (``scripts/conv_bench.py`` times each layout). Other ranks,
 groups and dtypes go to the shared kernels.
@@ -44,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from . import igemm
 from .blas import store_product
 from .kernels import Launcher as _Launcher
 
@@ -76,6 +85,9 @@ OPTIONS: dict[str, Any] = {
     "transpose_by_sample": 512,
     "wgrad_partials": 0.25,
     "columns_bytes": int(os.environ.get("EMBER_CUDA_COLUMNS_BYTES", 2**30)),
+    # implicit GEMM for conv and conv_transpose, and for weight gradients of this many columns or more
+    "implicit": os.environ.get("EMBER_CUDA_IMPLICIT_CONV", "1").strip() != "0",
+    "implicit_wgrad_columns": 64,
 }
 #: an OH*OW no convolution reaches (for OPTIONS: never by sample)
 NEVER = 2**62
@@ -374,9 +386,11 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
     ndarray = getattr(cp, "ndarray", None)
 
     def launcher(ctype: str, name: str, args: tuple[Any, ...]) -> Any:
-        module = modules.get(ctype)
+        which = "igemm" if name.startswith("igemm") else "conv"
+        module = modules.get((which, ctype))
         if module is None:
-            module = modules[ctype] = cp.RawModule(code=source(ctype))
+            code = igemm.source(ctype) if which == "igemm" else source(ctype)
+            module = modules[(which, ctype)] = cp.RawModule(code=code)
         fn = module.get_function(f"ember_{name}_{ctype}")
         if getattr(fn, "ptr", None) is None or ndarray is None:
             return fn
@@ -384,17 +398,22 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         types = tuple(ctypes.c_void_p if isinstance(a, ndarray) else ctypes.c_int for a in args)
         return _Launcher(cp, SimpleNamespace(kernel=fn), types)
 
-    def launch(ctype: str, name: str, total: int, args: tuple[Any, ...], counter: str | None = None) -> None:
+    def launch(
+        ctype: str, name: str, total: int, args: tuple[Any, ...], counter: str | None = None, blocks: int = 0
+    ) -> None:
+        """``name`` over ``total`` elements (grid-stride, 256 threads a block), or over ``blocks`` blocks
+        of :data:`igemm.THREADS` (the implicit GEMMs: a block a tile)."""
         key = (ctype, name)
         run = launchers.get(key)
         if run is None:
             run = launchers[key] = launcher(ctype, name, args)
         CALLS[counter or name] += 1
-        blocks = max(1, min(-(-total // _THREADS), sms * 32))
+        threads = igemm.THREADS if blocks else _THREADS
+        blocks = blocks or max(1, min(-(-total // _THREADS), sms * 32))
         if type(run) is _Launcher:
-            run(blocks, _THREADS, *[a.data.ptr if type(a) is ndarray else int(a) for a in args])
+            run(blocks, threads, *[a.data.ptr if type(a) is ndarray else int(a) for a in args])
         else:
-            run((blocks,), (_THREADS,), args)
+            run((blocks,), (threads,), args)
 
     def geometry(kernel: Any, stride: Any, padding: Any, dilation: Any) -> tuple[Any, ...]:
         (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
@@ -445,6 +464,25 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             return None
         return ctype if nd == 2 else None
 
+    def implicit(
+        ctype: str, transpose: bool, x: Any, w: Any, b: Any, y: Any, m: int, geo: tuple[Any, ...], wsc: int, wsm: int
+    ) -> Any:
+        """conv (``transpose`` False) or conv_transpose as one implicit GEMM into ``y`` (N, M, GH, GW):
+        ``x`` (N, Cs, SH, SW) the gathered operand, A[m][tap * Cs + ci] = w[m * wsm + ci * wsc + tap]."""
+        n, cs, sh_, sw_ = x.shape
+        gh, gw = y.shape[2:]
+        length = gh * gw
+        kv = int(geo[0]) * int(geo[1])
+        rows = igemm.tile_rows(m)
+        fast = cs % igemm.BK == 0
+        vec = length % 4 == 0 and y.data.ptr % 16 == 0
+        has = b is not None
+        args = (x, w, b if has else y, y, i32(has), i32(m), i32(kv * cs), i32(n * length), i32(length), i32(cs))
+        args += (i32(sh_), i32(sw_), i32(gw), geo[1], *geo[2:], i32(wsc), i32(wsm), i32(fast), i32(vec))
+        name = f"igemm_{'transpose' if transpose else 'conv'}{rows}"
+        launch(ctype, name, 0, args, name[:-2], blocks=igemm.blocks(m, n * length, rows))
+        return y
+
     other_conv = fallback["conv"]
 
     def conv(x: Any, w: Any, *bias: Any, stride: Any, padding: Any, dilation: Any, groups: int) -> Any:
@@ -463,6 +501,9 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         geo = geometry((kh, kw), stride, padding, dilation)
         x, w = cp.ascontiguousarray(x), cp.ascontiguousarray(w)
         b = cp.ascontiguousarray(bias[0]) if bias else None
+        if OPTIONS["implicit"]:
+            y = cp.empty((n, cout, oh, ow), dtype=x.dtype)
+            return implicit(ctype, False, x, w, b, y, cout, geo, kh * kw, ck)
         chunks = spans(n, rows * length * x.itemsize)
         y = None
         if not batched:
@@ -494,6 +535,23 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
 
     other_wgrad = fallback["conv_weight_grad"]
 
+    def implicit_wgrad(ctype: str, g: Any, x: Any, geo: tuple[Any, ...]) -> Any:
+        """conv's weight gradient (Cout, Cin * KH * KW) as an implicit GEMM over the batch's positions,
+        split over the grid, each split's tile into its own partial, the partials summed in order."""
+        n, cout, oh, ow = g.shape
+        cin, h, w = x.shape[1:]
+        kv = int(geo[0]) * int(geo[1])
+        ncol, k = cin * kv, n * oh * ow
+        count, per = igemm.splits(cout, ncol, k, sms)
+        out = cp.empty((cout, ncol), dtype=g.dtype)
+        part = out if count == 1 else cp.empty((count, cout, ncol), dtype=g.dtype)
+        args = (g, x, part, i32(cout), i32(ncol), i32(k), i32(per), i32(cin), i32(h), i32(w), i32(oh), i32(ow))
+        args += (geo[1], i32(kv), *geo[2:])
+        launch(ctype, "igemm_wgrad64", 0, args, "igemm_wgrad", blocks=count * igemm.blocks(cout, ncol, 64))
+        if count > 1:
+            launch(ctype, "igemm_sum", out.size, (part, out, i32(count), i32(out.size)))
+        return out
+
     def conv_weight_grad(g: Any, x: Any, *, kernel: Any, stride: Any, padding: Any, dilation: Any, groups: int) -> Any:
         ctype = plain(g, x, nd=len(stride))
         if ctype is None or groups != 1 or x.size == 0:
@@ -505,6 +563,8 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
             return other_wgrad(g, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation, groups=groups)
         geo = geometry(kernel, stride, padding, dilation)
         g, x = cp.ascontiguousarray(g), cp.ascontiguousarray(x)
+        if OPTIONS["implicit"] and ck >= OPTIONS["implicit_wgrad_columns"]:
+            return implicit_wgrad(ctype, g, x, geo).reshape((cout, cin, *kernel))
         chunks = spans(n, ck * length * x.itemsize)
         total = None
         if ck <= OPTIONS["wgrad_partials"] * length:
@@ -549,8 +609,12 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
                 x, w, *bias, size=size, stride=stride, padding=padding, dilation=dilation, groups=groups
             )
         x, w = cp.ascontiguousarray(x), cp.ascontiguousarray(w)
-        wt = w.reshape(cin, ck).T  # (Cout*K, Cin)
         geo = geometry((kh, kw), stride, padding, dilation)
+        if OPTIONS["implicit"]:
+            y = cp.empty((n, cout, h, wd), dtype=x.dtype)
+            b = cp.ascontiguousarray(bias[0]) if bias else None
+            return implicit(ctype, True, x, w, b, y, cout, geo, cout * kh * kw, kh * kw)
+        wt = w.reshape(cin, ck).T  # (Cout*K, Cin)
         name = "col2im3x3" if (kh, kw) == (3, 3) else "col2im"
         y = b = None
         for s, e in spans(n, ck * length * x.itemsize):
