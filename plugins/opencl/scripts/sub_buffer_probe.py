@@ -12,8 +12,9 @@ finish). On 2026-12-07 the H200 ran the first eight without a crash, while ember
 in the release thread with the main thread inside enqueue_copy or clFinish: ``thread_while_main_enqueues``
 puts exactly that to the test. On 2026-12-07 (H100) ember crashed with no release thread at all, and every
 scenario here passed at ember's view sizes (``--views 2 --view-mib 49``): ``other_commands`` puts the other
-commands ember sends to views (fills, copies, uploads, reads at an offset) to the test. A probe for the
-device machine, not a test.
+commands ember sends to views (fills, copies, uploads, reads at an offset) to the test; the ``arena_*``
+scenarios make the views ember's W3 plan made of its arena (they overlap; one range is viewed twice), write
+each, and release them in several orders. A probe for the device machine, not a test.
 """
 
 from __future__ import annotations
@@ -89,6 +90,61 @@ def _threaded_release(bufs) -> threading.Thread:  # noqa: ANN001
     t = threading.Thread(target=lambda: [lib.clReleaseMemObject(ctypes.c_void_p(h)) for h in handles])
     t.start()
     return t
+
+
+#: the views ember's W3 plan made of its arena on the H100 (2026-12-07, view_log.py: offset, size in bytes, in
+#: the order made); they overlap (a range serves several blocks of the step at different times) and one
+#: range is viewed twice
+ARENA = (
+    (51380224, 51380224), (0, 51380224), (127664128, 12845056), (51380224, 25690112), (77070336, 73728),
+    (89128960, 25690112), (114819072, 6422528), (51380224, 4194304), (142114816, 262144), (51400704, 20480),
+    (51380224, 20480), (51402752, 2048), (142718464, 16), (51400704, 2048), (142717952, 16), (51421184, 16),
+    (51400704, 20480), (142719488, 48), (142376960, 262144), (51380224, 20480), (142712832, 5120),
+    (77070336, 6422528), (140509184, 1605632), (51380224, 25690112), (114819072, 12845056), (51380224, 73728),
+    (142639104, 73728), (51380224, 37748736), (142718976, 256), (51380224, 65536), (51380224, 51380224),
+    (51970048, 1536), (51380224, 589824), (51412992, 128), (51380224, 32768), (16384, 512), (0, 16384),
+)  # fmt: skip
+
+
+#: three views, released in the order made: the crash's two 49 MiB views with a third that repeats the first's
+#: range, or lies inside it, or lies beside both
+_X, _Y = ARENA[0], ARENA[1]
+SMALL = {
+    "three_duplicate": (_X, _Y, _X),
+    "three_inside": (_X, _Y, (_X[0], _X[1] // 2)),
+    "three_apart": (_X, _Y, (ARENA[2])),
+}
+
+
+def _disjoint(ranges):  # noqa: ANN001, ANN202
+    """The ranges, in order, that overlap none kept before them."""
+    kept: list[tuple[int, int]] = []
+    for o, n in ranges:
+        if all(o + n <= a or a + b <= o for a, b in kept):
+            kept.append((o, n))
+    return tuple(kept)
+
+
+def _arena(cl, ctx, q, knl, laps: int = 1, ranges=ARENA):  # noqa: ANN001, ANN202
+    """ember's arena: the parent, its overlapping views, each written by a kernel in the order made, once
+    per lap (the views kept between laps, as the plan keeps them; ``laps=0``: never used)."""
+    parent = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(o + n for o, n in ARENA))
+    views = [parent.get_sub_region(o, n) for o, n in ranges]
+    for _ in range(laps):
+        _use(cl, q, knl, views, ranges)
+    return parent, views
+
+
+def _use(cl, q, knl, views, ranges) -> None:  # noqa: ANN001
+    for v, (_, n) in zip(views, ranges):
+        knl.set_args(v, cl.cltypes.int(n // 4), cl.cltypes.int(20))
+        cl.enqueue_nd_range_kernel(q, knl, (max(1, n // 4),), None)
+
+
+def _release(views, order) -> None:  # noqa: ANN001
+    for i in order:
+        print(f"releasing view {i} of {len(views)}", flush=True)  # the last line before a crash names it
+        views[i].release()
 
 
 def scenario(name: str, index: int) -> None:
@@ -182,6 +238,55 @@ def scenario(name: str, index: int) -> None:
             v.release()
         parent.release()
         q.finish()
+    elif name in SMALL or name in ("arena_oldest_then_use", "arena_disjoint_in_order", "arena_no_duplicate_in_order",
+                  "arena_unused_in_order", "arena_lifo_half_then_use", "arena_two_oldest_only"):  # fmt: skip
+        ranges = ARENA
+        if name in SMALL:
+            ranges = SMALL[name]
+        elif name == "arena_disjoint_in_order":
+            ranges = _disjoint(ARENA)
+        elif name == "arena_no_duplicate_in_order":
+            ranges = tuple(r for i, r in enumerate(ARENA) if r not in ARENA[:i])
+        parent, views = _arena(cl, ctx, q, knl, laps=0 if name == "arena_unused_in_order" else 20, ranges=ranges)
+        q.finish()
+        n = len(views)
+        if name == "arena_oldest_then_use":  # one release out of order, the younger views used after it
+            _release(views, [0])
+            _use(cl, q, knl, views[1:], ranges[1:])
+            q.finish()
+            _release(views, range(n - 1, 0, -1))
+        elif name == "arena_lifo_half_then_use":  # the younger half released last-made first, the rest used
+            _release(views, range(n - 1, n // 2 - 1, -1))
+            _use(cl, q, knl, views[: n // 2], ranges[: n // 2])
+            q.finish()
+            _release(views, range(n // 2 - 1, -1, -1))
+        elif name == "arena_two_oldest_only":  # ember's crash: the first two views made, in that order
+            _release(views, [0, 1])
+            q.finish()
+            print("two released", flush=True)
+            _release(views, range(n - 1, 1, -1))
+        else:
+            _release(views, range(n))
+        print("releasing the parent", flush=True)
+        parent.release()
+        q.finish()
+    elif name.startswith("arena_"):  # ember's overlapping arena views, released in several orders
+        parent, views = _arena(cl, ctx, q, knl, laps=20)
+        order = list(range(len(views)))
+        if name.endswith("_reverse"):
+            order.reverse()
+        elif name.endswith("_largest_first"):
+            order.sort(key=lambda i: -ARENA[i][1])
+        if "_finished" in name:
+            q.finish()
+        if "_thread" in name:
+            _threaded_release([*(views[i] for i in order), parent]).join()
+        else:
+            _release(views, order)
+            parent.release()
+        if "_remade" in name:  # the next plan's arena, made and used after the old one went
+            _arena(cl, ctx, q, knl, laps=2)
+        q.finish()
     else:
         raise SystemExit(f"no scenario {name!r}")
     print("ok")
@@ -199,6 +304,19 @@ NAMES = (
     "churn_thread",
     "other_commands",
     "other_commands_in_flight",
+    "arena_in_order",
+    "arena_reverse",
+    "arena_largest_first",
+    "arena_finished_in_order",
+    "arena_thread",
+    "arena_remade",
+    "arena_oldest_then_use",
+    "arena_disjoint_in_order",
+    "arena_no_duplicate_in_order",
+    "arena_unused_in_order",
+    "arena_lifo_half_then_use",
+    "arena_two_oldest_only",
+    *SMALL,
 )
 
 
@@ -231,7 +349,8 @@ def main() -> None:
                 env=os.environ,
             )
             codes.append(proc.returncode)
-        tail = (proc.stderr.strip().splitlines() or [""])[-1][:120]
+        said = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith(("releasing", "two"))]
+        tail = ((said or proc.stderr.strip().splitlines() or [""])[-1])[:120]
         print(f"{name:>30}: exit codes {codes}" + (f"  ({tail})" if any(codes) else ""))
 
 

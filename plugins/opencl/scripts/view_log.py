@@ -1,15 +1,15 @@
-"""Every sub-buffer (view) the adaptive pool makes and every release at the queue's idle points, written
-to a log before each is made, while ``benchmarks.memory`` runs:
+"""Every sub-buffer (view) the adaptive pool makes and every release of the view ledger
+(``ember_opencl.views``), written to a log before each happens, while ``benchmarks.memory`` runs:
 
-    EMBER_OPENCL_SUB_BUFFERS=1 python plugins/opencl/scripts/view_log.py --log views.log -- \\
+    python plugins/opencl/scripts/view_log.py --log views.log -- \\
         W3 --gpu-sizes --steps 20 --rounds 1 --strategies adaptive --device opencl:0
 
-For NVIDIA's crash in clReleaseMemObject with sub-buffers (2026-12-06/07): the log's last lines name the
-handle being released, its parent, offset and size, and where that view was made (the innermost ember
-frames of the allocation: which op asked for the block). The commands sent to a view between its making
-and its release are not logged. Where releases go to the release thread (NVIDIA's default), the views'
-releases, and buffers freed after them, wait for idle points and are logged; other whole buffers' go on
-the thread. A probe for the device machine, not a test.
+Made for NVIDIA's crash in clReleaseMemObject with sub-buffers (2026-12-06/07): the log's last lines name
+the handle being released, its parent, offset and size, and where that view was made (the innermost ember
+frames of the allocation: which op asked for the block); it showed the views an arena makes, which
+``sub_buffer_probe.py``'s ``arena_*`` scenarios replay. The commands sent to a view between its making and
+its release are not logged, nor whole buffers released outside the ledger. A probe for the device
+machine, not a test.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 import pyopencl as cl
 
-from ember_opencl import runtime as rt_module
+from ember_opencl import views as views_module
 
 
 def _where() -> str:
@@ -32,35 +32,21 @@ def _where() -> str:
 
 
 def install(log: TextIO) -> None:
-    """Wrap the runtime's view making and idle-point releases so both are logged before they happen."""
+    """Wrap the view ledger's making and sweeps so every view made and every release is logged before it
+    happens (the ledger releases views and their held parents; other whole buffers are not logged)."""
     made: dict[int, str] = {}
-    runtime_init = rt_module.Runtime.__init__
+    make, sweep = views_module.ViewLedger.make, views_module.ViewLedger.sweep
 
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        runtime_init(self, *args, **kwargs)
-        carve = self.pool._sub
-        if carve is None:
-            log.write("no sub-buffers in this runtime (EMBER_OPENCL_SUB_BUFFERS=1 to make them)\n")
-            return
+    def logged_make(self: Any, parent: Any, offset: int, nbytes: int) -> Any:
+        view = make(self, parent, offset, nbytes)
+        made[view.int_ptr] = f"parent {parent.int_ptr:x} off {offset} size {nbytes}: {_where()}"
+        log.write(f"make {view.int_ptr:x} {made[view.int_ptr]}\n")
+        return view
 
-        def logged(page: Any, offset: int, nbytes: int) -> Any:
-            view = carve(page, offset, nbytes)
-            made[view.int_ptr] = f"parent {page.int_ptr:x} off {offset} size {nbytes}: {_where()}"
-            log.write(f"make {view.int_ptr:x} {made[view.int_ptr]}\n")
-            return view
+    def logged_sweep(self: Any, release: Any) -> int:
+        log.write(f"sweep: {self.pending} views waiting\n")
 
-        self.pool._sub = logged
-
-    def release_idle(self: Any, finish: bool = False) -> None:
-        # Runtime._release_idle's steps, with a line before each release (pyopencl's release cannot be
-        # wrapped per buffer): keep the two alike when the runtime's changes
-        if finish and self._deferred:
-            return
-        if finish:
-            self._queue.finish()
-        waiting, self._idle_releases, self._idle_bytes = self._idle_releases, [], 0
-        log.write(f"idle point: {len(waiting)} releases (finish={finish})\n")
-        for buf in waiting:
+        def logged_release(buf: Any) -> None:
             handle = buf.int_ptr
             try:
                 parent = buf.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
@@ -68,11 +54,13 @@ def install(log: TextIO) -> None:
             except cl.Error as exc:
                 kind = f"(info failed: {exc})"
             log.write(f"  release {handle:x} {kind}; made: {made.pop(handle, '?')}\n")
-            buf.release()
+            release(buf)
             log.write("  ok\n")
 
-    rt_module.Runtime.__init__ = init  # type: ignore[method-assign]
-    rt_module.Runtime._release_idle = release_idle  # type: ignore[method-assign]
+        return sweep(self, logged_release)
+
+    views_module.ViewLedger.make = logged_make  # type: ignore[method-assign]
+    views_module.ViewLedger.sweep = logged_sweep  # type: ignore[method-assign]
 
 
 def main() -> None:

@@ -105,9 +105,10 @@ def test_a_release_waits_while_the_backlog_holds_more_than_the_limit() -> None:
 
 
 def test_views_wait_for_an_idle_queue_and_never_go_to_the_thread(monkeypatch) -> None:  # noqa: ANN001
-    """With sub-buffers where releases go to the thread, a view's release (and a buffer freed after it)
-    waits for the queue's next idle point, a read-back or finish, and runs on this thread: none of it
-    on the release thread, where NVIDIA's driver crashed releasing views while this thread queued work."""
+    """With sub-buffers where releases go to the thread, a view's release and its parent's wait for the
+    queue's next idle point, a read-back or finish, where the view and then the parent go on this thread:
+    none of it on the release thread, where NVIDIA's driver crashed releasing views while this thread
+    queued work."""
     monkeypatch.setenv("EMBER_OPENCL_RELEASE", "thread")
     monkeypatch.setenv("EMBER_OPENCL_SUB_BUFFERS", "1")
     from ember_opencl.runtime import Runtime
@@ -116,20 +117,22 @@ def test_views_wait_for_an_idle_queue_and_never_go_to_the_thread(monkeypatch) ->
     pool = rt.pool
     assert rt.releaser is not None and pool._sub is not None
     parent = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, 1 << 16)
-    view = parent.get_sub_region(0, 4096)
-    other = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, 8192)
-    watches = [cl.Buffer.from_int_ptr(b.int_ptr, retain=True) for b in (view, other)]
+    view = rt.views.make(parent, 0, 4096)  # as the pool carves a block
+    watches = [cl.Buffer.from_int_ptr(b.int_ptr, retain=True) for b in (view, parent)]
     data = np.arange(1024, dtype=np.float32)
     cl.enqueue_copy(rt.queue, view, data)  # queued work on the view before its release
     pool._sub_release(view)  # as the pool gives back a carved block
-    rt._release(other)  # a buffer freed after it waits with it
-    assert [_refcount(w) for w in watches] == [2, 2]  # neither released yet
+    rt._release(parent)  # the page goes: held for its view
+    # neither released yet (the parent's count: ours and the watch's, and on PoCL the live view's)
+    assert _refcount(watches[0]) == 2 and _refcount(watches[1]) >= 2
     assert rt.releaser.threaded == 0
     back = np.empty_like(data)
     cl.enqueue_copy(rt.queue, back, watches[0], is_blocking=True)
     rt.finish()
-    assert [_refcount(w) for w in watches] == [1, 1]  # released here, at the idle point
-    assert rt.releaser.threaded == 0 and not rt._idle_releases
+    assert _refcount(watches[0]) == 1  # the view released here, at the idle point
+    watches[0].release()
+    assert _refcount(watches[1]) == 1  # and the parent after it
+    assert rt.releaser.threaded == 0 and not rt.views.due
     np.testing.assert_array_equal(back, data)
 
 
@@ -142,10 +145,10 @@ def test_a_loop_that_never_reads_back_still_lets_its_views_go(monkeypatch) -> No
     monkeypatch.setattr(runtime, "IDLE_RELEASES_MAX", 8)
     rt = runtime.Runtime(0)
     parent = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, 1 << 16)
-    views = [parent.get_sub_region(i * 4096, 4096) for i in range(9)]
-    watches = [cl.Buffer.from_int_ptr(v.int_ptr, retain=True) for v in views]
-    for v in views[:8]:
+    made = [rt.views.make(parent, i * 4096, 4096) for i in range(9)]
+    watches = [cl.Buffer.from_int_ptr(v.int_ptr, retain=True) for v in made]
+    for v in made[:8]:
         rt._release_view(v)
-    assert len(rt._idle_releases) == 8 and _refcount(watches[0]) == 2  # at the limit: still waiting
-    rt._release_view(views[8])  # one past it: the queue is finished and all nine go
-    assert not rt._idle_releases and [_refcount(w) for w in watches] == [1] * 9
+    assert rt.views.pending == 8 and _refcount(watches[0]) == 2  # at the limit: still waiting
+    rt._release_view(made[8])  # one past it: the queue is finished and all nine go
+    assert rt.views.pending == 0 and [_refcount(w) for w in watches] == [1] * 9

@@ -1,5 +1,7 @@
-"""Where the adaptive pool carves blocks out of larger buffers: every platform but NVIDIA's (its driver
-crashed releasing a dropped step plan's sub-buffers), with EMBER_OPENCL_SUB_BUFFERS to choose."""
+"""Where the adaptive pool carves blocks out of larger buffers (every platform, NVIDIA's too since its
+driver's crash has a release order that avoids it; EMBER_OPENCL_SUB_BUFFERS to choose), and that order:
+no view released while a younger view over its range lives, a parent after its views
+(``ember_opencl.views.ViewLedger``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from ember_opencl import runtime
     ("platform", "env", "expected"),
     [
         ("Portable Computing Language", None, True),
-        ("NVIDIA CUDA", None, False),
+        ("NVIDIA CUDA", None, True),
+        ("NVIDIA CUDA", "0", False),
         ("NVIDIA CUDA", "1", True),
         ("Portable Computing Language", "0", False),
     ],
@@ -40,3 +43,90 @@ def test_the_device_pool_follows_the_runtime(dev) -> None:  # noqa: ANN001
 
     rt = em.Device(dev).backend.rt
     assert (rt.pool._sub is not None) is rt.sub_buffers
+
+
+class _Buffer:
+    """A stand-in cl.Buffer: a handle, sub-regions, and a log of releases."""
+
+    handles = iter(range(1, 1 << 30))
+
+    def __init__(self, log: list, name: str) -> None:
+        self.int_ptr = next(self.handles)
+        self.name, self.log = name, log
+
+    def get_sub_region(self, offset: int, nbytes: int) -> _Buffer:
+        return _Buffer(self.log, f"{self.name}[{offset}:{offset + nbytes}]")
+
+
+def _ledger_and_views(ranges: list) -> tuple:
+    from ember_opencl.views import ViewLedger
+
+    log: list[str] = []
+    ledger = ViewLedger()
+    parent = _Buffer(log, "p")
+    views = [ledger.make(parent, o, n) for o, n in ranges]
+    return ledger, parent, views, log
+
+
+def _release(buf) -> None:  # noqa: ANN001
+    buf.log.append(buf.name)
+
+
+def test_an_older_view_waits_for_a_younger_view_inside_it() -> None:
+    """NVIDIA's crash (probe ``three_inside``): X, then Y beside it, then Z inside X; the pool done with
+    them in the order made. X may not go while Z lives; when all are dead they go youngest first."""
+    ledger, _, (x, y, z), log = _ledger_and_views([(64, 64), (0, 64), (64, 32)])
+    ledger.dead(x)
+    ledger.dead(y)
+    assert ledger.sweep(_release) == 1 and log == ["p[0:64]"]  # Y overlaps nothing younger; X waits for Z
+    assert ledger.is_view(x) and ledger.pending == 1
+    ledger.dead(z)
+    assert ledger.sweep(_release) == 2 and log == ["p[0:64]", "p[64:96]", "p[64:128]"]
+    assert not ledger.is_view(x) and ledger.pending == 0 and not ledger.due
+
+
+def test_disjoint_views_go_at_once_in_any_order() -> None:
+    """Only a younger view *over* an older one's range holds it; disjoint views never wait."""
+    ledger, _, views, log = _ledger_and_views([(0, 16), (16, 16), (32, 16)])
+    ledger.dead(views[0])
+    ledger.dead(views[2])
+    assert ledger.sweep(_release) == 2 and sorted(log) == ["p[0:16]", "p[32:48]"]
+
+
+def test_a_parent_goes_after_its_last_view() -> None:
+    """A parent given back while a view of it waits is held, and released by the sweep that releases its
+    last view, after it."""
+    ledger, parent, (a, b), log = _ledger_and_views([(0, 64), (0, 16)])
+    ledger.dead(a)
+    assert ledger.sweep(_release) == 0  # b (younger, inside a) still lives
+    assert ledger.hold(parent)
+    ledger.dead(b)
+    ledger.sweep(_release)
+    assert log == ["p[0:16]", "p[0:64]", "p"]
+    assert not ledger.hold(parent)  # nothing left of it: the caller releases it itself
+
+
+def test_the_runtime_releases_views_by_the_ledger(monkeypatch) -> None:  # noqa: ANN001
+    """On a device whose releases are immediate (PoCL), a view the pool is done with goes at once unless a
+    younger view over its range lives; then with that view, after it; the parent after both."""
+    import pyopencl as cl
+
+    monkeypatch.setenv("EMBER_OPENCL_SUB_BUFFERS", "1")
+    monkeypatch.setenv("EMBER_OPENCL_RELEASE", "now")
+    from ember_opencl.runtime import Runtime
+
+    rt = Runtime(0)
+    assert rt.releaser is None
+    parent = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, 1 << 16)
+    outer, inner = rt.views.make(parent, 0, 8192), rt.views.make(parent, 4096, 1024)
+    watches = [cl.Buffer.from_int_ptr(b.int_ptr, retain=True) for b in (parent, outer, inner)]
+    rt._release_view(outer)
+    rt.finish()
+    assert [w.reference_count for w in watches[1:]] == [2, 2]  # the younger view inside it lives: outer waits
+    rt._release_view(inner)
+    rt._release(parent)
+    rt.finish()
+    assert [w.reference_count for w in watches[1:]] == [1, 1]  # both released (our watches left)
+    for w in watches[1:]:
+        w.release()  # (a live sub-buffer keeps a reference to its parent)
+    assert watches[0].reference_count == 1  # and the parent

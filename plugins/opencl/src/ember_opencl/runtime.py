@@ -42,6 +42,7 @@ from .errors import DeviceMemoryError, KernelBuildError, driver_errors, no_platf
 from .release import Releaser, release_mode
 from .staging import Staging
 from .staging import enabled as pinned_uploads
+from .views import ViewLedger
 
 __all__ = ["device_list", "describe", "Runtime", "Family", "FAMILIES", "FAMILY_AFTER", "BUILD_THREADS"]
 
@@ -111,25 +112,26 @@ def _auto_build_processes(is_cpu: bool, cold: bool) -> int:
     return AUTO_BUILD_PROCESSES
 
 
+def _release_buffer(buf: cl.Buffer) -> None:
+    buf.release()
+
+
 def _sub_buffers(platform: Any) -> bool:
-    """Whether the adaptive pool carves blocks out of larger buffers (sub-buffers) on this platform:
-    ``EMBER_OPENCL_SUB_BUFFERS=1/0``; unset, everywhere but NVIDIA's. NVIDIA's driver (580.159, an H100)
-    crashed in clReleaseMemObject on the views of a dropped step plan's arena, released explicitly or
-    by pyopencl when the view died (W3, W4 at gpu sizes: plugins/cuda/logs/h100-2026-12-06-pm/
-    opencl-crash); without sub-buffers the same runs pass, at a cost in step time (W3 1.71x static's).
-    Releasing views only at the queue's idle points, on the main thread, with no release thread at all
-    (a probe of 2026-12-07) still crashed, in the release of a 49 MiB view just after its sibling's:
-    not a race between threads (plugins/cuda/logs/h100-2026-12-07-third/README.md)."""
+    """Whether the adaptive pool carves blocks out of larger buffers (sub-buffers): yes, unless
+    ``EMBER_OPENCL_SUB_BUFFERS=0``. NVIDIA's driver (580.159, an H100) crashed in clReleaseMemObject on
+    the views of a step plan's arena (2026-12-06/07, W3 and W4 at gpu sizes), so they were off there
+    until the cause was found: releasing a used view while a younger view inside it lives (the arena's
+    ranges serve several blocks of a step). Every view now goes by :class:`.views.ViewLedger`'s rule."""
     value = os.environ.get("EMBER_OPENCL_SUB_BUFFERS", "").strip()
     if value in ("0", "1"):
         return value == "1"
     if value:
-        raise InvalidArgumentError(f"EMBER_OPENCL_SUB_BUFFERS must be 1 or 0 (unset: on but for NVIDIA), not {value!r}")
-    return "NVIDIA" not in platform.name.upper()
+        raise InvalidArgumentError(f"EMBER_OPENCL_SUB_BUFFERS must be 1 or 0 (unset: on), not {value!r}")
+    return True
 
 
-#: most releases waiting for an idle queue (:meth:`Runtime._release_view`) before the runtime makes
-#: one (a clFinish): a training loop that never reads back still lets its views go every few dozen steps
+#: most views waiting for an idle queue (:meth:`Runtime._sweep_views`) before the runtime makes one (a
+#: clFinish): a training loop that never reads back still lets its views go
 IDLE_RELEASES_MAX = 4096
 
 
@@ -286,12 +288,10 @@ class Runtime:
         backlog = max(1 << 28, int(device.global_mem_size) // 16)  # most bytes a release may wait with
         if release_mode(platform) == "thread":
             self.releaser = Releaser(backlog)
-        #: sub-buffers where releases wait for the queue (NVIDIA): their releases, and those of the
-        #: buffers freed after them, wait for the queue to be idle and run on this thread (see
-        #: :meth:`_release_view`); [buffers], and the bytes of the whole buffers among them
-        self._idle_releases: list[Any] = []
-        self._idle_bytes = 0
-        self._idle_limit = backlog
+        #: the pool's sub-buffers by parent, released in the order NVIDIA's driver needs (:mod:`.views`);
+        #: where releases go to the thread, at the queue's idle points on this thread
+        self.views = ViewLedger()
+        self._idle_limit = backlog  # most bytes of held parents before the runtime finishes the queue itself
         self.fp64 = _has(device, "cl_khr_fp64")
         self.fp16 = _has(device, "cl_khr_fp16")
         self.atomics64 = _has(device, "cl_khr_int64_base_atomics")
@@ -411,23 +411,22 @@ class Runtime:
             max_class=self.max_alloc,
             device=device,
             strategy="static" if device is None else None,
-            sub_allocate=(lambda page, offset, nbytes: page.get_sub_region(offset, nbytes))
-            if self.sub_buffers
-            else None,
-            sub_release=self._release_view if self.releaser is not None else self._release,
+            sub_allocate=self.views.make if self.sub_buffers else None,
+            sub_release=self._release_view,
             alignment=max(int(self.device.mem_base_addr_align) // 8, 16),
         )
 
     def _release(self, buf: cl.Buffer) -> None:
         """Give a buffer back to the driver, after the deferred launches that may still use it (in
         their queue order, not waiting for their programs); on a :class:`Releaser`'s thread where set,
-        or after sub-buffers waiting for an idle queue (:meth:`_release_view`), with them."""
-        if self._idle_releases:
-            self._idle_releases.append(buf)
-            self._idle_bytes += int(buf.size)
-            if self._idle_bytes > self._idle_limit:  # too much memory waits
-                self._release_idle(finish=True)
+        or after sub-buffers waiting for an idle queue (:meth:`_release_view`), with them; a parent
+        of views not yet released, after them (:class:`.views.ViewLedger`)."""
+        if self.views.hold(buf):
+            self._sweep_views()
             return
+        self._release_now(buf)
+
+    def _release_now(self, buf: cl.Buffer) -> None:
         release = buf.release if self.releaser is None else functools.partial(self.releaser.release, buf)
         if self._deferred:
             self._deferred.append(release)
@@ -758,31 +757,37 @@ class Runtime:
         return self.staging
 
     def _release_view(self, view: cl.Buffer) -> None:
-        """A sub-buffer's release where releases wait for the queue (NVIDIA): kept until the queue is
-        next idle (a read-back or finish), then made on this thread. NVIDIA's driver (580.159) crashed
-        releasing views on the :class:`Releaser`'s thread while this one queued work (2026-12-06/07);
-        a view holds no memory of its own, so its release can wait, and once the queue is idle it
-        returns at once. Buffers freed after a waiting view wait with it (a view's parent among them).
-        This alone does not end NVIDIA's crash (see :func:`_sub_buffers`), so sub-buffers stay off there."""
-        self._idle_releases.append(view)
-        if len(self._idle_releases) > IDLE_RELEASES_MAX:  # a loop that never reads back
+        """The pool is done with a sub-buffer: it goes once no younger view over its range is left
+        (:class:`.views.ViewLedger`: NVIDIA's driver crashes otherwise)."""
+        self.views.dead(view)
+        self._sweep_views()
+
+    def _sweep_views(self) -> None:
+        """Release what the view ledger lets go: at once, after the deferred launches that may still use
+        it; where releases go to the thread (NVIDIA), at the queue's next idle point (a read-back or
+        finish) and on this thread, as NVIDIA's driver also crashed releasing views on the
+        :class:`Releaser`'s thread while this one queued work (2026-12-06). A loop that never reads back
+        finishes the queue itself past :data:`IDLE_RELEASES_MAX` waiting views or the release backlog's
+        bytes of held parents."""
+        if self.releaser is None:
+            self.views.sweep(self._release_now)
+        elif self.views.pending > IDLE_RELEASES_MAX or self.views.held_bytes > self._idle_limit:
             self._release_idle(finish=True)
 
     def _release_idle(self, finish: bool = False) -> None:
-        """Release what waited for an idle queue, in order (the queue has run everything before); with
-        ``finish``, make the queue idle first, unless launches held back from it may still use them."""
+        """Release what waited for an idle queue (the queue has run everything before): the views the
+        ledger lets go, youngest first, and held parents after their views; with ``finish``, make the
+        queue idle first, unless launches held back from it may still use them."""
         if finish:
             if self._deferred:
                 return
             self._queue.finish()
-        waiting, self._idle_releases, self._idle_bytes = self._idle_releases, [], 0
-        for buf in waiting:
-            buf.release()
+        self.views.sweep(_release_buffer)
 
     def _forget_uploads(self) -> None:
         """Let every upload's event go: the queue has run them all (a read-back or finish); what
         waited for an idle queue is released."""
-        if self._idle_releases:
+        if self.views.due and self.releaser is not None:
             self._release_idle()
         self._in_flight = []
         self._in_flight_bytes = 0

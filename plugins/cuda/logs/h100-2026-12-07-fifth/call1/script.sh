@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# temporary device script: cuda implicit-GEMM convolution (correctness, pieces, W3 eager/jit, memory)
+# device script: cuda implicit-GEMM convolution (correctness, pieces, W3 eager/jit, memory)
 source .ci/device-steps.sh
 step convtests 120 python3 -m pytest -q -x -p no:cacheprovider plugins/cuda/tests/test_cuda_conv.py
 step convbench 90 python3 plugins/cuda/scripts/conv_bench.py
