@@ -130,3 +130,51 @@ def test_the_runtime_releases_views_by_the_ledger(monkeypatch) -> None:  # noqa:
     for w in watches[1:]:
         w.release()  # (a live sub-buffer keeps a reference to its parent)
     assert watches[0].reference_count == 1  # and the parent
+
+
+def test_at_exit_every_view_goes_youngest_first_then_the_ledger_is_closed() -> None:
+    """At the process's exit the views go in the ledger's order, alive or dead (left to the garbage
+    collector they would go in whatever order their last references die); afterwards the pool's late
+    calls (a block's death, a page's release) touch nothing."""
+    ledger, parent, (a, b, c), log = _ledger_and_views([(0, 64), (16, 16), (64, 16)])
+    ledger.dead(b)
+    ledger.hold(parent)
+    ledger.release_all(_release)
+    assert log == ["p[64:80]", "p[16:32]", "p[0:64]", "p"]
+    ledger.dead(a)  # a late call after the exit release: ignored
+    assert not ledger.hold(parent) and not ledger.due and ledger.closed
+
+
+def test_a_process_releases_its_views_in_order_at_exit(tmp_path) -> None:  # noqa: ANN001
+    """The runtime's exit hook releases the views still alive (an outer view and one inside it, made
+    after it) youngest first, and the process exits cleanly."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "exit_views.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import pyopencl as cl
+            from ember_opencl import runtime
+
+            rt = runtime.Runtime(0)
+            parent = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, 1 << 16)
+            outer = rt.views.make(parent, 0, 8192)
+            inner = rt.views.make(parent, 4096, 1024)
+            names = {outer.int_ptr: "outer", inner.int_ptr: "inner"}
+
+            def logged(buf):
+                print("release", names.get(buf.int_ptr, "?"), flush=True)
+                buf.release()
+
+            runtime._release_buffer = logged
+            """
+        )
+    )
+    env = {**os.environ, "EMBER_OPENCL_SUB_BUFFERS": "1"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["release", "inner", "release", "outer"], done.stdout

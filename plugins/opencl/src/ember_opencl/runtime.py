@@ -13,11 +13,13 @@ by side instead of one after another. A build that fails raises its error there.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -114,6 +116,19 @@ def _auto_build_processes(is_cpu: bool, cold: bool) -> int:
 
 def _release_buffer(buf: cl.Buffer) -> None:
     buf.release()
+
+
+def _release_views_at_exit(ref: weakref.ref[Runtime]) -> None:
+    """Before the interpreter's teardown: the runtime's views in the ledger's order (its queue finished),
+    not in whatever order the garbage collector would drop them (NVIDIA's crash: :mod:`.views`)."""
+    rt = ref()
+    if rt is None or not rt.views.made:
+        return
+    try:
+        rt.finish()
+    except Exception:  # noqa: BLE001 - a dead context at exit: nothing to order any more
+        return
+    rt.views.release_all(_release_buffer)
 
 
 def _sub_buffers(platform: Any) -> bool:
@@ -291,6 +306,7 @@ class Runtime:
         #: the pool's sub-buffers by parent, released in the order NVIDIA's driver needs (:mod:`.views`);
         #: where releases go to the thread, at the queue's idle points on this thread
         self.views = ViewLedger()
+        atexit.register(_release_views_at_exit, weakref.ref(self))
         self._idle_limit = backlog  # most bytes of held parents before the runtime finishes the queue itself
         self.fp64 = _has(device, "cl_khr_fp64")
         self.fp16 = _has(device, "cl_khr_fp16")

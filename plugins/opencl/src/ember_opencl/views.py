@@ -32,6 +32,7 @@ class ViewLedger:
         self._dirty: set[int] = set()  # parents with a view marked dead or held since the last sweep
         self.made = self.released = 0
         self.pending = 0  # views marked dead, not yet released
+        self.closed = False  # after :meth:`release_all`: every view gone, nothing recorded any more
 
     def make(self, parent: Any, offset: int, nbytes: int) -> Any:
         """A view of ``nbytes`` at ``offset`` of ``parent`` (pyopencl's sub-region), recorded."""
@@ -48,6 +49,8 @@ class ViewLedger:
 
     def dead(self, view: Any) -> None:
         """The pool is done with ``view``: it goes at the first :meth:`sweep` the rule allows."""
+        if self.closed:
+            return
         key = self._parent_of[view.int_ptr]
         for record in self._views[key]:
             if record[2] is view:
@@ -60,6 +63,8 @@ class ViewLedger:
     def hold(self, parent: Any) -> bool:
         """Whether ``parent`` still has unreleased views: then it is kept, and released by the sweep that
         releases its last view, after it (True); else the caller releases it now (False)."""
+        if self.closed:
+            return False
         key = parent.int_ptr
         if key not in self._views:
             return False
@@ -107,3 +112,23 @@ class ViewLedger:
         self.released += count
         self.pending -= count
         return count
+
+    def release_all(self, release: Callable[[Any], None]) -> None:
+        """At the process's exit (the queue finished): every view, alive or dead, youngest first, then the
+        held parents. Left to the garbage collector, the views would go in whatever order their last
+        references die (the crash's trigger); after this the ledger records nothing."""
+        self.closed = True
+        for key, views in self._views.items():
+            for record in reversed(views):
+                release(record[2])
+                self.released += 1
+            parent = self._held.pop(key, None)
+            if parent is not None:
+                release(parent)
+        for parent in self._held.values():
+            release(parent)
+        self._views.clear()
+        self._parent_of.clear()
+        self._held.clear()
+        self._dirty.clear()
+        self.pending = 0
