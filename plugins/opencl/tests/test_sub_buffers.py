@@ -178,3 +178,50 @@ def test_a_process_releases_its_views_in_order_at_exit(tmp_path) -> None:  # noq
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["release", "inner", "release", "outer"], done.stdout
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_no_random_history_releases_a_view_before_a_younger_one_over_it(seed) -> None:  # noqa: ANN001
+    """Random histories of a parent's views (overlapping ranges made, the pool done with them in any
+    order, sweeps in between, the parent given back last): no view is released while a younger
+    unreleased view overlaps it, none twice, and every view and then the parent go by the end."""
+    import random
+
+    from ember_opencl.views import ViewLedger
+
+    rng = random.Random(seed)
+    ledger = ViewLedger()
+    order: list[str] = []
+    parent = _Buffer(order, "p")
+    made: list[tuple[int, int, int, _Buffer]] = []  # (age, start, end, view)
+    alive: list[_Buffer] = []
+    released: set[int] = set()
+
+    def release(buf) -> None:  # noqa: ANN001
+        assert buf.int_ptr not in released, "released twice"
+        if buf is not parent:
+            age, start, end = next((a, s, e) for a, s, e, v in made if v is buf)
+            for a, s, e, v in made:
+                overlaps = s < end and start < e
+                assert not (a > age and overlaps and v.int_ptr not in released), "a younger view over it lives"
+        else:
+            assert all(v.int_ptr in released for *_, v in made), "the parent before its views"
+        released.add(buf.int_ptr)
+
+    for _ in range(60):
+        act = rng.random()
+        if act < 0.45 or not alive:
+            start, nbytes = rng.randrange(0, 64) * 16, rng.randrange(1, 16) * 16
+            view = ledger.make(parent, start, nbytes)
+            made.append((len(made), start, start + nbytes, view))
+            alive.append(view)
+        elif act < 0.85:
+            ledger.dead(alive.pop(rng.randrange(len(alive))))
+        else:
+            ledger.sweep(release)
+    for view in alive:
+        ledger.dead(view)
+    if ledger.hold(parent):  # views left: the sweep takes them, then the parent
+        ledger.sweep(release)
+        assert parent.int_ptr in released
+    assert {v.int_ptr for *_, v in made} <= released and ledger.pending == 0
