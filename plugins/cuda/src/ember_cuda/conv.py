@@ -2,7 +2,7 @@
 
 Convolution, its input gradient and its weight gradient are implicit GEMMs by default
 (:mod:`.igemm`: no column buffer, one kernel each; ``OPTIONS["implicit"]``, ``EMBER_CUDA_IMPLICIT_CONV=0``
-to switch off). On an H100 (W3, batch 512) they cut the three conv2 ops' GPU time 0.60 -> 0.46 ms, the
+to switch off). On an H100 (W3, batch 512) they cut the three conv2 ops' GPU time 0.57 -> 0.46 ms, the
 eager step 3.05 -> 2.77 ms (one process, alternated) and the step's peak in use to 128 MiB
 (plugins/cuda/logs/h100-2026-12-07-fifth). A weight gradient of fewer than
 ``OPTIONS["implicit_wgrad_columns"]`` columns (W3's first layer: 9) would idle most of a 128-column

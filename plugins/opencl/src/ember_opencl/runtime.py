@@ -434,9 +434,8 @@ class Runtime:
 
     def _release(self, buf: cl.Buffer) -> None:
         """Give a buffer back to the driver, after the deferred launches that may still use it (in
-        their queue order, not waiting for their programs); on a :class:`Releaser`'s thread where set,
-        or after sub-buffers waiting for an idle queue (:meth:`_release_view`), with them; a parent
-        of views not yet released, after them (:class:`.views.ViewLedger`)."""
+        their queue order, not waiting for their programs), on a :class:`Releaser`'s thread where set;
+        a parent of views not yet released, after them (:class:`.views.ViewLedger`)."""
         if self.views.hold(buf):
             self._sweep_views()
             return
