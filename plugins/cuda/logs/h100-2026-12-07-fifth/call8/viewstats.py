@@ -1,4 +1,5 @@
-"""The view ledger over opencl W3 steps at GPU sizes: views made, reused and released in each step."""
+"""The view ledger over opencl W3 steps at GPU sizes: views made, reused and released in each step (as run in
+call8, with the spare views since reverted: today's ledger has no ``reused`` or ``spares``)."""
 
 import ember as em
 from benchmarks import w3_cnn
@@ -12,5 +13,6 @@ for step in range(30):
     case.sync()
     now = (views.made, views.reused, views.released)
     if step < 6 or step % 6 == 5:
-        print(f"step {step}: made {now[0] - last[0]}, reused {now[1] - last[1]}, released {now[2] - last[2]}, spares {views.spares}")
+        made, reused, released = (a - b for a, b in zip(now, last))
+        print(f"step {step}: made {made}, reused {reused}, released {released}, spares {views.spares}")
     last = now
