@@ -402,3 +402,23 @@ def test_other_ranks_groups_and_dtypes_take_the_shared_kernels(fake) -> None:
     k["conv"](x, w, **geo2, groups=2)
     k["max_pool"](fake.asarray(np.ones((2, 2, 4, 4), np.float16)), kernel=(2, 2), **geo2)
     assert taken == ["conv", "conv", "pool"] and not fake.launches
+
+
+def test_a_new_batch_or_image_size_compiles_nothing(fake, monkeypatch) -> None:
+    """The implicit GEMMs take every size as an argument: one module per dtype serves any batch, image
+    size, channel count and window (issue 10's "a new batch size compiles nothing")."""
+    monkeypatch.setitem(conv.OPTIONS, "implicit", True)
+    built = []
+    raw = fake.RawModule
+    monkeypatch.setattr(fake, "RawModule", lambda code: built.append(code) or raw(code))
+    k = _kernels(fake)
+    geo = {"stride": (1, 1), "padding": ((1, 1), (1, 1)), "dilation": (1, 1), "groups": 1}
+    rng = np.random.default_rng(2)
+    for n, c, hw, cout in ((2, 8, 6, 16), (3, 8, 6, 16), (5, 16, 9, 72)):
+        x, w = rng.standard_normal((n, c, hw, hw)).astype(np.float32), rng.standard_normal((cout, c, 3, 3))
+        g = rng.standard_normal((n, cout, hw, hw)).astype(np.float32)
+        xs, ws, gs = fake.asarray(x), fake.asarray(w.astype(np.float32)), fake.asarray(g)
+        k["conv"](xs, ws, **geo)
+        k["conv_weight_grad"](gs, xs, kernel=(3, 3), **geo)
+        k["conv_transpose"](gs, ws, size=(hw, hw), **geo)
+    assert len(built) == 1 and "ember_igemm_conv64_float" in built[0]  # one NVRTC module for all of them
