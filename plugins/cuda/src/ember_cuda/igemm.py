@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["source", "BK", "BN", "THREADS", "tile_rows", "splits"]
+__all__ = ["source", "BK", "BN", "THREADS", "tile_rows", "splits", "blocks"]
 
 BK, BN, THREADS = 8, 128, 128
 
