@@ -9,7 +9,7 @@ Each figure: ``--iters`` calls recorded back to back then one synchronize, divid
     python plugins/wgpu/scripts/wgrad_bench.py --device wgpu:0                  # W3's two convs, batch 512
     python plugins/wgpu/scripts/wgrad_bench.py --device wgpu:0 --slices 256 512 1004 2048
     python plugins/wgpu/scripts/wgrad_bench.py --device wgpu:0 --tiles 32x16x32x4x4s 64x32x16x4x4s 64x64x32x8x8s
-    EMBER_WGPU_IMPLICIT_CONV=1 python plugins/wgpu/scripts/wgrad_bench.py --batch 8 --iters 3   # lavapipe
+    python plugins/wgpu/scripts/wgrad_bench.py --batch 8 --iters 3   # lavapipe
 """
 
 from __future__ import annotations

@@ -152,8 +152,8 @@ def test_strided_gradient_view_and_determinism(rt):
 
 
 def test_backend_method_and_gating(dev, rt, monkeypatch):
-    """The registered method runs the native GEMM; EMBER_WGPU_NATIVE_WGRAD=0 or a CPU adapter
-    without EMBER_WGPU_IMPLICIT_CONV=1 leaves the op to core's composite."""
+    """The registered method runs the native GEMM; EMBER_WGPU_NATIVE_WGRAD=0 or
+    EMBER_WGPU_IMPLICIT_CONV=0 leaves the op to core's composite."""
     from ember_wgpu.kernels import wgrad
 
     xs, cout, kernel, stride, pads, dil, groups = CASES[2]
@@ -169,8 +169,10 @@ def test_backend_method_and_gating(dev, rt, monkeypatch):
         rt.read([got])[0], reference(g, x, kernel, stride, pads, dil, groups), rtol=1e-4, atol=1e-4
     )
     assert wgrad.CALLS["gemm"] == before + 1
-    monkeypatch.setenv("EMBER_WGPU_IMPLICIT_CONV", "1")
     assert wgrad.native_wins(rt) and "conv_weight_grad" in dev.backend.native_kernels()
+    monkeypatch.setenv("EMBER_WGPU_IMPLICIT_CONV", "0")
+    assert not wgrad.native_wins(rt) and "conv_weight_grad" not in dev.backend.native_kernels()
+    monkeypatch.setenv("EMBER_WGPU_IMPLICIT_CONV", "1")
     monkeypatch.setenv("EMBER_WGPU_NATIVE_WGRAD", "0")
     assert not wgrad.native_wins(rt) and "conv_weight_grad" not in dev.backend.native_kernels()
 
@@ -193,14 +195,13 @@ np.save({path!r}.replace(".npy", "_in.npy"), np.concatenate([x.ravel(), g.ravel(
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_autodiff_through_a_device_opened_with_the_kernels_forced(tmp_path, native):
     """conv's weight gradient through ember's autodiff, in a fresh process (the device's op table is
-    made when it opens) with EMBER_WGPU_IMPLICIT_CONV=1: native, or core's composite under
-    EMBER_WGPU_NATIVE_WGRAD=0."""
+    made when it opens): native, or core's composite under EMBER_WGPU_NATIVE_WGRAD=0."""
     import os
     import subprocess
     import sys
 
     path = str(tmp_path / "out.npy")
-    env = dict(os.environ, EMBER_WGPU_IMPLICIT_CONV="1", EMBER_WGPU_NATIVE_WGRAD=native)
+    env = dict(os.environ, EMBER_WGPU_NATIVE_WGRAD=native)
     subprocess.run([sys.executable, "-c", _AUTODIFF.format(path=path)], env=env, check=True, timeout=300)
     got, calls = np.load(path)
     both = np.load(path.replace(".npy", "_in.npy"))

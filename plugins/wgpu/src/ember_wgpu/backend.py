@@ -82,7 +82,7 @@ class WgpuBackend(ViewMovement, Backend):
         table = super().native_kernels()
         for op in ELEMENTWISE_OPS:
             table[op] = functools.partial(ew.apply_op_args, self.rt, op)
-        if not conv.implicit_wins(self.rt):  # CPU adapters: core's unfold + matmul composite is faster
+        if not conv.implicit_wins(self.rt):  # EMBER_WGPU_IMPLICIT_CONV=0: core's unfold + matmul composite
             table.pop("conv", None)
             table.pop("conv_transpose", None)
         if not wgrad.native_wins(self.rt):  # as conv, or EMBER_WGPU_NATIVE_WGRAD=0: the composite (to measure)
@@ -356,7 +356,7 @@ class WgpuBackend(ViewMovement, Backend):
     ) -> WgpuArray | NotImplementedType:
         return attention.backward(self.rt, g, q, k, v, mask[0] if mask else None, is_causal, scale)
 
-    @native  # implicit GEMM on GPU adapters (kernels/conv.py); the weight gradient too (kernels/wgrad.py)
+    @native  # implicit GEMM (kernels/conv.py); the weight gradient too (kernels/wgrad.py)
     def conv(
         self, x: WgpuArray, w: WgpuArray, *bias: WgpuArray, stride: Any, padding: Any, dilation: Any, groups: int
     ) -> WgpuArray:

@@ -1,9 +1,11 @@
 """Convolution for 1-3 spatial dims: implicit GEMM for conv and conv_transpose, and the pieces
 of the im2col road, unfold and fold (its adjoint).
 
-conv is one tiled matmul (``matmul.tiled``) per (image, group) whose B operand is gathered from
-the input inside the loader, so no im2col buffer is written; the bias is added in the store.
-conv_transpose (conv's input gradient) gathers the same way, keeping the taps a stride lands on.
+conv is one tiled matmul (``matmul.tiled``) per group whose B operand is gathered from the input
+inside the loader, so no im2col buffer is written: its columns are the batch's images x output
+positions, its rows the taps; the bias is added in the store, which maps a column back to its
+image (``matmul.Columns``). conv_transpose (conv's input gradient) gathers the same way, keeping
+the taps a stride lands on.
 unfold gives each output element one thread that maps it back to an input position (or the
 padding value); fold gives each output position one thread that sums the columns landing on it,
 so overlaps add up without atomics and the result is deterministic (conv's weight gradient).
@@ -183,97 +185,187 @@ def fold(
 
 
 # -- implicit GEMM: conv and conv_transpose as the tiled matmul with B gathered from the input ------
-def _gather(kind: str, t: WType, nd: int) -> mm.Gather:
-    """B[gk = ci * KV + tap, gn = output position] read from the input (zero where padded or,
-    for ``transpose``, where no input position lands on the output with this tap)."""
-    fields = [("g_kv", "u32"), ("g_cs", "u32")]
+def _gather(kind: str, t: WType, nd: int, inner: bool, unit: bool) -> mm.Gather:
+    """B[gk, gn] of the conv GEMM read from the input: gn = image * L + output position (the batch's
+    images are columns, one GEMM per group), gk = ci * KV + tap (``inner``: tap * C_g + ci). Zero
+    where padded or, for ``transpose``, where no input position lands on the output with this tap.
+
+    What depends on the column alone (image, output coordinates) is computed once per load slot
+    before the k loop (``col``). ``inner``: a k-step (which divides C_g) has one tap, decoded once
+    per step (``step``), so an element costs a bounds test and an add. ``unit``: a transpose whose
+    strides are all 1 (no division by the stride)."""
+    grid_dims = "g_bl" if kind == "conv" else "g_sz"  # the output's coordinates (the columns)
+    fields = [("g_kv", "u32"), ("g_cs", "u32"), ("g_L", "u32"), ("g_ns", "u32"), ("g_cg", "u32")]
     for i in range(nd):
         fields += [(f"g_{n}{i}", "u32") for n in ("sz", "bl", "kr", "st", "dl", "lo", "sx")]
-    lines = ["let ci = gk / P.g_kv;", "var kq = gk % P.g_kv;", "var oq = gn;"]
+    col = ["let img_$e = gn_$e / P.g_L;", "var oq_$e = gn_$e - img_$e * P.g_L;"]
     for i in reversed(range(nd)):
-        lines += [f"let wk{i} = kq % P.g_kr{i};", f"kq = kq / P.g_kr{i};"]
-        out_dim = f"P.g_bl{i}" if kind == "conv" else f"P.g_sz{i}"
-        lines += [f"let wq{i} = oq % {out_dim};", f"oq = oq / {out_dim};"]
-    inside, addr = [], "boff + ci * P.g_cs"
+        if i:
+            col += [f"let wq{i}_$e = oq_$e % P.{grid_dims}{i};", f"oq_$e = oq_$e / P.{grid_dims}{i};"]
+        else:
+            col.append("let wq0_$e = oq_$e;")
+    for i in range(nd):
+        h = f"i32(wq{i}_$e * P.g_st{i}) - i32(P.g_lo{i})" if kind == "conv" else f"i32(wq{i}_$e + P.g_lo{i})"
+        col.append(f"let h{i}_$e = {h};")
+    col.append("let xb_$e = boff + img_$e * P.g_ns;")
+
+    def taps(index: str) -> list[str]:  # wk0.. of a tap index (the last axis fastest)
+        out = [f"var kq = {index};"]
+        for i in reversed(range(nd)):
+            out += [f"let wk{i} = kq % P.g_kr{i};", f"kq = kq / P.g_kr{i};"] if i else ["let wk0 = kq;"]
+        return out
+
+    step: list[str] = []
+    if inner:
+        step = ["let tap = kb / P.g_cg;", "let ci0 = kb - tap * P.g_cg;", *taps("tap")]
+        code = ["let ci = ci0 + gk - kb;"]
+    else:
+        code = ["let ci = gk / P.g_kv;", *taps("gk - ci * P.g_kv")]
+    inside, addr = [], "xb_$e + ci * P.g_cs"
     for i in range(nd):
         if kind == "conv":
-            lines.append(f"let p{i} = i32(wq{i} * P.g_st{i} + wk{i} * P.g_dl{i}) - i32(P.g_lo{i});")
+            code.append(f"let p{i} = h{i}_$e + i32(wk{i} * P.g_dl{i});")
             inside.append(f"p{i} >= 0 && p{i} < i32(P.g_sz{i})")
-            addr += f" + u32(max(p{i}, 0)) * P.g_sx{i}"
+            addr += f" + u32(p{i}) * P.g_sx{i}"
+        elif unit:
+            code.append(f"let p{i} = h{i}_$e - i32(wk{i} * P.g_dl{i});")
+            inside.append(f"p{i} >= 0 && p{i} < i32(P.g_bl{i})")
+            addr += f" + u32(p{i}) * P.g_sx{i}"
         else:
-            lines.append(f"let tp{i} = i32(wq{i} + P.g_lo{i}) - i32(wk{i} * P.g_dl{i});")
-            inside.append(f"tp{i} >= 0 && u32(tp{i}) % P.g_st{i} == 0u && u32(tp{i}) / P.g_st{i} < P.g_bl{i}")
-            addr += f" + (u32(max(tp{i}, 0)) / P.g_st{i}) * P.g_sx{i}"
-    lines.append(f"if ({' && '.join(inside)}) {{ v = {t.load(f'B[{addr}]')}; }}")
-    return mm.Gather(" ".join(lines), tuple(fields))
+            code += [f"let tp{i} = h{i}_$e - i32(wk{i} * P.g_dl{i});", f"let u{i} = u32(max(tp{i}, 0)) / P.g_st{i};"]
+            inside.append(f"tp{i} >= 0 && u{i} * P.g_st{i} == u32(tp{i}) && u{i} < P.g_bl{i}")
+            addr += f" + u{i} * P.g_sx{i}"
+    code.append(f"if ({' && '.join(inside)}) {{ v = {t.load(f'B[{addr}]')}; }}")
+    return mm.Gather(" ".join(code), tuple(fields), " ".join(col), " ".join(step))
+
+
+#: C of the conv GEMM: column n = image * L + position of an (N, C_out, *blocks) output, a row
+#: (output channel) L apart, the group's rows at ``z * M * L``; ``c_off``: the launch's first image
+_COLUMNS = mm.Columns(
+    "let ci_$j = col_$j / P.c_rs; let cn_$j = P.c_off + ci_$j * P.c_img + col_$j - ci_$j * P.c_rs;",
+    (("c_rs", "u32"), ("c_img", "u32"), ("c_off", "u32")),
+)
+
+#: the wgpu limit on workgroups along one grid axis (columns beyond it run as more launches)
+_MAX_GROUPS = 65535
 
 
 def implicit_wins(rt: Runtime) -> bool:
-    """Whether conv runs as implicit GEMM here: on GPU adapters. On a CPU adapter (lavapipe) the
-    forward pass ties with im2col and the input gradient is 1.5-8x slower (BENCHMARKS.md), so
-    core's unfold + matmul composite stays, unless ``EMBER_WGPU_IMPLICIT_CONV=1`` (for testing)."""
-    cpu = str(rt.adapter.info.get("adapter_type", "")).lower() == "cpu"
-    return not cpu or os.environ.get("EMBER_WGPU_IMPLICIT_CONV", "").strip() == "1"
+    """Whether conv runs as implicit GEMM here: on every adapter, unless ``EMBER_WGPU_IMPLICIT_CONV=0``
+    (core's unfold + matmul composite, to compare). On lavapipe W3's step at CPU size takes 0.78-0.80x
+    the composite's since the kernels read images as columns (BENCHMARKS.md, 2026-12-07 sixth)."""
+    del rt  # (every adapter: kept as the backend's question)
+    return os.environ.get("EMBER_WGPU_IMPLICIT_CONV", "").strip() != "0"
+
+
+#: the conv GEMM's tile by output channels per group (M), rows first: the columns (images x
+#: positions) are many, so 128 wide, strided vec4 thread blocks; k-step 8 with register prefetch
+#: from 64 rows (opencl's choice for W3's conv2 on an H100, conv.py there)
+_TILINGS = (
+    (16, mm.Config(16, 128, 16, 4, 8, True, True, False)),
+    (32, mm.Config(32, 128, 16, 4, 8, True, True, True)),
+    (64, mm.Config(64, 128, 8, 8, 8, True, True, True)),
+    (2**62, mm.Config(128, 128, 8, 8, 8, True, True, True)),
+)
 
 
 def _conv_config(rt: Runtime, m: int, n: int, k: int, dtype: str) -> mm.Config:
-    """Few output channels per group make short wide GEMMs: a 16- or 32-row tile wastes less."""
-    cfg = mm.choose(rt, dtype, m, n, k)
-    for rows, small in ((16, mm.Config(16, 128, 16, 4, 8, True)), (32, mm.Config(32, 128, 16, 4, 8, True))):
-        if m <= rows and cfg.bm > rows and mm.fits(rt, small):
-            return small
-    return cfg
+    """The smallest tile of :data:`_TILINGS` holding M rows that the adapter takes, else the matmul's choice."""
+    for rows, cfg in _TILINGS:
+        if m <= rows and mm.fits(rt, cfg):
+            return cfg
+    return mm.choose(rt, dtype, m, n, k)
 
 
-def _implicit(rt: Runtime, kind: str, x: WgpuArray, wmat: WgpuArray, bias: WgpuArray | None, out: WgpuArray,
-              m: int, k: int, geo: dict[str, int], groups: int, config: mm.Config | None) -> mm._Plan:  # fmt: skip
-    """The launch computing, per (image, group), out[m, n] = wmat[g][m, :k] @ gather(x)[:k, n]."""
+class _ConvPlan:
+    """One geometry's launches (one per run of images whose column tiles fit a grid axis), the
+    output's shape, and whether A is the tap-major weight matrix (``inner``)."""
+
+    __slots__ = ("launches", "shape", "inner")
+
+    def __init__(self, launches: list[tuple[bytes, tuple[int, int, int]]], pipe: Any, shape: tuple[int, ...],
+                 inner: bool) -> None:  # fmt: skip
+        self.launches = [mm._Plan(pipe, params, groups, shape) for params, groups in launches]
+        self.shape, self.inner = shape, inner
+
+
+def _implicit(rt: Runtime, kind: str, x: WgpuArray, bias: WgpuArray | None, out_shape: tuple[int, ...], m: int,
+              cg: int, kv: int, geo: dict[str, int], groups: int, config: mm.Config | None) -> _ConvPlan:  # fmt: skip
+    """Per group, out[img, g * M + m, pos] = A[g][m, :k] @ gather(x)[:k, img * L + pos], A the weights as
+    a (G, M, K) matrix (:func:`_weights`)."""
     nd = x.ndim - 2
-    n_img, cin = x.shape[:2]
-    n = prod(out.shape[2:])
+    n_img = x.shape[0]
+    length = prod(out_shape[2:])
+    k, n = cg * kv, n_img * length
     t = rt.types[x.dtype]
     cfg = config or _conv_config(rt, m, n, k, t.name)
+    inner = kv > 1 and cg % cfg.bk == 0
+    unit = kind == "transpose" and all(geo[f"g_st{i}"] == 1 for i in range(nd))
     f16 = rt.types.uses_f16(x.dtype)
-    va = cfg.vec and t.storage == "f32" and k % 4 == 0 and wmat.offset % 4 == 0 and wmat.buffer.size % 16 == 0
-    key = ("conv_igemm", kind, t.name, nd, cfg, va, bias is not None)
+    va = cfg.vec and t.storage == "f32" and k % 4 == 0
+    key = ("conv_igemm", kind, t.name, nd, cfg, va, bias is not None, inner, unit)
+    gather = _gather(kind, t, nd, inner, unit)
     pipe, params = compile_kernel(
-        rt,
-        key,
-        lambda: mm.tiled(t, t, 2, cfg, f16, False, False, va, False, _gather(kind, t, nd), bias is not None),
+        rt, key, lambda: mm.tiled(t, t, 1, cfg, f16, False, False, va, False, gather, bias is not None, None, _COLUMNS),
         f"{kind}_igemm",
-    )
-    cg = cin // groups
-    values = {"m": m, "n": n, "k": k, "batch": n_img * groups, "a_off": wmat.offset, "b_off": x.offset}
-    values.update({"sam": k, "sak": 1, "sbk": 0, "sbn": 0, "d0": n_img, "as0": 0, "bs0": x.strides[0] & 0xFFFFFFFF})
-    values.update({"d1": groups, "as1": m * k, "bs1": (cg * x.strides[1]) & 0xFFFFFFFF})
-    values.update({"g_cs": x.strides[1] & 0xFFFFFFFF, **geo})
+    )  # fmt: skip
+    values = {"m": m, "k": k, "batch": groups, "a_off": 0, "sam": k, "sak": 1, "sbk": 0, "sbn": 0}
+    values.update({"d0": groups, "as0": m * k, "bs0": (cg * x.strides[1]) & 0xFFFFFFFF, **geo})
+    values.update({"g_kv": kv, "g_cs": x.strides[1] & 0xFFFFFFFF, "g_L": length, "g_ns": x.strides[0] & 0xFFFFFFFF})
+    values.update({"g_cg": cg, "c_rs": length, "c_img": out_shape[1] * length})
     for i in range(nd):
         values[f"g_sx{i}"] = x.strides[2 + i] & 0xFFFFFFFF
     if bias is not None:
         values.update({"r_off": bias.offset, "r_s": bias.strides[0] & 0xFFFFFFFF})
-    groups_xyz = (ceil_div(n, cfg.bn), ceil_div(m, cfg.bm), min(n_img * groups, 65535))
-    return mm._Plan(pipe, params.pack(values), groups_xyz, out.shape)
+    per = max(1, min(n_img, _MAX_GROUPS * cfg.bn // length))  # images a launch
+    launches = []
+    for first in range(0, n_img, per):
+        imgs = min(per, n_img - first)
+        values.update({"n": imgs * length, "b_off": (x.offset + first * x.strides[0]) & 0xFFFFFFFF})
+        values["c_off"] = first * out_shape[1] * length
+        groups_xyz = (ceil_div(imgs * length, cfg.bn), ceil_div(m, cfg.bm), min(groups, 65535))
+        launches.append((params.pack(values), groups_xyz))
+    return _ConvPlan(launches, pipe, out_shape, inner)
 
 
-def _run(rt: Runtime, plan: mm._Plan, kind: str, x: WgpuArray, wmat: WgpuArray, bias: WgpuArray | None,
-         out: WgpuArray) -> WgpuArray:  # fmt: skip
-    buffers = [wmat.storage.raw, x.storage.raw, out.storage.raw]
+def _weights(rt: Runtime, kind: str, w: WgpuArray, groups: int, inner: bool) -> WgpuArray:
+    """A of the conv GEMM, (G, M, K) contiguous: conv's weights (C_out, C_g, *kernel) as they are
+    (``inner``: tap-major, A[g][m, tap * C_g + ci]); the transpose's A[g][co, ci * KV + tap] =
+    w[g * C_g + ci, co, tap] (``inner``: A[g][co, tap * C_g + ci])."""
+    wc = ew.contiguous(rt, w)
+    a, b = wc.shape[:2]
+    kv = prod(wc.shape[2:])
+    if kind == "conv":
+        return ew.contiguous(rt, wc.with_layout((a, kv, b), (b * kv, 1, kv), wc.offset)) if inner else wc
+    cg = a // groups
+    layout = (
+        ((groups, b, kv, cg), (cg * b * kv, kv, 1, b * kv))
+        if inner
+        else ((groups, b, cg, kv), (cg * b * kv, kv, b * kv, 1))
+    )
+    return ew.contiguous(rt, wc.with_layout(*layout, wc.offset))
+
+
+def _run(rt: Runtime, plan: _ConvPlan, kind: str, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None,
+         groups: int) -> WgpuArray:  # fmt: skip
+    out = rt.empty(plan.shape, x.dtype)  # allocated before the weights' copy
+    buffers = [_weights(rt, kind, w, groups, plan.inner).storage.raw, x.storage.raw, out.storage.raw]
     if bias is not None:
         buffers.append(bias.storage.raw)
-    rt.dispatch(plan.pipe, plan.params, buffers, plan.groups, f"{kind}_igemm")
+    for launch_ in plan.launches:
+        rt.dispatch(launch_.pipe, launch_.params, buffers, launch_.groups, f"{kind}_igemm")
     return out
 
 
 def _key(kind: str, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, *args: Any) -> tuple:
-    """A conv launch's plan key: the operands' geometry and the convolution's arguments. The
-    weight matrix made from ``w`` (``w`` itself or a contiguous copy at offset 0) follows from it."""
+    """A conv launch's plan key: the operands' geometry and the convolution's arguments."""
     b = None if bias is None else (bias.strides, bias.offset)
     return (kind, x.dtype, x.shape, x.strides, x.offset, w.shape, w.strides, w.offset, b, *args)
 
 
 def _geo(size: tuple[int, ...], blocks: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
          dilation: tuple[int, ...], padding: tuple[tuple[int, int], ...]) -> dict[str, int]:  # fmt: skip
-    geo = {"g_kv": prod(kernel)}
+    geo = {}
     for i in range(len(kernel)):
         geo.update({f"g_sz{i}": size[i], f"g_bl{i}": blocks[i], f"g_kr{i}": kernel[i], f"g_st{i}": stride[i]})
         geo.update({f"g_dl{i}": dilation[i], f"g_lo{i}": padding[i][0]})
@@ -296,8 +388,7 @@ def conv(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, stride
     key = _key("conv", x, w, bias, stride, tuple(map(tuple, padding)), dilation, groups, config)
     plan = rt.plans.get(key)
     if plan is not None:
-        out = rt.empty(plan.shape, x.dtype)  # allocated before the weights' copy, as below
-        return _run(rt, plan, "conv", x, ew.contiguous(rt, w), bias, out)
+        return _run(rt, plan, "conv", x, w, bias, groups)
     n, cin = x.shape[:2]
     cout, kernel = w.shape[0], tuple(w.shape[2:])
     size = tuple(x.shape[2:])
@@ -307,17 +398,15 @@ def conv(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, stride
             for s, kk, (lo, hi), d, st in zip(size, kernel, padding, dilation, stride)
         ]
     )
-    out = rt.empty((n, cout) + blocks, x.dtype)
-    k = (cin // groups) * prod(kernel)
-    if out.size == 0:
-        return out
-    if k == 0:
-        return _empty_reduction(rt, out, bias)
+    shape = (n, cout) + blocks
+    if prod(shape) == 0:
+        return rt.empty(shape, x.dtype)
+    if (cin // groups) * prod(kernel) == 0:
+        return _empty_reduction(rt, rt.empty(shape, x.dtype), bias)
     geo = _geo(size, blocks, kernel, stride, dilation, padding)
-    wmat = ew.contiguous(rt, w)
-    plan = _implicit(rt, "conv", x, wmat, bias, out, cout // groups, k, geo, groups, config)
+    plan = _implicit(rt, "conv", x, bias, shape, cout // groups, cin // groups, prod(kernel), geo, groups, config)
     _remember(rt, key, plan)
-    return _run(rt, plan, "conv", x, wmat, bias, out)
+    return _run(rt, plan, "conv", x, w, bias, groups)
 
 
 def conv_transpose(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None, size: tuple[int, ...],
@@ -328,33 +417,23 @@ def conv_transpose(rt: Runtime, x: WgpuArray, w: WgpuArray, bias: WgpuArray | No
     key = _key("conv_transpose", x, w, bias, tuple(size), stride, tuple(map(tuple, padding)), dilation, groups, config)
     plan = rt.plans.get(key)
     if plan is not None:
-        out = rt.empty(plan.shape, x.dtype)
-        return _run(rt, plan, "transpose", x, _transpose_weights(rt, w, groups), bias, out)
+        return _run(rt, plan, "transpose", x, w, bias, groups)
     n, cin = x.shape[:2]
     cog, kernel = w.shape[1], tuple(w.shape[2:])
     kv = prod(kernel)
-    out = rt.empty((n, cog * groups) + tuple(size), x.dtype)
+    shape = (n, cog * groups) + tuple(size)
     cg = cin // groups
-    if out.size == 0:
-        return out
+    if prod(shape) == 0:
+        return rt.empty(shape, x.dtype)
     if cg * kv == 0:
-        return _empty_reduction(rt, out, bias)
-    wt = _transpose_weights(rt, w, groups)
+        return _empty_reduction(rt, rt.empty(shape, x.dtype), bias)
     geo = _geo(tuple(size), tuple(x.shape[2:]), kernel, stride, dilation, padding)
-    plan = _implicit(rt, "transpose", x, wt, bias, out, cog, cg * kv, geo, groups, config)
+    plan = _implicit(rt, "transpose", x, bias, shape, cog, cg, kv, geo, groups, config)
     _remember(rt, key, plan)
-    return _run(rt, plan, "transpose", x, wt, bias, out)
+    return _run(rt, plan, "transpose", x, w, bias, groups)
 
 
-def _transpose_weights(rt: Runtime, w: WgpuArray, groups: int) -> WgpuArray:
-    """conv_transpose's A operand: A[g][co, ci * KV + tap] = w[g * cg + ci, co, tap], contiguous."""
-    cin, cog = w.shape[:2]
-    cg, kv = cin // groups, prod(w.shape[2:])
-    wc = ew.contiguous(rt, w)
-    return ew.contiguous(rt, wc.with_layout((groups, cog, cg, kv), (cg * cog * kv, kv, cog * kv, 1), wc.offset))
-
-
-def _remember(rt: Runtime, key: tuple, plan: mm._Plan) -> None:
+def _remember(rt: Runtime, key: tuple, plan: _ConvPlan) -> None:
     if len(rt.plans) >= ew.MAX_PLANS:
         rt.plans.clear()
     rt.plans[key] = plan

@@ -28,7 +28,7 @@ from . import skinny
 from .common import ParamBlock, ceil_div, compile_kernel, header, prod
 from .reduce import reduce
 
-__all__ = ["matmul", "CONFIGS", "Config", "Gather", "fits", "choose", "tiled"]
+__all__ = ["matmul", "CONFIGS", "Config", "Gather", "Columns", "fits", "choose", "tiled"]
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,22 @@ def _params(nb: int, extra: tuple[tuple[str, str], ...] = (), bias: bool = False
 @dataclass(frozen=True)
 class Gather:
     """B read by WGSL ``code`` that sets ``v`` from ``gk``, ``gn`` (in range) and ``boff`` (A: ``gm``,
-    ``gk``, ``aoff``), may read the batch coordinates ``c0``...; its params."""
+    ``gk``, ``aoff``), may read the batch coordinates ``c0``...; its params. ``col`` (B only): what
+    depends on the column alone, computed once per load slot before the k loop from ``gn_$e`` (its
+    names end in ``_$e``, and ``code`` reads them so: ``$e`` becomes the slot); ``step``: statements
+    once per k-step from ``kb`` (the step's first row, the same for the whole workgroup)."""
+
+    code: str
+    fields: tuple[tuple[str, str], ...]
+    col: str = ""
+    step: str = ""
+
+
+@dataclass(frozen=True)
+class Columns:
+    """C written through a column map: ``code`` sets ``cn_$j`` (the column's offset) from ``col_$j``
+    (its index, < n), once per column a thread stores; a row steps ``P.c_rs`` and the batch's
+    base is ``z * P.m * P.c_rs``. Its params follow the matmul's."""
 
     code: str
     fields: tuple[tuple[str, str], ...]
@@ -132,6 +147,7 @@ def _tiled(  # type: ignore[no-untyped-def]
     gather: Gather | None = None,
     bias: bool = False,
     a_gather: Gather | None = None,
+    columns: Columns | None = None,
 ):
     """The tiled kernel of ``cfg``. Shared tiles are k-major (``As[k][m]``, ``Bs[k][n]``) vec4
     rows padded by 4, so a thread reads its TM rows and TN columns with TM/4 + TN/4 vec4 loads.
@@ -142,18 +158,22 @@ def _tiled(  # type: ignore[no-untyped-def]
     (neighbouring threads read neighbouring vec4s: no bank conflicts, coalesced stores), the k
     loop unrolled, fma. ``cfg.pf``: two shared buffers, the next k-slice loaded into registers
     while the current one is computed, one barrier per step. ``gather``/``a_gather``: B or A read
-    by WGSL code (:class:`Gather`; A's sets ``v`` from ``gm``, ``gk`` and ``aoff``), not through strides."""
+    by WGSL code (:class:`Gather`; A's sets ``v`` from ``gm``, ``gk`` and ``aoff``), not through strides.
+    ``columns``: C's columns mapped (:class:`Columns`: implicit-GEMM conv's images x positions)."""
     bm, bn, bk, tm, tn = cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn
     wx, wy = cfg.threads
     nt = wx * wy
     ct = {"f": "f32", "i": "i32", "u": "u32"}[t.cls]
     vt = f"vec4<{ct}>"
     zero = {"f": "0.0", "i": "0i", "u": "0u"}[t.cls]
-    params = _params(nb, (a_gather.fields if a_gather else ()) + (gather.fields if gather else ()), bias)
+    extra = (a_gather.fields if a_gather else ()) + (gather.fields if gather else ())
+    params = _params(nb, extra + (columns.fields if columns else ()), bias)
     pa, pb = bm + 4, bn + 4  # row lengths in scalars (multiples of 4)
     na, nbv = bk * pa // 4, bk * pb // 4  # vec4s per shared buffer
     sa, sb = ("sa + ", "sb + ") if cfg.pf else ("", "")
 
+    hoist: list[str] = []  # statements before the k loop (a gathered B's column parts)
+    step_code = gather.step if gather else ""
     # each operand: (index statements, element type of v, load statements setting v, store statements)
     # A tile (BM x BK) into As[k][m]
     if va and not a_mfast:  # rows contiguous along k: 4 k at one m
@@ -190,6 +210,10 @@ def _tiled(  # type: ignore[no-untyped-def]
         b_units = bn * bk // 4
     else:
         b_map = (f"idx % {bk}u", f"idx / {bk}u") if b_kfast else (f"idx / {bn}u", f"idx % {bn}u")
+        if gather and gather.col:  # the column's part once per slot (its gn fixed over the k loop)
+            for e in range(ceil_div(bn * bk, nt)):
+                c_of = b_map[1].replace("idx", f"(t + {e * nt}u)")
+                hoist.append(f"let gn_{e} = n0 + {c_of};\n    " + gather.col.replace("$e", f"{e}"))
         b_read = gather.code if gather else f"v = {t.load('B[boff + gk * P.sbk + gn * P.sbn]')};"
         b_idx = f"let r = {b_map[0]}; let c = {b_map[1]}; let gk = kb + r; let gn = n0 + c;"
         b_vt, b_load = ct, f"if (gk < P.k && gn < P.n) {{ {b_read} }}"
@@ -200,7 +224,8 @@ def _tiled(  # type: ignore[no-untyped-def]
         out = []
         for e in range(ceil_div(units, nt)):
             guard = f"if (idx < {units}u) " if (e + 1) * nt > units else ""
-            out.append(f"{{\n      let idx = t + {e * nt}u;\n      {guard}{{\n        {body(e)}\n      }}\n    }}")
+            code = body(e).replace("$e", f"{e}")  # a gathered B's slot names
+            out.append(f"{{\n      let idx = t + {e * nt}u;\n      {guard}{{\n        {code}\n      }}\n    }}")
         return "\n    ".join(out)
 
     def zero_of(ty: str) -> str:
@@ -249,6 +274,12 @@ def _tiled(  # type: ignore[no-untyped-def]
             f"for (var kk = 0u; kk < {bk}u; kk = kk + 1u) {{\n        " + "\n        ".join(step("kk")) + "\n      }"
         )
     stores = []
+    cols = [f"n0 + (lx + {(j // 4) * wx}u) * 4u + {j % 4}u" if split else f"n0 + lx * {tn}u + {j}u" for j in range(tn)]
+    if columns:
+        for j, col in enumerate(cols):
+            stores.append(f"let col_{j} = {col};")
+            stores.append(columns.code.replace("$j", f"{j}"))
+    row_step = "P.c_rs" if columns else "P.n"
     for i in range(tm):
         row = f"m0 + (ly + {(i // 4) * wy}u) * 4u + {i % 4}u" if split else f"m0 + ly * {tm}u + {i}u"
         if bias:
@@ -256,12 +287,15 @@ def _tiled(  # type: ignore[no-untyped-def]
         for j in range(tn):
             v = f"acc{i}_{j // 4}.{lanes[j % 4]}" + (f" + rb{i}" if bias else "")
             v = tout.wrap(v) if tout.narrow else v
-            col = f"n0 + (lx + {(j // 4) * wx}u) * 4u + {j % 4}u" if split else f"n0 + lx * {tn}u + {j}u"
-            stores.append(f"if ({row} < P.m && {col} < P.n) {{ C[cbase + ({row}) * P.n + {col}] = {tout.store(v)}; }}")
+            col = f"col_{j}" if columns else cols[j]
+            at = f"cn_{j}" if columns else col
+            stores.append(
+                f"if ({row} < P.m && {col} < P.n) {{ C[cbase + ({row}) * {row_step} + {at}] = {tout.store(v)}; }}"
+            )
     if cfg.pf:
         n_a, n_b = ceil_div(a_units, nt), ceil_div(b_units, nt)
         regs = [f"var pra{e}: {a_vt};" for e in range(n_a)] + [f"var prb{e}: {b_vt};" for e in range(n_b)]
-        get = unit_loop(a_units, fetch(a_idx, a_vt, a_load, "pra")) + "\n    "
+        get = step_code + "\n    " + unit_loop(a_units, fetch(a_idx, a_vt, a_load, "pra")) + "\n    "
         get += unit_loop(b_units, fetch(b_idx, b_vt, b_load, "prb"))
         put = unit_loop(a_units, store(a_idx, a_put, "pra")) + "\n    " + unit_loop(b_units, store(b_idx, b_put, "prb"))
         loop = f"""var buf = 0u;
@@ -297,6 +331,7 @@ def _tiled(  # type: ignore[no-untyped-def]
     else:
         loop = f"""for (var k0 = 0u; k0 < P.k; k0 = k0 + {bk}u) {{
     let kb = k0;
+    {step_code}
     {unit_loop(a_units, direct(a_idx, a_vt, a_load, a_put))}
     {unit_loop(b_units, direct(b_idx, b_vt, b_load, b_put))}
       workgroupBarrier();
@@ -322,9 +357,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
   let ly = lid.y;
   for (var z = wid.z; z < P.batch; z = z + nw.z) {{
     {_batch_decode(nb)}
-    let cbase = z * P.m * P.n;
+    let cbase = z * P.m * {row_step};
     {"let grp = c" + str(nb - 1) + ";" if bias else ""}
     {decl_acc}
+    {chr(10).join("    " + h for h in hoist).strip()}
     {loop}
     {chr(10).join("    " + s for s in stores).strip()}
   }}

@@ -43,14 +43,15 @@ _SUM_FEW = 128
 
 
 def native_wins(rt: Runtime) -> bool:
-    """Whether the native weight gradient runs: where conv runs as implicit GEMM (GPU adapters, or
-    ``EMBER_WGPU_IMPLICIT_CONV=1``), unless ``EMBER_WGPU_NATIVE_WGRAD=0`` (core's unfold + matmul)."""
+    """Whether the native weight gradient runs: where conv runs as implicit GEMM (unless
+    ``EMBER_WGPU_IMPLICIT_CONV=0``), unless ``EMBER_WGPU_NATIVE_WGRAD=0`` (core's unfold + matmul)."""
     return implicit_wins(rt) and os.environ.get("EMBER_WGPU_NATIVE_WGRAD", "").strip() != "0"
 
 
 def _gathers(t: WType, nd: int) -> tuple[mm.Gather, mm.Gather]:
     """A[gm, gk] from g and B[gk, gn = ci * KV + tap] from x's windows, gk the position in this
-    z's slice (``c0``) of the batch's N_img * L output positions; zero past the end or in padding."""
+    z's slice (``c0``) of the batch's N_img * L output positions; zero past the end or in padding.
+    B's column part (channel, tap) is computed once per load slot before the k loop (``col``)."""
     kpos = "let kg = c0 * P.w_ks + gk; if (kg < P.w_kt) { let img = kg / P.w_l; "
     a = mm.Gather(kpos + f"v = {t.load('A[aoff + img * P.w_gn + gm * P.sam + kg - img * P.w_l]')}; }}", (
         ("w_ks", "u32"), ("w_kt", "u32"), ("w_l", "u32"), ("w_gn", "u32"),
@@ -58,17 +59,21 @@ def _gathers(t: WType, nd: int) -> tuple[mm.Gather, mm.Gather]:
     fields = [("w_xn", "u32"), ("g_kv", "u32"), ("g_cs", "u32")]
     for i in range(nd):
         fields += [(f"g_{n}{i}", "u32") for n in ("bl", "kr", "st", "dl", "lo", "sz", "sx")]
-    lines = [kpos, "var oq = kg - img * P.w_l;", "let ci = gn / P.g_kv;", "var kq = gn % P.g_kv;"]
+    col = ["let ci_$e = gn_$e / P.g_kv;", "var kq_$e = gn_$e - ci_$e * P.g_kv;"]
     for i in reversed(range(nd)):
-        lines += [f"let wk{i} = kq % P.g_kr{i};", f"kq = kq / P.g_kr{i};"]
-        lines += [f"let wq{i} = oq % P.g_bl{i};", f"oq = oq / P.g_bl{i};"]
-    inside, addr = [], "boff + img * P.w_xn + ci * P.g_cs"
+        col += [f"let wk{i}_$e = kq_$e % P.g_kr{i};", f"kq_$e = kq_$e / P.g_kr{i};"] if i else ["let wk0_$e = kq_$e;"]
+    col += [f"let dk{i}_$e = i32(wk{i}_$e * P.g_dl{i}) - i32(P.g_lo{i});" for i in range(nd)]
+    col.append("let xc_$e = boff + ci_$e * P.g_cs;")
+    lines = [kpos, "var oq = kg - img * P.w_l;"]
+    for i in reversed(range(nd)):
+        lines += [f"let wq{i} = oq % P.g_bl{i};", f"oq = oq / P.g_bl{i};"] if i else ["let wq0 = oq;"]
+    inside, addr = [], "xc_$e + img * P.w_xn"
     for i in range(nd):
-        lines.append(f"let p{i} = i32(wq{i} * P.g_st{i} + wk{i} * P.g_dl{i}) - i32(P.g_lo{i});")
+        lines.append(f"let p{i} = i32(wq{i} * P.g_st{i}) + dk{i}_$e;")
         inside.append(f"p{i} >= 0 && p{i} < i32(P.g_sz{i})")
-        addr += f" + u32(max(p{i}, 0)) * P.g_sx{i}"
+        addr += f" + u32(p{i}) * P.g_sx{i}"
     lines.append(f"if ({' && '.join(inside)}) {{ v = {t.load(f'B[{addr}]')}; }} }}")
-    return a, mm.Gather(" ".join(lines), tuple(fields))
+    return a, mm.Gather(" ".join(lines), tuple(fields), " ".join(col))
 
 
 def _config(rt: Runtime, m: int, n: int) -> mm.Config:
