@@ -44,12 +44,15 @@ AUTOTUNE_FLOPS = 2**30
 #: the family's leading candidates timed, beside the class's own choice, for an operand layout
 REFINE = 6
 #: the fastest candidates of a tuning pass timed again, alternating, for :data:`RETIME_ROUNDS`
-#: rounds: the choice is the fastest of these second timings (a first pass's early candidates run
-#: while the GPU's clocks ramp up, and one lucky timing can win it: on an H100's Vulkan the W5
-#: tuned on first use ran at 38.2 TFLOP/s on one machine and 28.8 on another, 2026-12-06 and -07)
-LEADERS, RETIME_ROUNDS = 3, 2
-#: seconds of the first candidate's product run before the pass's first timing (the clocks' ramp)
-WARM_S = 0.25
+#: rounds: the choice is the fastest of these second timings. Why: on an H100's Vulkan, wgpu's
+#: first-use tuning of the row-major large class (at W2's 4096^3) chose a 64 x 64 tiling that runs
+#: 4096^3 in 5.06 ms where the 128 x 128 ones take ~3.07 (W5: 28.8 TFLOP/s, 38.2 with the choice
+#: another machine made), 2026-12-07: a candidate is timed over a few ms right after its kernels
+#: compile, the GPU idle meanwhile, so its clocks and one lucky timing can decide
+LEADERS, RETIME_ROUNDS = 4, 2
+#: seconds of the first candidate's product run before the pass's first timing (the clocks' ramp),
+#: and of each candidate's before its own timing (the GPU idled while it compiled)
+WARM_S, WARM_EACH_S = 0.25, 0.03
 #: operand layouts with a choice of their own: A, B or both column-major (a transposed view)
 LAYOUTS = ("", "tA", "tB", "tAtB")
 _DEFAULT_SHAPES = [(4096, 4096, 4096), (1024, 1024, 1024), (256, 256, 256)]
@@ -332,9 +335,9 @@ class GemmTuner(Generic[R, C]):
             best = min(best, time.perf_counter() - start)
         return best
 
-    def _warm(self, rt: R, choices: Sequence[C], a: Any, b: Any) -> None:
-        """Run the product with the first candidate that runs, for :data:`WARM_S` (the GPU's clocks up)."""
-        end = time.perf_counter() + WARM_S
+    def _warm(self, rt: R, choices: Sequence[C], a: Any, b: Any, seconds: float) -> None:
+        """Run the product with the first of ``choices`` that runs, for ``seconds`` (the GPU's clocks up)."""
+        end = time.perf_counter() + seconds
         for c in choices:
             try:
                 while time.perf_counter() < end:
@@ -377,9 +380,10 @@ class GemmTuner(Generic[R, C]):
         (one of :data:`LAYOUTS`); store and return the fastest.
 
         Stops starting candidates once ``budget_s`` has passed. The first candidate's product runs for
-        :data:`WARM_S` before any timing; then the :data:`LEADERS` fastest are timed again in turn and the
-        fastest of those timings wins. Returns the winner (None if no candidate ran) and one row per
-        candidate: config, seconds, GFLOP/s or error (a leader's also ``retimed``: its second best)."""
+        :data:`WARM_S` before any timing and each candidate's for :data:`WARM_EACH_S` before its own;
+        then the :data:`LEADERS` fastest are timed again in turn and the fastest of those timings wins.
+        Returns the winner (None if no candidate ran) and one row per candidate: config, seconds,
+        GFLOP/s or error (a leader's also ``retimed``: its second best)."""
         choices = self.candidates(rt, dt) if choices is None else [c for c in choices if self.fits(rt, c, dt)]
         rows: list[dict[str, Any]] = []
         start = time.perf_counter()
@@ -389,7 +393,7 @@ class GemmTuner(Generic[R, C]):
             npdt = self.host_dtype(dt)
             a = self.operand(rt, rng.standard_normal((M, K)).astype(npdt), dt, "tA" in layout)
             b = self.operand(rt, rng.standard_normal((K, N)).astype(npdt), dt, "tB" in layout)
-            self._warm(rt, choices, a, b)
+            self._warm(rt, choices, a, b, WARM_S)
             timed: list[tuple[float, int]] = []  # (seconds, row index)
             for c in choices:
                 if rows and time.perf_counter() - start > budget_s:
@@ -399,6 +403,7 @@ class GemmTuner(Generic[R, C]):
                     if not self.check(rt, dt, c, layout):
                         row["error"] = "wrong result"
                     else:
+                        self._warm(rt, [c], a, b, WARM_EACH_S)
                         sec = self.time(rt, c, a, b, reps)
                         row["seconds"] = sec
                         row["gflops"] = 2.0 * M * N * K / sec / 1e9
