@@ -78,10 +78,9 @@ def test_conv_and_input_gradient_in_the_default_tilings(rt, monkeypatch, xs, ws,
     assert fwd.inner == (kv > 1 and cg % bk == 0)
 
 
-def test_tap_major_rows_and_unit_strides_are_taken_where_they_apply(rt):
-    """W3's second layer at a small batch: both kernels read tap-major rows; the transpose of a
-    stride-1 conv divides by no stride."""
-    xs, ws = (2, 32, 14, 14), (64, 32, 3, 3)
+def _same_padded_plans(rt, xs, ws):
+    """conv and its input gradient of a 3x3 'same' conv (stride 1) checked against the reference;
+    -> the two plans made (``rt.plans`` cleared first)."""
     x, w, bias, want, g, gx_want = _reference(xs, ws, (1, 1), (1, 1), (1, 1), 1)
     up = lambda a: rt.upload(a, D.float32)  # noqa: E731
     pads = ((1, 1), (1, 1))
@@ -90,7 +89,13 @@ def test_tap_major_rows_and_unit_strides_are_taken_where_they_apply(rt):
     gx = rt.read([conv.conv_transpose(rt, up(g), up(w), None, xs[2:], (1, 1), pads, (1, 1), 1)])[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(gx, gx_want, rtol=1e-4, atol=1e-4)
-    plans = [p for p in rt.plans.values() if isinstance(p, conv._ConvPlan)]
+    return [p for p in rt.plans.values() if isinstance(p, conv._ConvPlan)]
+
+
+def test_tap_major_rows_and_unit_strides_are_taken_where_they_apply(rt):
+    """W3's second layer at a small batch: both kernels read tap-major rows; the transpose of a
+    stride-1 conv divides by no stride."""
+    plans = _same_padded_plans(rt, (2, 32, 14, 14), (64, 32, 3, 3))
     assert len(plans) == 2 and all(p.inner for p in plans)
     assert any(k[:2] == ("conv_igemm", "transpose") and k[7] and k[8] for k in rt.kernels)  # inner, unit
 
@@ -99,16 +104,7 @@ def test_columns_beyond_one_grid_axis_run_as_more_launches(rt, monkeypatch):
     """A batch whose column tiles pass the grid's limit runs as runs of whole images, each launch
     writing its images' outputs (here a limit of 2 tiles: 128-wide tiles, 80 positions an image)."""
     monkeypatch.setattr(conv, "_MAX_GROUPS", 2)
-    xs, ws = (5, 16, 8, 10), (8, 16, 3, 3)
-    x, w, bias, want, g, gx_want = _reference(xs, ws, (1, 1), (1, 1), (1, 1), 1)
-    up = lambda a: rt.upload(a, D.float32)  # noqa: E731
-    pads = ((1, 1), (1, 1))
-    rt.plans.clear()
-    got = rt.read([conv.conv(rt, up(x), up(w), up(bias), (1, 1), pads, (1, 1), 1)])[0]
-    gx = rt.read([conv.conv_transpose(rt, up(g), up(w), None, xs[2:], (1, 1), pads, (1, 1), 1)])[0]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(gx, gx_want, rtol=1e-4, atol=1e-4)
-    plans = [p for p in rt.plans.values() if isinstance(p, conv._ConvPlan)]
+    plans = _same_padded_plans(rt, (5, 16, 8, 10), (8, 16, 3, 3))
     assert [len(p.launches) for p in plans] == [2, 2]  # 3 images, then 2
 
 
