@@ -40,6 +40,8 @@ CASES = [
     ((3, 16, 7, 6), (8, 16, 3, 3), (1, 1), (1, 1), (1, 1), 1),
     # inner over two groups, stride 2 (the transpose divides by it), dilation 2
     ((2, 32, 9, 8), (16, 16, 3, 3), (2, 2), (2, 1), (2, 1), 2),
+    # tap-major rows in both kernels over two groups, the transpose dividing by a stride of 2
+    ((2, 32, 7, 6), (32, 16, 3, 3), (2, 1), (1, 1), (1, 1), 2),
     # 64 output channels a group (the prefetching 64-row tile), a 1x1 kernel (one tap: not inner)
     ((2, 8, 5, 5), (64, 8, 1, 1), (1, 1), (0, 0), (1, 1), 1),
     # one input channel (W3's first layer: 9 rows of K, not inner), 3-D
@@ -76,6 +78,10 @@ def test_conv_and_input_gradient_in_the_default_tilings(rt, monkeypatch, xs, ws,
     bk = conv._conv_config(rt, m, 1 << 20, cg * kv, "float32").bk
     (fwd,) = [p for k, p in rt.plans.items() if k[0] == "conv"]
     assert fwd.inner == (kv > 1 and cg % bk == 0)
+    cg_t, m_t = ws[0] // groups, ws[1]  # the transpose's channels per group and rows
+    bk_t = conv._conv_config(rt, m_t, 1 << 20, cg_t * kv, "float32").bk
+    (back,) = [p for k, p in rt.plans.items() if k[0] == "conv_transpose"]
+    assert back.inner == (kv > 1 and cg_t % bk_t == 0)
 
 
 def _same_padded_plans(rt, xs, ws):
