@@ -113,15 +113,18 @@ def _params(nb: int, extra: tuple[tuple[str, str], ...] = (), bias: bool = False
 @dataclass(frozen=True)
 class Gather:
     """B read by WGSL ``code`` that sets ``v`` from ``gk``, ``gn`` (in range) and ``boff`` (A: ``gm``,
-    ``gk``, ``aoff``), may read the batch coordinates ``c0``...; its params. ``col`` (B only): what
-    depends on the column alone, computed once per load slot before the k loop from ``gn_$e`` (its
-    names end in ``_$e``, and ``code`` reads them so: ``$e`` becomes the slot); ``step``: statements
-    once per k-step from ``kb`` (the step's first row, the same for the whole workgroup)."""
+    ``gk``, ``aoff``), may read the batch coordinates ``c0``...; its params. ``col``: what a load slot
+    keeps over the k loop (its column and its row within a k-step are fixed), computed once per slot
+    before the loop from ``gn_$e`` and ``bkr_$e`` (A: ``gm_$e``, ``akr_$e``; its names end in ``_$e``,
+    and ``code`` reads them so: ``$e`` becomes the slot); ``advance``: statements after each of the
+    slot's loads (its state moved on by one k-step); ``step`` (B only): statements once per k-step
+    from ``kb`` (the step's first row, the same for the whole workgroup)."""
 
     code: str
     fields: tuple[tuple[str, str], ...]
     col: str = ""
     step: str = ""
+    advance: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def _tiled(  # type: ignore[no-untyped-def]
     na, nbv = bk * pa // 4, bk * pb // 4  # vec4s per shared buffer
     sa, sb = ("sa + ", "sb + ") if cfg.pf else ("", "")
 
-    hoist: list[str] = []  # statements before the k loop (a gathered B's column parts)
+    hoist: list[str] = []  # statements before the k loop (a gathered operand's slot parts)
     step_code = gather.step if gather else ""
     # each operand: (index statements, element type of v, load statements setting v, store statements)
     # A tile (BM x BK) into As[k][m]
@@ -191,8 +194,14 @@ def _tiled(  # type: ignore[no-untyped-def]
     else:
         a_map = (f"idx % {bm}u", f"idx / {bm}u") if a_mfast else (f"idx / {bk}u", f"idx % {bk}u")
         a_idx = f"let r = {a_map[0]}; let c = {a_map[1]}; let gm = m0 + r; let gk = kb + c;"
+        if a_gather and a_gather.col:  # the slot's fixed row and k offset, and its state, once
+            for e in range(ceil_div(bm * bk, nt)):
+                r_of, c_of = (x.replace("idx", f"(t + {e * nt}u)") for x in a_map)
+                hoist.append(
+                    f"let gm_{e} = m0 + {r_of}; let akr_{e} = {c_of};\n    " + a_gather.col.replace("$e", f"{e}")
+                )
         a_read = a_gather.code if a_gather else f"v = {t.load('A[aoff + gm * P.sam + gk * P.sak]')};"
-        a_vt, a_load = ct, f"if (gm < P.m && gk < P.k) {{ {a_read} }}"
+        a_vt, a_load = ct, f"if (gm < P.m && gk < P.k) {{ {a_read} }}" + (a_gather.advance if a_gather else "")
         a_put = f"let s = c * {pa}u + r; As[{sa}s / 4u][s % 4u] = v;"
         a_units = bm * bk
     # B tile (BK x BN) into Bs[k][n]
@@ -212,11 +221,13 @@ def _tiled(  # type: ignore[no-untyped-def]
         b_map = (f"idx % {bk}u", f"idx / {bk}u") if b_kfast else (f"idx / {bn}u", f"idx % {bn}u")
         if gather and gather.col:  # the column's part once per slot (its gn fixed over the k loop)
             for e in range(ceil_div(bn * bk, nt)):
-                c_of = b_map[1].replace("idx", f"(t + {e * nt}u)")
-                hoist.append(f"let gn_{e} = n0 + {c_of};\n    " + gather.col.replace("$e", f"{e}"))
+                r_of, c_of = (x.replace("idx", f"(t + {e * nt}u)") for x in b_map)
+                hoist.append(
+                    f"let gn_{e} = n0 + {c_of}; let bkr_{e} = {r_of};\n    " + gather.col.replace("$e", f"{e}")
+                )
         b_read = gather.code if gather else f"v = {t.load('B[boff + gk * P.sbk + gn * P.sbn]')};"
         b_idx = f"let r = {b_map[0]}; let c = {b_map[1]}; let gk = kb + r; let gn = n0 + c;"
-        b_vt, b_load = ct, f"if (gk < P.k && gn < P.n) {{ {b_read} }}"
+        b_vt, b_load = ct, f"if (gk < P.k && gn < P.n) {{ {b_read} }}" + (gather.advance if gather else "")
         b_put = f"let s = r * {pb}u + c; Bs[{sb}s / 4u][s % 4u] = v;"
         b_units = bn * bk
 
@@ -224,7 +235,7 @@ def _tiled(  # type: ignore[no-untyped-def]
         out = []
         for e in range(ceil_div(units, nt)):
             guard = f"if (idx < {units}u) " if (e + 1) * nt > units else ""
-            code = body(e).replace("$e", f"{e}")  # a gathered B's slot names
+            code = body(e).replace("$e", f"{e}")  # a gathered operand's slot names
             out.append(f"{{\n      let idx = t + {e * nt}u;\n      {guard}{{\n        {code}\n      }}\n    }}")
         return "\n    ".join(out)
 

@@ -48,14 +48,30 @@ def native_wins(rt: Runtime) -> bool:
     return implicit_wins(rt) and os.environ.get("EMBER_WGPU_NATIVE_WGRAD", "").strip() != "0"
 
 
-def _gathers(t: WType, nd: int) -> tuple[mm.Gather, mm.Gather]:
+def _carry(names: list[str], dims: list[str], outer: str) -> str:
+    """Statements bringing mixed-radix coordinates back into range after the last one grew:
+    ``names`` outermost first, each below its ``dims`` entry, the overflow of the first into ``outer``."""
+    lines = []
+    for i in reversed(range(len(names))):
+        x, d, up = names[i], dims[i], names[i - 1] if i else outer
+        lines.append(f"loop {{ if ({x} < {d}) {{ break; }} {x} = {x} - {d}; {up} = {up} + 1u; }}")
+    return " ".join(lines)
+
+
+def _gathers(t: WType, nd: int, bk: int) -> tuple[mm.Gather, mm.Gather]:
     """A[gm, gk] from g and B[gk, gn = ci * KV + tap] from x's windows, gk the position in this
     z's slice (``c0``) of the batch's N_img * L output positions; zero past the end or in padding.
-    B's column part (channel, tap) is computed once per load slot before the k loop (``col``)."""
-    kpos = "let kg = c0 * P.w_ks + gk; if (kg < P.w_kt) { let img = kg / P.w_l; "
-    a = mm.Gather(kpos + f"v = {t.load('A[aoff + img * P.w_gn + gm * P.sam + kg - img * P.w_l]')}; }}", (
-        ("w_ks", "u32"), ("w_kt", "u32"), ("w_l", "u32"), ("w_gn", "u32"),
-    ))  # fmt: skip
+
+    A load slot's column and its row within a k-step are fixed over the k loop, so each slot keeps
+    the (image, output coordinates) of the position it loads, found by division once (``col``) and
+    moved on by ``bk`` positions after each load with carries (``advance``; ``bk`` below a row's
+    length takes a carry or two): no division in the loop. B's column part (channel, tap) is the
+    slot's too."""
+    kpos = "let kg = c0 * P.w_ks + gk; if (kg < P.w_kt) { "
+    a_col = "let ak0_$e = c0 * P.w_ks + akr_$e; var aimg_$e = ak0_$e / P.w_l; var apos_$e = ak0_$e - aimg_$e * P.w_l;"
+    a_code = kpos + f"v = {t.load('A[aoff + aimg_$e * P.w_gn + gm * P.sam + apos_$e]')}; }}"
+    a_advance = f" apos_$e = apos_$e + {bk}u; " + _carry(["apos_$e"], ["P.w_l"], "aimg_$e")
+    a = mm.Gather(a_code, (("w_ks", "u32"), ("w_kt", "u32"), ("w_l", "u32"), ("w_gn", "u32")), a_col, "", a_advance)
     fields = [("w_xn", "u32"), ("g_kv", "u32"), ("g_cs", "u32")]
     for i in range(nd):
         fields += [(f"g_{n}{i}", "u32") for n in ("bl", "kr", "st", "dl", "lo", "sz", "sx")]
@@ -64,16 +80,24 @@ def _gathers(t: WType, nd: int) -> tuple[mm.Gather, mm.Gather]:
         col += [f"let wk{i}_$e = kq_$e % P.g_kr{i};", f"kq_$e = kq_$e / P.g_kr{i};"] if i else ["let wk0_$e = kq_$e;"]
     col += [f"let dk{i}_$e = i32(wk{i}_$e * P.g_dl{i}) - i32(P.g_lo{i});" for i in range(nd)]
     col.append("let xc_$e = boff + ci_$e * P.g_cs;")
-    lines = [kpos, "var oq = kg - img * P.w_l;"]
+    col += [
+        "let bk0_$e = c0 * P.w_ks + bkr_$e;",
+        "var bimg_$e = bk0_$e / P.w_l;",
+        "var oq_$e = bk0_$e - bimg_$e * P.w_l;",
+    ]
     for i in reversed(range(nd)):
-        lines += [f"let wq{i} = oq % P.g_bl{i};", f"oq = oq / P.g_bl{i};"] if i else ["let wq0 = oq;"]
-    inside, addr = [], "xc_$e + img * P.w_xn"
+        col += [f"var wq{i}_$e = oq_$e % P.g_bl{i};", f"oq_$e = oq_$e / P.g_bl{i};"] if i else ["var wq0_$e = oq_$e;"]
+    lines, inside, addr = [kpos], [], "xc_$e + bimg_$e * P.w_xn"
     for i in range(nd):
-        lines.append(f"let p{i} = i32(wq{i} * P.g_st{i}) + dk{i}_$e;")
+        lines.append(f"let p{i} = i32(wq{i}_$e * P.g_st{i}) + dk{i}_$e;")
         inside.append(f"p{i} >= 0 && p{i} < i32(P.g_sz{i})")
         addr += f" + u32(p{i}) * P.g_sx{i}"
     lines.append(f"if ({' && '.join(inside)}) {{ v = {t.load(f'B[{addr}]')}; }} }}")
-    return a, mm.Gather(" ".join(lines), tuple(fields), " ".join(col))
+    last = f"wq{nd - 1}_$e"
+    advance = f" {last} = {last} + {bk}u; " + _carry(
+        [f"wq{i}_$e" for i in range(nd)], [f"P.g_bl{i}" for i in range(nd)], "bimg_$e"
+    )
+    return a, mm.Gather(" ".join(lines), tuple(fields), " ".join(col), "", advance)
 
 
 def _config(rt: Runtime, m: int, n: int) -> mm.Config:
@@ -198,7 +222,7 @@ def _plan(rt: Runtime, g: WgpuArray, x: WgpuArray, kernel: tuple[int, ...], stri
         ks = ceil_div(k_total, max(1, min(slices, k_total)))
         s = ceil_div(k_total, ks)
     tp = WType(float32, "f", "f32", rt.types[float32].host) if t.cls == "f" and s > 1 else t
-    ga, gb = _gathers(t, nd)
+    ga, gb = _gathers(t, nd, cfg.bk)
     pipe, params = compile_kernel(
         rt,
         ("conv_wgrad", t.name, tp.name, nd, cfg),
