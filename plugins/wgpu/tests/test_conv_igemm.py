@@ -109,7 +109,7 @@ def test_tap_major_rows_and_unit_strides_are_taken_where_they_apply(rt):
 def test_columns_beyond_one_grid_axis_run_as_more_launches(rt, monkeypatch):
     """A batch whose column tiles pass the grid's limit runs as runs of whole images, each launch
     writing its images' outputs (here a limit of 2 tiles: 128-wide tiles, 80 positions an image)."""
-    monkeypatch.setattr(conv, "_MAX_GROUPS", 2)
+    monkeypatch.setattr(conv.mm, "_MAX_Z", 2)
     plans = _same_padded_plans(rt, (5, 16, 8, 10), (8, 16, 3, 3))
     assert [len(p.launches) for p in plans] == [2, 2]  # 3 images, then 2
 

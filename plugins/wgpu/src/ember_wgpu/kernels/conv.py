@@ -246,9 +246,6 @@ _COLUMNS = mm.Columns(
     (("c_rs", "u32"), ("c_img", "u32"), ("c_off", "u32")),
 )
 
-#: the wgpu limit on workgroups along one grid axis (columns beyond it run as more launches)
-_MAX_GROUPS = 65535
-
 
 def implicit_wins(rt: Runtime) -> bool:
     """Whether conv runs as implicit GEMM here: on every adapter, unless ``EMBER_WGPU_IMPLICIT_CONV=0``
@@ -317,13 +314,13 @@ def _implicit(rt: Runtime, kind: str, x: WgpuArray, bias: WgpuArray | None, out_
         values[f"g_sx{i}"] = x.strides[2 + i] & 0xFFFFFFFF
     if bias is not None:
         values.update({"r_off": bias.offset, "r_s": bias.strides[0] & 0xFFFFFFFF})
-    per = max(1, min(n_img, _MAX_GROUPS * cfg.bn // length))  # images a launch
+    per = max(1, min(n_img, mm._MAX_Z * cfg.bn // length))  # images a launch (a grid axis's limit)
     launches = []
     for first in range(0, n_img, per):
         imgs = min(per, n_img - first)
         values.update({"n": imgs * length, "b_off": (x.offset + first * x.strides[0]) & 0xFFFFFFFF})
         values["c_off"] = first * out_shape[1] * length
-        groups_xyz = (ceil_div(imgs * length, cfg.bn), ceil_div(m, cfg.bm), min(groups, 65535))
+        groups_xyz = (ceil_div(imgs * length, cfg.bn), ceil_div(m, cfg.bm), min(groups, mm._MAX_Z))
         launches.append((params.pack(values), groups_xyz))
     return _ConvPlan(launches, pipe, out_shape, inner)
 
