@@ -310,3 +310,63 @@ def test_a_period_seen_before_is_not_placed_again(monkeypatch):
     other = plans.make_plan([*sizes[:-1], 8], lives, 1)
     assert len(calls) == 2  # the first and the changed period, not the repeat
     assert again.offsets == first.offsets and again.extent == first.extent and other.extent >= first.extent
+
+
+def carried_steps(pool: BufferPool, dev: FakeDevice, sizes: list[int], count: int, between=None) -> list[dict]:
+    """``count`` steps of ``sizes`` (chain_step's lifetimes) whose last block, the loss, lives on into the
+    next step until its third request; ``between(pool)`` runs after each step (a sync's read-back).
+    Per step: blocks served from the plan, driver calls, reserved over the peak in use at its worst."""
+    rows, loss = [], None
+    for _ in range(count):
+        planned, calls, worst = pool.planned, dev.allocs + dev.releases, 0.0
+        held = []
+        for i, size in enumerate(sizes):
+            held.append(pool.acquire(size))
+            if i == 2:
+                loss = None
+            if len(held) > 2:
+                held.pop(0)
+            worst = max(worst, pool.reserved / pool.peak_in_use)
+        loss = held[-1]
+        held.clear()
+        if between is not None:
+            between(pool)
+        rows.append({"planned": pool.planned - planned, "calls": dev.allocs + dev.releases - calls, "ratio": worst})
+    del loss
+    return rows
+
+
+def test_a_request_between_steps_leaves_the_plan_in_place():
+    """A read-back between two steps (a sync: one small request the step does not make) used to drop
+    the plan, and the pool recorded for several steps, calling the driver each. Now the plan rides
+    through it: the step after is served from the plan where the pool finds its place again, and no
+    step after the plan formed calls the driver."""
+    pool, dev = paged()
+    warm(pool, dev)
+    carried_steps(pool, dev, STEP, 6)
+    plan = pool._plan
+    assert plan is not None and pool.plan_drops == 0
+    readback = []
+    rows = carried_steps(pool, dev, STEP, 4, between=lambda p: readback.append(p.acquire(STEP[1])) or readback.clear())
+    rows += carried_steps(pool, dev, STEP, 1)
+    assert pool._plan is plan and pool.plan_drops == 0 and pool.plan_rejoins == 4  # one per read-back
+    assert all(r["planned"] >= plan.planned - 1 for r in rows) and all(r["calls"] == 0 for r in rows)
+    assert all(r["ratio"] <= 1.05 for r in rows)
+
+
+def test_a_step_that_runs_another_way_once_leaves_the_plan_in_place():
+    """One step asks for two requests in place of one of its own (a region fused another way after a
+    sync), sizes the plan knows: the plan finds its place from the three requests after them and the
+    next steps are served from it as before; a size it never asks for still drops it."""
+    pool, dev = paged()
+    warm(pool, dev)
+    carried_steps(pool, dev, STEP, 6)
+    plan = pool._plan
+    assert plan is not None
+    other = STEP[:5] + [STEP[0], STEP[2]] + STEP[6:]  # the request of position 5 replaced by two others
+    carried_steps(pool, dev, other, 1)
+    assert pool._plan is plan and pool.plan_drops == 0 and pool.plan_rejoins >= 1
+    rows = carried_steps(pool, dev, STEP, 3)
+    assert [r["planned"] for r in rows[1:]] == [plan.planned] * 2 and [r["calls"] for r in rows[1:]] == [0, 0]
+    carried_steps(pool, dev, [9 << 16] + STEP, 1)  # a size the plan never asks for: the program changed
+    assert pool.plan_drops == 1 and pool._plan is not plan

@@ -332,6 +332,11 @@ class _Planner(Generic[Raw]):
         ``cache``: a whole-buffer plan's slots go to the free lists, not back to the driver."""
         self._plan: _Plan | None = None
         self._ppos = 0
+        self._astray = 0  # requests since the plan lost its place (0: on it); _ppos is 0 meanwhile
+        self._astray_from = 0  # the position where it lost it
+        self._tail: list[int] = []  # the sizes of the last three requests while astray
+        # while astray: the plan's positions by the sizes of the three requests ending there, and by size
+        self._index: tuple[dict[tuple[int, int, int], list[int]], dict[int, list[int]]] | None = None
         self._active = False
         self._first_lap = False
         self._seq: list[int] = []
@@ -643,17 +648,19 @@ class _Planner(Generic[Raw]):
     def _plan_acquire(self, size: int, token: int, avoid: Callable[[Raw], bool] | None = None) -> Raw | None:
         """The planned block for this request, or None (not planned, its range still held or one
         ``avoid`` refuses, or the program changed: then the plan is dropped and the pool records
-        again). Every request advances the plan's position, whichever way it is served."""
+        again). Every request advances the plan's position, whichever way it is served; one it did
+        not expect there is ridden through (:meth:`_find_place`)."""
         plan = self._plan
         if plan is None:
             return None
         r = self._ppos
-        if plan.sizes[r] != size:
-            self.plan_drops += 1
-            self._remember(self._plan_sig, self._start, token)  # a loop inside a step ends so: passed over next time
-            self._plan_reset(cache=True)
-            self._record(size, token)
-            return None
+        if self._astray or plan.sizes[r] != size:
+            found = self._find_place(plan, size, token)
+            if found is None:
+                return None
+            r = found
+            if self._astray:  # still astray: a free range of this size, borrowed; the plan's place unchanged
+                return self._serve(plan, r, size, token, avoid)
         self._ppos = r + 1 if r + 1 < plan.period else 0
         if r == 0:
             if not self._active:
@@ -664,6 +671,10 @@ class _Planner(Generic[Raw]):
                     self._trim_to(0)
                 else:
                     self._empty_free()
+        return self._serve(plan, r, size, token, avoid)
+
+    def _serve(self, plan: _Plan, r: int, size: int, token: int, avoid: Callable[[Raw], bool] | None) -> Raw | None:
+        """Position ``r``'s range of the arena for this request, or None (not planned, still held, avoided)."""
         arena = self._arena
         offset = plan.offsets[r]
         if offset is None or arena is None:
@@ -682,6 +693,64 @@ class _Planner(Generic[Raw]):
         self._planned_of[token] = (arena, r)
         self.planned += 1
         return view
+
+    def _find_place(self, plan: _Plan, size: int, token: int) -> int | None:
+        """A request the plan did not expect at its place (a sync's read-back, a step that ran another
+        way once): the plan rides through it rather than being dropped. Returns the position to serve
+        it from: where the plan's place is found again (where it was lost, when the requests astray
+        came in between; else where the last three requests' sizes follow one another there), or,
+        still astray, a position of its size whose range is free to borrow (None: none is; the
+        ordinary paths serve it, as they serve the positions the plan leaves out). A size the plan
+        never asks for, no place found within a period, or the place lost while none of the arena's
+        blocks lives: the plan is dropped and the pool records again (None)."""
+        p = plan.period
+        if not self._astray:
+            self._astray_from = r = self._ppos
+            self._tail = [plan.sizes[r - 2], plan.sizes[r - 1]]  # (r - 1 and r - 2 wrap to the end)
+            if self._index is None:
+                follows: dict[tuple[int, int, int], list[int]] = {}
+                of_size: dict[int, list[int]] = {}
+                sizes = plan.sizes
+                for j in range(p):
+                    follows.setdefault((sizes[j - 2], sizes[j - 1], sizes[j]), []).append(j)
+                    of_size.setdefault(sizes[j], [])
+                    if plan.offsets[j] is not None:
+                        of_size[sizes[j]].append(j)
+                self._index = (follows, of_size)
+        follows, of_size = self._index  # type: ignore[misc]
+        tail = self._tail
+        tail.append(size)
+        if len(tail) > 3:
+            del tail[0]
+        self._astray += 1
+        arena = self._arena
+        # lost where no block of the arena is live (between steps, say): dropping costs nothing now (the
+        # arena goes at once); riding through would keep it while the new program's buffers come
+        ride = self._astray <= p and arena is not None and (self._astray > 1 or arena.count > 0)
+        if ride:
+            start = self._astray_from
+            if plan.sizes[start] == size:  # the requests astray came in between: the plan goes on where it was
+                here: list[int] | None = [start]
+            else:  # some the plan expected did not come: on where the last three requests follow one another
+                here = follows.get((tail[0], tail[1], tail[2]))
+            if here:  # back on the plan (the place nearest after where it was lost)
+                self._astray = 0
+                self.plan_rejoins += 1
+                return min(here, key=lambda j: (j - start) % p)
+        if ride and size in of_size:  # a size the plan knows: a free range of it, or the ordinary paths
+            self._ppos = 0  # acquire's inline path then asks here for every request until the place is found
+            live, masks = arena.live, plan.masks  # type: ignore[union-attr]
+            for j in of_size[size]:
+                if not live & masks[j]:
+                    return j
+            return None
+        # the program changed (a size the plan never asks for, or no place found within a period): the
+        # plan goes, and the pool records again
+        self.plan_drops += 1
+        self._remember(self._plan_sig, self._start, token)  # a loop inside a step ends so: passed over next time
+        self._plan_reset(cache=True)
+        self._record(size, token)
+        return None
 
     def _activate(self, plan: _Plan) -> None:
         """The plan's first position is next: free buffers go back to the driver, then the arena comes."""

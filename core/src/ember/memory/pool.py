@@ -172,6 +172,7 @@ class BufferPool(_FreeLists[Raw], _Pages[Raw], _Planner[Raw], _Allocation[Raw], 
         self.planned = 0  # blocks served from a plan's arena
         self.plan_misses = 0  # planned requests whose range was still held (served another way)
         self.plan_drops = 0  # plans dropped because the program asked for other sizes
+        self.plan_rejoins = 0  # requests the plan did not expect, after which it found its place again
         self.plan_refusals = 0  # plans not made: the arena beside the blocks outside it would pass the headroom
         self._plan_reset()
         self.strategy = ""
