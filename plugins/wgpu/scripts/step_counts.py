@@ -5,6 +5,14 @@ Deterministic counts where wall-clock on a loaded host is noise. Run from the re
 
     PYTHONPATH=$PYTHONPATH:. python plugins/wgpu/scripts/step_counts.py W2 W3 W4 --sizes quick
 
+``--trace 40`` runs that many steps back to back, synchronized only after the warm-up (as
+``benchmarks.spin`` does; ``--sync``: after each, as the runner times them), and prints each step's
+wall and main-thread CPU time beside what it asked of the runtime and the memory pool (a plan
+dropped or refused, buffers made): a step that turns slow mid-run shows which counter moved with it.
+
+``--cprofile 20`` profiles that many synchronized steps after the warm-up with cProfile and prints
+the functions by own time and by calls per step (to set beside the same on another adapter).
+
 ``--time 0,32,32:0`` times synchronized steps instead, alternating rounds of the runtime's
 submit settings given in one process (``EVERY`` or ``EVERY:GROUPS``: ``Runtime.set_submit_every``;
 0 = submit at sync points only), and prints each setting's median step time (wall, this process's
@@ -89,6 +97,87 @@ def measure(name: str, device: str, sizes: str, batch: int | None, warmup: int, 
     return row
 
 
+def trace(name: str, device: str, sizes: str, batch: int | None, warmup: int, steps: int, sync: bool) -> None:
+    """Each of ``steps`` steps after ``warmup`` (synchronized each with ``sync``, else only after the
+    warm-up): its wall and main-thread CPU time, and the runtime's and pool's counters it moved."""
+    import ember as em
+    from benchmarks.runner import WORKLOADS
+
+    module = WORKLOADS[name]
+    dev = em.Device(device)
+    size = dict(module.SIZES[sizes])
+    if batch is not None:
+        size["batch"] = batch
+    case = module.ember(dev, size)
+    rt = dev.backend.rt
+    made = Counter()
+    create_bg = rt.device.create_bind_group
+
+    def counted_bg(*a: Any, **k: Any) -> Any:
+        made["bind_groups"] += 1
+        return create_bg(*a, **k)
+
+    rt.device.create_bind_group = counted_bg
+    pool = rt.pool
+    keys = ("misses", "planned", "plan_drops", "plan_refusals", "plan_misses")
+
+    def counters() -> dict[str, int]:
+        row = _runtime_counters(rt)
+        row.update({f"pool_{k}": int(getattr(pool, k, 0)) for k in keys})
+        row["bind_groups_made"] = made["bind_groups"]
+        return row
+
+    for _ in range(warmup):
+        case.step()
+    case.sync()
+    for i in range(steps):
+        before, t, w = counters(), time.thread_time(), time.perf_counter()
+        case.step()
+        if sync:
+            case.sync()
+        cpu, wall = time.thread_time() - t, time.perf_counter() - w
+        after = counters()
+        moved = " ".join(f"{k}={after[k] - before[k]}" for k in after if after[k] != before[k])
+        print(f"{name} step {i}: {wall * 1e3:.2f} ms wall, {cpu * 1e3:.2f} ms main-thread CPU; {moved}")
+    case.sync()
+
+
+def profile(name: str, device: str, sizes: str, batch: int | None, warmup: int, steps: int) -> None:
+    """cProfile over ``steps`` synchronized steps after ``warmup``: own time and calls per step."""
+    import cProfile
+    import pstats
+
+    import ember as em
+    from benchmarks.runner import WORKLOADS
+
+    module = WORKLOADS[name]
+    dev = em.Device(device)
+    size = dict(module.SIZES[sizes])
+    if batch is not None:
+        size["batch"] = batch
+    case = module.ember(dev, size)
+    for _ in range(warmup):
+        case.step()
+        case.sync()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        case.step()
+        case.sync()
+    prof.disable()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    rows = [
+        (tt / steps * 1e3, nc / steps, f"{os.path.basename(f)}:{line}({fn})")
+        for (f, line, fn), (_, nc, tt, _, _) in stats.items()
+    ]
+    total = sum(r[0] for r in rows)
+    print(f"{name} {size}: {total:.2f} ms/step own time under cProfile, {sum(r[1] for r in rows):.0f} calls/step")
+    for title, key in (("own time", 0), ("calls", 1)):
+        print(f"  by {title}:")
+        for ms, calls, where in sorted(rows, key=lambda r: -r[key])[:25]:
+            print(f"    {ms:8.3f} ms {calls:8.1f} calls  {where}")
+
+
 def time_settings(
     name: str, device: str, sizes: str, batch: int | None, settings: list[str], rounds: int, steps: int
 ) -> None:
@@ -145,9 +234,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int)
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--trace", type=int, help="steps to trace one by one, unsynchronized after the warm-up")
+    p.add_argument("--sync", action="store_true", help="--trace: synchronize after every step (as the runner)")
+    p.add_argument("--cprofile", type=int, help="steps to profile with cProfile, synchronized, after the warm-up")
     p.add_argument("--time", help="comma-separated submit settings to time, alternated (e.g. 0,32,32:0)")
     p.add_argument("--rounds", type=int, default=10)
     args = p.parse_args(argv)
+    if args.trace:
+        for name in args.workloads:
+            trace(name, args.device, args.sizes, args.batch, args.warmup, args.trace, args.sync)
+        return 0
+    if args.cprofile:
+        for name in args.workloads:
+            profile(name, args.device, args.sizes, args.batch, args.warmup, args.cprofile)
+        return 0
     if args.time:
         settings = args.time.split(",")
         for name in args.workloads:
