@@ -7,8 +7,10 @@ Deterministic counts where wall-clock on a loaded host is noise. Run from the re
 
 ``--trace 40`` runs that many steps back to back, synchronized only after the warm-up (as
 ``benchmarks.spin`` does; ``--sync``: after each, as the runner times them), and prints each step's
-wall and main-thread CPU time beside what it asked of the runtime and the memory pool (a plan
-dropped or refused, buffers made): a step that turns slow mid-run shows which counter moved with it.
+wall, main-thread and whole-process CPU time beside what it asked of the runtime and the memory
+pool (a plan dropped or refused, buffers made): a step that turns slow mid-run shows which counter
+moved with it, and a wall time far above the main thread's CPU says the host waited (a sync, a
+descheduled thread, another thread's spinning).
 
 ``--cprofile 20`` profiles that many synchronized steps after the warm-up with cProfile and prints
 the functions by own time and by calls per step (to set beside the same on another adapter).
@@ -99,7 +101,8 @@ def measure(name: str, device: str, sizes: str, batch: int | None, warmup: int, 
 
 def trace(name: str, device: str, sizes: str, batch: int | None, warmup: int, steps: int, sync: bool) -> None:
     """Each of ``steps`` steps after ``warmup`` (synchronized each with ``sync``, else only after the
-    warm-up): its wall and main-thread CPU time, and the runtime's and pool's counters it moved."""
+    warm-up): its wall, main-thread and process CPU time (other threads spinning show as the
+    difference), and the runtime's and pool's counters it moved."""
     import ember as em
     from benchmarks.runner import WORKLOADS
 
@@ -131,14 +134,17 @@ def trace(name: str, device: str, sizes: str, batch: int | None, warmup: int, st
         case.step()
     case.sync()
     for i in range(steps):
-        before, t, w = counters(), time.thread_time(), time.perf_counter()
+        before, t, p, w = counters(), time.thread_time(), time.process_time(), time.perf_counter()
         case.step()
         if sync:
             case.sync()
-        cpu, wall = time.thread_time() - t, time.perf_counter() - w
+        cpu, proc, wall = time.thread_time() - t, time.process_time() - p, time.perf_counter() - w
         after = counters()
         moved = " ".join(f"{k}={after[k] - before[k]}" for k in after if after[k] != before[k])
-        print(f"{name} step {i}: {wall * 1e3:.2f} ms wall, {cpu * 1e3:.2f} ms main-thread CPU; {moved}")
+        print(
+            f"{name} step {i}: {wall * 1e3:.2f} ms wall, {cpu * 1e3:.2f} ms main-thread CPU, "
+            f"{proc * 1e3:.2f} ms process CPU; {moved}"
+        )
     case.sync()
 
 
