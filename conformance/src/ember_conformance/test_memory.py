@@ -144,3 +144,34 @@ def test_fifty_training_steps_do_not_leak(ad_device):
     del model, opt, x, y
     after, _ = _stats(ad_device, key)
     assert after <= baseline, f"{key} is {after} once the model and optimizer are gone, above the baseline {baseline}"
+
+
+def test_a_read_back_between_steps_does_not_unsettle_the_pool(ad_device):
+    """A training loop that reads its loss back now and then (steps 8 and 13 of 24): once the first steps
+    have passed, the device makes at most one driver allocation per read-back and none in the last eight
+    steps. (A read-back used to drop an adaptive pool's step plan, and it then made and released 3-13
+    buffers every step from there on: opencl and wgpu, views or whole buffers, 4 MiB weight gradients.)"""
+    stats = ad_device.memory_stats()
+    if not _is_count(stats.get("allocations")):
+        pytest.skip(f"{ad_device.kind}:{ad_device.index} memory_stats() does not count driver allocations")
+    if stats.get("strategy") == "exclusive":
+        pytest.skip("memory='exclusive' allocates every buffer from the driver by design")
+    dt = em.float32
+    x = em.random.normal(shape=(256, 2048), key=em.random.key(0), device=ad_device, dtype=dt)
+    y = em.tensor([i % 10 for i in range(256)], device=ad_device)
+    model = em.nn.Sequential(em.nn.Linear(2048, 512), em.nn.ReLU(), em.nn.Linear(512, 10)).to(ad_device)
+    opt = em.optim.SGD(model.parameters(), lr=1e-2)
+    allocations = []
+    for step in range(24):
+        opt.zero_grad()
+        loss = em.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        if step in (8, 13):
+            loss.numpy()
+        del loss
+        allocations.append(ad_device.memory_stats()["allocations"])
+    if allocations[-1] == 0:
+        pytest.skip(f"{ad_device.kind}:{ad_device.index} makes no driver allocations it counts")
+    assert allocations[-1] - allocations[7] <= 2, f"driver allocations per step after step 8's read-back: {allocations}"
+    assert allocations[-1] == allocations[-8], f"driver allocations still growing in the last steps: {allocations}"
