@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_memory_strategies import STEP, FakeDevice, chain_step, warm
+from test_memory_strategies import STEP, FakeDevice, chain_step, make, warm
 
 from ember.memory import BufferPool
 
@@ -336,13 +336,19 @@ def carried_steps(pool: BufferPool, dev: FakeDevice, sizes: list[int], count: in
     return rows
 
 
-def test_a_request_between_steps_leaves_the_plan_in_place():
+@pytest.mark.parametrize("views", [True, False], ids=["views", "whole-buffers"])
+def test_a_request_between_steps_leaves_the_plan_in_place(views):
     """A read-back between two steps (a sync: one small request the step does not make) used to drop
     the plan, and the pool recorded for several steps, calling the driver each. Now the plan rides
     through it: the step after is served from the plan where the pool finds its place again, and no
-    step after the plan formed calls the driver."""
-    pool, dev = paged()
-    warm(pool, dev)
+    step after the plan formed calls the driver (with views carved from an arena, and with whole
+    buffers, opencl's way on NVIDIA and cuda's)."""
+    if views:
+        pool, dev = paged()
+        warm(pool, dev)
+    else:
+        pool, dev = make("adaptive")
+        warm(pool, dev)
     carried_steps(pool, dev, STEP, 6)
     plan = pool._plan
     assert plan is not None and pool.plan_drops == 0
