@@ -356,6 +356,9 @@ def test_a_request_between_steps_leaves_the_plan_in_place(views):
     rows = carried_steps(pool, dev, STEP, 4, between=lambda p: readback.append(p.acquire(STEP[1])) or readback.clear())
     rows += carried_steps(pool, dev, STEP, 1)
     assert pool._plan is plan and pool.plan_drops == 0 and pool.plan_rejoins == 4  # one per read-back
+    shown = pool.stats()["plan"]  # what memory_stats() shows a person
+    assert shown["period"] == plan.period and shown["rejoins"] == 4 and shown["drops"] == 0
+    assert shown["planned"] == pool.planned > 0 and shown["misses"] == pool.plan_misses
     assert all(r["planned"] >= plan.planned - 1 for r in rows) and all(r["calls"] == 0 for r in rows)
     assert all(r["ratio"] <= 1.05 for r in rows)
 

@@ -63,7 +63,7 @@ from typing import Any
 
 from .pool import Block, BufferPool
 from .registry import device_pools, device_strategy, set_device_strategy
-from .stats import MemoryStats, PoolStats, SizeClassStats, measured_stats, unmeasured_stats
+from .stats import MemoryStats, PlanStats, PoolStats, SizeClassStats, measured_stats, unmeasured_stats
 from .strategies import (  # noqa: F401  (Raw re-exported: the type of a raw buffer)
     DEFAULT_CACHE_LIMIT,
     HEADROOM,
@@ -77,6 +77,7 @@ from .strategies import (  # noqa: F401  (Raw re-exported: the type of a raw buf
 
 __all__ = [
     "MemoryStats",
+    "PlanStats",
     "PoolStats",
     "SizeClassStats",
     "Block",

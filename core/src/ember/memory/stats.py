@@ -12,7 +12,7 @@ from .strategies import SMALL_LIMIT
 if TYPE_CHECKING:  # annotations only: .pool imports this module (a cycle)
     from .pool import BufferPool
 
-__all__ = ["SizeClassStats", "PoolStats", "MemoryStats", "measured_stats", "unmeasured_stats"]
+__all__ = ["SizeClassStats", "PlanStats", "PoolStats", "MemoryStats", "measured_stats", "unmeasured_stats"]
 
 
 class SizeClassStats(TypedDict):
@@ -20,6 +20,18 @@ class SizeClassStats(TypedDict):
 
     in_use: int
     cached: int
+
+
+class PlanStats(TypedDict):
+    """adaptive's step plan: its period in requests (0: none now), blocks it served, requests whose range
+    was still held, plans dropped and refused, and unexpected requests it found its place again after."""
+
+    period: int
+    planned: int
+    misses: int
+    drops: int
+    refusals: int
+    rejoins: int
 
 
 class PoolStats(TypedDict):
@@ -38,6 +50,7 @@ class PoolStats(TypedDict):
     small_cached_bytes: int
     pages: int
     carved: int
+    plan: PlanStats
     size_classes: dict[int, SizeClassStats]
 
 
@@ -81,6 +94,14 @@ class _Counters:
             "small_cached_bytes": sum(s * len(b) for s, b in self._free.items() if s <= SMALL_LIMIT),
             "pages": len(self._pages),
             "carved": self.carved,
+            "plan": {
+                "period": self._plan.period if self._plan is not None else 0,
+                "planned": self.planned,
+                "misses": self.plan_misses,
+                "drops": self.plan_drops,
+                "refusals": self.plan_refusals,
+                "rejoins": self.plan_rejoins,
+            },
             "size_classes": {
                 s: {"in_use": in_use_count.get(s, 0), "cached": len(self._free.get(s, ()))} for s in sizes
             },
