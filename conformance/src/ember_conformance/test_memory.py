@@ -4,6 +4,7 @@ once tensors are dropped (where the backend can tell)."""
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import pytest
 
@@ -113,6 +114,24 @@ def _stats(device: em.Device, key: str) -> tuple[int, int | None]:
     return stats[key], reserved if isinstance(reserved, int) else None
 
 
+def _trainer(device: em.Device, batch: int, features: int, hidden: int, optimizer: Any) -> Any:
+    """An MLP classifier (``features`` -> ``hidden`` -> 10) and a fixed batch on ``device``: a function
+    that runs one training step with ``optimizer(parameters)`` and returns its loss."""
+    x = em.random.normal(shape=(batch, features), key=em.random.key(0), device=device, dtype=em.float32)
+    y = em.tensor([i % 10 for i in range(batch)], device=device)
+    model = em.nn.Sequential(em.nn.Linear(features, hidden), em.nn.ReLU(), em.nn.Linear(hidden, 10)).to(device)
+    opt = optimizer(model.parameters())
+
+    def step() -> Any:
+        opt.zero_grad()
+        loss = em.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
 def test_fifty_training_steps_do_not_leak(ad_device):
     """An MLP trained 50 steps with AdamW: memory in use is the same after step 50 as after step 5
     (autodiff graphs and temporaries are freed each step), reserved memory stops growing after the
@@ -121,18 +140,11 @@ def test_fifty_training_steps_do_not_leak(ad_device):
     if key is None:
         note = f"; the backend says: {stats['note']}" if isinstance(stats.get("note"), str) else ""
         pytest.skip(f"{ad_device.kind}:{ad_device.index} memory_stats() does not count bytes in use{note}")
-    dt = em.float32
     baseline, _ = _stats(ad_device, key)
-    model = em.nn.Sequential(em.nn.Linear(32, 64), em.nn.ReLU(), em.nn.Linear(64, 10)).to(ad_device)
-    opt = em.optim.AdamW(model.parameters(), lr=1e-3)
-    x = em.random.normal(shape=(16, 32), key=em.random.key(0), device=ad_device, dtype=dt)
-    y = em.tensor([i % 10 for i in range(16)], device=ad_device)
+    step = _trainer(ad_device, 16, 32, 64, lambda params: em.optim.AdamW(params, lr=1e-3))
     seen = []
     for _ in range(50):
-        opt.zero_grad()
-        loss = em.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+        loss = step()
         del loss
         seen.append(_stats(ad_device, key))
     in_use = [s[0] for s in seen]
@@ -141,7 +153,7 @@ def test_fifty_training_steps_do_not_leak(ad_device):
     if reserved[0] is not None:
         # reserved memory stops growing after the first steps (a pool may give some back later)
         assert max(reserved[10:]) <= max(reserved[:10]), f"reserved grew after step 10: {reserved}"
-    del model, opt, x, y
+    del step  # the model, its optimizer and the batch
     after, _ = _stats(ad_device, key)
     assert after <= baseline, f"{key} is {after} once the model and optimizer are gone, above the baseline {baseline}"
 
@@ -156,18 +168,11 @@ def test_a_read_back_between_steps_does_not_unsettle_the_pool(ad_device):
         pytest.skip(f"{ad_device.kind}:{ad_device.index} memory_stats() does not count driver allocations")
     if stats.get("strategy") == "exclusive":
         pytest.skip("memory='exclusive' allocates every buffer from the driver by design")
-    dt = em.float32
-    x = em.random.normal(shape=(256, 2048), key=em.random.key(0), device=ad_device, dtype=dt)
-    y = em.tensor([i % 10 for i in range(256)], device=ad_device)
-    model = em.nn.Sequential(em.nn.Linear(2048, 512), em.nn.ReLU(), em.nn.Linear(512, 10)).to(ad_device)
-    opt = em.optim.SGD(model.parameters(), lr=1e-2)
+    step = _trainer(ad_device, 256, 2048, 512, lambda params: em.optim.SGD(params, lr=1e-2))
     allocations = []
-    for step in range(24):
-        opt.zero_grad()
-        loss = em.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        if step in (8, 13):
+    for i in range(24):
+        loss = step()
+        if i in (8, 13):
             loss.numpy()
         del loss
         allocations.append(ad_device.memory_stats()["allocations"])

@@ -44,10 +44,10 @@ def _runtime_counters(rt: Any) -> dict[str, int]:
     }
 
 
-def measure(name: str, device: str, sizes: str, batch: int | None, warmup: int, steps: int) -> dict[str, float]:
-    """Per-step counters of workload ``name`` (averaged over ``steps`` after ``warmup``)."""
+def _case(name: str, device: str, sizes: str, batch: int | None) -> tuple[Any, Any, Counter[str], dict[str, int]]:
+    """Workload ``name``'s ember step on ``device``: (the case, its runtime, a counter of bind groups
+    the runtime makes from now on, the size it runs at)."""
     import ember as em
-    import ember_wgpu
     from benchmarks.runner import WORKLOADS
 
     module = WORKLOADS[name]
@@ -57,7 +57,7 @@ def measure(name: str, device: str, sizes: str, batch: int | None, warmup: int, 
         size["batch"] = batch
     case = module.ember(dev, size)
     rt = dev.backend.rt
-    made = Counter()
+    made: Counter[str] = Counter()
     create_bg = rt.device.create_bind_group
 
     def counted_bg(*a: Any, **k: Any) -> Any:
@@ -65,6 +65,14 @@ def measure(name: str, device: str, sizes: str, batch: int | None, warmup: int, 
         return create_bg(*a, **k)
 
     rt.device.create_bind_group = counted_bg
+    return case, rt, made, size
+
+
+def measure(name: str, device: str, sizes: str, batch: int | None, warmup: int, steps: int) -> dict[str, float]:
+    """Per-step counters of workload ``name`` (averaged over ``steps`` after ``warmup``)."""
+    import ember_wgpu
+
+    case, rt, made, _ = _case(name, device, sizes, batch)
     for _ in range(warmup):
         out = case.step()
         case.sync()
@@ -103,24 +111,7 @@ def trace(name: str, device: str, sizes: str, batch: int | None, warmup: int, st
     """Each of ``steps`` steps after ``warmup`` (synchronized each with ``sync``, else only after the
     warm-up): its wall, main-thread and process CPU time (other threads spinning show as the
     difference), and the runtime's and pool's counters it moved."""
-    import ember as em
-    from benchmarks.runner import WORKLOADS
-
-    module = WORKLOADS[name]
-    dev = em.Device(device)
-    size = dict(module.SIZES[sizes])
-    if batch is not None:
-        size["batch"] = batch
-    case = module.ember(dev, size)
-    rt = dev.backend.rt
-    made = Counter()
-    create_bg = rt.device.create_bind_group
-
-    def counted_bg(*a: Any, **k: Any) -> Any:
-        made["bind_groups"] += 1
-        return create_bg(*a, **k)
-
-    rt.device.create_bind_group = counted_bg
+    case, rt, made, _ = _case(name, device, sizes, batch)
     pool = rt.pool
     keys = ("misses", "planned", "plan_drops", "plan_refusals", "plan_misses")
 
@@ -153,15 +144,7 @@ def profile(name: str, device: str, sizes: str, batch: int | None, warmup: int, 
     import cProfile
     import pstats
 
-    import ember as em
-    from benchmarks.runner import WORKLOADS
-
-    module = WORKLOADS[name]
-    dev = em.Device(device)
-    size = dict(module.SIZES[sizes])
-    if batch is not None:
-        size["batch"] = batch
-    case = module.ember(dev, size)
+    case, _, _, size = _case(name, device, sizes, batch)
     for _ in range(warmup):
         case.step()
         case.sync()
@@ -188,16 +171,7 @@ def time_settings(
     name: str, device: str, sizes: str, batch: int | None, settings: list[str], rounds: int, steps: int
 ) -> None:
     """Median step time of workload ``name`` under each ``submit_every`` in ``settings``, rounds alternated."""
-    import ember as em
-    from benchmarks.runner import WORKLOADS
-
-    module = WORKLOADS[name]
-    dev = em.Device(device)
-    size = dict(module.SIZES[sizes])
-    if batch is not None:
-        size["batch"] = batch
-    case = module.ember(dev, size)
-    rt = dev.backend.rt
+    case, rt, _, size = _case(name, device, sizes, batch)
     for _ in range(3):
         case.step()
         case.sync()
