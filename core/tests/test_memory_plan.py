@@ -279,7 +279,7 @@ def test_the_w3_batch8_trace_plans_no_inner_loop_each_step():
 def test_the_arena_is_packed_to_the_peak_where_largest_first_leaves_gaps():
     """Five blocks of a 5-request period whose lifetimes overlap in a ring: largest first leaves a gap
     (extent 10); the plan tries other orders (size x lifetime, lifetime) and reaches the peak, 9."""
-    from ember.memory.plan import _ORDERS, _peak, _place, make_plan
+    from ember.memory.placement import _ORDERS, _peak, _place, make_plan
 
     sizes, lives = [2, 2, 3, 3, 2], [2, 2, 2, 4, 3]
     order = list(range(5))
@@ -298,7 +298,7 @@ def test_the_arena_is_packed_to_the_peak_where_largest_first_leaves_gaps():
 def test_a_period_seen_before_is_not_placed_again(monkeypatch):
     """A plan refused for the headroom is looked for again 8 periods later: the same period (sizes and
     lifetimes) takes its placement from the last time, not a second search."""
-    from ember.memory import plan as plans
+    from ember.memory import placement as plans
 
     monkeypatch.setattr(plans, "_PLACED", {})  # placements remembered by earlier tests do not count
     calls = []

@@ -12,7 +12,7 @@ import pytest
 from test_memory_plan import TRACES, run_steps, steps_of
 from test_memory_strategies import check_books, make
 
-from ember.memory.plan import make_plan
+from ember.memory.placement import make_plan
 
 
 def test_a_repeating_step_without_views_stops_calling_the_driver_within_the_headroom():

@@ -49,7 +49,7 @@ pools the top-level peaks are the sum of the pools' peaks: an upper bound, exact
 
 The package's modules, by concern: :mod:`.strategies` (names, tunables, rounding), :mod:`.pool`
 (the pool and its blocks), :mod:`.freelists`, :mod:`.pages` (sub-allocation), :mod:`.plan` (adaptive's
-step plan: a repeating step's blocks in one buffer), :mod:`.oom`,
+step plan: a repeating step's blocks in one buffer) and :mod:`.placement` (where its blocks go), :mod:`.oom`,
 :mod:`.stats` (the schema) and :mod:`.registry` (which strategy each device's pools follow, and
 which pools each device has: :func:`set_device_strategy`). This module is their index, and holds
 :class:`DeviceMemory`.
