@@ -379,3 +379,50 @@ def test_a_step_that_runs_another_way_once_leaves_the_plan_in_place():
     assert [r["planned"] for r in rows[1:]] == [plan.planned] * 2 and [r["calls"] for r in rows[1:]] == [0, 0]
     carried_steps(pool, dev, [9 << 16] + STEP, 1)  # a size the plan never asks for: the program changed
     assert pool.plan_drops == 1 and pool._plan is not plan
+
+
+def kept_steps(pool: BufferPool, dev: FakeDevice, count: int, keep: int | None) -> list[dict]:
+    """``count`` steps of STEP (chain_step's lifetimes: each block dies two requests later) whose block
+    ``keep`` lives to the step's end instead (None: none does). Per step: blocks served from the plan,
+    driver calls, and reserved over the peak in use at its worst."""
+    rows = []
+    for _ in range(count):
+        planned, calls, worst = pool.planned, dev.allocs + dev.releases, 0.0
+        held, kept = [], None
+        for i, size in enumerate(STEP):
+            block = pool.acquire(size)
+            if i == keep:
+                kept = block
+            else:
+                held.append(block)
+            if len(held) > 2:
+                held.pop(0)
+            worst = max(worst, pool.reserved / pool.peak_in_use)
+        del kept, block
+        held.clear()
+        rows.append({"planned": pool.planned - planned, "calls": dev.allocs + dev.releases - calls, "ratio": worst})
+    return rows
+
+
+def test_a_plan_is_made_again_when_a_block_is_kept_longer_for_good():
+    """A step that now keeps one of its blocks longer every time (a training loop that starts reading its
+    loss back each step after steps that did not) finds that block's planned range held in every lap: it
+    took the pool's other paths each step, calling the driver, for as long as the process ran. After
+    MISSED_LAPS such laps the plan goes and the pool plans the new lifetimes: no driver call from then on,
+    and reserved back within the headroom. Kept longer in one lap only, the plan stays."""
+    from ember.memory.plan import MISSED_LAPS
+
+    pool, dev = paged()
+    warm(pool, dev)
+    kept_steps(pool, dev, 6, None)
+    plan = pool._plan
+    assert plan is not None and pool.plan_drops == 0
+    kept_steps(pool, dev, 1, keep=1)
+    rows = kept_steps(pool, dev, 3, None)
+    assert pool._plan is plan and pool.plan_drops == 0 and pool.plan_misses > 0
+    assert [r["calls"] for r in rows[1:]] == [0, 0]
+
+    rows = kept_steps(pool, dev, MISSED_LAPS + 8, keep=1)
+    assert pool._plan is not None and pool._plan is not plan and pool.plan_drops == 1
+    assert [r["calls"] for r in rows[-3:]] == [0, 0, 0] and all(r["planned"] == pool._plan.planned for r in rows[-3:])
+    assert all(r["ratio"] <= 1.05 for r in rows[-3:])

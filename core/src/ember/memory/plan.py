@@ -17,7 +17,10 @@ A request the plan did not expect at its place, of a size it knows (a sync's rea
 steps), is ridden through: the plan finds its place again (``_find_place``). A size it never asks
 for means the program changed: the plan is dropped (the arena goes once its blocks are dead) and
 the pool records again. A planned range still held by a block kept longer than it was last time
-is not handed out twice: that request takes the pool's other paths.
+is not handed out twice: that request takes the pool's other paths; when that happens in
+``MISSED_LAPS`` laps in a row, the blocks now live longer for good (a step that reads its loss back
+every time, after steps that did not) and the plan is dropped without remembering it as a loop, so
+the pool records the new lifetimes and plans again.
 
 Without views (a backend that passes no ``sub_allocate``) the plan is of whole buffers: each
 planned position gets a *slot*, one driver buffer kept across steps, shared by positions whose
@@ -44,6 +47,10 @@ from .strategies import HEADROOM, SMALL_LIMIT, Raw
 #: the longest step (in requests) the pool plans for, and the shortest it takes for one
 MAX_PERIOD = 2048
 MIN_PERIOD = 8
+
+#: laps in a row with a planned range still held (a block kept longer than recorded) after which the
+#: lifetimes changed for good: the plan goes and the pool records again (not a loop that ended)
+MISSED_LAPS = 3
 
 #: the repeats that ended (loops inside a step) the pool remembers; more: it forgets them all
 _MAX_LOOPS = 64
@@ -92,6 +99,8 @@ class _Planner(Generic[Raw]):
         self._sig: tuple[int, tuple[int, ...]] | None = None  # a candidate passed over: its sizes, for _loops
         self._start = 0  # the token where the candidate's repeat began (it or its plan)
         self._hold = 0
+        self._lap_misses = 0  # planned ranges still held in the current lap
+        self._missed_laps = 0  # laps in a row with such a miss
         arena = self._arena
         self._arena = None
         if arena is not None:
@@ -407,6 +416,11 @@ class _Planner(Generic[Raw]):
         if r == 0:
             if not self._active:
                 self._activate(plan)
+            elif self._lap_done():  # the lifetimes changed for good: record them and plan again
+                self.plan_drops += 1
+                self._plan_reset(cache=True)
+                self._record(size, token)
+                return None
             elif self._first_lap:  # the buffers of the steps before the plan are dead by now
                 self._first_lap = False
                 if plan.slots:  # whole buffers: cached ones beyond the headroom go (blocks outside use the rest)
@@ -414,6 +428,12 @@ class _Planner(Generic[Raw]):
                 else:
                     self._empty_free()
         return self._serve(plan, r, size, token, avoid)
+
+    def _lap_done(self) -> bool:
+        """A lap of the plan ended: whether its ranges were found still held in ``MISSED_LAPS`` laps in a row."""
+        self._missed_laps = self._missed_laps + 1 if self._lap_misses else 0
+        self._lap_misses = 0
+        return self._missed_laps >= MISSED_LAPS
 
     def _serve(self, plan: _Plan, r: int, size: int, token: int, avoid: Callable[[Raw], bool] | None) -> Raw | None:
         """Position ``r``'s range of the arena for this request, or None (not planned, still held, avoided)."""
@@ -423,6 +443,7 @@ class _Planner(Generic[Raw]):
             return None
         if arena.live & plan.masks[r]:
             self.plan_misses += 1  # a block held longer than last time: this one takes another path
+            self._lap_misses += 1
             return None
         view = arena.views[r]
         if view is None:
