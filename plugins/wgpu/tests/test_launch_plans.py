@@ -113,6 +113,26 @@ def test_a_deep_gemm_of_few_tiles_is_split_along_k(rt, dispatched, monkeypatch, 
             assert slices == 0 and products[0][2] == 1
 
 
+def test_split_k_partials_take_no_more_than_the_larger_operand(rt, dispatched, monkeypatch):
+    """(256, 512) @ (512, 256) makes 16 tiles of 64 x 64, which alone would run as 4 slices of 128: four
+    partials of 256 x 256 are twice either operand, a peak in use of the product's own that kept a step
+    plan from fitting its headroom (an MLP on the H100 made four driver buffers a step). Two slices; the
+    result against numpy float64."""
+    monkeypatch.setattr(matmul, "_on_gpu", lambda rt: True)
+    monkeypatch.setattr(rt, "plans", {})
+    m, k, n = 256, 512, 256
+    a32, b32 = RNG.standard_normal((m, k)).astype(np.float32), RNG.standard_normal((k, n)).astype(np.float32)
+    A, B = rt.upload(a32, D.float32), rt.upload(b32, D.float32)
+    if matmul._pick(rt, m, n).bm != 64 or matmul._pick(rt, m, n).bn != 64:
+        pytest.skip("this adapter's tuned tiling for the product is not 64 x 64 (the slice counts assume it)")
+    slices = matmul._slices(rt, A, B, None)
+    assert slices == 2 and slices * m * n <= max(m * k, k * n)
+    got = rt.read([matmul.matmul(rt, A, B)])[0]
+    np.testing.assert_allclose(got, a32.astype(np.float64) @ b32.astype(np.float64), rtol=1e-4, atol=1e-3)
+    products = [g for name, g in dispatched if name == "matmul"]
+    assert len(products) == 1 and products[0][2] == 2, f"dispatches {dispatched}: a batch of two slices"
+
+
 @pytest.mark.parametrize("gpu", [False, True])
 def test_an_operand_repeating_one_element_is_copied_dense(rt, dispatched, monkeypatch, gpu):
     """A matrix axis of stride 0 (``sum()``'s gradient: ones expanded) is made dense before a GPU

@@ -512,7 +512,9 @@ def _slices(rt: Runtime, a: WgpuArray, b: WgpuArray, config: Config | None) -> i
     tiles = ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn)
     if tiles > SPLIT_BELOW:
         return 0
-    for s in range(min(SPLIT_TILES // tiles, k // SLICE_K), 1, -1):
+    # the partials (s, M, N) take at most the larger operand's bytes: a step's peak in use stays its own
+    most = max(m * k, k * n) // (m * n)
+    for s in range(min(SPLIT_TILES // tiles, k // SLICE_K, most), 1, -1):
         if k % s == 0:
             return s
     return 0
