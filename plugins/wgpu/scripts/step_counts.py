@@ -6,7 +6,8 @@ Deterministic counts where wall-clock on a loaded host is noise. Run from the re
     PYTHONPATH=$PYTHONPATH:. python plugins/wgpu/scripts/step_counts.py W2 W3 W4 --sizes quick
 
 ``--trace 40`` runs that many steps back to back, synchronized only after the warm-up (as
-``benchmarks.spin`` does; ``--sync``: after each, as the runner times them), and prints each step's
+``benchmarks.spin`` does; ``--sync``: after each step, the warm-up's too, as the runner times
+them; ``--check-first``: a check-size step before, as the runner), and prints each step's
 wall, main-thread and whole-process CPU time beside what it asked of the runtime and the memory
 pool (a plan dropped or refused, buffers made): a step that turns slow mid-run shows which counter
 moved with it, and a wall time far above the main thread's CPU says the host waited (a sync, a
@@ -14,6 +15,11 @@ descheduled thread, another thread's spinning).
 
 ``--cprofile 20`` profiles that many synchronized steps after the warm-up with cProfile and prints
 the functions by own time and by calls per step (to set beside the same on another adapter).
+
+``--twins`` times synchronized steps alternating rounds of dispatches bound as the pool's buffers
+ask (a read-write twin only where one driver buffer is read and written, as a step plan's arena
+makes it) and of every dispatch bound read-write, and prints each one's median step and twin
+dispatches per step: what a twin kernel costs the device (run beside ``EMBER_MEMORY=static``).
 
 ``--time 0,32,32:0`` times synchronized steps instead, alternating rounds of the runtime's
 submit settings given in one process (``EVERY`` or ``EVERY:GROUPS``: ``Runtime.set_submit_every``;
@@ -30,6 +36,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 
@@ -107,10 +114,18 @@ def measure(name: str, device: str, sizes: str, batch: int | None, warmup: int, 
     return row
 
 
-def trace(name: str, device: str, sizes: str, batch: int | None, warmup: int, steps: int, sync: bool) -> None:
+def trace(
+    name: str, device: str, sizes: str, batch: int | None, warmup: int, steps: int, sync: bool, check_first: bool
+) -> None:
     """Each of ``steps`` steps after ``warmup`` (synchronized each with ``sync``, else only after the
     warm-up): its wall, main-thread and process CPU time (other threads spinning show as the
     difference), and the runtime's and pool's counters it moved."""
+    if check_first:  # as the runner: one step at the check size, its result read back, before the case
+        check, _, _, _ = _case(name, device, "check", None)
+        check.step()
+        check.sync()
+        check.result()
+        del check
     case, rt, made, _ = _case(name, device, sizes, batch)
     pool = rt.pool
     keys = ("misses", "planned", "plan_drops", "plan_refusals", "plan_misses")
@@ -121,9 +136,12 @@ def trace(name: str, device: str, sizes: str, batch: int | None, warmup: int, st
         row["bind_groups_made"] = made["bind_groups"]
         return row
 
-    for _ in range(warmup):
+    for _ in range(warmup):  # as the runner's warm-up with --sync (benchmarks.harness.time_case)
         case.step()
+        if sync:
+            case.sync()
     case.sync()
+    gc.collect()
     for i in range(steps):
         before, t, p, w = counters(), time.thread_time(), time.process_time(), time.perf_counter()
         case.step()
@@ -206,6 +224,48 @@ def time_settings(
         )
 
 
+def time_twins(name: str, device: str, sizes: str, batch: int | None, rounds: int, steps: int) -> None:
+    """Median synchronized step of workload ``name`` with dispatches bound as the pool's buffers ask
+    and with every dispatch bound read-write (its twin), rounds alternated."""
+    case, rt, _, size = _case(name, device, sizes, batch)
+    asked = rt.bound_as
+    twins_only: Callable[[Any, Any], Any] = lambda pipe, buffers: rt.twin(pipe)  # noqa: E731
+    record = rt.dispatch
+    twins = Counter[str]()
+
+    def counted(pipe: Any, params: bytes, buffers: Any, groups: Any, name: str = "") -> None:
+        record(pipe, params, buffers, groups, name)
+        found = rt._bg_cache.get((pipe.layout_key, len(params), tuple(b.uid for b in buffers)))
+        twins[mode] += bool(found and found[1])
+
+    rt.dispatch = counted
+    wall: dict[str, list[float]] = {"as asked": [], "all twins": []}
+    for _ in range(rounds):
+        for mode in wall:
+            rt.bound_as = asked if mode == "as asked" else twins_only
+            rt._bg_cache.clear()  # its entries remember which pipeline they were made for
+            rt._bg_by_uid.clear()
+            case.step()
+            case.sync()
+            twins[mode] = 0
+            planned, misses = rt.pool.planned, rt.pool.misses
+            for _ in range(steps):
+                t = time.perf_counter()
+                case.step()
+                case.sync()
+                wall[mode].append(time.perf_counter() - t)
+            made = (rt.pool.misses - misses) / steps
+            print(
+                f"  round {mode}: {statistics.median(wall[mode][-steps:]) * 1e3:.3f} ms, planned "
+                f"{(rt.pool.planned - planned) / steps:.0f} and driver allocations {made:.1f} a step"
+            )
+    for mode, times in wall.items():
+        print(
+            f"{name} {size} memory={rt.pool.strategy} {mode}: median {statistics.median(times) * 1e3:.3f} ms "
+            f"({min(times) * 1e3:.3f} min), {twins[mode] / steps:.0f} twin dispatches/step ({rounds}x{steps} steps)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("workloads", nargs="+")
@@ -216,17 +276,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--trace", type=int, help="steps to trace one by one, unsynchronized after the warm-up")
     p.add_argument("--sync", action="store_true", help="--trace: synchronize after every step (as the runner)")
+    p.add_argument("--check-first", action="store_true", help="--trace: a check-size step first, as the runner")
     p.add_argument("--cprofile", type=int, help="steps to profile with cProfile, synchronized, after the warm-up")
     p.add_argument("--time", help="comma-separated submit settings to time, alternated (e.g. 0,32,32:0)")
+    p.add_argument("--twins", action="store_true", help="time steps bound as asked vs every dispatch read-write")
     p.add_argument("--rounds", type=int, default=10)
     args = p.parse_args(argv)
     if args.trace:
         for name in args.workloads:
-            trace(name, args.device, args.sizes, args.batch, args.warmup, args.trace, args.sync)
+            trace(name, args.device, args.sizes, args.batch, args.warmup, args.trace, args.sync, args.check_first)
         return 0
     if args.cprofile:
         for name in args.workloads:
             profile(name, args.device, args.sizes, args.batch, args.warmup, args.cprofile)
+        return 0
+    if args.twins:
+        for name in args.workloads:
+            time_twins(name, args.device, args.sizes, args.batch, args.rounds, args.steps)
         return 0
     if args.time:
         settings = args.time.split(",")
