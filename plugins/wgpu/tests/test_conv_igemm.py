@@ -125,3 +125,24 @@ def test_a_strided_input_view(rt):
     got = rt.read([conv.conv(rt, view, rt.upload(w, D.float32), rt.upload(bias, D.float32), (1, 1),
                              ((1, 1), (1, 1)), (1, 1), 1)])[0]  # fmt: skip
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_weights_copy_outlives_its_dispatches_under_exclusive(dev, rt):
+    """The conv kernels read a copy of the weights (tap-major rows, or the transpose's layout) that the
+    launch function dropped before recording its dispatches: under ``exclusive`` with the batch
+    submitted after every dispatch (as a GPU adapter's chunks do) its driver buffer was destroyed at
+    once and the dispatch bound a destroyed buffer (wgpu's validation error; benchmarks.memory on the
+    H100). Now it lives until its dispatches are recorded; the results against the reference."""
+    import ember as em
+
+    before = dev.memory.strategy
+    every, groups = rt.submit_every, rt.submit_groups
+    try:
+        em.Device(str(dev), memory="exclusive")
+        rt.set_submit_every(1, 0)
+        plans = _same_padded_plans(rt, (2, 32, 14, 14), (64, 32, 3, 3))
+        assert len(plans) == 2 and all(p.inner for p in plans)  # both kernels read a copy of the weights
+    finally:
+        rt.set_submit_every(every, groups)
+        dev.synchronize()
+        em.Device(str(dev), memory=before)

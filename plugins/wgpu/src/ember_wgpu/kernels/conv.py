@@ -346,7 +346,9 @@ def _weights(rt: Runtime, kind: str, w: WgpuArray, groups: int, inner: bool) -> 
 def _run(rt: Runtime, plan: _ConvPlan, kind: str, x: WgpuArray, w: WgpuArray, bias: WgpuArray | None,
          groups: int) -> WgpuArray:  # fmt: skip
     out = rt.empty(plan.shape, x.dtype)  # allocated before the weights' copy
-    buffers = [_weights(rt, kind, w, groups, plan.inner).storage.raw, x.storage.raw, out.storage.raw]
+    # the copy lives until its dispatches are recorded (freed before, under exclusive its driver buffer went)
+    weights = _weights(rt, kind, w, groups, plan.inner)
+    buffers = [weights.storage.raw, x.storage.raw, out.storage.raw]
     if bias is not None:
         buffers.append(bias.storage.raw)
     for launch_ in plan.launches:
