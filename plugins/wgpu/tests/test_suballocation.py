@@ -16,7 +16,6 @@ import ember as em
 import ember.memory.pool as pool_module
 from ember import dtypes as D
 from ember_wgpu.kernels import elementwise as ew
-from ember_wgpu.runtime import SUB_ALIGN
 from ember_wgpu.subbuffer import SubBuffer
 
 
@@ -74,9 +73,6 @@ def test_carved_blocks_bind_copy_upload_and_read_back(adaptive: tuple[Any, Any, 
     assert all(type(x) is SubBuffer for x in raws), raws
     assert len({(x.buffer.uid, x.offset) for x in raws}) == len(raws)  # ranges of their own
     assert any(x.offset for x in raws)  # not all at the start of a page
-    # every range starts on a 256-byte boundary whatever the adapter allows (32 on NVIDIA's Vulkan, where
-    # kernels over ranges packed at 32 bytes ran 2.7x slower: runtime.SUB_ALIGN)
-    assert all(x.offset % SUB_ALIGN == 0 for x in raws) and SUB_ALIGN >= 256, [x.offset for x in raws]
     assert pool.carved - carved >= len(raws)
     assert dev.memory_stats()["pools"]["device"]["pages"] > 0
     assert rt.dispatches - dispatches >= 4  # the kernels ran on the device
@@ -210,8 +206,6 @@ def test_a_repeated_training_step_reaches_the_step_plan(dev: Any) -> None:
         losses, allocations = _step_losses(dev, 8)
         assert pool.planned - planned > 0
         assert allocations[-3:] == [0, 0, 0], allocations
-        offsets = [o for o in pool._plan.offsets if o is not None]
-        assert offsets and all(o % SUB_ALIGN == 0 for o in offsets), offsets  # the arena's ranges, aligned
         np.testing.assert_allclose(losses, static, rtol=1e-6)
     finally:
         _settle(dev)

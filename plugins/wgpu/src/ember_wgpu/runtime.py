@@ -77,12 +77,6 @@ _BG_CACHE_LIMIT = 16384
 #: readback staging buffers up to this size are kept for the next read
 _STAGING_KEEP = 64 << 20
 
-#: the least offset alignment of a block carved from a driver buffer (a page's small block, a step plan's
-#: range): the adapter allows 32 bytes on NVIDIA's Vulkan, where W3's kernels over a plan's arena packed
-#: at 32 took 8.45 ms a step and at 256 (or 4096) 3.12-3.20 (H100, 2026-12-07): a kernel's loads that
-#: start off a 128-byte line cost it
-SUB_ALIGN = 256
-
 #: how long synchronize() spins on a non-blocking poll before it blocks (EMBER_WGPU_SPIN_US)
 SPIN_US = 2000
 
@@ -218,8 +212,8 @@ class Runtime:
         self.max_storage_buffers = int(self.limits.get("max-storage-buffers-per-shader-stage", 8))
         self.shared_bytes = int(self.limits.get("max-compute-workgroup-storage-size", 16384))
         self.align = max(16, int(self.limits.get("min-uniform-buffer-offset-alignment", 256)))
-        # where a carved block may start: a storage binding's offset alignment, at least SUB_ALIGN
-        self.sub_align = max(SUB_ALIGN, int(self.limits.get("min-storage-buffer-offset-alignment", 256)))
+        # where a carved block may start: a storage binding's offset alignment (and whole vec4s)
+        self.sub_align = max(16, int(self.limits.get("min-storage-buffer-offset-alignment", 256)))
         usage = wgpu.BufferUsage
         self._storage_usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
         # A freed buffer is reusable at once: commands recorded later in the batch run after those
