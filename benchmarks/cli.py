@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .harness import HEAT_S
 from .peers import PEERS
 from .report import environment, format_markdown, format_text, torch_info
 from .runner import WORKLOADS, Settings, exit_status, run
@@ -35,6 +36,12 @@ def parser() -> argparse.ArgumentParser:
     sizes.add_argument("--quick", action="store_true", help="tiny sizes and 2 iterations: tests the runner, not speed")
     p.add_argument("--iters", type=int, help="timed iterations per workload (default: per workload)")
     p.add_argument("--warmup", type=int, help="warm-up iterations (default 3; 1 with --quick)")
+    p.add_argument(
+        "--heat-ms",
+        type=float,
+        help="then untimed steps for this long, so a GPU has raised its clocks again after the compiles "
+        "(default 500; 0 with --quick)",
+    )
     p.add_argument("--no-check", action="store_true", help="skip the ember-vs-peer correctness cross-check")
     p.add_argument("--torch-device", help="device for the torch peer (default: cuda on GPU runs, cpu on CPU runs)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the whole report as JSON")
@@ -103,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes=sizes,
         iters=args.iters,
         warmup=args.warmup if args.warmup is not None else (1 if args.quick else 3),
+        heat_s=(args.heat_ms if args.heat_ms is not None else 0.0 if args.quick else HEAT_S * 1e3) / 1e3,
         check=not args.no_check,
         torch_device=args.torch_device or ("cuda" if gpu_device or sizes == "gpu" else "cpu"),
     )
@@ -110,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--iters must be at least 1")
     if settings.warmup < 0:
         p.error("--warmup must be >= 0")
+    if settings.heat_s < 0:
+        p.error("--heat-ms must be >= 0")
     meta = environment(device, settings.torch_device)  # before the run: the load average at start
     entries = run(settings, device)
     meta["torch"] = torch_info(settings.torch_device)  # torch is imported by the run, if at all

@@ -1,8 +1,10 @@
 """The contract every workload builder returns (:class:`Case`), the timing protocol of
 shared/WORKLOADS.md and the ember-vs-peer cross-check.
 
-Timing protocol: fixed seed, float32, inputs never zero; warm up 3 iterations, then time N
-iterations one by one, synchronizing the device before each clock read; report the median.
+Timing protocol: fixed seed, float32, inputs never zero; warm up 3 iterations, then keep stepping
+untimed until the steps have run for ``HEAT_S`` (a GPU left idle while the first steps compiled has
+lowered its clocks and takes a while under load to raise them), then time N iterations one by one,
+synchronizing the device before each clock read; report the median.
 """
 
 from __future__ import annotations
@@ -16,10 +18,30 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SEED", "Case", "Unavailable", "rng", "randn", "labels", "time_case", "queued_ms", "compare", "no_sync"]
+__all__ = [
+    "SEED",
+    "HEAT_S",
+    "Case",
+    "Unavailable",
+    "rng",
+    "randn",
+    "labels",
+    "heat",
+    "time_case",
+    "queued_ms",
+    "compare",
+    "no_sync",
+]
 
 #: every workload draws its inputs from this seed, so all implementations see the same numbers
 SEED = 0
+#: seconds of untimed steps after the warm-up iterations, for every implementation alike. An H100
+#: idle for ~1 s (the host compiling a new process's kernels) fell to 345-495 MHz and ran the next
+#: ~170 ms of W3 steps at that clock, 2.5x slower, before it went back to 1,980 MHz
+#: (plugins/wgpu/logs/h100-2026-12-07-ninth/call1: nvidia-smi's clocks beside each step)
+HEAT_S = 0.5
+#: most untimed steps the heat may take (a step of microseconds would otherwise run ~10^5 times)
+HEAT_MAX_STEPS = 1000
 
 
 @dataclass
@@ -66,14 +88,32 @@ def median_seconds(fn: Callable[[], Any], warmup: int, iters: int) -> float:
     return statistics.median(time_case(Case(fn, no_sync, dict), warmup, iters))
 
 
-def time_case(case: Case, warmup: int, iters: int, probe: Callable[[], None] | None = None) -> list[float]:
-    """Seconds per iteration: ``warmup`` untimed steps, then ``iters`` timed ones, each timed
-    from before ``step`` to after ``sync``. ``probe`` (e.g. a read of the device pool's
-    counters) runs once after the warm-up and once after the timed steps."""
+def heat(case: Case, seconds: float, max_steps: int = HEAT_MAX_STEPS) -> int:
+    """Untimed steps until they have run for ``seconds`` (at most ``max_steps``): the device at the
+    clocks a steady run gets. Returns how many ran."""
+    clock = time.perf_counter
+    start, steps = clock(), 0
+    while steps < max_steps and clock() - start < seconds:
+        out = case.step()
+        case.sync()
+        del out
+        steps += 1
+    return steps
+
+
+def time_case(
+    case: Case, warmup: int, iters: int, probe: Callable[[], None] | None = None, heat_s: float = 0.0
+) -> list[float]:
+    """Seconds per iteration: ``warmup`` untimed steps, more untimed steps for ``heat_s`` seconds
+    (:func:`heat`), then ``iters`` timed ones, each timed from before ``step`` to after ``sync``.
+    ``probe`` (e.g. a read of the device pool's counters) runs once after the warm-up and once
+    after the timed steps."""
     for _ in range(warmup):
         out = case.step()
         case.sync()
         del out
+    if heat_s > 0:
+        heat(case, heat_s)
     gc.collect()
     if probe is not None:
         probe()

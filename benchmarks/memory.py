@@ -2,7 +2,8 @@
 
 For each workload and each strategy of ``ember.memory`` (adaptive, static, exclusive) the
 device's pools switch strategy (their cache released), their peaks restart, the workload's
-ember step is built and run ``--steps`` times. One untimed warm-up compiles the kernels first,
+ember step is built, run untimed for ``--heat-ms`` (a GPU raises its clocks again; the peaks count
+these steps too) and then ``--steps`` timed times. One untimed warm-up compiles the kernels first,
 and ``--rounds`` rounds over the strategies keep each one's best median step time (the machine
 may be shared). The table shows peak reserved, peak in use, their ratio, the ratio to static
 and the median step time. On a CUDA device torch runs the same step and
@@ -38,6 +39,7 @@ from types import ModuleType
 from typing import Any
 
 from . import w3_cnn, w4_transformer
+from .harness import HEAT_S, heat
 
 WORKLOADS: dict[str, ModuleType] = {"W3": w3_cnn, "W4": w4_transformer}
 MIB = 2**20
@@ -55,8 +57,11 @@ def _settle(device: Any) -> None:
         pool.reset_peaks()
 
 
-def run_ember(module: ModuleType, device: Any, size: dict[str, int], strategy: str, steps: int) -> dict[str, Any]:
-    """One workload under one strategy: peaks over building the step and running it ``steps`` times."""
+def run_ember(
+    module: ModuleType, device: Any, size: dict[str, int], strategy: str, steps: int, heat_s: float = 0.0
+) -> dict[str, Any]:
+    """One workload under one strategy: peaks over building the step, ``heat_s`` of untimed steps
+    (:func:`.harness.heat`) and ``steps`` timed ones."""
     import ember as em
 
     dev = em.Device(device, memory=strategy)
@@ -66,6 +71,7 @@ def run_ember(module: ModuleType, device: Any, size: dict[str, int], strategy: s
     plan_keys = ("planned", "plan_drops", "plan_refusals")
     plan0 = {k: sum(getattr(p, k, 0) for p in _pools(dev)) for k in plan_keys}
     case = module.ember(dev, size)
+    heated = heat(case, heat_s) if heat_s > 0 else 0
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -85,8 +91,9 @@ def run_ember(module: ModuleType, device: Any, size: dict[str, int], strategy: s
         "base_in_use_bytes": base["in_use_bytes"],
         "allocations": stats["allocations"] - (base["allocations"] or 0),
         "frees": stats["frees"] - (base["frees"] or 0),
-        "median_step_s": statistics.median(times[1:] or times),
+        "median_step_s": statistics.median(times if heated else times[1:] or times),
         "first_step_s": times[0],
+        "heat_steps": heated,
         **plan,
     }
 
@@ -126,7 +133,7 @@ def run_numpy(module: ModuleType, device: Any, size: dict[str, int], steps: int)
     }
 
 
-def run_torch(module: ModuleType, size: dict[str, int], steps: int) -> dict[str, Any] | None:
+def run_torch(module: ModuleType, size: dict[str, int], steps: int, heat_s: float = 0.0) -> dict[str, Any] | None:
     """The torch step on CUDA with its caching allocator's peaks; None without torch or CUDA."""
     try:
         import torch as th
@@ -140,6 +147,7 @@ def run_torch(module: ModuleType, size: dict[str, int], steps: int) -> dict[str,
     th.cuda.empty_cache()
     th.cuda.reset_peak_memory_stats()
     case = module.torch(th.device("cuda"), size)
+    heated = heat(case, heat_s) if heat_s > 0 else 0
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -151,7 +159,7 @@ def run_torch(module: ModuleType, size: dict[str, int], steps: int) -> dict[str,
         "strategy": f"torch {th.__version__}",
         "peak_reserved_bytes": int(th.cuda.max_memory_reserved()),
         "peak_in_use_bytes": int(th.cuda.max_memory_allocated()),
-        "median_step_s": statistics.median(times[1:] or times),
+        "median_step_s": statistics.median(times if heated else times[1:] or times),
         "first_step_s": times[0],
     }
     del case
@@ -163,7 +171,8 @@ def run_torch(module: ModuleType, size: dict[str, int], steps: int) -> dict[str,
 def table(results: dict[str, list[dict[str, Any]]], device: str, sizes: str, steps: int) -> str:
     """The Markdown table of every workload x strategy."""
     lines = [
-        f"Peak device memory, {device}, {sizes} sizes, {steps} training steps (`python -m benchmarks.memory`)",
+        f"Peak device memory, {device}, {sizes} sizes, {steps} timed training steps after the untimed ones "
+        "(`python -m benchmarks.memory`)",
         "",
         "| workload | strategy | peak reserved MiB | peak in use MiB | reserved / in use | "
         "vs static reserved | median step ms | vs static step | allocations | frees | planned / drops / refusals |",
@@ -245,12 +254,13 @@ def measure(args: argparse.Namespace, device: Any, sizes: str) -> dict[str, list
             rows = [run_numpy(module, device, size, args.steps)]
         else:
             run_ember(module, device, size, "static", 2)  # compiles the kernels: no strategy pays for that
-            rows = [run_ember(module, device, size, s, args.steps) for s in strategies]
+            heat_s = args.heat_ms / 1e3
+            rows = [run_ember(module, device, size, s, args.steps, heat_s) for s in strategies]
             for _ in range(args.rounds - 1):  # the shared machine's noise: keep each strategy's best median
                 for row, s in zip(rows, strategies):
-                    again = run_ember(module, device, size, s, args.steps)
+                    again = run_ember(module, device, size, s, args.steps, heat_s)
                     row["median_step_s"] = min(row["median_step_s"], again["median_step_s"])
-        peer = run_torch(module, size, args.steps) if device.kind == "cuda" else None
+        peer = run_torch(module, size, args.steps, args.heat_ms / 1e3) if device.kind == "cuda" else None
         if peer is not None:
             rows.append(peer)
         results[wid.upper()] = rows
@@ -319,6 +329,7 @@ def run_h200(args: argparse.Namespace) -> int:
             "--quick" if args.quick else "--gpu-sizes",
         ]
         cmd += ["--steps", str(args.steps), "--rounds", str(args.rounds), "--strategies", args.strategies]
+        cmd += ["--heat-ms", str(args.heat_ms)]
         cmd += ["--batch", str(args.batch)] if args.batch else []
         cmd += ["--json", str(out / f"memory-{kind}.json")]
         start = time.perf_counter()
@@ -361,7 +372,12 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--gpu-sizes", action="store_true", help="GPU sizes (default on cuda)")
     group.add_argument("--cpu-sizes", action="store_true", help="CPU sizes (default elsewhere)")
     group.add_argument("--quick", action="store_true", help="tiny sizes: tests the script, not memory")
-    parser.add_argument("--steps", type=int, default=20, help="training steps per strategy (default 20)")
+    parser.add_argument("--steps", type=int, default=20, help="timed training steps per strategy (default 20)")
+    parser.add_argument(
+        "--heat-ms",
+        type=float,
+        help=f"untimed steps for this long before the timed ones (default {HEAT_S * 1e3:.0f}; 0 with --quick)",
+    )
     parser.add_argument("--batch", type=int, help="the workloads' batch size instead of the sizes' (e.g. W3 at 8)")
     parser.add_argument(
         "--rounds", type=int, default=2, help="rounds over the strategies; the step time is the best round's median"
@@ -382,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [w for w in args.workloads if w.upper() not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}: expected W3 or W4")
+    if args.heat_ms is None:
+        args.heat_ms = 0.0 if args.quick else HEAT_S * 1e3
+    if args.heat_ms < 0:
+        parser.error("--heat-ms must be >= 0")
     if args.h200:
         return run_h200(args)
     device = em.Device(args.device)

@@ -190,6 +190,8 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
     mode = f"{settings['sizes']} sizes"
     if settings["sizes"] == "quick":
         mode += " (QUICK: smoke-test sizes, not figures)"
+    heat_ms = 1e3 * (settings.get("heat_s") or 0.0)
+    heat_text = f" + {heat_ms:.0f} ms of untimed steps" if heat_ms else ""
     env = meta.get("env") or {}
     env_text = "; environment: " + " ".join(f"{k}={v}" for k, v in env.items()) if env else ""
     return [
@@ -198,7 +200,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
         f"OS: {meta['os']}; Python {meta['python']}",
         f"versions: {versions}{torch_text}{env_text}",
         f"ember device: {meta['ember_device']} ({describe})",
-        f"protocol: float32, seed 0, warm-up {settings['warmup']}, median of N timed iterations, {mode}"
+        f"protocol: float32, seed 0, warm-up {settings['warmup']}{heat_text}, median of N timed iterations, {mode}"
         + (f"; {git_text}" if git_text else ""),
     ]
 

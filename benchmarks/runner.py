@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from . import w1_dispatch, w2_mlp, w3_cnn, w4_transformer, w5_gemm, w6_elementwise
-from .harness import Case, Unavailable, compare, time_case
+from .harness import HEAT_S, Case, Unavailable, compare, time_case
 from .peers import PEERS, Impl, ember_impl, ember_jit_impl, ember_unfused_impl, import_peer, peer_impl
 
 __all__ = ["WORKLOADS", "Settings", "run", "exit_status"]
@@ -38,6 +38,8 @@ class Settings:
     sizes: str = "cpu"
     iters: int | None = None
     warmup: int = 3
+    #: seconds of untimed steps after the warm-up (harness.HEAT_S; 0 with --quick)
+    heat_s: float = HEAT_S
     check: bool = True
     torch_device: str = "cpu"
 
@@ -82,7 +84,13 @@ def _release_torch_cache() -> None:
 
 
 def _measure(
-    impl: Impl, module: ModuleType, size: dict[str, int], warmup: int, iters: int, device: Any = None
+    impl: Impl,
+    module: ModuleType,
+    size: dict[str, int],
+    warmup: int,
+    iters: int,
+    device: Any = None,
+    heat_s: float = 0.0,
 ) -> dict[str, Any]:
     """Build one case and time it; a failure becomes a status with its reason. With ``device``,
     the row also says how many driver allocations and frees its pool made in the timed steps
@@ -92,7 +100,7 @@ def _measure(
     try:
         case = impl.build(module, size)
         probe = (lambda: marks.append(_pool_counts(device))) if device is not None else None
-        times = time_case(case, warmup, iters, probe)
+        times = time_case(case, warmup, iters, probe, heat_s)
     except Exception as exc:  # every failure is reported; none stops the run
         return _failure(exc)
     finally:
@@ -172,6 +180,7 @@ def run(settings: Settings, device: Any, log: Callable[[str], None] = _log) -> l
             "size": module.describe(size),
             "params": size,
             "warmup": settings.warmup,
+            "heat_s": settings.heat_s,
             "iters": iters,
             "impls": [],
         }
@@ -191,7 +200,7 @@ def run(settings: Settings, device: Any, log: Callable[[str], None] = _log) -> l
             if impl.name != "ember" and ember_check is not None:
                 row["check"] = _cross_check(ember_check, _check_result(impl, module), module)
             mine = device if impl.name.startswith("ember") and device.kind != "cpu" else None
-            row.update(_measure(impl, module, size, settings.warmup, iters, mine))
+            row.update(_measure(impl, module, size, settings.warmup, iters, mine, settings.heat_s))
             entry["impls"].append(row)
             shown = f"{row['median_ms']:.3f} ms" if row["status"] == "ok" else f"{row['status']}: {row['reason']}"
             if row.get("pool"):
