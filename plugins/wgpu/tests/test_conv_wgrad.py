@@ -209,3 +209,29 @@ def test_autodiff_through_a_device_opened_with_the_kernels_forced(tmp_path, nati
     want = reference(g, x, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
     assert calls[0] == (1 if native == "1" else 0)
+
+
+def test_a_cpu_adapter_cuts_k_into_fewer_slices(rt, monkeypatch):
+    # W3's second conv at batch 64: 1,024 workgroups would be 49 slices (3.4 MiB of partials, that step's
+    # peak in use on lavapipe); a CPU adapter's few threads are kept busy by 64 workgroups
+    from ember_wgpu.kernels import matmul, wgrad
+
+    xs, cout, kernel, stride, pads, dil, groups = (64, 32, 14, 14), 64, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1
+    x = RNG.standard_normal(xs).astype(np.float32)
+    g = RNG.standard_normal((xs[0], cout) + _blocks(xs[2:], kernel, stride, pads, dil)).astype(np.float32)
+    want = reference(g, x, kernel, stride, pads, dil, groups)
+    gd, xd = rt.upload(g, D.float32), rt.upload(x, D.float32)
+    extra = {}
+    for on_gpu in (True, False):
+        monkeypatch.setattr(matmul, "_on_gpu", lambda rt, on_gpu=on_gpu: on_gpu)
+        rt.plans.clear()
+        rt.pool.reset_peaks()
+        base = rt.pool.in_use
+        got = wgrad.conv_weight_grad(rt, gd, xd, kernel, stride, pads, dil, groups)
+        extra[on_gpu] = rt.pool.peak_in_use - base  # the weight gradient and the partials
+        np.testing.assert_allclose(rt.read([got])[0], want, rtol=1e-3, atol=1e-3)
+        del got
+    rt.plans.clear()
+    weights = cout * xs[1] * 9 * 4
+    assert extra[True] > 32 * weights  # a GPU's slices: partials dozens of times the weights' size
+    assert extra[False] < 24 * weights

@@ -58,6 +58,22 @@ def test_reductions_over_axis_blocks(rt, axes):
     np.testing.assert_allclose(got, x.sum(axis=axes, keepdims=True), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_separate_axes_reduce_block_by_block_without_a_full_size_copy(rt, op, keepdims):
+    # a conv's bias gradient: axes (0, 2, 3) of (N, C, H, W); the inner block first, then the batch
+    x = RNG.standard_normal((16, 8, 20, 21)).astype(np.float32)
+    X = rt.upload(x, D.float32)
+    rt.pool.reset_peaks()
+    base = rt.pool.in_use
+    got = reduce.reduce(rt, X, op, (0, 2, 3), keepdims)
+    peak = rt.pool.peak_in_use - base
+    np.testing.assert_allclose(
+        rt.read([got])[0], getattr(np, op)(x.astype(np.float64), axis=(0, 2, 3), keepdims=keepdims), rtol=1e-5
+    )
+    assert peak < x.nbytes // 8  # (N, C) partials and the result; the old road permuted a copy of all of x
+
+
 def test_argmax_first_of_ties(rt):
     x = np.array([[1, 5, 5, 2], [7, 7, 7, 7], [0, -1, 3, 3]], np.int64)
     got = rt.read([reduce.reduce(rt, rt.upload(x, D.int64), "argmax", (1,), False)])[0]

@@ -6,7 +6,9 @@ The input is made contiguous and seen as (A, R, B): A kept rows, R reduced, B ke
   reduced in a first pass and combined in a second.
 * **column** kernel (B > 1): one thread per output walks R; neighbouring threads read
   neighbouring columns, so loads coalesce (the bias-gradient case, sum over the batch).
-Axes that are not one consecutive block are permuted to the end first (one copy).
+Axes that are not one consecutive block: a float32 sum, mean, max or min reduces its innermost
+block of consecutive axes first, then the rest (a conv's bias gradient, axes (0, 2, 3): (N, C) partials,
+no full-size copy); other reductions permute the axes to the end first (one copy).
 """
 
 from __future__ import annotations
@@ -244,6 +246,11 @@ def reduce(
     out_dtype = int64 if arg else (bool_ if op in ("any", "all") else (out_dtype or x.dtype))
     axes = tuple(sorted(set(axes)))
     out_shape = tuple([1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes])
+    if op in _BY_BLOCKS and x.dtype is float32 and out_dtype is float32 and x.size:
+        shape, sq_axes = _squeeze(x.shape, axes)
+        if len(sq_axes) > 1 and list(sq_axes) != list(range(sq_axes[0], sq_axes[-1] + 1)):
+            c = ew.contiguous(rt, x).reshape(shape)
+            return _by_blocks(rt, c, op, sq_axes).reshape(out_shape)
     out = rt.empty(out_shape, out_dtype)
     if out.size == 0:
         return out
@@ -298,6 +305,23 @@ def reduce(
             rt.plans.clear()
         rt.plans[key] = plan
     return out
+
+
+#: reductions whose result over separate blocks of axes, taken block by block, is the one over all of them
+#: (a mean of equal-sized means is the mean); float32 only, so the partial results lose no precision
+_BY_BLOCKS = frozenset({"sum", "mean", "max", "min"})
+
+
+def _by_blocks(rt: Runtime, x: WgpuArray, op: str, axes: tuple[int, ...]) -> WgpuArray:
+    """``op`` over ``axes`` (not one consecutive block; ``x`` without size-1 axes), the innermost block
+    of consecutive axes first, kept as size 1: each pass reads one block in place, where permuting the
+    axes together would copy all of ``x``. The result keeps every axis (reduced ones as size 1)."""
+    start = axes[-1]
+    while start - 1 in axes:
+        start -= 1
+    part = reduce(rt, x, op, tuple(range(start, axes[-1] + 1)), True)
+    rest = tuple(a for a in axes if a < start)
+    return reduce(rt, part, op, rest, True)
 
 
 def _partial_dtype(rt: Runtime, dtype: DType) -> DType:

@@ -34,6 +34,9 @@ __all__ = ["conv_weight_grad", "by_unfold", "native_wins", "CALLS"]
 CALLS = {"gemm": 0, "sum": 0, "unfold": 0}
 #: GEMM workgroups aimed at (enough to fill a large GPU several times over)
 TARGET_GROUPS = 1024
+#: the same on a CPU adapter (lavapipe), whose few threads 64 workgroups keep busy: more slices there
+#: only grow the partials (W3's second conv at batch 64: 49 slices, 3.4 MiB, the step's peak in use)
+CPU_TARGET_GROUPS = 64
 #: the shortest slice of K worth a partial (a slice is at least this many positions)
 MIN_SLICE = 256
 #: the partials' sum: 256 threads a workgroup, 32 outputs (coalesced) x 8 lanes striding over the
@@ -111,9 +114,9 @@ def _config(rt: Runtime, m: int, n: int) -> mm.Config:
     return cfg if mm.fits(rt, cfg) else mm.CONFIGS["scalar"]
 
 
-def _slices(k_total: int, tiles: int, bk: int) -> tuple[int, int]:
-    """(S, slice length): about :data:`TARGET_GROUPS` workgroups, slices of at least :data:`MIN_SLICE`."""
-    s = max(1, min(ceil_div(TARGET_GROUPS, tiles), k_total // MIN_SLICE))
+def _slices(k_total: int, tiles: int, bk: int, target: int = TARGET_GROUPS) -> tuple[int, int]:
+    """(S, slice length): about ``target`` workgroups, slices of at least :data:`MIN_SLICE`."""
+    s = max(1, min(ceil_div(target, tiles), k_total // MIN_SLICE))
     ks = ceil_div(ceil_div(k_total, s), bk) * bk
     return ceil_div(k_total, ks), ks
 
@@ -217,7 +220,7 @@ def _plan(rt: Runtime, g: WgpuArray, x: WgpuArray, kernel: tuple[int, ...], stri
     k_total = n_img * length
     tiles = ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn) * groups
     if slices is None:
-        s, ks = _slices(k_total, tiles, cfg.bk)
+        s, ks = _slices(k_total, tiles, cfg.bk, TARGET_GROUPS if mm._on_gpu(rt) else CPU_TARGET_GROUPS)
     else:
         ks = ceil_div(k_total, max(1, min(slices, k_total)))
         s = ceil_div(k_total, ks)
