@@ -215,8 +215,11 @@ def test_reduction_plans_follow_the_input_geometry(rt):
         (reduce.reduce(rt, Xt, "mean", (0,), False), x.transpose(2, 1, 0).astype(np.float64).mean(0)),
     ]
     assert len(_plans(rt, "reduce") - before) == 3  # the repeats took their first call's plan
-    reduce.reduce(rt, X, "sum", (0, 2), False)  # axes apart: permuted into a copy, not planned
-    assert len(_plans(rt, "reduce") - before) == 3
+    reduce.reduce(rt, X, "sum", (0, 2), False)  # float32 axes apart: block by block, each block planned
+    assert len(_plans(rt, "reduce") - before) == 5
+    Xi = rt.upload(x.astype(np.int32), D.int32)
+    reduce.reduce(rt, Xi, "sum", (0, 2), False)  # other dtypes: permuted into a copy, not planned
+    assert len(_plans(rt, "reduce") - before) == 5
     got = rt.read([c for c, _ in cases])
     for g, (_, want) in zip(got, cases):
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
