@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from . import w1_dispatch, w2_mlp, w3_cnn, w4_transformer, w5_gemm, w6_elementwise
+from .clocks import sm_clock
 from .harness import HEAT_S, Case, Unavailable, compare, time_case
 from .peers import PEERS, Impl, ember_impl, ember_jit_impl, ember_unfused_impl, import_peer, peer_impl
 
@@ -91,15 +92,24 @@ def _measure(
     iters: int,
     device: Any = None,
     heat_s: float = 0.0,
+    gpu: bool = False,
 ) -> dict[str, Any]:
     """Build one case and time it; a failure becomes a status with its reason. With ``device``,
     the row also says how many driver allocations and frees its pool made in the timed steps
-    (a pool that has not settled by then costs the step its driver calls)."""
+    (a pool that has not settled by then costs the step its driver calls). With ``gpu``, the NVIDIA
+    GPU's SM clock right before and after the timed steps (:mod:`.clocks`), where nvidia-smi answers."""
     case: Case | None = None
     marks: list[tuple[int, int] | None] = []
+    clocks: list[tuple[int, int] | None] = []
+
+    def probe() -> None:
+        if device is not None:
+            marks.append(_pool_counts(device))
+        if gpu:
+            clocks.append(sm_clock())
+
     try:
         case = impl.build(module, size)
-        probe = (lambda: marks.append(_pool_counts(device))) if device is not None else None
         times = time_case(case, warmup, iters, probe, heat_s)
     except Exception as exc:  # every failure is reported; none stops the run
         return _failure(exc)
@@ -115,6 +125,8 @@ def _measure(
         "min_ms": min(times) * 1e3,
         "times_ms": [t * 1e3 for t in times],
     }
+    if clocks and all(c is not None for c in clocks):
+        row["sm_clock_mhz"] = {"before": clocks[0][0], "after": clocks[-1][0], "max": clocks[0][1]}
     if len(marks) == 2 and marks[0] is not None and marks[1] is not None:
         row["pool"] = {"allocations": marks[1][0] - marks[0][0], "frees": marks[1][1] - marks[0][1]}
     value = module.derived(size, median)
@@ -200,7 +212,7 @@ def run(settings: Settings, device: Any, log: Callable[[str], None] = _log) -> l
             if impl.name != "ember" and ember_check is not None:
                 row["check"] = _cross_check(ember_check, _check_result(impl, module), module)
             mine = device if impl.name.startswith("ember") and device.kind != "cpu" else None
-            row.update(_measure(impl, module, size, settings.warmup, iters, mine, settings.heat_s))
+            row.update(_measure(impl, module, size, settings.warmup, iters, mine, settings.heat_s, gpu_run))
             entry["impls"].append(row)
             shown = f"{row['median_ms']:.3f} ms" if row["status"] == "ok" else f"{row['status']}: {row['reason']}"
             if row.get("pool"):
