@@ -39,6 +39,7 @@ from types import ModuleType
 from typing import Any
 
 from . import w3_cnn, w4_transformer
+from .clocks import LOW, sm_clock
 from .harness import HEAT_S, heat
 
 WORKLOADS: dict[str, ModuleType] = {"W3": w3_cnn, "W4": w4_transformer}
@@ -72,6 +73,7 @@ def run_ember(
     plan0 = {k: sum(getattr(p, k, 0) for p in _pools(dev)) for k in plan_keys}
     case = module.ember(dev, size)
     heated = heat(case, heat_s) if heat_s > 0 else 0
+    clocks = [sm_clock()]
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -79,6 +81,7 @@ def run_ember(
         case.sync()
         times.append(time.perf_counter() - start)
         del out
+    clocks.append(sm_clock())
     stats = dev.memory_stats()
     plan = {k: sum(getattr(p, k, 0) for p in _pools(dev)) - plan0[k] for k in plan_keys}
     del case
@@ -94,8 +97,16 @@ def run_ember(
         "median_step_s": statistics.median(times if heated else times[1:] or times),
         "first_step_s": times[0],
         "heat_steps": heated,
+        **_clock_fields(clocks),
         **plan,
     }
+
+
+def _clock_fields(clocks: list[tuple[int, int] | None]) -> dict[str, Any]:
+    """The NVIDIA SM clock before and after the timed steps (:mod:`.clocks`), where nvidia-smi answers."""
+    if any(c is None for c in clocks):
+        return {}
+    return {"sm_clock_mhz": {"before": clocks[0][0], "after": clocks[-1][0], "max": clocks[0][1]}}
 
 
 def run_numpy(module: ModuleType, device: Any, size: dict[str, int], steps: int) -> dict[str, Any]:
@@ -178,6 +189,7 @@ def table(results: dict[str, list[dict[str, Any]]], device: str, sizes: str, ste
         "vs static reserved | median step ms | vs static step | allocations | frees | planned / drops / refusals |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    low: list[str] = []  # rows timed at a lowered GPU clock
     for wid, rows in results.items():
         static = next((r for r in rows if r["strategy"] == "static"), None)
         for r in rows:
@@ -188,11 +200,16 @@ def table(results: dict[str, list[dict[str, Any]]], device: str, sizes: str, ste
             shown = f"{reserved / MIB:.1f}" if reserved is not None else "-"
             # adaptive's step plan: blocks served from its arena, plans dropped, plans refused
             plan = f"{r['planned']} / {r['plan_drops']} / {r['plan_refusals']}" if r.get("planned") is not None else ""
+            clock = r.get("sm_clock_mhz")
+            if clock and min(clock["before"], clock["after"]) < LOW * clock["max"]:  # timed at a lowered clock
+                low.append(f"{wid} {r['strategy']}: SM clock {clock['before']}->{clock['after']} of {clock['max']} MHz")
             lines.append(
                 f"| {wid} | {r['strategy']} | {shown} | {in_use / MIB:.1f} | {ratio} | {vs} | "
                 f"{r['median_step_s'] * 1e3:.1f} | {step} | {r.get('allocations', '')} | {r.get('frees', '')} | "
                 f"{plan} |"
             )
+    if low:
+        lines += ["", "Timed at a lowered GPU clock: " + "; ".join(low)]
     return "\n".join(lines)
 
 

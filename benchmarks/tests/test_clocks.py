@@ -35,3 +35,21 @@ def test_a_row_timed_at_a_lowered_clock_says_so():
     assert "SM clock 345->1980 of 1980 MHz" in rows[0][-1]
     _, rows = format_table(_report(1980, 1980))
     assert "SM clock" not in rows[0][-1]
+
+
+def test_the_memory_table_names_a_strategy_timed_at_a_lowered_clock():
+    from benchmarks.memory import table
+
+    def row(strategy, before):
+        return {
+            "strategy": strategy,
+            "peak_reserved_bytes": 2**20,
+            "peak_in_use_bytes": 2**20,
+            "base_in_use_bytes": 0,
+            "median_step_s": 0.003,
+            "sm_clock_mhz": {"before": before, "after": 1980, "max": 1980},
+        }
+
+    text = table({"W3": [row("adaptive", 345), row("static", 1980)]}, "opencl:0", "gpu", 20)
+    assert "W3 adaptive: SM clock 345->1980 of 1980 MHz" in text
+    assert "W3 static: SM clock" not in text
