@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-__all__ = ["LOW", "sm_clock"]
+__all__ = ["LOW", "sm_clock", "span", "low_text"]
 
 #: a clock below this fraction of the maximum is reported with the row
 LOW = 0.9
@@ -29,3 +29,18 @@ def sm_clock(index: int = 0) -> tuple[int, int] | None:
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
     return current, most
+
+
+def span(before: tuple[int, int] | None, after: tuple[int, int] | None) -> dict[str, int] | None:
+    """The record a row keeps (``sm_clock_mhz``): the clock before and after its timed steps and the
+    maximum; None where either reading failed."""
+    if before is None or after is None:
+        return None
+    return {"before": before[0], "after": after[0], "max": before[1]}
+
+
+def low_text(record: dict[str, int] | None) -> str | None:
+    """What a row's note says of a :func:`span` record below :data:`LOW` of the maximum, else None."""
+    if not record or min(record["before"], record["after"]) >= LOW * record["max"]:
+        return None
+    return f"SM clock {record['before']}->{record['after']} of {record['max']} MHz"

@@ -39,7 +39,7 @@ from types import ModuleType
 from typing import Any
 
 from . import w3_cnn, w4_transformer
-from .clocks import LOW, sm_clock
+from .clocks import low_text, sm_clock, span
 from .harness import HEAT_S, heat
 
 WORKLOADS: dict[str, ModuleType] = {"W3": w3_cnn, "W4": w4_transformer}
@@ -73,7 +73,7 @@ def run_ember(
     plan0 = {k: sum(getattr(p, k, 0) for p in _pools(dev)) for k in plan_keys}
     case = module.ember(dev, size)
     heated = heat(case, heat_s) if heat_s > 0 else 0
-    clocks = [sm_clock()]
+    clock_before = sm_clock()  # the SM clock before the timed steps (after them: span below)
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -81,7 +81,7 @@ def run_ember(
         case.sync()
         times.append(time.perf_counter() - start)
         del out
-    clocks.append(sm_clock())
+    clock = span(clock_before, sm_clock())
     stats = dev.memory_stats()
     plan = {k: sum(getattr(p, k, 0) for p in _pools(dev)) - plan0[k] for k in plan_keys}
     del case
@@ -97,16 +97,9 @@ def run_ember(
         "median_step_s": statistics.median(times if heated else times[1:] or times),
         "first_step_s": times[0],
         "heat_steps": heated,
-        **_clock_fields(clocks),
+        **({"sm_clock_mhz": clock} if clock else {}),
         **plan,
     }
-
-
-def _clock_fields(clocks: list[tuple[int, int] | None]) -> dict[str, Any]:
-    """The NVIDIA SM clock before and after the timed steps (:mod:`.clocks`), where nvidia-smi answers."""
-    if any(c is None for c in clocks):
-        return {}
-    return {"sm_clock_mhz": {"before": clocks[0][0], "after": clocks[-1][0], "max": clocks[0][1]}}
 
 
 def run_numpy(module: ModuleType, device: Any, size: dict[str, int], steps: int) -> dict[str, Any]:
@@ -200,9 +193,9 @@ def table(results: dict[str, list[dict[str, Any]]], device: str, sizes: str, ste
             shown = f"{reserved / MIB:.1f}" if reserved is not None else "-"
             # adaptive's step plan: blocks served from its arena, plans dropped, plans refused
             plan = f"{r['planned']} / {r['plan_drops']} / {r['plan_refusals']}" if r.get("planned") is not None else ""
-            clock = r.get("sm_clock_mhz")
-            if clock and min(clock["before"], clock["after"]) < LOW * clock["max"]:  # timed at a lowered clock
-                low.append(f"{wid} {r['strategy']}: SM clock {clock['before']}->{clock['after']} of {clock['max']} MHz")
+            slow = low_text(r.get("sm_clock_mhz"))  # timed at a lowered clock
+            if slow:
+                low.append(f"{wid} {r['strategy']}: {slow}")
             lines.append(
                 f"| {wid} | {r['strategy']} | {shown} | {in_use / MIB:.1f} | {ratio} | {vs} | "
                 f"{r['median_step_s'] * 1e3:.1f} | {step} | {r.get('allocations', '')} | {r.get('frees', '')} | "

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .clocks import LOW
+from .clocks import low_text
 
 __all__ = ["environment", "torch_info", "format_table", "format_text", "format_markdown"]
 
@@ -155,10 +155,9 @@ def format_table(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             ok = row["status"] == "ok"
             ratio = row.get("ember_ratio")
             note = _check_text(row.get("check")) if ok else row.get("reason", "")
-            clock = row.get("sm_clock_mhz")
-            if clock and min(clock["before"], clock["after"]) < LOW * clock["max"]:  # timed at a lowered clock
-                note = f"{note}; " if note else ""
-                note += f"SM clock {clock['before']}->{clock['after']} of {clock['max']} MHz"
+            low = low_text(row.get("sm_clock_mhz"))  # timed at a lowered clock
+            if low:
+                note = f"{note}; {low}" if note else low
             pool = row.get("pool")
             if pool and (pool["allocations"] or pool["frees"]):  # the pool had not settled: driver calls timed
                 note = f"{note}; " if note else ""

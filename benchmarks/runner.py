@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from . import w1_dispatch, w2_mlp, w3_cnn, w4_transformer, w5_gemm, w6_elementwise
-from .clocks import sm_clock
+from .clocks import sm_clock, span
 from .harness import HEAT_S, Case, Unavailable, compare, time_case
 from .peers import PEERS, Impl, ember_impl, ember_jit_impl, ember_unfused_impl, import_peer, peer_impl
 
@@ -125,8 +125,9 @@ def _measure(
         "min_ms": min(times) * 1e3,
         "times_ms": [t * 1e3 for t in times],
     }
-    if clocks and all(c is not None for c in clocks):
-        row["sm_clock_mhz"] = {"before": clocks[0][0], "after": clocks[-1][0], "max": clocks[0][1]}
+    clock = span(clocks[0], clocks[-1]) if clocks else None
+    if clock is not None:
+        row["sm_clock_mhz"] = clock
     if len(marks) == 2 and marks[0] is not None and marks[1] is not None:
         row["pool"] = {"allocations": marks[1][0] - marks[0][0], "frees": marks[1][1] - marks[0][1]}
     value = module.derived(size, median)
