@@ -4,6 +4,7 @@ weight, split) against float64 numpy references."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
@@ -117,6 +118,42 @@ def test_the_walk_drops_a_forward_output_once_its_last_reader_has_run(monkeypatc
     monkeypatch.setattr(op, "vjp", probe)
     loss.backward()
     assert seen == [True]
+
+
+def test_a_max_pool_output_dies_with_its_last_other_reader(monkeypatch):
+    """max_pool's rule finds each window's maximum again from its input: the pool's output, read
+    by the convolution after it, is gone by the time the pool's rule runs (a CNN's backward pass
+    held it until then), and the input gradient matches a float64 loop over the windows."""
+    rng = np.random.default_rng(4)
+    xs, ws = rng.standard_normal((2, 3, 6, 6)), rng.standard_normal((4, 3, 3, 3))
+    x, w = leaf(xs), leaf(ws)
+    h = em.max_pool(x, 2)
+    ref = weakref.ref(h)
+    loss = em.conv(h, w, padding=1).sum()
+    del h
+    seen = []
+    op = OPS["max_pool"]
+    rule = op.vjp
+
+    def probe(*args, **params):
+        seen.append(ref() is None)
+        return rule(*args, **params)
+
+    monkeypatch.setattr(op, "vjp", probe)
+    loss.backward()
+    assert seen == [True]
+    # d loss / d h: every output pixel of the convolution sums its taps, so h's gradient is the
+    # sum of the weights over the taps that land inside the output
+    gh = np.zeros((2, 3, 3, 3))
+    for i, j, u, v in itertools.product(range(3), range(3), range(3), range(3)):
+        if 0 <= i + 1 - u < 3 and 0 <= j + 1 - v < 3:
+            gh[:, :, i, j] += ws[:, :, u, v].sum(axis=0)
+    want = np.zeros_like(xs)
+    for b, c, i, j in itertools.product(range(2), range(3), range(3), range(3)):
+        win = xs[b, c, 2 * i : 2 * i + 2, 2 * j : 2 * j + 2]
+        u, v = np.unravel_index(np.argmax(win), win.shape)  # argmax: the first maximum
+        want[b, c, 2 * i + u, 2 * j + v] = gh[b, c, i, j]
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-12)
 
 
 def _attention_ref(q, k, v, g, scale, mask=None, causal=False):

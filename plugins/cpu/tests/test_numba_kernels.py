@@ -17,7 +17,8 @@ from ember_cpu.backend import NATIVE_CALLS  # noqa: E402 - after the skip
 
 
 def _max_pool_grad_reference(x, g, kernel, stride, padding, dilation):
-    """Loop over windows in float64: each window's gradient goes to its first maximum."""
+    """Loop over windows in float64: each window's gradient goes to its first maximum (none when
+    the window holds a NaN: its maximum is NaN, which no element equals)."""
     n, c, h, w = x.shape
     (ph, _), (pw, _) = padding
     oh, ow = g.shape[2:]
@@ -30,6 +31,9 @@ def _max_pool_grad_reference(x, g, kernel, stride, padding, dilation):
             value = x[b, ch, y, xx] if inside else -np.inf  # padding is -inf
             if best is None or value > best:  # strictly greater: the first maximum wins ties
                 best, where = value, ((y, xx) if inside else None)
+            if np.isnan(value):
+                best, where = np.nan, None
+                break
         if where is not None:
             grad[b, ch, where[0], where[1]] += g[b, ch, i, j]
     return grad
@@ -45,6 +49,8 @@ def test_max_pool_backward_matches_a_float64_reference(kernel, stride, padding, 
     gen = np.random.default_rng(0)
     xv = gen.standard_normal((2, 3, *hw)).astype(dtype)
     xv[0, 0, :2, :2] = 1.5  # a tie: the first maximum takes the gradient
+    xv[1, 1, :3, :3] = -np.inf  # windows whose maximum is -inf: the first element (not a pad) takes it
+    xv[1, 2, 1, 1] = np.nan  # windows holding a NaN: no gradient
     dev = em.Device("cpu").autodiff()
     x = em.tensor(xv, device=dev, requires_grad=True)
     y = em.max_pool(x, kernel, stride=stride, padding=padding, dilation=dilation)

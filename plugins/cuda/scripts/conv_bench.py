@@ -168,7 +168,7 @@ def main() -> None:
         row(f"{pool} max_pool", t, None)
         g = rng.standard_normal(out.shape, dtype=f32)
         dx = cp.empty(xs, f32)
-        args = (g, x, out, dx, *dims, i32(2), i32(2), i32(0), i32(0))
+        args = (g, x, dx, *dims, i32(2), i32(2), i32(0), i32(0))
         for name in ("max_pool_backward_tiled2x2", "max_pool_backward_tiled"):
             t = timer(f"{pool} {name}", kernel(name, out.size, args))
             label = f"{pool} max_pool_backward (a thread per window)" if name.endswith("2x2") else ""
@@ -290,7 +290,7 @@ def main() -> None:
 
             want_dx = bwd_t()
         op(f"{pool} max_pool", lambda: new["max_pool"](x, **PGEO), fwd_t, want_out)
-        op(f"{pool} max_pool backward", lambda: new["max_pool_backward"](g, x, out, **PGEO), bwd_t, want_dx)
+        op(f"{pool} max_pool backward", lambda: new["max_pool_backward"](g, x, **PGEO), bwd_t, want_dx)
 
     for layer in LAYERS:
         guarded(f"{layer} ops", lambda layer=layer: conv_cases(layer))

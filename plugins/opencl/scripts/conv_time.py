@@ -92,7 +92,7 @@ def main() -> int:
     pool = ((2, 2), (2, 2), ((0, 0), (0, 0)), one)
     y1 = window.max_pool(rt, x1, *pool)
     print(f"max_pool 2x2 on {x1.shape}: {timed(lambda: window.max_pool(rt, x1, *pool)):.1f}")
-    back = lambda: window.max_pool_backward(rt, y1, x1, y1, (2, 2), (2, 2), ((0, 0),) * 2, one)  # noqa: E731
+    back = lambda: window.max_pool_backward(rt, y1, x1, (2, 2), (2, 2), ((0, 0),) * 2, one)  # noqa: E731
     print(f"max_pool_backward 2x2 (tiled) on {x1.shape}: {timed(back):.1f}")
     return 0
 

@@ -2,7 +2,7 @@
 is a step bound by its kernels or by the host that queues them?
 
     python plugins/opencl/scripts/kernel_time.py W3 --device opencl:0 --sizes gpu [--steps 10] [--jit]
-        [--by-grid] [--ops matmul] [--gaps 15]
+        [--by-grid] [--ops matmul] [--gaps 15] [--warm 3]
 
 Opens the device with a profiling queue (pyopencl's CommandQueue wrapped before ember-opencl makes
 its queue), records the event of every kernel ember-opencl launches (programs build before their
@@ -40,6 +40,7 @@ def main() -> int:
     p.add_argument("--device", default="opencl:0")
     p.add_argument("--sizes", default="gpu")
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warm", type=int, default=3, help="synchronized steps before the timed ones")
     p.add_argument("--jit", action="store_true")
     p.add_argument("--by-grid", action="store_true", help="one line per kernel and launch grid")
     p.add_argument("--ops", default="", help="comma-separated ops (e.g. matmul): GPU time per call shape too")
@@ -59,7 +60,7 @@ def main() -> int:
     step = case.step
     step()
     case.result()  # one read-back first, as the runner's check: a GPU then runs its tuned GEMMs, not the generic one
-    for _ in range(3):
+    for _ in range(args.warm):
         step()
         case.sync()
     EVENTS.clear()

@@ -272,7 +272,7 @@ def test_conv_plans_are_reused(rt, counted, monkeypatch):
         want_p = x[:, :, :8].reshape(3, 16, 4, 2, 4, 2).max(axis=(3, 5))
         np.testing.assert_array_equal(rt.download(p), want_p)
         gp = RNG.standard_normal(want_p.shape).astype(np.float32)
-        got = rt.download(window.max_pool_backward(rt, _up(rt, gp), xt, p, *pool))
+        got = rt.download(window.max_pool_backward(rt, _up(rt, gp), xt, *pool))
         win = x[:, :, :8].reshape(3, 16, 4, 2, 4, 2).transpose(0, 1, 2, 4, 3, 5).reshape(3, 16, 4, 4, 4)
         first = np.eye(4)[win.argmax(axis=-1)] * gp[..., None]  # (no ties in normal draws)
         want_g = np.zeros(x.shape)

@@ -292,16 +292,17 @@ def max_pool(
 def max_pool_backward(
     g: Any,
     x: Any,
-    out: Any,
     *,
     kernel: tuple[int, ...],
     stride: tuple[int, ...],
     padding: Pads,
     dilation: tuple[int, ...],
 ) -> Any:
-    """Route each window's gradient to its first maximum, one strided slice per kernel offset."""
+    """Route each window's gradient to its first maximum, one strided slice per kernel offset
+    (the maxima found again from ``x``, as the forward found them)."""
     xp = module_of(g).xp
     padded = _pad(x, padding, -xp.inf)
+    out = _reduce_windows(x, "maximum", kernel, stride, padding, dilation, -xp.inf)
     grad = xp.zeros(padded.shape, dtype=g.dtype)
     found = xp.zeros(out.shape, dtype=bool)
     for offsets in itertools.product(*(range(k) for k in kernel)):

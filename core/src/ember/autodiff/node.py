@@ -28,7 +28,7 @@ INPUTS_UNREAD = frozenset(
 #: ops whose vjp rule never reads the op's output
 OUTPUT_UNREAD = frozenset(
     {
-        "add", "sub", "neg", "mul", "div", "cast", "where", "matmul", "conv", "gelu", "avg_pool",
+        "add", "sub", "neg", "mul", "div", "cast", "where", "matmul", "conv", "gelu", "avg_pool", "max_pool",
         "layer_norm", "cross_entropy",
         "reshape", "permute", "expand", "slice", "pad", "flip", "concat", "sum",
         "log", "log1p", "log2", "log10", "erf", "square", "sin", "cos", "sinh", "cosh",

@@ -80,35 +80,35 @@ def _first_max(win: Tensor, y: Tensor) -> list[Tensor]:
     return masks
 
 
-def _max_pool_grad_composite(
-    g: Tensor, x: Tensor, out: Tensor, kernel: Any, stride: Any, padding: Pads, dilation: Any
-) -> Tensor:
+def _max_pool_grad_composite(g: Tensor, x: Tensor, kernel: Any, stride: Any, padding: Pads, dilation: Any) -> Tensor:
     win = _windows(x, kernel, stride, padding, dilation, float("-inf"))
     n, c, k, length = win._shape
     gy = reshape(g, (n, c, 1, length))
-    parts = [where(hit, gy, 0.0) for hit in _first_max(win, reshape(out, (n, c, 1, length)))]
+    parts = [where(hit, gy, 0.0) for hit in _first_max(win, reduce_max(win, axis=2, keepdims=True))]
     gcols = reshape(concat(parts, axis=2) if k > 1 else parts[0], (n, c * k, length))
     return _fold_op(gcols, x._shape[2:], kernel, stride, padding, dilation)
 
 
 def _max_pool_grad_vjp(
-    gg: Tensor, gx: Tensor, g: Tensor, x: Tensor, out: Tensor, kernel: Any, stride: Any, padding: Pads, dilation: Any
+    gg: Tensor, gx: Tensor, g: Tensor, x: Tensor, kernel: Any, stride: Any, padding: Pads, dilation: Any
 ) -> tuple[Any, ...]:
     # linear in g: the adjoint picks gg at each window's first maximum; zero almost everywhere in x
     win = _windows(x, kernel, stride, padding, dilation, float("-inf"))
     n, c, k, length = win._shape
     ggw = _windows(gg, kernel, stride, padding, dilation, 0.0)
     picked = None
-    for i, hit in enumerate(_first_max(win, reshape(out, (n, c, 1, length)))):
+    for i, hit in enumerate(_first_max(win, reduce_max(win, axis=2, keepdims=True))):
         part = where(hit, slice_tensor(ggw, (0, 0, i, 0), (n, c, i + 1, length), (1, 1, 1, 1)), 0.0)
         picked = part if picked is None else picked + part
-    return reshape(picked, g._shape), None, None
+    return reshape(picked, g._shape), None
 
 
 MAX_POOL_GRAD = define(
     "max_pool_backward",
     kind="other",
-    native="max_pool_backward(g, x, out, *, kernel, stride, padding, dilation) -> handle",
+    # the window maxima are found again from x, not read from the forward's output: the output
+    # need not live until the backward pass (it dies with its last other consumer)
+    native="max_pool_backward(g, x, *, kernel, stride, padding, dilation) -> handle",
     composite=_max_pool_grad_composite,
     vjp=_max_pool_grad_vjp,
 )
@@ -118,7 +118,7 @@ def _max_pool_vjp(
     g: Tensor, out: Tensor, x: Tensor, kernel: Any, stride: Any, padding: Pads, dilation: Any
 ) -> tuple[Any]:
     params = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation}
-    return (apply(MAX_POOL_GRAD, (g, x, out), params, x._shape, x._dtype),)
+    return (apply(MAX_POOL_GRAD, (g, x), params, x._shape, x._dtype),)
 
 
 def _divisor(divisor: tuple[Ints, ...], like: Tensor) -> Tensor:

@@ -269,7 +269,7 @@ class CpuBackend(Backend):
 
     @native
     def max_pool_backward(
-        self, g: np.ndarray, x: np.ndarray, out: np.ndarray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
+        self, g: np.ndarray, x: np.ndarray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
     ) -> np.ndarray:
         """2-D float32/float64 pools in one parallel numba pass; everything else the numpy kernel."""
         if NO_FUSION is None and len(kernel) == 2 and x.dtype in _NATIVE_FLOATS and g.dtype == x.dtype:
@@ -277,11 +277,10 @@ class CpuBackend(Backend):
 
             NATIVE_CALLS["max_pool_backward"] += 1
             return max_pool2d_backward(
-                np.ascontiguousarray(g), np.ascontiguousarray(x), np.ascontiguousarray(out),
-                kernel, stride, padding, dilation,
+                np.ascontiguousarray(g), np.ascontiguousarray(x), kernel, stride, padding, dilation
             )  # fmt: skip
         params = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation}
-        return _KERNELS["max_pool_backward"](g, x, out, **params)
+        return _KERNELS["max_pool_backward"](g, x, **params)
 
     @native
     def conv(

@@ -39,38 +39,37 @@ __all__ = [
 
 
 @njit(parallel=PARALLEL, fastmath=False, cache=True, nogil=True)
-def _max_pool2d_backward(g, x, out, grad, kh, kw, sh, sw, ph, pw, dh, dw):  # pragma: no cover - numba
+def _max_pool2d_backward(g, x, grad, kh, kw, sh, sw, ph, pw, dh, dw):  # pragma: no cover - numba
     n, c, h, w = x.shape
-    oh, ow = out.shape[2], out.shape[3]
+    oh, ow = g.shape[2], g.shape[3]
     for plane in prange(n * c):
         b = plane // c
         ch = plane % c
         for i in range(oh):
             for j in range(ow):
-                m = out[b, ch, i, j]
-                done = False
+                # the first tap holding the window's maximum (padding -inf); none when that is NaN
+                m = -np.inf
+                at_y, at_x = -1, -1
                 for u in range(kh):
                     y = i * sh - ph + u * dh
                     for v in range(kw):
                         xx = j * sw - pw + v * dw
                         inside = 0 <= y < h and 0 <= xx < w
                         value = x[b, ch, y, xx] if inside else -np.inf
-                        if value == m:
-                            if inside:
-                                grad[b, ch, y, xx] += g[b, ch, i, j]
-                            done = True
-                            break
-                    if done:
-                        break
+                        if (u == 0 and v == 0) or not (m >= value or m != m):  # the forward's fold
+                            m = value
+                            at_y, at_x = (y, xx) if inside else (-1, -1)
+                if at_y >= 0 and m == m:
+                    grad[b, ch, at_y, at_x] += g[b, ch, i, j]
 
 
 @njit(fastmath=False, cache=True, nogil=True)
-def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw, lo, hi):  # pragma: no cover - numba
+def _max_pool2d_backward_disjoint(g, x, grad, kh, kw, sh, sw, lo, hi):  # pragma: no cover - numba
     """Windows that do not overlap (stride >= kernel, no padding or dilation), planes flattened:
     every element of a window is stored (the gradient at its first maximum, else 0), without
     branches, so ``grad`` need not be zeroed where windows cover it. Planes in parallel, on the
     threads ``conv_kernels.kernel_threads`` gives (numpy's BLAS's count)."""
-    planes, oh, ow = out.shape
+    planes, oh, ow = g.shape
     if kh == 2 and kw == 2:  # unrolled: the loops over runtime window sizes ran ~6x slower
         for p in range(lo, hi):
             for i in range(oh):
@@ -79,12 +78,15 @@ def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw, lo, hi):  # p
                 for j in range(ow):
                     c0 = j * sw
                     c1 = c0 + 1
-                    m = out[p, i, j]
+                    x0, x1, x2, x3 = x[p, r0, c0], x[p, r0, c1], x[p, r1, c0], x[p, r1, c1]
+                    m = x0 if (x0 >= x1 or x0 != x0) else x1  # the forward's fold: a NaN wins, and
+                    m = m if (m >= x2 or m != m) else x2  # then no tap equals m (no gradient)
+                    m = m if (m >= x3 or m != m) else x3
                     gv = g[p, i, j]
-                    a = x[p, r0, c0] == m
-                    b = (x[p, r0, c1] == m) and not a  # loads first: no branch around them
-                    c = (x[p, r1, c0] == m) and not (a or b)
-                    d = (x[p, r1, c1] == m) and not (a or b or c)
+                    a = x0 == m
+                    b = (x1 == m) and not a
+                    c = (x2 == m) and not (a or b)
+                    d = (x3 == m) and not (a or b or c)
                     grad[p, r0, c0] = gv if a else 0
                     grad[p, r0, c1] = gv if b else 0
                     grad[p, r1, c0] = gv if c else 0
@@ -93,7 +95,11 @@ def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw, lo, hi):  # p
     for p in range(lo, hi):
         for i in range(oh):
             for j in range(ow):
-                m = out[p, i, j]
+                m = x[p, i * sh, j * sw]
+                for u in range(kh):
+                    for v in range(kw):
+                        value = x[p, i * sh + u, j * sw + v]
+                        m = m if (m >= value or m != m) else value
                 gv = g[p, i, j]
                 done = False
                 for u in range(kh):
@@ -106,17 +112,17 @@ def _max_pool2d_backward_disjoint(g, x, out, grad, kh, kw, sh, sw, lo, hi):  # p
 def max_pool2d_backward(
     g: np.ndarray,
     x: np.ndarray,
-    out: np.ndarray,
     kernel: tuple[int, int],
     stride: tuple[int, int],
     padding: tuple[tuple[int, int], tuple[int, int]],
     dilation: tuple[int, int],
 ) -> np.ndarray:
-    """The gradient of a 2-D max pool with respect to ``x`` (float32 or float64, NCHW)."""
+    """The gradient of a 2-D max pool with respect to ``x`` (float32 or float64, NCHW); each
+    window's maximum is found again from ``x``, as the forward found it."""
     disjoint = stride[0] >= kernel[0] and stride[1] >= kernel[1] and tuple(dilation) == (1, 1)
     if disjoint and not any(lo or hi for lo, hi in padding):
         n, c, h, w = x.shape
-        oh, ow = out.shape[2:]
+        oh, ow = g.shape[2:]
         planes = n * c
         covered = stride[0] == kernel[0] and stride[1] == kernel[1] and oh * stride[0] == h and ow * stride[1] == w
         grad = np.empty(x.shape, dtype=x.dtype) if covered else np.zeros(x.shape, dtype=x.dtype)
@@ -124,13 +130,13 @@ def max_pool2d_backward(
         # (64x32x28x28, 2x2) ~10x faster than the generic loop (see the 2026-12-05 log)
         split(
             _max_pool2d_backward_disjoint, planes,
-            g.reshape(planes, *g.shape[2:]), x.reshape(planes, h, w), out.reshape(planes, *out.shape[2:]),
-            grad.reshape(planes, h, w), kernel[0], kernel[1], stride[0], stride[1],
+            g.reshape(planes, *g.shape[2:]), x.reshape(planes, h, w), grad.reshape(planes, h, w),
+            kernel[0], kernel[1], stride[0], stride[1],
         )  # fmt: skip
         return grad
     grad = np.zeros(x.shape, dtype=x.dtype)
     _max_pool2d_backward(
-        g, x, out, grad, kernel[0], kernel[1], stride[0], stride[1], padding[0][0], padding[1][0],
+        g, x, grad, kernel[0], kernel[1], stride[0], stride[1], padding[0][0], padding[1][0],
         dilation[0], dilation[1],
     )  # fmt: skip
     return grad

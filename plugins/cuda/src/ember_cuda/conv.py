@@ -261,9 +261,17 @@ extern "C" __global__ void ember_max_pool_{T}(const T* __restrict__ x, T* __rest
     }}
 }}
 
-// the index (kh*KW + kw) of the window's first tap equal to best (padding taps are -inf), or -1
-__device__ __forceinline__ int first_max(const T* __restrict__ xp, const T best, const int h0, const int w0,
-        const int H, const int W, const int KH, const int KW, const int dh, const int dw) {{
+// the index (kh*KW + kw) of the window's first tap holding its maximum (padding taps are -inf), or
+// -1 when none does (a NaN maximum): the maximum found again as ember_max_pool finds it, so the
+// forward's output need not be kept for the backward pass
+__device__ __forceinline__ int first_max(const T* __restrict__ xp, const int h0, const int w0, const int H,
+        const int W, const int KH, const int KW, const int dh, const int dw) {{
+    T best = NEG_INF;
+    for (int kh = 0; kh < KH; kh++)
+        for (int kw = 0; kw < KW; kw++) {{
+            const T v = tap(xp, h0 + kh * dh, w0 + kw * dw, H, W);
+            if (v > best || v != v) best = v;
+        }}
     for (int kh = 0; kh < KH; kh++)
         for (int kw = 0; kw < KW; kw++)
             if (tap(xp, h0 + kh * dh, w0 + kw * dw, H, W) == best) return kh * KW + kw;
@@ -276,7 +284,7 @@ __device__ __forceinline__ int first_max(const T* __restrict__ xp, const T best,
 // x is read once, dx written once, with no search per input element.
 template <int FKH, int FKW>
 __device__ __forceinline__ void max_pool_backward_tiled_body(const T* __restrict__ g, const T* __restrict__ x,
-        const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
+        T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
         const int OW, const int KH_, const int KW_, const int ph, const int pw) {{
     const int KH = FKH ? FKH : KH_, KW = FKW ? FKW : KW_;  // compile-time when fixed: loops unroll
     const int P = OH * OW;
@@ -285,7 +293,7 @@ __device__ __forceinline__ void max_pool_backward_tiled_body(const T* __restrict
         const T* __restrict__ xp = x + nc * H * W;
         T* __restrict__ dp = dx + nc * H * W;
         const int h0 = oh * KH - ph, w0 = ow * KW - pw;
-        const int first = first_max(xp, out[i], h0, w0, H, W, KH, KW, 1, 1);
+        const int first = first_max(xp, h0, w0, H, W, KH, KW, 1, 1);
         const int fh = first < 0 ? -1 : first / KW, fw = first - fh * KW;
         const T gv = g[i];
         const int hs = h0 > 0 ? h0 : 0, he = oh == OH - 1 ? H : min(h0 + KH, H);
@@ -296,20 +304,20 @@ __device__ __forceinline__ void max_pool_backward_tiled_body(const T* __restrict
     }}
 }}
 extern "C" __global__ void ember_max_pool_backward_tiled_{T}(const T* __restrict__ g, const T* __restrict__ x,
-        const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
+        T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
         const int OW, const int KH, const int KW, const int ph, const int pw) {{
-    max_pool_backward_tiled_body<0, 0>(g, x, out, dx, NC, H, W, OH, OW, KH, KW, ph, pw);
+    max_pool_backward_tiled_body<0, 0>(g, x, dx, NC, H, W, OH, OW, KH, KW, ph, pw);
 }}
 extern "C" __global__ void ember_max_pool_backward_tiled2x2_{T}(const T* __restrict__ g, const T* __restrict__ x,
-        const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
+        T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
         const int OW, const int KH, const int KW, const int ph, const int pw) {{
-    max_pool_backward_tiled_body<2, 2>(g, x, out, dx, NC, H, W, OH, OW, KH, KW, ph, pw);
+    max_pool_backward_tiled_body<2, 2>(g, x, dx, NC, H, W, OH, OW, KH, KW, ph, pw);
 }}
 
 // any other window: a thread per input, dx[nc, ih, iw] = the sum of g over the windows whose first
 // tap equal to their maximum is (ih, iw)
 extern "C" __global__ void ember_max_pool_backward_{T}(const T* __restrict__ g, const T* __restrict__ x,
-        const T* __restrict__ out, T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
+        T* __restrict__ dx, const int NC, const int H, const int W, const int OH,
         const int OW, const int KH, const int KW, const int sh, const int sw, const int ph, const int pw,
         const int dh, const int dw) {{
     const int HW = H * W;
@@ -328,7 +336,7 @@ extern "C" __global__ void ember_max_pool_backward_{T}(const T* __restrict__ g, 
                 const int ow = b / sw;
                 if (ow * sw != b || ow >= OW) continue;
                 const int o = (nc * OH + oh) * OW + ow;
-                if (first_max(xp, out[o], oh * sh - ph, ow * sw - pw, H, W, KH, KW, dh, dw) == kh * KW + kw)
+                if (first_max(xp, oh * sh - ph, ow * sw - pw, H, W, KH, KW, dh, dw) == kh * KW + kw)
                     acc += g[o];
             }}
         }}
@@ -650,24 +658,27 @@ def conv_kernels(cp: Any, fallback: dict[str, Callable[..., Any]]) -> dict[str, 
         launch(ctype, "max_pool", out.size, args)
         return out
 
-    def max_pool_backward(g: Any, x: Any, out: Any, *, kernel: Any, stride: Any, padding: Any, dilation: Any) -> Any:
-        ctype = plain(g, x, out, nd=len(kernel))
-        if ctype is None or x.size == 0 or g.shape != out.shape:
-            return other_pool_grad(g, x, out, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+    def max_pool_backward(g: Any, x: Any, *, kernel: Any, stride: Any, padding: Any, dilation: Any) -> Any:
+        ctype = plain(g, x, nd=len(kernel))
+        if ctype is None or x.size == 0:
+            return other_pool_grad(g, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
         n, c, h, w = x.shape
-        oh, ow = out.shape[2:]
-        if out.size == 0:  # no window: no gradient
+        oh = _blocks(h, kernel[0], stride[0], padding[0], dilation[0])
+        ow = _blocks(w, kernel[1], stride[1], padding[1], dilation[1])
+        if g.shape != (n, c, oh, ow):
+            return other_pool_grad(g, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+        if g.size == 0:  # no window: no gradient
             return cp.zeros(x.shape, dtype=x.dtype)
         dx = cp.empty(x.shape, dtype=x.dtype)
-        g, x, out = cp.ascontiguousarray(g), cp.ascontiguousarray(x), cp.ascontiguousarray(out)
+        g, x = cp.ascontiguousarray(g), cp.ascontiguousarray(x)
         (kh, kw), (ph, pw) = kernel, (padding[0][0], padding[1][0])
         if tuple(stride) == (kh, kw) and tuple(dilation) == (1, 1) and ph < kh and pw < kw:
-            args = (g, x, out, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), i32(kh), i32(kw), i32(ph), i32(pw))
+            args = (g, x, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), i32(kh), i32(kw), i32(ph), i32(pw))
             name = "max_pool_backward_tiled2x2" if (kh, kw) == (2, 2) else "max_pool_backward_tiled"
-            launch(ctype, name, out.size, args, "max_pool_backward")
+            launch(ctype, name, g.size, args, "max_pool_backward")
             return dx
         geo = geometry(kernel, stride, padding, dilation)
-        args = (g, x, out, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), *geo)
+        args = (g, x, dx, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), *geo)
         launch(ctype, "max_pool_backward", dx.size, args)
         return dx
 

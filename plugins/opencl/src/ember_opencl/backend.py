@@ -471,11 +471,11 @@ class OpenCLBackend(ViewMovement, Backend):
 
     @native
     def max_pool_backward(
-        self, g: CLArray, x: CLArray, out: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
+        self, g: CLArray, x: CLArray, *, kernel: Any, stride: Any, padding: Any, dilation: Any
     ) -> CLArray:
         from . import window as cv  # noqa: PLC0415
 
-        return cv.max_pool_backward(self.rt, g, x, out, kernel, stride, padding, dilation)
+        return cv.max_pool_backward(self.rt, g, x, kernel, stride, padding, dilation)
 
     @native
     def avg_pool(self, x: CLArray, *, kernel: Any, stride: Any, padding: Any, divisor: Any) -> CLArray:

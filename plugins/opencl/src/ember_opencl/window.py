@@ -157,6 +157,13 @@ def _window_taps(nd: int, base: str, step: str) -> Any:
     return pre
 
 
+def _max_step(c: Any, last: int) -> list[str]:
+    """The innermost lines folding tap ``xo{last}`` into the window maximum ``m``: a pad tap (-inf)
+    never replaces it, a NaN does (max_pool's rule, which its gradient kernels repeat)."""
+    return [f"if (!in{last}) continue;", f"const {c.compute} v = ({c.compute}){c.load('x', f'xo{last}')};",
+            "if (v > m || isnan(v)) m = v;"]  # fmt: skip
+
+
 def _source(kind: str, dt: str, nd: int, idx: str) -> tuple[str, list[Any]]:
     """kind: unfold | fold | max_pool | avg_pool | max_pool_backward | max_pool_backward_tiled."""
     c = ctype(dt)
@@ -178,8 +185,8 @@ def _source(kind: str, dt: str, nd: int, idx: str) -> tuple[str, list[Any]]:
         params.append(f"__global const {A}* restrict divisor")
         types.append(None)
     if kind.startswith("max_pool_backward"):
-        params += _tensor("g", c, rank) + _tensor("y", c, rank)
-        types += ([None, I] + [I] * rank) * 2
+        params += _tensor("g", c, rank)
+        types += [None, I] + [I] * rank
     body: list[str] = ["const IDX K = " + " * ".join(f"kr{d}" for d in range(nd)) + ";"]
     last = nd - 1
     if kind in ("unfold", "max_pool", "avg_pool", "max_pool_backward_tiled"):
@@ -196,21 +203,24 @@ def _source(kind: str, dt: str, nd: int, idx: str) -> tuple[str, list[Any]]:
         load = c.load("x", f"xo{last}")
         body += _nest(nd, _window_taps(nd, "xb", "st{d}"), [f"{c.store('out', 'o', f'in{last} ? ({A}){load} : value')}",
                                                            "o += Lb;"])  # fmt: skip
-    elif kind in ("max_pool", "avg_pool"):
-        mx = kind == "max_pool"
-        step = "if (v > acc || isnan(v)) acc = v;" if mx else "acc += v;"  # a pad tap: -inf or 0, no change
-        body += [f"{A} acc = {'-INFINITY' if mx else f'({A})0'};"]
-        inner = [f"if (!in{last}) continue;", f"const {A} v = ({A}){c.load('x', f'xo{last}')};", step]
+    elif kind == "max_pool":
+        body += [f"{A} m = -INFINITY;"]
+        body += _nest(nd, _window_taps(nd, "xb", "st{d}"), _max_step(c, last))
+        body.append(c.store("out", "i", "m"))
+    elif kind == "avg_pool":
+        body += [f"{A} acc = ({A})0;"]
+        inner = [f"if (!in{last}) continue;", f"acc += ({A}){c.load('x', f'xo{last}')};"]  # a pad tap adds 0
         body += _nest(nd, _window_taps(nd, "xb", "st{d}"), inner)
-        body.append(c.store("out", "i", "acc / divisor[l]" if kind == "avg_pool" else "acc"))
+        body.append(c.store("out", "i", "acc / divisor[l]"))
     elif kind == "max_pool_backward_tiled":
         # windows tile the input (stride == kernel, dilation 1): this window's thread writes every
         # input it covers (the last window of an axis also those past it): g at the first tap equal to
-        # the window's maximum (taps past the edges are -inf; none when the maximum is NaN), 0 elsewhere
-        yb = "y_off + nn * y_s0 + ch * y_s1 + " + " + ".join(f"b{d} * y_s{d + 2}" for d in range(nd))
+        # the window's maximum (found again as max_pool finds it; taps past the edges are -inf; none
+        # when the maximum is NaN), 0 elsewhere
         gb = "g_off + nn * g_s0 + ch * g_s1 + " + " + ".join(f"b{d} * g_s{d + 2}" for d in range(nd))
+        body += [f"{A} m = -INFINITY;"]
+        body += _nest(nd, _window_taps(nd, "xb", "kr{d}"), _max_step(c, last))
         body += [
-            f"const {A} m = ({A}){c.load('y', yb)};",
             f"const {A} gv = ({A}){c.load('g', gb)};",
             "bool found = false;",
             "IDX " + ", ".join(f"f{d} = -1" for d in range(nd)) + ";",
@@ -260,7 +270,6 @@ def _source(kind: str, dt: str, nd: int, idx: str) -> tuple[str, list[Any]]:
             at = f"x_off + nn * x_s0 + (ch * K + kk{last}) * x_s1 + lb{last} * x_s2"
             inner = [f"acc += ({A}){c.load('x', at)};"]
         else:
-            yb = "y_off + nn * y_s0 + ch * y_s1 + " + " + ".join(f"b{d} * y_s{d + 2}" for d in range(nd))
             gb = "g_off + nn * g_s0 + ch * g_s1 + " + " + ".join(f"b{d} * g_s{d + 2}" for d in range(nd))
             xb = "x_off + nn * x_s0 + ch * x_s1"
 
@@ -277,8 +286,12 @@ def _source(kind: str, dt: str, nd: int, idx: str) -> tuple[str, list[Any]]:
                 f"const {A} v = iw{last} ? ({A}){c.load('x', f'xw{last}')} : -INFINITY;",
                 "if (v == m) { found = true; mine = " + " && ".join(f"w{d} == k{d}" for d in range(nd)) + "; }",
             ]
+            # window b's maximum found again as max_pool finds it (its output is not kept for the backward pass)
+            peak = [f"if (!iw{last}) continue;", f"const {A} v = ({A}){c.load('x', f'xw{last}')};",
+                    "if (v > m || isnan(v)) m = v;"]  # fmt: skip
+            inner = [f"{A} m = -INFINITY;", *_nest(nd, scan, peak, "w")]
             loops = _nest(nd, scan, test, "w", hi=lambda d: f"kr{d} && !found")
-            inner = [f"const {A} m = ({A}){c.load('y', yb)};", "bool found = false, mine = false;", *loops]
+            inner += ["bool found = false, mine = false;", *loops]
             inner.append(f"if (mine) acc += ({A}){c.load('g', gb)};")
         body += _nest(nd, pre, inner)
         body.append(c.store("out", "i", "acc"))
@@ -400,23 +413,23 @@ def tiles(kernel: Any, stride: Any, padding: Pads, dilation: Any) -> bool:
 
 
 def max_pool_backward(
-    rt: Runtime, g: CLArray, x: CLArray, y: CLArray, kernel: Any, stride: Any, padding: Pads, dilation: Any
+    rt: Runtime, g: CLArray, x: CLArray, kernel: Any, stride: Any, padding: Pads, dilation: Any
 ) -> CLArray:
-    key = ("max_pool_backward", rt, x.dtype, g.shape, g.strides, g.offset, x.shape, x.strides, x.offset, y.shape,
-           y.strides, y.offset, kernel, stride, padding, dilation, rt.is_cpu, _index)  # fmt: skip
+    key = ("max_pool_backward", rt, x.dtype, g.shape, g.strides, g.offset, x.shape, x.strides, x.offset,
+           kernel, stride, padding, dilation, rt.is_cpu, _index)  # fmt: skip
     plan = _planned(key)
     if plan is not None:
         out = rt.empty(plan.shape, x.dtype)
-        _fire(rt, plan, out, (x, g, y))
+        _fire(rt, plan, out, (x, g))
         return out
     n, c = x.shape[:2]
     out = rt.empty(x.shape, x.dtype)
     if out.size:
-        blocks = tuple(y.shape[2:])
+        blocks = tuple(g.shape[2:])
         geo = (x.shape[2:], blocks, tuple(kernel), tuple(stride), tuple(dilation), padding)
         # a thread per window, writing all its inputs; else a thread per input, gathering over the windows that hold it
-        kind = "max_pool_backward_tiled" if y.size and tiles(kernel, stride, padding, dilation) else "max_pool_backward"
-        _run(rt, kind, out, y.size if kind.endswith("tiled") else out.size, (n, c), *geo, [x, g, y], key=key)
+        kind = "max_pool_backward_tiled" if g.size and tiles(kernel, stride, padding, dilation) else "max_pool_backward"
+        _run(rt, kind, out, g.size if kind.endswith("tiled") else out.size, (n, c), *geo, [x, g], key=key)
     return out
 
 

@@ -432,14 +432,13 @@ class WgpuBackend(ViewMovement, Backend):
         self,
         g: WgpuArray,
         x: WgpuArray,
-        out: WgpuArray,
         *,
         kernel: tuple[int, ...],
         stride: tuple[int, ...],
         padding: tuple[tuple[int, int], ...],
         dilation: tuple[int, ...],
     ) -> WgpuArray:
-        return pool.max_pool_backward(self.rt, g, x, out, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
+        return pool.max_pool_backward(self.rt, g, x, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
 
     @native
     def avg_pool(

@@ -141,17 +141,24 @@ def avg_pool(rt: Runtime, x: WgpuArray, kernel, stride, padding, divisor) -> Wgp
 
 
 def _grad_head(t: WType, f16: bool) -> str:
-    """The gradient kernels' bindings (G, X, O read; Y written) and thread prelude: thread ``e`` of ``P.n_out``."""
+    """The gradient kernels' bindings (G, X read; Y written) and thread prelude: thread ``e`` of ``P.n_out``."""
     return f"""{header(f16)}
 @group(0) @binding(1) var<storage, read> G: array<{t.storage}>;
 @group(0) @binding(2) var<storage, read> X: array<{t.storage}>;
-@group(0) @binding(3) var<storage, read> O: array<{t.storage}>;
-@group(0) @binding(4) var<storage, read_write> Y: array<{t.storage}>;
+@group(0) @binding(3) var<storage, read_write> Y: array<{t.storage}>;
 @compute @workgroup_size({WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
   {GROUP_ID}
   let e = gid_lin * {WG}u + t;
   if (e >= P.n_out) {{ return; }}"""
+
+
+def _peak(t: WType, win: list[str], inside: str, lin: str, pad: str) -> str:
+    """WGSL finding window ``bl``'s maximum ``m`` again as the forward kernel does (padding -inf,
+    NaN wins), ``pad`` the indentation: the forward's output is not kept for the backward pass."""
+    lines = ["var m = bitcast<f32>(0xff800000u);", "for (var q = 0u; q < P.kk; q = q + 1u) {"]
+    lines += ["  " + ln for ln in win] + [f"  if ({inside}) {{ m = f_max(m, {t.load(f'X[{lin}]')}); }}", "}"]
+    return ("\n" + pad).join(lines)
 
 
 def _grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-def]
@@ -174,7 +181,7 @@ def _grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-def]
   for (var w = 0u; w < P.kk; w = w + 1u) {{
     {chr(10).join("    " + ln for ln in reach + checks).strip()}
     let win = {blin};
-    let m = {t.load("O[win]")};
+    {_peak(t, win, inside, lin, "    ")}
     for (var q = 0u; q < P.kk; q = q + 1u) {{
       {chr(10).join("      " + ln for ln in win).strip()}
       var v = bitcast<f32>(0xff800000u);
@@ -187,7 +194,7 @@ def _grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-def]
   }}
   Y[e] = {t.store("acc")};
 }}"""
-    return body, _params(nd), ("r", "r", "r", "w")
+    return body, _params(nd), ("r", "r", "w")
 
 
 def _tiled_grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-def]
@@ -211,7 +218,7 @@ def _tiled_grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-
     store = f"Y[u32({pos})] = {t.store(f'select(0.0, gv, {hit})')};"
     body = f"""{_grad_head(t, f16)}
   {chr(10).join("  " + ln for ln in lines).strip()}
-  let m = {t.load("O[e]")};
+  {_peak(t, win, inside, lin, "  ")}
   let gv = {t.load("G[e]")};
   var found = false;
   {" ".join(f"var f{i} = 0u;" for i in range(nd))}
@@ -226,7 +233,7 @@ def _tiled_grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-
     {store}
   {" ".join(close)}
 }}"""
-    return body, _params(nd), ("r", "r", "r", "w")
+    return body, _params(nd), ("r", "r", "w")
 
 
 def tiles(kernel, stride, padding, dilation) -> bool:  # type: ignore[no-untyped-def]
@@ -235,22 +242,22 @@ def tiles(kernel, stride, padding, dilation) -> bool:  # type: ignore[no-untyped
     return all(s == k and d == 1 and lo < k for k, s, d, (lo, _) in zip(kernel, stride, dilation, padding))
 
 
-def max_pool_backward(rt: Runtime, g: WgpuArray, x: WgpuArray, out: WgpuArray, kernel, stride, padding, dilation):  # type: ignore[no-untyped-def]
+def max_pool_backward(rt: Runtime, g: WgpuArray, x: WgpuArray, kernel, stride, padding, dilation):  # type: ignore[no-untyped-def]
     nd = len(kernel)
     gx = rt.empty(x.shape, x.dtype)
     if gx.size == 0:
         return gx
     blocks = _blocks(x.shape[2:], kernel, stride, padding, dilation)
-    gc, xc, oc = [ew.contiguous(rt, a) for a in (g, x, out)]
+    gc, xc = [ew.contiguous(rt, a) for a in (g, x)]
     t = rt.types[x.dtype]
     f16 = rt.types.uses_f16(x.dtype)
-    buffers = [gc.buffer, xc.buffer, oc.buffer, gx.buffer]
-    if out.size and tiles(kernel, stride, padding, dilation):
+    buffers = [gc.buffer, xc.buffer, gx.buffer]
+    if g.size and tiles(kernel, stride, padding, dilation):
         k = compile_kernel(
             rt, ("pool_grad_tiled", t.name, nd), lambda: _tiled_grad_build(t, nd, f16), "max_pool_backward_tiled"
         )
-        values = _values(x.shape, kernel, stride, padding, dilation, blocks, out.size)
-        launch(rt, k, values, buffers, grid(ceil_div(out.size, WG)), "max_pool_grad_tiled")
+        values = _values(x.shape, kernel, stride, padding, dilation, blocks, g.size)
+        launch(rt, k, values, buffers, grid(ceil_div(g.size, WG)), "max_pool_grad_tiled")
         CALLS["tiled"] += 1
         return gx
     k = compile_kernel(rt, ("pool_grad", t.name, nd), lambda: _grad_build(t, nd, f16), "max_pool_backward")
