@@ -1,7 +1,7 @@
 """Where a step plan's blocks go (:mod:`.plan` decides when to plan and serves the plan): given one
 period of requests, their sizes and lifetimes, an offset in one buffer for each block that dies
-within the period (largest first and other orders, jittered where that packs tighter, each at the
-lowest offset free over its lifetime), or without views, whole-buffer slots shared by blocks whose
+within the period (largest first and other orders, then random ones where that packs tighter, each
+at the lowest offset free over its lifetime), or without views, whole-buffer slots shared by blocks whose
 lifetimes never overlap; the position to start the plan at; the period rotated to start there."""
 
 from __future__ import annotations
@@ -151,6 +151,7 @@ class _Plan:
 
 #: the orders :class:`_Plan` places an arena's blocks in (sort keys of length, lifetime, position)
 _ORDERS: tuple[Callable[[int, int, int], tuple[int, ...]], ...] = (
+    lambda n, life, j: (-n, -life, j),
     lambda n, life, j: (-n, j),
     lambda n, life, j: (-n * life, -n, j),
     lambda n, life, j: (-life, -n, j),
@@ -162,15 +163,23 @@ def _placement(lengths: list[int], lives: list[int], order: list[int], p: int) -
     floor = _peak(lengths, lives, order, p)
     offsets: list[int | None] = []
     extent = -1
-    # largest first packs most steps tightly; where short-lived large blocks cut the arena into
-    # gaps (conv's chunked columns: 9% over the peak on cuda W3), the largest size x lifetime
-    # first or the longest-lived first reach the peak: each is tried until one does; then, while
-    # none has, largest first with sizes jittered (a seeded generator: the same plan every run)
+    # largest first, the longer-lived of equal sizes lower, packs most steps tightly (every W3 and
+    # W4 trace of the GPUs to the peak); where short-lived large blocks cut the arena into gaps
+    # (conv's chunked columns: 9% over the peak on cuda W3), largest size x lifetime first or the
+    # longest-lived first reach it: each is tried until one does. Then, while none has, random
+    # orders, every fourth largest first with sizes jittered (a seeded generator: the same plan
+    # every run): lavapipe's W3 at CPU size, whose one long-lived block must lie under the large
+    # short-lived ones, is 5.2% over the peak by every fixed order, 0-4.7% by 256 random ones.
     keys = [lambda j, key=key: key(lengths[j], lives[j], j) for key in _ORDERS]
     rng = random.Random(len(order))
-    jitter = [lambda j: (-lengths[j] * (1 + JITTER * rng.random()), j)] * _jitter_tries(len(order))
-    for key in keys + jitter:
-        tried, top = _place(lengths, lives, sorted(order, key=key), p)
+    for t in range(len(keys) + _jitter_tries(len(order))):
+        if t < len(keys):
+            tried_order = sorted(order, key=keys[t])
+        elif t % 4 == 0:
+            tried_order = sorted(order, key=lambda j: (-lengths[j] * (1 + JITTER * rng.random()), j))
+        else:
+            tried_order = rng.sample(order, len(order))
+        tried, top = _place(lengths, lives, tried_order, p)
         if extent < 0 or top < extent:
             offsets, extent = tried, top
         if extent <= floor:
@@ -183,9 +192,10 @@ def _placement(lengths: list[int], lives: list[int], order: list[int], p: int) -
 _PLACED: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[list[int | None], int]] = {}
 _MAX_PLACED = 16
 
-#: how much largest-first's sizes are jittered by (a factor up to 1 + JITTER) in the plan's extra tries,
-#: and the work those tries may take (their count times the blocks squared: a period of 62 blocks gets
-#: 256 tries, ~70 ms on a 2-core EPYC; one of 500, 6 (~100 ms); one over 1,224, none)
+#: how much largest-first's sizes are jittered by (a factor up to 1 + JITTER) in every fourth of the
+#: plan's extra tries (the others random orders), and the work those tries may take (their count times
+#: the blocks squared: a period of 62 blocks gets 256 tries, ~70 ms on a 2-core EPYC; one of 500, 6
+#: (~100 ms); one over 1,224, none)
 JITTER = 0.5
 _JITTER_WORK = 1_500_000
 
