@@ -21,7 +21,9 @@ class _Plan:
         "peaks", "levels",
     )  # fmt: skip
 
-    def __init__(self, sizes: list[int], lifetimes: list[int | None], alignment: int, whole: bool = False) -> None:
+    def __init__(
+        self, sizes: list[int], lifetimes: list[int | None], alignment: int, whole: bool = False, fit: int | None = None
+    ) -> None:
         p = self.period = len(sizes)
         self.sizes = sizes
         self.lives = [life or 0 for life in lifetimes]
@@ -37,7 +39,7 @@ class _Plan:
         lives = self.lives
         order = [j for j in range(p) if lifetimes[j] is not None]
         memo = (tuple(lengths), tuple(lives))  # a refused plan's period comes again: placed once
-        offsets, extent = _PLACED.get(memo) or _placement(lengths, lives, order, p)
+        offsets, extent = _PLACED.get(memo) or _placement(lengths, lives, order, p, fit)
         if len(_PLACED) >= _MAX_PLACED:
             _PLACED.clear()
         _PLACED[memo] = (offsets, extent)
@@ -158,8 +160,11 @@ _ORDERS: tuple[Callable[[int, int, int], tuple[int, ...]], ...] = (
 )
 
 
-def _placement(lengths: list[int], lives: list[int], order: list[int], p: int) -> tuple[list[int | None], int]:
-    """The arena offsets of the blocks in ``order`` and the arena's extent, the least of several orders'."""
+def _placement(
+    lengths: list[int], lives: list[int], order: list[int], p: int, fit: int | None = None
+) -> tuple[list[int | None], int]:
+    """The arena offsets of the blocks in ``order`` and the arena's extent, the least of several orders'
+    (``fit``: the largest extent the pool would take; while none fits, more orders are tried)."""
     floor = _peak(lengths, lives, order, p)
     offsets: list[int | None] = []
     extent = -1
@@ -170,9 +175,14 @@ def _placement(lengths: list[int], lives: list[int], order: list[int], p: int) -
     # orders, every fourth largest first with sizes jittered (a seeded generator: the same plan
     # every run): lavapipe's W3 at CPU size, whose one long-lived block must lie under the large
     # short-lived ones, is 5.2% over the peak by every fixed order, 0-4.7% by 256 random ones.
+    # Past ``TRIES`` random orders the search goes on only while the arena would not fit (``fit``):
+    # wgpu W3 at GPU size (lavapipe as a GPU) needed ~250 random orders to come within 3% of its peak.
     keys = [lambda j, key=key: key(lengths[j], lives[j], j) for key in _ORDERS]
     rng = random.Random(len(order))
-    for t in range(len(keys) + _jitter_tries(len(order))):
+    base, most = _jitter_tries(len(order))
+    for t in range(len(keys) + most):
+        if t >= len(keys) + base and (fit is None or extent <= fit):
+            break
         if t < len(keys):
             tried_order = sorted(order, key=keys[t])
         elif t % 4 == 0:
@@ -194,14 +204,18 @@ _MAX_PLACED = 16
 
 #: how much largest-first's sizes are jittered by (a factor up to 1 + JITTER) in every fourth of the
 #: plan's extra tries (the others random orders), and the work those tries may take (their count times
-#: the blocks squared: a period of 62 blocks gets 256 tries, ~70 ms on a 2-core EPYC; one of 500, 6
-#: (~100 ms); one over 1,224, none)
+#: the blocks squared): whatever the arena, up to TRIES within _WORK (a period of 62 blocks gets 256
+#: tries, ~70 ms on a 2-core EPYC; one of 500, 6 (~100 ms); one over 1,224, none); while it does not fit
+#: the pool's headroom, up to MAX_TRIES within _MORE_WORK (38 blocks: 2,048 tries, ~0.3 s)
 JITTER = 0.5
-_JITTER_WORK = 1_500_000
+TRIES, _WORK = 256, 1_500_000
+MAX_TRIES, _MORE_WORK = 2048, 4_000_000
 
 
-def _jitter_tries(blocks: int) -> int:
-    return min(256, _JITTER_WORK // max(1, blocks * blocks))
+def _jitter_tries(blocks: int) -> tuple[int, int]:
+    """The tries after the fixed orders: made whatever the arena, and the most while it does not fit."""
+    square = max(1, blocks * blocks)
+    return min(TRIES, _WORK // square), min(MAX_TRIES, _MORE_WORK // square)
 
 
 def _place(lengths: list[int], lives: list[int], order: list[int], p: int) -> tuple[list[int | None], int]:
@@ -246,10 +260,13 @@ def _peak(lengths: list[int], lives: list[int], order: list[int], p: int) -> int
     return top
 
 
-def make_plan(sizes: list[int], lifetimes: list[int | None], alignment: int, whole: bool = False) -> _Plan:
+def make_plan(
+    sizes: list[int], lifetimes: list[int | None], alignment: int, whole: bool = False, fit: int | None = None
+) -> _Plan:
     """The placement of one period: ``sizes[j]`` asked at position j, dead ``lifetimes[j]`` requests
-    later (None: it outlives the period, not planned); ``whole``: into whole buffers (slots), not one arena."""
-    return _Plan(sizes, lifetimes, alignment, whole)
+    later (None: it outlives the period, not planned); ``whole``: into whole buffers (slots), not one arena;
+    ``fit``: the largest arena the pool would take (the search goes on longer while none fits)."""
+    return _Plan(sizes, lifetimes, alignment, whole, fit)
 
 
 def rotate(sizes: list[int], lifetimes: list[int | None], phase: int) -> tuple[list[int], list[int | None]]:

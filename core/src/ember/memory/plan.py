@@ -221,7 +221,12 @@ class _Planner(Generic[Raw]):
         else:
             phase = quietest(sizes, lifetimes)
         sizes, lifetimes = rotate(sizes, lifetimes, phase)
-        plan = make_plan(sizes, lifetimes, self.alignment, whole=self._sub is None)
+        whole = self._sub is None
+        fit = None  # the largest arena _fits takes: the placement searches longer while none does
+        if not whole and len(uses) == p:
+            outside, high = _outside(sizes, lifetimes, rotate(uses, uses, phase)[0], self._high)
+            fit = int((1 + HEADROOM) * high) - max(outside, default=0)
+        plan = make_plan(sizes, lifetimes, self.alignment, whole=whole, fit=fit)
         if not plan.planned:  # nothing placed (an empty plan has no positions to check)
             fits = False
         elif plan.slots and len(uses) == p:  # whole buffers: the slots that fit the headroom, lap one included
@@ -254,27 +259,8 @@ class _Planner(Generic[Raw]):
     def _outside(self, plan: _Plan, uses: list[int]) -> tuple[list[int], int]:
         """Per position of the period, the bytes in use just after its request outside the plan's
         blocks; and the peak in use the plan is held to."""
-        p = plan.period
-        delta = [0] * (p + 1)  # bytes of planned blocks in use after each request of the period
-        for j in range(p):
-            if plan.offsets[j] is None:
-                continue
-            life = plan.lives[j]
-            delta[j] += plan.sizes[j]
-            if j + life <= p:
-                delta[j + life] -= plan.sizes[j]
-            else:
-                delta[p] -= plan.sizes[j]
-                delta[0] += plan.sizes[j]
-                delta[j + life - p] -= plan.sizes[j]
-        planned, high = 0, self._high
-        outside = [0] * p
-        for j in range(p):
-            planned += delta[j]
-            after = uses[j] + plan.sizes[j]
-            high = max(high, after)
-            outside[j] = after - planned
-        return outside, high
+        lives = [plan.lives[j] if k is not None else None for j, k in enumerate(plan.offsets)]
+        return _outside(plan.sizes, lives, uses, self._high)
 
     def _fit_slots(self, plan: _Plan, uses: list[int]) -> bool:
         """A whole-buffer plan: drop slots (their positions take the ordinary paths) until the slots beside
@@ -585,3 +571,30 @@ class _Planner(Generic[Raw]):
         buffers: to the free lists)."""
         self._retired.remove(arena)
         self._release_arena(arena, cache=True)
+
+
+def _outside(sizes: list[int], lives: list[int | None], uses: list[int], high: int) -> tuple[list[int], int]:
+    """Per position of a period, the bytes in use just after its request outside the planned blocks
+    (``lives[j]`` not None), given ``uses`` (in use before each request); and the peak in use the plan
+    is held to (at least ``high``)."""
+    p = len(sizes)
+    delta = [0] * (p + 1)  # bytes of planned blocks in use after each request of the period
+    for j in range(p):
+        life = lives[j]
+        if life is None:
+            continue
+        delta[j] += sizes[j]
+        if j + life <= p:
+            delta[j + life] -= sizes[j]
+        else:
+            delta[p] -= sizes[j]
+            delta[0] += sizes[j]
+            delta[j + life - p] -= sizes[j]
+    planned = 0
+    outside = [0] * p
+    for j in range(p):
+        planned += delta[j]
+        after = uses[j] + sizes[j]
+        high = max(high, after)
+        outside[j] = after - planned
+    return outside, high
