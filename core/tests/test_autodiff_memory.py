@@ -97,6 +97,20 @@ def test_an_operand_read_only_for_a_gradient_nobody_wants_is_not_kept():
     np.testing.assert_allclose(w.grad.numpy(), xs.T @ (cs + 0.5), rtol=1e-12)
 
 
+def _watch_rule(monkeypatch, name: str, ref: weakref.ref) -> list[bool]:
+    """Each time op ``name``'s vjp rule runs, whether the tensor behind ``ref`` is gone by then."""
+    seen: list[bool] = []
+    op = OPS[name]
+    rule = op.vjp
+
+    def probe(*args, **params):
+        seen.append(ref() is None)
+        return rule(*args, **params)
+
+    monkeypatch.setattr(op, "vjp", probe)
+    return seen
+
+
 def test_the_walk_drops_a_forward_output_once_its_last_reader_has_run(monkeypatch):
     """gelu's output is read only by the matmul after it: by the time gelu's own rule runs (after the
     matmul's), the walk no longer holds it (it did until its own turn before)."""
@@ -107,15 +121,7 @@ def test_the_walk_drops_a_forward_output_once_its_last_reader_has_run(monkeypatc
     ref = weakref.ref(a)
     loss = (a @ w2).sum()
     del a
-    seen = []
-    op = OPS["gelu"]
-    rule = op.vjp
-
-    def probe(*args, **params):
-        seen.append(ref() is None)
-        return rule(*args, **params)
-
-    monkeypatch.setattr(op, "vjp", probe)
+    seen = _watch_rule(monkeypatch, "gelu", ref)
     loss.backward()
     assert seen == [True]
 
@@ -131,15 +137,7 @@ def test_a_max_pool_output_dies_with_its_last_other_reader(monkeypatch):
     ref = weakref.ref(h)
     loss = em.conv(h, w, padding=1).sum()
     del h
-    seen = []
-    op = OPS["max_pool"]
-    rule = op.vjp
-
-    def probe(*args, **params):
-        seen.append(ref() is None)
-        return rule(*args, **params)
-
-    monkeypatch.setattr(op, "vjp", probe)
+    seen = _watch_rule(monkeypatch, "max_pool", ref)
     loss.backward()
     assert seen == [True]
     # d loss / d h: every output pixel of the convolution sums its taps, so h's gradient is the

@@ -276,6 +276,27 @@ def test_the_w3_batch8_trace_plans_no_inner_loop_each_step():
     assert pool.in_use == 0 and pool.reserved == sum(dev.live.values())
 
 
+def period_of(sizes: list[int], lifetimes: list, alignment: int = 32) -> tuple[list[int], list[int], list[int], int]:
+    """A recorded period's ranges (sizes rounded up to ``alignment``), lifetimes (0: outlives it), the
+    positions a plan places, and the most their ranges hold at once (no arena is smaller)."""
+    from ember.memory.placement import _peak
+
+    lengths = [-(-n // alignment) * alignment for n in sizes]
+    lives = [life or 0 for life in lifetimes]
+    order = [j for j, life in enumerate(lifetimes) if life is not None]
+    return lengths, lives, order, _peak(lengths, lives, order, len(sizes))
+
+
+def assert_apart(plan, lengths: list[int], lives: list[int], order: list[int]) -> None:
+    """No two of the plan's blocks alive at once (positions modulo the period) share a byte."""
+    p = plan.period
+    for a in order:
+        for b in order:
+            together = a != b and ((b - a) % p < lives[a] or (a - b) % p < lives[b])
+            apart = plan.offsets[a] + lengths[a] <= plan.offsets[b] or plan.offsets[b] + lengths[b] <= plan.offsets[a]
+            assert apart or not together, (a, b)
+
+
 def test_the_arena_is_packed_to_the_peak_where_largest_first_leaves_gaps():
     """Five blocks of a 5-request period whose lifetimes overlap in a ring: largest first leaves a gap
     (extent 10); the plan tries other orders (size x lifetime, lifetime) and reaches the peak, 9."""
@@ -291,11 +312,7 @@ def test_the_arena_is_packed_to_the_peak_where_largest_first_leaves_gaps():
     )
     plan = make_plan(sizes, lives, 1)
     assert plan.extent == peak
-    for a in order:  # no two blocks alive at once share a byte
-        for b in order[a + 1 :]:
-            together = (b - a) % 5 < lives[a] or (a - b) % 5 < lives[b]
-            apart = plan.offsets[a] + sizes[a] <= plan.offsets[b] or plan.offsets[b] + sizes[b] <= plan.offsets[a]
-            assert apart or not together, (a, b)
+    assert_apart(plan, sizes, lives, order)
 
 
 #: one period of lavapipe's W3 at CPU size (batch 64; recorded with ``benchmarks.pool_trace`` on this
@@ -381,23 +398,16 @@ def test_a_period_no_fixed_order_packs_within_the_headroom_is_packed_by_the_rand
     same size; every fixed order leaves the arena more than adaptive's headroom over the peak (the
     plan was refused and the pool called the driver 8 times a step), the random orders do not."""
     from ember.memory import HEADROOM
-    from ember.memory.placement import _ORDERS, _peak, _place, make_plan
+    from ember.memory.placement import _ORDERS, _place, make_plan
 
     sizes, lifetimes = LAVAPIPE_W3_SIZES, LAVAPIPE_W3_LIVES
-    lives = [life or 0 for life in lifetimes]
-    order = [j for j, life in enumerate(lifetimes) if life is not None]
+    lengths, lives, order, peak = period_of(sizes, lifetimes)
     p = len(sizes)
-    lengths = [-(-n // 32) * 32 for n in sizes]
-    peak = _peak(lengths, lives, order, p)
     fixed = [_place(lengths, lives, sorted(order, key=lambda j: key(lengths[j], lives[j], j)), p)[1] for key in _ORDERS]
     assert min(fixed) > (1 + HEADROOM) * peak
     plan = make_plan(sizes, lifetimes, 32)
     assert plan.planned == len(order) and plan.extent <= (1 + HEADROOM) * peak
-    for a in order:  # no two blocks alive at once share a byte
-        for b in order:
-            together = a != b and ((b - a) % p < lives[a] or (a - b) % p < lives[b])
-            apart = plan.offsets[a] + lengths[a] <= plan.offsets[b] or plan.offsets[b] + lengths[b] <= plan.offsets[a]
-            assert apart or not together, (a, b)
+    assert_apart(plan, lengths, lives, order)
 
 
 #: one period of wgpu's W3 at GPU size (batch 512; lavapipe taking a GPU adapter's kernel paths, recorded
@@ -492,15 +502,14 @@ def test_a_period_whose_first_tries_do_not_fit_is_searched_longer(monkeypatch):
 
     monkeypatch.setattr(plans, "_PLACED", {})  # placements remembered by earlier tests do not count
     sizes, lifetimes = WGPU_W3_GPU_SIZES, WGPU_W3_GPU_LIVES
-    lives = [life or 0 for life in lifetimes]
-    order = [j for j, life in enumerate(lifetimes) if life is not None]
-    peak = plans._peak([-(-n // 32) * 32 for n in sizes], lives, order, len(sizes))
+    lengths, lives, order, peak = period_of(sizes, lifetimes)
     fit = int((1 + HEADROOM) * peak)
     usual = plans.make_plan(sizes, lifetimes, 32)
     assert usual.extent > fit  # the tries made whatever the arena: none fits
     monkeypatch.setattr(plans, "_PLACED", {})
     longer = plans.make_plan(sizes, lifetimes, 32, fit=fit)
     assert longer.planned == len(order) and peak <= longer.extent <= fit
+    assert_apart(longer, lengths, lives, order)
 
 
 def test_a_period_seen_before_is_not_placed_again(monkeypatch):
