@@ -262,20 +262,20 @@ extern "C" __global__ void ember_max_pool_{T}(const T* __restrict__ x, T* __rest
 }}
 
 // the index (kh*KW + kw) of the window's first tap holding its maximum (padding taps are -inf), or
-// -1 when none does (a NaN maximum): the maximum found again as ember_max_pool finds it, so the
-// forward's output need not be kept for the backward pass
+// -1 when that maximum is NaN (no tap equals it): found again in one pass over the taps, as
+// ember_max_pool finds it, so the forward's output need not be kept for the backward pass
 __device__ __forceinline__ int first_max(const T* __restrict__ xp, const int h0, const int w0, const int H,
         const int W, const int KH, const int KW, const int dh, const int dw) {{
     T best = NEG_INF;
+    int first = -1;
+    bool nan = false;
     for (int kh = 0; kh < KH; kh++)
         for (int kw = 0; kw < KW; kw++) {{
             const T v = tap(xp, h0 + kh * dh, w0 + kw * dw, H, W);
-            if (v > best || v != v) best = v;
+            if (first < 0 || v > best) {{ best = v; first = kh * KW + kw; }}
+            nan |= v != v;
         }}
-    for (int kh = 0; kh < KH; kh++)
-        for (int kw = 0; kw < KW; kw++)
-            if (tap(xp, h0 + kh * dh, w0 + kw * dw, H, W) == best) return kh * KW + kw;
-    return -1;
+    return nan ? -1 : first;
 }}
 
 // windows that tile the input (stride == kernel, no dilation, padding < kernel): a thread per window

@@ -214,22 +214,23 @@ def _source(kind: str, dt: str, nd: int, idx: str) -> tuple[str, list[Any]]:
         body.append(c.store("out", "i", "acc / divisor[l]"))
     elif kind == "max_pool_backward_tiled":
         # windows tile the input (stride == kernel, dilation 1): this window's thread writes every
-        # input it covers (the last window of an axis also those past it): g at the first tap equal to
-        # the window's maximum (found again as max_pool finds it; taps past the edges are -inf; none
-        # when the maximum is NaN), 0 elsewhere
+        # input it covers (the last window of an axis also those past it): g at the first tap holding
+        # the window's maximum, found again in one pass over the taps (taps past the edges are -inf;
+        # none when a NaN makes the maximum NaN), 0 elsewhere
         gb = "g_off + nn * g_s0 + ch * g_s1 + " + " + ".join(f"b{d} * g_s{d + 2}" for d in range(nd))
-        body += [f"{A} m = -INFINITY;"]
-        body += _nest(nd, _window_taps(nd, "xb", "kr{d}"), _max_step(c, last))
         body += [
             f"const {A} gv = ({A}){c.load('g', gb)};",
-            "bool found = false;",
+            f"{A} m = -INFINITY;",
+            "bool found = false, nan = false;",
             "IDX " + ", ".join(f"f{d} = -1" for d in range(nd)) + ";",
         ]
         search = [
             f"const {A} v = in{last} ? ({A}){c.load('x', f'xo{last}')} : -INFINITY;",
-            "if (!found && v == m) { found = true; " + " ".join(f"f{d} = k{d};" for d in range(nd)) + " }",
+            "if (!found || v > m) { found = true; m = v; " + " ".join(f"f{d} = k{d};" for d in range(nd)) + " }",
+            "nan |= isnan(v);",
         ]
         body += _nest(nd, _window_taps(nd, "xb", "kr{d}"), search)
+        body.append("found = !nan;")
         for d in range(nd):
             body += [
                 f"const IDX w{d} = b{d} * kr{d} - lo{d};",

@@ -198,8 +198,9 @@ def _grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-def]
 
 
 def _tiled_grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-def]
-    # thread per window (nc, bl): the first tap equal to the window's maximum takes g, every other
-    # input the window covers (the last window of an axis also those past it) gets 0
+    # thread per window (nc, bl): the first tap holding the window's maximum (found in one pass; none
+    # when a NaN makes it NaN) takes g, every other input the window covers (the last window of an
+    # axis also those past it) gets 0
     lines = _decode(["nc"] + [f"bl{i}" for i in range(nd)], ["0"] + [f"P.b{i}" for i in range(nd)], "e")
     win, inside, lin = _window(nd)
     found = " ".join(f"f{i} = o{i};" for i in range(nd))
@@ -218,16 +219,19 @@ def _tiled_grad_build(t: WType, nd: int, f16: bool):  # type: ignore[no-untyped-
     store = f"Y[u32({pos})] = {t.store(f'select(0.0, gv, {hit})')};"
     body = f"""{_grad_head(t, f16)}
   {chr(10).join("  " + ln for ln in lines).strip()}
-  {_peak(t, win, inside, lin, "  ")}
   let gv = {t.load("G[e]")};
+  var m = bitcast<f32>(0xff800000u);
   var found = false;
+  var nan = false;
   {" ".join(f"var f{i} = 0u;" for i in range(nd))}
   for (var q = 0u; q < P.kk; q = q + 1u) {{
     {chr(10).join("    " + ln for ln in win).strip()}
     var v = bitcast<f32>(0xff800000u);
     if ({inside}) {{ v = {t.load(f"X[{lin}]")}; }}
-    if (!found && v == m) {{ found = true; {found} }}
+    if (!found || v > m) {{ found = true; m = v; {found} }}
+    nan = nan || is_nan(v);
   }}
+  found = !nan;
   {chr(10).join("  " + ln for ln in bounds).strip()}
   {" ".join(put)}
     {store}
