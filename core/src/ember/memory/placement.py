@@ -179,7 +179,7 @@ def _placement(
     # wgpu W3 at GPU size (lavapipe as a GPU) needed ~250 random orders to come within 3% of its peak.
     keys = [lambda j, key=key: key(lengths[j], lives[j], j) for key in _ORDERS]
     rng = random.Random(len(order))
-    base, most = _jitter_tries(len(order))
+    base, most = _tries(len(order))
     for t in range(len(keys) + most):
         if t >= len(keys) + base and (fit is None or extent <= fit):
             break
@@ -212,7 +212,7 @@ TRIES, _WORK = 256, 1_500_000
 MAX_TRIES, _MORE_WORK = 2048, 4_000_000
 
 
-def _jitter_tries(blocks: int) -> tuple[int, int]:
+def _tries(blocks: int) -> tuple[int, int]:
     """The tries after the fixed orders: made whatever the arena, and the most while it does not fit."""
     square = max(1, blocks * blocks)
     return min(TRIES, _WORK // square), min(MAX_TRIES, _MORE_WORK // square)
