@@ -28,5 +28,5 @@ else:
         rt.is_cpu, rt.compute_units = False, 4
 
     runtime.Runtime.__init__ = as_gpu
-sys.argv = ["pool_trace", *sys.argv[1:]]
+sys.argv = ["pool_trace", "record", *sys.argv[1:]]
 runpy.run_module("benchmarks.pool_trace", run_name="__main__")
