@@ -266,8 +266,14 @@ def _reduce_windows(
 ) -> Any:
     """Combine the windows of padded ``x`` with ``ufunc``, one strided slice per kernel offset
     (much faster than reducing a window view over its trailing axes)."""
-    xp = module_of(x).xp
-    padded = _pad(x, padding, value)
+    return _combine_windows(_pad(x, padding, value), ufunc, kernel, stride, dilation)
+
+
+def _combine_windows(
+    padded: Any, ufunc: str, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
+) -> Any:
+    """:func:`_reduce_windows` of an input padded already."""
+    xp = module_of(padded).xp
     blocks = tuple((p - d * (k - 1) - 1) // s + 1 for p, k, s, d in zip(padded.shape[2:], kernel, stride, dilation))
     out = None
     for offsets in itertools.product(*(range(k) for k in kernel)):
@@ -302,7 +308,7 @@ def max_pool_backward(
     (the maxima found again from ``x``, as the forward found them)."""
     xp = module_of(g).xp
     padded = _pad(x, padding, -xp.inf)
-    out = _reduce_windows(x, "maximum", kernel, stride, padding, dilation, -xp.inf)
+    out = _combine_windows(padded, "maximum", kernel, stride, dilation)
     grad = xp.zeros(padded.shape, dtype=g.dtype)
     found = xp.zeros(out.shape, dtype=bool)
     for offsets in itertools.product(*(range(k) for k in kernel)):
