@@ -143,12 +143,13 @@ def summary() -> list[str]:
     return lines
 
 
-def open_device(index: int) -> tuple[Any, Any]:
-    """(adapter, device) for adapter ``index``, with its maximum limits and useful features."""
+def open_device(index: int, extra_features: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """(adapter, device) for adapter ``index``, with its maximum limits and useful features
+    (``extra_features`` too where the adapter has them: the timed recorder's ``timestamp-query``)."""
     found = adapters()
     adapter = found[index]
     limits = {k: adapter.limits[k] for k in WANTED_LIMITS if k in adapter.limits}
-    features = [f for f in WANTED_FEATURES if f in adapter.features]
+    features = [f for f in (*WANTED_FEATURES, *extra_features) if f in adapter.features]
     device = adapter.request_device_sync(
         label=f"ember wgpu:{index}", required_features=features, required_limits=limits
     )

@@ -8,7 +8,9 @@ Python objects and its per-call error capture cost more host time than the calls
 pass's invalid commands when the encoder is finished, and ``finish`` and ``submit`` still go
 through wgpu-py's error-capturing wrappers, so they raise ``GPUError`` as before.
 :class:`PublicRecorder` uses wgpu-py's public objects only (``EMBER_WGPU_RECORDER=public``, or
-when the native pieces are missing).
+when the native pieces are missing). :class:`TimedRecorder` (``EMBER_WGPU_RECORDER=timed``, adapters
+with ``timestamp-query``) puts every dispatch in a pass of its own with the GPU's timestamps at its
+start and end: each kernel's device time, for profiling (a pass per dispatch costs host time).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from ember.errors import InvalidArgumentError
 
 from .subbuffer import SubBuffer
 
-__all__ = ["recorder", "NativeRecorder", "PublicRecorder", "Copy"]
+__all__ = ["recorder", "NativeRecorder", "PublicRecorder", "TimedRecorder", "Copy", "KINDS"]
+
+#: the recorders ``EMBER_WGPU_RECORDER`` may name
+KINDS = ("native", "public", "timed")
 
 #: a buffer-to-buffer copy: (source, source offset, destination, destination offset, bytes); a source
 #: or destination may be a :class:`~.subbuffer.SubBuffer` (its offset is added here)
@@ -218,14 +223,127 @@ class NativeRecorder(_Placing):
         return write_range
 
 
+class TimedRecorder(PublicRecorder):
+    """Each dispatch in a compute pass of its own whose start and end write GPU timestamps; after
+    the batches have run (a sync), :meth:`take` answers each dispatch's (pipeline label, grid,
+    nanoseconds) in recording order. Needs a device opened with ``timestamp-query``."""
+
+    kind = "timed"
+    #: dispatches one batch times (two queries each; WebGPU allows 4096 queries a set); later ones
+    #: of a longer batch run in untimed passes and are counted in :attr:`untimed`
+    CAPACITY = 2048
+
+    def __init__(self, device: Any, queue: Any) -> None:
+        super().__init__(device, queue)
+        if "timestamp-query" not in device.features:
+            raise InvalidArgumentError(
+                "EMBER_WGPU_RECORDER=timed needs an adapter with the 'timestamp-query' feature; this one has "
+                "none (see `ember devices`): use native or public"
+            )
+        self.period = _timestamp_period(queue)  # nanoseconds a tick
+        self.untimed = 0
+        self._queries: Any = None
+        self._pipeline: Any = None
+        self._batch: list[tuple[str, tuple[int, int, int]]] = []
+        self._pending: list[tuple[Any, list[tuple[str, tuple[int, int, int]]]]] = []
+
+    def begin(self) -> None:
+        self._encoder = self.device.create_command_encoder()
+        self._pass = None
+        self._batch = []
+        if self._queries is None:
+            self._queries = self.device.create_query_set(type="timestamp", count=2 * self.CAPACITY)
+
+    def set_pipeline(self, pipeline: Any) -> None:
+        self._pipeline = pipeline
+
+    def set_bind_group(self, bind_group: Any, offset: int) -> None:
+        self._bind = (bind_group, offset)
+
+    def dispatch(self, x: int, y: int, z: int) -> None:
+        self.record(None, *self._bind, x, y, z)
+
+    def record(self, pipeline: Any, bind_group: Any, offset: int, x: int, y: int, z: int) -> None:
+        if pipeline is not None:
+            self._pipeline = pipeline
+        i = len(self._batch)
+        if i < self.CAPACITY:
+            writes = {
+                "query_set": self._queries,
+                "beginning_of_pass_write_index": 2 * i,
+                "end_of_pass_write_index": 2 * i + 1,
+            }
+            self._batch.append((self._pipeline.label, (x, y, z)))
+            compute_pass = self._encoder.begin_compute_pass(timestamp_writes=writes)
+        else:
+            self.untimed += 1
+            compute_pass = self._encoder.begin_compute_pass()
+        compute_pass.set_pipeline(self._pipeline)
+        compute_pass.set_bind_group(0, bind_group, [offset])
+        compute_pass.dispatch_workgroups(x, y, z)
+        compute_pass.end()
+
+    def finish(self, copies: Sequence[Copy] = ()) -> Any:
+        from wgpu import BufferUsage
+
+        encoder, self._encoder = self._encoder, None
+        batch, self._batch = self._batch, []
+        if batch:
+            # the timestamps go through a resolve buffer into a mappable one, read by take()
+            size = 16 * len(batch)
+            resolved = self.device.create_buffer(size=size, usage=BufferUsage.QUERY_RESOLVE | BufferUsage.COPY_SRC)
+            readable = self.device.create_buffer(size=size, usage=BufferUsage.MAP_READ | BufferUsage.COPY_DST)
+            encoder.resolve_query_set(self._queries, 0, 2 * len(batch), resolved, 0)
+            encoder.copy_buffer_to_buffer(resolved, 0, readable, 0, size)
+            self._pending.append((readable, batch))
+        for src, src_at, dst, dst_at, size in self._placed(copies):
+            encoder.copy_buffer_to_buffer(src, src_at, dst, dst_at, size)
+        return encoder.finish()
+
+    def take(self) -> list[tuple[str, tuple[int, int, int], float]]:
+        """(label, grid, ns) of every timed dispatch submitted since the last call, in order; call it
+        after a sync (each batch's timestamps are mapped here, which waits for that batch)."""
+        import numpy as np
+        from wgpu import MapMode
+
+        out: list[tuple[str, tuple[int, int, int], float]] = []
+        pending, self._pending = self._pending, []
+        for readable, batch in pending:
+            readable.map_sync(MapMode.READ)
+            ticks = np.frombuffer(readable.read_mapped(), dtype=np.uint64).reshape(-1, 2)
+            readable.unmap()
+            readable.destroy()
+            spans = (ticks[:, 1].astype(np.int64) - ticks[:, 0].astype(np.int64)) * self.period
+            out += [(label, grid, float(ns)) for (label, grid), ns in zip(batch, spans, strict=True)]
+        return out
+
+
+def _timestamp_period(queue: Any) -> float:
+    """Nanoseconds a timestamp tick of ``queue`` lasts (wgpu-native's query; 1.0, WebGPU's unit, elsewhere)."""
+    try:
+        from wgpu.backends.wgpu_native import lib
+    except ImportError:
+        return 1.0
+    period = float(lib.wgpuQueueGetTimestampPeriod(queue._internal))
+    return period if period > 0 else 1.0
+
+
 def recorder(device: Any, queue: Any) -> NativeRecorder | PublicRecorder:
-    """The recorder ``EMBER_WGPU_RECORDER`` names (``native``, the default, or ``public``)."""
-    kind = os.environ.get("EMBER_WGPU_RECORDER", "").strip().lower() or "native"
-    if kind not in ("native", "public"):
-        raise InvalidArgumentError(f"EMBER_WGPU_RECORDER={kind!r}: use native or public")
+    """The recorder ``EMBER_WGPU_RECORDER`` names (``native``, the default, ``public`` or ``timed``)."""
+    kind = wanted()
+    if kind == "timed":
+        return TimedRecorder(device, queue)
     if kind == "native":
         try:
             return NativeRecorder(device, queue)
         except (ImportError, AttributeError):  # another wgpu-py backend or layout: the public objects
             pass
     return PublicRecorder(device, queue)
+
+
+def wanted() -> str:
+    """The recorder ``EMBER_WGPU_RECORDER`` asks for (unset: ``native``)."""
+    kind = os.environ.get("EMBER_WGPU_RECORDER", "").strip().lower() or "native"
+    if kind not in KINDS:
+        raise InvalidArgumentError(f"EMBER_WGPU_RECORDER={kind!r}: use one of {', '.join(KINDS)}")
+    return kind

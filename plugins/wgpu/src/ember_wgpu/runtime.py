@@ -66,6 +66,7 @@ from .errors import (
 )
 from .handle import WgpuArray
 from .recorder import Copy, recorder
+from .recorder import wanted as recorder_wanted
 from .subbuffer import SubBuffer, binding
 from .typemap import TypeMap
 
@@ -199,7 +200,8 @@ class Runtime:
         wgpu = adapters._wgpu()
         self.wgpu = wgpu
         self.index = index
-        self.adapter, self.device = adapters.open_device(index)
+        timed = ("timestamp-query",) if recorder_wanted() == "timed" else ()
+        self.adapter, self.device = adapters.open_device(index, timed)
         self.queue = self.device.queue
         self.name = self.adapter.info.get("device", "?")
         self.limits = dict(self.device.limits)
