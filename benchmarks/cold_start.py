@@ -249,8 +249,9 @@ def child(
 
 def probe(spec: str) -> None:
     """What one build costs on this driver: programs of 1, 4, 8 and 16 kernels (the unary float32
-    ops), built from source, read back as a binary and loaded from it; then 8 one-kernel programs
-    built one after another and in 2, 4 and 8 threads. One JSON line per measurement."""
+        ops), built from source, read back as a binary and loaded from it; then 8 one-kernel programs
+        built one after another and in 2, 4 and 8 threads, and one after another with the optimizer off
+    (``-cl-opt-disable``, NVIDIA's ``-cl-nv-opt-level=0``). One JSON line per measurement."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyopencl as cl
@@ -264,11 +265,12 @@ def probe(spec: str) -> None:
     layout = Layout(1, ("c",), ("c",), grid_stride=not rt.is_cpu)
     tag = [int(time.time())]
 
-    def build(names: list[str]) -> tuple[Any, float]:
+    def build(names: list[str], extra: str = "") -> tuple[Any, float]:
         source, _, _ = elementwise_sources([unary_program(op, "float32", "float32") for op in names], layout, names)
         tag[0] += 1  # a build option of its own: the driver's own cache cannot answer
+        options = f"{rt.options} {extra} -D EMBER_PROBE={tag[0]}"
         start = time.perf_counter()
-        prg = cl.Program(rt.context, source).build(options=f"{rt.options} -D EMBER_PROBE={tag[0]}", devices=[rt.device])
+        prg = cl.Program(rt.context, source).build(options=options, devices=[rt.device])
         return prg, time.perf_counter() - start
 
     build(ops[:1])  # the compiler's first use in the process
@@ -294,6 +296,18 @@ def probe(spec: str) -> None:
             list(pool.map(build, singles))
         timing[f"threads_{threads}_s"] = round(time.perf_counter() - start, 3)
     print(json.dumps(timing), flush=True)
+    # what the optimizer's share of a build is: 8 one-kernel programs with optimisation off (a fast
+    # first build, the optimised one later, would save that share of a cold start)
+    for extra in ("", "-cl-opt-disable", "-cl-nv-opt-level=0"):
+        start = time.perf_counter()
+        try:
+            for names in singles:
+                build(names, extra)
+        except cl.Error as exc:
+            print(json.dumps({"options": extra, "error": str(exc)[:200]}), flush=True)
+            continue
+        serial = round(time.perf_counter() - start, 3)
+        print(json.dumps({"options": extra or "(default)", "builds": 8, "serial_s": serial}), flush=True)
 
 
 def main() -> None:
