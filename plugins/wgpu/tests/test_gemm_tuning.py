@@ -111,16 +111,18 @@ def test_every_candidate_matches_numpy(rt, cfg, monkeypatch):
         pytest.skip(f"{cfg} is beyond this adapter's workgroup limits (the tuner drops it)")
     cpu = rt.adapter.info.get("adapter_type") == "CPU"
     everything = os.environ.get("EMBER_TEST_ALL_TILINGS")
-    if cpu and cfg not in covering(_every_candidate(), ("vec", "split", "pf")) and not everything:
+    if cpu and cfg not in covering(_every_candidate(), ("vec", "split", "pf", "sw")) and not everything:
         pytest.skip(
             "a CPU adapter (lavapipe) runs each candidate's kernels slowly: it checks a covering subset "
-            "(each vec4, split and prefetch option at least once); EMBER_TEST_ALL_TILINGS=1 checks them all"
+            "(each vec4, split, prefetch and band option at least once); EMBER_TEST_ALL_TILINGS=1 checks them all"
         )
     ran = []
     dispatch = rt.dispatch
     monkeypatch.setattr(rt, "dispatch", lambda pipe, *args: (ran.append(pipe), dispatch(pipe, *args))[1])
-    m, k, n = cfg.bm + 4, 36, cfg.bn + 4
-    mt, kt, nt = cfg.bm + 3, 37, cfg.bn + 5
+    # a banded walk (sw > 1) gets two whole bands of tile rows and a short one, over several columns
+    rows, cols = (2 * cfg.sw + 1, 3) if cfg.sw > 1 else (1, 1)
+    m, k, n = cfg.bm * rows + 4, 36, cfg.bn * cols + 4
+    mt, kt, nt = cfg.bm * rows + 3, 37, cfg.bn * cols + 5
     a = RNG.standard_normal((2, m, k)).astype(np.float32)
     b = RNG.standard_normal((k, n)).astype(np.float32)
     at = RNG.standard_normal((2, kt, mt)).astype(np.float32)  # stored transposed

@@ -30,7 +30,7 @@ from .runtime import Runtime
 
 __all__ = ["LARGE", "shape_class", "candidates", "lookup", "record", "tune", "forget", "store_for", "main"]
 
-#: the family searched: (bm, bn, bk, tm, tn, vec, split, pf); `fits` drops what an adapter cannot
+#: the family searched: (bm, bn, bk, tm, tn, vec, split, pf[, sw]); `fits` drops what an adapter cannot
 #: run. First (what a first-use tune within its budget reaches): the layouts fast SGEMMs use at
 #: 4096-8192 (128x128 tile, 8x8 or 8x16 per thread, strided vec4 blocks, register prefetch into two
 #: shared buffers); :data:`LARGE` is the sweep's subset, with the previous "deep" and "large".
@@ -42,6 +42,9 @@ _FAMILY = [
     (128, 256, 8, 8, 16, True, True, True),
     (256, 128, 8, 16, 8, True, True, True),
     (128, 128, 8, 8, 16, True, True, True),
+    # the first and the 128x256 walking the tiles in bands (sw: L2 reuse between resident workgroups)
+    (128, 128, 8, 8, 8, True, True, True, 8),
+    (128, 256, 8, 8, 16, True, True, True, 8),
     (64, 128, 8, 8, 8, True, True, True),
     (128, 64, 8, 8, 8, True, True, True),
     (128, 128, 16, 8, 4, True, True, True),
@@ -63,7 +66,7 @@ _FAMILY = [
     (32, 32, 16, 4, 4, True),
 ]
 #: the candidates the H200 sweep (benchmarks/gemm_sweep.py) times at 2048-8192
-LARGE = _FAMILY[:14]
+LARGE = _FAMILY[:16]
 
 
 class _WgpuTuner(GemmTuner[Runtime, Config]):

@@ -34,7 +34,9 @@ __all__ = ["matmul", "CONFIGS", "Config", "Gather", "Columns", "fits", "choose",
 @dataclass(frozen=True)
 class Config:
     """Tile of C per workgroup (bm x bn), k-step bk, block per thread (tm x tn), vec4 global loads;
-    ``split``: strided 4-wide thread blocks, unrolled k, fma; ``pf``: register prefetch, two buffers."""
+    ``split``: strided 4-wide thread blocks, unrolled k, fma; ``pf``: register prefetch, two buffers;
+    ``sw``: workgroups walk the tiles in bands of sw tile rows, column by column (1: row by row), so
+    the workgroups resident at once share A's and B's panels in the L2 cache."""
 
     bm: int
     bn: int
@@ -44,6 +46,7 @@ class Config:
     vec: bool = False
     split: bool = False
     pf: bool = False
+    sw: int = 1
 
     @property
     def threads(self) -> tuple[int, int]:
@@ -51,10 +54,11 @@ class Config:
 
     def valid(self) -> bool:
         ok = self.bm % self.tm == 0 and self.bn % self.tn == 0 and self.tm % 4 == 0 and self.tn % 4 == 0
-        return ok and self.bk % 4 == 0
+        return ok and self.bk % 4 == 0 and self.sw >= 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in ("bm", "bn", "bk", "tm", "tn", "vec", "split", "pf")}
+        names = ("bm", "bn", "bk", "tm", "tn", "vec", "split", "pf") + (("sw",) if self.sw > 1 else ())
+        return {f: getattr(self, f) for f in names}
 
 
 #: named configs; "deep" halves the barriers of "large" where the adapter has the workgroup memory
@@ -362,8 +366,7 @@ var<workgroup> Bs: array<{vt}, {nbuf * nbv}>;
 @compute @workgroup_size({wx}, {wy})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
         @builtin(local_invocation_index) t: u32, @builtin(num_workgroups) nw: vec3<u32>) {{
-  let m0 = wid.y * {bm}u;
-  let n0 = wid.x * {bn}u;
+  {_tile_origin(cfg)}
   let lx = lid.x;
   let ly = lid.y;
   for (var z = wid.z; z < P.batch; z = z + nw.z) {{
@@ -377,6 +380,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
   }}
 }}"""
     return body, params, ("r", "r", "w", "r") if bias else ("r", "r", "w")
+
+
+def _tile_origin(cfg: Config) -> str:
+    """WGSL setting the workgroup's tile corner (m0, n0): its ids, or with ``cfg.sw`` > 1 its place
+    in a band of sw tile rows walked column by column (workgroups start in their linear id's order)."""
+    if cfg.sw == 1:
+        return f"let m0 = wid.y * {cfg.bm}u;\n  let n0 = wid.x * {cfg.bn}u;"
+    sw = f"{cfg.sw}u"
+    return "\n  ".join(
+        [
+            "let lin = wid.y * nw.x + wid.x;",
+            f"let band = lin / ({sw} * nw.x);",
+            f"let rows = min(nw.y - band * {sw}, {sw});",
+            f"let in_band = lin - band * {sw} * nw.x;",
+            f"let m0 = (band * {sw} + in_band % rows) * {cfg.bm}u;",
+            f"let n0 = (in_band / rows) * {cfg.bn}u;",
+        ]
+    )
 
 
 def _plain(t: WType, nb: int):  # type: ignore[no-untyped-def]
