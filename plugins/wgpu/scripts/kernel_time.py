@@ -36,6 +36,7 @@ def main() -> int:
     p.add_argument("--device", default="wgpu:0")
     p.add_argument("--sizes", default="gpu")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warm", type=int, default=8, help="synchronized steps before any timing")
     p.add_argument("--by-grid", action="store_true", help="one line per kernel and workgroup grid")
     p.add_argument("--round-trip", action="store_true", help="each dispatch alone, less an empty one's round trip")
     p.add_argument("--jit", action="store_true", help="the workload's em.jit step (its replays), not the eager one")
@@ -58,7 +59,7 @@ def main() -> int:
     case = (module.ember_jit if args.jit else module.ember)(dev, dict(module.SIZES[args.sizes]))
     case.step()
     case.result()  # one read-back first, as the runner's check (tuned GEMMs from here on)
-    for _ in range(3):
+    for _ in range(args.warm):  # past the memory pool's first steps (adaptive plans a step after ~5)
         case.step()
         case.sync()
     t0 = time.perf_counter()
