@@ -22,9 +22,10 @@ makes it) and of every dispatch bound read-write, and prints each one's median s
 dispatches per step: what a twin kernel costs the device (run beside ``EMBER_MEMORY=static``).
 
 ``--time 0,32,32:0`` times synchronized steps instead, alternating rounds of the runtime's
-submit settings given in one process (``EVERY`` or ``EVERY:GROUPS``: ``Runtime.set_submit_every``;
-0 = submit at sync points only), and prints each setting's median step time (wall, this process's
-CPU time and the main thread's CPU time: the host's recording).
+submit settings given in one process (``EVERY``, ``EVERY:GROUPS`` or ``EVERY:GROUPS:IDLE_US``:
+``Runtime.set_submit_every``; 0 = submit at sync points only; IDLE_US: poll for an idle device at most
+that often and submit to it then, 0 or absent: no polls), and prints each setting's median step time
+(wall, this process's CPU time and the main thread's CPU time: the host's recording).
 """
 
 from __future__ import annotations
@@ -197,16 +198,18 @@ def time_settings(
     cpu: dict[str, list[float]] = {s: [] for s in settings}
     host: dict[str, list[float]] = {s: [] for s in settings}
     subs: dict[str, int] = {s: 0 for s in settings}
+    idle: dict[str, int] = {s: 0 for s in settings}
     from ember_wgpu.runtime import _submit_groups
 
     default_groups = _submit_groups()  # the start-up setting (an earlier workload may have changed rt's)
     for _ in range(rounds):
         for s in settings:
-            every, _, groups = s.partition(":")
-            rt.set_submit_every(int(every), int(groups) if groups else default_groups)
+            every, _, rest = s.partition(":")
+            groups, _, idle_us = rest.partition(":")
+            rt.set_submit_every(int(every), int(groups) if groups else default_groups, float(idle_us or 0))
             case.step()
             case.sync()
-            before = rt.submits
+            before, idle_before = rt.submits, rt.idle_submits
             for _ in range(steps):
                 t, c, h = time.perf_counter(), time.process_time(), time.thread_time()
                 case.step()
@@ -215,12 +218,14 @@ def time_settings(
                 cpu[s].append(time.process_time() - c)
                 host[s].append(time.thread_time() - h)
             subs[s] += rt.submits - before
+            idle[s] += rt.idle_submits - idle_before
     for s in settings:
         print(
             f"{name} {size} submit={s}: median {statistics.median(wall[s]) * 1e3:.3f} ms wall, "
             f"{statistics.median(cpu[s]) * 1e3:.3f} ms process CPU, "
             f"{statistics.median(host[s]) * 1e3:.3f} ms main-thread CPU, "
-            f"{subs[s] / (rounds * steps):.1f} submits/step ({rounds}x{steps} steps)"
+            f"{subs[s] / (rounds * steps):.1f} submits/step, "
+            f"{idle[s] / (rounds * steps):.1f} of them to an idle device ({rounds}x{steps} steps)"
         )
 
 

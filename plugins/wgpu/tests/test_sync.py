@@ -144,3 +144,43 @@ def test_read_is_one_submit_and_keeps_its_staging_buffer(dev, rt, mode, monkeypa
     monkeypatch.setattr(runtime_mod, "_STAGING_KEEP", 16)
     rt._staging_buf = None
     assert rt.read([z])[0][0] == 4.0 and rt._staging_buf is None  # over the limit: destroyed after the read
+
+
+@pytest.mark.parametrize("idle_us", [1.0, 0.0])
+def test_an_idle_device_gets_the_open_batch_at_once(dev, rt, idle_us):
+    """With idle polls on (and chunked submits off), a step's launches go to the device as soon as it
+    is found idle (after a sync it is) instead of waiting for the sync; with them off, nothing is
+    submitted before the sync. The product chain equals float64 numpy's either way."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((192, 192)).astype(np.float32)
+    w = (rng.standard_normal((192, 192)) / 14).astype(np.float32)
+    x, wt = em.tensor(a, device=dev), em.tensor(w, device=dev)
+    dev.synchronize()
+    saved = (rt.submit_every, rt.submit_groups, rt.submit_idle_s * 1e6)
+    rt.set_submit_every(0, 1, idle_us=idle_us)
+    try:
+        submits, idle = rt.submits, rt.idle_submits
+        y = x
+        for _ in range(3):
+            y = (y @ wt).realize()
+        early, early_idle = rt.submits - submits, rt.idle_submits - idle
+        got = y.numpy()
+    finally:
+        rt.set_submit_every(*saved[:2], idle_us=saved[2])
+    if idle_us:
+        assert early_idle >= 1 and early >= early_idle
+    else:
+        assert early == early_idle == 0
+    want = a.astype(np.float64)
+    for _ in range(3):
+        want = want @ w
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_bad_idle_poll_setting_names_the_variable(monkeypatch):
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_IDLE_US", "often")
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_IDLE_US"):
+        runtime_mod._submit_idle_s()
+    monkeypatch.setenv("EMBER_WGPU_SUBMIT_IDLE_US", "-5")
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_IDLE_US"):
+        runtime_mod._submit_idle_s()

@@ -132,6 +132,21 @@ def _submit_groups() -> int:
     return max(groups, 0)
 
 
+def _submit_idle_s() -> float:
+    """Seconds between polls for an idle device within a step (``EMBER_WGPU_SUBMIT_IDLE_US``, in µs;
+    unset or 0: no polls): see :meth:`Runtime.set_submit_every`."""
+    raw = os.environ.get("EMBER_WGPU_SUBMIT_IDLE_US", "").strip()
+    try:
+        us = float(raw) if raw else 0.0
+    except ValueError:
+        raise InvalidArgumentError(
+            f"EMBER_WGPU_SUBMIT_IDLE_US={raw!r}: give microseconds between polls, e.g. 50 (0: off)"
+        ) from None
+    if us < 0:
+        raise InvalidArgumentError(f"EMBER_WGPU_SUBMIT_IDLE_US={raw!r}: give 0 (off) or more microseconds")
+    return us * 1e-6
+
+
 def _checked() -> bool:
     """Whether kernels keep naga's runtime checks (``EMBER_WGPU_CHECKS=1``): bounds clamps on every
     array access and loop bounding. Off by default where wgpu-native can drop them (:mod:`.trusted`):
@@ -245,6 +260,7 @@ class Runtime:
         self.batch_refs: set[int] = set()
         self._names: list[str] = []
         self.submits = 0
+        self.idle_submits = 0  # of them, submitted because the device was found idle (submit_idle_s)
         self.dispatches = 0
         self.arena_writes = 0
         self.waits = 0
@@ -261,6 +277,8 @@ class Runtime:
         # up to `submit_every` (MAX_BATCH: sync points only)
         self.submit_every = _submit_every(cpu)
         self.submit_groups = _submit_groups()
+        self.submit_idle_s = 0.0 if cpu else _submit_idle_s()
+        self._idle_poll_at = 0.0  # perf_counter time before which no idle poll is made
         self._chunk = self._first_chunk()
         self._groups = 0  # workgroups of the open batch
         self.spin_s = _spin_seconds()
@@ -528,16 +546,30 @@ class Runtime:
         if self._count >= self._chunk and (self._groups >= self.submit_groups or self._count >= MAX_BATCH):
             self.flush()
             self._chunk = min(2 * self._chunk, self.submit_every)
+        elif self.submit_idle_s and self._groups >= self.submit_groups:
+            now = time.perf_counter()
+            if now >= self._idle_poll_at:  # the device ran out of submitted work: hand it what is recorded
+                self._idle_poll_at = now + self.submit_idle_s
+                if self._queue_empty():
+                    self.flush()
+                    self.idle_submits += 1
 
-    def set_submit_every(self, every: int, groups: int | None = None) -> None:
+    def set_submit_every(self, every: int, groups: int | None = None, idle_us: float | None = None) -> None:
         """Submit the open batch every ``every`` dispatches from now on (0: at sync points only)
         once it holds ``groups`` workgroups (None: as before), as ``EMBER_WGPU_SUBMIT_EVERY`` and
-        ``EMBER_WGPU_SUBMIT_GROUPS`` do at start-up; the first chunk after a sync point is smaller."""
+        ``EMBER_WGPU_SUBMIT_GROUPS`` do at start-up; the first chunk after a sync point is smaller.
+        ``idle_us`` (``EMBER_WGPU_SUBMIT_IDLE_US``; 0: off, None: as before): also submit a batch of
+        ``groups`` workgroups or more as soon as the device is found idle, polling at most once per
+        ``idle_us`` microseconds, so the device does not wait for the next chunk while the host records."""
         if every < 0:
             raise InvalidArgumentError(f"submit_every={every}: give 0 (sync points only) or more dispatches")
+        if idle_us is not None and idle_us < 0:
+            raise InvalidArgumentError(f"idle_us={idle_us}: give 0 (off) or more microseconds")
         self.submit_every = min(every, MAX_BATCH) if every else MAX_BATCH
         if groups is not None:
             self.submit_groups = max(groups, 0)
+        if idle_us is not None:
+            self.submit_idle_s = idle_us * 1e-6
         self._chunk = self._first_chunk()
 
     def _first_chunk(self) -> int:
@@ -760,14 +792,23 @@ class Runtime:
         self._arena_used = self._arena_sent = 0  # the next step's parameters from the start again
         self._check_lost()
 
-    def _spin(self) -> bool:
-        """Poll without blocking until the queue is empty (True) or ``spin_s`` has passed (False)."""
+    def _poller(self) -> tuple[Any, Any, Any]:
+        """(wgpu-native's poll, the device, NULL), made once."""
         if self._raw_poll is None:
             from wgpu.backends.wgpu_native import ffi, lib
 
             self._raw_poll = (lib.wgpuDevicePoll, self.device._internal, ffi.NULL)
-        poll, device, null = self._raw_poll
+        return self._raw_poll
+
+    def _queue_empty(self) -> bool:
+        """Whether every submit has run (one non-blocking poll)."""
+        poll, device, null = self._poller()
         # wgpu-native returns a Rust bool where the header says a 32-bit WGPUBool: only the low byte is set
+        return bool(poll(device, False, null) & 0xFF)
+
+    def _spin(self) -> bool:
+        """Poll without blocking until the queue is empty (True) or ``spin_s`` has passed (False)."""
+        poll, device, null = self._poller()
         if poll(device, False, null) & 0xFF:
             return True
         clock = time.perf_counter
@@ -790,6 +831,8 @@ class Runtime:
             "pending_dispatches": self._count,
             "submit_every": self.submit_every,
             "submit_groups": self.submit_groups,
+            "submit_idle_us": self.submit_idle_s * 1e6,
+            "idle_submits": self.idle_submits,
             "sync_mode": self.sync_mode,
             "recorder": self.recorder.kind,
         }
