@@ -8,6 +8,7 @@
 # carried wheels into /tmp/site (once per machine) and ember-cuda in place; each step writes its output to
 # $OUT/NAME.txt and a line "NAME rc=RC SECONDS s (limit L)" to $OUT/times.txt; its limit is cut to the
 # budget left (SIGINT first, so pytest still prints its failures), and a step with under 10 s left is skipped.
+# SKIP=N skips the script's first N steps (a second call on the same script goes on where the first stopped).
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -21,11 +22,19 @@ echo "setup $(($(date +%s) - DEVICE_START)) s" >>"$T"
 export PYTHONUNBUFFERED=1 OCL_ICD_VENDORS=/tmp/ember-ocl-vendors EMBER_CACHE_DIR=/tmp/ember-cache
 export PYTHONPATH=/tmp/site:. VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 
+SKIP=${SKIP:-0}
+STEP_NO=0
+
 left() { echo $((BUDGET - ($(date +%s) - DEVICE_START))); }
 
 step() { # NAME LIMIT command...
   local name=$1 lim=$2 l t
   shift 2
+  STEP_NO=$((STEP_NO + 1))
+  if [ "$STEP_NO" -le "$SKIP" ]; then
+    echo "$name $STEP_NO skipped (SKIP)" >>"$T"
+    return
+  fi
   l=$(left)
   [ "$l" -lt "$lim" ] && lim=$l
   if [ "$lim" -lt 10 ]; then
@@ -35,7 +44,7 @@ step() { # NAME LIMIT command...
   t=$(date +%s)
   echo "### $*" >>"$OUT/$name.txt"
   timeout -s INT -k 15 "$lim" "$@" >>"$OUT/$name.txt" 2>&1
-  echo "$name rc=$? $(($(date +%s) - t)) s (limit $lim)" >>"$T"
+  echo "$name $STEP_NO rc=$? $(($(date +%s) - t)) s (limit $lim)" >>"$T"
 }
 
 finish() { echo "total $(($(date +%s) - DEVICE_START)) s" >>"$T"; }
