@@ -13,16 +13,22 @@
 | EMBER_NN_FUSED            | ``0``: nn layers never call installed fused ops          | ``1``          |
 | EMBER_JIT_NATIVE          | ``0``: ``em.jit`` replays step lists, no backend replays | ``1``          |
 | EMBER_MEMORY              | device pool strategy: adaptive, static or exclusive      | ``adaptive``   |
+| EMBER_AUTOTUNE            | ``0``: large GEMMs are not tuned on first use            | ``1``          |
+| EMBER_AUTOTUNE_BUDGET     | seconds a first-use tuning may take                      | ``20``         |
 | EMBER_OPENCL_DEVICE       | default OpenCL device index                              | ``0``          |
 | EMBER_WGPU_ADAPTER        | default WGPU adapter index                               | ``0``          |
 
-Values are read when asked for, so tests can change the environment.
+Values are read when asked for, so tests can change the environment. Plugins read their own
+settings (``EMBER_CPU_*``, ``EMBER_CUDA_*``, ``EMBER_OPENCL_*``, ``EMBER_WGPU_*``, each listed in its
+``settings`` module) through the readers here, :func:`env_flag`, :func:`env_int`, :func:`env_float`
+and :func:`env_choice`, so every setting takes the same spellings and a bad value gets the same
+kind of error: the variable, the value, what it takes and an example.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from .errors import InvalidArgumentError
 
@@ -44,6 +50,10 @@ __all__ = [
     "MEMORY_STRATEGIES",
     "opencl_device",
     "wgpu_adapter",
+    "env_flag",
+    "env_int",
+    "env_float",
+    "env_choice",
 ]
 
 
@@ -63,16 +73,7 @@ def plugin_allow_list() -> frozenset[str] | None:
 
 def plugin_timeout() -> float:
     """Seconds a plugin's import, registration or backend loader may take (``EMBER_PLUGIN_TIMEOUT``)."""
-    raw = os.environ.get("EMBER_PLUGIN_TIMEOUT", "").strip()
-    if not raw:
-        return 60.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise InvalidArgumentError(f"EMBER_PLUGIN_TIMEOUT={raw!r}: expected a positive number of seconds, e.g. 60")
-    return value
+    return env_float("EMBER_PLUGIN_TIMEOUT", 60.0, what="a positive number of seconds", example="60", positive=True)
 
 
 def cache_dir() -> Path:
@@ -88,48 +89,37 @@ def cache_dir() -> Path:
 
 def kernel_cache_enabled() -> bool:
     """Whether compiled kernels are read from and written to ``cache_dir()`` (``EMBER_KERNEL_CACHE=0``: no)."""
-    return _flag("EMBER_KERNEL_CACHE")
+    return env_flag("EMBER_KERNEL_CACHE", True)
 
 
 def fusion_enabled() -> bool:
     """Whether backends that fuse defer elementwise ops into fused kernels (``EMBER_FUSION=0``: no)."""
-    return _flag("EMBER_FUSION")
+    return env_flag("EMBER_FUSION", True)
 
 
 def fuse_reductions_enabled() -> bool:
     """Whether a trailing reduction joins its region's fused kernel where the backend offers it
     (``EMBER_FUSE_REDUCE=0``: no, the region is realized and the reduction kernel runs after)."""
-    return _flag("EMBER_FUSE_REDUCE")
+    return env_flag("EMBER_FUSE_REDUCE", True)
 
 
 def fusion_min_elements(default: int) -> int:
     """Result size below which an op with no deferred operand runs at once instead of joining a
     fused region (``EMBER_FUSION_MIN_ELEMENTS``; unset: ``default``, the backend's own choice).
     Deferring costs host time per op; on a host-bound step, small ops may be cheaper run at once."""
-    raw = os.environ.get("EMBER_FUSION_MIN_ELEMENTS", "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise InvalidArgumentError(
-            f"EMBER_FUSION_MIN_ELEMENTS={raw!r}: expected a whole number >= 0, e.g. 65536 (0: defer every op)"
-        )
-    return value
+    return env_int("EMBER_FUSION_MIN_ELEMENTS", default, what="elements", example="65536", zero="defer every op")
 
 
 def nn_fused_enabled() -> bool:
     """Whether nn layers call an installed extension's fused ops (ember-fused) where the device has
     their kernel (``EMBER_NN_FUSED=0``: no, always the unfused sequence)."""
-    return _flag("EMBER_NN_FUSED")
+    return env_flag("EMBER_NN_FUSED", True)
 
 
 def jit_native_enabled() -> bool:
     """Whether ``em.jit`` asks the backend for a native replay of a capture (CUDA graph, OpenCL
     enqueue list, WebGPU command buffer); ``EMBER_JIT_NATIVE=0``: the step list always."""
-    return _flag("EMBER_JIT_NATIVE")
+    return env_flag("EMBER_JIT_NATIVE", True)
 
 
 #: the strategies of ember.memory's pools (docs/memory.md), the default first
@@ -138,36 +128,107 @@ MEMORY_STRATEGIES = ("adaptive", "static", "exclusive")
 
 def memory_strategy() -> str:
     """The pool strategy of devices not given one (``EMBER_MEMORY``: adaptive, static or exclusive)."""
-    raw = os.environ.get("EMBER_MEMORY", "").strip().lower()
+    return env_choice("EMBER_MEMORY", MEMORY_STRATEGIES, MEMORY_STRATEGIES[0])
+
+
+# -- the readers every setting goes through ----------------------------------------------------
+_ON = frozenset(("1", "true", "on", "yes"))
+_OFF = frozenset(("0", "false", "off", "no"))
+
+
+def _raw(name: str) -> str:
+    return os.environ.get(name, "").strip()
+
+
+@overload
+def env_flag(name: str, default: bool) -> bool: ...
+@overload
+def env_flag(name: str, default: None) -> bool | None: ...
+
+
+def env_flag(name: str, default: bool | None) -> bool | None:
+    """The on/off setting ``name``: 1, true, on or yes; 0, false, off or no (any case); unset or
+    empty: ``default`` (None where the caller decides per device). Anything else is refused, so a
+    typo does not silently mean "on"."""
+    raw = _raw(name).lower()
     if not raw:
-        return MEMORY_STRATEGIES[0]
-    if raw not in MEMORY_STRATEGIES:
-        raise InvalidArgumentError(
-            f"EMBER_MEMORY={raw!r}: expected one of {', '.join(MEMORY_STRATEGIES)} (unset: adaptive)"
-        )
-    return raw
+        return default
+    if raw in _ON:
+        return True
+    if raw in _OFF:
+        return False
+    raise InvalidArgumentError(
+        f"{name}={raw!r}: expected 1 or 0 (true/false, on/off and yes/no also work)"
+        + ("" if default is None else f"; unset means {int(default)}")
+    )
 
 
-def _flag(name: str) -> bool:
-    """An on/off setting that is on unless set to 0, false, off or no."""
-    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "off", "no")
+def _expected(name: str, raw: str, what: str, example: str, zero: str | None) -> InvalidArgumentError:
+    notes = f" (0: {zero})" if zero else ""
+    return InvalidArgumentError(f"{name}={raw!r}: expected {what}, e.g. {example}{notes}")
 
 
-def _int_env(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
+def env_int(
+    name: str,
+    default: int,
+    *,
+    what: str = "a whole number",
+    example: str = "1",
+    minimum: int = 0,
+    zero: str | None = None,
+) -> int:
+    """The whole-number setting ``name`` (at least ``minimum``; unset or empty: ``default``). A bad
+    value's error names the variable and says ``what`` it counts, with an ``example`` and what 0 means
+    (``zero``) where that is special."""
+    raw = _raw(name)
     if not raw:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise InvalidArgumentError(f"{name}={raw!r} is not an integer device index") from None
+        raise _expected(name, raw, f"{what} (a whole number >= {minimum})", example, zero) from None
+    if value < minimum:
+        raise _expected(name, raw, f"{what} (a whole number >= {minimum})", example, zero)
+    return value
+
+
+def env_float(
+    name: str,
+    default: float,
+    *,
+    what: str = "a number",
+    example: str = "1",
+    positive: bool = False,
+    zero: str | None = None,
+) -> float:
+    """The number setting ``name`` (>= 0, or > 0 where ``positive``; unset or empty: ``default``)."""
+    raw = _raw(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 if positive else value >= 0):  # NaN fails both
+        raise _expected(name, raw, what + ("" if positive else " (>= 0)"), example, zero)
+    return value
+
+
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """The setting ``name`` as one of ``choices`` (any case; unset or empty: ``default``)."""
+    raw = _raw(name).lower()
+    if not raw:
+        return default
+    if raw not in choices:
+        raise InvalidArgumentError(f"{name}={raw!r}: expected one of {', '.join(choices)} (unset: {default})")
+    return raw
 
 
 def opencl_device() -> int:
     """Default OpenCL device index (``EMBER_OPENCL_DEVICE``)."""
-    return _int_env("EMBER_OPENCL_DEVICE", 0)
+    return env_int("EMBER_OPENCL_DEVICE", 0, what="a device index", example="0")
 
 
 def wgpu_adapter() -> int:
     """Default WGPU adapter index (``EMBER_WGPU_ADAPTER``)."""
-    return _int_env("EMBER_WGPU_ADAPTER", 0)
+    return env_int("EMBER_WGPU_ADAPTER", 0, what="a device index", example="0")

@@ -20,7 +20,6 @@ row-major class's choice took 3.19 (``plugins/opencl/scripts/gemm_layout_time.py
 from __future__ import annotations
 
 import json
-import os
 import time
 import warnings
 import weakref
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from .config import env_flag, env_float
 from .dtypes import as_dtype
 from .kernel_cache import KernelCache
 
@@ -106,11 +106,12 @@ def layout_of(a_transposed: bool, b_transposed: bool) -> str:
 
 def autotune_enabled() -> bool:
     """Whether a large untuned GEMM may be tuned on first use (``EMBER_AUTOTUNE``, default on)."""
-    return os.environ.get("EMBER_AUTOTUNE", "1").strip() not in ("0", "off", "false", "no")
+    return env_flag("EMBER_AUTOTUNE", True)
 
 
 def _autotune_budget() -> float:
-    return float(os.environ.get("EMBER_AUTOTUNE_BUDGET", "20") or 20)
+    """Seconds a first-use tuning may take (``EMBER_AUTOTUNE_BUDGET``)."""
+    return env_float("EMBER_AUTOTUNE_BUDGET", 20.0, what="seconds", example="20", positive=True)
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

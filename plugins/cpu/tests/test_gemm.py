@@ -230,9 +230,15 @@ def test_convolutions_split_their_products(split, monkeypatch):
 
 
 def test_the_setting_is_checked(monkeypatch):
-    assert gemm._setting("") is True and gemm._setting("1") is True and gemm._setting(" 0 ") is False
-    with pytest.raises(InvalidArgumentError, match="EMBER_CPU_SPLIT_GEMM='yes'"):
-        gemm._setting("yes")
+    from ember_cpu import settings
+
+    for value, on in (("", True), ("1", True), (" 0 ", False), ("off", False)):
+        monkeypatch.setenv("EMBER_CPU_SPLIT_GEMM", value)
+        assert settings.split_gemm() is on
+    monkeypatch.setenv("EMBER_CPU_SPLIT_GEMM", "split")
+    with pytest.raises(InvalidArgumentError, match="EMBER_CPU_SPLIT_GEMM='split': expected 1 or 0"):
+        settings.split_gemm()
+    monkeypatch.delenv("EMBER_CPU_SPLIT_GEMM")
     monkeypatch.setattr(gemm.policy, "on", None)
     monkeypatch.setenv("EMBER_CPU_BLAS_THREADS", "auto")  # the BLAS is handed its threads: no split
     assert gemm.active() is False

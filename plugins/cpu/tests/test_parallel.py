@@ -83,11 +83,16 @@ def test_a_chunks_error_reaches_the_caller():
 
 def test_the_thread_setting_is_checked(monkeypatch):
     monkeypatch.setattr(parallel, "PARALLEL", False)
-    assert parallel._threads("3") == 3 and parallel._threads("") == parallel._cores()
-    with pytest.raises(InvalidArgumentError, match="EMBER_CPU_FUSED_THREADS"):
-        parallel._threads("0")
+    monkeypatch.setenv("EMBER_CPU_FUSED_THREADS", "3")
+    assert parallel._threads() == 3
+    monkeypatch.setenv("EMBER_CPU_FUSED_THREADS", "")
+    assert parallel._threads() == parallel._cores()
+    monkeypatch.setenv("EMBER_CPU_FUSED_THREADS", "0")
+    with pytest.raises(InvalidArgumentError, match="EMBER_CPU_FUSED_THREADS='0': expected threads"):
+        parallel._threads()
+    monkeypatch.setenv("EMBER_CPU_FUSED_THREADS", "4")
     monkeypatch.setattr(parallel, "PARALLEL", True)  # numba's own parallel loops: nothing split
-    assert parallel._threads("4") == 1
+    assert parallel._threads() == 1
 
 
 def _chain() -> FusedProgram:

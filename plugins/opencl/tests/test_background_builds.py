@@ -9,7 +9,7 @@ import pytest
 from ocl_helpers import Gate
 
 from ember.dtypes import as_dtype
-from ember_opencl import runtime
+from ember_opencl import runtime, settings
 from ember_opencl.cache import ProgramCache
 from ember_opencl.elementwise import binary_program, run_program, unary_program
 from ember_opencl.errors import KernelBuildError
@@ -114,10 +114,10 @@ def test_without_threads_a_failed_build_raises_at_once(dev, tmp_path, monkeypatc
 
 def test_build_threads_setting(monkeypatch):
     monkeypatch.setenv("EMBER_OPENCL_BUILD_THREADS", "3")
-    assert runtime._build_threads() == 3
+    assert settings.build_threads() == 3
     monkeypatch.setenv("EMBER_OPENCL_BUILD_THREADS", "many")
-    with pytest.raises(ValueError, match="EMBER_OPENCL_BUILD_THREADS"):
-        runtime._build_threads()
+    with pytest.raises(ValueError, match="EMBER_OPENCL_BUILD_THREADS='many': expected threads"):
+        settings.build_threads()
 
 
 def test_a_buffer_freed_behind_waiting_launches_is_released_after_them(rt):

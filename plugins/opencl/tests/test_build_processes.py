@@ -12,7 +12,7 @@ import pytest
 
 from ember.dtypes import as_dtype
 from ember.errors import InvalidArgumentError
-from ember_opencl import runtime
+from ember_opencl import runtime, settings
 from ember_opencl.build_worker import BuildProcesses
 from ember_opencl.cache import ProgramCache
 from ember_opencl.elementwise import binary_program, run_program, unary_program
@@ -83,10 +83,13 @@ def test_a_dead_worker_leaves_the_build_to_this_process(rt):
 @pytest.mark.parametrize("value", ["two", "-2"])
 def test_a_bad_setting_names_the_variable(monkeypatch, value):
     monkeypatch.setenv("EMBER_OPENCL_BUILD_PROCESSES", value)
-    with pytest.raises(InvalidArgumentError, match=r"EMBER_OPENCL_BUILD_PROCESSES must be a whole number >= 0"):
-        runtime._build_processes()
+    expected = r"EMBER_OPENCL_BUILD_PROCESSES=.*: expected worker processes \(a whole number >= 0\)"
+    with pytest.raises(InvalidArgumentError, match=expected):
+        settings.build_processes()
     monkeypatch.setenv("EMBER_OPENCL_BUILD_PROCESSES", " 3 ")
-    assert runtime._build_processes() == 3
+    assert settings.build_processes() == 3
+    monkeypatch.setenv("EMBER_OPENCL_BUILD_PROCESSES", "")
+    assert settings.build_processes() is None  # unset: the runtime chooses
 
 
 def test_a_cold_gpu_runtime_hands_the_head_start_programs_to_its_workers(rt, monkeypatch):
@@ -112,7 +115,7 @@ def test_a_cold_gpu_runtime_hands_the_head_start_programs_to_its_workers(rt, mon
 def test_unset_the_workers_are_four_for_a_cold_gpu_runtime_on_a_big_host(monkeypatch):
     """EMBER_OPENCL_BUILD_PROCESSES unset: workers only where a cold GPU runtime has cores to spare."""
     monkeypatch.delenv("EMBER_OPENCL_BUILD_PROCESSES", raising=False)
-    assert runtime._build_processes() is None
+    assert settings.build_processes() is None
     monkeypatch.setattr(runtime, "BUILD_PROCESSES", None)
     monkeypatch.setattr(runtime, "_host_cpus", lambda: 16)
     assert runtime._auto_build_processes(is_cpu=False, cold=True) == runtime.AUTO_BUILD_PROCESSES == 4

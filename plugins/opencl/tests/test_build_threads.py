@@ -10,21 +10,22 @@ from ocl_helpers import Gate
 
 import ember as em
 from ember.errors import InvalidArgumentError
-from ember_opencl import runtime
+from ember_opencl import runtime, settings
 from ember_opencl.cache import ProgramCache
 
 
 @pytest.mark.parametrize("value, threads", [("", 0), (" ", 0), ("0", 0), ("3", 3), (" 8 ", 8)])
 def test_the_setting_is_a_count_of_threads(monkeypatch, value, threads):
     monkeypatch.setenv("EMBER_OPENCL_BUILD_THREADS", value)
-    assert runtime._build_threads() == threads
+    assert settings.build_threads() == threads
 
 
 @pytest.mark.parametrize("value", ["many", "-1", "2.5", "auto"])
 def test_a_bad_setting_names_the_variable(monkeypatch, value):
     monkeypatch.setenv("EMBER_OPENCL_BUILD_THREADS", value)
-    with pytest.raises(InvalidArgumentError, match=r"EMBER_OPENCL_BUILD_THREADS must be a whole number >= 0"):
-        runtime._build_threads()
+    expected = r"EMBER_OPENCL_BUILD_THREADS=.*: expected threads \(a whole number >= 0\)"
+    with pytest.raises(InvalidArgumentError, match=expected):
+        settings.build_threads()
 
 
 @pytest.mark.parametrize("threads", [0, 3])

@@ -23,7 +23,7 @@ def test_the_mode_follows_the_platform_and_the_setting(monkeypatch) -> None:  # 
     monkeypatch.setenv("EMBER_OPENCL_RELEASE", "now")
     assert release_mode(_Platform("NVIDIA CUDA")) == "now"
     monkeypatch.setenv("EMBER_OPENCL_RELEASE", "later")
-    with pytest.raises(InvalidArgumentError, match="EMBER_OPENCL_RELEASE must be 'thread'"):
+    with pytest.raises(InvalidArgumentError, match="EMBER_OPENCL_RELEASE='later': expected one of thread, now"):
         release_mode(_Platform("NVIDIA CUDA"))
 
 

@@ -5,36 +5,25 @@ no view released while a younger view over its range lives, a parent after its v
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from ember.errors import InvalidArgumentError
-from ember_opencl import runtime
+from ember_opencl import settings
 
 
-@pytest.mark.parametrize(
-    ("platform", "env", "expected"),
-    [
-        ("Portable Computing Language", None, True),
-        ("NVIDIA CUDA", None, True),
-        ("NVIDIA CUDA", "0", False),
-        ("NVIDIA CUDA", "1", True),
-        ("Portable Computing Language", "0", False),
-    ],
-)
-def test_the_platform_and_the_setting_decide(monkeypatch, platform, env, expected) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(("env", "expected"), [(None, True), ("0", False), ("1", True), ("off", False)])
+def test_the_setting_decides_on_every_platform(monkeypatch, env, expected) -> None:  # noqa: ANN001
     if env is None:
         monkeypatch.delenv("EMBER_OPENCL_SUB_BUFFERS", raising=False)
     else:
         monkeypatch.setenv("EMBER_OPENCL_SUB_BUFFERS", env)
-    assert runtime._sub_buffers(SimpleNamespace(name=platform)) is expected
+    assert settings.sub_buffers() is expected
 
 
 def test_a_bad_setting_names_the_variable(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setenv("EMBER_OPENCL_SUB_BUFFERS", "yes")
-    with pytest.raises(InvalidArgumentError, match="EMBER_OPENCL_SUB_BUFFERS must be 1 or 0"):
-        runtime._sub_buffers(SimpleNamespace(name="NVIDIA CUDA"))
+    monkeypatch.setenv("EMBER_OPENCL_SUB_BUFFERS", "sometimes")
+    with pytest.raises(InvalidArgumentError, match="EMBER_OPENCL_SUB_BUFFERS='sometimes': expected 1 or 0"):
+        settings.sub_buffers()
 
 
 def test_the_device_pool_follows_the_runtime(dev) -> None:  # noqa: ANN001

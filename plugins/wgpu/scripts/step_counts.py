@@ -199,9 +199,9 @@ def time_settings(
     host: dict[str, list[float]] = {s: [] for s in settings}
     subs: dict[str, int] = {s: 0 for s in settings}
     idle: dict[str, int] = {s: 0 for s in settings}
-    from ember_wgpu.runtime import _submit_groups
+    from ember_wgpu.settings import submit_groups
 
-    default_groups = _submit_groups()  # the start-up setting (an earlier workload may have changed rt's)
+    default_groups = submit_groups()  # the start-up setting (an earlier workload may have changed rt's)
     for _ in range(rounds):
         for s in settings:
             every, _, rest = s.partition(":")

@@ -139,19 +139,19 @@ def test_a_repeated_step_writes_no_parameters_and_a_changed_one_does(rt):
 
 def test_submit_settings_are_checked(rt, monkeypatch):
     from ember.errors import InvalidArgumentError
-    from ember_wgpu import runtime
+    from ember_wgpu import settings
 
     monkeypatch.setenv("EMBER_WGPU_SUBMIT_EVERY", "often")
     with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_EVERY"):
-        runtime._submit_every(cpu=False)
+        settings.submit_every(cpu=False)
     monkeypatch.setenv("EMBER_WGPU_SUBMIT_EVERY", "")
-    assert runtime._submit_every(cpu=True) == runtime.MAX_BATCH  # CPU adapters: sync points only
-    assert runtime._submit_every(cpu=False) == 32
+    assert settings.submit_every(cpu=True) == settings.MAX_BATCH  # CPU adapters: sync points only
+    assert settings.submit_every(cpu=False) == 32
     monkeypatch.setenv("EMBER_WGPU_SUBMIT_GROUPS", "lots")
     with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_GROUPS"):
-        runtime._submit_groups()
+        settings.submit_groups()
     monkeypatch.setenv("EMBER_WGPU_SUBMIT_GROUPS", "")
-    assert runtime._submit_groups() == runtime.SUBMIT_GROUPS
+    assert settings.submit_groups() == settings.SUBMIT_GROUPS
     with pytest.raises(InvalidArgumentError, match="submit_every"):
         rt.set_submit_every(-1)
 
@@ -287,7 +287,7 @@ def test_pool_keeps_the_sizes_in_use_when_its_cache_is_full(strategy):
 def test_kernels_compile_without_naga_runtime_checks(rt, monkeypatch):
     """By default a kernel's module comes from wgpu-native's trusted entry point (no bounds clamps,
     no loop bounding); ``EMBER_WGPU_CHECKS=1`` keeps naga's checks. Both compute the same."""
-    from ember_wgpu import runtime, trusted
+    from ember_wgpu import settings, trusted
 
     source = (
         "@group(0) @binding(1) var<storage, read_write> y: array<f32>;\n"
@@ -306,7 +306,7 @@ def test_kernels_compile_without_naga_runtime_checks(rt, monkeypatch):
     np.testing.assert_array_equal(results[False], np.arange(100, dtype=np.float32) * 0.5)
     np.testing.assert_array_equal(results[True], results[False])
     monkeypatch.setenv("EMBER_WGPU_CHECKS", "1")
-    assert runtime._checked()
-    monkeypatch.setenv("EMBER_WGPU_CHECKS", "yes")
-    with pytest.raises(em.errors.InvalidArgumentError, match="EMBER_WGPU_CHECKS"):
-        runtime._checked()
+    assert settings.checked()
+    monkeypatch.setenv("EMBER_WGPU_CHECKS", "maybe")
+    with pytest.raises(em.errors.InvalidArgumentError, match="EMBER_WGPU_CHECKS='maybe': expected 1 or 0"):
+        settings.checked()

@@ -13,6 +13,7 @@ import ember as em
 from ember.errors import InvalidArgumentError
 from ember_wgpu import recorder as recorder_mod
 from ember_wgpu import runtime as runtime_mod
+from ember_wgpu import settings
 
 
 def _queue_empty(rt) -> bool:  # noqa: ANN001
@@ -76,19 +77,19 @@ def test_repeated_step_skips_the_parameter_write(dev, rt):
 
 def test_default_mode_follows_the_adapter(rt, monkeypatch):
     monkeypatch.delenv("EMBER_WGPU_SYNC", raising=False)
-    assert runtime_mod._sync_mode(rt.device, cpu=True) == "wait"
-    assert runtime_mod._sync_mode(rt.device, cpu=False) == "spin"
+    assert settings.sync_mode(rt.device, cpu=True) == "wait"
+    assert settings.sync_mode(rt.device, cpu=False) == "spin"
     monkeypatch.setenv("EMBER_WGPU_SYNC", "map")
-    assert runtime_mod._sync_mode(rt.device, cpu=False) == "map"
+    assert settings.sync_mode(rt.device, cpu=False) == "map"
 
 
 def test_bad_settings_name_the_variable(rt, monkeypatch):
     monkeypatch.setenv("EMBER_WGPU_SYNC", "sleep")
-    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SYNC.*spin, wait or map"):
-        runtime_mod._sync_mode(rt.device, cpu=False)
+    with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SYNC='sleep': expected one of spin, wait, map"):
+        settings.sync_mode(rt.device, cpu=False)
     monkeypatch.setenv("EMBER_WGPU_SPIN_US", "2ms")
     with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SPIN_US"):
-        runtime_mod._spin_seconds()
+        settings.spin_seconds()
 
 
 @pytest.mark.parametrize("kind", ["native", "public"])
@@ -180,7 +181,7 @@ def test_an_idle_device_gets_the_open_batch_at_once(dev, rt, idle_us):
 def test_a_bad_idle_poll_setting_names_the_variable(monkeypatch):
     monkeypatch.setenv("EMBER_WGPU_SUBMIT_IDLE_US", "often")
     with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_IDLE_US"):
-        runtime_mod._submit_idle_s()
+        settings.submit_idle_s()
     monkeypatch.setenv("EMBER_WGPU_SUBMIT_IDLE_US", "-5")
     with pytest.raises(InvalidArgumentError, match="EMBER_WGPU_SUBMIT_IDLE_US"):
-        runtime_mod._submit_idle_s()
+        settings.submit_idle_s()

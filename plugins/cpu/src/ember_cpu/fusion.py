@@ -35,6 +35,7 @@ from ember.dtypes import as_dtype
 from ember.lazy.program import FusedProgram
 from ember.views import collapse
 
+from . import settings
 from .numba_codegen import (
     KERNEL_NAME,
     LIBM_OPS,
@@ -65,7 +66,7 @@ MIN_ELEMENTS = 1 << 17
 def numba_missing() -> str | None:
     """None if numba can be imported and is not switched off, else why the cpu backend neither
     fuses nor runs its numba kernels."""
-    if os.environ.get("EMBER_CPU_NUMBA", "1") == "0":
+    if not settings.numba():
         return "EMBER_CPU_NUMBA=0 switches numba off"
     if importlib.util.find_spec("numba") is None:
         return "numba is not installed (pip install 'ember-cpu[numba]')"

@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import threading
 import time
 from typing import Any
 
 import numpy as np
 
-from ember.errors import InvalidArgumentError
-
+from . import settings
 from .parallel import splitter
 
 __all__ = [
@@ -55,18 +53,6 @@ MIN_SPLIT_FLOPS = 1 << 25
 MIN_BLOCK_FLOPS = 1 << 24
 
 _FLOATS = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
-
-
-def _setting(value: str) -> bool:
-    value = value.strip()
-    if value in ("", "1"):
-        return True
-    if value == "0":
-        return False
-    raise InvalidArgumentError(
-        f"EMBER_CPU_SPLIT_GEMM={value!r}: use 1 (the default: large products split over ember's "
-        f"threads, numpy's BLAS on one thread) or 0 (numpy's BLAS runs its own threads)"
-    )
 
 
 class BlasPin:
@@ -151,7 +137,7 @@ blas_pin = BlasPin()
 
 
 #: ``EMBER_CPU_SPLIT_GEMM``, read when the backend is imported (a bad value raises then)
-SPLIT_GEMM = _setting(os.environ.get("EMBER_CPU_SPLIT_GEMM", ""))
+SPLIT_GEMM = settings.split_gemm()
 
 
 class _Policy:
@@ -181,7 +167,7 @@ def active() -> bool:
     """Whether the backend's BLAS-bound ops may pin the BLAS and split large products themselves."""
     on = policy.on
     if on is None:
-        fixed = os.environ.get("EMBER_CPU_BLAS_THREADS", "").strip() not in ("", "0")
+        fixed = settings.blas_threads() != 0
         on = policy.on = SPLIT_GEMM and not fixed and blas_pin.available
     return on
 

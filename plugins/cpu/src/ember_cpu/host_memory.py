@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import platform
+
+from . import settings
 
 __all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "applied", "keep_freed_memory"]
 
@@ -41,7 +42,7 @@ def keep_freed_memory() -> bool:
     global applied
     if applied:
         return True
-    if os.environ.get("EMBER_CPU_MALLOC", "1").strip() == "0" or platform.libc_ver()[0] != "glibc":
+    if not settings.malloc() or platform.libc_ver()[0] != "glibc":
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

@@ -32,13 +32,13 @@ integers in their own width (wrapping, as numpy's), max/min propagate NaN.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from ember.lazy.program import Const, FusedProgram
 
+from . import settings
 from .numba_math import EXP32 as _EXP32
 from .numba_math import HELPERS as _HELPERS
 from .numba_math import USES_EXP32 as _USES_EXP32
@@ -51,7 +51,7 @@ __all__ = [
 ]  # fmt: skip
 
 #: generate ``parallel=True`` loops (EMBER_CPU_NUMBA_PARALLEL=1); serial by default, see above
-PARALLEL = os.environ.get("EMBER_CPU_NUMBA_PARALLEL", "0") == "1"
+PARALLEL = settings.numba_parallel()
 
 KERNEL_NAME = "ember_fused"
 

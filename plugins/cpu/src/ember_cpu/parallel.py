@@ -34,8 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ember.errors import InvalidArgumentError
-
+from . import settings
 from .numba_codegen import PARALLEL
 from .threads import WINDOW, _busy_seconds
 
@@ -62,23 +61,10 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _threads(value: str) -> int:
-    """Threads from ``EMBER_CPU_FUSED_THREADS``'s value: unset, every core; 1 under numba's own
+def _threads() -> int:
+    """Threads of a split kernel (``EMBER_CPU_FUSED_THREADS``): unset, every core; 1 under numba's own
     parallel loops."""
-    if PARALLEL:
-        return 1
-    value = value.strip()
-    if not value:
-        return _cores()
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise InvalidArgumentError(
-            f"EMBER_CPU_FUSED_THREADS={value!r}: use a thread count of at least 1 (1: fused kernels run serially)"
-        )
-    return n
+    return 1 if PARALLEL else settings.fused_threads(_cores())
 
 
 class _Job:
@@ -153,7 +139,7 @@ class Splitter:
 
     def __init__(self, threads: int | None = None) -> None:
         #: threads a split kernel runs on, the caller's included (1: never split)
-        self.threads = _threads(os.environ.get("EMBER_CPU_FUSED_THREADS", "")) if threads is None else threads
+        self.threads = _threads() if threads is None else threads
         #: kernels split, kernels left whole because other processes held the cores, and chunks
         #: the helper threads ran (the rest ran on the callers)
         self.counts = {"split": 0, "busy": 0, "helper_chunks": 0}

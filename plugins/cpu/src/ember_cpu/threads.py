@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.errors import InvalidArgumentError
+from . import settings
 
 __all__ = ["WINDOW", "BlasThreads", "blas_threads"]
 
@@ -64,21 +64,6 @@ def _controller() -> Any:
     return mine or libs or None
 
 
-def _setting(value: str) -> int | None:
-    value = value.strip().lower()
-    if value == "auto":
-        return None
-    if not value:
-        return 0
-    try:
-        return max(0, int(value))
-    except ValueError:
-        raise InvalidArgumentError(
-            f"EMBER_CPU_BLAS_THREADS={value!r}: use auto (follow the machine's load), a thread count, "
-            f"or 0 / unset (leave numpy's BLAS alone)"
-        ) from None
-
-
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -96,7 +81,7 @@ class BlasThreads:
         #: other processes' busy cores measured over the last window
         self.others = 0.0
         #: None: follow the load (``auto``); 0: leave the BLAS alone (unset, the default); n: fixed
-        self._fixed = _setting(os.environ.get("EMBER_CPU_BLAS_THREADS", ""))
+        self._fixed = settings.blas_threads()
         self._libs: Any = None
         self._ready = False
         self._next = 0.0

@@ -14,7 +14,6 @@ tolerances; ``EMBER_CUDA_TF32=1`` or ``backend.set_tf32(True)`` trades precision
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -28,7 +27,7 @@ from ember.errors import EmberError
 from ember.lazy.program import Const, FusedProgram, Reduce
 from ember.memory import MemoryStats, measured_stats
 
-from . import graphs, philox, runtime
+from . import graphs, philox, runtime, settings
 from .attention import flash_attention
 from .attention_backward import flash_attention_backward
 from .blas import blas_kernels
@@ -112,11 +111,11 @@ class CudaBackend(Backend):
             cp.cuda.compiler.CompileException,
         )
         self.tf32 = False
-        self.set_tf32(os.environ.get("EMBER_CUDA_TF32", "") == "1")
+        self.set_tf32(settings.tf32())
         self._fused: FusedKernels | None = None
         self._reductions: FusedReductions | None = None
         self._multi = self.device_count() > 1
-        if os.environ.get("EMBER_CUDA_IN_PLACE", "1") == "0":  # to measure the in-place offer's effect
+        if not settings.in_place():  # to measure the in-place offer's effect
             self.fusion_outs = False
 
     # -- settings ------------------------------------------------------------------------------
@@ -177,7 +176,7 @@ class CudaBackend(Backend):
         table["scaled_dot_product_attention"] = flash_attention(cp, table["scaled_dot_product_attention"])
         # EMBER_CUDA_FLASH_BACKWARD: 0 leaves attention's backward to autodiff's composite rule,
         # "chunked" runs cuBLAS over batch slices for every case (each to compare with the kernels)
-        backward = os.environ.get("EMBER_CUDA_FLASH_BACKWARD", "1")
+        backward = settings.flash_backward()
         if backward != "0":
             table["scaled_dot_product_attention_backward"] = flash_attention_backward(
                 cp, table, chunked=backward == "chunked"

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 from collections import Counter
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -52,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from . import igemm
+from . import igemm, settings
 from .blas import store_product
 from .kernels import Launcher as _Launcher
 
@@ -84,9 +83,9 @@ OPTIONS: dict[str, Any] = {
     "forward_by_sample": 512,
     "transpose_by_sample": 512,
     "wgrad_partials": 0.25,
-    "columns_bytes": int(os.environ.get("EMBER_CUDA_COLUMNS_BYTES", 2**30)),
+    "columns_bytes": settings.columns_bytes(),
     # implicit GEMM for conv and conv_transpose, and for weight gradients of this many columns or more
-    "implicit": os.environ.get("EMBER_CUDA_IMPLICIT_CONV", "1").strip() != "0",
+    "implicit": settings.implicit_conv(),
     "implicit_wgrad_columns": 64,
 }
 #: an OH*OW no convolution reaches (for OPTIONS: never by sample)

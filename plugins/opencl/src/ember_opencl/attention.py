@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections import Counter
 from dataclasses import dataclass
 from types import NotImplementedType
@@ -41,6 +40,7 @@ import numpy as np
 
 from ember.views import collapse
 
+from . import settings
 from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble, unravel
@@ -60,7 +60,7 @@ DTYPES = frozenset({"float32", "float16", "bfloat16"})
 #: composite paths: PoCL (2 cores, AVX-512) ran (2, 4, 128, 64) float32 forward + backward in 31 ms
 #: through the kernels and 10 ms through the composite's vector GEMM and softmax kernels (PoCL runs
 #: a work-group's 128 items as loops between its barriers)
-ON_CPU = os.environ.get("EMBER_OPENCL_FLASH", "").strip() == "1"
+ON_CPU = settings.flash() is True
 #: local memory a work-group may use: NVIDIA's OpenCL gives 48 KiB
 LOCAL_BUDGET = 48 * 1024
 _LOG2E = 1.4426950408889634

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import sys
 from collections.abc import Callable
 from types import NotImplementedType
@@ -28,7 +27,7 @@ from ember.lazy.replay import compile_fixed
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement, contiguous_strides
 
-from . import fused_reduce, indexing, matmul, nn, reduce
+from . import fused_reduce, indexing, matmul, nn, reduce, settings
 from .array import CLArray
 from .codegen import FusedProgram
 from .complex import REAL_RESULT
@@ -64,7 +63,7 @@ class OpenCLBackend(ViewMovement, Backend):
     def __init__(self, device: Any) -> None:
         super().__init__(device)
         self.rt = Runtime(device.index)
-        if os.environ.get("EMBER_OPENCL_IN_PLACE", "1") == "0":  # to measure the in-place offer's effect
+        if not settings.in_place():  # to measure the in-place offer's effect
             self.fusion_outs = False
         dtypes = set(ALL_DTYPES)
         reasons: dict[str, str] = {}
@@ -104,9 +103,9 @@ class OpenCLBackend(ViewMovement, Backend):
             table[op] = functools.partial(self._unary, op)
         for op in BINARY_OPS:
             table[op] = functools.partial(self._binary, op)
-        if os.environ.get("EMBER_OPENCL_NATIVE_WGRAD", "").strip() == "0":  # A/B: the unfold + matmul composite
+        if not settings.native_wgrad():  # A/B: the unfold + matmul composite
             table.pop("conv_weight_grad", None)
-        if os.environ.get("EMBER_OPENCL_FLASH", "").strip() == "0":  # A/B: the composite attention paths
+        if settings.flash() is False:  # A/B: the composite attention paths
             table["scaled_dot_product_attention"] = self._attention_composite
             table.pop("scaled_dot_product_attention_backward", None)
             table.pop("scaled_dot_product_attention_backward_from_output", None)

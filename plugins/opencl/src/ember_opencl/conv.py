@@ -17,13 +17,13 @@ GEMMs share.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import numpy as np
 
 from ember.tuning import AUTOTUNE_FLOPS
 
+from . import settings
 from .array import CLArray
 from .cltypes import ctype
 from .codegen import preamble
@@ -43,7 +43,7 @@ def _geo(size: tuple[int, ...], blocks: tuple[int, ...], kernel: tuple[int, ...]
 def implicit_wins(rt: Runtime) -> bool:
     """Whether conv runs as implicit GEMM here: on GPUs; on CPUs (PoCL) im2col + the vector matmul
     is ~10x faster, unless ``EMBER_OPENCL_IMPLICIT_CONV=1`` (to test these kernels on a CPU)."""
-    return not rt.is_cpu or os.environ.get("EMBER_OPENCL_IMPLICIT_CONV", "").strip() == "1"
+    return not rt.is_cpu or settings.implicit_conv_on_cpu()
 
 
 def _tap(kind: str, nd: int, col: list[str], lines: list[str]) -> tuple[str, str]:

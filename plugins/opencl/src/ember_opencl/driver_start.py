@@ -17,6 +17,8 @@ import ctypes
 import os
 import threading
 
+from . import settings
+
 __all__ = ["start", "wait", "loader_path"]
 
 _CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
@@ -59,7 +61,7 @@ def _enumerate(path: str) -> None:
 def start() -> bool:
     """Start the driver on a thread (once, after pyopencl's import); False when it does not start."""
     global _thread
-    if os.environ.get("EMBER_OPENCL_EARLY_DRIVER", "").strip() == "0":
+    if not settings.early_driver():
         return False
     with _lock:
         if _thread is not None:

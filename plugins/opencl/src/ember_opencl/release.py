@@ -21,26 +21,18 @@ grew the backlog to the whole card (MEM_OBJECT_ALLOCATION_FAILURE at 1.5 GiB in 
 from __future__ import annotations
 
 import ctypes
-import os
 import queue
 import threading
 from typing import Any
 
-from ember.errors import InvalidArgumentError
+from . import settings
 
 __all__ = ["Releaser", "release_mode"]
 
 
 def release_mode(platform: Any) -> str:
-    """``thread`` or ``now`` for ``platform`` (``EMBER_OPENCL_RELEASE`` overrides)."""
-    value = os.environ.get("EMBER_OPENCL_RELEASE", "").strip().lower()
-    if value in ("thread", "now"):
-        return value
-    if value:
-        raise InvalidArgumentError(
-            f"EMBER_OPENCL_RELEASE must be 'thread' (release buffers on a background thread) or 'now', not {value!r}"
-        )
-    return "thread" if "NVIDIA" in platform.name.upper() else "now"
+    """``thread`` or ``now`` for ``platform`` (:func:`.settings.release_mode`)."""
+    return settings.release_mode(platform.name)
 
 
 def _library() -> Any:

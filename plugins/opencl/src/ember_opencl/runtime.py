@@ -30,11 +30,12 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from ember.errors import DeviceUnavailableError, InvalidArgumentError
+from ember.errors import DeviceUnavailableError
 from ember.lazy.replay import ReplayPools
 from ember.memory import BufferPool
 from ember.shapes import numel
 
+from . import settings
 from .array import CLArray
 from .build_worker import BuildProcesses
 from .cache import ProgramCache
@@ -55,33 +56,6 @@ FAMILIES = True
 #: build costs ~0.2 s whatever its size, but reading its binary back ~0.09 s per kernel, so a group of
 #: six pays when three or more are used (plugins/opencl/README.md, *Cold start*, has the measurements)
 FAMILY_AFTER = 1
-
-
-def _count_setting(name: str, what: str) -> int:
-    """A whole number >= 0 from the environment variable ``name`` (unset: 0); ``what`` says what 0 means."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return 0
-    try:
-        count = int(value)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise InvalidArgumentError(f"{name} must be a whole number >= 0 ({what}), not {value!r}")
-    return count
-
-
-def _build_threads() -> int:
-    """``EMBER_OPENCL_BUILD_THREADS``: threads building in the background (unset or 0: none)."""
-    return _count_setting("EMBER_OPENCL_BUILD_THREADS", "threads; 0: build on the calling thread")
-
-
-def _build_processes() -> int | None:
-    """``EMBER_OPENCL_BUILD_PROCESSES``: worker processes compiling programs (0: none; unset: None,
-    :func:`_auto_build_processes` chooses per runtime)."""
-    if not os.environ.get("EMBER_OPENCL_BUILD_PROCESSES", "").strip():
-        return None
-    return _count_setting("EMBER_OPENCL_BUILD_PROCESSES", "worker processes; 0: compile in this process")
 
 
 #: EMBER_OPENCL_BUILD_PROCESSES unset: the workers a GPU runtime starts when ember's cache holds no
@@ -131,20 +105,6 @@ def _release_views_at_exit(ref: weakref.ref[Runtime]) -> None:
     rt.views.release_all(_release_buffer)
 
 
-def _sub_buffers(platform: Any) -> bool:
-    """Whether the adaptive pool carves blocks out of larger buffers (sub-buffers): yes, unless
-    ``EMBER_OPENCL_SUB_BUFFERS=0``. NVIDIA's driver (580.159, an H100) crashed in clReleaseMemObject on
-    the views of a step plan's arena (2026-12-06/07, W3 and W4 at gpu sizes), so they were off there
-    until the cause was found: releasing a used view while a younger view inside it lives (the arena's
-    ranges serve several blocks of a step). Every view now goes by :class:`.views.ViewLedger`'s rule."""
-    value = os.environ.get("EMBER_OPENCL_SUB_BUFFERS", "").strip()
-    if value in ("0", "1"):
-        return value == "1"
-    if value:
-        raise InvalidArgumentError(f"EMBER_OPENCL_SUB_BUFFERS must be 1 or 0 (unset: on), not {value!r}")
-    return True
-
-
 #: most views waiting for an idle queue (:meth:`Runtime._sweep_views`) before the runtime makes one (a
 #: clFinish): a training loop that never reads back still lets its views go
 IDLE_RELEASES_MAX = 4096
@@ -155,11 +115,11 @@ IDLE_RELEASES_MAX = 4096
 #: (H100, driver 580.159) compiles programs of one process side by side: W2's 72 cold builds (the GEMM
 #: tuner's included): first result 32.0 s built here, 29.5 s in 8 threads, their summed build time 28.2 -> 36.2 s,
 #: and loading 18 stored binaries 1.37 -> 1.83 s (plugins/cuda/logs/h100-2026-12-06-eve/call1/cold-bt*.txt)
-BUILD_THREADS = _build_threads()
+BUILD_THREADS = settings.build_threads()
 #: worker processes compiling programs (EMBER_OPENCL_BUILD_PROCESSES, :mod:`.build_worker`). None, the
 #: default: :func:`_auto_build_processes` (4 for a cold GPU runtime). With N, N builds are under way at
 #: once (at least N build threads)
-BUILD_PROCESSES = _build_processes()
+BUILD_PROCESSES = settings.build_processes()
 
 
 @dataclass(frozen=True)
@@ -196,7 +156,7 @@ STORE_AFTER = 64
 #: whether a constant (:meth:`Runtime.constant`: ``full``, autodiff's seed, a default affine
 #: parameter) is written by the queue (clEnqueueFillBuffer) instead of uploaded: no host copy to hold
 #: (EMBER_OPENCL_FILL=0 uploads, to measure the difference)
-FILL = os.environ.get("EMBER_OPENCL_FILL", "1") != "0"
+FILL = settings.fill()
 
 #: an upload of a caller's array up to this size is copied on the host and queued without waiting
 #: (:meth:`Runtime._copy_in`); a larger one waits for its transfer
@@ -296,8 +256,11 @@ class Runtime:
         with driver_errors("creating the context and queue", self.label):
             self.context = cl.Context([device])
             self._queue = cl.CommandQueue(self.context, device)
-        #: whether the pool may carve blocks out of larger buffers (see :func:`_sub_buffers`)
-        self.sub_buffers = _sub_buffers(platform)
+        #: whether the pool may carve blocks out of larger buffers (``EMBER_OPENCL_SUB_BUFFERS``). NVIDIA's
+        #: driver (580.159, an H100) crashed in clReleaseMemObject on a step plan's views until the cause
+        #: was found: releasing a used view while a younger view inside it lives; every view now goes by
+        #: :class:`.views.ViewLedger`'s rule
+        self.sub_buffers = settings.sub_buffers()
         #: where releasing a buffer waits for the queue (NVIDIA), the last release happens on a thread
         self.releaser = None
         backlog = max(1 << 28, int(device.global_mem_size) // 16)  # most bytes a release may wait with

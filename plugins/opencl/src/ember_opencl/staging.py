@@ -17,11 +17,12 @@ use it (``EMBER_OPENCL_PINNED=0`` to compare); a CPU device's memory is host mem
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pyopencl as cl
+
+from . import settings
 
 __all__ = ["Staging", "SLOT_BYTES", "SLOTS", "enabled"]
 
@@ -33,10 +34,7 @@ SLOTS = 8
 
 def enabled(is_cpu: bool) -> bool:
     """Whether a device's uploads go through pinned slots: ``EMBER_OPENCL_PINNED=1/0``; unset, on GPUs."""
-    value = os.environ.get("EMBER_OPENCL_PINNED", "").strip()
-    if value in ("0", "1"):
-        return value == "1"
-    return not is_cpu
+    return settings.pinned(is_cpu)
 
 
 class Staging:

@@ -10,7 +10,6 @@ buffers and submitted at sync points (see :mod:`ember_wgpu.runtime`).
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable
 from types import NotImplementedType
@@ -26,7 +25,7 @@ from ember.lazy.replay import compile_fixed
 from ember.memory import MemoryStats, measured_stats
 from ember.views import ViewMovement, contiguous_strides
 
-from . import adapters, quant
+from . import adapters, quant, settings
 from .handle import WgpuArray
 from .kernels import arange as iota
 from .kernels import attention, conv, fused_reduce, indexing, matmul, nn, pool, random, reduce, scan, sort, wgrad
@@ -65,7 +64,7 @@ class WgpuBackend(ViewMovement, Backend):
     def __init__(self, device: Any) -> None:
         super().__init__(device)
         self.rt = Runtime(device.index)
-        if os.environ.get("EMBER_WGPU_IN_PLACE", "1") == "0":  # to measure the in-place offer's effect
+        if not settings.in_place():  # to measure the in-place offer's effect
             self.fusion_outs = False
 
     # -- discovery -------------------------------------------------------------------------

@@ -15,18 +15,18 @@ start and end: each kernel's device time, for profiling (a pass per dispatch cos
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ember.errors import InvalidArgumentError
 
+from . import settings
 from .subbuffer import SubBuffer
 
 __all__ = ["recorder", "NativeRecorder", "PublicRecorder", "TimedRecorder", "Copy", "KINDS"]
 
 #: the recorders ``EMBER_WGPU_RECORDER`` may name
-KINDS = ("native", "public", "timed")
+KINDS = settings.RECORDERS
 
 #: a buffer-to-buffer copy: (source, source offset, destination, destination offset, bytes); a source
 #: or destination may be a :class:`~.subbuffer.SubBuffer` (its offset is added here)
@@ -343,7 +343,4 @@ def recorder(device: Any, queue: Any) -> NativeRecorder | PublicRecorder:
 
 def wanted() -> str:
     """The recorder ``EMBER_WGPU_RECORDER`` asks for (unset: ``native``)."""
-    kind = os.environ.get("EMBER_WGPU_RECORDER", "").strip().lower() or "native"
-    if kind not in KINDS:
-        raise InvalidArgumentError(f"EMBER_WGPU_RECORDER={kind!r}: use one of {', '.join(KINDS)}")
-    return kind
+    return settings.recorder_kind()

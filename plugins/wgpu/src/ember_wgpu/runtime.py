@@ -7,8 +7,8 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
   workgroup size) and kept for the life of the device;
 * **dispatches** are recorded into one open compute pass and submitted at sync points (a
   readback, ``synchronize()``, a full parameter arena) and, on GPU adapters, once the pass holds
-  a chunk of dispatches (:func:`_submit_every`: 4, then 8, ... up to 32 after each sync point)
-  with work enough to be worth a submit (``SUBMIT_GROUPS`` workgroups), so the device runs the
+  a chunk of dispatches (:func:`.settings.submit_every`: 4, then 8, ... up to 32 after each sync point)
+  with work enough to be worth a submit (``settings.SUBMIT_GROUPS`` workgroups), so the device runs the
   start of a step while the host records the rest: a batch held to the sync point leaves the
   device idle for the whole of the host's recording. Chains of tiny launches (W1) stay in one
   batch: a submit costs ~65 us;
@@ -28,7 +28,7 @@ an open compute pass ~4 us, a bind group ~30 us, a readback ~0.2 ms. So:
   another runs the kernel's *read-write twin* (:meth:`Runtime.twin`: every binding read-write);
 * **readbacks** of several tensors share one staging buffer (kept for the next read), one map
   and the open batch's submit (the copies follow the batch's pass in its command buffer);
-* **synchronize()** submits the batch and waits on this thread (:func:`_sync_mode`): no fence
+* **synchronize()** submits the batch and waits on this thread (:func:`.settings.sync_mode`): no fence
   copy, no mapping, no wgpu-py poll thread; a synchronized step that repeats its launches skips
   rewriting the parameter arena (same bytes). A W6 step is 12 wgpu-native calls, releases included.
 
@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -56,7 +55,7 @@ from ember.kernel_cache import KernelCache
 from ember.lazy.replay import ReplayPools
 from ember.memory import DEFAULT_CACHE_LIMIT, Block, BufferPool
 
-from . import adapters, trusted
+from . import adapters, settings, trusted
 from .errors import (
     WgpuDeviceLostError,
     WgpuKernelError,
@@ -66,104 +65,18 @@ from .errors import (
 )
 from .handle import WgpuArray
 from .recorder import Copy, recorder
-from .recorder import wanted as recorder_wanted
+from .settings import MAX_BATCH
 from .subbuffer import SubBuffer, binding
 from .typemap import TypeMap
 
 __all__ = ["Runtime", "Pipeline", "MAX_BATCH", "ARENA_BYTES"]
 
-MAX_BATCH = 2048
 ARENA_BYTES = 1 << 22
 _BG_CACHE_LIMIT = 16384
 #: readback staging buffers up to this size are kept for the next read
 _STAGING_KEEP = 64 << 20
-
-#: how long synchronize() spins on a non-blocking poll before it blocks (EMBER_WGPU_SPIN_US)
-SPIN_US = 2000
-
-
-def _sync_mode(device: Any, cpu: bool) -> str:
-    """How :meth:`Runtime.synchronize` waits (``EMBER_WGPU_SYNC``): ``spin`` (the default on GPU
-    adapters) polls the device without blocking on this thread until its queue is empty (for at most
-    ``SPIN_US``, then blocks), the lowest latency; ``wait`` (the default on CPU adapters, whose
-    device threads a spinning host thread would slow) blocks in one ``wgpuDevicePoll(wait=True)``;
-    ``map`` maps a persistent buffer filled by a copy in the last submit (wgpu-py's ``map_sync``:
-    its poll thread, a callback and, for a MAP_READ buffer, an extra empty submit), the public-API
-    way, also taken where wgpu-py lacks ``device._poll_wait``."""
-    mode = os.environ.get("EMBER_WGPU_SYNC", "").strip().lower() or ("wait" if cpu else "spin")
-    if mode not in ("spin", "wait", "map"):
-        raise InvalidArgumentError(f"EMBER_WGPU_SYNC={mode!r}: use spin, wait or map")
-    if not callable(getattr(device, "_poll_wait", None)) or getattr(device, "_internal", None) is None:
-        return "map"
-    return mode
-
-
-#: dispatches in the first chunk submitted after a sync point (then doubling up to _submit_every())
+#: dispatches in the first chunk submitted after a sync point (then doubling up to settings.submit_every())
 SUBMIT_FIRST = 4
-#: workgroups a chunk must hold before it is submitted early (EMBER_WGPU_SUBMIT_GROUPS): an
-#: H100 holds ~1-2k resident workgroups; a chain of one-workgroup launches is not worth a submit
-SUBMIT_GROUPS = 1024
-
-
-def _submit_every(cpu: bool) -> int:
-    """Dispatches after which the open batch is submitted without waiting for a sync point
-    (``EMBER_WGPU_SUBMIT_EVERY``; 0: only at sync points and every ``MAX_BATCH``). Default 32 on
-    GPU adapters, where the device then overlaps the host's recording; 0 on CPU adapters, whose
-    device threads share the host's cores."""
-    raw = os.environ.get("EMBER_WGPU_SUBMIT_EVERY", "").strip()
-    try:
-        every = int(raw) if raw else (0 if cpu else 32)
-    except ValueError:
-        raise InvalidArgumentError(f"EMBER_WGPU_SUBMIT_EVERY={raw!r}: give a number of dispatches, e.g. 32") from None
-    if every < 0:
-        raise InvalidArgumentError(f"EMBER_WGPU_SUBMIT_EVERY={raw!r}: give 0 (sync points only) or more")
-    return min(every, MAX_BATCH) if every else MAX_BATCH
-
-
-def _submit_groups() -> int:
-    """Workgroups a chunk must hold to be submitted before a sync point (``EMBER_WGPU_SUBMIT_GROUPS``)."""
-    raw = os.environ.get("EMBER_WGPU_SUBMIT_GROUPS", "").strip()
-    try:
-        groups = int(raw) if raw else SUBMIT_GROUPS
-    except ValueError:
-        raise InvalidArgumentError(
-            f"EMBER_WGPU_SUBMIT_GROUPS={raw!r}: give a number of workgroups, e.g. 1024"
-        ) from None
-    return max(groups, 0)
-
-
-def _submit_idle_s() -> float:
-    """Seconds between polls for an idle device within a step (``EMBER_WGPU_SUBMIT_IDLE_US``, in µs;
-    unset or 0: no polls): see :meth:`Runtime.set_submit_every`."""
-    raw = os.environ.get("EMBER_WGPU_SUBMIT_IDLE_US", "").strip()
-    try:
-        us = float(raw) if raw else 0.0
-    except ValueError:
-        raise InvalidArgumentError(
-            f"EMBER_WGPU_SUBMIT_IDLE_US={raw!r}: give microseconds between polls, e.g. 50 (0: off)"
-        ) from None
-    if us < 0:
-        raise InvalidArgumentError(f"EMBER_WGPU_SUBMIT_IDLE_US={raw!r}: give 0 (off) or more microseconds")
-    return us * 1e-6
-
-
-def _checked() -> bool:
-    """Whether kernels keep naga's runtime checks (``EMBER_WGPU_CHECKS=1``): bounds clamps on every
-    array access and loop bounding. Off by default where wgpu-native can drop them (:mod:`.trusted`):
-    ember's kernels guard their own indices."""
-    raw = os.environ.get("EMBER_WGPU_CHECKS", "").strip()
-    if raw not in ("", "0", "1"):
-        raise InvalidArgumentError(f"EMBER_WGPU_CHECKS={raw!r}: give 1 (naga's bounds checks on) or 0 (off)")
-    return raw == "1"
-
-
-def _spin_seconds() -> float:
-    """Seconds :meth:`Runtime._spin` polls before it gives up (``EMBER_WGPU_SPIN_US``, microseconds)."""
-    raw = os.environ.get("EMBER_WGPU_SPIN_US", "").strip()
-    try:
-        return (int(raw) if raw else SPIN_US) / 1e6
-    except ValueError:
-        raise InvalidArgumentError(f"EMBER_WGPU_SPIN_US={raw!r}: give whole microseconds, e.g. 2000") from None
 
 
 class Pipeline:
@@ -215,7 +128,7 @@ class Runtime:
         wgpu = adapters._wgpu()
         self.wgpu = wgpu
         self.index = index
-        timed = ("timestamp-query",) if recorder_wanted() == "timed" else ()
+        timed = ("timestamp-query",) if settings.recorder_kind() == "timed" else ()
         self.adapter, self.device = adapters.open_device(index, timed)
         self.queue = self.device.queue
         self.name = self.adapter.info.get("device", "?")
@@ -225,7 +138,7 @@ class Runtime:
         self.max_binding = int(self.limits.get("max-storage-buffer-binding-size", 128 << 20))
         self.max_buffer = int(self.limits.get("max-buffer-size", 256 << 20))
         self.max_groups = int(self.limits.get("max-compute-workgroups-per-dimension", 65535))
-        self.checked = _checked()
+        self.checked = settings.checked()
         self.max_storage_buffers = int(self.limits.get("max-storage-buffers-per-shader-stage", 8))
         self.shared_bytes = int(self.limits.get("max-compute-workgroup-storage-size", 16384))
         self.align = max(16, int(self.limits.get("min-uniform-buffer-offset-alignment", 256)))
@@ -272,16 +185,16 @@ class Runtime:
         self._arena_device = bytearray(ARENA_BYTES)
         self._arena_device_view = memoryview(self._arena_device)
         cpu = str(self.adapter.info.get("adapter_type", "")).lower() == "cpu"
-        self.sync_mode = _sync_mode(self.device, cpu)
+        self.sync_mode = settings.sync_mode(self.device, cpu)
         # the open batch is submitted at `_chunk` dispatches: SUBMIT_FIRST after a sync point, doubling
         # up to `submit_every` (MAX_BATCH: sync points only)
-        self.submit_every = _submit_every(cpu)
-        self.submit_groups = _submit_groups()
-        self.submit_idle_s = 0.0 if cpu else _submit_idle_s()
+        self.submit_every = settings.submit_every(cpu)
+        self.submit_groups = settings.submit_groups()
+        self.submit_idle_s = 0.0 if cpu else settings.submit_idle_s()
         self._idle_poll_at = 0.0  # perf_counter time before which no idle poll is made
         self._chunk = self._first_chunk()
         self._groups = 0  # workgroups of the open batch
-        self.spin_s = _spin_seconds()
+        self.spin_s = settings.spin_seconds()
         self._raw_poll: tuple[Any, Any, Any] | None = None  # wgpu-native's poll, the device, NULL: see _spin
         self._staging_buf: Any = None  # the mappable buffer of the last read, kept for the next (read())
         self._sync_buf = self._create_buffer(16)
@@ -771,7 +684,7 @@ class Runtime:
 
     def synchronize(self) -> None:
         """Submit and wait until the device has finished all work recorded so far (``sync_mode``:
-        see :func:`_sync_mode`)."""
+        see :func:`.settings.sync_mode`)."""
         mode = self.sync_mode
         if mode == "map":
             self.flush(fence=True)

@@ -27,7 +27,6 @@ the core's composite rule). The backend takes the backward kernels only with
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from types import NotImplementedType
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 from ember.dtypes import float32
 from ember.views import collapse
 
+from .. import settings
 from ..handle import WgpuArray
 from ..runtime import Runtime
 from ..typemap import WType
@@ -69,7 +69,7 @@ _PARAMS = ParamBlock(
 
 def enabled() -> bool:
     """Whether the flash kernels run (``EMBER_WGPU_FLASH=0``: the composite forward and autodiff's rule)."""
-    return os.environ.get("EMBER_WGPU_FLASH", "1") != "0"
+    return settings.flash()
 
 
 def backward_enabled() -> bool:
@@ -77,7 +77,7 @@ def backward_enabled() -> bool:
     Vulkan, W4's attention (32, 16, 512, 64) took 2.73 ms forward and 15.4 ms forward + backward through
     the kernels, 4.12 and 13.2 ms through the composite (its GEMMs are the tuned ones): the flash
     forward with autodiff's composite backward is the fastest pair (plugins/cuda/logs/h100-2026-12-06-closing)."""
-    return enabled() and os.environ.get("EMBER_WGPU_FLASH_BACKWARD", "0") == "1"
+    return enabled() and settings.flash_backward()
 
 
 #: (H invocations per row, rows per workgroup, keys or queries per tile)

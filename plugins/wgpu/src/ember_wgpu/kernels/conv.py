@@ -13,11 +13,11 @@ so overlaps add up without atomics and the result is deterministic (conv's weigh
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ember.dtypes import float32
 
+from .. import settings
 from ..codegen.ops import convert
 from ..handle import WgpuArray
 from ..runtime import Runtime
@@ -252,7 +252,7 @@ def implicit_wins(rt: Runtime) -> bool:
     (core's unfold + matmul composite, to compare). On lavapipe W3's step at CPU size takes 0.78-0.80x
     the composite's since the kernels read images as columns (BENCHMARKS.md, 2026-12-07 sixth)."""
     del rt  # (every adapter: kept as the backend's question)
-    return os.environ.get("EMBER_WGPU_IMPLICIT_CONV", "").strip() != "0"
+    return settings.implicit_conv()
 
 
 #: the conv GEMM's tile by output channels per group (M), rows first: the columns (images x

@@ -12,12 +12,12 @@ partials stay small. Float partials are f32; integers wrap as the dtype does.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 from ember.dtypes import float32
 
+from .. import settings
 from ..handle import WgpuArray
 from ..runtime import Runtime
 from ..typemap import WType
@@ -48,7 +48,7 @@ _SUM_FEW = 128
 def native_wins(rt: Runtime) -> bool:
     """Whether the native weight gradient runs: where conv runs as implicit GEMM (unless
     ``EMBER_WGPU_IMPLICIT_CONV=0``), unless ``EMBER_WGPU_NATIVE_WGRAD=0`` (core's unfold + matmul)."""
-    return implicit_wins(rt) and os.environ.get("EMBER_WGPU_NATIVE_WGRAD", "").strip() != "0"
+    return implicit_wins(rt) and settings.native_wgrad()
 
 
 def _carry(names: list[str], dims: list[str], outer: str) -> str:
