@@ -36,6 +36,36 @@ def test_doctor_reports_cpu_ok(capsys):
     assert "[ ok ] cpu" in out and "default device cpu:0 is usable" in out
 
 
+def test_settings_lists_core_and_plugin_settings_with_their_values(capsys, monkeypatch):
+    """`ember settings`: every row of ember.config's table and of an installed plugin's settings module
+    (the cpu plugin's here), the value set now beside the default."""
+    from ember import config
+    from ember_cpu import settings as cpu_settings
+
+    monkeypatch.setenv("EMBER_CPU_FUSED_THREADS", "3")
+    assert main(["settings"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    for name, _, _ in config.settings_table(config.__doc__) + config.settings_table(cpu_settings.__doc__):
+        assert name in rows, name
+    assert rows["EMBER_CPU_FUSED_THREADS"][1:2] == ["3"] and rows["EMBER_CPU_FUSED_THREADS"][-1] == "ember_cpu"
+    assert rows["EMBER_MEMORY"][1:3] == ["-", "adaptive"]
+    assert main(["settings", "--set"]) == 0
+    shown = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert "EMBER_CPU_FUSED_THREADS" in shown and "EMBER_MEMORY" not in shown
+
+
+def test_a_misspelt_setting_is_named_with_the_one_meant(capsys, monkeypatch):
+    """A variable no package reads is otherwise ignored without a word: settings and doctor say so."""
+    monkeypatch.setenv("EMBER_CPU_FUSED_THRAEDS", "3")
+    assert main(["settings", "--set"]) == 1
+    out = capsys.readouterr().out
+    assert "[warn] EMBER_CPU_FUSED_THRAEDS is set but no installed package reads it" in out
+    assert "(did you mean EMBER_CPU_FUSED_THREADS" in out
+    main(["doctor"])
+    assert "[warn] EMBER_CPU_FUSED_THRAEDS is set" in capsys.readouterr().out
+
+
 def test_failed_plugin_shows_in_plugins_output(capsys, fresh_registry):
     class Broken:
         @em.hookimpl

@@ -110,6 +110,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     allow = config.plugin_allow_list()
     if allow is not None:
         print(f"EMBER_PLUGINS limits plugins to: {', '.join(sorted(allow))}")
+    known = {name for _, module in _settings_modules() for name, _, _ in config.settings_table(module.__doc__)}
+    for line in _unknown_settings_lines(known):
+        print(f"[warn] {line}; `ember settings` lists the ones that are read")
     reg = get_registry()
     reg.discover()
     ok = True
@@ -159,6 +162,56 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             f"{cache['misses']} misses, {cache['corrupt']} corrupt entries removed, in {cache['directory']}"
         )
     return 0 if ok else 1
+
+
+def _settings_modules() -> list[tuple[str, Any]]:
+    """(package, module) of every settings table: ember.config's, then each installed plugin's
+    ``settings`` module beside its entry point's (ember_cpu.settings, ...), where it has one."""
+    import importlib
+    import importlib.util
+
+    found: list[tuple[str, Any]] = [("ember", config)]
+    reg = get_registry()
+    reg.discover()
+    seen = {"ember"}
+    for info in reg.plugins.values():
+        package = info.module.split(".")[0]
+        if not package or package in seen:
+            continue
+        seen.add(package)
+        try:
+            if importlib.util.find_spec(f"{package}.settings") is None:
+                continue
+            found.append((package, importlib.import_module(f"{package}.settings")))
+        except Exception:  # noqa: BLE001 - a plugin that fails to import: `ember plugins` says why
+            continue
+    return found
+
+
+def _unknown_settings_lines(known: set[str]) -> list[str]:
+    lines = []
+    for name, close in config.unknown_settings(known):
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        lines.append(f"{name} is set but no installed package reads it{hint}")
+    return lines
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    """Every EMBER_* setting of ember and its installed plugins: meaning, default, the value set now."""
+    rows, known = [], set()
+    for package, module in _settings_modules():
+        for name, meaning, default in config.settings_table(module.__doc__):
+            known.add(name)
+            value = os.environ.get(name)
+            if args.set and value is None:
+                continue
+            rows.append([name, "-" if value is None else value, default, meaning, package])
+    header = ["variable", "set to", "default", "meaning", "package"]
+    print(_table(rows, header) if rows else "no setting that an installed package reads is set")
+    unknown = _unknown_settings_lines(known)
+    for line in unknown:
+        print(f"[warn] {line}")
+    return 1 if unknown else 0
 
 
 def _device(kind: str) -> Any:
@@ -248,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks of failed plugins")
     sub.add_parser("devices", help="list the devices found")
     sub.add_parser("doctor", help="explain what is missing and how to fix it")
+    p = sub.add_parser("settings", help="every EMBER_* environment setting: meaning, default, value now")
+    p.add_argument("--set", action="store_true", help="only the settings set in this environment")
     p = sub.add_parser("ops", help="the op table: kinds, native signatures, autocast policies")
     p.add_argument("--device", help="also show which ops this device computes natively, e.g. opencl:0")
     p.add_argument("--markdown", action="store_true", help="print Markdown (docs/ops.md is this without --device)")
@@ -268,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "plugins": cmd_plugins,
         "devices": cmd_devices,
         "doctor": cmd_doctor,
+        "settings": cmd_settings,
         "ops": cmd_ops,
         "memory-report": cmd_memory_report,
     }

@@ -28,6 +28,7 @@ kind of error: the variable, the value, what it takes and an example.
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING, overload
 
 from .errors import InvalidArgumentError
@@ -54,6 +55,8 @@ __all__ = [
     "env_int",
     "env_float",
     "env_choice",
+    "settings_table",
+    "unknown_settings",
 ]
 
 
@@ -232,3 +235,29 @@ def opencl_device() -> int:
 def wgpu_adapter() -> int:
     """Default WGPU adapter index (``EMBER_WGPU_ADAPTER``)."""
     return env_int("EMBER_WGPU_ADAPTER", 0, what="a device index", example="0")
+
+
+# -- the tables -----------------------------------------------------------------------------------
+_ROW = re.compile(r"^\|\s*(EMBER_[A-Z0-9_]+)\s*\|([^|\n]*)\|([^|\n]*)\|\s*$", re.MULTILINE)
+
+
+def settings_table(doc: str | None) -> list[tuple[str, str, str]]:
+    """The rows (variable, meaning, default) of the settings table in ``doc``: this module's docstring,
+    or a plugin's ``settings`` module's (``ember settings`` lists them all)."""
+
+    def plain(cell: str) -> str:
+        return cell.strip().replace("``", "")
+
+    return [(name, plain(meaning), plain(default)) for name, meaning, default in _ROW.findall(doc or "")]
+
+
+def unknown_settings(known: set[str]) -> list[tuple[str, list[str]]]:
+    """``EMBER_*`` variables set in the environment that no table in ``known`` lists (a misspelt setting
+    is otherwise ignored without a word), each with the known names it is closest to."""
+    import difflib
+
+    return [
+        (name, difflib.get_close_matches(name, sorted(known), n=2, cutoff=0.8))
+        for name in sorted(os.environ)
+        if name.startswith("EMBER_") and name not in known
+    ]

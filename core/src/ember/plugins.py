@@ -276,6 +276,8 @@ class PluginInfo:
     #: the name pluggy knows the plugin by: ``name``, or ``name@distribution`` when two
     #: distributions ship an entry point of the same name
     key: str = ""
+    #: the module its entry point names (``ember_cpu.plugin``; "" for one registered in-process)
+    module: str = ""
 
 
 class PluginRegistry:
@@ -380,6 +382,8 @@ class PluginRegistry:
             if ep.group != group:
                 continue
             info = PluginInfo(name=ep.name, group=group, distribution=ep.distribution, version=ep.version)
+            match = _EP_VALUE.match(ep.value)
+            info.module = match.group("module") if match else ""
             key = ep.name
             if key in self.plugins:
                 known = self.plugins[key]
