@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# prepared in the eleventh session for the next (it lent no GPU), one call (steps in order of need; those past the budget are skipped): the tenth's max_pool
+# prepared in the eleventh session, kept by the twelfth (neither was lent a GPU). Steps in order of need; those past
+# the budget are skipped. Its limits add up to ~1,700 s: three calls of BUDGET=560 on one warm machine, the second
+# and third with SKIP=N (N: the number of the last step times.txt shows run in full). The tenth's max_pool
 # gradient kernels on a GPU (correctness, leaks, memory), wgpu's W3 profiled with GPU timestamps (timed recorder),
 # submits to an idle device (EMBER_WGPU_SUBMIT_IDLE_US) against the chunks, opencl W3's adaptive-vs-static step per
 # kernel, wgpu's GEMM family with the banded tilings, runner rows
 source .ci/device-steps.sh
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.gpu --format=csv,noheader -lms 200 > $OUT/clk.txt 2>&1 &
 CLK=$!
+step check 10 python3 -m ember.cli settings --set
 step check 80 python3 -m pytest -q -p no:cacheprovider plugins/cuda/tests/test_cuda_conv.py
 step check 45 python3 -m pytest -q -p no:cacheprovider plugins/opencl/tests/test_conv_kernels.py -k max_pool
 step check 45 python3 -m pytest -q -p no:cacheprovider plugins/wgpu/tests/test_max_pool_grad.py plugins/wgpu/tests/test_timed_recorder.py plugins/wgpu/tests/test_sync.py

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# eleventh session, last call (the budget's rest): the tenth's max_pool gradient kernels on a GPU, and the
+# eleventh session (kept by the twelfth), last call (the budget's rest): the tenth's max_pool gradient kernels on a GPU, and the
 # conformance suite's pool/memory/leak cases on each GPU backend
 source .ci/device-steps.sh
 step check 60 python3 -m pytest -q -p no:cacheprovider plugins/cuda/tests/test_cuda_conv.py -k "pool"
