@@ -66,6 +66,48 @@ def test_a_misspelt_setting_is_named_with_the_one_meant(capsys, monkeypatch):
     assert "[warn] EMBER_CPU_FUSED_THRAEDS is set" in capsys.readouterr().out
 
 
+def test_a_value_no_reader_takes_fails_settings_and_doctor(capsys, monkeypatch):
+    """A set value its reader refuses (a typo in a flag, a count that is no number) is reported when asked,
+    not only when a device first reads it."""
+    monkeypatch.setenv("EMBER_CPU_SPLIT_GEMM", "maybe")
+    monkeypatch.setenv("EMBER_MEMORY", "greedy")
+    assert main(["settings", "--set"]) == 1
+    out = capsys.readouterr().out
+    assert "[fail] EMBER_CPU_SPLIT_GEMM='maybe': expected 1 or 0" in out
+    assert "[fail] EMBER_MEMORY='greedy': expected one of adaptive, static, exclusive" in out
+    assert main(["doctor"]) == 1
+    assert "[fail] EMBER_CPU_SPLIT_GEMM='maybe'" in capsys.readouterr().out
+    monkeypatch.delenv("EMBER_CPU_SPLIT_GEMM")
+    monkeypatch.delenv("EMBER_MEMORY")
+    assert main(["settings", "--set"]) == 0
+
+
+def test_every_settings_module_checks_every_setting_it_lists(monkeypatch):
+    """check() of ember.config and of each plugin's settings module reads every variable of its table: a
+    value no reader takes in any of them is reported (a row left out of check() would pass silently)."""
+    import importlib.util
+
+    from ember import config
+
+    root = Path(__file__).resolve().parents[2]
+    modules = [config]
+    for plugin in ("cpu", "cuda", "opencl", "wgpu"):  # loaded from the checkout: CI's core env installs cpu only
+        path = root / "plugins" / plugin / "src" / f"ember_{plugin}" / "settings.py"
+        spec = importlib.util.spec_from_file_location(f"_settings_of_{plugin}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # (it imports ember.config alone)
+        modules.append(module)
+    for module in modules:
+        rows = config.settings_table(module.__doc__)
+        assert rows, module.__name__
+        for variable, _, _ in rows:
+            if variable in ("EMBER_DEVICE", "EMBER_PLUGINS", "EMBER_CACHE_DIR"):  # free text: any value is one
+                continue
+            monkeypatch.setenv(variable, "-7.5x")
+            assert any(variable in line for line in module.check()), (module.__name__, variable)
+            monkeypatch.delenv(variable)
+
+
 def test_failed_plugin_shows_in_plugins_output(capsys, fresh_registry):
     class Broken:
         @em.hookimpl

@@ -113,9 +113,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     known = {name for _, module in _settings_modules() for name, _, _ in config.settings_table(module.__doc__)}
     for line in _unknown_settings_lines(known):
         print(f"[warn] {line}; `ember settings` lists the ones that are read")
+    refused = _refused_settings()
+    for line in refused:
+        print(f"[fail] {line}")
     reg = get_registry()
     reg.discover()
-    ok = True
+    ok = not refused
     for info in reg.plugins.values():
         if info.status == "failed":
             ok = False
@@ -211,7 +214,20 @@ def cmd_settings(args: argparse.Namespace) -> int:
     unknown = _unknown_settings_lines(known)
     for line in unknown:
         print(f"[warn] {line}")
-    return 1 if unknown else 0
+    refused = _refused_settings()
+    for line in refused:
+        print(f"[fail] {line}")
+    return 1 if unknown or refused else 0
+
+
+def _refused_settings() -> list[str]:
+    """The values set now that a package's readers refuse (each settings module's ``check()``)."""
+    lines = []
+    for _, module in _settings_modules():
+        check = getattr(module, "check", None)
+        if callable(check):
+            lines += check()
+    return lines
 
 
 def _device(kind: str) -> Any:

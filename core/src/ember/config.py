@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, overload
 
 from .errors import InvalidArgumentError
@@ -48,6 +49,8 @@ __all__ = [
     "fusion_min_elements",
     "jit_native_enabled",
     "memory_strategy",
+    "autotune_enabled",
+    "autotune_budget",
     "MEMORY_STRATEGIES",
     "opencl_device",
     "wgpu_adapter",
@@ -57,6 +60,8 @@ __all__ = [
     "env_choice",
     "settings_table",
     "unknown_settings",
+    "read_errors",
+    "check",
 ]
 
 
@@ -137,6 +142,16 @@ def memory_strategy() -> str:
 # -- the readers every setting goes through ----------------------------------------------------
 _ON = frozenset(("1", "true", "on", "yes"))
 _OFF = frozenset(("0", "false", "off", "no"))
+
+
+def autotune_enabled() -> bool:
+    """Whether a large untuned GEMM may be tuned on first use (``EMBER_AUTOTUNE``, default on)."""
+    return env_flag("EMBER_AUTOTUNE", True)
+
+
+def autotune_budget() -> float:
+    """Seconds a first-use tuning may take (``EMBER_AUTOTUNE_BUDGET``)."""
+    return env_float("EMBER_AUTOTUNE_BUDGET", 20.0, what="seconds", example="20", positive=True)
 
 
 def _raw(name: str) -> str:
@@ -249,6 +264,26 @@ def settings_table(doc: str | None) -> list[tuple[str, str, str]]:
         return cell.strip().replace("``", "")
 
     return [(name, plain(meaning), plain(default)) for name, meaning, default in _ROW.findall(doc or "")]
+
+
+def read_errors(readers: list[Callable[[], object]]) -> list[str]:
+    """The messages of the readers that refuse the value set now (a settings module's ``check()``)."""
+    errors = []
+    for read in readers:
+        try:
+            read()
+        except InvalidArgumentError as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def check() -> list[str]:
+    """What ``ember settings`` reports of core's settings: the values set that cannot be read."""
+    return read_errors(
+        [plugin_timeout, kernel_cache_enabled, fusion_enabled, fuse_reductions_enabled, nn_fused_enabled,
+         jit_native_enabled, memory_strategy, autotune_enabled, autotune_budget, opencl_device, wgpu_adapter,
+         lambda: fusion_min_elements(0)]
+    )  # fmt: skip
 
 
 def unknown_settings(known: set[str]) -> list[tuple[str, list[str]]]:

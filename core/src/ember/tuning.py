@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from .config import env_flag, env_float
+from .config import autotune_budget as _budget_setting
+from .config import autotune_enabled as _enabled_setting
 from .dtypes import as_dtype
 from .kernel_cache import KernelCache
 
@@ -106,12 +107,12 @@ def layout_of(a_transposed: bool, b_transposed: bool) -> str:
 
 def autotune_enabled() -> bool:
     """Whether a large untuned GEMM may be tuned on first use (``EMBER_AUTOTUNE``, default on)."""
-    return env_flag("EMBER_AUTOTUNE", True)
+    return _enabled_setting()
 
 
 def _autotune_budget() -> float:
     """Seconds a first-use tuning may take (``EMBER_AUTOTUNE_BUDGET``)."""
-    return env_float("EMBER_AUTOTUNE_BUDGET", 20.0, what="seconds", example="20", positive=True)
+    return _budget_setting()
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

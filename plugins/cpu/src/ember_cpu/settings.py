@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 
-from ember.config import env_flag, env_int
+from ember.config import env_flag, env_int, read_errors
 
-__all__ = ["numba", "numba_parallel", "fused_threads", "split_gemm", "blas_threads", "malloc"]
+__all__ = ["check", "numba", "numba_parallel", "fused_threads", "split_gemm", "blas_threads", "malloc"]
 
 
 def numba() -> bool:
@@ -60,3 +60,10 @@ def blas_threads() -> int | None:
 def malloc() -> bool:
     """Whether ember sets glibc's malloc thresholds for large tensors (``EMBER_CPU_MALLOC=0``: no)."""
     return env_flag("EMBER_CPU_MALLOC", True)
+
+
+def check() -> list[str]:
+    """What ``ember settings`` reports: the values set now that these readers refuse."""
+    return read_errors(
+        [numba, numba_parallel, lambda: fused_threads(1), split_gemm, blas_threads, malloc]
+    )  # fmt: skip

@@ -14,9 +14,9 @@ at import (``conv.OPTIONS``).
 
 from __future__ import annotations
 
-from ember.config import env_choice, env_flag, env_int
+from ember.config import env_choice, env_flag, env_int, read_errors
 
-__all__ = ["tf32", "in_place", "flash_backward", "implicit_conv", "columns_bytes"]
+__all__ = ["check", "tf32", "in_place", "flash_backward", "implicit_conv", "columns_bytes"]
 
 
 def tf32() -> bool:
@@ -43,3 +43,10 @@ def implicit_conv() -> bool:
 def columns_bytes() -> int:
     """Most bytes of im2col columns one chunk may hold (``EMBER_CUDA_COLUMNS_BYTES``)."""
     return env_int("EMBER_CUDA_COLUMNS_BYTES", 2**30, what="bytes", example=str(32 << 20), minimum=1)
+
+
+def check() -> list[str]:
+    """What ``ember settings`` reports: the values set now that these readers refuse."""
+    return read_errors(
+        [tf32, in_place, flash_backward, implicit_conv, columns_bytes]
+    )  # fmt: skip

@@ -19,9 +19,10 @@ Most are for measuring one path against another; the README's sections say which
 
 from __future__ import annotations
 
-from ember.config import env_choice, env_flag, env_int
+from ember.config import env_choice, env_flag, env_int, read_errors
 
 __all__ = [
+    "check",
     "build_threads",
     "build_processes",
     "early_driver",
@@ -97,3 +98,11 @@ def flash() -> bool | None:
     """Where the flash attention kernels run (``EMBER_OPENCL_FLASH``): None (unset) on GPUs only, the
     composite's vector GEMM being faster on CPU devices; True (1) on every device; False (0) nowhere."""
     return env_flag("EMBER_OPENCL_FLASH", None)
+
+
+def check() -> list[str]:
+    """What ``ember settings`` reports: the values set now that these readers refuse."""
+    return read_errors(
+        [build_threads, build_processes, early_driver, sub_buffers, lambda: release_mode(""), fill,
+         lambda: pinned(False), in_place, implicit_conv_on_cpu, native_wgrad, flash]
+    )  # fmt: skip

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.config import env_choice, env_flag, env_float, env_int
+from ember.config import env_choice, env_flag, env_float, env_int, read_errors
 
 __all__ = [
+    "check",
     "sync_mode",
     "spin_seconds",
     "submit_every",
@@ -133,3 +134,11 @@ def flash() -> bool:
 def flash_backward() -> bool:
     """Whether attention's backward runs through the flash kernels (``EMBER_WGPU_FLASH_BACKWARD=1``)."""
     return env_flag("EMBER_WGPU_FLASH_BACKWARD", False)
+
+
+def check() -> list[str]:
+    """What ``ember settings`` reports: the values set now that these readers refuse."""
+    return read_errors(
+        [lambda: sync_mode(None, False), spin_seconds, lambda: submit_every(False), submit_groups,
+         submit_idle_s, checked, recorder_kind, in_place, implicit_conv, native_wgrad, flash, flash_backward]
+    )  # fmt: skip
