@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -9,8 +10,11 @@ from importlib import metadata
 import ember as em
 
 
-def _ember(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "ember.cli", *args], capture_output=True, text=True, timeout=120)
+def _ember(*args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ember.cli", *args], capture_output=True, text=True, timeout=120,
+        env=None if env is None else {**os.environ, **env},
+    )  # fmt: skip
     return done.stdout + done.stderr
 
 
@@ -29,6 +33,18 @@ def test_ember_doctor_finds_two_complete_devices():
     out = _ember("doctor")
     assert "[ ok ] checked: 2 device(s)" in out
     assert "missing primitives" not in out
+
+
+def test_its_setting_shows_in_ember_settings_and_a_bad_value_is_reported():
+    """A third-party backend's settings module (beside its entry point's module) is found like the
+    in-tree ones: ``ember settings`` lists its row with the value set, doctor counts the devices it
+    asks for, and a value its reader refuses is a [fail] line, not a surprise at the first device."""
+    out = _ember("settings", "--set", env={"EMBER_CHECKED_DEVICES": "3"})
+    row = next(line for line in out.splitlines() if line.startswith("EMBER_CHECKED_DEVICES"))
+    assert row.split()[1:3] == ["3", "2"] and row.rstrip().endswith("ember_checked")
+    assert "[ ok ] checked: 3 device(s)" in _ember("doctor", env={"EMBER_CHECKED_DEVICES": "3"})
+    out = _ember("settings", env={"EMBER_CHECKED_DEVICES": "none"})
+    assert "[fail] EMBER_CHECKED_DEVICES='none': expected a number of devices" in out
 
 
 def test_devices_are_reachable_by_name():

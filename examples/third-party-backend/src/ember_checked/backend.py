@@ -23,6 +23,7 @@ from ember import Backend
 from ember.backend import native
 from ember.dtypes import ALL_DTYPES, DType, bfloat16
 
+from . import settings
 from .handles import (
     ANY,
     BOOL,
@@ -134,8 +135,8 @@ class CheckedBackend(Backend):
 
     @classmethod
     def device_count(cls) -> int:
-        # two devices, so that device-mismatch paths can be exercised without hardware
-        return 2
+        # two by default (EMBER_CHECKED_DEVICES), so device-mismatch paths can be exercised without hardware
+        return settings.devices()
 
     @classmethod
     def describe(cls, index: int) -> dict[str, Any]:
