@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
 import platform
 import sys
@@ -170,9 +172,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _settings_modules() -> list[tuple[str, Any]]:
     """(package, module) of every settings table: ember.config's, then each installed plugin's
     ``settings`` module beside its entry point's (ember_cpu.settings, ...), where it has one."""
-    import importlib
-    import importlib.util
-
     found: list[tuple[str, Any]] = [("ember", config)]
     reg = get_registry()
     reg.discover()

@@ -289,7 +289,7 @@ def check() -> list[str]:
 def unknown_settings(known: set[str]) -> list[tuple[str, list[str]]]:
     """``EMBER_*`` variables set in the environment that no table in ``known`` lists (a misspelt setting
     is otherwise ignored without a word), each with the known names it is closest to."""
-    import difflib
+    import difflib  # (here: `import ember` loads this module, and only the CLI asks this)
 
     return [
         (name, difflib.get_close_matches(name, sorted(known), n=2, cutoff=0.8))
